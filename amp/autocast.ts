@@ -1,0 +1,29 @@
+/**
+ * autocast: inside `autocast("bf16" | "f16", fn)`, matmul-class ops (matmul,
+ * linear, attention products) round their inputs to the low precision,
+ * multiply with f32 accumulation and round their outputs; every other op
+ * (reductions, softmax, losses, norms, elementwise) computes in f32, and
+ * master weights stay f32. As torch.autocast.
+ */
+import type { DType } from "../tensor/dtype.ts";
+
+let lowPrecision: DType | null = null;
+
+/** The dtype matmul-class ops use now, or null outside autocast. */
+export function autocastDtype(): DType | null {
+  return lowPrecision;
+}
+
+/** Runs fn with autocast to `dtype` ("bf16" or "f16"); null or "f32" disables it. */
+export function autocast<T>(
+  dtype: "bf16" | "f16" | "f32" | null,
+  fn: () => T,
+): T {
+  const prev = lowPrecision;
+  lowPrecision = dtype === "f32" ? null : dtype;
+  try {
+    return fn();
+  } finally {
+    lowPrecision = prev;
+  }
+}

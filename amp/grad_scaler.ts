@@ -1,0 +1,152 @@
+/**
+ * GradScaler with torch.cuda.amp.GradScaler's defaults and semantics: the
+ * loss is multiplied by the scale before backward; unscale() divides the
+ * gradients and notes inf/NaN (call it before clipping); step() skips the
+ * optimizer step when any gradient was not finite; update() halves the scale
+ * after a skipped step and doubles it after growthInterval good steps.
+ */
+import { backend, check } from "../tensor/backend.ts";
+import { empty, type Tensor } from "../tensor/tensor.ts";
+import { scale as scaleOp } from "../tensor/ops/elementwise.ts";
+import type { Optimizer } from "../optim/optimizer.ts";
+
+/** Options, with torch's defaults. */
+export interface GradScalerOptions {
+  initScale: number;
+  growthFactor: number;
+  backoffFactor: number;
+  growthInterval: number;
+  enabled: boolean;
+}
+
+/** The scaler's saved state (torch's GradScaler.state_dict keys). */
+export interface GradScalerState {
+  scale: number;
+  growth_factor: number;
+  backoff_factor: number;
+  growth_interval: number;
+  _growth_tracker: number;
+}
+
+/**
+ * Reduces "found inf" across ranks (max) so every rank skips the same steps;
+ * the trainer passes its process group's allReduce.
+ */
+export type FoundInfReducer = (foundInf: number) => number;
+
+export class GradScaler {
+  readonly opts: GradScalerOptions;
+  #scale: number;
+  #growthTracker = 0;
+  #unscaled = false;
+  #foundInf = 0;
+  #skipped = 0;
+
+  constructor(
+    opts: Partial<GradScalerOptions> = {},
+    readonly reduceFoundInf: FoundInfReducer = (x) => x,
+  ) {
+    this.opts = {
+      initScale: 65536,
+      growthFactor: 2,
+      backoffFactor: 0.5,
+      growthInterval: 2000,
+      enabled: true,
+      ...opts,
+    };
+    this.#scale = this.opts.initScale;
+  }
+
+  /** Current loss scale (1 when disabled). */
+  get scaleValue(): number {
+    return this.opts.enabled ? this.#scale : 1;
+  }
+
+  /** Steps skipped so far because gradients held inf/NaN. */
+  get skippedSteps(): number {
+    return this.#skipped;
+  }
+
+  /** loss * scale (a differentiable op); the loss itself when disabled. */
+  scale(loss: Tensor): Tensor {
+    return this.opts.enabled ? scaleOp(loss, this.#scale) : loss;
+  }
+
+  /** Divides the optimizer's gradients by the scale and records inf/NaN; once per step. */
+  unscale(opt: Optimizer<{ lr: number }>): void {
+    if (!this.opts.enabled || this.#unscaled) return;
+    const b = backend();
+    const inv = Math.fround(1 / this.#scale);
+    const flag = empty([1], "f32").fill(0);
+    for (const p of opt.params()) {
+      if (!p.grad) continue;
+      check(
+        b.k.dt_unscale_check(
+          p.grad.ptr,
+          BigInt(p.grad.numel),
+          inv,
+          flag.ptr,
+          b.stream,
+        ),
+        "dt_unscale_check",
+      );
+    }
+    const found = flag.item();
+    flag.dispose();
+    this.#foundInf = this.reduceFoundInf(found);
+    this.#unscaled = true;
+  }
+
+  /** Unscales if needed, then steps the optimizer unless gradients held inf/NaN; returns whether it stepped. */
+  step(opt: Optimizer<{ lr: number }>): boolean {
+    if (!this.opts.enabled) {
+      opt.step();
+      return true;
+    }
+    this.unscale(opt);
+    if (this.#foundInf > 0) {
+      this.#skipped++;
+      return false;
+    }
+    opt.step();
+    return true;
+  }
+
+  /** Adjusts the scale after a step: backoff on inf/NaN, growth after growthInterval good steps. */
+  update(): void {
+    if (!this.opts.enabled) return;
+    if (this.#foundInf > 0) {
+      this.#scale *= this.opts.backoffFactor;
+      this.#growthTracker = 0;
+    } else if (++this.#growthTracker === this.opts.growthInterval) {
+      this.#scale *= this.opts.growthFactor;
+      this.#growthTracker = 0;
+    }
+    this.#scale = Math.fround(this.#scale);
+    this.#unscaled = false;
+    this.#foundInf = 0;
+  }
+
+  stateDict(): GradScalerState {
+    return {
+      scale: this.#scale,
+      growth_factor: this.opts.growthFactor,
+      backoff_factor: this.opts.backoffFactor,
+      growth_interval: this.opts.growthInterval,
+      _growth_tracker: this.#growthTracker,
+    };
+  }
+
+  loadStateDict(s: GradScalerState): void {
+    if (!(s.scale > 0) || !Number.isFinite(s.scale)) {
+      throw new RangeError(
+        `GradScaler: saved scale must be a positive finite number, got ${s.scale}`,
+      );
+    }
+    this.#scale = s.scale;
+    this.#growthTracker = s._growth_tracker ?? 0;
+    this.opts.growthFactor = s.growth_factor ?? this.opts.growthFactor;
+    this.opts.backoffFactor = s.backoff_factor ?? this.opts.backoffFactor;
+    this.opts.growthInterval = s.growth_interval ?? this.opts.growthInterval;
+  }
+}

@@ -1,0 +1,74 @@
+/**
+ * The `dtrain` command: a table of verbs (the launcher is the default verb
+ * and `run`), `--help` and `--version`. Adding a verb is one entry in VERBS.
+ */
+import pkg from "./package.json" with { type: "json" };
+import { launch } from "./launch/launcher.ts";
+import { launchHelp, parseLaunchArgs } from "./launch/options.ts";
+
+/** One sub-command of `dtrain`. */
+export interface Verb {
+  /** one line for `dtrain --help` */
+  summary: string;
+  /** runs the verb with the arguments after it; resolves to the exit code */
+  main(args: string[]): Promise<number>;
+}
+
+async function runLauncher(args: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseLaunchArgs(args);
+  } catch (e) {
+    console.error(`dtrain: ${(e as Error).message}\n(see \`dtrain --help\`)`);
+    return 2;
+  }
+  if (parsed === "help") {
+    console.log(launchHelp());
+    return 0;
+  }
+  return await launch(parsed, args);
+}
+
+/** Every verb; the first word of the command line picks one, else the default. */
+export const VERBS: Record<string, Verb> = {
+  run: { summary: "start N rank processes of a training script (the default verb)", main: runLauncher },
+};
+
+const DEFAULT_VERB = "run";
+
+/** `dtrain --help`: the verbs, then the default verb's options. */
+export function generalHelp(): string {
+  const verbs = Object.entries(VERBS).map(([name, v]) => `  ${name.padEnd(10)}${v.summary}`);
+  return [`dtrain ${pkg.version}: a distributed trainer on Deno`, "", "Verbs:", ...verbs, "", launchHelp()].join("\n");
+}
+
+/**
+ * Runs the command line; resolves to the process exit code. A verb's
+ * usage errors return 2; any other error is printed and returns 1.
+ *
+ * @example
+ * ```ts
+ * Deno.exit(await main(["--nproc", "2", "train.ts", "--lr", "0.1"]));
+ * ```
+ */
+export async function main(argv: string[]): Promise<number> {
+  const first = argv[0];
+  if (first === "--version" || first === "-V") {
+    console.log(`dtrain ${pkg.version} (deno ${Deno.version.deno})`);
+    return 0;
+  }
+  if (first === undefined || first === "--help" || first === "-h" || first === "help") {
+    console.log(generalHelp());
+    return first === undefined ? 2 : 0;
+  }
+  const named = first !== undefined && Object.hasOwn(VERBS, first);
+  const verb = VERBS[named ? first : DEFAULT_VERB]!;
+  try {
+    return await verb.main(named ? argv.slice(1) : argv);
+  } catch (e) {
+    console.error(`dtrain: ${(e as Error).message}`);
+    return 1;
+  }
+}
+
+if (import.meta.main) Deno.exit(await main(Deno.args));

@@ -1,0 +1,165 @@
+/**
+ * DataLoader: batches of a Dataset in the order a sampler gives (a
+ * DistributedSampler, or the identity), with the next batches prepared in
+ * the background while the current step computes, the time spent waiting
+ * for data measured per batch, and a state (epoch, position) from which a
+ * resumed run continues mid-epoch.
+ */
+import type { Dataset } from "./dataset.ts";
+import type { Tensor } from "../tensor/tensor.ts";
+
+/** What orders the indices of an epoch. */
+export interface Sampler {
+  setEpoch(epoch: number): void;
+  indices(): Int32Array;
+}
+
+/** Options of a DataLoader. */
+export interface DataLoaderOptions {
+  batchSize: number;
+  /** Ordering of indices (default: 0..n-1 every epoch). */
+  sampler?: Sampler;
+  /** Drop the last incomplete batch (default false). */
+  dropLast?: boolean;
+  /** Batches prepared ahead (default 2; 0 disables prefetch). */
+  prefetch?: number;
+}
+
+/** A batch and where it sits in its epoch. */
+export interface Batch {
+  tensors: Tensor[];
+  /** dataset indices of the samples */
+  indices: Int32Array;
+  epoch: number;
+  /** 0-based batch number inside the epoch */
+  position: number;
+  /** milliseconds the consumer waited for this batch */
+  waitMs: number;
+}
+
+/** Where iteration stands: the next batch to produce. */
+export interface DataLoaderState {
+  epoch: number;
+  position: number;
+}
+
+/** Identity order. */
+class SequentialSampler implements Sampler {
+  constructor(readonly n: number) {}
+  setEpoch(_epoch: number): void {}
+  indices(): Int32Array {
+    return Int32Array.from({ length: this.n }, (_, i) => i);
+  }
+}
+
+export class DataLoader {
+  readonly batchSize: number;
+  readonly sampler: Sampler;
+  readonly dropLast: boolean;
+  readonly prefetch: number;
+  #epoch = 0;
+  #position = 0;
+  #totalWaitMs = 0;
+  #batches = 0;
+
+  constructor(readonly dataset: Dataset, opts: DataLoaderOptions) {
+    if (!Number.isSafeInteger(opts.batchSize) || opts.batchSize < 1) {
+      throw new RangeError(
+        `DataLoader: batchSize must be a positive integer, got ${opts.batchSize}`,
+      );
+    }
+    this.batchSize = opts.batchSize;
+    this.sampler = opts.sampler ?? new SequentialSampler(dataset.length);
+    this.dropLast = opts.dropLast ?? false;
+    this.prefetch = opts.prefetch ?? 2;
+  }
+
+  /** Number of batches in an epoch of `count` indices. */
+  batchesFor(count: number): number {
+    return this.dropLast
+      ? Math.floor(count / this.batchSize)
+      : Math.ceil(count / this.batchSize);
+  }
+
+  /** Selects the epoch that the next iteration produces (and tells the sampler). */
+  setEpoch(epoch: number): void {
+    if (epoch !== this.#epoch) this.#position = 0;
+    this.#epoch = epoch;
+    this.sampler.setEpoch(epoch);
+  }
+
+  /** The next batch to be produced (save it in a checkpoint to resume mid-epoch). */
+  state(): DataLoaderState {
+    return { epoch: this.#epoch, position: this.#position };
+  }
+
+  /** Continues from a saved state: the next iteration starts at that batch. */
+  loadState(s: DataLoaderState): void {
+    if (
+      !Number.isSafeInteger(s.epoch) || s.epoch < 0 ||
+      !Number.isSafeInteger(s.position) || s.position < 0
+    ) {
+      throw new RangeError(
+        `DataLoader: invalid state epoch=${s.epoch} position=${s.position}`,
+      );
+    }
+    this.#epoch = s.epoch;
+    this.#position = s.position;
+    this.sampler.setEpoch(s.epoch);
+  }
+
+  /** Mean milliseconds per batch that the consumer waited for data. */
+  get meanWaitMs(): number {
+    return this.#batches ? this.#totalWaitMs / this.#batches : 0;
+  }
+
+  /**
+   * The batches of the current epoch from the current position. Tensors of a
+   * batch belong to the consumer (dispose them, or create them in a scope).
+   */
+  async *[Symbol.asyncIterator](): AsyncGenerator<Batch> {
+    const order = this.sampler.indices();
+    const nBatches = this.batchesFor(order.length);
+    const epoch = this.#epoch;
+    const slice = (b: number) =>
+      order.subarray(
+        b * this.batchSize,
+        Math.min(order.length, (b + 1) * this.batchSize),
+      );
+    const useAsync = this.prefetch > 0 &&
+      this.dataset.getBatchAsync !== undefined;
+    const pending = new Map<number, Promise<Tensor[]>>();
+    const start = (b: number) => {
+      if (b < nBatches && !pending.has(b)) {
+        const p = this.dataset.getBatchAsync!(slice(b));
+        p.catch(() => {}); // observed when awaited
+        pending.set(b, p);
+      }
+    };
+    try {
+      for (let b = this.#position; b < nBatches; b++) {
+        const t0 = performance.now();
+        let tensors: Tensor[];
+        if (useAsync) {
+          start(b);
+          for (let k = 1; k <= this.prefetch; k++) start(b + k);
+          tensors = await pending.get(b)!;
+          pending.delete(b);
+        } else {
+          tensors = this.dataset.getBatch(slice(b));
+        }
+        const waitMs = performance.now() - t0;
+        this.#totalWaitMs += waitMs;
+        this.#batches++;
+        this.#position = b + 1;
+        yield { tensors, indices: slice(b), epoch, position: b, waitMs };
+      }
+      if (this.#epoch === epoch) this.#position = nBatches;
+    } finally {
+      // Batches prepared ahead but never consumed (the loop was left early).
+      for (const p of pending.values()) {
+        p.then((ts) => ts.forEach((t) => t.dispose()), () => {});
+      }
+    }
+  }
+}

@@ -1,0 +1,170 @@
+/**
+ * Datasets: a length and a batched fetch that turns a list of indices into
+ * batch tensors. Fetching whole batches (not single samples) keeps element
+ * copies in native code. TensorDataset holds its columns in native host
+ * memory and gathers rows with one kernel call per column, which can also
+ * run on a background thread (the DataLoader's prefetch).
+ */
+import { cpuKernels } from "../ffi/cpu.ts";
+import { KERNEL_SYMBOLS } from "../ffi/symbols.ts";
+import { backend } from "../tensor/backend.ts";
+import { type DType, DTYPE_SIZE } from "../tensor/dtype.ts";
+import { empty, type Tensor } from "../tensor/tensor.ts";
+
+/** A map-style dataset fetched a batch at a time. */
+export interface Dataset {
+  /** Number of samples. */
+  readonly length: number;
+  /** The samples at `indices`, stacked along a new first dim (one tensor per field). */
+  getBatch(indices: Int32Array): Tensor[];
+  /** The same, prepared off the JS thread when the dataset can (optional). */
+  getBatchAsync?(indices: Int32Array): Promise<Tensor[]>;
+}
+
+/** One column of a TensorDataset: per-sample shape and host data for every sample. */
+export interface Column {
+  data: Float32Array | Int32Array;
+  /** shape of one sample (e.g. [128] for features, [] for a label) */
+  sampleShape: number[];
+}
+
+const NONBLOCKING_GATHER = {
+  dt_gather_rows: { ...KERNEL_SYMBOLS.dt_gather_rows, nonblocking: true },
+} as const satisfies Deno.ForeignLibraryInterface;
+
+let background: Deno.DynamicLibrary<typeof NONBLOCKING_GATHER> | undefined;
+
+/** dt_gather_rows bound as a nonblocking call (runs on Deno's FFI thread pool). */
+function backgroundGather() {
+  background ??= Deno.dlopen(cpuKernels().path, NONBLOCKING_GATHER);
+  return background.symbols.dt_gather_rows;
+}
+
+/** Columns of equal length held in native host memory, gathered row by row in C. */
+export class TensorDataset implements Dataset {
+  readonly length: number;
+  readonly #columns: {
+    host: Uint8Array;
+    ptr: Deno.PointerObject;
+    rowBytes: number;
+    shape: number[];
+    dtype: DType;
+  }[];
+
+  constructor(...columns: Column[]) {
+    if (columns.length === 0) {
+      throw new RangeError("TensorDataset needs at least one column");
+    }
+    const lengths = columns.map((c) =>
+      c.data.length / Math.max(1, c.sampleShape.reduce((a, b) => a * b, 1))
+    );
+    this.length = lengths[0]!;
+    if (lengths.some((l) => l !== this.length || !Number.isInteger(l))) {
+      throw new RangeError(
+        `TensorDataset: columns hold different numbers of samples: ${
+          lengths.join(", ")
+        }`,
+      );
+    }
+    this.#columns = columns.map((c) => {
+      const dtype: DType = c.data instanceof Float32Array ? "f32" : "i32";
+      // A private copy, so the caller may reuse its array; its address is stable.
+      const host = new Uint8Array(c.data.byteLength);
+      host.set(
+        new Uint8Array(c.data.buffer, c.data.byteOffset, c.data.byteLength),
+      );
+      const per = c.sampleShape.reduce((a, b) => a * b, 1);
+      return {
+        host,
+        ptr: Deno.UnsafePointer.of(host)!,
+        rowBytes: per * DTYPE_SIZE[dtype],
+        shape: c.sampleShape,
+        dtype,
+      };
+    });
+  }
+
+  getBatch(indices: Int32Array): Tensor[] {
+    this.#checkIndices(indices);
+    const idxPtr = Deno.UnsafePointer.of(indices);
+    const k = cpuKernels();
+    const onCpu = backend().device === "cpu";
+    return this.#columns.map((c) => {
+      const out = empty([indices.length, ...c.shape], c.dtype);
+      if (onCpu) {
+        k.check(
+          k.symbols.dt_gather_rows(
+            out.ptr,
+            c.ptr,
+            idxPtr,
+            BigInt(indices.length),
+            BigInt(c.rowBytes),
+            null,
+          ),
+          "dt_gather_rows",
+        );
+      } else {
+        const staging = new Uint8Array(indices.length * c.rowBytes);
+        k.check(
+          k.symbols.dt_gather_rows(
+            Deno.UnsafePointer.of(staging),
+            c.ptr,
+            idxPtr,
+            BigInt(indices.length),
+            BigInt(c.rowBytes),
+            null,
+          ),
+          "dt_gather_rows",
+        );
+        out.copyFromArray(staging);
+      }
+      return out;
+    });
+  }
+
+  async getBatchAsync(indices: Int32Array): Promise<Tensor[]> {
+    if (backend().device !== "cpu") return this.getBatch(indices);
+    this.#checkIndices(indices);
+    const idx = indices.slice(); // owned by the background call until it resolves
+    const idxPtr = Deno.UnsafePointer.of(idx);
+    const gather = backgroundGather();
+    const outs = this.#columns.map((c) =>
+      empty([indices.length, ...c.shape], c.dtype).keep()
+    );
+    try {
+      const statuses = await Promise.all(
+        this.#columns.map((c, i) =>
+          gather(
+            outs[i]!.ptr,
+            c.ptr,
+            idxPtr,
+            BigInt(idx.length),
+            BigInt(c.rowBytes),
+            null,
+          )
+        ),
+      );
+      statuses.forEach((s: number) => cpuKernels().check(s, "dt_gather_rows"));
+    } catch (e) {
+      for (const o of outs) o.dispose();
+      throw e;
+    }
+    void idx; // keep the index array alive until here
+    return outs;
+  }
+
+  #checkIndices(indices: Int32Array): void {
+    // The kernel cannot see the dataset length: every index is checked here.
+    if (indices.length > 0) {
+      let lo = indices[0]!, hi = lo;
+      for (const i of indices) i < lo ? (lo = i) : i > hi ? (hi = i) : 0;
+      if (lo < 0 || hi >= this.length) {
+        throw new RangeError(
+          `TensorDataset: index ${
+            lo < 0 ? lo : hi
+          } is outside [0, ${this.length})`,
+        );
+      }
+    }
+  }
+}

@@ -1,0 +1,215 @@
+/**
+ * DistributedDataParallel: the same model on every rank, kept identical.
+ * At construction it checks that every rank has the same parameter names,
+ * shapes and dtypes (the error lists the differences by rank) and copies
+ * rank 0's parameters and buffers to all. During backward, gradients land in
+ * flat buckets (gradient views, ~25 MiB each, filled in reverse parameter
+ * order) and each bucket is averaged across ranks with one allReduce as soon
+ * as its last gradient is complete. noSync() skips that for gradient
+ * accumulation. state_dict keys never carry a "module." prefix.
+ */
+import type { Module } from "../nn/module.ts";
+import type { ProcessGroup } from "./process_group.ts";
+import { addBackwardObserver } from "../tensor/autograd.ts";
+import { type Tensor, zeros } from "../tensor/tensor.ts";
+import { phase } from "./phase.ts";
+
+/** DDP options (torch's names in camelCase). */
+export interface DDPOptions {
+  /** Bucket capacity in MiB (default 25). */
+  bucketCapMb?: number;
+  /** Allow trainable parameters that get no gradient in a backward pass (default false: error). */
+  findUnusedParameters?: boolean;
+  /** Copy rank 0's buffers to every rank at construction (default true). */
+  broadcastBuffers?: boolean;
+}
+
+interface Bucket {
+  flat: Tensor;
+  params: Tensor[];
+  pending: number;
+  reduced: boolean;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** Wraps a module for data-parallel training over a process group. */
+export class DistributedDataParallel<M extends Module> {
+  readonly buckets: Bucket[] = [];
+  readonly #bucketOf = new Map<Tensor, Bucket>();
+  readonly #names = new Map<Tensor, string>();
+  readonly #findUnused: boolean;
+  #sync = true;
+  #step = 0;
+  #removeObserver: () => void;
+
+  constructor(readonly module: M, readonly pg: ProcessGroup, opts: DDPOptions = {}) {
+    this.#findUnused = opts.findUnusedParameters ?? false;
+    const named = module.namedParameters();
+    for (const [n, p] of named) this.#names.set(p, n);
+    phase("ddp: verify parameters");
+    this.#verifyAcrossRanks();
+    phase("ddp: broadcast parameters");
+    for (const [, p] of named) pg.broadcast(bufferOf(p), 0);
+    if (opts.broadcastBuffers ?? true) for (const [, b] of module.namedBuffers()) pg.broadcast(bufferOf(b), 0);
+    this.#makeBuckets(named.map(([, p]) => p).reverse(), (opts.bucketCapMb ?? 25) * 2 ** 20);
+    this.#removeObserver = addBackwardObserver({
+      onLeafGrad: (leaf) => this.#onGrad(leaf),
+      onBackwardEnd: (received) => this.#onEnd(received),
+    });
+  }
+
+  /** The wrapped module's forward, typed by the module. */
+  get forward(): M extends { forward: infer F } ? F : never {
+    // deno-lint-ignore no-explicit-any
+    const m = this.module as any;
+    return m.forward.bind(m);
+  }
+
+  /** The wrapped module's parameters. */
+  parameters(): Tensor[] {
+    return this.module.parameters();
+  }
+
+  /** The wrapped module's state dict: no "module." prefix. */
+  stateDict(): Map<string, Tensor> {
+    return this.module.stateDict();
+  }
+
+  /** Runs fn with gradient averaging off: backward passes inside only accumulate locally. */
+  noSync<T>(fn: () => T): T {
+    const prev = this.#sync;
+    this.#sync = false;
+    try {
+      return fn();
+    } finally {
+      this.#sync = prev;
+    }
+  }
+
+  /** Stops watching backward passes and frees the buckets (the module stays usable alone). */
+  close(): void {
+    this.#removeObserver();
+    for (const b of this.buckets) {
+      for (const p of b.params) {
+        const g = zeros(p.shape).keep().copyFrom(p.grad!);
+        p.grad!.dispose();
+        p.grad = g;
+      }
+      b.flat.dispose();
+    }
+    this.buckets.length = 0;
+    this.#bucketOf.clear();
+  }
+
+  #makeBuckets(params: Tensor[], capBytes: number): void {
+    let group: Tensor[] = [];
+    let bytes = 0;
+    const flush = () => {
+      if (group.length === 0) return;
+      const numel = group.reduce((a, p) => a + p.numel, 0);
+      const flat = zeros([numel]).keep();
+      let off = 0;
+      for (const p of group) {
+        const view = flat.subview(off, p.shape).keep();
+        if (p.grad) {
+          view.copyFrom(p.grad);
+          p.grad.dispose();
+        }
+        p.grad = view;
+        off += p.numel;
+      }
+      const bucket: Bucket = { flat, params: group, pending: group.length, reduced: false };
+      for (const p of group) this.#bucketOf.set(p, bucket);
+      this.buckets.push(bucket);
+      group = [];
+      bytes = 0;
+    };
+    for (const p of params) {
+      if (p.dtype !== "f32") throw new TypeError(`DDP: parameter ${this.#names.get(p)} is ${p.dtype}; master weights must be f32`);
+      if (bytes > 0 && bytes + p.bytes > capBytes) flush();
+      group.push(p);
+      bytes += p.bytes;
+    }
+    flush();
+  }
+
+  #onGrad(leaf: Tensor): void {
+    const b = this.#bucketOf.get(leaf);
+    if (!b) return;
+    b.pending--;
+    if (b.pending === 0 && this.#sync) this.#reduce(b);
+  }
+
+  #reduce(b: Bucket): void {
+    phase(`allreduce bucket ${this.buckets.indexOf(b)} of step ${this.#step}`);
+    this.pg.allReduce(bufferOf(b.flat), "avg");
+    b.reduced = true;
+  }
+
+  #onEnd(received: ReadonlySet<Tensor>): void {
+    const relevant = [...this.#bucketOf.keys()].some((p) => received.has(p));
+    if (!relevant) return; // a backward pass over another model
+    const unused = [...this.#bucketOf.keys()].filter((p) => !received.has(p));
+    try {
+      if (unused.length > 0 && !this.#findUnused) {
+        throw new Error(
+          `DDP: ${unused.length} trainable parameter(s) received no gradient in this backward pass: ` +
+            `${unused.map((p) => this.#names.get(p)).join(", ")}. Every rank must use every parameter ` +
+            `(or pass findUnusedParameters: true, or set requiresGrad = false on parameters you do not train).`,
+        );
+      }
+      if (this.#sync) for (const b of this.buckets) if (!b.reduced) this.#reduce(b);
+    } finally {
+      for (const b of this.buckets) {
+        b.pending = b.params.length;
+        b.reduced = false;
+      }
+      if (this.#sync) this.#step++;
+    }
+  }
+
+  /** Every rank's parameter list equals rank 0's, or an error lists the differences by rank. */
+  #verifyAcrossRanks(): void {
+    const mine = this.module.namedParameters().map(([n, p]) => `${n}:${p.dtype}[${p.shape}]`);
+    const bytes = encoder.encode(JSON.stringify(mine));
+    const lengths = new Int32Array(this.pg.size);
+    this.pg.allGather(lengths, Int32Array.of(bytes.length));
+    const maxLen = Math.max(...lengths);
+    const padded = new Uint8Array(maxLen);
+    padded.set(bytes);
+    const all = new Uint8Array(maxLen * this.pg.size);
+    this.pg.allGather(all, padded);
+    const lists = [...lengths].map((len, r) =>
+      JSON.parse(decoder.decode(all.subarray(r * maxLen, r * maxLen + len))) as string[]
+    );
+    const ref = lists[0]!;
+    const problems: string[] = [];
+    lists.forEach((list, r) => {
+      if (r === 0) return;
+      const refNames = new Map(ref.map((e) => [e.split(":")[0]!, e]));
+      const names = new Map(list.map((e) => [e.split(":")[0]!, e]));
+      const diffs: string[] = [];
+      for (const [n, e] of names) {
+        const re = refNames.get(n);
+        if (!re) diffs.push(`has ${e} which rank 0 lacks`);
+        else if (re !== e) diffs.push(`${e} vs rank 0 ${re}`);
+      }
+      for (const [n, e] of refNames) if (!names.has(n)) diffs.push(`lacks ${e}`);
+      if (diffs.length === 0 && list.join() !== ref.join()) diffs.push("same parameters in a different order");
+      if (diffs.length) problems.push(`rank ${r}: ${diffs.join("; ")}`);
+    });
+    if (problems.length) {
+      throw new Error(`DDP: the model differs between ranks: ${problems.join(" | ")}`);
+    }
+  }
+}
+
+/** A tensor as a collective buffer. */
+function bufferOf(t: Tensor): { ptr: Deno.PointerObject; count: number; dtype: "f32" | "i32" | "i64" } {
+  if (t.dtype !== "f32" && t.dtype !== "i32" && t.dtype !== "i64") {
+    throw new TypeError(`DDP: cannot synchronise a ${t.dtype} tensor`);
+  }
+  return { ptr: t.ptr, count: t.numel, dtype: t.dtype };
+}

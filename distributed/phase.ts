@@ -1,0 +1,66 @@
+/**
+ * What this rank is doing right now: the library's phases (forward, backward,
+ * allreduce bucket k of step s, barrier "epoch-end") and the user's own
+ * (`phase("scan dataset")`), plus the sequence number of the last collective.
+ * The launcher's hang diagnosis reads these through a sink that the rank
+ * runtime installs; without one (a plain single process) they only update
+ * the local record.
+ */
+
+/** One collective call as the hang diagnosis and the mismatch check see it. */
+export interface CollectiveRecord {
+  /** 1-based sequence number of collectives on this process group. */
+  seq: number;
+  /** "allReduce", "broadcast", "allGather", "reduceScatter", "barrier" */
+  op: string;
+  /** payload size in bytes (0 for a barrier) */
+  bytes: number;
+  /** barrier name or other detail */
+  detail?: string;
+}
+
+/** Receives phase changes; installed by the rank runtime. */
+export interface PhaseSink {
+  phase(name: string, sinceMs: number): void;
+  collective(rec: CollectiveRecord, state: "enter" | "exit"): void;
+}
+
+interface PhaseState {
+  phase: string;
+  sinceMs: number;
+  lastCollective: CollectiveRecord | null;
+}
+
+const state: PhaseState = {
+  phase: "start",
+  sinceMs: Date.now(),
+  lastCollective: null,
+};
+let sink: PhaseSink | null = null;
+
+/** Installs (or removes, with null) the receiver of phase reports. */
+export function setPhaseSink(next: PhaseSink | null): void {
+  sink = next;
+}
+
+/** Marks the start of a phase of this rank, e.g. `phase("scan dataset")`. */
+export function phase(name: string): void {
+  if (name === state.phase) return;
+  state.phase = name;
+  state.sinceMs = Date.now();
+  sink?.phase(name, state.sinceMs);
+}
+
+/** Called by process groups around every collective. */
+export function reportCollective(
+  rec: CollectiveRecord,
+  s: "enter" | "exit",
+): void {
+  if (s === "enter") state.lastCollective = rec;
+  sink?.collective(rec, s);
+}
+
+/** The current phase, when it started, and the last collective entered. */
+export function currentPhase(): Readonly<PhaseState> {
+  return state;
+}

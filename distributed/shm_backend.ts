@@ -1,0 +1,201 @@
+/**
+ * The CPU process group for ranks on one machine: a thin class over
+ * libdtrain_shm.so (kernels/shm), which keeps the segment, the barriers and
+ * the arithmetic. This file checks arguments, reports every call to
+ * distributed/phase.ts for the launcher's hang diagnosis, and owns the handle.
+ */
+import {
+  DT_ERR_ARG,
+  SHM_DTYPE_CODE,
+  SHM_FLAG_DETAIL,
+  SHM_REDUCE_CODE,
+  shmLibrary,
+} from "../ffi/shm.ts";
+import { reportCollective } from "./phase.ts";
+import {
+  type BufferLike,
+  checkReduceDType,
+  checkReduceOp,
+  checkSizes,
+  type ReduceOp,
+  resolveBuffer,
+} from "./collective_buffer.ts";
+import type { ProcessGroupConfig } from "./pg_config.ts";
+import type { CallOptions, ProcessGroup } from "./process_group.ts";
+
+const encoder = new TextEncoder();
+const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");
+
+/** Closes handles whose group was dropped without close(): a backstop only. */
+const leaked = new FinalizationRegistry<Deno.PointerObject>((handle) => {
+  shmLibrary().symbols.dt_shm_close(handle);
+});
+
+/** A native call of one collective, given the handle and the timeout. */
+type NativeCall = (handle: Deno.PointerObject, timeoutMs: bigint) => number;
+
+const SYMBOL_OF: Record<string, string> = {
+  allReduce: "dt_shm_allreduce",
+  broadcast: "dt_shm_broadcast",
+  allGather: "dt_shm_allgather",
+  reduceScatter: "dt_shm_reduce_scatter",
+  barrier: "dt_shm_barrier",
+};
+
+/** The shared-memory process group; create it with initProcessGroup(). */
+export class ShmProcessGroup implements ProcessGroup {
+  readonly rank: number;
+  readonly size: number;
+  readonly backend = "shm" as const;
+  /** The segment's name (unlinked once every rank attached). */
+  readonly segmentName: string;
+  /** Bytes of each data buffer, as rank 0 chose them. */
+  readonly chunkBytes: number;
+  /** Bytes of the whole segment. */
+  readonly segmentBytes: number;
+  #handle: Deno.PointerObject | null;
+  #timeoutMs: number;
+  #seq = 0;
+
+  private constructor(cfg: ProcessGroupConfig, handle: Deno.PointerObject, name: string) {
+    this.rank = cfg.rank;
+    this.size = cfg.size;
+    this.segmentName = name;
+    this.#handle = handle;
+    this.#timeoutMs = cfg.timeoutMs;
+    const info = new BigInt64Array(6);
+    shmLibrary().check(shmLibrary().symbols.dt_shm_info(handle, info), "dt_shm_info");
+    this.chunkBytes = Number(info[2]);
+    this.segmentBytes = Number(info[3]);
+    leaked.register(this, handle, this);
+  }
+
+  /** Joins the group described by `cfg`; returns once every rank has joined. */
+  static open(cfg: ProcessGroupConfig): ShmProcessGroup {
+    const lib = shmLibrary();
+    const name = `/dtrain-${cfg.runId}-pg`;
+    const out = new BigUint64Array(1);
+    const status = lib.symbols.dt_shm_open(
+      cString(name),
+      cfg.rank,
+      cfg.size,
+      BigInt(cfg.chunkBytes),
+      BigInt(Math.round(cfg.spinUs * 1000)),
+      cfg.detail ? SHM_FLAG_DETAIL : 0,
+      BigInt(Math.ceil(cfg.timeoutMs)),
+      out,
+    );
+    lib.check(status, "dt_shm_open");
+    const handle = Deno.UnsafePointer.create(out[0]!);
+    if (handle === null) throw new Error("dt_shm_open returned success but no handle");
+    return new ShmProcessGroup(cfg, handle, name);
+  }
+
+  allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
+    this.#run("allReduce", undefined, () => {
+      const b = resolveBuffer(buf, "allReduce buf");
+      checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
+      const args = [b.ptr, BigInt(b.count), SHM_DTYPE_CODE[b.dtype], SHM_REDUCE_CODE[op]] as const;
+      return [b.bytes, (h, t) => shmLibrary().symbols.dt_shm_allreduce(h, ...args, t)];
+    }, opts);
+  }
+
+  broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
+    this.#run("broadcast", `root ${root}`, () => {
+      const b = resolveBuffer(buf, "broadcast buf");
+      if (!Number.isInteger(root) || root < 0 || root >= this.size) {
+        throw new RangeError(
+          `broadcast: root ${root} is not a rank of this group (size ${this.size})`,
+        );
+      }
+      const args = [b.ptr, BigInt(b.count), SHM_DTYPE_CODE[b.dtype], root] as const;
+      return [b.bytes, (h, t) => shmLibrary().symbols.dt_shm_broadcast(h, ...args, t)];
+    }, opts);
+  }
+
+  allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
+    this.#run("allGather", undefined, () => {
+      const o = resolveBuffer(out, "allGather out");
+      const i = resolveBuffer(inp, "allGather inp");
+      checkSizes(o, i, this.size, 1, "allGather");
+      const args = [o.ptr, i.ptr, BigInt(i.count), SHM_DTYPE_CODE[i.dtype]] as const;
+      return [i.bytes, (h, t) => shmLibrary().symbols.dt_shm_allgather(h, ...args, t)];
+    }, opts);
+  }
+
+  reduceScatter(
+    out: BufferLike,
+    inp: BufferLike,
+    op: ReduceOp = "sum",
+    opts: CallOptions = {},
+  ): void {
+    this.#run("reduceScatter", undefined, () => {
+      const o = resolveBuffer(out, "reduceScatter out");
+      const i = resolveBuffer(inp, "reduceScatter inp");
+      checkSizes(o, i, 1, this.size, "reduceScatter");
+      checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
+      const args = [
+        o.ptr,
+        i.ptr,
+        BigInt(o.count),
+        SHM_DTYPE_CODE[o.dtype],
+        SHM_REDUCE_CODE[op],
+      ] as const;
+      return [o.bytes, (h, t) => shmLibrary().symbols.dt_shm_reduce_scatter(h, ...args, t)];
+    }, opts);
+  }
+
+  barrier(name: string, opts: CallOptions = {}): void {
+    this.#run("barrier", String(name), () => {
+      const cname = cString(String(name));
+      return [0, (h, t) => shmLibrary().symbols.dt_shm_barrier(h, cname, t)];
+    }, opts);
+  }
+
+  close(): void {
+    const handle = this.#handle;
+    if (handle === null) return;
+    this.#handle = null;
+    leaked.unregister(this);
+    shmLibrary().check(shmLibrary().symbols.dt_shm_close(handle), "dt_shm_close");
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  /** Checks the arguments (`prepare` returns the payload bytes and the native
+   *  call), reports the call, and runs it. An argument error aborts the
+   *  group, so the peers stop waiting for this rank instead of timing out. */
+  #run(
+    op: string,
+    detail: string | undefined,
+    prepare: () => [number, NativeCall],
+    opts: CallOptions,
+  ): void {
+    const handle = this.#handle;
+    if (handle === null) throw new Error(`${op}: process group ${this.segmentName} is closed`);
+    const seq = ++this.#seq;
+    let bytes: number, call: NativeCall, timeoutMs: number;
+    try {
+      [bytes, call] = prepare();
+      timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
+      if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+        throw new RangeError(`${op}: timeoutMs must be a positive number, got ${timeoutMs}`);
+      }
+    } catch (e) {
+      const reason = `rank ${this.rank} called ${op} #${seq} with bad arguments: ${
+        (e as Error).message
+      }`;
+      shmLibrary().symbols.dt_shm_abort(handle, DT_ERR_ARG, cString(reason));
+      throw e;
+    }
+    const rec = detail === undefined ? { seq, op, bytes } : { seq, op, bytes, detail };
+    reportCollective(rec, "enter");
+    try {
+      shmLibrary().check(call(handle, BigInt(Math.ceil(timeoutMs))), SYMBOL_OF[op] ?? op);
+    } finally {
+      reportCollective(rec, "exit");
+    }
+  }
+}

@@ -1,0 +1,111 @@
+/**
+ * Loads a native library of dtrain and turns its status codes into
+ * exceptions. One function searches DTRAIN_LIB_DIR, the build/ folder of this
+ * checkout and the single-file cache, and its failure lists every path tried
+ * and the command that builds the library.
+ */
+import { join } from "node:path";
+import { fileURLToPath as fromFileUrl } from "node:url";
+
+/** Must equal DT_ABI_VERSION in kernels/common/dt_common.h. */
+export const ABI_VERSION = 1;
+
+/** An error reported by a native library, carrying its own text. */
+export class DtNativeError extends Error {
+  readonly status: number;
+  readonly library: string;
+  readonly symbol: string;
+  constructor(library: string, symbol: string, status: number, text: string) {
+    super(`${symbol} failed (${library}, status ${status}): ${text}`);
+    this.name = "DtNativeError";
+    this.status = status;
+    this.library = library;
+    this.symbol = symbol;
+  }
+}
+
+/** Folders searched for native libraries, in order. */
+export function libraryDirs(): string[] {
+  const dirs: string[] = [];
+  const env = Deno.env.get("DTRAIN_LIB_DIR");
+  if (env) dirs.push(env);
+  if (import.meta.url.startsWith("file:")) {
+    dirs.push(join(fromFileUrl(new URL("..", import.meta.url)), "build"));
+  }
+  return dirs;
+}
+
+/** Finds `name` in libraryDirs() or throws an error that lists where it looked. */
+export function findLibrary(name: string): string {
+  const tried: string[] = [];
+  for (const dir of libraryDirs()) {
+    const path = join(dir, name);
+    tried.push(path);
+    try {
+      if (Deno.statSync(path).isFile) return path;
+    } catch { /* try the next folder */ }
+  }
+  throw new Error(
+    `Cannot find native library ${name}: looked in ${
+      tried.join(", ") || "(no folders)"
+    }. ` +
+      `Build it with \`deno task native\` in a dtrain checkout, or set DTRAIN_LIB_DIR to the folder that holds it.`,
+  );
+}
+
+/** Reads a NUL-terminated C string returned by a native call. */
+export function cString(ptr: Deno.PointerValue): string {
+  return ptr === null ? "" : Deno.UnsafePointerView.getCString(ptr);
+}
+
+/** An opened library with a status-checking call helper. */
+export interface NativeLibrary<S extends Deno.ForeignLibraryInterface> {
+  readonly path: string;
+  readonly symbols: Deno.DynamicLibrary<S>["symbols"];
+  /** Throws DtNativeError with the library's text when status != 0. */
+  check(status: number, symbol: string): void;
+  close(): void;
+}
+
+/** Opens `name` with `symbols`, verifying dt_abi_version() when it exists. */
+export function openLibrary<S extends Deno.ForeignLibraryInterface>(
+  name: string,
+  symbols: S,
+  path = findLibrary(name),
+): NativeLibrary<S> {
+  let lib: Deno.DynamicLibrary<S>;
+  try {
+    lib = Deno.dlopen(path, symbols);
+  } catch (e) {
+    throw new Error(
+      `Cannot load native library ${path}: ${(e as Error).message}. ` +
+        `Rebuild it with \`deno task native --force\`.`,
+      { cause: e },
+    );
+  }
+  // deno-lint-ignore no-explicit-any
+  const sym = lib.symbols as any;
+  if (typeof sym.dt_abi_version === "function") {
+    const v = sym.dt_abi_version() as number;
+    if (v !== ABI_VERSION) {
+      lib.close();
+      throw new Error(
+        `Native library ${path} has ABI version ${v}, this dtrain needs ${ABI_VERSION}: ` +
+          `rebuild it with \`deno task native --force\`.`,
+      );
+    }
+  }
+  const lastError = typeof sym.dt_last_error === "function"
+    ? () => cString(sym.dt_last_error())
+    : () => "(no error text)";
+  return {
+    path,
+    symbols: lib.symbols,
+    check(status: number, symbol: string) {
+      if (status !== 0) {
+        throw new DtNativeError(name, symbol, status, lastError());
+      }
+    },
+    close: () => lib.close(),
+  };
+}

@@ -1,0 +1,75 @@
+/**
+ * The shared-memory collective library (build/libdtrain_shm.so, built from
+ * kernels/shm): its symbol table and its loading, once, on first use. The CPU
+ * process group (distributed/shm_backend.ts) is its only user.
+ *
+ * Conventions as in ffi/symbols.ts: every dt_shm_* call returns a dt_status;
+ * counts and timeouts are i64 and must be passed as BigInt.
+ *
+ * @module
+ */
+import { type NativeLibrary, openLibrary } from "./native.ts";
+
+const P = "pointer" as const;
+const BUF = "buffer" as const;
+const I64 = "i64" as const;
+const I32 = "i32" as const;
+const STATUS = { result: I32 } as const;
+
+/** Every symbol of libdtrain_shm.so, with its C parameters. */
+export const SHM_SYMBOLS = {
+  dt_abi_version: { parameters: [], result: I32 },
+  /** const char*: text of the last error on this thread. */
+  dt_last_error: { parameters: [], result: P },
+  /** const char*: hash of the sources this library was built from. */
+  dt_build_hash: { parameters: [], result: P },
+  /** (name "/dtrain-<run id>-pg\0", rank, world, chunk_bytes, spin_ns, flags
+   *  DT_SHM_FLAG_*, timeout_ms, uint64_t* out_handle): join (rank 0: create)
+   *  the group; returns once every rank has attached and the name is unlinked. */
+  dt_shm_open: { parameters: [BUF, I32, I32, I64, I64, I32, I64, BUF], ...STATUS },
+  /** (handle): detach; peers waiting on this rank fail at once. */
+  dt_shm_close: { parameters: [P], ...STATUS },
+  /** (handle, status, reason "\0"-terminated): fail the group for every rank. */
+  dt_shm_abort: { parameters: [P, I32, BUF], ...STATUS },
+  /** (handle, int64_t out[6]): rank, world, chunk_bytes, segment_bytes, seq, flags. */
+  dt_shm_info: { parameters: [P, BUF], ...STATUS },
+  /** (handle, buf, count, dtype, redop, timeout_ms): in-place all-reduce. */
+  dt_shm_allreduce: { parameters: [P, P, I64, I32, I32, I64], ...STATUS },
+  /** (handle, buf, count, dtype, root, timeout_ms) */
+  dt_shm_broadcast: { parameters: [P, P, I64, I32, I32, I64], ...STATUS },
+  /** (handle, out [world x count], inp [count], count, dtype, timeout_ms) */
+  dt_shm_allgather: { parameters: [P, P, P, I64, I32, I64], ...STATUS },
+  /** (handle, out [count], inp [world x count], count, dtype, redop, timeout_ms) */
+  dt_shm_reduce_scatter: { parameters: [P, P, P, I64, I32, I32, I64], ...STATUS },
+  /** (handle, name "\0"-terminated, timeout_ms) */
+  dt_shm_barrier: { parameters: [P, BUF, I64], ...STATUS },
+} as const satisfies Deno.ForeignLibraryInterface;
+
+/** The type of SHM_SYMBOLS. */
+export type ShmSymbols = typeof SHM_SYMBOLS;
+
+/** dt_status codes this library returns (kernels/common/dt_common.h); a
+ * peer that aborted the group or exited is DT_ERR_SYS. */
+export const DT_ERR_ARG = 1;
+/** A wait ran past its deadline. */
+export const DT_ERR_TIMEOUT = 7;
+/** An operating-system call failed, or a peer aborted the group or is gone. */
+export const DT_ERR_SYS = 8;
+
+/** dt_shm_open flags (kernels/shm/shm_internal.h). */
+export const SHM_FLAG_DETAIL = 1;
+
+/** Reduce-op codes of the library (DT_SHM_SUM ... in shm_internal.h). */
+export const SHM_REDUCE_CODE = { sum: 0, avg: 1, max: 2, min: 3 } as const;
+
+/** Dtype codes of dt_common.h, plus f64 under the library's own code 6 until
+ *  dt_common.h defines it. */
+export const SHM_DTYPE_CODE = { f32: 0, bf16: 1, f16: 2, i32: 3, i64: 4, u8: 5, f64: 6 } as const;
+
+let shm: NativeLibrary<ShmSymbols> | undefined;
+
+/** The shared-memory collective library, opened on first call. */
+export function shmLibrary(): NativeLibrary<ShmSymbols> {
+  shm ??= openLibrary("libdtrain_shm.so", SHM_SYMBOLS);
+  return shm;
+}

@@ -1,0 +1,29 @@
+/* crossentropy.h — softmax cross-entropy over one row of V logits: the
+ * max-subtracted log-sum-exp, the row's loss and saved probabilities, and the
+ * gradient of one logit. The mean over valid rows is the caller's reduction. */
+#pragma once
+#include <math.h>
+#include "dt_common.h"
+
+/* probs[0:V] = softmax(logits); returns logsumexp(logits) - logits[target]
+ * (target in [0, V), checked by the caller). */
+DT_HD float dt_crossentropy_row(float* probs, const float* logits, int64_t V, int64_t target) {
+  float max = -INFINITY;
+  for (int64_t j = 0; j < V; j++) max = logits[j] > max ? logits[j] : max;
+  double sum = 0.0;
+  for (int64_t j = 0; j < V; j++) {
+    float e = expf(logits[j] - max);
+    probs[j] = e;
+    sum += e;
+  }
+  float inv_sum = 1.0f / (float)sum;
+  for (int64_t j = 0; j < V; j++) probs[j] *= inv_sum;
+  /* log_softmax(row)[target] = logits[target] - (max + log(sum)), negated */
+  float lse = max + (float)log(sum);
+  return -(logits[target] - lse);
+}
+
+/* d loss / d logit j of a valid row: (p - [j == target]) * w, w = dloss / valid_rows. */
+DT_HD float dt_crossentropy_grad_f(float p, int is_target, float w) {
+  return is_target ? p * w - w : p * w;
+}

@@ -1,0 +1,18 @@
+/* dt_vectorize.h — host-only helpers for the CPU loops: compile a hot loop
+ * twice (AVX2+FMA and baseline x86-64, picked once at load time by an ifunc)
+ * and check size arithmetic for overflow. Nothing here changes the arithmetic:
+ * -ffp-contract=off holds in both clones, so they round identically. */
+#pragma once
+#include <stdint.h>
+
+#if defined(__x86_64__) && !defined(__CUDACC__)
+#define DT_VEC_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#else
+#define DT_VEC_CLONES
+#endif
+
+/* a * b into *out; returns 0 when the product overflows int64 or an operand is negative. */
+static inline int dt_mul_ok_(int64_t a, int64_t b, int64_t* out) {
+  if (a < 0 || b < 0) return 0;
+  return !__builtin_mul_overflow(a, b, out);
+}

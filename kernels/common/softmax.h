@@ -1,0 +1,41 @@
+/* softmax.h — softmax(scale * x) over one row of a (rows, cols) matrix, with
+ * the optional causal mask, and its backward. Sums are kept in double; the
+ * rounding of the rest follows torch 1.13's _vec_softmax_lastdim:
+ * exp(z - max) stored, then multiplied by the float 1 / sum. */
+#pragma once
+#include <math.h>
+#include "dt_common.h"
+
+/* Columns of row r that the causal mask leaves visible: j <= r % causal_t
+ * (all cols when causal_t <= 0). Never 0, so a masked row cannot occur. */
+DT_HD int64_t dt_softmax_visible_cols(int64_t r, int64_t cols, int64_t causal_t) {
+  if (causal_t <= 0) return cols;
+  int64_t visible = r % causal_t + 1;
+  return visible < cols ? visible : cols;
+}
+
+/* out[0:cols] = softmax(scale * inp[0:visible]), masked columns exactly 0. */
+DT_HD void dt_softmax_row(float* out, const float* inp, int64_t cols, int64_t visible, float scale) {
+  float max = -INFINITY;
+  for (int64_t j = 0; j < visible; j++) {
+    float z = scale * inp[j];
+    max = z > max ? z : max;
+  }
+  double sum = 0.0;
+  for (int64_t j = 0; j < visible; j++) {
+    float e = expf(scale * inp[j] - max);
+    out[j] = e;
+    sum += e;
+  }
+  float inv_sum = 1.0f / (float)sum;
+  for (int64_t j = 0; j < visible; j++) out[j] *= inv_sum;
+  for (int64_t j = visible; j < cols; j++) out[j] = 0.0f;
+}
+
+/* dinp = scale * ((dout - sum_j dout*out) * out) over one row. */
+DT_HD void dt_softmax_bwd_row(float* dinp, const float* dout, const float* out, int64_t cols, float scale) {
+  double dot = 0.0;
+  for (int64_t j = 0; j < cols; j++) dot += (double)dout[j] * (double)out[j];
+  float dot_f = (float)dot;
+  for (int64_t j = 0; j < cols; j++) dinp[j] = ((dout[j] - dot_f) * out[j]) * scale;
+}

@@ -1,0 +1,336 @@
+/* gemm.c — dt_gemm on the CPU: argument checks, the choice of micro-kernel
+ * for this CPU, and the Goto/BLIS loops around it (B panel and A block packed
+ * into per-thread buffers, then micro-tiles), threaded over output tiles. */
+#include "gemm_internal.h"
+#include <stdlib.h>
+
+/* ---- kernel choice -------------------------------------------------------------
+ * The best kernel the CPU supports, capped by DTRAIN_CPU_ISA (avx512, avx2 or
+ * generic) so that every kernel can be tested and timed on one machine. */
+
+static const dt_gemm_isa_* dt_gemm_isa_chosen_;
+
+static dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out) {
+  const dt_gemm_isa_* isa = __atomic_load_n(&dt_gemm_isa_chosen_, __ATOMIC_ACQUIRE);
+  if (isa) {
+    *out = isa;
+    return DT_OK;
+  }
+  const char* cap = getenv("DTRAIN_CPU_ISA");
+  int level = 2; /* 2 = avx512, 1 = avx2, 0 = generic */
+  if (cap && *cap) {
+    if (strcmp(cap, "avx512") == 0) level = 2;
+    else if (strcmp(cap, "avx2") == 0) level = 1;
+    else if (strcmp(cap, "generic") == 0) level = 0;
+    else
+      return dt_fail_(DT_ERR_ARG, "dt_gemm: DTRAIN_CPU_ISA=%s is not supported: expected avx512, avx2 or generic",
+                      cap);
+  }
+  __builtin_cpu_init();
+  int has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (level >= 2 && has_avx2 && __builtin_cpu_supports("avx512f")) isa = &dt_gemm_isa_avx512_;
+  else if (level >= 1 && has_avx2) isa = &dt_gemm_isa_avx2_;
+  else isa = &dt_gemm_isa_generic_;
+  __atomic_store_n(&dt_gemm_isa_chosen_, isa, __ATOMIC_RELEASE);
+  *out = isa;
+  return DT_OK;
+}
+
+/* ---- per-thread buffers ----------------------------------------------------------
+ * Packed panels live in buffers that each thread keeps and grows on demand, so
+ * a call allocates nothing once the sizes it needs have been seen. */
+
+typedef struct {
+  float* ptr;
+  size_t cap; /* floats */
+} dt_gemm_buf_;
+
+static __thread dt_gemm_buf_ dt_gemm_buf_a_, dt_gemm_buf_b_, dt_gemm_buf_c_;
+
+static float* dt_gemm_reserve_(dt_gemm_buf_* buf, size_t floats) {
+  if (buf->cap >= floats) return buf->ptr;
+  void* p = NULL;
+  if (posix_memalign(&p, 64, floats * sizeof(float)) != 0) return NULL;
+  free(buf->ptr);
+  buf->ptr = p;
+  buf->cap = floats;
+  return buf->ptr;
+}
+
+/* ---- the blocked product -------------------------------------------------------- */
+
+/* Everything one dt_gemm call shares between its threads. */
+typedef struct {
+  const dt_gemm_isa_* isa;
+  int32_t dtype;
+  int64_t M, N, K, kc; /* kc: the K block, the same for every tile */
+  float alpha, beta;
+  dt_gemm_view_ a, b;  /* op(A) (M x K) and op(B) (K x N) of batch 0 */
+  void* c;
+  int64_t ldc, stride_a, stride_b, stride_c;
+  int64_t m_tile, n_tile, m_tiles, n_tiles; /* the output tiles that threads share */
+  int status;                               /* first failure, written atomically */
+  int64_t failed_floats;                    /* the buffer size that could not be allocated */
+} dt_gemm_job_;
+
+/* Widest tile for which a transposed f32 A is read in place (see below). */
+#define DT_GEMM_DIRECT_A_MAX_N 512
+
+/* c (m x n f32, row stride ldc) = alpha * a @ b + beta * c, where a is m x k
+ * and b is k x n: loops over B panels (nc x kc), A blocks (mc x kc) and
+ * micro-tiles. K blocks after the first add onto c (beta = 1). Fails only to
+ * allocate (DT_ERR_ALLOC, with job->failed_floats set; no text, since this
+ * may run on a worker thread). */
+static dt_status dt_gemm_blocked_(dt_gemm_job_* job, const dt_gemm_view_* a, const dt_gemm_view_* b,
+                                  int64_t m, int64_t n, float* c, int64_t ldc, float alpha, float beta) {
+  const dt_gemm_isa_* isa = job->isa;
+  const int mr = isa->mr, nr = isa->nr;
+  const int64_t K = job->K, KC = job->kc;
+  int64_t nc_max = n < isa->nc ? (n + nr - 1) / nr * nr : isa->nc;
+  int64_t mc_max = m < isa->mc ? (m + mr - 1) / mr * mr : isa->mc;
+  /* both operands along K and a tiny M or N: dot products, nothing to pack */
+  if (isa->dot && a->dtype == DT_F32 && a->cs == 1 && b->rs == 1 &&
+      (job->M <= DT_GEMM_DOT_MAX || job->N <= DT_GEMM_DOT_MAX)) {
+    isa->dot(m, n, K, alpha, a->data, a->rs, b->data, b->cs, beta, c, ldc);
+    return DT_OK;
+  }
+  /* f32 A is read in place: the kernel broadcasts single elements, so any
+   * layout will do, and packing would cost more than it saves on the model's
+   * shapes. A transposed A feeding many columns is packed (its strided reads
+   * would otherwise repeat for every B sliver), as are bf16 and f16, which are
+   * converted while packing. */
+  int direct_a = a->dtype == DT_F32 && getenv("PACKA")[0] == 0x30;
+  /* with a single A sliver each B sliver is used once: f32 rows of B are read
+   * in place too, and only a partial last sliver is packed (zero padded) */
+  int direct_b = b->dtype == DT_F32 && b->cs == 1 && m <= mr;
+  float* bp = dt_gemm_reserve_(&dt_gemm_buf_b_, (size_t)(KC * nc_max));
+  float* ap = dt_gemm_reserve_(&dt_gemm_buf_a_, (size_t)(KC * mc_max));
+  if (!bp || !ap) {
+    job->failed_floats = bp ? KC * mc_max : KC * nc_max;
+    return DT_ERR_ALLOC;
+  }
+  for (int64_t jc = 0; jc < n; jc += isa->nc) {
+    int64_t nc = n - jc < isa->nc ? n - jc : isa->nc;
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      int64_t kc = K - pc < KC ? K - pc : KC;
+      float beta_k = pc == 0 ? beta : 1.0f;
+      int64_t n_full = nc / nr * nr;
+      if (!direct_b) isa->pack_b(b, pc, kc, jc, nc, nr, bp);
+      else if (n_full < nc) isa->pack_b(b, pc, kc, jc + n_full, nc - n_full, nr, bp + n_full * kc);
+      for (int64_t ic = 0; ic < m; ic += isa->mc) {
+        int64_t mc = m - ic < isa->mc ? m - ic : isa->mc;
+        const float* ablk;
+        int64_t rsa, csa, sliver;
+        if (direct_a) {
+          ablk = (const float*)a->data + ic * a->rs + pc * a->cs;
+          rsa = a->rs;
+          csa = a->cs;
+          sliver = mr * a->rs;
+        } else {
+          isa->pack_a(a, ic, mc, pc, kc, mr, ap);
+          ablk = ap;
+          rsa = 1;
+          csa = mr;
+          sliver = mr * kc;
+        }
+        for (int64_t jr = 0; jr < nc; jr += nr) {
+          int nrr = nc - jr < nr ? (int)(nc - jr) : nr;
+          const float* bs = bp + jr * kc;
+          int64_t rsb = nr;
+          if (direct_b && jr < n_full) {
+            bs = (const float*)b->data + pc * b->rs + jc + jr;
+            rsb = b->rs;
+          }
+          for (int64_t ir = 0; ir < mc; ir += mr) {
+            int mrr = mc - ir < mr ? (int)(mc - ir) : mr;
+            isa->kernel(kc, ablk + ir / mr * sliver, rsa, csa, bs, rsb, c + (ic + ir) * ldc + jc + jr, ldc, alpha,
+                        beta_k, mrr, nrr);
+          }
+        }
+      }
+    }
+  }
+  return DT_OK;
+}
+
+static dt_gemm_view_ dt_gemm_offset_(const dt_gemm_view_* v, int64_t elements, int64_t r0, int64_t c0) {
+  dt_gemm_view_ out = *v;
+  size_t esize = dt_dtype_size(v->dtype);
+  out.data = (const char*)v->data + (size_t)(elements + r0 * v->rs + c0 * v->cs) * esize;
+  return out;
+}
+
+/* Output tile t of the job: rows [i0, i1) x columns [j0, j1) of batch entry bi.
+ * f32 accumulates straight into C; bf16 and f16 accumulate into an f32
+ * scratch tile and are rounded once, on the way into C. */
+static dt_status dt_gemm_tile_(dt_gemm_job_* job, int64_t t) {
+  int64_t per_batch = job->m_tiles * job->n_tiles;
+  int64_t bi = t / per_batch, mi = t % per_batch / job->n_tiles, ni = t % job->n_tiles;
+  int64_t i0 = mi * job->m_tile, j0 = ni * job->n_tile;
+  int64_t m = job->M - i0 < job->m_tile ? job->M - i0 : job->m_tile;
+  int64_t n = job->N - j0 < job->n_tile ? job->N - j0 : job->n_tile;
+  dt_gemm_view_ a = dt_gemm_offset_(&job->a, bi * job->stride_a, i0, 0);
+  dt_gemm_view_ b = dt_gemm_offset_(&job->b, bi * job->stride_b, 0, j0);
+  size_t esize = dt_dtype_size(job->dtype);
+  char* c = (char*)job->c + (size_t)(bi * job->stride_c + i0 * job->ldc + j0) * esize;
+  if (job->dtype == DT_F32) return dt_gemm_blocked_(job, &a, &b, m, n, (float*)c, job->ldc, job->alpha, job->beta);
+
+  float* acc = dt_gemm_reserve_(&dt_gemm_buf_c_, (size_t)(m * n));
+  if (!acc) {
+    job->failed_floats = m * n;
+    return DT_ERR_ALLOC;
+  }
+  dt_status st = dt_gemm_blocked_(job, &a, &b, m, n, acc, n, 1.0f, 0.0f);
+  if (st != DT_OK) return st;
+  uint16_t* ch = (uint16_t*)c;
+  int bf16 = job->dtype == DT_BF16;
+  float alpha = job->alpha, beta = job->beta;
+  for (int64_t i = 0; i < m; i++) {
+    uint16_t* row = ch + i * job->ldc;
+    for (int64_t j = 0; j < n; j++) {
+      float v = alpha * acc[i * n + j];
+      if (beta != 0.0f) v += beta * (bf16 ? dt_bf16_to_f32(row[j]) : dt_f16_to_f32(row[j]));
+      row[j] = bf16 ? dt_f32_to_bf16(v) : dt_f32_to_f16(v);
+    }
+  }
+  return DT_OK;
+}
+
+static void dt_gemm_tiles_(void* ctx, int64_t begin, int64_t end) {
+  dt_gemm_job_* job = ctx;
+  for (int64_t t = begin; t < end; t++) {
+    if (__atomic_load_n(&job->status, __ATOMIC_RELAXED) != DT_OK) return;
+    dt_status st = dt_gemm_tile_(job, t);
+    if (st != DT_OK) {
+      int expected = DT_OK;
+      __atomic_compare_exchange_n(&job->status, &expected, st, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+      return;
+    }
+  }
+}
+
+/* ---- work split ------------------------------------------------------------------
+ * A thread is worth waking only for about this much arithmetic; below it the
+ * pool's wake-up costs more than it saves. */
+#define DT_GEMM_FLOPS_PER_THREAD 2e6
+/* bf16/f16 tiles are bounded so that their f32 scratch stays small (1 MiB). */
+#define DT_GEMM_HALF_TILE_M 240
+#define DT_GEMM_HALF_TILE_N 1024
+
+static int64_t dt_ceil_div_(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Splits each batch entry's M x N output into tiles: as few as possible, but
+ * enough (and a multiple of the thread count) to keep every thread busy. */
+static void dt_gemm_split_(dt_gemm_job_* job, int64_t batch) {
+  int64_t mr = job->isa->mr, nr = job->isa->nr;
+  int64_t m_tile = job->M, n_tile = job->N;
+  if (job->dtype != DT_F32) {
+    if (m_tile > DT_GEMM_HALF_TILE_M) m_tile = DT_GEMM_HALF_TILE_M;
+    if (n_tile > DT_GEMM_HALF_TILE_N) n_tile = DT_GEMM_HALF_TILE_N;
+  }
+  double flops = 2.0 * (double)job->M * (double)job->N * (double)job->K * (double)batch;
+  int64_t threads = dt_num_threads_();
+  if (threads > 1 && flops < DT_GEMM_FLOPS_PER_THREAD * (double)threads)
+    threads = (int64_t)(flops / DT_GEMM_FLOPS_PER_THREAD);
+  if (threads < 1) threads = 1;
+  int64_t tiles = batch * dt_ceil_div_(job->M, m_tile) * dt_ceil_div_(job->N, n_tile);
+  if (tiles < 4 * threads && tiles % threads != 0) {
+    /* cut each tile into `threads` strips: along M when it is tall enough */
+    if (m_tile >= threads * mr) m_tile = dt_ceil_div_(dt_ceil_div_(m_tile, threads), mr) * mr;
+    else if (n_tile >= threads * nr) n_tile = dt_ceil_div_(dt_ceil_div_(n_tile, threads), nr) * nr;
+  }
+  job->m_tile = m_tile;
+  job->n_tile = n_tile;
+  job->m_tiles = dt_ceil_div_(job->M, m_tile);
+  job->n_tiles = dt_ceil_div_(job->N, n_tile);
+}
+
+/* ---- the trivial products: C = beta * C -------------------------------------------
+ * When K == 0 or alpha == 0 the product vanishes and A and B are not read, as
+ * in BLAS; beta == 0 writes zeros without reading C. */
+static void dt_gemm_scale_c_(int32_t dtype, void* c, int64_t M, int64_t N, int64_t ldc, int64_t batch,
+                             int64_t stride_c, float beta) {
+  for (int64_t bi = 0; bi < batch; bi++) {
+    for (int64_t i = 0; i < M; i++) {
+      int64_t row = bi * stride_c + i * ldc;
+      for (int64_t j = 0; j < N; j++) {
+        if (dtype == DT_F32) {
+          float* p = (float*)c + row + j;
+          *p = beta == 0.0f ? 0.0f : beta * *p;
+        } else {
+          uint16_t* p = (uint16_t*)c + row + j;
+          float v = beta == 0.0f ? 0.0f : beta * dt_gemm_load_(c, dtype, row + j);
+          *p = dtype == DT_BF16 ? dt_f32_to_bf16(v) : dt_f32_to_f16(v);
+        }
+      }
+    }
+  }
+}
+
+/* ---- argument checks ------------------------------------------------------------- */
+
+/* Checks that ld fits a rows x cols matrix and that the batch does not
+ * overflow int64 element offsets. */
+static dt_status dt_gemm_check_matrix_(const char* name, const char* ld_name, int64_t rows, int64_t cols,
+                                       int64_t ld, int64_t batch, int64_t stride, const char* stride_name) {
+  DT_REQUIRE_(ld >= cols, "dt_gemm: %s = %lld is too small for %s stored as %lld x %lld: expected %s >= %lld",
+              ld_name, (long long)ld, name, (long long)rows, (long long)cols, ld_name, (long long)cols);
+  DT_REQUIRE_(stride >= 0, "dt_gemm: %s = %lld is negative: expected a stride >= 0 (in elements)", stride_name,
+              (long long)stride);
+  int64_t span, tmp;
+  int overflow = __builtin_mul_overflow(rows, ld, &span) || __builtin_mul_overflow(batch, stride, &tmp) ||
+                 __builtin_add_overflow(span, tmp, &span);
+  DT_REQUIRE_(!overflow, "dt_gemm: %s of %lld x %lld (ld %lld) in %lld batches of stride %lld spans more than 2^63 elements",
+              name, (long long)rows, (long long)cols, (long long)ld, (long long)batch, (long long)stride);
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
+                            float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+                            int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+                            void* stream) {
+  (void)stream;
+  DT_REQUIRE_(dtype == DT_F32 || dtype == DT_BF16 || dtype == DT_F16,
+              "dt_gemm: dtype %d is not supported: expected DT_F32 (0), DT_BF16 (1) or DT_F16 (2)", dtype);
+  DT_REQUIRE_(trans_a == 0 || trans_a == 1, "dt_gemm: transA = %d: expected 0 or 1", trans_a);
+  DT_REQUIRE_(trans_b == 0 || trans_b == 1, "dt_gemm: transB = %d: expected 0 or 1", trans_b);
+  DT_REQUIRE_(M >= 0, "dt_gemm: M = %lld is negative", (long long)M);
+  DT_REQUIRE_(N >= 0, "dt_gemm: N = %lld is negative", (long long)N);
+  DT_REQUIRE_(K >= 0, "dt_gemm: K = %lld is negative", (long long)K);
+  DT_REQUIRE_(batch >= 0, "dt_gemm: batch = %lld is negative", (long long)batch);
+  dt_status st;
+  if ((st = dt_gemm_check_matrix_(trans_a ? "A (transA = 1)" : "A (transA = 0)", "lda", trans_a ? K : M,
+                                  trans_a ? M : K, lda, batch, stride_a, "strideA")) != DT_OK)
+    return st;
+  if ((st = dt_gemm_check_matrix_(trans_b ? "B (transB = 1)" : "B (transB = 0)", "ldb", trans_b ? N : K,
+                                  trans_b ? K : N, ldb, batch, stride_b, "strideB")) != DT_OK)
+    return st;
+  if ((st = dt_gemm_check_matrix_("C", "ldc", M, N, ldc, batch, stride_c, "strideC")) != DT_OK) return st;
+  if (M == 0 || N == 0 || batch == 0) return DT_OK;
+  DT_REQUIRE_(C != NULL, "dt_gemm: C is NULL for a %lld x %lld output", (long long)M, (long long)N);
+  DT_REQUIRE_(batch == 1 || stride_c >= (M - 1) * ldc + N,
+              "dt_gemm: strideC = %lld makes the %lld x %lld outputs (ldc %lld) of consecutive batches overlap: "
+              "expected strideC >= %lld",
+              (long long)stride_c, (long long)M, (long long)N, (long long)ldc, (long long)((M - 1) * ldc + N));
+  if (K == 0 || alpha == 0.0f) {
+    dt_gemm_scale_c_(dtype, C, M, N, ldc, batch, stride_c, beta);
+    return DT_OK;
+  }
+  DT_REQUIRE_(A != NULL && B != NULL, "dt_gemm: %s is NULL for a product with M = %lld, N = %lld, K = %lld",
+              A == NULL ? "A" : "B", (long long)M, (long long)N, (long long)K);
+
+  dt_gemm_job_ job = {.dtype = dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .c = C, .ldc = ldc,
+                      .stride_a = stride_a, .stride_b = stride_b, .stride_c = stride_c, .status = DT_OK};
+  if ((st = dt_gemm_pick_isa_(&job.isa)) != DT_OK) return st;
+  job.a = (dt_gemm_view_){A, dtype, trans_a ? 1 : lda, trans_a ? lda : 1};
+  job.b = (dt_gemm_view_){B, dtype, trans_b ? 1 : ldb, trans_b ? ldb : 1};
+  /* equal K blocks (not a full block and a sliver): 300 -> 150 + 150 */
+  job.kc = dt_ceil_div_(K, dt_ceil_div_(K, job.isa->kc));
+  dt_gemm_split_(&job, batch);
+  dt_parallel_for_(batch * job.m_tiles * job.n_tiles, 1, dt_gemm_tiles_, &job);
+  /* tiles may fail on worker threads, whose error text is their own: say it here */
+  if (job.status != DT_OK)
+    return dt_fail_(job.status, "dt_gemm: cannot allocate a buffer of %lld floats (%s kernel, M = %lld, N = %lld, K = %lld)",
+                    (long long)job.failed_floats, job.isa->name, (long long)M, (long long)N, (long long)K);
+  return DT_OK;
+}

@@ -1,0 +1,90 @@
+/* gemm_internal.h — what the files of dt_gemm share: a strided view of an
+ * operand, the micro-kernel and packing signatures, and the table of kernels
+ * per instruction set that gemm.c chooses from at run time. Not exported. */
+#pragma once
+#include "cpu_internal.h"
+
+/* Largest micro-tile of any kernel; sizes the stack buffers of edge tiles. */
+#define DT_GEMM_MR_MAX 8
+#define DT_GEMM_NR_MAX 32
+
+/* op(X) as a matrix: element (r, c) is at data[r * rs + c * cs], of dtype. */
+typedef struct {
+  const void* data;
+  int32_t dtype; /* DT_F32, DT_BF16 or DT_F16 */
+  int64_t rs, cs;
+} dt_gemm_view_;
+
+/* One micro-tile: C (mr x nr, row stride ldc) = alpha * A @ B + beta * C, and
+ * C = alpha * A @ B without reading C when beta == 0.
+ * A is mr x k: element (i, p) at a[i * rsa + p * csa]; rows >= mr are never
+ * read (a kernel repeats row mr - 1 in their place and discards them).
+ * B is k x NR: element (p, j) at b[p * rsb + j]; all NR columns must be
+ * readable (packing pads them with zeros), columns >= nr are discarded.
+ * Every kernel does the same arithmetic on full and edge tiles, so a result
+ * does not depend on where its element fell in the tiling. */
+typedef void (*dt_gemm_kernel_fn_)(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b,
+                                   int64_t rsb, float* c, int64_t ldc, float alpha, float beta, int mr, int nr);
+
+/* Packs B rows [p0, p0 + kc) x columns [j0, j0 + nc) of v into slivers of nr
+ * columns: sliver s holds, for each p, its nr values contiguously, at
+ * dst + s * kc * nr. Columns past nc are zero. */
+typedef void (*dt_gemm_pack_b_fn_)(const dt_gemm_view_* v, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                                   int nr, float* dst);
+
+/* Packs A rows [i0, i0 + mc) x columns [p0, p0 + kc) of v into slivers of mr
+ * rows: sliver s holds, for each p, its mr values contiguously, at
+ * dst + s * kc * mr. Rows past mc are zero. */
+typedef void (*dt_gemm_pack_a_fn_)(const dt_gemm_view_* v, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                                   int mr, float* dst);
+
+/* C (m x n) = alpha * A @ B + beta * C as dot products, for f32 operands that
+ * both run along K: row i of A at a + i * lda, column j of B at b + j * ldb.
+ * beta == 0 never reads C. */
+typedef void (*dt_gemm_dot_fn_)(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+/* A micro-kernel with the blocking that suits it and its packing routines. */
+typedef struct {
+  const char* name; /* "avx512", "avx2" or "generic" */
+  int mr, nr;       /* micro-tile */
+  int64_t mc, kc, nc; /* cache blocks: A block mc x kc in L2, B sliver kc x nr in L1 */
+  dt_gemm_kernel_fn_ kernel;
+  dt_gemm_pack_a_fn_ pack_a;
+  dt_gemm_pack_b_fn_ pack_b;
+  dt_gemm_dot_fn_ dot; /* for M or N <= DT_GEMM_DOT_MAX; NULL: use the kernel */
+} dt_gemm_isa_;
+
+/* The dot-product path takes over when M or N is at most this: a micro-tile
+ * would be mostly padding there. */
+#define DT_GEMM_DOT_MAX 4
+
+extern const dt_gemm_isa_ dt_gemm_isa_generic_;
+extern const dt_gemm_isa_ dt_gemm_isa_avx2_;
+extern const dt_gemm_isa_ dt_gemm_isa_avx512_;
+
+/* Plain C packing for every dtype and layout (gemm_pack.c). */
+void dt_gemm_pack_a_generic_(const dt_gemm_view_* v, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int mr,
+                             float* dst);
+void dt_gemm_pack_b_generic_(const dt_gemm_view_* v, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int nr,
+                             float* dst);
+
+/* AVX2 packing of f32 A and B (gemm_pack_avx2.c); other dtypes go to the plain
+ * C packers. Call only on CPUs with AVX2. */
+void dt_gemm_pack_a_avx2_(const dt_gemm_view_* v, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int mr,
+                          float* dst);
+void dt_gemm_pack_b_avx2_(const dt_gemm_view_* v, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int nr,
+                          float* dst);
+
+/* Dot-product GEMM with AVX2 + FMA (gemm_dot_avx2.c). Call only on CPUs with AVX2. */
+void dt_gemm_dot_avx2_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, float beta, float* c, int64_t ldc);
+
+/* Reads element i of a float buffer of dtype as f32. */
+static inline float dt_gemm_load_(const void* p, int32_t dtype, int64_t i) {
+  switch (dtype) {
+    case DT_BF16: return dt_bf16_to_f32(((const uint16_t*)p)[i]);
+    case DT_F16: return dt_f16_to_f32(((const uint16_t*)p)[i]);
+    default: return ((const float*)p)[i];
+  }
+}

@@ -1,0 +1,87 @@
+/* gemm_kernel_avx512.c — the AVX-512 GEMM micro-kernel: an 8 x 32 f32 tile
+ * held in 16 zmm accumulators, A broadcast straight from memory into each
+ * FMA. Compiled for AVX-512F with a target attribute and only called on CPUs
+ * (and operating systems) that support it. */
+#include "gemm_internal.h"
+#include <immintrin.h>
+
+#define MR 8
+#define NR 32
+#define AVX512_ __attribute__((target("avx512f,avx2,fma")))
+
+/* One row of the tile: c = alpha * acc + beta * c (beta == 0: c not read).
+ * Columns whose mask bit is clear are neither read nor written (a masked
+ * lane never faults, even past the end of a buffer). */
+AVX512_ static inline void store_row_(float* c, __m512 acc0, __m512 acc1, __m512 alpha, float beta,
+                                      __mmask16 mask0, __mmask16 mask1) {
+  __m512 v0 = _mm512_mul_ps(alpha, acc0), v1 = _mm512_mul_ps(alpha, acc1);
+  if (beta != 0.0f) {
+    __m512 vb = _mm512_set1_ps(beta);
+    v0 = _mm512_fmadd_ps(alpha, acc0, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mask0, c)));
+    v1 = _mm512_fmadd_ps(alpha, acc1, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mask1, c + 16)));
+  }
+  _mm512_mask_storeu_ps(c, mask0, v0);
+  _mm512_mask_storeu_ps(c + 16, mask1, v1);
+}
+
+#define ROW_(i)                                         \
+  do {                                                  \
+    __m512 x = _mm512_set1_ps(a##i[o]);                 \
+    c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);          \
+    c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);          \
+  } while (0)
+
+AVX512_ static void kernel_8x32_(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b,
+                                 int64_t rsb, float* c, int64_t ldc, float alpha, float beta, int mr, int nr) {
+  /* rows past mr repeat the last real row: always readable, then discarded */
+  const float* a0 = a;
+  const float* a1 = a + (mr > 1 ? 1 : 0) * rsa;
+  const float* a2 = a + (mr > 2 ? 2 : mr - 1) * rsa;
+  const float* a3 = a + (mr > 3 ? 3 : mr - 1) * rsa;
+  const float* a4 = a + (mr > 4 ? 4 : mr - 1) * rsa;
+  const float* a5 = a + (mr > 5 ? 5 : mr - 1) * rsa;
+  const float* a6 = a + (mr > 6 ? 6 : mr - 1) * rsa;
+  const float* a7 = a + (mr > 7 ? 7 : mr - 1) * rsa;
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  int64_t o = 0;
+#pragma GCC unroll 4
+  for (int64_t p = 0; p < k; p++) {
+    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+    ROW_(0);
+    ROW_(1);
+    ROW_(2);
+    ROW_(3);
+    ROW_(4);
+    ROW_(5);
+    ROW_(6);
+    ROW_(7);
+    o += csa;
+    b += rsb;
+  }
+  /* rows past mr are not stored; columns past nr are masked off */
+  __m512 va = _mm512_set1_ps(alpha);
+  __mmask16 mask0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+  __mmask16 mask1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+  store_row_(c, c00, c01, va, beta, mask0, mask1);
+  if (mr > 1) store_row_(c + ldc, c10, c11, va, beta, mask0, mask1);
+  if (mr > 2) store_row_(c + 2 * ldc, c20, c21, va, beta, mask0, mask1);
+  if (mr > 3) store_row_(c + 3 * ldc, c30, c31, va, beta, mask0, mask1);
+  if (mr > 4) store_row_(c + 4 * ldc, c40, c41, va, beta, mask0, mask1);
+  if (mr > 5) store_row_(c + 5 * ldc, c50, c51, va, beta, mask0, mask1);
+  if (mr > 6) store_row_(c + 6 * ldc, c60, c61, va, beta, mask0, mask1);
+  if (mr > 7) store_row_(c + 7 * ldc, c70, c71, va, beta, mask0, mask1);
+}
+
+const dt_gemm_isa_ dt_gemm_isa_avx512_ = {
+    .name = "avx512",
+    .mr = MR,
+    .nr = NR,
+    .mc = 192,
+    .kc = 256,
+    .nc = 4096,
+    .kernel = kernel_8x32_,
+    .pack_a = dt_gemm_pack_a_avx2_,
+    .pack_b = dt_gemm_pack_b_avx2_,
+    .dot = dt_gemm_dot_avx2_,
+};

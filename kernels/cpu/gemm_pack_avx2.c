@@ -1,0 +1,145 @@
+/* gemm_pack_avx2.c — AVX2 packing of f32 operands, used by the AVX2 and
+ * AVX-512 kernels: copies where the sliver layout matches the source, 8 x 8
+ * register transposes where it does not. Other dtypes go to the plain C
+ * packer. */
+#include "gemm_internal.h"
+#include <immintrin.h>
+
+#define AVX2_ __attribute__((target("avx2,fma")))
+
+/* r[i] holds 8 values of row i; afterwards r[q] holds element q of each row. */
+AVX2_ static inline void transpose8_(__m256 r[8]) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* B not transposed: each row of the panel is copied into the slivers, whole
+ * slivers with vector moves, the last partial one padded with zeros. */
+AVX2_ static void pack_b_rows_(const float* src, int64_t ld, int64_t kc, int64_t nc, int nr, float* dst) {
+  int64_t full = nc / nr, rest = nc - full * nr;
+  for (int64_t p = 0; p < kc; p++) {
+    const float* row = src + p * ld;
+    for (int64_t s = 0; s < full; s++) {
+      float* out = dst + s * kc * nr + p * nr;
+      for (int j = 0; j < nr; j += 8) _mm256_storeu_ps(out + j, _mm256_loadu_ps(row + s * nr + j));
+    }
+    if (rest) {
+      float* out = dst + full * kc * nr + p * nr;
+      for (int64_t j = 0; j < rest; j++) out[j] = row[full * nr + j];
+      for (int64_t j = rest; j < nr; j++) out[j] = 0.0f;
+    }
+  }
+}
+
+/* B transposed (column j of op(B) is row j of src, contiguous in p): blocks
+ * of 8 columns x 8 values of p are transposed in registers. */
+AVX2_ static void pack_b_cols_(const float* src, int64_t ld, int64_t kc, int64_t nc, int nr, float* dst) {
+  int64_t k8 = kc / 8 * 8;
+  for (int64_t j = 0; j < nc; j += 8) {
+    float* out = dst + j / nr * kc * nr + j % nr; /* column j's place in its sliver */
+    int cols = nc - j < 8 ? (int)(nc - j) : 8;
+    if (cols == 8) {
+      for (int64_t p = 0; p < k8; p += 8) {
+        __m256 r[8];
+        for (int q = 0; q < 8; q++) r[q] = _mm256_loadu_ps(src + (j + q) * ld + p);
+        transpose8_(r);
+        for (int q = 0; q < 8; q++) _mm256_storeu_ps(out + (p + q) * nr, r[q]);
+      }
+    }
+    for (int64_t p = cols == 8 ? k8 : 0; p < kc; p++) {
+      for (int q = 0; q < cols; q++) out[p * nr + q] = src[(j + q) * ld + p];
+      for (int q = cols; q < 8; q++) out[p * nr + q] = 0.0f;
+    }
+  }
+  /* the rest of a partial last sliver past its last 8-column group */
+  int64_t groups_end = (nc + 7) / 8 * 8;
+  int64_t sliver_end = (nc + nr - 1) / nr * nr;
+  for (int64_t j = groups_end; j < sliver_end; j++) {
+    float* out = dst + j / nr * kc * nr + j % nr;
+    for (int64_t p = 0; p < kc; p++) out[p * nr] = 0.0f;
+  }
+}
+
+/* A not transposed (row i of op(A) contiguous in p): 8 rows x 8 values of p
+ * are transposed in registers (a 6-row sliver loads its last row twice more
+ * and stores 6 lanes). */
+AVX2_ static void pack_a_rows_(const float* src, int64_t ld, int64_t mc, int64_t kc, int mr, float* dst) {
+  int64_t k8 = kc / 8 * 8;
+  for (int64_t s = 0; s * mr < mc; s++) {
+    int rows = mc - s * mr < mr ? (int)(mc - s * mr) : mr;
+    float* out = dst + s * kc * mr;
+    const float* first = src + s * mr * ld;
+    int64_t p = 0;
+    if (rows == mr && (mr == 8 || mr == 6)) {
+      for (; p < k8; p += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(first + (i < mr ? i : mr - 1) * ld + p);
+        transpose8_(r);
+        for (int q = 0; q < 8; q++) {
+          float* o = out + (p + q) * mr;
+          if (mr == 8) {
+            _mm256_storeu_ps(o, r[q]);
+          } else {
+            _mm_storeu_ps(o, _mm256_castps256_ps128(r[q]));
+            _mm_storel_pi((__m64*)(o + 4), _mm256_extractf128_ps(r[q], 1));
+          }
+        }
+      }
+    }
+    for (; p < kc; p++) {
+      for (int i = 0; i < rows; i++) out[p * mr + i] = first[i * ld + p];
+      for (int i = rows; i < mr; i++) out[p * mr + i] = 0.0f;
+    }
+  }
+}
+
+/* A transposed (column p of op(A) contiguous in i): each p copies mr values. */
+AVX2_ static void pack_a_cols_(const float* src, int64_t ld, int64_t mc, int64_t kc, int mr, float* dst) {
+  for (int64_t s = 0; s * mr < mc; s++) {
+    int rows = mc - s * mr < mr ? (int)(mc - s * mr) : mr;
+    float* out = dst + s * kc * mr;
+    const float* first = src + s * mr;
+    if (rows == 8 && mr == 8) {
+      for (int64_t p = 0; p < kc; p++) _mm256_storeu_ps(out + p * 8, _mm256_loadu_ps(first + p * ld));
+      continue;
+    }
+    for (int64_t p = 0; p < kc; p++) {
+      for (int i = 0; i < rows; i++) out[p * mr + i] = first[p * ld + i];
+      for (int i = rows; i < mr; i++) out[p * mr + i] = 0.0f;
+    }
+  }
+}
+
+void dt_gemm_pack_a_avx2_(const dt_gemm_view_* v, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int mr,
+                          float* dst) {
+  if (v->dtype == DT_F32) {
+    const float* src = (const float*)v->data + i0 * v->rs + p0 * v->cs;
+    if (v->cs == 1) return pack_a_rows_(src, v->rs, mc, kc, mr, dst);
+    if (v->rs == 1) return pack_a_cols_(src, v->cs, mc, kc, mr, dst);
+  }
+  dt_gemm_pack_a_generic_(v, i0, mc, p0, kc, mr, dst);
+}
+
+void dt_gemm_pack_b_avx2_(const dt_gemm_view_* v, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int nr,
+                          float* dst) {
+  if (v->dtype == DT_F32 && nr % 8 == 0) {
+    const float* src = (const float*)v->data + p0 * v->rs + j0 * v->cs;
+    if (v->cs == 1) return pack_b_rows_(src, v->rs, kc, nc, nr, dst);
+    if (v->rs == 1) return pack_b_cols_(src, v->cs, kc, nc, nr, dst);
+  }
+  dt_gemm_pack_b_generic_(v, p0, kc, j0, nc, nr, dst);
+}

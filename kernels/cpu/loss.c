@@ -1,0 +1,109 @@
+/* loss.c — CPU loops of the softmax cross-entropy loss: per-row losses and
+ * saved probabilities in parallel, the mean over non-ignored rows folded in
+ * row order (double), and the gradient. Row arithmetic: crossentropy.h. */
+#include <math.h>
+#include <stdlib.h>
+#include "cpu_internal.h"
+#include "crossentropy.h"
+#include "dt_vectorize.h"
+
+/* Elements (rows * V) per thread chunk: each costs an exp. */
+#define CE_GRAIN_ELEMS (1 << 14)
+
+static int64_t row_grain_(int64_t V) { return V >= CE_GRAIN_ELEMS ? 1 : CE_GRAIN_ELEMS / V; }
+
+/* ---- kernels ------------------------------------------------------------------ */
+
+typedef struct {
+  float* probs; /* backward reads it */
+  float* dlogits;
+  float* row_loss; /* forward: per-row loss, NaN-free 0 on ignored rows */
+  const float* logits;
+  const int32_t* targets;
+  int64_t V, ignore_index;
+  float w; /* backward: dloss / valid_rows */
+} ce_ctx_;
+
+static void ce_fwd_range_(void* vctx, int64_t r0, int64_t r1) {
+  const ce_ctx_* c = vctx;
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t t = c->targets[r];
+    float* p = c->probs + r * c->V;
+    const float* x = c->logits + r * c->V;
+    /* an ignored row still gets its probabilities; its loss does not count */
+    float loss = dt_crossentropy_row(p, x, c->V, t == c->ignore_index ? 0 : t);
+    c->row_loss[r] = t == c->ignore_index ? 0.0f : loss;
+  }
+}
+
+static void ce_bwd_range_(void* vctx, int64_t r0, int64_t r1) {
+  const ce_ctx_* c = vctx;
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t t = c->targets[r];
+    float* d = c->dlogits + r * c->V;
+    const float* p = c->probs + r * c->V;
+    if (t == c->ignore_index) {
+      for (int64_t j = 0; j < c->V; j++) d[j] = 0.0f;
+      continue;
+    }
+    for (int64_t j = 0; j < c->V; j++) d[j] = dt_crossentropy_grad_f(p[j], j == t, c->w);
+  }
+}
+
+/* ---- launchers ---------------------------------------------------------------- */
+
+/* Checks sizes and that every target is in [0, V) or ignore_index; counts valid rows. */
+static dt_status check_targets_(const char* name, const int32_t* targets, int64_t rows, int64_t V,
+                                int64_t ignore_index, int64_t* valid) {
+  DT_REQUIRE_(rows >= 0, "%s: negative rows=%lld", name, (long long)rows);
+  DT_REQUIRE_(V >= 1 && V <= INT32_MAX, "%s: V=%lld must be in [1, 2^31)", name, (long long)V);
+  int64_t total;
+  DT_REQUIRE_(dt_mul_ok_(rows, V, &total), "%s: rows*V overflows (%lld x %lld)", name, (long long)rows,
+              (long long)V);
+  DT_REQUIRE_(targets || rows == 0, "%s: null targets", name);
+  *valid = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t t = targets[r];
+    if (t == ignore_index) continue;
+    DT_REQUIRE_(t >= 0 && t < V, "%s: target %lld at row %lld is outside [0, %lld) (ignore_index %lld)", name,
+                (long long)t, (long long)r, (long long)V, (long long)ignore_index);
+    (*valid)++;
+  }
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* logits, const int32_t* targets,
+                                        int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
+  (void)stream;
+  int64_t valid = 0;
+  dt_status st = check_targets_("dt_crossentropy_fwd", targets, rows, V, ignore_index, &valid);
+  if (st != DT_OK) return st;
+  DT_REQUIRE_(loss && ((probs && logits) || rows == 0), "dt_crossentropy_fwd: null pointer (loss=%p probs=%p logits=%p)",
+              (void*)loss, (void*)probs, (const void*)logits);
+  float stack_loss[256];
+  float* row_loss = rows <= 256 ? stack_loss : malloc((size_t)rows * sizeof(float));
+  if (!row_loss) return dt_fail_(DT_ERR_ALLOC, "dt_crossentropy_fwd: cannot allocate %lld row losses", (long long)rows);
+  ce_ctx_ c = {.probs = probs, .row_loss = row_loss, .logits = logits, .targets = targets, .V = V,
+               .ignore_index = ignore_index};
+  dt_parallel_for_(rows, row_grain_(V), ce_fwd_range_, &c);
+  double sum = 0.0;
+  for (int64_t r = 0; r < rows; r++) sum += row_loss[r];
+  if (row_loss != stack_loss) free(row_loss);
+  *loss = (float)(sum / (double)valid); /* 0 / 0 = NaN when no row is valid, as torch */
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_crossentropy_bwd(float* dlogits, const float* probs, const int32_t* targets, const float* dloss,
+                                        int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
+  (void)stream;
+  int64_t valid = 0;
+  dt_status st = check_targets_("dt_crossentropy_bwd", targets, rows, V, ignore_index, &valid);
+  if (st != DT_OK) return st;
+  if (rows == 0) return DT_OK;
+  DT_REQUIRE_(dlogits && probs && dloss, "dt_crossentropy_bwd: null pointer (dlogits=%p probs=%p dloss=%p)",
+              (void*)dlogits, (const void*)probs, (const void*)dloss);
+  ce_ctx_ c = {.probs = (float*)probs, .dlogits = dlogits, .targets = targets, .V = V, .ignore_index = ignore_index,
+               .w = *dloss / (float)valid};
+  dt_parallel_for_(rows, row_grain_(V), ce_bwd_range_, &c);
+  return DT_OK;
+}

@@ -1,0 +1,106 @@
+/* optim.c — CPU loops of the optimizer steps (dt_adamw, dt_sgd, torch 1.13
+ * single-tensor semantics) and of the loss-scale unscale/inf check. The
+ * per-element updates live in kernels/common/adamw.h, sgd.h, loss_scale.h. */
+#include "cpu_internal.h"
+#include "adamw.h"
+#include "dt_vectorize.h"
+#include "loss_scale.h"
+#include "sgd.h"
+
+/* Elements per thread chunk (an update is a dozen flops and 16-20 bytes of traffic). */
+#define OPTIM_GRAIN (1 << 14)
+
+/* ---- kernels ------------------------------------------------------------------ */
+
+typedef struct {
+  float *p, *m, *v;
+  const float* g;
+  dt_adamw_scalars s;
+} adamw_ctx_;
+
+DT_VEC_CLONES static void adamw_range_(void* vctx, int64_t begin, int64_t end) {
+  const adamw_ctx_* c = vctx;
+  dt_adamw_scalars s = c->s;
+  float *p = c->p, *m = c->m, *v = c->v;
+  const float* g = c->g;
+  for (int64_t i = begin; i < end; i++) dt_adamw_update(&p[i], g[i], &m[i], &v[i], &s);
+}
+
+typedef struct {
+  float *p, *buf;
+  const float* g;
+  dt_sgd_scalars s;
+} sgd_ctx_;
+
+DT_VEC_CLONES static void sgd_range_(void* vctx, int64_t begin, int64_t end) {
+  const sgd_ctx_* c = vctx;
+  dt_sgd_scalars s = c->s;
+  float *p = c->p, *buf = c->buf;
+  const float* g = c->g;
+  if (s.use_momentum) {
+    for (int64_t i = begin; i < end; i++) dt_sgd_update(&p[i], g[i], &buf[i], &s);
+  } else {
+    float unused = 0.0f;
+    for (int64_t i = begin; i < end; i++) dt_sgd_update(&p[i], g[i], &unused, &s);
+  }
+}
+
+/* ---- launchers ---------------------------------------------------------------- */
+
+DT_EXPORT dt_status dt_adamw(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1,
+                             double beta2, double eps, double weight_decay, int64_t step, void* stream) {
+  (void)stream;
+  DT_REQUIRE_(n >= 0, "dt_adamw: negative size n=%lld", (long long)n);
+  DT_REQUIRE_(step >= 1, "dt_adamw: step=%lld must be >= 1 (the first step is 1)", (long long)step);
+  DT_REQUIRE_(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0,
+              "dt_adamw: betas (%g, %g) must be in [0, 1)", beta1, beta2);
+  if (n == 0) return DT_OK;
+  DT_REQUIRE_(p && g && m && v, "dt_adamw: null pointer (p=%p g=%p m=%p v=%p)", (void*)p, (const void*)g, (void*)m,
+              (void*)v);
+  adamw_ctx_ c = {p, m, v, g, dt_adamw_make_scalars(lr, beta1, beta2, eps, weight_decay, step)};
+  dt_parallel_for_(n, OPTIM_GRAIN, adamw_range_, &c);
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_sgd(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
+                           double dampening, double weight_decay, int32_t nesterov, int32_t first, void* stream) {
+  (void)stream;
+  DT_REQUIRE_(n >= 0, "dt_sgd: negative size n=%lld", (long long)n);
+  DT_REQUIRE_(!nesterov || (momentum > 0.0 && dampening == 0.0),
+              "dt_sgd: nesterov needs momentum > 0 and dampening 0 (got momentum=%g dampening=%g)", momentum,
+              dampening);
+  if (n == 0) return DT_OK;
+  DT_REQUIRE_(p && g && (buf || momentum == 0.0), "dt_sgd: null pointer (p=%p g=%p buf=%p, momentum=%g)", (void*)p,
+              (const void*)g, (void*)buf, momentum);
+  sgd_ctx_ c = {p, buf, g, dt_sgd_make_scalars(lr, momentum, dampening, weight_decay, nesterov, first)};
+  dt_parallel_for_(n, OPTIM_GRAIN, sgd_range_, &c);
+  return DT_OK;
+}
+
+typedef struct {
+  float* g;
+  float inv_scale;
+  int nonfinite; /* set to 1 (atomically) by any chunk that saw inf/NaN */
+} unscale_ctx_;
+
+/* Each chunk tracks its own flag; the shared one is only ever set to 1, so a
+ * racing second write stores the same value. */
+DT_VEC_CLONES static void unscale_range_(void* vctx, int64_t begin, int64_t end) {
+  unscale_ctx_* c = vctx;
+  int nonfinite = 0;
+  float inv = c->inv_scale;
+  for (int64_t i = begin; i < end; i++) c->g[i] = dt_unscale_f(c->g[i], inv, &nonfinite);
+  if (nonfinite) __atomic_store_n(&c->nonfinite, 1, __ATOMIC_RELAXED);
+}
+
+DT_EXPORT dt_status dt_unscale_check(float* g, int64_t n, float inv_scale, float* found_inf, void* stream) {
+  (void)stream;
+  DT_REQUIRE_(n >= 0, "dt_unscale_check: negative size n=%lld", (long long)n);
+  DT_REQUIRE_(found_inf, "dt_unscale_check: null found_inf");
+  if (n == 0) return DT_OK;
+  DT_REQUIRE_(g, "dt_unscale_check: null g");
+  unscale_ctx_ c = {g, inv_scale, 0};
+  dt_parallel_for_(n, OPTIM_GRAIN * 2, unscale_range_, &c);
+  if (c.nonfinite) *found_inf = 1.0f;
+  return DT_OK;
+}

@@ -1,0 +1,186 @@
+/* runtime.c — library identity, error text, memory and the thread pool of
+ * the CPU kernel library. */
+#include "cpu_internal.h"
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#ifndef DT_BUILD_HASH
+#define DT_BUILD_HASH "unknown"
+#endif
+
+static __thread char dt_error_text_[1024];
+
+dt_status dt_fail_(dt_status status, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(dt_error_text_, sizeof dt_error_text_, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+DT_EXPORT int32_t dt_abi_version(void) { return DT_ABI_VERSION; }
+DT_EXPORT const char* dt_last_error(void) { return dt_error_text_; }
+DT_EXPORT const char* dt_build_hash(void) { return DT_BUILD_HASH; }
+DT_EXPORT const char* dt_backend_name(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "cpu-avx2";
+  return "cpu-generic";
+}
+
+/* ---- memory ---------------------------------------------------------------- */
+
+DT_EXPORT void* dt_alloc(int64_t bytes) {
+  if (bytes < 0) {
+    dt_fail_(DT_ERR_ARG, "dt_alloc: negative size %lld", (long long)bytes);
+    return NULL;
+  }
+  void* p = NULL;
+  size_t n = bytes == 0 ? 64 : (size_t)((bytes + 63) & ~63LL);
+  int rc = posix_memalign(&p, 64, n);
+  if (rc != 0) {
+    dt_fail_(DT_ERR_ALLOC, "dt_alloc: cannot allocate %lld bytes: %s", (long long)bytes, strerror(rc));
+    return NULL;
+  }
+  return p;
+}
+
+DT_EXPORT dt_status dt_free(void* p) {
+  free(p);
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_memcpy(void* dst, const void* src, int64_t bytes, int32_t kind, void* stream) {
+  (void)kind; (void)stream;
+  DT_REQUIRE_(bytes >= 0, "dt_memcpy: negative size %lld", (long long)bytes);
+  if (bytes > 0) {
+    DT_REQUIRE_(dst && src, "dt_memcpy: null pointer");
+    memmove(dst, src, (size_t)bytes);
+  }
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_synchronize(void* stream) {
+  (void)stream;
+  return DT_OK;
+}
+
+/* ---- thread pool -------------------------------------------------------------
+ * A fixed set of workers that sleep on a condition variable between jobs. A job
+ * splits [0, n) into one chunk per thread; the caller runs chunk 0 and waits. */
+
+#define DT_MAX_THREADS 64
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv, done_cv;
+  int nthreads;     /* including the calling thread */
+  int started;      /* workers created */
+  uint64_t generation;
+  int pending;      /* workers still running the current job */
+  dt_range_fn_ fn;
+  void* ctx;
+  int64_t n, chunk;
+} dt_pool_t_;
+
+static dt_pool_t_ pool_ = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                           1, 0, 0, 0, NULL, NULL, 0, 0};
+
+static void* dt_worker_(void* arg) {
+  int id = (int)(intptr_t)arg;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&pool_.mu);
+  for (;;) {
+    while (pool_.generation == seen) pthread_cond_wait(&pool_.work_cv, &pool_.mu);
+    seen = pool_.generation;
+    if (id >= pool_.nthreads) continue; /* this worker is not part of the job */
+    dt_range_fn_ fn = pool_.fn;
+    void* ctx = pool_.ctx;
+    int64_t begin = pool_.chunk * id, end = begin + pool_.chunk;
+    if (end > pool_.n) end = pool_.n;
+    pthread_mutex_unlock(&pool_.mu);
+    if (begin < end) fn(ctx, begin, end);
+    pthread_mutex_lock(&pool_.mu);
+    if (--pool_.pending == 0) pthread_cond_signal(&pool_.done_cv);
+  }
+  return NULL;
+}
+
+static int dt_default_threads_(void) {
+  const char* env = getenv("DTRAIN_NUM_THREADS");
+  if (env && atoi(env) > 0) return atoi(env);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+static int pool_initialised_ = 0;
+
+DT_EXPORT dt_status dt_set_num_threads(int32_t n) {
+  DT_REQUIRE_(n >= 1 && n <= DT_MAX_THREADS, "dt_set_num_threads: %d is not in [1, %d]", n, DT_MAX_THREADS);
+  pthread_mutex_lock(&pool_.mu);
+  pool_initialised_ = 1;
+  while (pool_.started < n - 1) {
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, dt_worker_, (void*)(intptr_t)(pool_.started + 1));
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+      pthread_mutex_unlock(&pool_.mu);
+      return dt_fail_(DT_ERR_SYS, "dt_set_num_threads: pthread_create: %s", strerror(rc));
+    }
+    pool_.started++;
+  }
+  pool_.nthreads = n;
+  pthread_mutex_unlock(&pool_.mu);
+  return DT_OK;
+}
+
+int dt_num_threads_(void) {
+  if (!pool_initialised_) {
+    int n = dt_default_threads_();
+    if (n > DT_MAX_THREADS) n = DT_MAX_THREADS;
+    dt_set_num_threads(n);
+  }
+  return pool_.nthreads;
+}
+
+DT_EXPORT int32_t dt_get_num_threads(void) { return dt_num_threads_(); }
+
+/* One job at a time: a call from a second thread (a background data-loader
+ * kernel) or from inside a job runs serially instead of waiting for the pool. */
+static int pool_busy_ = 0;
+
+void dt_parallel_for_(int64_t n, int64_t grain, dt_range_fn_ fn, void* ctx) {
+  if (n <= 0) return;
+  int threads = dt_num_threads_();
+  if (grain < 1) grain = 1;
+  int64_t max_chunks = (n + grain - 1) / grain;
+  if (threads > max_chunks) threads = (int)max_chunks;
+  if (threads <= 1 || __atomic_exchange_n(&pool_busy_, 1, __ATOMIC_ACQUIRE)) {
+    fn(ctx, 0, n);
+    return;
+  }
+  pthread_mutex_lock(&pool_.mu);
+  int saved = pool_.nthreads;
+  pool_.nthreads = threads;
+  pool_.fn = fn;
+  pool_.ctx = ctx;
+  pool_.n = n;
+  pool_.chunk = (n + threads - 1) / threads;
+  pool_.pending = threads - 1;
+  pool_.generation++;
+  pthread_cond_broadcast(&pool_.work_cv);
+  pthread_mutex_unlock(&pool_.mu);
+  int64_t end = pool_.chunk < n ? pool_.chunk : n;
+  fn(ctx, 0, end);
+  pthread_mutex_lock(&pool_.mu);
+  while (pool_.pending > 0) pthread_cond_wait(&pool_.done_cv, &pool_.mu);
+  pool_.nthreads = saved;
+  pthread_mutex_unlock(&pool_.mu);
+  __atomic_store_n(&pool_busy_, 0, __ATOMIC_RELEASE);
+}

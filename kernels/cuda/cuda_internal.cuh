@@ -1,0 +1,141 @@
+/* cuda_internal.cuh — what the CUDA kernel files share: error text and the
+ * check macros that *return* a status (never exit or print), the stream a
+ * call runs on, launch geometry, block reductions and stream-ordered scratch
+ * memory. Not part of the exported ABI. */
+#pragma once
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include "dt_common.h"
+
+/* ---- error text ------------------------------------------------------------------ */
+
+/* Records printf-style text for dt_last_error() and returns status. */
+dt_status dt_fail_(dt_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Records "<what> failed: <cudaGetErrorName>: <cudaGetErrorString> (file:line)"
+ * and returns DT_ERR_CUDA (DT_ERR_ALLOC for an out-of-memory error). */
+dt_status dt_cuda_fail_(cudaError_t err, const char* what, const char* file, int line);
+
+/* Puts "<context>: " in front of the current error text and returns status. */
+dt_status dt_with_context_(dt_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define DT_REQUIRE_(cond, ...)                             \
+  do {                                                     \
+    if (!(cond)) return dt_fail_(DT_ERR_ARG, __VA_ARGS__); \
+  } while (0)
+
+/* Every CUDA runtime call goes through this: on failure it returns from the
+ * enclosing function with the runtime's own error text. */
+#define DT_CHECK_CUDA(call)                                                   \
+  do {                                                                        \
+    cudaError_t dt_err_ = (call);                                             \
+    if (dt_err_ != cudaSuccess) return dt_cuda_fail_(dt_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+/* Like DT_CHECK_CUDA, but `allowed` is an answer rather than an error (e.g.
+ * cudaErrorNotReady from a query); the call's result is left in *result. */
+#define DT_CHECK_CUDA_ALLOW(call, allowed, result)                            \
+  do {                                                                        \
+    cudaError_t dt_err_ = (call);                                             \
+    *(result) = dt_err_;                                                      \
+    if (dt_err_ != cudaSuccess && dt_err_ != (allowed))                       \
+      return dt_cuda_fail_(dt_err_, #call, __FILE__, __LINE__);               \
+  } while (0)
+
+/* Propagates a dt_status from a helper. */
+#define DT_TRY_(expr)              \
+  do {                             \
+    dt_status dt_st_ = (expr);     \
+    if (dt_st_ != DT_OK) return dt_st_; \
+  } while (0)
+
+/* After every kernel launch: a launch-configuration error is reported at
+ * once; with DTRAIN_CUDA_SYNC=1 the stream is also synchronised so that an
+ * error inside the kernel is reported by the call that launched it. */
+dt_status dt_cuda_after_launch_(cudaStream_t stream, const char* kernel, const char* file, int line);
+#define DT_CHECK_LAUNCH(stream, kernel) DT_TRY_(dt_cuda_after_launch_((stream), (kernel), __FILE__, __LINE__))
+
+/* ---- streams and device ------------------------------------------------------------ */
+
+/* The stream a kernel call runs on: `stream` itself, or the library's
+ * compute stream when it is NULL (created on first use). */
+dt_status dt_cuda_stream_(void* stream, cudaStream_t* out);
+
+/* Number of multiprocessors of the current device (cached; 1 before any device). */
+int dt_cuda_sm_count_(void);
+
+/* ---- launch geometry --------------------------------------------------------------- */
+
+#define DT_BLOCK 256
+
+/* Blocks for a grid-stride loop over n items: enough to fill the device,
+ * never more than needed, at least 1. */
+static inline unsigned dt_grid_for_(int64_t n, int block) {
+  int64_t want = (n + block - 1) / block;
+  int64_t cap = (int64_t)dt_cuda_sm_count_() * 32;
+  if (want > cap) want = cap;
+  if (want < 1) want = 1;
+  return (unsigned)want;
+}
+
+/* Blocks for a row-per-block loop over `rows` rows. */
+static inline unsigned dt_row_grid_(int64_t rows) {
+  int64_t cap = 65535LL * 16;
+  return (unsigned)(rows < 1 ? 1 : rows > cap ? cap : rows);
+}
+
+#define DT_GRID_STRIDE(i, n) \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---- block reductions (blockDim.x a multiple of 32, at most 1024) ------------------- */
+
+/* The sum of v over the block, returned to every thread. The tree is fixed
+ * by the block shape, so the result depends only on the data. */
+__device__ __forceinline__ double dt_block_sum_(double v) {
+  __shared__ double partial[32];
+  __shared__ double total;
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  __syncthreads(); /* a previous call may still be reading `total` */
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    double s = lane < warps ? partial[lane] : 0.0;
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
+/* The maximum of v over the block (NaN-free inputs or -INFINITY), to every thread. */
+__device__ __forceinline__ float dt_block_max_(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, off));
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < warps ? partial[lane] : -INFINITY;
+    for (int off = 16; off > 0; off >>= 1) s = fmaxf(s, __shfl_down_sync(0xffffffffu, s, off));
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
+/* ---- scratch memory and host read-back ---------------------------------------------- */
+
+/* Device scratch that lives in stream order on `stream` (cudaMallocAsync from
+ * the device's pool, which keeps freed memory cached). */
+dt_status dt_scratch_alloc_(void** out, size_t bytes, cudaStream_t stream, const char* who);
+dt_status dt_scratch_free_(void* p, cudaStream_t stream);
+
+/* Copies `bytes` of device memory to host memory and waits for it (and for
+ * everything queued before it on the stream). */
+dt_status dt_read_back_(void* host, const void* dev, size_t bytes, cudaStream_t stream);
+
+/* Name of a dtype code, for error text. */
+const char* dt_dtype_name_(int32_t dtype);

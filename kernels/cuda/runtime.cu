@@ -1,0 +1,420 @@
+/* runtime.cu — identity, error text, memory and copies of the CUDA kernel
+ * library, plus its dt_cuda_* extras (devices, streams, events, versions)
+ * that the CPU library does not have. One process drives one GPU: the
+ * library keeps that device's compute stream. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_internal.cuh"
+
+#ifndef DT_BUILD_HASH
+#define DT_BUILD_HASH "unknown"
+#endif
+
+static __thread char dt_error_text_[1024];
+
+dt_status dt_fail_(dt_status status, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(dt_error_text_, sizeof dt_error_text_, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+dt_status dt_with_context_(dt_status status, const char* fmt, ...) {
+  char prefix[512], rest[sizeof dt_error_text_];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  va_end(ap);
+  snprintf(rest, sizeof rest, "%s", dt_error_text_);
+  snprintf(dt_error_text_, sizeof dt_error_text_, "%s: %s", prefix, rest);
+  return status;
+}
+
+dt_status dt_cuda_fail_(cudaError_t err, const char* what, const char* file, int line) {
+  const char* base = strrchr(file, '/');
+  dt_status st = err == cudaErrorMemoryAllocation ? DT_ERR_ALLOC : DT_ERR_CUDA;
+  /* an out-of-memory error is not sticky: clear it so later calls are not blamed */
+  if (err == cudaErrorMemoryAllocation) (void)cudaGetLastError();
+  return dt_fail_(st, "%s failed: %s: %s (%s:%d)", what, cudaGetErrorName(err), cudaGetErrorString(err),
+                  base ? base + 1 : file, line);
+}
+
+static int dt_sync_after_launch_ = -1; /* DTRAIN_CUDA_SYNC, read once */
+
+static dt_status dt_sync_checked_(cudaStream_t stream) {
+  DT_CHECK_CUDA(cudaStreamSynchronize(stream));
+  return DT_OK;
+}
+
+dt_status dt_cuda_after_launch_(cudaStream_t stream, const char* kernel, const char* file, int line) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return dt_cuda_fail_(err, kernel, file, line);
+  if (dt_sync_after_launch_ < 0) {
+    const char* env = getenv("DTRAIN_CUDA_SYNC");
+    dt_sync_after_launch_ = env && strcmp(env, "1") == 0;
+  }
+  if (dt_sync_after_launch_) {
+    dt_status st = dt_sync_checked_(stream);
+    if (st != DT_OK) return dt_with_context_(st, "kernel %s (launched at %s:%d)", kernel, file, line);
+  }
+  return DT_OK;
+}
+
+const char* dt_dtype_name_(int32_t dtype) {
+  switch (dtype) {
+    case DT_F32: return "f32";
+    case DT_BF16: return "bf16";
+    case DT_F16: return "f16";
+    case DT_I32: return "i32";
+    case DT_I64: return "i64";
+    case DT_U8: return "u8";
+    default: return "unknown";
+  }
+}
+
+/* ---- the device and its compute stream ------------------------------------------------ */
+
+static pthread_mutex_t dt_state_mu_ = PTHREAD_MUTEX_INITIALIZER;
+static int dt_device_ = -1;          /* chosen by dt_cuda_set_device (or the current one on first use) */
+static cudaStream_t dt_compute_ = 0; /* created on first use, on dt_device_ */
+static int dt_sm_count_ = 0;
+
+/* Creates the compute stream on the current device and makes the device's
+ * memory pool keep freed scratch memory (its default gives it back at every
+ * synchronisation). Called with dt_state_mu_ held. */
+static dt_status dt_init_device_locked_(void) {
+  int dev = 0;
+  DT_CHECK_CUDA(cudaGetDevice(&dev));
+  DT_CHECK_CUDA(cudaDeviceGetAttribute(&dt_sm_count_, cudaDevAttrMultiProcessorCount, dev));
+  int pools = 0;
+  DT_CHECK_CUDA(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev));
+  DT_REQUIRE_(pools, "GPU %d does not support stream-ordered memory pools (cudaMallocAsync), which dtrain needs", dev);
+  cudaMemPool_t pool;
+  DT_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, dev));
+  uint64_t keep = UINT64_MAX;
+  DT_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  cudaStream_t s;
+  DT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  dt_compute_ = s;
+  dt_device_ = dev;
+  return DT_OK;
+}
+
+dt_status dt_cuda_stream_(void* stream, cudaStream_t* out) {
+  if (stream) {
+    *out = (cudaStream_t)stream;
+    return DT_OK;
+  }
+  cudaStream_t s = __atomic_load_n(&dt_compute_, __ATOMIC_ACQUIRE);
+  if (!s) {
+    pthread_mutex_lock(&dt_state_mu_);
+    dt_status st = dt_compute_ ? DT_OK : dt_init_device_locked_();
+    s = dt_compute_;
+    pthread_mutex_unlock(&dt_state_mu_);
+    if (st != DT_OK) return st;
+  }
+  *out = s;
+  return DT_OK;
+}
+
+int dt_cuda_sm_count_(void) { return dt_sm_count_ > 0 ? dt_sm_count_ : 1; }
+
+/* ---- scratch and read-back ------------------------------------------------------------ */
+
+static dt_status dt_malloc_async_(void** out, size_t bytes, cudaStream_t stream) {
+  DT_CHECK_CUDA(cudaMallocAsync(out, bytes, stream));
+  return DT_OK;
+}
+
+dt_status dt_scratch_alloc_(void** out, size_t bytes, cudaStream_t stream, const char* who) {
+  *out = NULL;
+  dt_status st = dt_malloc_async_(out, bytes ? bytes : 16, stream);
+  if (st != DT_OK) return dt_with_context_(st, "%s: cannot allocate %zu bytes of scratch memory", who, bytes);
+  return DT_OK;
+}
+
+dt_status dt_scratch_free_(void* p, cudaStream_t stream) {
+  if (p) DT_CHECK_CUDA(cudaFreeAsync(p, stream));
+  return DT_OK;
+}
+
+dt_status dt_read_back_(void* host, const void* dev, size_t bytes, cudaStream_t stream) {
+  DT_CHECK_CUDA(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
+  DT_CHECK_CUDA(cudaStreamSynchronize(stream));
+  return DT_OK;
+}
+
+/* ---- library identity ------------------------------------------------------------------ */
+
+DT_EXPORT int32_t dt_abi_version(void) { return DT_ABI_VERSION; }
+DT_EXPORT const char* dt_last_error(void) { return dt_error_text_; }
+DT_EXPORT const char* dt_build_hash(void) { return DT_BUILD_HASH; }
+
+static char dt_backend_name_text_[160];
+
+static dt_status dt_current_device_prop_(cudaDeviceProp* prop) {
+  int dev = 0;
+  DT_CHECK_CUDA(cudaGetDevice(&dev));
+  DT_CHECK_CUDA(cudaGetDeviceProperties(prop, dev));
+  return DT_OK;
+}
+
+DT_EXPORT const char* dt_backend_name(void) {
+  cudaDeviceProp prop;
+  if (dt_current_device_prop_(&prop) != DT_OK) {
+    snprintf(dt_backend_name_text_, sizeof dt_backend_name_text_, "cuda (no usable GPU: %s)", dt_error_text_);
+  } else {
+    snprintf(dt_backend_name_text_, sizeof dt_backend_name_text_, "cuda sm_%d%d (%s)", prop.major, prop.minor,
+             prop.name);
+  }
+  return dt_backend_name_text_;
+}
+
+/* The CPU library's thread count has no meaning on a GPU; the value is kept
+ * so that both libraries answer the same calls the same way. */
+static int32_t dt_num_threads_ = 1;
+
+DT_EXPORT dt_status dt_set_num_threads(int32_t n) {
+  DT_REQUIRE_(n >= 1 && n <= 64, "dt_set_num_threads: %d is not in [1, 64]", n);
+  dt_num_threads_ = n;
+  return DT_OK;
+}
+
+DT_EXPORT int32_t dt_get_num_threads(void) { return dt_num_threads_; }
+
+/* ---- memory ------------------------------------------------------------------------------
+ * dt_alloc is plain cudaMalloc: tensor/allocator.ts already caches blocks by
+ * size, so a second cache here would only hide memory from it. Scratch
+ * memory of the kernels comes from the stream-ordered pool instead. */
+
+static dt_status dt_malloc_(void** out, size_t bytes) {
+  DT_CHECK_CUDA(cudaMalloc(out, bytes));
+  return DT_OK;
+}
+
+DT_EXPORT void* dt_alloc(int64_t bytes) {
+  if (bytes < 0) {
+    dt_fail_(DT_ERR_ARG, "dt_alloc: negative size %lld", (long long)bytes);
+    return NULL;
+  }
+  cudaStream_t s;
+  if (dt_cuda_stream_(NULL, &s) != DT_OK) return NULL; /* picks the device on first use */
+  void* p = NULL;
+  dt_status st = dt_malloc_(&p, bytes == 0 ? 256 : (size_t)bytes);
+  if (st != DT_OK) {
+    dt_with_context_(st, "dt_alloc: cannot allocate %lld bytes on GPU %d", (long long)bytes, dt_device_);
+    return NULL;
+  }
+  return p;
+}
+
+DT_EXPORT dt_status dt_free(void* p) {
+  if (p) DT_CHECK_CUDA(cudaFree(p));
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_memcpy(void* dst, const void* src, int64_t bytes, int32_t kind, void* stream) {
+  DT_REQUIRE_(bytes >= 0, "dt_memcpy: negative size %lld", (long long)bytes);
+  DT_REQUIRE_(kind >= 0 && kind <= 3, "dt_memcpy: kind %d is not 0 (h2h), 1 (h2d), 2 (d2h) or 3 (d2d)", kind);
+  if (bytes == 0) return DT_OK;
+  DT_REQUIRE_(dst && src, "dt_memcpy: null pointer");
+  static const cudaMemcpyKind kinds[4] = {cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                          cudaMemcpyDeviceToDevice};
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  DT_CHECK_CUDA(cudaMemcpyAsync(dst, src, (size_t)bytes, kinds[kind], s));
+  /* the host must be able to read what it asked for as soon as this returns */
+  if (kind == 2 || kind == 0) DT_CHECK_CUDA(cudaStreamSynchronize(s));
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_synchronize(void* stream) {
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  DT_CHECK_CUDA(cudaStreamSynchronize(s));
+  return DT_OK;
+}
+
+/* ---- dt_cuda_* extras: devices ---------------------------------------------------------- */
+
+DT_EXPORT dt_status dt_cuda_device_count(int32_t* out) {
+  DT_REQUIRE_(out, "dt_cuda_device_count: null out");
+  int n = 0;
+  DT_CHECK_CUDA(cudaGetDeviceCount(&n));
+  *out = n;
+  return DT_OK;
+}
+
+static dt_status dt_set_device_locked_(int32_t device) {
+  DT_CHECK_CUDA(cudaSetDevice(device));
+  return dt_init_device_locked_();
+}
+
+/* Chooses the GPU of this process; must come before any other call that
+ * touches the GPU, and cannot change afterwards. */
+DT_EXPORT dt_status dt_cuda_set_device(int32_t device) {
+  int n = 0;
+  DT_CHECK_CUDA(cudaGetDeviceCount(&n));
+  DT_REQUIRE_(device >= 0 && device < n, "dt_cuda_set_device: device %d does not exist (%d visible GPUs)", device, n);
+  pthread_mutex_lock(&dt_state_mu_);
+  dt_status st = DT_OK;
+  if (dt_compute_ && dt_device_ != device) {
+    st = dt_fail_(DT_ERR_ARG, "dt_cuda_set_device: this process already uses GPU %d; one process drives one GPU",
+                  dt_device_);
+  } else if (!dt_compute_) {
+    st = dt_set_device_locked_(device);
+  }
+  pthread_mutex_unlock(&dt_state_mu_);
+  return st;
+}
+
+/* The GPU this library runs on (-1 before the first call that needs one). */
+DT_EXPORT int32_t dt_cuda_get_device(void) { return dt_device_; }
+
+/* out[0..5] = major, minor, multiprocessors, total memory bytes, L2 bytes, memory bus width (bits). */
+DT_EXPORT dt_status dt_cuda_device_info(int32_t device, char* name, int64_t name_len, int64_t* out) {
+  DT_REQUIRE_(name && name_len > 0 && out, "dt_cuda_device_info: null output");
+  cudaDeviceProp prop;
+  DT_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+  snprintf(name, (size_t)name_len, "%s", prop.name);
+  out[0] = prop.major;
+  out[1] = prop.minor;
+  out[2] = prop.multiProcessorCount;
+  out[3] = (int64_t)prop.totalGlobalMem;
+  out[4] = prop.l2CacheSize;
+  out[5] = prop.memoryBusWidth;
+  return DT_OK;
+}
+
+/* out[0] = driver version, out[1] = runtime version (e.g. 13000 for 13.0). */
+DT_EXPORT dt_status dt_cuda_versions(int32_t* out) {
+  DT_REQUIRE_(out, "dt_cuda_versions: null out");
+  int drv = 0, rt = 0;
+  DT_CHECK_CUDA(cudaDriverGetVersion(&drv));
+  DT_CHECK_CUDA(cudaRuntimeGetVersion(&rt));
+  out[0] = drv;
+  out[1] = rt;
+  return DT_OK;
+}
+
+/* out[0] = free bytes, out[1] = total bytes of the current GPU. */
+DT_EXPORT dt_status dt_cuda_mem_info(int64_t* out) {
+  DT_REQUIRE_(out, "dt_cuda_mem_info: null out");
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(NULL, &s));
+  size_t free_b = 0, total_b = 0;
+  DT_CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  out[0] = (int64_t)free_b;
+  out[1] = (int64_t)total_b;
+  return DT_OK;
+}
+
+/* ---- dt_cuda_* extras: streams and events ------------------------------------------------ */
+
+/* The library's compute stream (what a NULL stream argument means). */
+DT_EXPORT dt_status dt_cuda_compute_stream(void** out) {
+  DT_REQUIRE_(out, "dt_cuda_compute_stream: null out");
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(NULL, &s));
+  *out = (void*)s;
+  return DT_OK;
+}
+
+/* A new non-blocking stream (the communication stream of a process group). */
+DT_EXPORT dt_status dt_cuda_stream_create(void** out) {
+  DT_REQUIRE_(out, "dt_cuda_stream_create: null out");
+  cudaStream_t unused;
+  DT_TRY_(dt_cuda_stream_(NULL, &unused)); /* on the library's device */
+  cudaStream_t s;
+  DT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  *out = (void*)s;
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_cuda_stream_destroy(void* stream) {
+  DT_REQUIRE_(stream, "dt_cuda_stream_destroy: null stream (the compute stream is the library's own)");
+  DT_CHECK_CUDA(cudaStreamDestroy((cudaStream_t)stream));
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_cuda_event_create(void** out) {
+  DT_REQUIRE_(out, "dt_cuda_event_create: null out");
+  cudaStream_t unused;
+  DT_TRY_(dt_cuda_stream_(NULL, &unused));
+  cudaEvent_t e;
+  DT_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  *out = (void*)e;
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_cuda_event_destroy(void* event) {
+  DT_REQUIRE_(event, "dt_cuda_event_destroy: null event");
+  DT_CHECK_CUDA(cudaEventDestroy((cudaEvent_t)event));
+  return DT_OK;
+}
+
+/* Records `event` on `stream` (NULL: the compute stream). */
+DT_EXPORT dt_status dt_cuda_event_record(void* event, void* stream) {
+  DT_REQUIRE_(event, "dt_cuda_event_record: null event");
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  DT_CHECK_CUDA(cudaEventRecord((cudaEvent_t)event, s));
+  return DT_OK;
+}
+
+/* Work queued on `stream` from now on waits for `event` (on the GPU; the host does not wait). */
+DT_EXPORT dt_status dt_cuda_stream_wait_event(void* stream, void* event) {
+  DT_REQUIRE_(event, "dt_cuda_stream_wait_event: null event");
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  DT_CHECK_CUDA(cudaStreamWaitEvent(s, (cudaEvent_t)event, 0));
+  return DT_OK;
+}
+
+/* *done = 1 when everything before the event's record has finished, else 0. */
+DT_EXPORT dt_status dt_cuda_event_query(void* event, int32_t* done) {
+  DT_REQUIRE_(event && done, "dt_cuda_event_query: null argument");
+  cudaError_t result;
+  DT_CHECK_CUDA_ALLOW(cudaEventQuery((cudaEvent_t)event), cudaErrorNotReady, &result);
+  /* "not ready" is an answer, not an error: keep it out of the launch checks */
+  if (result == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+  *done = result == cudaSuccess;
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_cuda_event_synchronize(void* event) {
+  DT_REQUIRE_(event, "dt_cuda_event_synchronize: null event");
+  DT_CHECK_CUDA(cudaEventSynchronize((cudaEvent_t)event));
+  return DT_OK;
+}
+
+/* ---- dt_cuda_* extras: pinned host memory --------------------------------------------------- */
+
+static dt_status dt_malloc_host_(void** out, size_t bytes) {
+  DT_CHECK_CUDA(cudaMallocHost(out, bytes));
+  return DT_OK;
+}
+
+/* Page-locked host memory: copies from and to it run asynchronously. */
+DT_EXPORT void* dt_cuda_host_alloc(int64_t bytes) {
+  if (bytes < 0) {
+    dt_fail_(DT_ERR_ARG, "dt_cuda_host_alloc: negative size %lld", (long long)bytes);
+    return NULL;
+  }
+  void* p = NULL;
+  dt_status st = dt_malloc_host_(&p, bytes == 0 ? 64 : (size_t)bytes);
+  if (st != DT_OK) {
+    dt_with_context_(st, "dt_cuda_host_alloc: cannot allocate %lld pinned bytes", (long long)bytes);
+    return NULL;
+  }
+  return p;
+}
+
+DT_EXPORT dt_status dt_cuda_host_free(void* p) {
+  if (p) DT_CHECK_CUDA(cudaFreeHost(p));
+  return DT_OK;
+}

@@ -1,0 +1,205 @@
+/* shm_collectives.c — the exported collectives over a process group's
+ * segment. Messages go through each rank's two data buffers in chunks
+ * (alternating buffers, so writing chunk k+1 never waits for readers of chunk
+ * k); every chunk ends in at least one barrier, and a collective's first
+ * barrier is where the ranks' posted calls are compared.
+ *
+ * allReduce is reduce-scatter + all-gather inside each chunk: rank r reduces
+ * share r of the chunk over all ranks (in rank order) and the others copy it.
+ *
+ * Why two buffers suffice: a rank writes buffer k+2 only after chunk k+1's
+ * barrier, which every rank reaches only after reading what it needed of
+ * chunk k; this holds across collectives too, since the buffer counter runs on. */
+#include "shm_internal.h"
+#include <stdint.h>
+
+/* Posts the call, then checks that the group is usable and the arguments are
+ * sane; a bad argument aborts the group so peers do not wait for this rank. */
+static dt_status dt_shm_begin_(dt_shm_t* g, const char* fn, int32_t op, int32_t dtype, int64_t count, int32_t root,
+                               int32_t redop, const char* detail, int64_t timeout_ms, int64_t* deadline) {
+  if (!g) return dt_shm_fail_(DT_ERR_ARG, "%s: process-group handle is NULL", fn);
+  size_t es = dt_shm_dtype_size_(dtype);
+  dt_shm_post_call_(g, op, dtype, es ? count * (int64_t)es : 0, root, redop, detail);
+  dt_status st = dt_shm_check_alive_(g);
+  if (st) return st;
+  if (es == 0) {
+    dt_shm_fail_(DT_ERR_ARG, "%s: unknown dtype code %d", fn, dtype);
+  } else if (count < 0 || count > INT64_MAX / (int64_t)es / g->world) {
+    dt_shm_fail_(DT_ERR_ARG, "%s: element count %lld is negative or too large", fn, (long long)count);
+  } else if (redop >= 0 && !dt_shm_reduce_supported_(dtype, redop)) {
+    dt_shm_fail_(DT_ERR_ARG, "%s: reduce op %s is not supported for %s (avg needs a floating dtype)", fn,
+                 dt_shm_redop_name_(redop), dt_shm_dtype_name_(dtype));
+  } else if (op == DT_SHM_OP_BROADCAST && (root < 0 || root >= g->world)) {
+    dt_shm_fail_(DT_ERR_ARG, "%s: root %d is not a rank of this group (world size %d)", fn, root, g->world);
+  } else if (timeout_ms <= 0) {
+    dt_shm_fail_(DT_ERR_ARG, "%s: timeout %lld ms must be positive", fn, (long long)timeout_ms);
+  } else {
+    *deadline = dt_shm_now_ns_() + timeout_ms * 1000000LL;
+    return DT_OK;
+  }
+  return dt_shm_abort_with_(g, DT_ERR_ARG);
+}
+
+static dt_status dt_shm_null_arg_(dt_shm_t* g, const char* fn, const char* what, int64_t count) {
+  dt_shm_fail_(DT_ERR_ARG, "%s: %s is NULL but the count is %lld", fn, what, (long long)count);
+  return dt_shm_abort_with_(g, DT_ERR_ARG);
+}
+
+/* How allReduce lays one chunk of m elements out: share q (the elements rank q
+ * reduces) is [m*q/w, m*(q+1)/w) of the chunk, and sits in every slot at the
+ * fixed offset q * stride, whatever m is. Fixed offsets matter: a rank writing
+ * the chunk two ahead of one still being read touches other shares' places,
+ * never the share being read, also when the last chunk is shorter. */
+typedef struct {
+  int64_t es, chunk, stride; /* element size; elements per chunk (a multiple of w) and per share */
+} dt_shm_layout_t;
+
+static inline int64_t dt_shm_share_lo_(int64_t m, int32_t q, int32_t w) { return m * q / w; }
+
+/* Publishes what the others reduce: every share of the chunk but this rank's. */
+static void dt_shm_publish_(dt_shm_t* g, const dt_shm_layout_t* L, const char* mine, int64_t m, uint64_t b) {
+  char* slot = dt_shm_slot_(g, g->rank, b);
+  for (int32_t q = 0; q < g->world; q++) {
+    if (q == g->rank) continue;
+    int64_t lo = dt_shm_share_lo_(m, q, g->world), hi = dt_shm_share_lo_(m, q + 1, g->world);
+    memcpy(slot + q * L->stride * L->es, mine + lo * L->es, (size_t)((hi - lo) * L->es));
+  }
+}
+
+/* Reduces this rank's share over all ranks, into its own buffer and its slot. */
+static void dt_shm_reduce_share_(dt_shm_t* g, const dt_shm_layout_t* L, char* mine, int64_t m, uint64_t b,
+                                 int32_t dtype, int32_t redop) {
+  const int32_t w = g->world, r = g->rank;
+  const int64_t lo = dt_shm_share_lo_(m, r, w), hi = dt_shm_share_lo_(m, r + 1, w), at = r * L->stride * L->es;
+  const void* src[DT_SHM_MAX_RANKS];
+  for (int32_t q = 0; q < w; q++) src[q] = q == r ? mine + lo * L->es : dt_shm_slot_(g, q, b) + at;
+  dt_shm_reduce_(dtype, redop, mine + lo * L->es, dt_shm_slot_(g, r, b) + at, src, w, hi - lo);
+}
+
+/* Copies the other ranks' reduced shares of a chunk into this rank's buffer. */
+static void dt_shm_gather_shares_(dt_shm_t* g, const dt_shm_layout_t* L, char* mine, int64_t m, uint64_t b) {
+  for (int32_t q = 0; q < g->world; q++) {
+    if (q == g->rank) continue;
+    int64_t lo = dt_shm_share_lo_(m, q, g->world), hi = dt_shm_share_lo_(m, q + 1, g->world);
+    memcpy(mine + lo * L->es, dt_shm_slot_(g, q, b) + q * L->stride * L->es, (size_t)((hi - lo) * L->es));
+  }
+}
+
+/** In place: buf[i] = op over ranks of buf[i], the same bits on every rank.
+ *  Pipelined over chunks with one barrier each: after chunk k's barrier a
+ *  rank copies out the reduced shares of chunk k-1 and reduces its share of
+ *  chunk k; the last barrier is followed by the last copy-out only. */
+DT_EXPORT dt_status dt_shm_allreduce(dt_shm_t* g, void* buf, int64_t count, int32_t dtype, int32_t redop,
+                                     int64_t timeout_ms) {
+  int64_t deadline = 0;
+  dt_status st = dt_shm_begin_(g, "allReduce", DT_SHM_OP_ALLREDUCE, dtype, count, -1, redop, NULL, timeout_ms, &deadline);
+  if (st) return st;
+  if (count > 0 && !buf) return dt_shm_null_arg_(g, "allReduce", "buf", count);
+  if (count == 0) return dt_shm_sync_(g, 1, deadline);
+  dt_shm_layout_t L;
+  L.es = (int64_t)dt_shm_dtype_size_(dtype);
+  L.stride = g->chunk_bytes / L.es / g->world;
+  L.chunk = L.stride * g->world;
+  const int64_t chunks = (count + L.chunk - 1) / L.chunk;
+  const uint64_t b0 = g->buffers;
+  g->buffers += (uint64_t)chunks;
+  char* base = buf;
+#define DT_SHM_CHUNK_LEN_(k) (count - (k) * L.chunk < L.chunk ? count - (k) * L.chunk : L.chunk)
+  for (int64_t k = 0; k <= chunks; k++) {
+    char* at = base + k * L.chunk * L.es;
+    if (k < chunks) dt_shm_publish_(g, &L, at, DT_SHM_CHUNK_LEN_(k), b0 + (uint64_t)k);
+    if ((st = dt_shm_sync_(g, k == 0, deadline))) return st;
+    if (k > 0) dt_shm_gather_shares_(g, &L, at - L.chunk * L.es, DT_SHM_CHUNK_LEN_(k - 1), b0 + (uint64_t)(k - 1));
+    if (k < chunks) dt_shm_reduce_share_(g, &L, at, DT_SHM_CHUNK_LEN_(k), b0 + (uint64_t)k, dtype, redop);
+  }
+#undef DT_SHM_CHUNK_LEN_
+  return DT_OK;
+}
+
+/** buf on every rank = buf on `root`. */
+DT_EXPORT dt_status dt_shm_broadcast(dt_shm_t* g, void* buf, int64_t count, int32_t dtype, int32_t root,
+                                     int64_t timeout_ms) {
+  int64_t deadline = 0;
+  dt_status st = dt_shm_begin_(g, "broadcast", DT_SHM_OP_BROADCAST, dtype, count, root, -1, NULL, timeout_ms, &deadline);
+  if (st) return st;
+  if (count > 0 && !buf) return dt_shm_null_arg_(g, "broadcast", "buf", count);
+  const int64_t bytes = count * (int64_t)dt_shm_dtype_size_(dtype);
+  if (bytes == 0) return dt_shm_sync_(g, 1, deadline);
+  int64_t m = 0;
+  for (int64_t off = 0; off < bytes; off += m) {
+    m = bytes - off < g->chunk_bytes ? bytes - off : g->chunk_bytes;
+    char* slot = dt_shm_slot_(g, root, g->buffers++);
+    if (g->rank == root) memcpy(slot, (char*)buf + off, (size_t)m);
+    if ((st = dt_shm_sync_(g, off == 0, deadline))) return st;
+    if (g->rank != root) memcpy((char*)buf + off, slot, (size_t)m);
+  }
+  return DT_OK;
+}
+
+/** out[q * count + i] = inp[i] of rank q; out holds world x count elements.
+ *  inp may be this rank's own block of out (in-place all-gather). */
+DT_EXPORT dt_status dt_shm_allgather(dt_shm_t* g, void* out, const void* inp, int64_t count, int32_t dtype,
+                                     int64_t timeout_ms) {
+  int64_t deadline = 0;
+  dt_status st = dt_shm_begin_(g, "allGather", DT_SHM_OP_ALLGATHER, dtype, count, -1, -1, NULL, timeout_ms, &deadline);
+  if (st) return st;
+  if (count > 0 && (!out || !inp)) return dt_shm_null_arg_(g, "allGather", out ? "inp" : "out", count);
+  const int64_t bytes = count * (int64_t)dt_shm_dtype_size_(dtype);
+  if (bytes == 0) return dt_shm_sync_(g, 1, deadline);
+  const int32_t w = g->world, r = g->rank;
+  char* own = (char*)out + r * bytes;
+  int64_t m = 0;
+  for (int64_t off = 0; off < bytes; off += m) {
+    m = bytes - off < g->chunk_bytes ? bytes - off : g->chunk_bytes;
+    uint64_t b = g->buffers++;
+    memcpy(dt_shm_slot_(g, r, b), (const char*)inp + off, (size_t)m);
+    if (own != (const char*)inp) memmove(own + off, (const char*)inp + off, (size_t)m);
+    if ((st = dt_shm_sync_(g, off == 0, deadline))) return st;
+    for (int32_t q = 0; q < w; q++) {
+      if (q != r) memcpy((char*)out + q * bytes + off, dt_shm_slot_(g, q, b), (size_t)m);
+    }
+  }
+  return DT_OK;
+}
+
+/** out[i] = op over ranks q of inp_q[rank * count + i]; inp holds world x
+ *  count elements. out may be this rank's own block of inp. */
+DT_EXPORT dt_status dt_shm_reduce_scatter(dt_shm_t* g, void* out, const void* inp, int64_t count, int32_t dtype,
+                                          int32_t redop, int64_t timeout_ms) {
+  int64_t deadline = 0;
+  dt_status st =
+      dt_shm_begin_(g, "reduceScatter", DT_SHM_OP_REDUCE_SCATTER, dtype, count, -1, redop, NULL, timeout_ms, &deadline);
+  if (st) return st;
+  if (count > 0 && (!out || !inp)) return dt_shm_null_arg_(g, "reduceScatter", out ? "inp" : "out", count);
+  if (count == 0) return dt_shm_sync_(g, 1, deadline);
+  const int32_t w = g->world, r = g->rank;
+  const int64_t es = (int64_t)dt_shm_dtype_size_(dtype);
+  /* each buffer holds one piece per destination rank; pieces are 64-byte
+   * multiples, so the chunk count does not depend on the dtype */
+  const int64_t piece_bytes = g->chunk_bytes / w / 64 * 64, piece = piece_bytes / es;
+  const void* src[DT_SHM_MAX_RANKS];
+  int64_t m = 0;
+  for (int64_t off = 0; off < count; off += m) {
+    m = count - off < piece ? count - off : piece;
+    uint64_t b = g->buffers++;
+    char* slot = dt_shm_slot_(g, r, b);
+    for (int32_t d = 0; d < w; d++) {
+      if (d != r) memcpy(slot + d * piece_bytes, (const char*)inp + (d * count + off) * es, (size_t)(m * es));
+    }
+    if ((st = dt_shm_sync_(g, off == 0, deadline))) return st;
+    for (int32_t q = 0; q < w; q++) {
+      src[q] = q == r ? (const char*)inp + (r * count + off) * es : dt_shm_slot_(g, q, b) + r * piece_bytes;
+    }
+    dt_shm_reduce_(dtype, redop, (char*)out + off * es, NULL, src, w, m);
+  }
+  return DT_OK;
+}
+
+/** Returns once every rank has called barrier; `name` (may be NULL) is shown
+ *  in timeout and mismatch messages and compared across ranks under DETAIL. */
+DT_EXPORT dt_status dt_shm_barrier(dt_shm_t* g, const char* name, int64_t timeout_ms) {
+  int64_t deadline = 0;
+  dt_status st = dt_shm_begin_(g, "barrier", DT_SHM_OP_BARRIER, DT_U8, 0, -1, -1, name, timeout_ms, &deadline);
+  if (st) return st;
+  return dt_shm_sync_(g, 1, deadline);
+}

@@ -1,0 +1,281 @@
+/**
+ * One launch attempt on one node: start this node's ranks once every node is
+ * ready, watch them, and end the attempt for every node at the first
+ * failure, timeout, signal or lost node (the abort record in the store),
+ * stopping all ranks with SIGTERM, then SIGKILL after a grace period. Node 0
+ * also polls the ranks' phases to diagnose hangs.
+ */
+import { rankEnv } from "../distributed/env.ts";
+import { toFailureNotice, toRankView, type RankView } from "../distributed/rank_state.ts";
+import type { StoreClient } from "../distributed/store.ts";
+import { attemptKeys, runKeys } from "../distributed/store_keys.ts";
+import { type AbortRecord, failureSummary, TIMEOUT_EXIT_CODE } from "./failure_report.ts";
+import { findHang, rankList, rankTable, seconds } from "./hang_report.ts";
+import type { LaunchOptions } from "./options.ts";
+import type { LauncherLog } from "./output.ts";
+import { type RankExit, RankProcess, signalExitCode } from "./rank_process.ts";
+import { join } from "node:path";
+
+/** Ranks stopped because of a failure get this long between SIGTERM and SIGKILL (the whole stop must take < 5 s). */
+export const FAILURE_GRACE_MS = 2000;
+/** How often node 0 reads the ranks' phases. */
+const POLL_MS = 500;
+/** A node whose launcher has not been heard from for this long is declared lost. */
+const NODE_SILENT_MS = 30_000;
+/** How long a launcher waits for a failed rank's last output before summarising. */
+const OUTPUT_DRAIN_MS = 500;
+
+/** Everything about the run that every attempt shares. */
+export interface RunContext {
+  opts: LaunchOptions;
+  client: StoreClient;
+  log: LauncherLog;
+  runId: string;
+  runDir: string;
+  token: string;
+  masterPort: number;
+  threads: number;
+  /** absolute path of the user's script */
+  script: string;
+}
+
+/** How an attempt ended. */
+export type AttemptResult = { ok: true } | { ok: false; abort: AbortRecord };
+
+/** The hooks through which the launcher reaches the running attempt. */
+export interface AttemptHandle {
+  /** the launcher received SIGINT or SIGTERM */
+  signal(sig: "SIGINT" | "SIGTERM"): void;
+  /** node 0's store saw node n's launcher disconnect */
+  nodeLost(node: number, why: string): void;
+  readonly result: Promise<AttemptResult>;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+function describeExit(e: RankExit): string {
+  return e.signal ? `killed by ${e.signal}` : `exit code ${e.code}`;
+}
+
+/** Starts attempt `k` on this node; the handle's result settles when it is over here. */
+export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
+  const { opts, client, log } = ctx;
+  const keys = attemptKeys(k);
+  const node = opts.nodeRank;
+  const nodes = Array.from({ length: opts.nnodes }, (_, i) => i);
+  const worldSize = opts.nnodes * opts.nproc;
+  const ranks: RankProcess[] = [];
+  let abortRequested = false;
+  let stopping = false;
+  let finished = false;
+  let signalsSeen = 0;
+  let forwarded = false;
+  let resolveResult!: (r: AttemptResult) => void;
+  const result = new Promise<AttemptResult>((r) => resolveResult = r);
+  const finish = (r: AttemptResult) => {
+    if (finished) return;
+    finished = true;
+    resolveResult(r);
+  };
+
+  const views = async (): Promise<RankView[]> =>
+    (await client.list(keys.rankStatePrefix)).map(toRankView).filter((v): v is RankView => v !== null);
+
+  /** Writes the abort record unless another launcher already did. */
+  const requestAbort = async (rec: AbortRecord) => {
+    if (abortRequested || finished) return;
+    abortRequested = true;
+    try {
+      if (await client.add(keys.abortTicket, 1) === 1) await client.set(keys.abort, JSON.stringify(rec));
+    } catch (e) {
+      // The store is gone: stop this node's ranks on our own.
+      onAbort({ ...rec, detail: `${rec.detail} (and the control store is unreachable: ${(e as Error).message})` });
+    }
+  };
+
+  const onAbort = async (rec: AbortRecord) => {
+    if (stopping) return;
+    stopping = true;
+    let before: RankView[] = [];
+    try {
+      before = await views();
+    } catch { /* the store is gone; the summary has no table */ }
+    const signalled = rec.reason === "signal" && forwarded;
+    const exits = await Promise.all(ranks.map((p) => p.stop(rec.graceMs, { alreadySignalled: signalled })));
+    await Promise.race([Promise.all(ranks.map((p) => p.outputDone)), sleep(OUTPUT_DRAIN_MS)]);
+    const exitText = new Map(ranks.map((p, i) => [p.rank, describeExit(exits[i]!)]));
+    log.info(failureSummary(rec, rankTable(before, { worldSize, nproc: opts.nproc, exits: exitText })));
+    log.info(`node ${node}'s ranks ended: ${ranks.map((p, i) => `rank ${p.rank} ${describeExit(exits[i]!)}`).join(", ")}`);
+    client.set(keys.nodeStopped(node), "1").catch(() => {});
+    finish({ ok: false, abort: rec });
+  };
+
+  const onRankExit = async (p: RankProcess, exit: RankExit) => {
+    if (stopping || abortRequested) return;
+    if (exit.code === 0) {
+      if (ranks.every((q) => q.exit?.code === 0)) {
+        await client.set(keys.nodeDone(node), "1").catch(() => {});
+      }
+      return;
+    }
+    let notice = null;
+    try {
+      notice = toFailureNotice(await client.get(keys.rankFailure(p.rank)));
+    } catch { /* no store: summarise from stderr */ }
+    await Promise.race([p.outputDone, sleep(OUTPUT_DRAIN_MS)]);
+    await requestAbort({
+      reason: "rank-failed",
+      node,
+      rank: p.rank,
+      pid: p.pid,
+      code: exit.code,
+      ...(exit.signal ? { signal: exit.signal } : {}),
+      detail: describeExit(exit),
+      graceMs: FAILURE_GRACE_MS,
+      ...(notice ? { notice } : { stderrTail: p.stderrTail() }),
+    });
+  };
+
+  /** Node 0: prints the hang table once per hang, fails the run past --timeout, watches node heartbeats. */
+  const watch = async () => {
+    let reported: string | null = null;
+    while (!finished && !stopping) {
+      await sleep(POLL_MS);
+      if (finished || stopping) return;
+      let current: RankView[];
+      try {
+        current = await views();
+      } catch {
+        return;
+      }
+      const hang = findHang(current, worldSize, Math.min(opts.hangWarnS, opts.timeoutS));
+      if (hang && hang.waitS >= opts.timeoutS) {
+        const table = rankTable(current, { worldSize, nproc: opts.nproc });
+        await requestAbort({
+          reason: "timeout",
+          node,
+          code: TIMEOUT_EXIT_CODE,
+          detail: `timeout: a collective waited ${seconds(hang.waitS)} (--timeout ${opts.timeoutS} s); stopping every rank`,
+          graceMs: FAILURE_GRACE_MS,
+          table: `${hang.sentence}\n${table}`,
+        });
+        return;
+      }
+      if (hang && hang.waitS >= opts.hangWarnS && hang.signature !== reported) {
+        reported = hang.signature;
+        log.info(`hang: ${hang.sentence}\n${rankTable(current, { worldSize, nproc: opts.nproc })}`);
+      } else if (!hang) {
+        reported = null;
+      }
+      for (const n of nodes.slice(1)) {
+        const beat = await client.list(runKeys.nodeBeat(n)).catch(() => []);
+        if (beat[0] && beat[0].ageMs > NODE_SILENT_MS) {
+          nodeLost(n, `its launcher has not been heard from for ${seconds(beat[0].ageMs / 1000)}`);
+        }
+      }
+    }
+  };
+
+  const nodeLost = (n: number, why: string) => {
+    requestAbort({ reason: "node-lost", node, code: 1, detail: `node ${n} is lost: ${why}; stopping every rank`, graceMs: FAILURE_GRACE_MS });
+  };
+
+  const signal = (sig: "SIGINT" | "SIGTERM") => {
+    signalsSeen++;
+    if (signalsSeen > 1) {
+      log.info(`second ${sig}: killing every rank of node ${node} now`);
+      for (const p of ranks) p.signal("SIGKILL");
+      return;
+    }
+    log.info(`received ${sig}: forwarding it to the ranks, which have ${opts.graceS} s to save and exit (send it again to kill them now)`);
+    forwarded = true;
+    for (const p of ranks) p.signal(sig);
+    requestAbort({
+      reason: "signal",
+      node,
+      signal: sig,
+      code: signalExitCode(sig),
+      detail: `node ${node}'s launcher received ${sig}; ranks got ${opts.graceS} s to save and exit`,
+      graceMs: opts.graceS * 1000,
+    });
+  };
+
+  const run = async () => {
+    try {
+      await client.set(keys.nodeReady(node), "1");
+      await client.wait(nodes.map(keys.nodeReady), opts.rdzvTimeoutS * 1000);
+    } catch (e) {
+      return finish({
+        ok: false,
+        abort: { reason: "node-lost", node, code: 1, detail: `attempt ${k} could not start: ${(e as Error).message}`, graceMs: 0 },
+      });
+    }
+    if (stopping || abortRequested) return; // a signal arrived while the nodes gathered
+    for (let local = 0; local < opts.nproc; local++) {
+      const rank = node * opts.nproc + local;
+      const env = rankEnv({
+        world: {
+          rank,
+          localRank: local,
+          worldSize,
+          localWorldSize: opts.nproc,
+          groupRank: node,
+          nnodes: opts.nnodes,
+          masterAddr: opts.masterAddr,
+          masterPort: ctx.masterPort,
+          runId: ctx.runId,
+          runDir: ctx.runDir,
+          isLauncher: true,
+        },
+        storeToken: ctx.token,
+        numThreads: ctx.threads,
+        hangWarnS: opts.hangWarnS,
+        timeoutS: opts.timeoutS,
+        restartCount: k,
+        logRanks: opts.logRanks,
+        launcherPid: Deno.pid,
+      });
+      const p = new RankProcess({
+        rank,
+        script: ctx.script,
+        scriptArgs: opts.scriptArgs,
+        env,
+        logPath: join(ctx.runDir, `rank-${rank}.log`),
+        logRanks: opts.logRanks,
+      });
+      ranks.push(p);
+      p.exited.then((exit) => onRankExit(p, exit));
+    }
+    log.info(
+      `attempt ${k}: started ranks ${rankList(ranks.map((p) => p.rank))} of ${worldSize} on node ${node} ` +
+        `(pids ${ranks.map((p) => p.pid).join(",")}; ${ctx.threads} native thread(s) each)`,
+    );
+    if (node === 0) watch();
+    client.wait([keys.abort]).then(async () => {
+      const raw = await client.getText(keys.abort);
+      onAbort(JSON.parse(raw ?? "{}") as AbortRecord);
+    }).catch(() => {/* the store closed: handled below */});
+    client.wait(nodes.map(keys.nodeDone)).then(async () => {
+      if (stopping) return;
+      await Promise.race([Promise.all(ranks.map((p) => p.outputDone)), sleep(OUTPUT_DRAIN_MS)]);
+      await client.set(keys.nodeStopped(node), "1").catch(() => {});
+      finish({ ok: true });
+    }).catch(() => {});
+    client.closed.then(async (info) => {
+      if (info.byClient || finished) return;
+      abortRequested = true;
+      onAbort({
+        reason: "node-lost",
+        node,
+        code: 1,
+        detail: `lost the control store at ${opts.masterAddr}:${ctx.masterPort} (${info.reason}); node 0's launcher is gone`,
+        graceMs: FAILURE_GRACE_MS,
+      });
+    });
+  };
+  run();
+
+  return { signal, nodeLost, result };
+}

@@ -1,0 +1,113 @@
+/**
+ * Hang diagnosis from the ranks' state records: finds ranks that have waited
+ * in a collective or barrier longer than a threshold, names the ranks that
+ * are elsewhere and what they are doing, and renders the table of every
+ * rank's phase, time in it and last collective.
+ */
+import type { RankView } from "../distributed/rank_state.ts";
+
+/** A detected hang: ranks stuck in one collective while others are elsewhere. */
+export interface Hang {
+  /** identifies this hang, so it is reported once rather than every poll */
+  signature: string;
+  /** the longest wait among the stuck ranks, seconds */
+  waitS: number;
+  /** one line: who waits where, and who is elsewhere doing what */
+  sentence: string;
+}
+
+/** Formats seconds for people: `3.2 s`, `61 s`. */
+export function seconds(s: number): string {
+  return s < 10 ? `${s.toFixed(1)} s` : `${Math.round(s)} s`;
+}
+
+/** `1,2,3` or, for long runs, `0-63`. */
+export function rankList(ranks: readonly number[]): string {
+  const sorted = [...ranks].sort((a, b) => a - b);
+  const parts: string[] = [];
+  for (let i = 0; i < sorted.length;) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j]! + 1) j++;
+    if (j - i >= 3) parts.push(`${sorted[i]}-${sorted[j]}`);
+    else for (let k = i; k <= j; k++) parts.push(String(sorted[k]));
+    i = j + 1;
+  }
+  return parts.join(",");
+}
+
+function collName(v: RankView): string {
+  const c = v.coll!;
+  return `${c.op}${c.detail ? ` "${c.detail}"` : ""} (seq ${c.seq})`;
+}
+
+function collKey(v: RankView): string {
+  return JSON.stringify([v.coll!.op, v.coll!.seq, v.coll!.detail ?? ""]);
+}
+
+/** What a rank that is not in the stuck collective is doing. */
+function elsewhere(rank: number, v: RankView | undefined): string {
+  if (!v) return `rank ${rank} has not reported (not started, or died before its first report)`;
+  if (v.status === "exited") return `rank ${rank} has exited`;
+  if (v.inColl) return `rank ${rank} waits at ${collName(v)} for ${seconds(v.collS)}`;
+  return `rank ${rank} is elsewhere: phase "${v.phase}" for ${seconds(v.phaseS)}`;
+}
+
+/**
+ * The hang, if any rank has waited in a collective for at least
+ * `thresholdS`: the largest group of ranks waiting at the same collective,
+ * and what each other rank of `worldSize` is doing.
+ */
+export function findHang(views: readonly RankView[], worldSize: number, thresholdS: number): Hang | null {
+  const stuck = views.filter((v) => v.inColl && v.status === "running" && v.collS >= thresholdS);
+  if (stuck.length === 0) return null;
+  const groups = new Map<string, RankView[]>();
+  for (const v of stuck) {
+    const k = collKey(v);
+    groups.set(k, [...(groups.get(k) ?? []), v]);
+  }
+  const waitOf = (g: RankView[]) => Math.max(...g.map((v) => v.collS));
+  const [key, group] = [...groups].sort(([, a], [, b]) => b.length - a.length || waitOf(b) - waitOf(a))[0]!;
+  // Every rank in the same collective counts as waiting, even those that arrived recently.
+  const members = views.filter((v) => v.inColl && collKey(v) === key);
+  const memberRanks = new Set(members.map((v) => v.rank));
+  const byRank = new Map(views.map((v) => [v.rank, v]));
+  const others: string[] = [];
+  for (let r = 0; r < worldSize; r++) if (!memberRanks.has(r)) others.push(elsewhere(r, byRank.get(r)));
+  const waitS = waitOf(group);
+  const who = members.length === 1 ? `rank ${members[0]!.rank} waits` : `ranks ${rankList([...memberRanks])} wait`;
+  const head = `${who} at ${collName(group[0]!)} for ${seconds(waitS)}`;
+  const sentence = others.length === 0
+    ? `${head}; every rank is in it, so the collective itself is stuck`
+    : `${head}; ${others.join("; ")}`;
+  return { signature: JSON.stringify([key, [...memberRanks].sort(), others.map((o) => o.replace(/ for [\d.]+ s$/, ""))]), waitS, sentence };
+}
+
+/** Options of rankTable(). */
+export interface TableOptions {
+  worldSize: number;
+  /** ranks per node, to show each rank's node */
+  nproc: number;
+  /** how finished ranks ended, when the launcher knows ("exit 1", "SIGKILL") */
+  exits?: ReadonlyMap<number, string>;
+}
+
+/** A plain-text table: rank, node, host, pid, state, phase, time in phase, last collective, last heard. */
+export function rankTable(views: readonly RankView[], opts: TableOptions): string {
+  const byRank = new Map(views.map((v) => [v.rank, v]));
+  const rows: string[][] = [["rank", "node", "host", "pid", "state", "phase", "in phase", "last collective", "heard"]];
+  for (let r = 0; r < opts.worldSize; r++) {
+    const v = byRank.get(r);
+    const node = String(Math.floor(r / opts.nproc));
+    const exit = opts.exits?.get(r);
+    if (!v) {
+      rows.push([String(r), node, "-", "-", exit ?? "no report", "-", "-", "-", "-"]);
+      continue;
+    }
+    let coll = "-";
+    if (v.coll) coll = `${collName(v)} ${v.inColl ? `waiting ${seconds(v.collS)}` : `done ${seconds(v.collS)} ago`}`;
+    const state = exit ?? v.status;
+    rows.push([String(r), node, v.host, String(v.pid), state, v.phase, seconds(v.phaseS), coll, `${seconds(v.heardS)} ago`]);
+  }
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
+  return rows.map((row) => row.map((cell, c) => cell.padEnd(widths[c]!)).join("  ").trimEnd()).join("\n");
+}

@@ -1,0 +1,217 @@
+/**
+ * The launcher of one node: hosts the control store (node 0), meets the
+ * other nodes' launchers in the store (rendezvous), creates the run
+ * directory, runs launch attempts (restarting after a failure up to
+ * --max-restarts), forwards SIGINT/SIGTERM, records launch.json and returns
+ * the exit code: 0 only when every rank exited 0.
+ */
+import { resolve } from "node:path";
+import { StoreClient } from "../distributed/store.ts";
+import { StoreServer } from "../distributed/store_server.ts";
+import { runKeys } from "../distributed/store_keys.ts";
+import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
+import type { LaunchOptions } from "./options.ts";
+import { LauncherLog } from "./output.ts";
+import { signalExitCode } from "./rank_process.ts";
+import { createRunDir, type LaunchRecord, launchRecordPath, makeRunId, writeLaunchRecord } from "./run_dir.ts";
+import { resolveToken } from "./token.ts";
+
+/** Default store port with several nodes (torchrun's). */
+const MULTI_NODE_PORT = 29500;
+/** How often a launcher refreshes its heartbeat in the store. */
+const BEAT_MS = 1000;
+/** Node 0 waits at most this long (plus the grace period) for other launchers to leave. */
+const EXIT_WAIT_MS = 10_000;
+
+/** Run facts node 0 publishes and every node checks against its own options. */
+interface RunInfo {
+  runId: string;
+  nnodes: number;
+  nproc: number;
+  maxRestarts: number;
+}
+
+function checkScript(script: string): string {
+  const path = resolve(script);
+  let info: Deno.FileInfo;
+  try {
+    info = Deno.statSync(path);
+  } catch {
+    throw new Error(`Cannot launch ${script}: no such file (looked at ${path})`);
+  }
+  if (!info.isFile) throw new Error(`Cannot launch ${script}: ${path} is not a file`);
+  return path;
+}
+
+function startStore(opts: LaunchOptions, token: string, log: LauncherLog, lost: (node: number, why: string) => void): StoreServer {
+  const hostname = opts.nnodes > 1 ? "0.0.0.0" : "127.0.0.1";
+  const port = opts.masterPort ?? (opts.nnodes > 1 ? MULTI_NODE_PORT : 0);
+  try {
+    return StoreServer.listen({
+      hostname,
+      port,
+      token,
+      log: (line) => log.info(line),
+      onDisconnect: (identity) => {
+        const m = /^launcher node (\d+)$/.exec(identity);
+        if (m && m[1] !== "0") lost(Number(m[1]), "its launcher disconnected from the store");
+      },
+    });
+  } catch (e) {
+    const hint = e instanceof Deno.errors.AddrInUse ? "; choose another --master-port" : "";
+    throw new Error(`Cannot start the control store on ${hostname}:${port}: ${(e as Error).message}${hint}`);
+  }
+}
+
+/** Meets every node's launcher in the store; returns the run's id (node 0's). */
+async function rendezvous(client: StoreClient, opts: LaunchOptions, runId: string | null): Promise<string> {
+  const me = opts.nodeRank;
+  const claims = await client.add(runKeys.nodeClaim(me), 1);
+  if (claims > 1) throw new Error(`Node rank ${me} was already claimed by another launcher of this run: give each node its own --node-rank`);
+  const mine: RunInfo = { runId: runId ?? "", nnodes: opts.nnodes, nproc: opts.nproc, maxRestarts: opts.maxRestarts };
+  if (me === 0) await client.set(runKeys.info, JSON.stringify(mine));
+  await client.set(runKeys.nodeInfo(me), JSON.stringify({ ...mine, host: Deno.hostname(), pid: Deno.pid }));
+  const timeoutMs = opts.rdzvTimeoutS * 1000;
+  const nodes = Array.from({ length: opts.nnodes }, (_, n) => n);
+  try {
+    await client.wait(nodes.map(runKeys.nodeInfo), timeoutMs);
+  } catch (e) {
+    const missing = nodes.filter((n) => (e as { missingKeys?: string[] }).missingKeys?.includes(runKeys.nodeInfo(n)));
+    throw new Error(`Rendezvous failed: node(s) ${missing.join(",") || "?"} did not join within ${opts.rdzvTimeoutS} s (--rdzv-timeout)`);
+  }
+  const info = JSON.parse((await client.getText(runKeys.info))!) as RunInfo;
+  for (const n of nodes) {
+    const other = JSON.parse((await client.getText(runKeys.nodeInfo(n)))!) as RunInfo & { host: string };
+    for (const field of ["nnodes", "nproc", "maxRestarts"] as const) {
+      if (other[field] !== mine[field]) {
+        throw new Error(
+          `Rendezvous failed: node ${n} (${other.host}) runs with ${field}=${other[field]} but node ${me} with ${field}=${mine[field]}; ` +
+            `every node must be given the same --nnodes, --nproc and --max-restarts`,
+        );
+      }
+    }
+  }
+  return info.runId;
+}
+
+/**
+ * Runs the launcher with parsed options; returns the process exit code.
+ *
+ * @example
+ * ```ts
+ * const code = await launch(parseLaunchArgs(["--nproc", "2", "train.ts"]) as LaunchOptions, Deno.args);
+ * ```
+ */
+export async function launch(opts: LaunchOptions, argv: readonly string[]): Promise<number> {
+  const log = new LauncherLog();
+  const script = checkScript(opts.script);
+  const token = resolveToken(opts);
+  let current: AttemptHandle | null = null;
+  let client: StoreClient | null = null;
+  const nodeLost = async (node: number, why: string) => {
+    // A launcher that said goodbye before disconnecting left normally.
+    if (client && await client.get(runKeys.nodeExit(node)).catch(() => null) !== null) return;
+    current?.nodeLost(node, why);
+    // A launcher that is gone will not say goodbye: say it for it, so node 0 need not wait.
+    client?.set(runKeys.nodeExit(node), "disconnected").catch(() => {});
+  };
+  const server = opts.nodeRank === 0 ? startStore(opts, token, log, nodeLost) : null;
+  const masterPort = server?.port ?? opts.masterPort ?? MULTI_NODE_PORT;
+  const storeHost = server ? "127.0.0.1" : opts.masterAddr;
+
+  let beat: ReturnType<typeof setInterval> | undefined;
+  const onSignal = (sig: "SIGINT" | "SIGTERM") => () => {
+    if (current) return current.signal(sig);
+    log.info(`received ${sig} before any rank started; exiting`);
+    Deno.exit(signalExitCode(sig));
+  };
+  const handlers = { SIGINT: onSignal("SIGINT"), SIGTERM: onSignal("SIGTERM") };
+  for (const [sig, fn] of Object.entries(handlers)) Deno.addSignalListener(sig as Deno.Signal, fn);
+
+  try {
+    client = await StoreClient.connect({
+      host: storeHost,
+      port: masterPort,
+      token,
+      timeoutMs: opts.rdzvTimeoutS * 1000,
+      identity: `launcher node ${opts.nodeRank}`,
+    });
+    const proposed = opts.nodeRank === 0 ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true }) : null;
+    const runId = await rendezvous(client, opts, proposed?.runId ?? null);
+    const { dir: runDir } = proposed ?? createRunDir({ runDir: opts.runDir, runId, exclusive: false });
+    log.attach(`${runDir}/${opts.nodeRank === 0 ? "launcher.log" : `launcher-node${opts.nodeRank}.log`}`);
+    log.info(`run ${runId}: ${opts.nnodes > 1 ? `node ${opts.nodeRank} of ${opts.nnodes}, ` : ""}logs in ${runDir}`);
+
+    const c = client;
+    beat = setInterval(() => c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now())), BEAT_MS);
+    c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
+
+    const threads = opts.threads ?? Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
+    const ctx: RunContext = { opts, client, log, runId, runDir, token, masterPort, threads, script };
+    const record: LaunchRecord = {
+      runId,
+      command: ["dtrain", ...argv],
+      script,
+      scriptArgs: opts.scriptArgs,
+      nproc: opts.nproc,
+      nnodes: opts.nnodes,
+      nodeRank: opts.nodeRank,
+      startedAt: new Date().toISOString(),
+      endedAt: null,
+      exitCode: null,
+      attempts: 0,
+      outcome: null,
+    };
+    const recordPath = launchRecordPath(runDir, opts.nodeRank);
+    writeLaunchRecord(recordPath, record);
+
+    let code = 1;
+    let graceMs = 0;
+    for (let k = 0;; k++) {
+      record.attempts = k + 1;
+      current = startAttempt(ctx, k);
+      const result = await current.result;
+      current = null;
+      if (result.ok) {
+        code = 0;
+        record.outcome = `every rank exited 0${k > 0 ? ` after ${k} restart(s)` : ""}`;
+        break;
+      }
+      const { abort } = result;
+      code = abort.code;
+      graceMs = abort.graceMs;
+      record.outcome = abort.detail + (abort.rank !== undefined ? ` (rank ${abort.rank})` : "");
+      const restartable = abort.reason === "rank-failed" || abort.reason === "timeout";
+      if (!restartable || k >= opts.maxRestarts) break;
+      log.info(`restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${k + 1}`);
+    }
+    record.endedAt = new Date().toISOString();
+    record.exitCode = code;
+    writeLaunchRecord(recordPath, record);
+    log.info(code === 0 ? `run ${runId} finished: every rank exited 0` : `run ${runId} failed: exit code ${code}`);
+    await leave(client, opts, server, graceMs);
+    return code;
+  } finally {
+    current = null;
+    clearInterval(beat);
+    for (const [sig, fn] of Object.entries(handlers)) Deno.removeSignalListener(sig as Deno.Signal, fn);
+    client?.close();
+    await server?.close();
+    log.close();
+  }
+}
+
+/**
+ * Ends this launcher's part of the run. Other nodes say they are leaving;
+ * node 0 keeps the store up until they have (their ranks may still be
+ * saving), or until they are gone.
+ */
+async function leave(client: StoreClient, opts: LaunchOptions, server: StoreServer | null, graceMs: number): Promise<void> {
+  if (!server) {
+    await client.set(runKeys.nodeExit(opts.nodeRank), "1").catch(() => {});
+    return;
+  }
+  const others = Array.from({ length: opts.nnodes - 1 }, (_, i) => runKeys.nodeExit(i + 1));
+  if (others.length === 0) return;
+  await client.wait(others, EXIT_WAIT_MS + graceMs).catch(() => {});
+}

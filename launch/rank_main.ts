@@ -1,0 +1,116 @@
+/**
+ * The bootstrap of every rank process. The launcher starts ranks as
+ * `deno run --preload launch/rank_main.ts <script> [args]`, so the user's
+ * script stays the main module (import.meta.main is true, Deno.args holds
+ * only its own arguments, and the process ends when the script's work does).
+ * Before the script runs, this ties the rank to its launcher, connects the
+ * control store, publishes the rank's phases, and turns any uncaught error
+ * into a failure notice in the store and exit code 1.
+ */
+import { currentPhase, setPhaseSink } from "../distributed/phase.ts";
+import { getRankSettings, launcherPid, storeToken } from "../distributed/env.ts";
+import { getWorld, installRankStore } from "../distributed/rank_runtime.ts";
+import { type FailureNotice, StorePhaseSink } from "../distributed/rank_state.ts";
+import { StoreClient } from "../distributed/store.ts";
+import { attemptKeys } from "../distributed/store_keys.ts";
+import { dieWithParent } from "./pdeathsig.ts";
+
+/** How long a rank keeps trying to reach the store at start-up. */
+const CONNECT_TIMEOUT_MS = 60_000;
+/** How long a failing rank waits for its failure notice to be stored. */
+const NOTICE_TIMEOUT_MS = 2000;
+
+function fatal(message: string, code = 1): never {
+  console.error(`[dtrain] ${message}`);
+  Deno.exit(code);
+}
+
+function describe(err: unknown): { message: string; stack: string } {
+  if (err instanceof Error) return { message: `${err.name}: ${err.message}`, stack: err.stack ?? "" };
+  return { message: `Uncaught non-Error value: ${String(err)}`, stack: "" };
+}
+
+const token = storeToken();
+const parent = launcherPid();
+if (token === null || parent === null) {
+  fatal("launch/rank_main.ts is the rank bootstrap of the dtrain launcher; start scripts with `dtrain --nproc N script.ts`", 2);
+}
+
+let world;
+try {
+  world = getWorld();
+} catch (e) {
+  fatal(`rank cannot start: ${(e as Error).message}`, 2);
+}
+const me = world.rank;
+
+const watch = dieWithParent(parent);
+if (!watch.ok) {
+  if (watch.parentGone) fatal(`rank ${me}: ${watch.reason}; exiting`);
+  console.error(`[dtrain] rank ${me}: warning: ${watch.reason}; this rank relies on its store connection to notice a dead launcher`);
+}
+
+let client: StoreClient;
+try {
+  client = await StoreClient.connect({
+    host: world.masterAddr,
+    port: world.masterPort,
+    token,
+    timeoutMs: CONNECT_TIMEOUT_MS,
+    identity: `rank ${me}`,
+  });
+} catch (e) {
+  fatal(`rank ${me}: ${(e as Error).message}`);
+}
+installRankStore(client);
+const keys = attemptKeys(getRankSettings().restartCount);
+const host = Deno.hostname();
+const start = currentPhase();
+const sink = new StorePhaseSink(client, keys.rankState(me), {
+  rank: me,
+  host,
+  pid: Deno.pid,
+  phase: start.phase,
+  phaseAt: start.sinceMs,
+});
+setPhaseSink(sink);
+sink.publish();
+sink.startHeartbeat();
+
+let failing = false;
+
+/** Prints the error, stores the failure notice, exits 1. */
+async function fail(err: unknown): Promise<void> {
+  if (failing) return;
+  failing = true;
+  sink.stopHeartbeat();
+  const { message, stack } = describe(err);
+  console.error(`Uncaught error in rank ${me}: ${stack || message}`);
+  const notice: FailureNotice = { rank: me, host, message, stack };
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    client.set(keys.rankFailure(me), JSON.stringify(notice)).catch(() => {}),
+    new Promise((r) => timer = setTimeout(r, NOTICE_TIMEOUT_MS)),
+  ]);
+  clearTimeout(timer);
+  Deno.exit(1);
+}
+
+globalThis.addEventListener("error", (e) => {
+  e.preventDefault();
+  fail(e.error ?? e.message);
+});
+globalThis.addEventListener("unhandledrejection", (e) => {
+  e.preventDefault();
+  fail(e.reason);
+});
+globalThis.addEventListener("unload", () => {
+  if (!failing) sink.exiting();
+});
+
+// A store connection that drops under us means the launcher is gone: the
+// ranks must not outlive it (this also covers a failed PDEATHSIG).
+client.closed.then((info) => {
+  if (!info.byClient && !failing) fatal(`rank ${me}: lost the control store (${info.reason}); the launcher is gone, exiting`);
+});
+client.unrefWhenIdle();

@@ -1,0 +1,137 @@
+/**
+ * One rank process as the launcher sees it: spawned in its own process group
+ * (so stopping it also stops anything it started), its output pumped to the
+ * terminal and its log file, its exit awaited, and a stop that sends SIGTERM,
+ * then SIGKILL after a grace period.
+ */
+import { fileURLToPath } from "node:url";
+import { LogFile, pumpLines, showsStdout } from "./output.ts";
+
+const REPO = fileURLToPath(new URL("..", import.meta.url));
+const RANK_MAIN = fileURLToPath(new URL("./rank_main.ts", import.meta.url));
+const CONFIG = fileURLToPath(new URL("../deno.json", import.meta.url));
+/** stderr lines kept for the failure summary when a rank leaves no notice */
+const TAIL_LINES = 40;
+
+/** How a rank process ended. */
+export interface RankExit {
+  /** the exit code, or 128 + signal number when killed by a signal */
+  code: number;
+  signal: Deno.Signal | null;
+}
+
+/** What spawnRank() needs. */
+export interface RankSpawnOptions {
+  rank: number;
+  script: string;
+  scriptArgs: readonly string[];
+  /** variables added to the launcher's environment */
+  env: Record<string, string>;
+  logPath: string;
+  logRanks: string;
+}
+
+const SIGNAL_NUMBERS: Partial<Record<Deno.Signal, number>> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGILL: 4,
+  SIGTRAP: 5,
+  SIGABRT: 6,
+  SIGBUS: 7,
+  SIGFPE: 8,
+  SIGKILL: 9,
+  SIGUSR1: 10,
+  SIGSEGV: 11,
+  SIGUSR2: 12,
+  SIGPIPE: 13,
+  SIGALRM: 14,
+  SIGTERM: 15,
+};
+
+/** 128 + the signal's number (the shell's convention for "killed by"). */
+export function signalExitCode(signal: Deno.Signal): number {
+  return 128 + (SIGNAL_NUMBERS[signal] ?? 0);
+}
+
+/** A running (or finished) rank. */
+export class RankProcess {
+  readonly rank: number;
+  readonly pid: number;
+  /** Resolves when the process has exited. */
+  readonly exited: Promise<RankExit>;
+  /** Resolves when its stdout and stderr have been fully copied. */
+  readonly outputDone: Promise<void>;
+  #exit: RankExit | null = null;
+  readonly #tail: string[] = [];
+  readonly #log: LogFile;
+
+  constructor(opts: RankSpawnOptions) {
+    this.rank = opts.rank;
+    this.#log = new LogFile(opts.logPath);
+    const child = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "--config", CONFIG, "--preload", RANK_MAIN, opts.script, ...opts.scriptArgs],
+      env: opts.env,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+      detached: true,
+    }).spawn();
+    this.pid = child.pid;
+    this.exited = child.status.then((s) => {
+      this.#exit = s.signal ? { code: signalExitCode(s.signal), signal: s.signal } : { code: s.code, signal: null };
+      return this.#exit;
+    });
+    this.outputDone = Promise.all([
+      pumpLines(child.stdout, { rank: opts.rank, stream: "stdout", show: showsStdout(opts.logRanks, opts.rank), log: this.#log }),
+      pumpLines(child.stderr, {
+        rank: opts.rank,
+        stream: "stderr",
+        show: true,
+        log: this.#log,
+        onLine: (line) => {
+          this.#tail.push(line);
+          if (this.#tail.length > TAIL_LINES) this.#tail.shift();
+        },
+      }),
+    ]).then(() => this.#log.close());
+  }
+
+  /** The exit, or null while it runs. */
+  get exit(): RankExit | null {
+    return this.#exit;
+  }
+
+  /** The last lines the rank wrote to stderr. */
+  stderrTail(): string[] {
+    return [...this.#tail];
+  }
+
+  /** Sends a signal to the rank's whole process group (ignored once it is gone). */
+  signal(sig: Deno.Signal): void {
+    try {
+      Deno.kill(-this.pid, sig);
+    } catch { /* the group no longer exists */ }
+  }
+
+  /**
+   * Stops the rank: SIGTERM to its group (unless the launcher already
+   * forwarded a signal to it), SIGKILL after `graceMs`, and a final SIGKILL
+   * for anything it started that is still alive.
+   */
+  async stop(graceMs: number, opts: { alreadySignalled?: boolean } = {}): Promise<RankExit> {
+    if (!this.#exit) {
+      if (!opts.alreadySignalled) this.signal("SIGTERM");
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const graceOver = new Promise<"grace">((r) => timer = setTimeout(() => r("grace"), graceMs));
+      if (await Promise.race([this.exited, graceOver]) === "grace") this.signal("SIGKILL");
+      clearTimeout(timer);
+    }
+    const exit = await this.exited;
+    this.signal("SIGKILL");
+    return exit;
+  }
+}
+
+/** The repository root (where deno.json maps "dtrain" to mod.ts). */
+export const REPO_ROOT = REPO;

@@ -1,0 +1,82 @@
+/**
+ * The run directory: its id and default name (`runs/<UTC time>-<script>-<hex>`),
+ * and `launch.json`, the launcher's record of what it started and how it
+ * ended (run.json, the full rerun record, is written by later code; this
+ * keeps its place).
+ */
+import { basename, extname, join, resolve } from "node:path";
+
+/**
+ * A run id: UTC start time, the script's name and 4 random hex digits, e.g.
+ * `20251129-093000-train-3fa2`. The suffix keeps ids unique on a machine
+ * (two runs of one script in the same second, from different folders), since
+ * machine-wide resources such as shared-memory segments are named after it.
+ */
+export function makeRunId(script: string, now = new Date()): string {
+  const t = now.toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
+  const name = basename(script, extname(script)).replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 100) || "script";
+  const suffix = Array.from(crypto.getRandomValues(new Uint8Array(2)), (b) => b.toString(16).padStart(2, "0")).join("");
+  return `${t}-${name}-${suffix}`;
+}
+
+/**
+ * Creates the run directory. With no explicit path, node 0 takes
+ * `runs/<runId>` and adds `-2`, `-3`, … if another run already has that
+ * name; the returned id matches the directory. Other nodes (or an explicit
+ * --run-dir) use the given path as is, creating it if needed.
+ */
+export function createRunDir(opts: { runDir: string | null; runId: string; exclusive: boolean }): { dir: string; runId: string } {
+  if (opts.runDir !== null) {
+    const dir = resolve(opts.runDir);
+    Deno.mkdirSync(dir, { recursive: true });
+    return { dir, runId: opts.runId };
+  }
+  const parent = resolve("runs");
+  Deno.mkdirSync(parent, { recursive: true });
+  if (!opts.exclusive) {
+    const dir = join(parent, opts.runId);
+    Deno.mkdirSync(dir, { recursive: true });
+    return { dir, runId: opts.runId };
+  }
+  for (let n = 1;; n++) {
+    const runId = n === 1 ? opts.runId : `${opts.runId}-${n}`;
+    const dir = join(parent, runId);
+    try {
+      Deno.mkdirSync(dir);
+      return { dir, runId };
+    } catch (e) {
+      if (!(e instanceof Deno.errors.AlreadyExists)) throw e;
+    }
+  }
+}
+
+/** What launch.json holds. */
+export interface LaunchRecord {
+  runId: string;
+  command: string[];
+  script: string;
+  scriptArgs: string[];
+  nproc: number;
+  nnodes: number;
+  nodeRank: number;
+  startedAt: string;
+  endedAt: string | null;
+  /** null while running */
+  exitCode: number | null;
+  /** launch attempts made (1 + restarts) */
+  attempts: number;
+  /** one line on how the run ended */
+  outcome: string | null;
+}
+
+/** launch.json for node 0, launch-node<n>.json for the others (they may share a file system). */
+export function launchRecordPath(dir: string, nodeRank: number): string {
+  return join(dir, nodeRank === 0 ? "launch.json" : `launch-node${nodeRank}.json`);
+}
+
+/** Writes the record atomically (temp file, then rename). */
+export function writeLaunchRecord(path: string, record: LaunchRecord): void {
+  const tmp = `${path}.tmp-${Deno.pid}`;
+  Deno.writeTextFileSync(tmp, JSON.stringify(record, null, 2) + "\n");
+  Deno.renameSync(tmp, path);
+}

@@ -1,0 +1,97 @@
+/**
+ * dtrain: a distributed neural-network trainer for Deno whose arithmetic runs
+ * in native kernels (C on CPUs, CUDA on GPUs). This module is the public API
+ * a training script imports (`import { … } from "dtrain"` under the launcher).
+ *
+ * @example
+ * ```ts
+ * import { AdamW, backward, crossEntropy, fromArray, Linear, manualSeed, ReLU, scope, Sequential } from "dtrain";
+ * manualSeed(0);
+ * const model = new Sequential(new Linear(4, 8), new ReLU(), new Linear(8, 2));
+ * const opt = new AdamW(model.parameters(), { lr: 1e-2 });
+ * const x = fromArray(new Float32Array(16).fill(0.5), [4, 4]);
+ * const y = fromArray(new Int32Array([0, 1, 0, 1]), [4]);
+ * for (let step = 0; step < 10; step++) {
+ *   scope(() => {
+ *     opt.zeroGrad();
+ *     const loss = crossEntropy(model.forward(x), y);
+ *     backward(loss);
+ *     opt.step();
+ *   });
+ * }
+ * ```
+ * @module
+ */
+
+// tensors and autograd
+export {
+  castTensor,
+  empty,
+  fromArray,
+  full,
+  scope,
+  Tensor,
+  zeros,
+} from "./tensor/tensor.ts";
+export type { DType } from "./tensor/dtype.ts";
+export { backend, type Device, setDevice } from "./tensor/backend.ts";
+export { memoryStats } from "./tensor/allocator.ts";
+export { backward, isGradEnabled, noGrad } from "./tensor/autograd.ts";
+export {
+  add,
+  cast,
+  dropout,
+  gelu,
+  mul,
+  relu,
+  scale,
+  sub,
+} from "./tensor/ops/elementwise.ts";
+export { linear, matmul } from "./tensor/ops/linalg.ts";
+export {
+  causalSelfAttention,
+  crossEntropy,
+  embedding,
+  layerNorm,
+  softmax,
+} from "./tensor/ops/nn.ts";
+export {
+  reshape,
+  sliceLast,
+  splitLast,
+  transpose,
+  transpose12,
+} from "./tensor/ops/shape.ts";
+export { mean, sum } from "./tensor/ops/reduce.ts";
+
+// layers and models
+export { Module, StateDictError } from "./nn/module.ts";
+export {
+  Dropout,
+  Embedding,
+  GELU,
+  Layer,
+  LayerNorm,
+  Linear,
+  ReLU,
+  Sequential,
+} from "./nn/layers.ts";
+export { GPT, type GPTConfig } from "./nn/gpt.ts";
+export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
+
+// optimizers, schedules, mixed precision
+export { AdamW, type AdamWOptions } from "./optim/adamw.ts";
+export { SGD, type SGDOptions } from "./optim/sgd.ts";
+export {
+  constantLr,
+  LrScheduler,
+  stepLr,
+  warmupCosineLr,
+} from "./optim/lr_schedule.ts";
+export { clipGradNorm, gradNorm } from "./optim/clip.ts";
+export { autocast } from "./amp/autocast.ts";
+export { GradScaler } from "./amp/grad_scaler.ts";
+
+// random numbers and data order
+export { TorchGenerator } from "./random/torch_generator.ts";
+export { phase } from "./distributed/phase.ts";

@@ -1,0 +1,252 @@
+/**
+ * A GPT in nanoGPT's architecture and with nanoGPT's parameter names:
+ * transformer.{wte, wpe, h.{i}.{ln_1, attn.{c_attn, c_proj}, ln_2,
+ * mlp.{c_fc, c_proj}}, ln_f} and lm_head tied to wte.
+ */
+import { Module } from "./module.ts";
+import { Dropout, Embedding, GELU, LayerNorm, Linear } from "./layers.ts";
+import { getDefaultGenerator, normalTensor } from "./init.ts";
+import { fromArray, type Tensor } from "../tensor/tensor.ts";
+import { add } from "../tensor/ops/elementwise.ts";
+import { causalSelfAttention, crossEntropy } from "../tensor/ops/nn.ts";
+import { linear } from "../tensor/ops/linalg.ts";
+import { noGrad } from "../tensor/autograd.ts";
+import type { TorchGenerator } from "../random/torch_generator.ts";
+import { kaimingUniformLinear } from "../random/init.ts";
+
+/** Model shape, as nanoGPT's GPTConfig. */
+export interface GPTConfig {
+  vocabSize: number;
+  blockSize: number;
+  nLayer: number;
+  nHead: number;
+  nEmbd: number;
+  /** dropout probability (0: no dropout layers are applied) */
+  dropout?: number;
+  /** biases in Linear and LayerNorm (nanoGPT's bias=True) */
+  bias?: boolean;
+  /** register the causal-mask buffer "attn.bias" as old nanoGPT does (default true) */
+  maskBuffer?: boolean;
+}
+
+class CausalSelfAttention extends Module {
+  readonly c_attn: Linear;
+  readonly c_proj: Linear;
+  readonly resid: Dropout;
+  constructor(readonly cfg: GPTConfig, gen: TorchGenerator) {
+    super();
+    const C = cfg.nEmbd, bias = cfg.bias ?? true;
+    this.c_attn = this.registerModule(
+      "c_attn",
+      new Linear(C, 3 * C, { bias, generator: gen }),
+    );
+    this.c_proj = this.registerModule(
+      "c_proj",
+      new Linear(C, C, { bias, generator: gen }),
+    );
+    this.resid = this.registerModule(
+      "resid_dropout",
+      new Dropout(cfg.dropout ?? 0),
+    );
+    if (cfg.maskBuffer ?? true) {
+      const T = cfg.blockSize;
+      const mask = new Float32Array(T * T);
+      for (let i = 0; i < T; i++) mask.fill(1, i * T, i * T + i + 1);
+      this.registerBuffer("bias", fromArray(mask, [1, 1, T, T]));
+    }
+  }
+  forward(x: Tensor): Tensor {
+    const y = causalSelfAttention(this.c_attn.forward(x), this.cfg.nHead);
+    return this.resid.forward(this.c_proj.forward(y));
+  }
+}
+
+class MLP extends Module {
+  readonly c_fc: Linear;
+  readonly gelu = new GELU();
+  readonly c_proj: Linear;
+  readonly drop: Dropout;
+  constructor(cfg: GPTConfig, gen: TorchGenerator) {
+    super();
+    const C = cfg.nEmbd, bias = cfg.bias ?? true;
+    this.c_fc = this.registerModule(
+      "c_fc",
+      new Linear(C, 4 * C, { bias, generator: gen }),
+    );
+    this.registerModule("gelu", this.gelu);
+    this.c_proj = this.registerModule(
+      "c_proj",
+      new Linear(4 * C, C, { bias, generator: gen }),
+    );
+    this.drop = this.registerModule("dropout", new Dropout(cfg.dropout ?? 0));
+  }
+  forward(x: Tensor): Tensor {
+    return this.drop.forward(
+      this.c_proj.forward(this.gelu.forward(this.c_fc.forward(x))),
+    );
+  }
+}
+
+class Block extends Module {
+  readonly ln_1: LayerNorm;
+  readonly attn: CausalSelfAttention;
+  readonly ln_2: LayerNorm;
+  readonly mlp: MLP;
+  constructor(cfg: GPTConfig, gen: TorchGenerator) {
+    super();
+    const bias = cfg.bias ?? true;
+    this.ln_1 = this.registerModule("ln_1", new LayerNorm(cfg.nEmbd, { bias }));
+    this.attn = this.registerModule("attn", new CausalSelfAttention(cfg, gen));
+    this.ln_2 = this.registerModule("ln_2", new LayerNorm(cfg.nEmbd, { bias }));
+    this.mlp = this.registerModule("mlp", new MLP(cfg, gen));
+  }
+  forward(x: Tensor): Tensor {
+    const h = add(x, this.attn.forward(this.ln_1.forward(x)));
+    return add(h, this.mlp.forward(this.ln_2.forward(h)));
+  }
+}
+
+class Transformer extends Module {
+  readonly wte: Embedding;
+  readonly wpe: Embedding;
+  readonly drop: Dropout;
+  readonly h: Block[];
+  readonly ln_f: LayerNorm;
+  constructor(cfg: GPTConfig, gen: TorchGenerator) {
+    super();
+    this.wte = this.registerModule(
+      "wte",
+      new Embedding(cfg.vocabSize, cfg.nEmbd, { generator: gen }),
+    );
+    this.wpe = this.registerModule(
+      "wpe",
+      new Embedding(cfg.blockSize, cfg.nEmbd, { generator: gen }),
+    );
+    this.drop = this.registerModule("drop", new Dropout(cfg.dropout ?? 0));
+    const hList = this.registerModule("h", new BlockList());
+    this.h = [];
+    for (let i = 0; i < cfg.nLayer; i++) {
+      this.h.push(hList.add(new Block(cfg, gen)));
+    }
+    this.ln_f = this.registerModule(
+      "ln_f",
+      new LayerNorm(cfg.nEmbd, { bias: cfg.bias ?? true }),
+    );
+  }
+}
+
+/** nn.ModuleList: children named "0", "1", … */
+class BlockList extends Module {
+  #n = 0;
+  add<M extends Module>(m: M): M {
+    return this.registerModule(String(this.#n++), m);
+  }
+}
+
+/**
+ * The GPT. forward(idx (B, T) i32/i64) returns logits (B, T, vocab);
+ * loss(idx, targets) the mean cross-entropy (ignore_index -1, as nanoGPT).
+ */
+export class GPT extends Module {
+  readonly transformer: Transformer;
+  readonly cfg: GPTConfig;
+  #positions = new Map<number, Tensor>();
+
+  constructor(cfg: GPTConfig, opts: { generator?: TorchGenerator } = {}) {
+    super();
+    if (cfg.nEmbd % cfg.nHead !== 0) {
+      throw new RangeError(`GPT: nEmbd ${cfg.nEmbd} is not divisible by nHead ${cfg.nHead}`);
+    }
+    this.cfg = cfg;
+    const gen = opts.generator ?? getDefaultGenerator();
+    this.transformer = this.registerModule("transformer", new Transformer(cfg, gen));
+    // PyTorch builds lm_head as nn.Linear(C, V, bias=False) before tying it to
+    // wte: its default init consumes the generator, so draw (and drop) it too.
+    kaimingUniformLinear(gen, cfg.vocabSize, cfg.nEmbd, { bias: false });
+    // lm_head shares wte's weight (weight tying): a second name for one tensor.
+    this.registerModule("lm_head", new TiedHead(this.transformer.wte.weight));
+    this.initWeights(gen);
+  }
+
+  /**
+   * nanoGPT's init, drawn in PyTorch's order so that a model built after
+   * manualSeed(s) equals nanoGPT's built after torch.manual_seed(s):
+   * apply(_init_weights) visits wte, wpe, then each block's c_attn, attn
+   * c_proj, c_fc, mlp c_proj, and last lm_head (the tied wte, drawn again),
+   * drawing N(0, 0.02) weights and zeroing Linear biases; then every
+   * c_proj.weight is redrawn from N(0, 0.02 / sqrt(2 n_layer)).
+   */
+  initWeights(gen: TorchGenerator): void {
+    noGrad(() => {
+      const redraw = (t: Tensor, std: number) => {
+        const n = normalTensor([...t.shape], 0, std, gen);
+        t.copyFrom(n);
+        n.dispose();
+      };
+      const tr = this.transformer;
+      redraw(tr.wte.weight, 0.02);
+      redraw(tr.wpe.weight, 0.02);
+      const linears = (b: Block) => [b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj];
+      for (const b of tr.h) {
+        for (const lin of linears(b)) {
+          redraw(lin.weight, 0.02);
+          lin.bias?.fill(0);
+        }
+      }
+      redraw(tr.wte.weight, 0.02); // as lm_head
+      const projStd = 0.02 / Math.sqrt(2 * this.cfg.nLayer);
+      for (const b of tr.h) {
+        redraw(b.attn.c_proj.weight, projStd);
+        redraw(b.mlp.c_proj.weight, projStd);
+      }
+    });
+  }
+
+  /** Logits (B, T, vocab) of token ids (B, T). */
+  forward(idx: Tensor): Tensor {
+    if (idx.shape.length !== 2) {
+      throw new RangeError(
+        `GPT.forward: expected idx of shape (B, T), got [${idx.shape}]`,
+      );
+    }
+    const T = idx.shape[1]!;
+    if (T > this.cfg.blockSize) {
+      throw new RangeError(
+        `GPT.forward: sequence length ${T} exceeds block size ${this.cfg.blockSize}`,
+      );
+    }
+    const tr = this.transformer;
+    let x = add(tr.wte.forward(idx), tr.wpe.forward(this.#positionIds(T)));
+    x = tr.drop.forward(x);
+    for (const b of tr.h) x = b.forward(x);
+    return linear(tr.ln_f.forward(x), tr.wte.weight);
+  }
+
+  /** Mean cross-entropy of next-token prediction; targets -1 are ignored. */
+  loss(idx: Tensor, targets: Tensor): Tensor {
+    return crossEntropy(this.forward(idx), targets, { ignoreIndex: -1 });
+  }
+
+  #positionIds(T: number): Tensor {
+    let p = this.#positions.get(T);
+    if (!p) {
+      p = fromArray(Int32Array.from({ length: T }, (_, i) => i), [T]).keep();
+      this.#positions.set(T, p);
+    }
+    return p;
+  }
+
+  override dispose(): void {
+    for (const p of this.#positions.values()) p.dispose();
+    this.#positions.clear();
+    super.dispose();
+  }
+}
+
+/** Holds the tied lm_head weight under the name "weight". */
+class TiedHead extends Module {
+  constructor(weight: Tensor) {
+    super();
+    this.registerParameter("weight", weight);
+  }
+}

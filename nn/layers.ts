@@ -1,0 +1,142 @@
+/**
+ * The standard layers with PyTorch's parameter names, shapes and default
+ * initialisation: Linear, ReLU, GELU, Dropout, LayerNorm, Embedding, and
+ * Sequential (children named "0", "1", …).
+ */
+import { Module } from "./module.ts";
+import {
+  linearBiasBound,
+  linearWeightBound,
+  normalTensor,
+  uniformTensor,
+} from "./init.ts";
+import { full, type Tensor } from "../tensor/tensor.ts";
+import { linear } from "../tensor/ops/linalg.ts";
+import { dropout, gelu, relu } from "../tensor/ops/elementwise.ts";
+import { embedding, layerNorm } from "../tensor/ops/nn.ts";
+import type { TorchGenerator } from "../random/torch_generator.ts";
+
+/** A module mapping one tensor to one tensor. */
+export abstract class Layer extends Module {
+  abstract forward(x: Tensor): Tensor;
+}
+
+/** y = x W^T + b; weight (out, in) and bias (out) drawn as torch.nn.Linear does. */
+export class Linear extends Layer {
+  readonly weight: Tensor;
+  readonly bias: Tensor | null;
+  constructor(
+    readonly inFeatures: number,
+    readonly outFeatures: number,
+    opts: { bias?: boolean; generator?: TorchGenerator } = {},
+  ) {
+    super();
+    const wb = linearWeightBound(inFeatures);
+    this.weight = this.registerParameter(
+      "weight",
+      uniformTensor([outFeatures, inFeatures], -wb, wb, opts.generator),
+    );
+    if (opts.bias ?? true) {
+      const bb = linearBiasBound(inFeatures);
+      this.bias = this.registerParameter(
+        "bias",
+        uniformTensor([outFeatures], -bb, bb, opts.generator),
+      );
+    } else {
+      this.bias = null;
+    }
+  }
+  forward(x: Tensor): Tensor {
+    return linear(x, this.weight, this.bias);
+  }
+}
+
+/** max(x, 0). */
+export class ReLU extends Layer {
+  forward(x: Tensor): Tensor {
+    return relu(x);
+  }
+}
+
+/** GELU, tanh approximation. */
+export class GELU extends Layer {
+  forward(x: Tensor): Tensor {
+    return gelu(x);
+  }
+}
+
+/**
+ * Dropout with a seeded, counter-based mask: each call uses the next offset,
+ * so a run is reproducible from (seed, number of calls), which checkpoints save.
+ */
+export class Dropout extends Layer {
+  /** Mask stream position; advanced by the element count of each call. */
+  offset = 0n;
+  constructor(readonly p: number, public seed: bigint = 0n) {
+    super();
+    if (!(p >= 0 && p < 1)) {
+      throw new RangeError(`Dropout: p must be in [0, 1), got ${p}`);
+    }
+  }
+  forward(x: Tensor): Tensor {
+    if (!this.training || this.p === 0) return x;
+    const out = dropout(x, this.p, this.seed, this.offset);
+    this.offset += BigInt(x.numel);
+    return out;
+  }
+}
+
+/** Layer norm over the last dim with weight = 1, bias = 0 at init. */
+export class LayerNorm extends Layer {
+  readonly weight: Tensor;
+  readonly bias: Tensor | null;
+  constructor(
+    readonly normalizedShape: number,
+    opts: { bias?: boolean; eps?: number } = {},
+  ) {
+    super();
+    this.eps = opts.eps ?? 1e-5;
+    this.weight = this.registerParameter("weight", full([normalizedShape], 1));
+    this.bias = (opts.bias ?? true)
+      ? this.registerParameter("bias", full([normalizedShape], 0))
+      : null;
+  }
+  readonly eps: number;
+  forward(x: Tensor): Tensor {
+    return layerNorm(x, this.weight, this.bias, this.eps);
+  }
+}
+
+/** A lookup table (num, dim), N(0, 1) at init as torch.nn.Embedding. */
+export class Embedding extends Module {
+  readonly weight: Tensor;
+  constructor(
+    readonly num: number,
+    readonly dim: number,
+    opts: { generator?: TorchGenerator } = {},
+  ) {
+    super();
+    this.weight = this.registerParameter(
+      "weight",
+      normalTensor([num, dim], 0, 1, opts.generator),
+    );
+  }
+  forward(idx: Tensor): Tensor {
+    return embedding(idx, this.weight);
+  }
+}
+
+/** Layers applied in order; children are named "0", "1", … as in torch.nn.Sequential. */
+export class Sequential extends Layer {
+  readonly layers: Layer[];
+  constructor(...layers: Layer[]) {
+    super();
+    this.layers = layers;
+    layers.forEach((l, i) => this.registerModule(String(i), l));
+  }
+  forward(x: Tensor): Tensor {
+    let y = x;
+    for (const l of this.layers) y = l.forward(y);
+    return y;
+  }
+}

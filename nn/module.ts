@@ -1,0 +1,197 @@
+/**
+ * Module: a tree of named parameters, buffers and child modules whose
+ * state_dict keys are the dotted names PyTorch uses ("0.weight",
+ * "transformer.h.0.attn.c_attn.bias"). A "module." prefix is never written.
+ */
+import { type Tensor } from "../tensor/tensor.ts";
+import { noGrad } from "../tensor/autograd.ts";
+
+/** Problems found when loading a state dict, each listed by name. */
+export class StateDictError extends Error {
+  constructor(
+    readonly missing: string[],
+    readonly unexpected: string[],
+    readonly mismatched: {
+      name: string;
+      expected: readonly number[];
+      got: readonly number[];
+    }[],
+  ) {
+    const parts: string[] = [];
+    if (missing.length) parts.push(`missing keys: ${missing.join(", ")}`);
+    if (unexpected.length) {
+      parts.push(`unexpected keys: ${unexpected.join(", ")}`);
+    }
+    for (const m of mismatched) {
+      parts.push(`${m.name}: expected shape [${m.expected}], got [${m.got}]`);
+    }
+    super(`Cannot load state dict: ${parts.join("; ")}`);
+    this.name = "StateDictError";
+  }
+}
+
+/** A tensor as a state-dict source: anything with a shape and raw little-endian bytes. */
+export interface StateTensor {
+  shape: readonly number[];
+  dtype: string;
+  bytes(): Uint8Array;
+}
+
+/** Base class of layers and models. */
+export abstract class Module {
+  readonly #params = new Map<string, Tensor>();
+  readonly #buffers = new Map<string, Tensor>();
+  readonly #children = new Map<string, Module>();
+  /** Training mode (dropout active). */
+  training = true;
+
+  /** Registers a trainable tensor under `name` (it gets requiresGrad). */
+  protected registerParameter(name: string, t: Tensor): Tensor {
+    t.requiresGrad = true;
+    t.keep();
+    this.#params.set(name, t);
+    return t;
+  }
+
+  /** Registers a non-trainable tensor saved in the state dict. */
+  protected registerBuffer(name: string, t: Tensor): Tensor {
+    t.keep();
+    this.#buffers.set(name, t);
+    return t;
+  }
+
+  /** Registers a child module under `name`. */
+  protected registerModule<M extends Module>(name: string, m: M): M {
+    this.#children.set(name, m);
+    return m;
+  }
+
+  /** Child modules in registration order. */
+  children(): [string, Module][] {
+    return [...this.#children];
+  }
+
+  /**
+   * Parameters with their dotted names, in PyTorch's order (own first, then
+   * children depth-first); a tensor shared by two names (tied weights) is
+   * listed once, under its first name, as named_parameters() does.
+   */
+  namedParameters(): [string, Tensor][] {
+    const seen = new Set<Tensor>();
+    const out: [string, Tensor][] = [];
+    for (const [name, t] of this.#walk("params")) {
+      if (seen.has(t)) continue;
+      seen.add(t);
+      out.push([name, t]);
+    }
+    return out;
+  }
+
+  /** The parameters, in namedParameters() order. */
+  parameters(): Tensor[] {
+    return this.namedParameters().map(([, t]) => t);
+  }
+
+  /** Buffers with their dotted names. */
+  namedBuffers(): [string, Tensor][] {
+    return [...this.#walk("buffers")];
+  }
+
+  /** Every parameter (tied ones under each name) and buffer, as state_dict(). */
+  stateDict(): Map<string, Tensor> {
+    const out = new Map<string, Tensor>();
+    this.#collectState("", out);
+    return out;
+  }
+
+  #collectState(prefix: string, out: Map<string, Tensor>): void {
+    for (const [n, t] of this.#params) out.set(prefix + n, t);
+    for (const [n, t] of this.#buffers) out.set(prefix + n, t);
+    for (const [n, m] of this.#children) m.#collectState(`${prefix}${n}.`, out);
+  }
+
+  *#walk(kind: "params" | "buffers", prefix = ""): Generator<[string, Tensor]> {
+    const own = kind === "params" ? this.#params : this.#buffers;
+    for (const [n, t] of own) yield [prefix + n, t];
+    for (const [n, m] of this.#children) yield* m.#walk(kind, `${prefix}${n}.`);
+  }
+
+  /**
+   * Copies tensors into this module's parameters and buffers. With strict
+   * (the default) every key must match: the error lists each missing,
+   * unexpected and wrongly shaped entry. A leading "module." on every key
+   * (a DDP-wrapped PyTorch model) is accepted.
+   */
+  loadStateDict(
+    source: Map<string, StateTensor>,
+    opts: { strict?: boolean } = {},
+  ): void {
+    const strict = opts.strict ?? true;
+    let src = source;
+    const keys = [...src.keys()];
+    if (keys.length > 0 && keys.every((k) => k.startsWith("module."))) {
+      src = new Map(
+        keys.map((k) => [k.slice("module.".length), source.get(k)!]),
+      );
+    }
+    const mine = this.stateDict();
+    const missing = [...mine.keys()].filter((k) => !src.has(k));
+    const unexpected = [...src.keys()].filter((k) => !mine.has(k));
+    const mismatched: StateDictError["mismatched"] = [];
+    for (const [k, t] of mine) {
+      const s = src.get(k);
+      if (!s) continue;
+      const same = s.shape.length === t.shape.length &&
+        s.shape.every((d, i) => d === t.shape[i]);
+      if (!same) mismatched.push({ name: k, expected: t.shape, got: s.shape });
+      else if (s.dtype.toLowerCase() !== t.dtype) {
+        mismatched.push({
+          name: `${k} (dtype ${s.dtype}, expected ${t.dtype})`,
+          expected: t.shape,
+          got: s.shape,
+        });
+      }
+    }
+    if (
+      mismatched.length || (strict && (missing.length || unexpected.length))
+    ) {
+      throw new StateDictError(
+        strict ? missing : [],
+        strict ? unexpected : [],
+        mismatched,
+      );
+    }
+    noGrad(() => {
+      for (const [k, t] of mine) {
+        const s = src.get(k);
+        if (s) t.copyFromArray(s.bytes());
+      }
+    });
+  }
+
+  /** Sets training mode on this module and its children. */
+  train(on = true): this {
+    this.training = on;
+    for (const [, m] of this.#children) m.train(on);
+    return this;
+  }
+
+  /** Evaluation mode (dropout off). */
+  eval(): this {
+    return this.train(false);
+  }
+
+  /** Frees every parameter, gradient and buffer. */
+  dispose(): void {
+    for (const [, t] of this.stateDict()) {
+      t.grad?.dispose();
+      t.grad = null;
+      t.dispose();
+    }
+  }
+}
+
+/** Adapts a Tensor to the StateTensor interface (for module-to-module copies). */
+export function tensorSource(t: Tensor): StateTensor {
+  return { shape: t.shape, dtype: t.dtype, bytes: () => t.toBytes() };
+}

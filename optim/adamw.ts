@@ -1,0 +1,137 @@
+/**
+ * AdamW as torch 1.13 runs it (decoupled weight decay, bias corrections in
+ * double), one fused native kernel per parameter.
+ */
+import { backend, check } from "../tensor/backend.ts";
+import { type Tensor, zeros } from "../tensor/tensor.ts";
+import { Optimizer, type OptimizerState } from "./optimizer.ts";
+
+/** AdamW hyperparameters; defaults are torch's. */
+export interface AdamWOptions {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+}
+
+const DEFAULTS: AdamWOptions = {
+  lr: 1e-3,
+  beta1: 0.9,
+  beta2: 0.999,
+  eps: 1e-8,
+  weightDecay: 1e-2,
+};
+
+interface AdamState {
+  step: number;
+  expAvg: Tensor;
+  expAvgSq: Tensor;
+}
+
+/** torch.optim.AdamW. */
+export class AdamW extends Optimizer<AdamWOptions> {
+  readonly #state = new Map<Tensor, AdamState>();
+
+  constructor(
+    params: Tensor[] | { params: Tensor[]; hyper?: Partial<AdamWOptions> }[],
+    opts: Partial<AdamWOptions> = {},
+  ) {
+    super(params, { ...DEFAULTS, ...opts });
+  }
+
+  step(): void {
+    const b = backend();
+    for (const g of this.groups) {
+      const h = g.hyper;
+      for (const p of g.params) {
+        if (!p.grad) continue;
+        let s = this.#state.get(p);
+        if (!s) {
+          s = {
+            step: 0,
+            expAvg: zeros(p.shape).keep(),
+            expAvgSq: zeros(p.shape).keep(),
+          };
+          this.#state.set(p, s);
+        }
+        s.step++;
+        check(
+          b.k.dt_adamw(
+            p.ptr,
+            p.grad.ptr,
+            s.expAvg.ptr,
+            s.expAvgSq.ptr,
+            BigInt(p.numel),
+            h.lr,
+            h.beta1,
+            h.beta2,
+            h.eps,
+            h.weightDecay,
+            BigInt(s.step),
+            b.stream,
+          ),
+          "dt_adamw",
+        );
+      }
+    }
+  }
+
+  stateDict(): OptimizerState {
+    const tensors = new Map<string, Tensor>();
+    this.params().forEach((p, i) => {
+      const s = this.#state.get(p);
+      if (!s) return;
+      tensors.set(`${i}.step`, zeros([]).fill(s.step));
+      tensors.set(`${i}.exp_avg`, s.expAvg);
+      tensors.set(`${i}.exp_avg_sq`, s.expAvgSq);
+    });
+    const paramGroups = this.groupsJson((h) => ({
+      lr: h.lr,
+      betas: [h.beta1, h.beta2],
+      eps: h.eps,
+      weight_decay: h.weightDecay,
+      amsgrad: false,
+      maximize: false,
+      foreach: null,
+      capturable: false,
+    }));
+    return { tensors, paramGroups };
+  }
+
+  loadStateDict(state: OptimizerState): void {
+    this.restoreGroups(state, (saved, h) => {
+      if (typeof saved.lr === "number") h.lr = saved.lr;
+      const betas = saved.betas as number[] | undefined;
+      if (betas) [h.beta1, h.beta2] = betas as [number, number];
+      if (typeof saved.eps === "number") h.eps = saved.eps;
+      if (typeof saved.weight_decay === "number") {
+        h.weightDecay = saved.weight_decay;
+      }
+    });
+    this.params().forEach((p, i) => {
+      const step = state.tensors.get(`${i}.step`);
+      const m = state.tensors.get(`${i}.exp_avg`);
+      const v = state.tensors.get(`${i}.exp_avg_sq`);
+      if (!step && !m && !v) return;
+      if (!step || !m || !v) {
+        throw new Error(
+          `Cannot load AdamW state of parameter ${i}: step, exp_avg and exp_avg_sq are needed`,
+        );
+      }
+      if (m.numel !== p.numel || v.numel !== p.numel) {
+        throw new Error(
+          `Cannot load AdamW state of parameter ${i}: exp_avg [${m.shape}] does not match the parameter [${p.shape}]`,
+        );
+      }
+      const old = this.#state.get(p);
+      old?.expAvg.dispose();
+      old?.expAvgSq.dispose();
+      this.#state.set(p, {
+        step: step.item(),
+        expAvg: zeros(p.shape).keep().copyFrom(m),
+        expAvgSq: zeros(p.shape).keep().copyFrom(v),
+      });
+    });
+  }
+}

@@ -1,0 +1,90 @@
+/**
+ * Learning-rate schedules: constant, linear warmup then cosine decay, and
+ * step decay. A schedule is a pure function of the step, so its state dict
+ * is just the step count; `step()` advances it and sets the optimizer's lr.
+ */
+import type { Optimizer } from "./optimizer.ts";
+
+/** lr at a given step (0-based count of completed optimizer steps). */
+export type LrFunction = (step: number) => number;
+
+/** A constant learning rate. */
+export function constantLr(lr: number): LrFunction {
+  return () => lr;
+}
+
+/**
+ * Linear warmup from 0 to maxLr over warmupSteps, then cosine decay to minLr
+ * at totalSteps (and minLr after), as nanoGPT's get_lr.
+ */
+export function warmupCosineLr(
+  opts: {
+    maxLr: number;
+    minLr?: number;
+    warmupSteps: number;
+    totalSteps: number;
+  },
+): LrFunction {
+  const { maxLr, warmupSteps, totalSteps } = opts;
+  const minLr = opts.minLr ?? 0;
+  if (!(totalSteps > warmupSteps && warmupSteps >= 0)) {
+    throw new RangeError(
+      `warmupCosineLr: need 0 <= warmupSteps (${warmupSteps}) < totalSteps (${totalSteps})`,
+    );
+  }
+  return (step) => {
+    if (step < warmupSteps) return (maxLr * (step + 1)) / (warmupSteps + 1);
+    if (step >= totalSteps) return minLr;
+    const ratio = (step - warmupSteps) / (totalSteps - warmupSteps);
+    return minLr + 0.5 * (1 + Math.cos(Math.PI * ratio)) * (maxLr - minLr);
+  };
+}
+
+/** lr * gamma^floor(step / stepSize), as torch's StepLR. */
+export function stepLr(
+  opts: { lr: number; stepSize: number; gamma?: number },
+): LrFunction {
+  const gamma = opts.gamma ?? 0.1;
+  if (!(opts.stepSize > 0)) {
+    throw new RangeError(
+      `stepLr: stepSize must be positive, got ${opts.stepSize}`,
+    );
+  }
+  return (step) => opts.lr * gamma ** Math.floor(step / opts.stepSize);
+}
+
+/** Drives an optimizer's lr from a schedule. */
+export class LrScheduler {
+  #step = 0;
+  constructor(
+    readonly optimizer: Optimizer<{ lr: number }>,
+    readonly fn: LrFunction,
+  ) {
+    optimizer.lr = fn(0);
+  }
+  /** Optimizer steps completed so far. */
+  get stepCount(): number {
+    return this.#step;
+  }
+  /** Current learning rate. */
+  get lr(): number {
+    return this.fn(this.#step);
+  }
+  /** Advances one optimizer step and applies the new lr. */
+  step(): void {
+    this.#step++;
+    this.optimizer.lr = this.fn(this.#step);
+  }
+  stateDict(): { step: number } {
+    return { step: this.#step };
+  }
+  loadStateDict(s: { step: number }): void {
+    if (!Number.isSafeInteger(s.step) || s.step < 0) {
+      throw new RangeError(
+        `LrScheduler: saved step must be a non-negative integer, got ${s.step}`,
+      );
+    }
+    this.#step = s.step;
+    this.optimizer.lr = this.fn(this.#step);
+  }
+}

@@ -1,0 +1,88 @@
+/**
+ * Reading a PyTorch fixture folder (the format of shared/fixtures/pytorch):
+ * where it is, its JSON records and its safetensors files as host arrays or
+ * dtrain tensors.
+ */
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseSafetensors, type StTensor } from "../io/safetensors.ts";
+import { type DType } from "../tensor/dtype.ts";
+import { empty, type Tensor } from "../tensor/tensor.ts";
+import type { StateTensor } from "../nn/module.ts";
+
+/** The default fixture folder: DTRAIN_FIXTURES, else ../shared/fixtures/pytorch beside the repository. */
+export function defaultFixtureDir(): string {
+  return Deno.env.get("DTRAIN_FIXTURES") ??
+    join(
+      fileURLToPath(new URL("../..", import.meta.url)),
+      "shared",
+      "fixtures",
+      "pytorch",
+    );
+}
+
+/** A fixture folder's files. */
+export class FixtureDir {
+  constructor(readonly dir: string) {}
+
+  has(name: string): boolean {
+    try {
+      return Deno.statSync(join(this.dir, name)).isFile;
+    } catch {
+      return false;
+    }
+  }
+
+  // deno-lint-ignore no-explicit-any
+  json(name: string): any {
+    return JSON.parse(Deno.readTextFileSync(join(this.dir, name)));
+  }
+
+  /** Every tensor of a safetensors file. */
+  tensors(name: string): Map<string, StTensor> {
+    return parseSafetensors(Deno.readFileSync(join(this.dir, name)), name)
+      .tensors;
+  }
+
+  /** One tensor of a safetensors file as a Float32Array (F32 only). */
+  f32(file: string, key: string): Float32Array {
+    const t = this.tensors(file).get(key);
+    if (!t) throw new Error(`${file} has no tensor "${key}"`);
+    return toFloat32(t, `${file}:${key}`);
+  }
+}
+
+/** The elements of an F32 tensor (copied so the result is aligned). */
+export function toFloat32(t: StTensor, what: string): Float32Array {
+  if (t.dtype !== "F32") {
+    throw new Error(`${what}: expected F32, got ${t.dtype}`);
+  }
+  return new Float32Array(t.data.slice().buffer);
+}
+
+/** A fixture tensor as a state-dict source for Module.loadStateDict. */
+export function stateSource(t: StTensor): StateTensor {
+  return { shape: t.shape, dtype: t.dtype.toLowerCase(), bytes: () => t.data };
+}
+
+/** All of a file's tensors as state-dict sources. */
+export function stateSources(
+  m: Map<string, StTensor>,
+): Map<string, StateTensor> {
+  return new Map([...m].map(([k, v]) => [k, stateSource(v)]));
+}
+
+/** A fixture tensor copied into a dtrain tensor (F32, I64, I32). */
+export function toTensor(t: StTensor): Tensor {
+  const dt: Record<string, DType> = {
+    F32: "f32",
+    I64: "i64",
+    I32: "i32",
+    BF16: "bf16",
+    F16: "f16",
+    U8: "u8",
+  };
+  const d = dt[t.dtype];
+  if (!d) throw new Error(`fixture tensor dtype ${t.dtype} is not supported`);
+  return empty(t.shape, d).copyFromArray(t.data);
+}

@@ -1,0 +1,323 @@
+/**
+ * Benchmark of allReduce(sum) of f32 between 2 ranks on this machine: dtrain's
+ * shared-memory process group side by side with PyTorch's gloo, plus the
+ * machine's single-thread memory-copy bandwidth as the physical reference.
+ *
+ *   deno run -A scripts/bench_allreduce.ts [--sizes 1,16,64] [--iters 20]
+ *       [--warmup 5] [--chunk BYTES] [--spin-us US] [--no-gloo] [--json]
+ *
+ * Method (the same as /work/shared/peers/pytorch/w3_allreduce.py): per size,
+ * `warmup` calls, then `iters` calls each preceded by a barrier; a call's time
+ * is the slower rank's. Columns: ms/call = median call time; algbw = bytes /
+ * time; busbw = algbw x 2(n-1)/n (= algbw for n = 2), GB = 1e9 bytes; ratio =
+ * dtrain busbw / gloo busbw. memcpy: one thread copies 256 MiB into another
+ * 256 MiB buffer; GB/s = (bytes read + bytes written) / time, median of 10.
+ */
+import { parseArgs } from "node:util";
+import { fileURLToPath } from "node:url";
+import { initProcessGroup } from "../distributed/process_group.ts";
+import { cpuKernels } from "../ffi/cpu.ts";
+
+const WORLD = 2;
+const SELF = fileURLToPath(import.meta.url);
+
+interface SizeTimes {
+  mib: number;
+  /** seconds per timed call, slower rank */
+  times: number[];
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+
+/** What the dtrain ranks measure. */
+interface DtrainResult {
+  sizes: SizeTimes[];
+  /** µs per barrier, back to back (rank 0's mean over LATENCY_CALLS) */
+  barrierUs: number;
+  /** µs per allReduce of one f32, back to back */
+  tinyAllReduceUs: number;
+}
+
+const LATENCY_CALLS = 2000;
+
+/** Mean µs of `fn` over LATENCY_CALLS back-to-back calls, after a warm-up. */
+function latencyUs(fn: () => void): number {
+  for (let i = 0; i < 200; i++) fn();
+  const t0 = performance.now();
+  for (let i = 0; i < LATENCY_CALLS; i++) fn();
+  return ((performance.now() - t0) * 1000) / LATENCY_CALLS;
+}
+
+/** One rank of the dtrain measurement: prints the times as JSON (rank 0). */
+function worker(sizes: number[], warmup: number, iters: number): void {
+  using pg = initProcessGroup();
+  const out: SizeTimes[] = [];
+  for (const mib of sizes) {
+    const t = new Float32Array((mib << 20) / 4).fill(1);
+    for (let i = 0; i < warmup; i++) pg.allReduce(t);
+    const mine = new Float64Array(iters);
+    for (let i = 0; i < iters; i++) {
+      pg.barrier("bench");
+      const t0 = performance.now();
+      pg.allReduce(t);
+      mine[i] = (performance.now() - t0) / 1000;
+    }
+    const all = new Float64Array(iters * pg.size);
+    pg.allGather(all, mine);
+    const want = WORLD ** (warmup + iters);
+    if (t[0] !== want || t[t.length - 1] !== want) {
+      throw new Error(`wrong allReduce result: ${t[0]}, ${t[t.length - 1]}, expected ${want}`);
+    }
+    out.push({
+      mib,
+      times: Array.from(
+        mine,
+        (_, i) => Math.max(...Array.from({ length: pg.size }, (_, r) => all[r * iters + i]!)),
+      ),
+    });
+  }
+  const one = new Float32Array(1);
+  const result: DtrainResult = {
+    sizes: out,
+    barrierUs: latencyUs(() => pg.barrier("latency")),
+    tinyAllReduceUs: latencyUs(() => pg.allReduce(one)),
+  };
+  if (pg.rank === 0) console.log(JSON.stringify(result));
+}
+
+/** Starts `WORLD` processes and returns rank 0's stdout (the others' must succeed). */
+async function runRanks(
+  cmd: string,
+  argsOf: (rank: number) => string[],
+  envOf: (rank: number) => Record<string, string>,
+): Promise<string> {
+  const children = Array.from(
+    { length: WORLD },
+    (_, r) =>
+      new Deno.Command(cmd, { args: argsOf(r), env: envOf(r), stdout: "piped", stderr: "piped" })
+        .spawn(),
+  );
+  try {
+    const outs = await Promise.all(children.map((c) => c.output()));
+    outs.forEach((o, r) => {
+      if (!o.success) {
+        throw new Error(
+          `rank ${r} of ${cmd} failed (exit ${o.code}): ${new TextDecoder().decode(o.stderr)}`,
+        );
+      }
+    });
+    return new TextDecoder().decode(outs[0]!.stdout);
+  } finally {
+    for (const c of children) {
+      try {
+        c.kill("SIGKILL");
+      } catch { /* already exited */ }
+    }
+  }
+}
+
+async function benchDtrain(
+  sizes: number[],
+  warmup: number,
+  iters: number,
+  extraEnv: Record<string, string>,
+): Promise<DtrainResult> {
+  const runId = `bench-${Deno.pid}-${Date.now()}`;
+  const stdout = await runRanks(
+    Deno.execPath(),
+    () => [
+      "run",
+      "-A",
+      SELF,
+      "--worker",
+      "--sizes",
+      sizes.join(","),
+      "--warmup",
+      String(warmup),
+      "--iters",
+      String(iters),
+    ],
+    (r) => ({
+      RANK: String(r),
+      LOCAL_RANK: String(r),
+      WORLD_SIZE: String(WORLD),
+      LOCAL_WORLD_SIZE: String(WORLD),
+      GROUP_RANK: "0",
+      DTRAIN_NNODES: "1",
+      DTRAIN_RUN_ID: runId,
+      MASTER_ADDR: "127.0.0.1",
+      MASTER_PORT: "29500",
+      DTRAIN_NUM_THREADS: "1",
+      ...extraEnv,
+    }),
+  );
+  return JSON.parse(stdout.trim().split("\n").at(-1)!);
+}
+
+/** The gloo rank: w3_allreduce.py's loop, printing the same JSON shape. */
+const GLOO_RANK = `
+import json, os, sys, time
+import torch, torch.distributed as dist
+sizes, warmup, iters = [int(s) for s in sys.argv[1].split(",")], int(sys.argv[2]), int(sys.argv[3])
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+out = []
+for mib in sizes:
+    t = torch.ones(mib * 2**20 // 4, dtype=torch.float32)
+    for _ in range(warmup):
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    times = []
+    for _ in range(iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        times.append(time.perf_counter() - t0)
+    gathered = [None] * world
+    dist.all_gather_object(gathered, times)
+    want = float(world) ** (warmup + iters)
+    assert t[0].item() == want and t[-1].item() == want, "wrong all_reduce result"
+    out.append({"mib": mib, "times": [max(ts) for ts in zip(*gathered)]})
+dist.destroy_process_group()
+if rank == 0:
+    print(json.dumps(out))
+`;
+
+function torchAvailable(): boolean {
+  try {
+    return new Deno.Command("python3", {
+      args: ["-c", "import torch.distributed"],
+      stdout: "null",
+      stderr: "null",
+    })
+      .outputSync().success;
+  } catch {
+    return false;
+  }
+}
+
+function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
+async function benchGloo(sizes: number[], warmup: number, iters: number): Promise<SizeTimes[]> {
+  const port = String(freePort());
+  const stdout = await runRanks(
+    "python3",
+    () => ["-c", GLOO_RANK, sizes.join(","), String(warmup), String(iters)],
+    (r) => ({
+      RANK: String(r),
+      WORLD_SIZE: String(WORLD),
+      LOCAL_RANK: String(r),
+      MASTER_ADDR: "127.0.0.1",
+      MASTER_PORT: port,
+      OMP_NUM_THREADS: "1",
+    }),
+  );
+  return JSON.parse(stdout.trim().split("\n").at(-1)!);
+}
+
+/** Single-thread copy bandwidth: (read + written bytes) / time, median of 10. */
+function benchMemcpy(): number {
+  const { symbols: k, check } = cpuKernels();
+  const bytes = 256 << 20;
+  const src = k.dt_alloc(BigInt(bytes)), dst = k.dt_alloc(BigInt(bytes));
+  if (src === null || dst === null) {
+    throw new Error("cannot allocate 2 x 256 MiB for the memcpy benchmark");
+  }
+  try {
+    check(k.dt_fill(src, 0, BigInt(bytes / 4), 1, null), "dt_fill");
+    check(k.dt_fill(dst, 0, BigInt(bytes / 4), 0, null), "dt_fill");
+    const times: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      const t0 = performance.now();
+      check(k.dt_memcpy(dst, src, BigInt(bytes), 0, null), "dt_memcpy");
+      if (i >= 2) times.push((performance.now() - t0) / 1000);
+    }
+    return (2 * bytes) / median(times) / 1e9;
+  } finally {
+    k.dt_free(src);
+    k.dt_free(dst);
+  }
+}
+
+const busbw = (mib: number, seconds: number) =>
+  ((mib * 2 ** 20) / seconds) * (2 * (WORLD - 1) / WORLD) / 1e9;
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      worker: { type: "boolean", default: false },
+      sizes: { type: "string", default: "1,16,64" },
+      iters: { type: "string", default: "20" },
+      warmup: { type: "string", default: "5" },
+      chunk: { type: "string" },
+      "spin-us": { type: "string" },
+      "no-gloo": { type: "boolean", default: false },
+      json: { type: "boolean", default: false },
+    },
+  });
+  const sizes = values.sizes.split(",").map(Number);
+  const iters = Number(values.iters), warmup = Number(values.warmup);
+  if (values.worker) return worker(sizes, warmup, iters);
+
+  const env: Record<string, string> = {};
+  if (values.chunk) env.DTRAIN_SHM_CHUNK_BYTES = values.chunk;
+  if (values["spin-us"]) env.DTRAIN_SHM_SPIN_US = values["spin-us"];
+  const { sizes: dtrain, barrierUs, tinyAllReduceUs } = await benchDtrain(
+    sizes,
+    warmup,
+    iters,
+    env,
+  );
+  const haveTorch = !values["no-gloo"] && torchAvailable();
+  const gloo = haveTorch ? await benchGloo(sizes, warmup, iters) : null;
+  const memcpy = benchMemcpy();
+
+  if (values.json) {
+    const loadavg = Deno.loadavg();
+    console.log(
+      JSON.stringify({ dtrain, barrierUs, tinyAllReduceUs, gloo, memcpyGBs: memcpy, loadavg }),
+    );
+    return;
+  }
+  const fmt = (x: number | undefined, d = 2) => x === undefined ? "-" : x.toFixed(d);
+  console.log(
+    `allReduce(sum) f32, ${WORLD} ranks, 1 thread each; ${warmup} warm-up + ${iters} timed calls, median`,
+  );
+  console.log(
+    "| size MiB | dtrain ms/call | dtrain busbw GB/s | gloo ms/call | gloo busbw GB/s | ratio |",
+  );
+  console.log("|---:|---:|---:|---:|---:|---:|");
+  for (const d of dtrain) {
+    const g = gloo?.find((x) => x.mib === d.mib);
+    const dms = median(d.times), gms = g ? median(g.times) : undefined;
+    const dbw = busbw(d.mib, dms), gbw = gms === undefined ? undefined : busbw(d.mib, gms);
+    console.log(
+      `| ${d.mib} | ${fmt(dms * 1e3, 3)} | ${fmt(dbw)} | ${
+        fmt(gms === undefined ? undefined : gms * 1e3, 3)
+      } | ` +
+        `${fmt(gbw)} | ${gbw === undefined ? "-" : (dbw / gbw).toFixed(1) + "x"} |`,
+    );
+  }
+  if (!gloo) {
+    console.log(
+      values["no-gloo"]
+        ? "gloo: skipped (--no-gloo)"
+        : "gloo: skipped (python3 cannot import torch)",
+    );
+  }
+  console.log(`memcpy 256 MiB, 1 thread: ${memcpy.toFixed(2)} GB/s (read + written bytes / time)`);
+  console.log(
+    `dtrain latency, back to back: barrier ${barrierUs.toFixed(2)} µs, ` +
+      `allReduce of 1 f32 ${tinyAllReduceUs.toFixed(2)} µs`,
+  );
+  console.log(`load average: ${Deno.loadavg().map((x) => x.toFixed(2)).join(" ")}`);
+}
+
+if (import.meta.main) await main();

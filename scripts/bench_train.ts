@@ -1,0 +1,158 @@
+/**
+ * Single-process training steps/s (forward + backward + AdamW) of the toy
+ * classifier (batch 64) and GPT-mini (vocab 256, block 128, 4 layers, 4
+ * heads, width 128, batch 16), dtrain and PyTorch side by side in one run,
+ * both on one thread, alternating trials; prints both and the ratio.
+ *
+ *   deno run -A scripts/bench_train.ts [--trials 3] [--models toy,gpt]
+ */
+import { parseArgs } from "node:util";
+import { fileURLToPath } from "node:url";
+import { buildNative } from "./build_native.ts";
+import { cpuKernels } from "../ffi/cpu.ts";
+import { fromArray, scope } from "../tensor/tensor.ts";
+import { Linear, ReLU, Sequential } from "../nn/layers.ts";
+import { GPT } from "../nn/gpt.ts";
+import { AdamW } from "../optim/adamw.ts";
+import { crossEntropy } from "../tensor/ops/nn.ts";
+import { backward } from "../tensor/autograd.ts";
+import { getDefaultGenerator, manualSeed } from "../nn/init.ts";
+
+const PYTHON = "/usr/bin/python3";
+
+/** Times `steps` training steps of dtrain's model; returns steps/s. */
+function dtrainSteps(which: "toy" | "gpt", steps: number): number {
+  manualSeed(0);
+  const gen = getDefaultGenerator();
+  let stepFn: () => void;
+  let dispose: () => void;
+  if (which === "toy") {
+    const model = new Sequential(
+      new Linear(128, 256),
+      new ReLU(),
+      new Linear(256, 2),
+    );
+    const x = new Float32Array(64 * 128);
+    gen.normal_(x, 0, 1);
+    const xt = fromArray(x, [64, 128]).keep();
+    const yt = fromArray(
+      Int32Array.from({ length: 64 }, () => gen.randint(0, 2)),
+      [64],
+    ).keep();
+    const opt = new AdamW(model.parameters(), { lr: 3e-4 });
+    stepFn = () =>
+      scope(() => {
+        opt.zeroGrad();
+        const loss = crossEntropy(model.forward(xt), yt);
+        backward(loss);
+        opt.step();
+        loss.item();
+      });
+    dispose = () => (model.dispose(), xt.dispose(), yt.dispose());
+  } else {
+    const model = new GPT({
+      vocabSize: 256,
+      blockSize: 128,
+      nLayer: 4,
+      nHead: 4,
+      nEmbd: 128,
+    });
+    const tok = () =>
+      fromArray(
+        Int32Array.from({ length: 16 * 128 }, () => gen.randint(0, 256)),
+        [16, 128],
+      ).keep();
+    const xt = tok(), yt = tok();
+    const opt = new AdamW(model.parameters(), { lr: 3e-4 });
+    stepFn = () =>
+      scope(() => {
+        opt.zeroGrad();
+        const loss = model.loss(xt, yt);
+        backward(loss);
+        opt.step();
+        loss.item();
+      });
+    dispose = () => (model.dispose(), xt.dispose(), yt.dispose());
+  }
+  for (let i = 0; i < 3; i++) stepFn();
+  const t0 = performance.now();
+  for (let i = 0; i < steps; i++) stepFn();
+  const s = (performance.now() - t0) / 1000;
+  dispose();
+  return steps / s;
+}
+
+/** Times the same work in PyTorch; null when torch is not importable. */
+async function torchSteps(
+  which: "toy" | "gpt",
+  steps: number,
+): Promise<number | null> {
+  const script = fileURLToPath(
+    new URL("./peers/train_step.py", import.meta.url),
+  );
+  try {
+    const out = await new Deno.Command(PYTHON, {
+      args: [script, which, String(steps)],
+      env: { OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1" },
+      stderr: "piped",
+    }).output();
+    if (!out.success) {
+      console.error(
+        `PyTorch peer failed: ${
+          new TextDecoder().decode(out.stderr).trim().split("\n").pop()
+        }`,
+      );
+      return null;
+    }
+    return JSON.parse(new TextDecoder().decode(out.stdout)).steps_per_s;
+  } catch {
+    return null;
+  }
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      trials: { type: "string", default: "3" },
+      models: { type: "string", default: "toy,gpt" },
+    },
+  });
+  buildNative({ quiet: true });
+  cpuKernels().symbols.dt_set_num_threads(1);
+  const trials = Number(values.trials);
+  const rows: string[][] = [[
+    "model",
+    "dtrain steps/s",
+    "PyTorch steps/s",
+    "ratio",
+    "goal",
+  ]];
+  for (const which of values.models!.split(",") as ("toy" | "gpt")[]) {
+    const steps = which === "toy" ? 2000 : 20;
+    const ours: number[] = [], theirs: number[] = [];
+    for (let t = 0; t < trials; t++) {
+      ours.push(dtrainSteps(which, steps));
+      const p = await torchSteps(which, steps);
+      if (p !== null) theirs.push(p);
+    }
+    const o = median(ours), p = theirs.length ? median(theirs) : NaN;
+    rows.push([
+      which === "toy" ? "toy (batch 64)" : "GPT-mini (batch 16x128)",
+      o.toFixed(1),
+      Number.isNaN(p) ? "n/a" : p.toFixed(1),
+      Number.isNaN(p) ? "n/a" : (o / p).toFixed(2) + "x",
+      which === "toy" ? ">= 3x" : ">= 1.0x",
+    ]);
+  }
+  const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  for (const r of rows) {
+    console.log(r.map((c, i) => c.padEnd(w[i]!)).join("  "));
+  }
+  console.log(`(median of ${trials} alternating trials, one thread each)`);
+}

@@ -1,0 +1,219 @@
+/**
+ * Builds the native libraries from kernels/ into build/: the CPU kernel
+ * library always, and the CUDA one when nvcc is present and DTRAIN_CUDA is
+ * not "0". A library is rebuilt only when the hash of its sources and flags
+ * changed; the hash is stamped into the library (dt_build_hash) and into a
+ * .hash file beside it. Output is written under a temporary name and renamed,
+ * so concurrent builds and readers never see half a file.
+ *
+ *   deno run -A scripts/build_native.ts [--force] [--quiet]
+ */
+import { join } from "node:path";
+import { fileURLToPath as fromFileUrl } from "node:url";
+import { createHash } from "node:crypto";
+
+const ROOT = fromFileUrl(new URL("..", import.meta.url));
+export const BUILD_DIR = Deno.env.get("DTRAIN_BUILD_DIR") ??
+  join(ROOT, "build");
+
+export interface LibrarySpec {
+  /** file name inside build/ */
+  name: string;
+  /** source folders (relative to the repository root) hashed and compiled */
+  dirs: string[];
+  /** file extensions compiled */
+  compileExt: string[];
+  /** the compiler and its flags, given the output path and build hash */
+  command: (out: string, hash: string, sources: string[]) => string[];
+  /** false: skip silently (a missing optional toolchain) */
+  available: () => boolean;
+}
+
+function listFiles(dir: string): string[] {
+  const out: string[] = [];
+  try {
+    for (const e of Deno.readDirSync(join(ROOT, dir))) {
+      const rel = `${dir}/${e.name}`;
+      if (e.isDirectory) out.push(...listFiles(rel));
+      else if (e.isFile) out.push(rel);
+    }
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
+  }
+  return out.sort();
+}
+
+function hasCommand(cmd: string): boolean {
+  try {
+    const r = new Deno.Command(cmd, {
+      args: ["--version"],
+      stdout: "null",
+      stderr: "null",
+    })
+      .outputSync();
+    return r.success;
+  } catch {
+    return false;
+  }
+}
+
+const CPU_FLAGS = [
+  "-O3",
+  "-std=gnu11",
+  "-fPIC",
+  "-shared",
+  "-pthread",
+  "-fvisibility=hidden",
+  // Baseline x86-64 so the library loads on any CPU; AVX2/FMA code paths are
+  // compiled per function with target attributes and chosen at run time.
+  "-march=x86-64",
+  "-mtune=generic",
+  // Match PyTorch's elementwise rounding: no silent a*b+c -> fma contraction.
+  "-ffp-contract=off",
+  "-fno-math-errno",
+  "-Wall",
+  "-Werror=implicit-function-declaration",
+];
+
+export const LIBRARIES: LibrarySpec[] = [
+  {
+    name: "libdtrain_cpu.so",
+    dirs: ["kernels/common", "kernels/cpu"],
+    compileExt: [".c"],
+    command: (out, hash, sources) => [
+      "gcc",
+      ...CPU_FLAGS,
+      `-DDT_BUILD_HASH="${hash}"`,
+      "-Ikernels/common",
+      "-o",
+      out,
+      ...sources,
+      "-lm",
+    ],
+    available: () => true,
+  },
+  {
+    name: "libdtrain_shm.so",
+    dirs: ["kernels/common", "kernels/shm"],
+    compileExt: [".c"],
+    command: (out, hash, sources) => [
+      "gcc",
+      ...CPU_FLAGS,
+      `-DDT_BUILD_HASH="${hash}"`,
+      "-Ikernels/common",
+      "-o",
+      out,
+      ...sources,
+      "-lrt",
+    ],
+    available: () => listFiles("kernels/shm").some((f) => f.endsWith(".c")),
+  },
+  {
+    // The CUDA kernel library: the same kernels/common bodies as the CPU
+    // library, a fat binary for sm_80 and sm_90 plus sm_90 PTX (newer GPUs
+    // JIT it). cudart is linked statically, so only the driver (libcuda.so.1)
+    // is needed at run time; cuBLASLt is opened with dlopen (hence -ldl).
+    name: "libdtrain_cuda.so",
+    dirs: ["kernels/common", "kernels/cuda"],
+    compileExt: [".cu"],
+    command: (out, hash, sources) => [
+      "nvcc",
+      "-O3",
+      "-std=c++17",
+      "-shared",
+      "-cudart",
+      "static",
+      // the device rounds like the CPU library: no silent a*b+c -> fma
+      "--fmad=false",
+      "-Xcompiler",
+      "-fPIC,-fvisibility=hidden,-ffp-contract=off",
+      "--threads",
+      "2",
+      "-gencode",
+      "arch=compute_80,code=sm_80",
+      "-gencode",
+      "arch=compute_90,code=sm_90",
+      "-gencode",
+      "arch=compute_90,code=compute_90",
+      `-DDT_BUILD_HASH="${hash}"`,
+      "-Ikernels/common",
+      "-o",
+      out,
+      ...sources,
+      "-ldl",
+      "-lpthread",
+    ],
+    available: () => hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0",
+  },
+];
+
+function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
+  const h = createHash("sha256");
+  const files = spec.dirs.flatMap(listFiles);
+  for (const f of files) {
+    h.update(f + "\0");
+    h.update(Deno.readFileSync(join(ROOT, f)));
+  }
+  h.update(spec.command("OUT", "HASH", []).join(" "));
+  const sources = files.filter((f) =>
+    spec.compileExt.some((ext) => f.endsWith(ext))
+  );
+  return { hash: h.digest("hex").slice(0, 16), sources };
+}
+
+/** Builds every available library that is out of date; returns the built names. */
+export function buildNative(
+  opts: { force?: boolean; quiet?: boolean } = {},
+): string[] {
+  Deno.mkdirSync(BUILD_DIR, { recursive: true });
+  const built: string[] = [];
+  for (const spec of LIBRARIES) {
+    if (!spec.available()) continue;
+    const { hash, sources } = sourceHash(spec);
+    const out = join(BUILD_DIR, spec.name);
+    const hashFile = out + ".hash";
+    let current = "";
+    try {
+      current = Deno.readTextFileSync(hashFile).trim();
+      Deno.statSync(out);
+    } catch {
+      current = "";
+    }
+    if (!opts.force && current === hash) continue;
+    const tmp = `${out}.tmp-${Deno.pid}`;
+    const [cmd, ...args] = spec.command(tmp, hash, sources);
+    if (!opts.quiet) {
+      console.error(
+        `dtrain: building ${spec.name} (${sources.length} sources)`,
+      );
+    }
+    const r = new Deno.Command(cmd!, {
+      args,
+      cwd: ROOT,
+      stdout: "inherit",
+      stderr: "inherit",
+    })
+      .outputSync();
+    if (!r.success) {
+      try {
+        Deno.removeSync(tmp);
+      } catch { /* nothing was written */ }
+      throw new Error(
+        `Cannot build ${spec.name}: ${cmd} exited with code ${r.code}`,
+      );
+    }
+    Deno.renameSync(tmp, out);
+    Deno.writeTextFileSync(hashFile + `.tmp-${Deno.pid}`, hash + "\n");
+    Deno.renameSync(hashFile + `.tmp-${Deno.pid}`, hashFile);
+    built.push(spec.name);
+  }
+  return built;
+}
+
+export { hasCommand };
+
+if (import.meta.main) {
+  const force = Deno.args.includes("--force");
+  const quiet = Deno.args.includes("--quiet");
+  buildNative({ force, quiet });
+}

@@ -1,0 +1,194 @@
+/**
+ * Reverse-mode autograd over a tape: each op that needs gradients records a
+ * Node (its inputs and a backward function next to the forward). backward()
+ * sorts the nodes topologically from the loss and sweeps them in reverse,
+ * accumulating leaf gradients (parameters) into `tensor.grad`.
+ */
+import { backend, check } from "./backend.ts";
+import { empty, full, type Tensor } from "./tensor.ts";
+
+/** One recorded op: given the gradient of its output, the gradients of its inputs. */
+export interface Node {
+  readonly name: string;
+  readonly inputs: readonly Tensor[];
+  /** Returns one gradient per input (null where an input needs none). */
+  backward(gradOut: Tensor): (Tensor | null)[];
+}
+
+let gradEnabled = true;
+
+/** Whether ops currently record the tape. */
+export function isGradEnabled(): boolean {
+  return gradEnabled;
+}
+
+/** Runs fn without recording the tape (evaluation, optimizer updates). */
+export function noGrad<T>(fn: () => T): T {
+  const prev = gradEnabled;
+  gradEnabled = false;
+  try {
+    return fn();
+  } finally {
+    gradEnabled = prev;
+  }
+}
+
+/** True when an op on these inputs must record a node. */
+export function needsGrad(...inputs: (Tensor | null | undefined)[]): boolean {
+  if (!gradEnabled) return false;
+  for (const t of inputs) if (t && t.requiresGrad) return true;
+  return false;
+}
+
+/** Attaches a node to an op's output (the output then requires grad). */
+export function record(
+  out: Tensor,
+  name: string,
+  inputs: Tensor[],
+  backward: Node["backward"],
+): Tensor {
+  out.requiresGrad = true;
+  out.node = { name, inputs, backward };
+  return out;
+}
+
+/** Adds `g` into `into` (same shape): into += g. */
+export function accumulate(into: Tensor, g: Tensor): void {
+  const b = backend();
+  check(
+    b.k.dt_axpy(into.ptr, g.ptr, BigInt(into.numel), 1, b.stream),
+    "dt_axpy",
+  );
+}
+
+/**
+ * Watches every backward pass (DDP uses it to all-reduce gradient buckets as
+ * soon as they are complete, and to find parameters that got no gradient).
+ */
+export interface BackwardObserver {
+  /** A leaf's gradient for this pass is complete (called once per reached leaf). */
+  onLeafGrad(leaf: Tensor): void;
+  /** The pass ended; `received` holds the leaves that got a gradient. */
+  onBackwardEnd(received: ReadonlySet<Tensor>): void;
+}
+
+const observers = new Set<BackwardObserver>();
+
+/** Registers an observer of every backward(); returns the function that removes it. */
+export function addBackwardObserver(o: BackwardObserver): () => void {
+  observers.add(o);
+  return () => observers.delete(o);
+}
+
+/** Options of backward(). */
+export interface BackwardOptions {
+  /** Gradient of the output; default ones (a scalar loss gets 1). */
+  gradient?: Tensor;
+  /** Called once per leaf when its gradient for this backward is complete. */
+  onLeafGrad?: (leaf: Tensor) => void;
+}
+
+/**
+ * Computes gradients of `output` with respect to every leaf tensor that
+ * requires grad, adding them into leaf.grad (allocated on first use, outside
+ * any scope, so it lives as long as the parameter).
+ */
+export function backward(output: Tensor, opts: BackwardOptions = {}): void {
+  if (!output.requiresGrad || !output.node) {
+    throw new Error(
+      `backward(): the tensor of shape [${output.shape}] does not require grad (no recorded op)`,
+    );
+  }
+  // Topological order of the tensors that carry nodes.
+  const order: Tensor[] = [];
+  const visited = new Set<Tensor>();
+  const stack: [Tensor, number][] = [[output, 0]];
+  visited.add(output);
+  while (stack.length > 0) {
+    const top = stack[stack.length - 1]!;
+    const [t, i] = top;
+    const inputs = t.node!.inputs;
+    if (i < inputs.length) {
+      top[1]++;
+      const inp = inputs[i]!;
+      if (inp.node && inp.requiresGrad && !visited.has(inp)) {
+        visited.add(inp);
+        stack.push([inp, 0]);
+      }
+    } else {
+      stack.pop();
+      order.push(t);
+    }
+  }
+  // Number of pending contributions per leaf, so onLeafGrad fires when complete.
+  const leafPending = new Map<Tensor, number>();
+  for (const t of order) {
+    for (const inp of t.node!.inputs) {
+      if (inp.requiresGrad && !inp.node) {
+        leafPending.set(inp, (leafPending.get(inp) ?? 0) + 1);
+      }
+    }
+  }
+  const received = new Set<Tensor>();
+  const grads = new Map<Tensor, Tensor>();
+  grads.set(output, opts.gradient ?? full(output.shape, 1));
+  for (let k = order.length - 1; k >= 0; k--) {
+    const t = order[k]!;
+    const g = grads.get(t);
+    grads.delete(t);
+    if (!g) continue;
+    const node = t.node!;
+    const inGrads = node.backward(g);
+    for (let j = 0; j < node.inputs.length; j++) {
+      const inp = node.inputs[j]!;
+      const gi = inGrads[j];
+      if (!inp.requiresGrad) continue;
+      if (!gi) {
+        if (!inp.node) countDownLeaf(inp, leafPending, opts);
+        continue;
+      }
+      if (gi.numel !== inp.numel) {
+        throw new Error(
+          `backward of ${node.name}: gradient of input ${j} has shape [${gi.shape}], the input has [${inp.shape}]`,
+        );
+      }
+      if (inp.node) {
+        // Gradients may alias each other (add passes g to both inputs), so a
+        // second contribution makes a new tensor instead of writing in place.
+        const prev = grads.get(inp);
+        grads.set(inp, prev ? sumOf(prev, gi) : gi);
+      } else {
+        if (inp.grad === null) {
+          inp.grad = empty(inp.shape, "f32").keep().fill(0);
+        }
+        accumulate(inp.grad, gi);
+        received.add(inp);
+        countDownLeaf(inp, leafPending, opts);
+      }
+    }
+  }
+  for (const o of observers) o.onBackwardEnd(received);
+}
+
+function sumOf(a: Tensor, b: Tensor): Tensor {
+  const out = empty(a.shape, "f32");
+  const k = backend();
+  const n = BigInt(a.numel);
+  check(
+    k.k.dt_binary(0, out.ptr, a.ptr, b.ptr, n, n, 1n, k.stream),
+    "dt_binary",
+  );
+  return out;
+}
+
+function countDownLeaf(
+  leaf: Tensor,
+  pending: Map<Tensor, number>,
+  opts: BackwardOptions,
+): void {
+  const left = (pending.get(leaf) ?? 1) - 1;
+  pending.set(leaf, left);
+  if (left !== 0) return;
+  opts.onLeafGrad?.(leaf);
+  for (const o of observers) o.onLeafGrad(leaf);
+}

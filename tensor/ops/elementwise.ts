@@ -1,0 +1,260 @@
+/**
+ * Elementwise ops with autograd: add/sub/mul with bias-style broadcasting,
+ * scale, relu, gelu (tanh approximation), dropout (seeded) and cast.
+ */
+import { backend, check } from "../backend.ts";
+import { castTensor, empty, type Tensor } from "../tensor.ts";
+import { needsGrad, record } from "../autograd.ts";
+import { asF32, requireFloat } from "./_util.ts";
+import type { DType } from "../dtype.ts";
+
+const OP = { add: 0, sub: 1, mul: 2, div: 3 } as const;
+
+/**
+ * How `b` broadcasts into `a` (whose shape is the output's), as the (bn, inner)
+ * pair of dt_binary: b's shape, right-aligned to a's, may have size-1 (or
+ * missing) dims only as a leading block and a trailing block.
+ */
+export function broadcastPlan(
+  op: string,
+  a: readonly number[],
+  b: readonly number[],
+): { bn: number; inner: number } {
+  const fail = () => {
+    throw new RangeError(
+      `${op}: cannot broadcast shape [${b}] to [${a}] (supported: equal shapes, a trailing suffix such as a bias, or size-1 dims only at the ends)`,
+    );
+  };
+  if (b.length > a.length) fail();
+  const off = a.length - b.length;
+  const bd = (i: number) => (i < off ? 1 : b[i - off]!);
+  // trailing dims where b is 1 (and a is not required to be)
+  let hi = a.length;
+  while (hi > 0 && bd(hi - 1) === 1 && a[hi - 1] !== 1) hi--;
+  let lo = 0;
+  while (lo < hi && bd(lo) === 1 && a[lo] !== 1) lo++;
+  let bn = 1;
+  for (let i = lo; i < hi; i++) {
+    if (bd(i) !== a[i]) fail();
+    bn *= a[i]!;
+  }
+  let inner = 1;
+  for (let i = hi; i < a.length; i++) inner *= a[i]!;
+  return { bn, inner };
+}
+
+function binary(op: keyof typeof OP, a0: Tensor, b0: Tensor): Tensor {
+  requireFloat(op, a0);
+  requireFloat(op, b0);
+  let a = asF32(a0), b = asF32(b0);
+  let swapped = false;
+  if (b.numel > a.numel && (op === "add" || op === "mul")) {
+    [a, b] = [b, a];
+    swapped = true;
+  }
+  const { bn, inner } = broadcastPlan(op, a.shape, b.shape);
+  const out = empty(a.shape, "f32");
+  const k = backend();
+  const n = BigInt(a.numel);
+  check(
+    k.k.dt_binary(
+      OP[op],
+      out.ptr,
+      a.ptr,
+      b.ptr,
+      n,
+      BigInt(bn),
+      BigInt(inner),
+      k.stream,
+    ),
+    "dt_binary",
+  );
+  if (needsGrad(a, b)) {
+    const A = a, B = b;
+    record(out, op, swapped ? [B, A] : [A, B], (g) => {
+      let ga: Tensor | null = null, gb: Tensor | null = null;
+      if (op === "add") {
+        ga = g;
+        gb = B.requiresGrad ? reduceTo(g, B, bn, inner) : null;
+      } else if (op === "sub") {
+        ga = g;
+        if (B.requiresGrad) {
+          const r = reduceTo(g, B, bn, inner);
+          gb = empty(r.shape, "f32");
+          check(
+            k.k.dt_scale(gb.ptr, r.ptr, BigInt(r.numel), -1, k.stream),
+            "dt_scale",
+          );
+        }
+      } else if (op === "mul") {
+        if (A.requiresGrad) {
+          ga = empty(A.shape, "f32");
+          check(
+            k.k.dt_binary(
+              OP.mul,
+              ga.ptr,
+              g.ptr,
+              B.ptr,
+              n,
+              BigInt(bn),
+              BigInt(inner),
+              k.stream,
+            ),
+            "dt_binary",
+          );
+        }
+        if (B.requiresGrad) {
+          const prod = empty(A.shape, "f32");
+          check(
+            k.k.dt_binary(OP.mul, prod.ptr, g.ptr, A.ptr, n, n, 1n, k.stream),
+            "dt_binary",
+          );
+          gb = reduceTo(prod, B, bn, inner);
+        }
+      } else {
+        throw new Error(`backward of ${op} is not implemented`);
+      }
+      return swapped ? [gb, ga] : [ga, gb];
+    });
+  }
+  return out;
+}
+
+/** Sums g over the broadcast dims of `b`. */
+function reduceTo(g: Tensor, b: Tensor, bn: number, inner: number): Tensor {
+  if (b.numel === g.numel) return g;
+  const out = empty(b.shape, "f32");
+  const k = backend();
+  check(
+    k.k.dt_reduce_bcast(
+      out.ptr,
+      g.ptr,
+      BigInt(g.numel),
+      BigInt(bn),
+      BigInt(inner),
+      k.stream,
+    ),
+    "dt_reduce_bcast",
+  );
+  return out;
+}
+
+/** a + b, b broadcast bias-style (see broadcastPlan). */
+export function add(a: Tensor, b: Tensor): Tensor {
+  return binary("add", a, b);
+}
+/** a - b. */
+export function sub(a: Tensor, b: Tensor): Tensor {
+  return binary("sub", a, b);
+}
+/** a * b (elementwise). */
+export function mul(a: Tensor, b: Tensor): Tensor {
+  return binary("mul", a, b);
+}
+
+/** alpha * x. */
+export function scale(x0: Tensor, alpha: number): Tensor {
+  const x = asF32(x0);
+  const out = empty(x.shape, "f32");
+  const k = backend();
+  check(
+    k.k.dt_scale(out.ptr, x.ptr, BigInt(x.numel), alpha, k.stream),
+    "dt_scale",
+  );
+  if (needsGrad(x)) {
+    record(out, "scale", [x], (g) => {
+      const gx = empty(x.shape, "f32");
+      check(
+        k.k.dt_scale(gx.ptr, g.ptr, BigInt(g.numel), alpha, k.stream),
+        "dt_scale",
+      );
+      return [gx];
+    });
+  }
+  return out;
+}
+
+/** max(x, 0). */
+export function relu(x0: Tensor): Tensor {
+  const x = asF32(x0);
+  const out = empty(x.shape, "f32");
+  const k = backend();
+  const n = BigInt(x.numel);
+  check(k.k.dt_relu_fwd(out.ptr, x.ptr, n, k.stream), "dt_relu_fwd");
+  if (needsGrad(x)) {
+    record(out, "relu", [x], (g) => {
+      const gx = empty(x.shape, "f32");
+      check(k.k.dt_relu_bwd(gx.ptr, g.ptr, x.ptr, n, k.stream), "dt_relu_bwd");
+      return [gx];
+    });
+  }
+  return out;
+}
+
+/** GELU with the tanh approximation (torch's approximate="tanh"). */
+export function gelu(x0: Tensor): Tensor {
+  const x = asF32(x0);
+  const out = empty(x.shape, "f32");
+  const k = backend();
+  const n = BigInt(x.numel);
+  check(k.k.dt_gelu_fwd(out.ptr, x.ptr, n, k.stream), "dt_gelu_fwd");
+  if (needsGrad(x)) {
+    record(out, "gelu", [x], (g) => {
+      const gx = empty(x.shape, "f32");
+      check(k.k.dt_gelu_bwd(gx.ptr, g.ptr, x.ptr, n, k.stream), "dt_gelu_bwd");
+      return [gx];
+    });
+  }
+  return out;
+}
+
+/**
+ * Inverted dropout: zeroes each element with probability p (the mask is a
+ * hash of (seed, offset + index), so it is reproducible on any device) and
+ * scales the rest by 1/(1-p).
+ */
+export function dropout(
+  x0: Tensor,
+  p: number,
+  seed: bigint,
+  offset = 0n,
+): Tensor {
+  if (!(p >= 0 && p < 1)) {
+    throw new RangeError(`dropout: p must be in [0, 1), got ${p}`);
+  }
+  const x = asF32(x0);
+  if (p === 0) return x;
+  const out = empty(x.shape, "f32");
+  const k = backend();
+  const n = BigInt(x.numel);
+  check(
+    k.k.dt_dropout_fwd(out.ptr, x.ptr, n, p, seed, offset, k.stream),
+    "dt_dropout_fwd",
+  );
+  if (needsGrad(x)) {
+    record(out, "dropout", [x], (g) => {
+      const gx = empty(x.shape, "f32");
+      check(
+        k.k.dt_dropout_bwd(gx.ptr, g.ptr, n, p, seed, offset, k.stream),
+        "dt_dropout_bwd",
+      );
+      return [gx];
+    });
+  }
+  return out;
+}
+
+/** Converts to another dtype; differentiable between float types. */
+export function cast(x: Tensor, dtype: DType): Tensor {
+  if (x.dtype === dtype) return x;
+  const out = castTensor(x, dtype);
+  if (needsGrad(x)) {
+    record(
+      out,
+      "cast",
+      [x],
+      (g) => [g.dtype === "f32" ? g : castTensor(g, "f32")],
+    );
+  }
+  return out;
+}

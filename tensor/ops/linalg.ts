@@ -1,0 +1,205 @@
+/**
+ * Matrix products with autograd: matmul (2-D and batched), linear
+ * (x @ W^T + b, as torch.nn.functional.linear) and the batched products of
+ * attention. Under autocast, inputs are rounded to bf16/f16 and the product
+ * accumulates in f32, its output rounded to the low precision.
+ */
+import { backend, check } from "../backend.ts";
+import { castTensor, empty, type Tensor } from "../tensor.ts";
+import { needsGrad, record } from "../autograd.ts";
+import { type DType, DTYPE_CODE } from "../dtype.ts";
+import { autocastDtype } from "../../amp/autocast.ts";
+import { requireFloat } from "./_util.ts";
+import { add } from "./elementwise.ts";
+
+/** Low-level GEMM on row-major matrices: C = alpha op(A) op(B) + beta C, batched. */
+export function gemm(
+  dtype: DType,
+  transA: boolean,
+  transB: boolean,
+  m: number,
+  n: number,
+  k: number,
+  a: Tensor,
+  b: Tensor,
+  c: Tensor,
+  opts: {
+    alpha?: number;
+    beta?: number;
+    batch?: number;
+    strideA?: number;
+    strideB?: number;
+    strideC?: number;
+  } = {},
+): void {
+  const K = backend();
+  const lda = transA ? m : k, ldb = transB ? k : n;
+  check(
+    K.k.dt_gemm(
+      DTYPE_CODE[dtype],
+      transA ? 1 : 0,
+      transB ? 1 : 0,
+      BigInt(m),
+      BigInt(n),
+      BigInt(k),
+      opts.alpha ?? 1,
+      a.ptr,
+      BigInt(lda),
+      b.ptr,
+      BigInt(ldb),
+      opts.beta ?? 0,
+      c.ptr,
+      BigInt(n),
+      BigInt(opts.batch ?? 1),
+      BigInt(opts.strideA ?? m * k),
+      BigInt(opts.strideB ?? k * n),
+      BigInt(opts.strideC ?? m * n),
+      K.stream,
+    ),
+    "dt_gemm",
+  );
+}
+
+/** The dtype a product computes in, and its inputs converted to it. */
+function productInputs(a: Tensor, b: Tensor): [DType, Tensor, Tensor] {
+  const low = autocastDtype();
+  if (low) {
+    return [
+      low,
+      a.dtype === low ? a : castTensor(a, low),
+      b.dtype === low ? b : castTensor(b, low),
+    ];
+  }
+  const fa = a.dtype === "f32" ? a : castTensor(a, "f32");
+  const fb = b.dtype === "f32" ? b : castTensor(b, "f32");
+  return ["f32", fa, fb];
+}
+
+/** A gradient in the dtype of the product's saved inputs. */
+function gradIn(g: Tensor, dt: DType): Tensor {
+  return g.dtype === dt ? g : castTensor(g, dt);
+}
+
+/** The f32 version of a product's gradient. */
+function toF32(t: Tensor): Tensor {
+  return t.dtype === "f32" ? t : castTensor(t, "f32");
+}
+
+/**
+ * Matrix product. a: (..., M, K); b: (K, N) shared by every batch, or
+ * (..., K, N) with the same batch dims as a. transB: b is given as (..., N, K).
+ */
+export function matmul(
+  a0: Tensor,
+  b0: Tensor,
+  opts: { transB?: boolean; alpha?: number } = {},
+): Tensor {
+  requireFloat("matmul", a0);
+  requireFloat("matmul", b0);
+  const transB = opts.transB ?? false;
+  const alpha = opts.alpha ?? 1;
+  if (a0.shape.length < 2 || b0.shape.length < 2) {
+    throw new RangeError(
+      `matmul: both operands need at least 2 dims, got [${a0.shape}] and [${b0.shape}]`,
+    );
+  }
+  const M = a0.shape[a0.shape.length - 2]!, K = a0.shape[a0.shape.length - 1]!;
+  const bK = b0.shape[b0.shape.length - (transB ? 1 : 2)]!;
+  const N = b0.shape[b0.shape.length - (transB ? 2 : 1)]!;
+  if (bK !== K) {
+    throw new RangeError(
+      `matmul: inner dimensions differ: [${a0.shape}] @ [${b0.shape}]${
+        transB ? "^T" : ""
+      } (${K} != ${bK})`,
+    );
+  }
+  const batchA = a0.numel / (M * K);
+  const shared = b0.shape.length === 2;
+  const batchB = b0.numel / (K * N);
+  if (!shared && batchB !== batchA) {
+    throw new RangeError(
+      `matmul: batch dimensions differ: [${a0.shape}] @ [${b0.shape}]`,
+    );
+  }
+  const [dt, a, b] = productInputs(a0, b0);
+  const outShape = [...a0.shape.slice(0, -1), N];
+  const out = empty(outShape, dt);
+  if (shared) {
+    // (batch*M, K) @ (K, N): one GEMM.
+    gemm(dt, false, transB, batchA * M, N, K, a, b, out, { alpha });
+  } else {
+    gemm(dt, false, transB, M, N, K, a, b, out, { alpha, batch: batchA });
+  }
+  if (needsGrad(a0, b0)) {
+    record(out, "matmul", [a0, b0], (g0) => {
+      const g = gradIn(g0, dt);
+      let ga: Tensor | null = null, gb: Tensor | null = null;
+      if (a0.requiresGrad) {
+        // dA = g @ op(B)^T : (.., M, N) x (N, K)
+        ga = empty(a0.shape, dt);
+        if (shared) {
+          gemm(dt, false, !transB, batchA * M, K, N, g, b, ga, { alpha });
+        } else {gemm(dt, false, !transB, M, K, N, g, b, ga, {
+            alpha,
+            batch: batchA,
+          });}
+        ga = toF32(ga);
+      }
+      if (b0.requiresGrad) {
+        gb = empty(b0.shape, dt);
+        if (shared) {
+          // dB = A^T g (K, N), or for transB: g^T A (N, K); rows of all batches summed by the GEMM.
+          if (transB) {
+            gemm(dt, true, false, N, K, batchA * M, g, a, gb, { alpha });
+          } else gemm(dt, true, false, K, N, batchA * M, a, g, gb, { alpha });
+        } else {
+          if (transB) {
+            gemm(dt, true, false, N, K, M, g, a, gb, { alpha, batch: batchA });
+          } else {gemm(dt, true, false, K, N, M, a, g, gb, {
+              alpha,
+              batch: batchA,
+            });}
+        }
+        gb = toF32(gb);
+      }
+      return [ga, gb];
+    });
+  }
+  return out;
+}
+
+/** torch.nn.functional.linear: x @ weight^T + bias. x: (..., in), weight: (out, in). */
+export function linear(
+  x: Tensor,
+  weight: Tensor,
+  bias?: Tensor | null,
+): Tensor {
+  if (
+    weight.shape.length !== 2 || x.shape[x.shape.length - 1] !== weight.shape[1]
+  ) {
+    throw new RangeError(
+      `linear: input [${x.shape}] does not match weight [${weight.shape}] (in_features ${
+        weight.shape[1]
+      })`,
+    );
+  }
+  const y = matmul(x, weight, { transB: true });
+  if (!bias) return y;
+  const low = autocastDtype();
+  const sum = add(y, bias);
+  // Under autocast the whole linear (bias included) produces a low-precision output.
+  return low ? castLow(sum, low) : sum;
+}
+
+function castLow(t: Tensor, dt: DType): Tensor {
+  const out = castTensor(t, dt);
+  if (needsGrad(t)) {
+    record(
+      out,
+      "cast",
+      [t],
+      (g) => [g.dtype === "f32" ? g : castTensor(g, "f32")],
+    );
+  }
+  return out;
+}

@@ -1,0 +1,265 @@
+/**
+ * Neural-network ops with autograd, each a fused native kernel with its
+ * backward beside it: softmax (optionally causal), layer norm, embedding
+ * lookup, cross-entropy over logits, and causal self-attention composed from
+ * them.
+ */
+import { backend, check } from "../backend.ts";
+import { castTensor, empty, type Tensor } from "../tensor.ts";
+import { needsGrad, record } from "../autograd.ts";
+import { asF32 } from "./_util.ts";
+import { matmul } from "./linalg.ts";
+import { reshape, splitLast, transpose12 } from "./shape.ts";
+
+/** softmax(scale * x) over the last dim; causal masks column j > row position (mod T). */
+export function softmax(
+  x0: Tensor,
+  opts: { causal?: boolean; scale?: number } = {},
+): Tensor {
+  const x = asF32(x0);
+  const cols = x.shape[x.shape.length - 1]!;
+  const rows = x.numel / cols;
+  const causalT = opts.causal ? x.shape[x.shape.length - 2]! : 0;
+  if (opts.causal && causalT !== cols) {
+    throw new RangeError(
+      `softmax: a causal mask needs square trailing dims, got [${x.shape}]`,
+    );
+  }
+  const scale = opts.scale ?? 1;
+  const out = empty(x.shape, "f32");
+  const k = backend();
+  check(
+    k.k.dt_softmax_fwd(
+      out.ptr,
+      x.ptr,
+      BigInt(rows),
+      BigInt(cols),
+      BigInt(causalT),
+      scale,
+      k.stream,
+    ),
+    "dt_softmax_fwd",
+  );
+  if (needsGrad(x)) {
+    record(out, "softmax", [x], (g) => {
+      const gx = empty(x.shape, "f32");
+      check(
+        k.k.dt_softmax_bwd(
+          gx.ptr,
+          g.ptr,
+          out.ptr,
+          BigInt(rows),
+          BigInt(cols),
+          scale,
+          k.stream,
+        ),
+        "dt_softmax_bwd",
+      );
+      return [gx];
+    });
+  }
+  return out;
+}
+
+/** Layer norm over the last dim (biased variance), with optional weight and bias. */
+export function layerNorm(
+  x0: Tensor,
+  weight: Tensor | null,
+  bias: Tensor | null,
+  eps = 1e-5,
+): Tensor {
+  const x = asF32(x0);
+  const C = x.shape[x.shape.length - 1]!;
+  if (weight && weight.numel !== C) {
+    throw new RangeError(
+      `layerNorm: weight [${weight.shape}] does not match the last dim of [${x.shape}]`,
+    );
+  }
+  if (bias && bias.numel !== C) {
+    throw new RangeError(
+      `layerNorm: bias [${bias.shape}] does not match the last dim of [${x.shape}]`,
+    );
+  }
+  const rows = x.numel / C;
+  const out = empty(x.shape, "f32");
+  const mean = empty([rows], "f32");
+  const rstd = empty([rows], "f32");
+  const k = backend();
+  check(
+    k.k.dt_layernorm_fwd(
+      out.ptr,
+      mean.ptr,
+      rstd.ptr,
+      x.ptr,
+      weight?.ptr ?? null,
+      bias?.ptr ?? null,
+      BigInt(rows),
+      BigInt(C),
+      eps,
+      k.stream,
+    ),
+    "dt_layernorm_fwd",
+  );
+  const inputs = [x, weight, bias].filter((t): t is Tensor => t !== null);
+  if (needsGrad(...inputs)) {
+    record(out, "layerNorm", inputs, (g) => {
+      const gx = empty(x.shape, "f32");
+      const gw = weight ? empty(weight.shape, "f32") : null;
+      const gb = bias ? empty(bias.shape, "f32") : null;
+      check(
+        k.k.dt_layernorm_bwd(
+          gx.ptr,
+          gw?.ptr ?? null,
+          gb?.ptr ?? null,
+          g.ptr,
+          x.ptr,
+          weight?.ptr ?? null,
+          mean.ptr,
+          rstd.ptr,
+          BigInt(rows),
+          BigInt(C),
+          k.stream,
+        ),
+        "dt_layernorm_bwd",
+      );
+      const res: (Tensor | null)[] = [gx];
+      if (weight) res.push(gw);
+      if (bias) res.push(gb);
+      return res;
+    });
+  }
+  return out;
+}
+
+/** The int32 version of an index tensor (i64 indices are converted, range-checked). */
+export function asIndices(idx: Tensor): Tensor {
+  if (idx.dtype === "i32") return idx;
+  if (idx.dtype !== "i64") {
+    throw new TypeError(
+      `expected an i32 or i64 index tensor, got ${idx.dtype}`,
+    );
+  }
+  return castTensor(idx, "i32");
+}
+
+/** Rows of `table` (V, C) picked by integer indices: output shape [...idx.shape, C]. */
+export function embedding(idx0: Tensor, table: Tensor): Tensor {
+  const idx = asIndices(idx0);
+  if (table.shape.length !== 2) {
+    throw new RangeError(`embedding: table must be 2-D, got [${table.shape}]`);
+  }
+  const [V, C] = table.shape as [number, number];
+  const n = idx.numel;
+  const out = empty([...idx.shape, C], "f32");
+  const k = backend();
+  check(
+    k.k.dt_embedding_fwd(
+      out.ptr,
+      idx.ptr,
+      table.ptr,
+      BigInt(n),
+      BigInt(V),
+      BigInt(C),
+      k.stream,
+    ),
+    "dt_embedding_fwd",
+  );
+  if (needsGrad(table)) {
+    record(out, "embedding", [table], (g) => {
+      const gt = empty(table.shape, "f32");
+      check(
+        k.k.dt_embedding_bwd(
+          gt.ptr,
+          g.ptr,
+          idx.ptr,
+          BigInt(n),
+          BigInt(V),
+          BigInt(C),
+          k.stream,
+        ),
+        "dt_embedding_bwd",
+      );
+      return [gt];
+    });
+  }
+  return out;
+}
+
+/**
+ * Mean cross-entropy of logits (..., V) against integer targets (...),
+ * skipping targets equal to ignoreIndex (torch's F.cross_entropy).
+ */
+export function crossEntropy(
+  logits0: Tensor,
+  targets0: Tensor,
+  opts: { ignoreIndex?: number } = {},
+): Tensor {
+  const logits = asF32(logits0);
+  const targets = asIndices(targets0);
+  const V = logits.shape[logits.shape.length - 1]!;
+  const rows = logits.numel / V;
+  if (targets.numel !== rows) {
+    throw new RangeError(
+      `crossEntropy: logits [${logits0.shape}] need ${rows} targets, got [${targets0.shape}]`,
+    );
+  }
+  const ignore = BigInt(opts.ignoreIndex ?? -100);
+  const loss = empty([], "f32");
+  const probs = empty(logits.shape, "f32");
+  const k = backend();
+  check(
+    k.k.dt_crossentropy_fwd(
+      loss.ptr,
+      probs.ptr,
+      logits.ptr,
+      targets.ptr,
+      BigInt(rows),
+      BigInt(V),
+      ignore,
+      k.stream,
+    ),
+    "dt_crossentropy_fwd",
+  );
+  if (needsGrad(logits)) {
+    record(loss, "crossEntropy", [logits], (g) => {
+      const gl = empty(logits.shape, "f32");
+      check(
+        k.k.dt_crossentropy_bwd(
+          gl.ptr,
+          probs.ptr,
+          targets.ptr,
+          g.ptr,
+          BigInt(rows),
+          BigInt(V),
+          ignore,
+          k.stream,
+        ),
+        "dt_crossentropy_bwd",
+      );
+      return [gl];
+    });
+  }
+  return loss;
+}
+
+/**
+ * Causal self-attention as in nanoGPT, from the fused qkv projection
+ * (B, T, 3C) to (B, T, C) before the output projection:
+ * q, k, v split; heads (B, nHead, T, C/nHead); softmax(q k^T / sqrt(d)) v.
+ */
+export function causalSelfAttention(qkv: Tensor, nHead: number): Tensor {
+  if (qkv.shape.length !== 3 || qkv.shape[2]! % (3 * nHead) !== 0) {
+    throw new RangeError(
+      `causalSelfAttention: expected (B, T, 3C) with C divisible by ${nHead} heads, got [${qkv.shape}]`,
+    );
+  }
+  const [B, T, C3] = qkv.shape as [number, number, number];
+  const C = C3 / 3, D = C / nHead;
+  const [q, k, v] = splitLast(qkv, C) as [Tensor, Tensor, Tensor];
+  const heads = (t: Tensor) => transpose12(reshape(t, [B, T, nHead, D])); // (B, H, T, D)
+  const qh = heads(q), kh = heads(k), vh = heads(v);
+  const att = matmul(qh, kh, { transB: true }); // (B, H, T, T)
+  const p = softmax(att, { causal: true, scale: 1 / Math.sqrt(D) });
+  const y = matmul(p, vh); // (B, H, T, D)
+  return reshape(transpose12(y), [B, T, C]);
+}

@@ -1,0 +1,149 @@
+/**
+ * Layout ops with autograd: reshape/view (no copy), transpose of the middle
+ * two of four dims (the (B,T,H,D) <-> (B,H,T,D) of attention), 2-D
+ * transpose, and split along the last dim.
+ */
+import { backend, check } from "../backend.ts";
+import { empty, numelOf, type Tensor, zeros } from "../tensor.ts";
+import { needsGrad, record } from "../autograd.ts";
+import { DTYPE_SIZE } from "../dtype.ts";
+
+/** Same elements, another shape (one dim may be -1). Shares memory. */
+export function reshape(x: Tensor, shape: readonly number[]): Tensor {
+  const s = [...shape];
+  const free = s.indexOf(-1);
+  if (free >= 0) {
+    const rest = numelOf(s.filter((_, i) => i !== free));
+    if (rest === 0 || x.numel % rest !== 0) {
+      throw new RangeError(
+        `Cannot reshape tensor of shape [${x.shape}] to [${shape}]: ${x.numel} is not divisible by ${rest}`,
+      );
+    }
+    s[free] = x.numel / rest;
+  }
+  const out = x.view(s);
+  if (needsGrad(x)) record(out, "reshape", [x], (g) => [g.view(x.shape)]);
+  return out;
+}
+
+/** (A, B, C, D) -> (A, C, B, D): a copy. */
+export function transpose12(x: Tensor): Tensor {
+  if (x.shape.length !== 4) {
+    throw new RangeError(`transpose12: expected 4 dims, got [${x.shape}]`);
+  }
+  const [A, B, C, D] = x.shape as [number, number, number, number];
+  const out = empty([A, C, B, D], x.dtype);
+  permute0213(out, x, A, B, C, D);
+  if (needsGrad(x)) {
+    record(out, "transpose12", [x], (g) => {
+      const gx = empty(x.shape, "f32");
+      permute0213(gx, g, A, C, B, D);
+      return [gx];
+    });
+  }
+  return out;
+}
+
+/** 2-D transpose (a copy). */
+export function transpose(x: Tensor): Tensor {
+  if (x.shape.length !== 2) {
+    throw new RangeError(`transpose: expected 2 dims, got [${x.shape}]`);
+  }
+  const [R, C] = x.shape as [number, number];
+  const out = empty([C, R], x.dtype);
+  permute0213(out, x, 1, R, C, 1);
+  if (needsGrad(x)) {
+    record(out, "transpose", [x], (g) => {
+      const gx = empty(x.shape, "f32");
+      permute0213(gx, g, 1, C, R, 1);
+      return [gx];
+    });
+  }
+  return out;
+}
+
+function permute0213(
+  out: Tensor,
+  x: Tensor,
+  A: number,
+  B: number,
+  C: number,
+  D: number,
+): void {
+  const k = backend();
+  check(
+    k.k.dt_transpose_0213(
+      out.ptr,
+      x.ptr,
+      BigInt(A),
+      BigInt(B),
+      BigInt(C),
+      BigInt(D),
+      BigInt(DTYPE_SIZE[x.dtype]),
+      k.stream,
+    ),
+    "dt_transpose_0213",
+  );
+}
+
+/** Columns [start, start+len) of the last dim. */
+export function sliceLast(x: Tensor, start: number, len: number): Tensor {
+  const cols = x.shape[x.shape.length - 1]!;
+  if (start < 0 || len < 0 || start + len > cols) {
+    throw new RangeError(
+      `sliceLast: columns [${start}, ${
+        start + len
+      }) are outside the last dim of [${x.shape}]`,
+    );
+  }
+  const rows = x.numel / cols;
+  const out = empty([...x.shape.slice(0, -1), len], x.dtype);
+  const k = backend();
+  const es = BigInt(DTYPE_SIZE[x.dtype]);
+  check(
+    k.k.dt_slice_cols(
+      out.ptr,
+      x.ptr,
+      BigInt(rows),
+      BigInt(cols),
+      BigInt(start),
+      BigInt(len),
+      es,
+      k.stream,
+    ),
+    "dt_slice_cols",
+  );
+  if (needsGrad(x)) {
+    record(out, "slice", [x], (g) => {
+      const gx = zeros(x.shape, "f32");
+      check(
+        k.k.dt_scatter_cols(
+          gx.ptr,
+          g.ptr,
+          BigInt(rows),
+          BigInt(cols),
+          BigInt(start),
+          BigInt(len),
+          4n,
+          k.stream,
+        ),
+        "dt_scatter_cols",
+      );
+      return [gx];
+    });
+  }
+  return out;
+}
+
+/** torch.split(x, size, dim=-1): equal chunks of the last dim. */
+export function splitLast(x: Tensor, size: number): Tensor[] {
+  const cols = x.shape[x.shape.length - 1]!;
+  if (size <= 0 || cols % size !== 0) {
+    throw new RangeError(
+      `splitLast: last dim ${cols} of [${x.shape}] is not a multiple of ${size}`,
+    );
+  }
+  const parts: Tensor[] = [];
+  for (let s = 0; s < cols; s += size) parts.push(sliceLast(x, s, size));
+  return parts;
+}

@@ -1,0 +1,366 @@
+/**
+ * Tensor: a shape, a dtype and a device over native memory from the caching
+ * allocator. Memory is owned explicitly: tensors created inside `scope()` are
+ * freed when it ends (unless returned or kept), others live until dispose().
+ * TypeScript never touches the elements: reads and writes copy through the
+ * backend's dt_memcpy.
+ */
+import { backend, check, type Device } from "./backend.ts";
+import { allocBlock, type Block, releaseBlock } from "./allocator.ts";
+import { type DType, DTYPE_CODE, DTYPE_SIZE } from "./dtype.ts";
+import type { Node } from "./autograd.ts";
+
+/** Reference-counted memory shared by a tensor and its views (reshape). */
+class Storage {
+  refs = 1;
+  constructor(readonly block: Block) {}
+  release(): void {
+    if (--this.refs === 0) releaseBlock(this.block);
+  }
+}
+
+/** Number of elements of a shape; throws on a negative or fractional dim. */
+export function numelOf(shape: readonly number[]): number {
+  let n = 1;
+  for (const d of shape) {
+    if (!Number.isSafeInteger(d) || d < 0) {
+      throw new RangeError(
+        `Invalid tensor shape [${shape}]: dimension ${d} is not a non-negative integer`,
+      );
+    }
+    n *= d;
+  }
+  return n;
+}
+
+/** Tensors created in the innermost open scope; disposed when it closes. */
+const scopes: Set<Tensor>[] = [];
+
+/** A dense, contiguous, row-major n-dimensional array in native memory. */
+export class Tensor {
+  readonly shape: readonly number[];
+  readonly dtype: DType;
+  readonly device: Device;
+  readonly numel: number;
+  #storage: Storage | null;
+  /** Address of element 0 (fixed for the tensor's life; cached for FFI calls). */
+  readonly ptr: Deno.PointerObject;
+  /** Whether gradients flow to this tensor. */
+  requiresGrad = false;
+  /** Accumulated gradient of a leaf (parameters); null until the first backward. */
+  grad: Tensor | null = null;
+  /** The autograd node that produced this tensor, if any. */
+  node: Node | null = null;
+
+  /** @internal use empty(), zeros(), fromArray() or the ops. */
+  constructor(
+    shape: readonly number[],
+    dtype: DType,
+    storage: Storage,
+    device: Device,
+    ptr: Deno.PointerObject = storage.block.ptr,
+  ) {
+    this.shape = shape;
+    this.dtype = dtype;
+    this.device = device;
+    this.numel = numelOf(shape);
+    this.#storage = storage;
+    this.ptr = ptr;
+    scopes[scopes.length - 1]?.add(this);
+  }
+
+  /** Bytes of the tensor's elements. */
+  get bytes(): number {
+    return this.numel * DTYPE_SIZE[this.dtype];
+  }
+
+  /** True once dispose() ran. */
+  get disposed(): boolean {
+    return this.#storage === null;
+  }
+
+  /** Frees the memory now (views keep it alive until they are disposed too). */
+  dispose(): void {
+    if (this.#storage === null) return;
+    this.#storage.release();
+    this.#storage = null;
+    this.node = null;
+    scopes[scopes.length - 1]?.delete(this);
+  }
+
+  /** Takes the tensor out of the current scope so it survives scope exit. */
+  keep(): this {
+    for (const s of scopes) s.delete(this);
+    return this;
+  }
+
+  /** A tensor sharing this one's memory with another shape of the same size. */
+  view(shape: readonly number[]): Tensor {
+    this.assertLive("view");
+    const n = numelOf(shape);
+    if (n !== this.numel) {
+      throw new RangeError(
+        `Cannot view tensor of shape [${this.shape}] as [${shape}]: element count ${this.numel} != ${n}`,
+      );
+    }
+    this.#storage!.refs++;
+    return new Tensor([...shape], this.dtype, this.#storage!, this.device, this.ptr);
+  }
+
+  /**
+   * A tensor over `numelOf(shape)` elements of this one's memory starting at
+   * element `offset` (e.g. one parameter's gradient inside a flat bucket).
+   */
+  subview(offset: number, shape: readonly number[]): Tensor {
+    this.assertLive("subview");
+    const n = numelOf(shape);
+    if (!Number.isSafeInteger(offset) || offset < 0 || offset + n > this.numel) {
+      throw new RangeError(
+        `Cannot take [${shape}] at element ${offset} of tensor [${this.shape}]: it ends past element ${this.numel}`,
+      );
+    }
+    this.#storage!.refs++;
+    const ptr = Deno.UnsafePointer.offset(this.ptr, offset * DTYPE_SIZE[this.dtype]) as Deno.PointerObject;
+    return new Tensor([...shape], this.dtype, this.#storage!, this.device, ptr);
+  }
+
+  /** Copies the elements out to a new typed array (f32/bf16/f16 as Float32Array). */
+  toArray(): Float32Array | Int32Array | BigInt64Array | Uint8Array {
+    this.assertLive("toArray");
+    if (this.dtype === "bf16" || this.dtype === "f16") {
+      return castTensor(this, "f32", true).toArray();
+    }
+    const out = this.dtype === "f32"
+      ? new Float32Array(this.numel)
+      : this.dtype === "i32"
+      ? new Int32Array(this.numel)
+      : this.dtype === "i64"
+      ? new BigInt64Array(this.numel)
+      : new Uint8Array(this.numel);
+    if (this.numel > 0) {
+      const b = backend();
+      check(
+        b.k.dt_memcpy(
+          Deno.UnsafePointer.of(out),
+          this.ptr,
+          BigInt(this.bytes),
+          2,
+          b.stream,
+        ),
+        "dt_memcpy",
+      );
+      check(b.k.dt_synchronize(b.stream), "dt_synchronize");
+    }
+    return out;
+  }
+
+  /** The raw bytes of the tensor (a copy). */
+  toBytes(): Uint8Array {
+    this.assertLive("toBytes");
+    const out = new Uint8Array(this.bytes);
+    if (out.length > 0) {
+      const b = backend();
+      check(
+        b.k.dt_memcpy(
+          Deno.UnsafePointer.of(out),
+          this.ptr,
+          BigInt(this.bytes),
+          2,
+          b.stream,
+        ),
+        "dt_memcpy",
+      );
+      check(b.k.dt_synchronize(b.stream), "dt_synchronize");
+    }
+    return out;
+  }
+
+  /** The value of a one-element tensor. */
+  item(): number {
+    if (this.numel !== 1) {
+      throw new RangeError(
+        `item() needs a tensor with one element, got shape [${this.shape}]`,
+      );
+    }
+    const v = this.toArray()[0]!;
+    return typeof v === "bigint" ? Number(v) : v;
+  }
+
+  /** Overwrites the elements from a typed array of the same byte length. */
+  copyFromArray(data: ArrayBufferView): this {
+    this.assertLive("copyFromArray");
+    if (data.byteLength !== this.bytes) {
+      throw new RangeError(
+        `Cannot copy ${data.byteLength} bytes into tensor of shape [${this.shape}] ${this.dtype} (${this.bytes} bytes)`,
+      );
+    }
+    if (this.bytes > 0) {
+      const b = backend();
+      const src = Deno.UnsafePointer.of(data as unknown as BufferSource);
+      check(
+        b.k.dt_memcpy(this.ptr, src, BigInt(this.bytes), 1, b.stream),
+        "dt_memcpy",
+      );
+      check(b.k.dt_synchronize(b.stream), "dt_synchronize");
+    }
+    return this;
+  }
+
+  /** Overwrites the elements with another tensor's (same shape and dtype). */
+  copyFrom(src: Tensor): this {
+    this.assertLive("copyFrom");
+    if (src.numel !== this.numel || src.dtype !== this.dtype) {
+      throw new RangeError(
+        `Cannot copy tensor [${src.shape}] ${src.dtype} into [${this.shape}] ${this.dtype}`,
+      );
+    }
+    const b = backend();
+    check(
+      b.k.dt_memcpy(this.ptr, src.ptr, BigInt(this.bytes), 3, b.stream),
+      "dt_memcpy",
+    );
+    return this;
+  }
+
+  /** Sets every element to `value`. */
+  fill(value: number): this {
+    this.assertLive("fill");
+    const b = backend();
+    check(
+      b.k.dt_fill(
+        this.ptr,
+        DTYPE_CODE[this.dtype],
+        BigInt(this.numel),
+        value,
+        b.stream,
+      ),
+      "dt_fill",
+    );
+    return this;
+  }
+
+  /** Throws when the tensor was disposed. */
+  assertLive(op: string): void {
+    if (this.#storage === null) {
+      throw new Error(
+        `${op}: tensor of shape [${this.shape}] was already disposed`,
+      );
+    }
+  }
+
+  toString(): string {
+    return `Tensor([${this.shape}], ${this.dtype}, ${this.device})`;
+  }
+}
+
+/** An uninitialised tensor. */
+export function empty(shape: readonly number[], dtype: DType = "f32"): Tensor {
+  const n = numelOf(shape);
+  const b = backend();
+  return new Tensor(
+    [...shape],
+    dtype,
+    new Storage(allocBlock(n * DTYPE_SIZE[dtype])),
+    b.device,
+  );
+}
+
+/** A tensor of zeros. */
+export function zeros(shape: readonly number[], dtype: DType = "f32"): Tensor {
+  return empty(shape, dtype).fill(0);
+}
+
+/** A tensor filled with `value`. */
+export function full(
+  shape: readonly number[],
+  value: number,
+  dtype: DType = "f32",
+): Tensor {
+  return empty(shape, dtype).fill(value);
+}
+
+/** A tensor with the contents of a typed array (copied). */
+export function fromArray(
+  data: Float32Array | Int32Array | BigInt64Array | Uint8Array | number[],
+  shape?: readonly number[],
+  dtype?: DType,
+): Tensor {
+  const arr = Array.isArray(data) ? Float32Array.from(data) : data;
+  const dt: DType = dtype ??
+    (arr instanceof Float32Array
+      ? "f32"
+      : arr instanceof Int32Array
+      ? "i32"
+      : arr instanceof BigInt64Array
+      ? "i64"
+      : "u8");
+  const sh = shape ?? [arr.length];
+  const t = empty(sh, dt);
+  if (arr.byteLength !== t.bytes) {
+    t.dispose();
+    throw new RangeError(
+      `fromArray: ${arr.length} elements of ${arr.constructor.name} do not fill shape [${sh}] of ${dt}`,
+    );
+  }
+  return t.copyFromArray(arr);
+}
+
+/** Converts a tensor's elements to another dtype (no autograd; see ops for the differentiable cast). */
+export function castTensor(t: Tensor, dtype: DType, temporary = false): Tensor {
+  const out = empty(t.shape, dtype);
+  const b = backend();
+  check(
+    b.k.dt_cast(
+      out.ptr,
+      DTYPE_CODE[dtype],
+      t.ptr,
+      DTYPE_CODE[t.dtype],
+      BigInt(t.numel),
+      b.stream,
+    ),
+    "dt_cast",
+  );
+  if (temporary) out.keep();
+  return out;
+}
+
+/**
+ * Runs fn with a new scope: every tensor created inside and not returned (or
+ * kept with keep()) is disposed when fn returns or throws. Returned tensors
+ * (directly, or inside an array or plain object) move to the enclosing scope.
+ */
+export function scope<T>(fn: () => T): T {
+  const mine = new Set<Tensor>();
+  scopes.push(mine);
+  let result: T;
+  try {
+    result = fn();
+  } catch (e) {
+    scopes.pop();
+    for (const t of mine) t.dispose();
+    throw e;
+  }
+  scopes.pop();
+  const survivors = new Set<Tensor>();
+  collectTensors(result, survivors);
+  for (const t of mine) if (!survivors.has(t)) t.dispose();
+  const outer = scopes[scopes.length - 1];
+  if (outer) { for (const t of survivors) if (mine.has(t)) outer.add(t); }
+  return result;
+}
+
+function collectTensors(v: unknown, into: Set<Tensor>): void {
+  if (v instanceof Tensor) into.add(v);
+  else if (Array.isArray(v)) { for (const x of v) collectTensors(x, into); }
+  else if (
+    v !== null && typeof v === "object" &&
+    Object.getPrototypeOf(v) === Object.prototype
+  ) {
+    for (const x of Object.values(v)) collectTensors(x, into);
+  }
+}
+
+/** Number of tensors tracked by the open scopes (for leak tests). */
+export function scopeDepth(): number {
+  return scopes.length;
+}

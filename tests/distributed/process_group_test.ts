@@ -1,0 +1,252 @@
+/**
+ * The process group inside one process: the trivial world of one (identities,
+ * argument checks, phase reports), the settings read from the environment
+ * (timeouts, debug flag, refusal of multi-machine CPU groups), and the native
+ * library's own argument checks through a one-rank shared-memory group.
+ */
+import assert from "node:assert/strict";
+import { initProcessGroup } from "../../distributed/process_group.ts";
+import { resolveProcessGroupConfig } from "../../distributed/pg_config.ts";
+import { ShmProcessGroup } from "../../distributed/shm_backend.ts";
+import { type CollectiveRecord, setPhaseSink } from "../../distributed/phase.ts";
+import { SHM_DTYPE_CODE, shmLibrary } from "../../ffi/shm.ts";
+import { launcherEnv, shmEntries, uniqueRunId } from "./scripts/_ranks.ts";
+
+Deno.test("initProcessGroup() without a launcher environment is a world of one whose collectives are identities", () => {
+  using pg = initProcessGroup({ env: {} });
+  assert.equal(pg.backend, "single");
+  assert.deepEqual([pg.rank, pg.size], [0, 1]);
+  const x = new Float32Array([1.5, -2, 3]);
+  for (const op of ["sum", "avg", "max", "min"] as const) {
+    pg.allReduce(x, op);
+    assert.deepEqual(Array.from(x), [1.5, -2, 3], op);
+  }
+  pg.broadcast(x, 0);
+  const gathered = new Float32Array(3);
+  pg.allGather(gathered, x);
+  assert.deepEqual(Array.from(gathered), [1.5, -2, 3]);
+  const scattered = new Int32Array(2);
+  pg.reduceScatter(scattered, new Int32Array([7, -8]), "max");
+  assert.deepEqual(Array.from(scattered), [7, -8]);
+  pg.barrier("epoch-end");
+});
+
+Deno.test("a world of one checks arguments like a real group", () => {
+  using pg = initProcessGroup({ env: { WORLD_SIZE: "1", RANK: "0" } });
+  assert.throws(
+    () => pg.broadcast(new Float32Array(2), 1),
+    /broadcast: root 1 is not a rank of this group \(size 1\)/,
+  );
+  assert.throws(
+    () => pg.allGather(new Float32Array(3), new Float32Array(2)),
+    /allGather: out has 3 and inp 2 elements: expected out = 1 x inp = 2 elements/,
+  );
+  assert.throws(
+    () => pg.allGather(new Float64Array(2), new Float32Array(2)),
+    /out is f64 but inp is f32/,
+  );
+  assert.throws(
+    () => pg.allReduce(new Int32Array(2), "avg"),
+    /avg needs a floating dtype .* got i32/,
+  );
+  assert.throws(
+    () => pg.allReduce(new Float32Array(2), "prod" as "sum"),
+    /reduce op "prod" is not one of sum, avg, max, min/,
+  );
+  assert.throws(
+    () => pg.allReduce({ ptr: null, count: 4, dtype: "f32" }),
+    /null pointer but count 4/,
+  );
+  assert.throws(
+    () => pg.allReduce({ ptr: null, count: 0, dtype: "q8" as "f32" }),
+    /dtype "q8": expected one of/,
+  );
+  assert.throws(
+    () => pg.barrier("x", { timeoutMs: 0 }),
+    /timeoutMs must be a positive number, got 0/,
+  );
+  pg.close();
+  assert.throws(() => pg.barrier("after close"), /barrier: process group is closed/);
+});
+
+Deno.test("every collective reports enter and exit to the phase sink with its sequence number", () => {
+  const seen: [string, CollectiveRecord][] = [];
+  setPhaseSink({ phase() {}, collective: (rec, state) => seen.push([state, { ...rec }]) });
+  try {
+    using pg = initProcessGroup({ env: {} });
+    pg.allReduce(new Float32Array(4));
+    pg.barrier("epoch-end");
+  } finally {
+    setPhaseSink(null);
+  }
+  assert.deepEqual(seen, [
+    ["enter", { seq: 1, op: "allReduce", bytes: 16 }],
+    ["exit", { seq: 1, op: "allReduce", bytes: 16 }],
+    ["enter", { seq: 2, op: "barrier", bytes: 0, detail: "epoch-end" }],
+    ["exit", { seq: 2, op: "barrier", bytes: 0, detail: "epoch-end" }],
+  ]);
+});
+
+Deno.test("a CPU group across machines is refused with a clear error", () => {
+  const twoNodes = { ...launcherEnv(0, 4, "multi"), LOCAL_WORLD_SIZE: "2", DTRAIN_NNODES: "2" };
+  assert.throws(
+    () => initProcessGroup({ env: twoNodes }),
+    /Cannot create a CPU process group across machines: WORLD_SIZE=4, LOCAL_WORLD_SIZE=2, DTRAIN_NNODES=2\. .*Gloo backend, which dtrain does not have yet/,
+  );
+  const nnodesOnly = {
+    RANK: "0",
+    WORLD_SIZE: "2",
+    LOCAL_WORLD_SIZE: "2",
+    DTRAIN_NNODES: "2",
+    DTRAIN_RUN_ID: "",
+  };
+  assert.throws(() => initProcessGroup({ env: nnodesOnly }), /across machines: .*DTRAIN_NNODES=2/);
+});
+
+Deno.test("resolveProcessGroupConfig() reads the timeout, debug flag and run id, and names bad values", () => {
+  const env = launcherEnv(1, 2, "run-7");
+  assert.equal(resolveProcessGroupConfig({ env }).timeoutMs, 1_800_000);
+  assert.equal(
+    resolveProcessGroupConfig({ env: { ...env, DTRAIN_TIMEOUT: "2.5" } }).timeoutMs,
+    2500,
+  );
+  assert.equal(
+    resolveProcessGroupConfig({ env: { ...env, DTRAIN_TIMEOUT: "2.5" }, timeoutMs: 40 }).timeoutMs,
+    40,
+  );
+  assert.equal(
+    resolveProcessGroupConfig({ env: { ...env, DTRAIN_DISTRIBUTED_DEBUG: "detail" } }).detail,
+    true,
+  );
+  assert.equal(resolveProcessGroupConfig({ env }).detail, false);
+  const cfg = resolveProcessGroupConfig({ env });
+  assert.deepEqual([cfg.rank, cfg.size, cfg.runId], [1, 2, "run-7"]);
+  assert.throws(
+    () => resolveProcessGroupConfig({ env: { ...env, DTRAIN_DISTRIBUTED_DEBUG: "LOUD" } }),
+    /DTRAIN_DISTRIBUTED_DEBUG="LOUD": expected OFF, INFO or DETAIL/,
+  );
+  assert.throws(
+    () => resolveProcessGroupConfig({ env: { RANK: "0", WORLD_SIZE: "2" } }),
+    /DTRAIN_RUN_ID="" must be 1-160 characters/,
+  );
+  assert.throws(
+    () => resolveProcessGroupConfig({ env: { RANK: "0" } }),
+    /RANK is set but WORLD_SIZE is not/,
+  );
+});
+
+function oneRankGroup(tag: string, chunkBytes = 4096): ShmProcessGroup {
+  const runId = uniqueRunId(tag);
+  return ShmProcessGroup.open({
+    rank: 0,
+    size: 1,
+    runId,
+    timeoutMs: 5000,
+    detail: false,
+    chunkBytes,
+    spinUs: 0,
+  });
+}
+
+Deno.test("a one-rank shared-memory group runs every collective natively and leaves nothing in /dev/shm", () => {
+  using pg = oneRankGroup("one");
+  assert.deepEqual(shmEntries(pg.segmentName.slice(1)), []);
+  assert.equal(pg.chunkBytes, 4096);
+  const x = new Float64Array(3000).map((_, i) => i * 0.5 - 7);
+  const copy = x.slice();
+  pg.allReduce(x, "avg");
+  assert.deepEqual(x, copy);
+  const out = new Float64Array(3000);
+  pg.allGather(out, x);
+  assert.deepEqual(out, copy);
+  pg.reduceScatter(out, x, "min");
+  assert.deepEqual(out, copy);
+  pg.broadcast(x, 0);
+  pg.barrier("done");
+  pg.close();
+  pg.close(); // idempotent
+  assert.throws(() => pg.allReduce(x), /allReduce: process group \/dtrain-.*-pg is closed/);
+});
+
+Deno.test("a bad argument aborts the shared-memory group: later calls fail with the first error", () => {
+  using pg = oneRankGroup("badarg");
+  assert.throws(
+    () => pg.broadcast(new Float32Array(2), 3),
+    /root 3 is not a rank of this group \(size 1\)/,
+  );
+  assert.throws(
+    () => pg.barrier("next"),
+    /cannot be used after an earlier failure on rank 0: rank 0 called broadcast #1 with bad arguments: broadcast: root 3/,
+  );
+});
+
+Deno.test("the native library rejects bad arguments with text that names them", () => {
+  const lib = shmLibrary();
+  const text = (status: number) => {
+    try {
+      lib.check(status, "call");
+      return "ok";
+    } catch (e) {
+      return (e as Error).message;
+    }
+  };
+  const out = new BigUint64Array(1);
+  const name = new TextEncoder().encode(`/dtrain-${uniqueRunId("native")}-pg\0`);
+  const open = (chunk: bigint, rank = 0, world = 1) =>
+    text(lib.symbols.dt_shm_open(name, rank, world, chunk, 0n, 0, 1000n, out));
+  assert.match(
+    open(100n),
+    /chunk size 100 bytes must be a multiple of 64 between 64 x world size \(64\)/,
+  );
+  assert.match(open(4096n, 2, 2), /rank 2 is not in \[0, 2\)/);
+  assert.match(
+    text(
+      lib.symbols.dt_shm_open(
+        new TextEncoder().encode("no-slash\0"),
+        0,
+        1,
+        4096n,
+        0n,
+        0,
+        1000n,
+        out,
+      ),
+    ),
+    /segment name "no-slash" must be '\/' followed by/,
+  );
+  for (
+    const [call, pattern] of [
+      [
+        (h: Deno.PointerObject) => lib.symbols.dt_shm_allreduce(h, null, 4n, 99, 0, 1000n),
+        /unknown dtype code 99/,
+      ],
+      [
+        (h: Deno.PointerObject) =>
+          lib.symbols.dt_shm_allreduce(h, null, 4n, SHM_DTYPE_CODE.f32, 0, 1000n),
+        /buf is NULL but the count is 4/,
+      ],
+      [
+        (h: Deno.PointerObject) =>
+          lib.symbols.dt_shm_allreduce(h, null, -1n, SHM_DTYPE_CODE.f32, 0, 1000n),
+        /element count -1 is negative/,
+      ],
+      [
+        (h: Deno.PointerObject) =>
+          lib.symbols.dt_shm_allreduce(h, null, 0n, SHM_DTYPE_CODE.i64, 1, 1000n),
+        /reduce op avg is not supported for i64/,
+      ],
+      [
+        (h: Deno.PointerObject) => lib.symbols.dt_shm_barrier(h, new Uint8Array([0]), 0n),
+        /timeout 0 ms must be positive/,
+      ],
+    ] as const
+  ) {
+    assert.equal(open(4096n), "ok");
+    const h = Deno.UnsafePointer.create(out[0]!)!;
+    try {
+      assert.match(text(call(h)), pattern);
+    } finally {
+      lib.symbols.dt_shm_close(h);
+    }
+  }
+});

@@ -1,0 +1,147 @@
+/**
+ * One rank of the process-group tests, started by tests/distributed/
+ * process_group*_test.ts with the launcher's environment set.
+ *
+ *   pg_rank.ts matrix <out file>   run the case matrix (_cases.ts; sizes from
+ *                                  CASE_SIZES, dtypes from CASE_DTYPES) and
+ *                                  write every result, concatenated, to the file
+ *   pg_rank.ts serve               join the group, print {"event":"ready"}, then
+ *                                  run one command per stdin line (see below)
+ *
+ * Every outcome is one JSON line on stdout, so the test can assert on it.
+ */
+import { initProcessGroup, type ProcessGroup } from "../../../distributed/process_group.ts";
+import type { BufferLike, CollectiveDType } from "../../../distributed/process_group.ts";
+import { buildCases, BYTES, type CollectiveCase, makeInput, outputCount } from "./_cases.ts";
+
+/** Wall-clock ms, comparable between processes. */
+const now = () => performance.timeOrigin + performance.now();
+
+function say(obj: Record<string, unknown>): void {
+  console.log(JSON.stringify(obj));
+}
+
+/** Views raw bytes as the buffer kind the test wants to cover for `dtype`:
+ *  typed arrays for most, the low-level {ptr, count, dtype} for i32 and bf16. */
+function asBuffer(bytes: Uint8Array, dtype: CollectiveDType): BufferLike {
+  const n = bytes.length / BYTES[dtype];
+  switch (dtype) {
+    case "f32":
+      return new Float32Array(bytes.buffer, bytes.byteOffset, n);
+    case "f64":
+      return new Float64Array(bytes.buffer, bytes.byteOffset, n);
+    case "f16":
+      return new Float16Array(bytes.buffer, bytes.byteOffset, n);
+    case "i64":
+      return new BigInt64Array(bytes.buffer, bytes.byteOffset, n);
+    case "u8":
+      return bytes;
+    default:
+      return { ptr: n === 0 ? null : Deno.UnsafePointer.of(bytes), count: n, dtype };
+  }
+}
+
+function runCase(pg: ProcessGroup, c: CollectiveCase, index: number): Uint8Array {
+  const inp = makeInput(c, index, pg.rank, pg.size);
+  switch (c.op) {
+    case "allReduce":
+      pg.allReduce(asBuffer(inp, c.dtype), c.redop);
+      return inp;
+    case "broadcast":
+      pg.broadcast(asBuffer(inp, c.dtype), c.root!);
+      return inp;
+    case "allGather":
+    case "reduceScatter": {
+      const out = new Uint8Array(outputCount(c, pg.size) * BYTES[c.dtype]);
+      if (c.op === "allGather") pg.allGather(asBuffer(out, c.dtype), asBuffer(inp, c.dtype));
+      else pg.reduceScatter(asBuffer(out, c.dtype), asBuffer(inp, c.dtype), c.redop);
+      return out;
+    }
+  }
+}
+
+function matrix(outFile: string): void {
+  const pg = initProcessGroup();
+  const sizes = (Deno.env.get("CASE_SIZES") ?? "0,1,7,1000").split(",").map(Number);
+  const dtypes = Deno.env.get("CASE_DTYPES")?.split(",") as CollectiveDType[] | undefined;
+  const results = buildCases(pg.size, sizes, dtypes).map((c, i) => {
+    const out = runCase(pg, c, i);
+    if (i % 16 === 0) pg.barrier(`after case ${i}`);
+    return out;
+  });
+  const total = results.reduce((n, r) => n + r.length, 0);
+  const all = new Uint8Array(total);
+  let off = 0;
+  for (const r of results) {
+    all.set(r, off);
+    off += r.length;
+  }
+  Deno.writeFileSync(outFile, all);
+  pg.close();
+  say({ event: "done", rank: pg.rank, bytes: total });
+}
+
+/** Runs one stdin command: `allreduce <count> <dtype> <timeoutMs>`,
+ *  `broadcast <count> <root> <timeoutMs>`, `barrier <name> <timeoutMs>`, `close`. */
+function command(pg: ProcessGroup, words: string[]): Record<string, unknown> {
+  const [cmd, a = "", b = "", c = ""] = words;
+  const t0 = performance.now();
+  try {
+    if (cmd === "allreduce") {
+      const dtype = b as CollectiveDType;
+      const bytes = new Uint8Array(Number(a) * BYTES[dtype]);
+      pg.allReduce(asBuffer(bytes, dtype), "sum", { timeoutMs: Number(c) });
+    } else if (cmd === "broadcast") {
+      pg.broadcast(new Float32Array(Number(a)), Number(b), { timeoutMs: Number(c) });
+    } else if (cmd === "barrier") {
+      pg.barrier(a, { timeoutMs: Number(b) });
+    } else if (cmd === "close") {
+      pg.close();
+    } else {
+      throw new Error(`unknown command ${cmd}`);
+    }
+    return { event: "done", cmd, ok: true, ms: performance.now() - t0 };
+  } catch (e) {
+    const status = (e as { status?: number }).status;
+    return {
+      event: "done",
+      cmd,
+      ok: false,
+      error: (e as Error).message,
+      status,
+      ms: performance.now() - t0,
+    };
+  }
+}
+
+async function serve(): Promise<void> {
+  let pg: ProcessGroup;
+  const t0 = performance.now();
+  try {
+    pg = initProcessGroup();
+  } catch (e) {
+    say({ event: "init-failed", error: (e as Error).message, ms: performance.now() - t0 });
+    return;
+  }
+  say({ event: "ready", rank: pg.rank, pid: Deno.pid });
+  const lines = Deno.stdin.readable.pipeThrough(new TextDecoderStream());
+  let pending = "";
+  for await (const text of lines) {
+    pending += text;
+    let nl;
+    while ((nl = pending.indexOf("\n")) >= 0) {
+      const line = pending.slice(0, nl).trim();
+      pending = pending.slice(nl + 1);
+      if (line === "") continue;
+      say({ event: "enter", cmd: line, t: now() });
+      say({ ...command(pg, line.split(/\s+/)), t: now() });
+    }
+  }
+}
+
+if (import.meta.main) {
+  const [mode, arg] = Deno.args;
+  if (mode === "matrix") matrix(arg!);
+  else if (mode === "serve") await serve();
+  else throw new Error(`usage: pg_rank.ts matrix <out file> | serve (got ${Deno.args.join(" ")})`);
+}
