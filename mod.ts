@@ -24,29 +24,12 @@
  */
 
 // tensors and autograd
-export {
-  castTensor,
-  empty,
-  fromArray,
-  full,
-  scope,
-  Tensor,
-  zeros,
-} from "./tensor/tensor.ts";
+export { castTensor, empty, fromArray, full, scope, Tensor, zeros } from "./tensor/tensor.ts";
 export type { DType } from "./tensor/dtype.ts";
 export { backend, type Device, setDevice } from "./tensor/backend.ts";
 export { memoryStats } from "./tensor/allocator.ts";
 export { backward, isGradEnabled, noGrad } from "./tensor/autograd.ts";
-export {
-  add,
-  cast,
-  dropout,
-  gelu,
-  mul,
-  relu,
-  scale,
-  sub,
-} from "./tensor/ops/elementwise.ts";
+export { add, cast, dropout, gelu, mul, relu, scale, sub } from "./tensor/ops/elementwise.ts";
 export { linear, matmul } from "./tensor/ops/linalg.ts";
 export {
   causalSelfAttention,
@@ -55,13 +38,7 @@ export {
   layerNorm,
   softmax,
 } from "./tensor/ops/nn.ts";
-export {
-  reshape,
-  sliceLast,
-  splitLast,
-  transpose,
-  transpose12,
-} from "./tensor/ops/shape.ts";
+export { reshape, sliceLast, splitLast, transpose, transpose12 } from "./tensor/ops/shape.ts";
 export { mean, sum } from "./tensor/ops/reduce.ts";
 
 // layers and models
@@ -82,15 +59,25 @@ export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
 // optimizers, schedules, mixed precision
 export { AdamW, type AdamWOptions } from "./optim/adamw.ts";
 export { SGD, type SGDOptions } from "./optim/sgd.ts";
-export {
-  constantLr,
-  LrScheduler,
-  stepLr,
-  warmupCosineLr,
-} from "./optim/lr_schedule.ts";
+export { constantLr, LrScheduler, stepLr, warmupCosineLr } from "./optim/lr_schedule.ts";
 export { clipGradNorm, gradNorm } from "./optim/clip.ts";
 export { autocast } from "./amp/autocast.ts";
 export { GradScaler } from "./amp/grad_scaler.ts";
+
+// data
+export { type Dataset, TensorDataset } from "./data/dataset.ts";
+export { type Batch, DataLoader, type DataLoaderState } from "./data/dataloader.ts";
+export { DistributedSampler, shardIndices } from "./data/distributed_sampler.ts";
+
+// training engine
+export { type FitResult, Trainer, type TrainerOptions } from "./train/engine.ts";
+export { resolveConfig, type TrainConfig, type TrainConfigInput } from "./train/config.ts";
+export { CheckpointManager } from "./train/checkpoint.ts";
+export { loadWeights, readWeights } from "./nn/load.ts";
+
+// distributed
+export { initProcessGroup, type ProcessGroup } from "./distributed/process_group.ts";
+export { DistributedDataParallel } from "./distributed/ddp.ts";
 
 // random numbers and data order
 export { TorchGenerator } from "./random/torch_generator.ts";

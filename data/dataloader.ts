@@ -76,9 +76,7 @@ export class DataLoader {
 
   /** Number of batches in an epoch of `count` indices. */
   batchesFor(count: number): number {
-    return this.dropLast
-      ? Math.floor(count / this.batchSize)
-      : Math.ceil(count / this.batchSize);
+    return this.dropLast ? Math.floor(count / this.batchSize) : Math.ceil(count / this.batchSize);
   }
 
   /** Selects the epoch that the next iteration produces (and tells the sampler). */

@@ -61,9 +61,7 @@ export class TensorDataset implements Dataset {
     this.length = lengths[0]!;
     if (lengths.some((l) => l !== this.length || !Number.isInteger(l))) {
       throw new RangeError(
-        `TensorDataset: columns hold different numbers of samples: ${
-          lengths.join(", ")
-        }`,
+        `TensorDataset: columns hold different numbers of samples: ${lengths.join(", ")}`,
       );
     }
     this.#columns = columns.map((c) => {
@@ -128,9 +126,7 @@ export class TensorDataset implements Dataset {
     const idx = indices.slice(); // owned by the background call until it resolves
     const idxPtr = Deno.UnsafePointer.of(idx);
     const gather = backgroundGather();
-    const outs = this.#columns.map((c) =>
-      empty([indices.length, ...c.shape], c.dtype).keep()
-    );
+    const outs = this.#columns.map((c) => empty([indices.length, ...c.shape], c.dtype).keep());
     try {
       const statuses = await Promise.all(
         this.#columns.map((c, i) =>
@@ -160,9 +156,7 @@ export class TensorDataset implements Dataset {
       for (const i of indices) i < lo ? (lo = i) : i > hi ? (hi = i) : 0;
       if (lo < 0 || hi >= this.length) {
         throw new RangeError(
-          `TensorDataset: index ${
-            lo < 0 ? lo : hi
-          } is outside [0, ${this.length})`,
+          `TensorDataset: index ${lo < 0 ? lo : hi} is outside [0, ${this.length})`,
         );
       }
     }

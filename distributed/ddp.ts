@@ -13,6 +13,7 @@ import type { ProcessGroup } from "./process_group.ts";
 import { addBackwardObserver } from "../tensor/autograd.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./phase.ts";
+import { allGatherJson } from "./gather_json.ts";
 
 /** DDP options (torch's names in camelCase). */
 export interface DDPOptions {
@@ -30,9 +31,6 @@ interface Bucket {
   pending: number;
   reduced: boolean;
 }
-
-const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 
 /** Wraps a module for data-parallel training over a process group. */
 export class DistributedDataParallel<M extends Module> {
@@ -52,7 +50,9 @@ export class DistributedDataParallel<M extends Module> {
     this.#verifyAcrossRanks();
     phase("ddp: broadcast parameters");
     for (const [, p] of named) pg.broadcast(bufferOf(p), 0);
-    if (opts.broadcastBuffers ?? true) for (const [, b] of module.namedBuffers()) pg.broadcast(bufferOf(b), 0);
+    if (opts.broadcastBuffers ?? true) {
+      for (const [, b] of module.namedBuffers()) pg.broadcast(bufferOf(b), 0);
+    }
     this.#makeBuckets(named.map(([, p]) => p).reverse(), (opts.bucketCapMb ?? 25) * 2 ** 20);
     this.#removeObserver = addBackwardObserver({
       onLeafGrad: (leaf) => this.#onGrad(leaf),
@@ -127,7 +127,11 @@ export class DistributedDataParallel<M extends Module> {
       bytes = 0;
     };
     for (const p of params) {
-      if (p.dtype !== "f32") throw new TypeError(`DDP: parameter ${this.#names.get(p)} is ${p.dtype}; master weights must be f32`);
+      if (p.dtype !== "f32") {
+        throw new TypeError(
+          `DDP: parameter ${this.#names.get(p)} is ${p.dtype}; master weights must be f32`,
+        );
+      }
       if (bytes > 0 && bytes + p.bytes > capBytes) flush();
       group.push(p);
       bytes += p.bytes;
@@ -156,11 +160,13 @@ export class DistributedDataParallel<M extends Module> {
       if (unused.length > 0 && !this.#findUnused) {
         throw new Error(
           `DDP: ${unused.length} trainable parameter(s) received no gradient in this backward pass: ` +
-            `${unused.map((p) => this.#names.get(p)).join(", ")}. Every rank must use every parameter ` +
+            `${
+              unused.map((p) => this.#names.get(p)).join(", ")
+            }. Every rank must use every parameter ` +
             `(or pass findUnusedParameters: true, or set requiresGrad = false on parameters you do not train).`,
         );
       }
-      if (this.#sync) for (const b of this.buckets) if (!b.reduced) this.#reduce(b);
+      if (this.#sync) { for (const b of this.buckets) if (!b.reduced) this.#reduce(b); }
     } finally {
       for (const b of this.buckets) {
         b.pending = b.params.length;
@@ -173,17 +179,7 @@ export class DistributedDataParallel<M extends Module> {
   /** Every rank's parameter list equals rank 0's, or an error lists the differences by rank. */
   #verifyAcrossRanks(): void {
     const mine = this.module.namedParameters().map(([n, p]) => `${n}:${p.dtype}[${p.shape}]`);
-    const bytes = encoder.encode(JSON.stringify(mine));
-    const lengths = new Int32Array(this.pg.size);
-    this.pg.allGather(lengths, Int32Array.of(bytes.length));
-    const maxLen = Math.max(...lengths);
-    const padded = new Uint8Array(maxLen);
-    padded.set(bytes);
-    const all = new Uint8Array(maxLen * this.pg.size);
-    this.pg.allGather(all, padded);
-    const lists = [...lengths].map((len, r) =>
-      JSON.parse(decoder.decode(all.subarray(r * maxLen, r * maxLen + len))) as string[]
-    );
+    const lists = allGatherJson(this.pg, mine);
     const ref = lists[0]!;
     const problems: string[] = [];
     lists.forEach((list, r) => {
@@ -197,7 +193,9 @@ export class DistributedDataParallel<M extends Module> {
         else if (re !== e) diffs.push(`${e} vs rank 0 ${re}`);
       }
       for (const [n, e] of refNames) if (!names.has(n)) diffs.push(`lacks ${e}`);
-      if (diffs.length === 0 && list.join() !== ref.join()) diffs.push("same parameters in a different order");
+      if (diffs.length === 0 && list.join() !== ref.join()) {
+        diffs.push("same parameters in a different order");
+      }
       if (diffs.length) problems.push(`rank ${r}: ${diffs.join("; ")}`);
     });
     if (problems.length) {
@@ -207,7 +205,9 @@ export class DistributedDataParallel<M extends Module> {
 }
 
 /** A tensor as a collective buffer. */
-function bufferOf(t: Tensor): { ptr: Deno.PointerObject; count: number; dtype: "f32" | "i32" | "i64" } {
+function bufferOf(
+  t: Tensor,
+): { ptr: Deno.PointerObject; count: number; dtype: "f32" | "i32" | "i64" } {
   if (t.dtype !== "f32" && t.dtype !== "i32" && t.dtype !== "i64") {
     throw new TypeError(`DDP: cannot synchronise a ${t.dtype} tensor`);
   }

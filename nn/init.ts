@@ -5,10 +5,7 @@
  * built after manualSeed(1) has the same initial weights as PyTorch's.
  */
 import { TorchGenerator } from "../random/torch_generator.ts";
-export {
-  kaimingUniformLinearBound as linearWeightBound,
-  linearBiasBound,
-} from "../random/init.ts";
+export { kaimingUniformLinearBound as linearWeightBound, linearBiasBound } from "../random/init.ts";
 import { fromArray, type Tensor } from "../tensor/tensor.ts";
 
 let defaultGenerator = new TorchGenerator(0);

@@ -4,12 +4,7 @@
  * Sequential (children named "0", "1", …).
  */
 import { Module } from "./module.ts";
-import {
-  linearBiasBound,
-  linearWeightBound,
-  normalTensor,
-  uniformTensor,
-} from "./init.ts";
+import { linearBiasBound, linearWeightBound, normalTensor, uniformTensor } from "./init.ts";
 import { full, type Tensor } from "../tensor/tensor.ts";
 import { linear } from "../tensor/ops/linalg.ts";
 import { dropout, gelu, relu } from "../tensor/ops/elementwise.ts";

@@ -40,9 +40,7 @@ export function gradNorm(params: Tensor[]): number {
  * norm before clipping (f32, as torch returns it).
  */
 export function clipGradNorm(params: Tensor[], maxNorm: number): number {
-  const grads = params.map((p) => p.grad).filter((g): g is Tensor =>
-    g !== null
-  );
+  const grads = params.map((p) => p.grad).filter((g): g is Tensor => g !== null);
   if (grads.length === 0) return 0;
   let totalSq = 0;
   for (const g of grads) {

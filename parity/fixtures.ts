@@ -6,8 +6,8 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseSafetensors, type StTensor } from "../io/safetensors.ts";
-import { type DType } from "../tensor/dtype.ts";
-import { empty, type Tensor } from "../tensor/tensor.ts";
+import type { Tensor } from "../tensor/tensor.ts";
+import { fromStTensor } from "../tensor/st_bridge.ts";
 import type { StateTensor } from "../nn/module.ts";
 
 /** The default fixture folder: DTRAIN_FIXTURES, else ../shared/fixtures/pytorch beside the repository. */
@@ -72,17 +72,7 @@ export function stateSources(
   return new Map([...m].map(([k, v]) => [k, stateSource(v)]));
 }
 
-/** A fixture tensor copied into a dtrain tensor (F32, I64, I32). */
+/** A fixture tensor copied into a dtrain tensor (F32, I64, I32, …). */
 export function toTensor(t: StTensor): Tensor {
-  const dt: Record<string, DType> = {
-    F32: "f32",
-    I64: "i64",
-    I32: "i32",
-    BF16: "bf16",
-    F16: "f16",
-    U8: "u8",
-  };
-  const d = dt[t.dtype];
-  if (!d) throw new Error(`fixture tensor dtype ${t.dtype} is not supported`);
-  return empty(t.shape, d).copyFromArray(t.data);
+  return fromStTensor(t);
 }

@@ -9,19 +9,8 @@
  * the attention biases' amplify them); AdamW losses 1e-4 relative. The bf16
  * loss is allowed 8e-3 relative (bf16's 2^-9 rounding, a few roundings deep).
  */
-import {
-  type FixtureDir,
-  stateSources,
-  toFloat32,
-  toTensor,
-} from "./fixtures.ts";
-import {
-  maxAbsError,
-  maxRelError,
-  type ParityRow,
-  relL2Error,
-  row,
-} from "./report.ts";
+import { type FixtureDir, stateSources, toFloat32, toTensor } from "./fixtures.ts";
+import { maxAbsError, maxRelError, type ParityRow, relL2Error, row } from "./report.ts";
 import { scope } from "../tensor/tensor.ts";
 import { GPT, type GPTConfig } from "../nn/gpt.ts";
 import { AdamW } from "../optim/adamw.ts";
@@ -31,7 +20,7 @@ import { autocast } from "../amp/autocast.ts";
 import { gradNorm } from "../optim/clip.ts";
 
 /** The model of gpt_mini.json's config, loaded with gpt_mini_params.safetensors. */
-export function gptMiniFromFixture(fx: FixtureDir): GPT {
+export function gptMiniFromFixture(fx: FixtureDir, opts: { maskBuffer?: boolean } = {}): GPT {
   const meta = fx.json("gpt_mini.json");
   const c = meta.config;
   const cfg: GPTConfig = {
@@ -42,7 +31,7 @@ export function gptMiniFromFixture(fx: FixtureDir): GPT {
     nEmbd: Number(c.n_embd),
     bias: c.bias !== false,
     dropout: Number(c.dropout ?? 0),
-    maskBuffer: false,
+    maskBuffer: opts.maskBuffer ?? false,
   };
   const model = new GPT(cfg);
   model.loadStateDict(stateSources(fx.tensors("gpt_mini_params.safetensors")), {

@@ -93,17 +93,13 @@ export function printRows(
     (r.pass ? "PASS" : "FAIL") + (r.note ? `  (${r.note})` : ""),
   ]);
   const head = ["case", "quantity", "max error", "tolerance", "verdict"];
-  const widths = head.map((h, i) =>
-    Math.max(h.length, ...cells.map((c) => c[i]!.length))
-  );
+  const widths = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
   const fmt = (c: string[]) => c.map((x, i) => x.padEnd(widths[i]!)).join("  ");
   log(fmt(head));
   for (const c of cells) log(fmt(c));
   const failed = rows.filter((r) => !r.pass).length;
   log(
-    `parity: ${
-      rows.length - failed
-    } of ${rows.length} cases within tolerance, ${failed} outside`,
+    `parity: ${rows.length - failed} of ${rows.length} cases within tolerance, ${failed} outside`,
   );
   return failed;
 }

@@ -14,19 +14,8 @@
  * gradients whose sign flips under bf16 rounding diverge by up to 32 · lr
  * over 32 steps).
  */
-import {
-  type FixtureDir,
-  stateSources,
-  toFloat32,
-  toTensor,
-} from "./fixtures.ts";
-import {
-  maxAbsError,
-  maxRelError,
-  type ParityRow,
-  relL2Error,
-  row,
-} from "./report.ts";
+import { type FixtureDir, stateSources, toFloat32, toTensor } from "./fixtures.ts";
+import { maxAbsError, maxRelError, type ParityRow, relL2Error, row } from "./report.ts";
 import { fromArray, scope, type Tensor } from "../tensor/tensor.ts";
 import { Linear, ReLU, Sequential } from "../nn/layers.ts";
 import { AdamW } from "../optim/adamw.ts";
@@ -102,9 +91,7 @@ export function trainToyVariant(fx: FixtureDir, variant: string): ToyRun {
         ]);
         const yb = fromArray(y32.subarray(r0, r0 + mb), [mb]);
         const forward = () => crossEntropy(model.forward(xb), yb);
-        const loss: Tensor = variant === "e"
-          ? autocast("bf16", forward)
-          : forward();
+        const loss: Tensor = variant === "e" ? autocast("bf16", forward) : forward();
         const lv = loss.item();
         if (micro > 1) {
           mls.push(lv);

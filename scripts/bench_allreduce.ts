@@ -185,17 +185,23 @@ if rank == 0:
     print(json.dumps(out))
 `;
 
-function torchAvailable(): boolean {
-  try {
-    return new Deno.Command("python3", {
-      args: ["-c", "import torch.distributed"],
-      stdout: "null",
-      stderr: "null",
-    })
-      .outputSync().success;
-  } catch {
-    return false;
+/** A Python that can import torch.distributed: DTRAIN_BENCH_PYTHON, else
+ *  `python3` on PATH, else Debian's system interpreter (where python3-torch
+ *  installs, and which a pyenv `python3` on PATH hides). */
+function findTorchPython(): string | null {
+  const env = Deno.env.get("DTRAIN_BENCH_PYTHON");
+  for (const py of env ? [env] : ["python3", "/usr/bin/python3"]) {
+    try {
+      const ok = new Deno.Command(py, {
+        args: ["-c", "import torch.distributed"],
+        stdout: "null",
+        stderr: "null",
+      })
+        .outputSync().success;
+      if (ok) return py;
+    } catch { /* not installed: try the next */ }
   }
+  return null;
 }
 
 function freePort(): number {
@@ -205,10 +211,15 @@ function freePort(): number {
   return port;
 }
 
-async function benchGloo(sizes: number[], warmup: number, iters: number): Promise<SizeTimes[]> {
+async function benchGloo(
+  python: string,
+  sizes: number[],
+  warmup: number,
+  iters: number,
+): Promise<SizeTimes[]> {
   const port = String(freePort());
   const stdout = await runRanks(
-    "python3",
+    python,
     () => ["-c", GLOO_RANK, sizes.join(","), String(warmup), String(iters)],
     (r) => ({
       RANK: String(r),
@@ -275,8 +286,8 @@ async function main(): Promise<void> {
     iters,
     env,
   );
-  const haveTorch = !values["no-gloo"] && torchAvailable();
-  const gloo = haveTorch ? await benchGloo(sizes, warmup, iters) : null;
+  const python = values["no-gloo"] ? null : findTorchPython();
+  const gloo = python ? await benchGloo(python, sizes, warmup, iters) : null;
   const memcpy = benchMemcpy();
 
   if (values.json) {
@@ -309,7 +320,7 @@ async function main(): Promise<void> {
     console.log(
       values["no-gloo"]
         ? "gloo: skipped (--no-gloo)"
-        : "gloo: skipped (python3 cannot import torch)",
+        : "gloo: skipped (no python3 here can import torch; set DTRAIN_BENCH_PYTHON)",
     );
   }
   console.log(`memcpy 256 MiB, 1 thread: ${memcpy.toFixed(2)} GB/s (read + written bytes / time)`);

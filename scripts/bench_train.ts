@@ -98,9 +98,7 @@ async function torchSteps(
     }).output();
     if (!out.success) {
       console.error(
-        `PyTorch peer failed: ${
-          new TextDecoder().decode(out.stderr).trim().split("\n").pop()
-        }`,
+        `PyTorch peer failed: ${new TextDecoder().decode(out.stderr).trim().split("\n").pop()}`,
       );
       return null;
     }

@@ -12,7 +12,9 @@ import { parseArgs } from "node:util";
 import { CheckpointManager } from "../train/checkpoint.ts";
 import { assertHoldsPayload, payloadForStep } from "../tests/train/scripts/checkpoint_payloads.ts";
 
-const WRITER = fileURLToPath(new URL("../tests/train/scripts/checkpoint_writer.ts", import.meta.url));
+const WRITER = fileURLToPath(
+  new URL("../tests/train/scripts/checkpoint_writer.ts", import.meta.url),
+);
 /** The writer's rotation: keep the last 2, and every 5th step forever. */
 const KEEP_LAST = 2;
 const KEEP_EVERY = 5;
@@ -24,7 +26,11 @@ export interface KillTrialOptions {
   trials: number;
   /** Seed of the kill delays. */
   seed: number;
-  /** Each kill lands uniformly in [0, maxDelayMs) after the writer has resumed. */
+  /**
+   * Each kill lands a uniform [0, maxDelayMs) after the writer began its
+   * k-th save, k uniform in 1..3: anchored to the writer's progress rather
+   * than to the clock, so a slow (loaded) machine still gets kills mid-save.
+   */
   maxDelayMs: number;
   /** Payload size factor (1 = a few KiB per checkpoint, 16 = about 250 KiB). */
   scale: number;
@@ -65,56 +71,81 @@ export async function runKillTrials(opts: KillTrialOptions): Promise<KillTrialSu
     finalStep: 0,
   };
   for (let trial = 1; trial <= opts.trials; trial++) {
+    const afterBegin = 1 + Math.floor(random() * 3);
     const delayMs = Math.floor(random() * opts.maxDelayMs);
-    const { lines, stderr } = await runAndKill(opts, delayMs);
-    const context = `trial ${trial} (seed ${opts.seed}, kill ${delayMs} ms after resume)`;
+    const { lines, stderr } = await runAndKill(opts, afterBegin, delayMs);
+    const context =
+      `trial ${trial} (seed ${opts.seed}, kill ${delayMs} ms into save #${afterBegin})`;
     let outcome: TrialOutcome;
     try {
       outcome = verifyAfterKill(opts, lines);
     } catch (e) {
+      const tail = lines.slice(-6).join(" | ");
       throw new Error(
-        `${context}: ${(e as Error).message}\nwriter stdout tail: ${lines.slice(-6).join(" | ")}\nwriter stderr tail: ${stderr.slice(-800)}`,
+        `${context}: ${(e as Error).message}\n` +
+          `writer stdout tail: ${tail}\nwriter stderr tail: ${stderr.slice(-800)}`,
         { cause: e },
       );
     }
     summary.trials++;
     if (outcome.duringWrite) summary.killedDuringWrite++;
     else summary.killedBetweenWrites++;
-    if (outcome.duringWrite && outcome.loadedStep === outcome.lastBegun) summary.interruptedSaveCommitted++;
+    if (outcome.duringWrite && outcome.loadedStep === outcome.lastBegun) {
+      summary.interruptedSaveCommitted++;
+    }
     if (outcome.skipped > 0) summary.fallbacks++;
     summary.savesCompleted += outcome.saves;
     summary.finalStep = outcome.loadedStep;
-    opts.log?.(
-      `${context}: killed ${outcome.duringWrite ? `during save ${outcome.lastBegun}` : "between saves"}; ` +
-        `latest verifies: step ${outcome.loadedStep}`,
-    );
+    const when = outcome.duringWrite ? `during save ${outcome.lastBegun}` : "between saves";
+    opts.log?.(`${context}: killed ${when}; latest verifies: step ${outcome.loadedStep}`);
   }
   return summary;
 }
 
-/** Starts a writer, waits until it has resumed, waits `delayMs`, SIGKILLs it; returns its output. */
-async function runAndKill(opts: KillTrialOptions, delayMs: number): Promise<{ lines: string[]; stderr: string }> {
+/** Starts a writer, waits until it begins its `afterBegin`-th save, waits `delayMs`, SIGKILLs it; returns its output. */
+async function runAndKill(
+  opts: KillTrialOptions,
+  afterBegin: number,
+  delayMs: number,
+): Promise<{ lines: string[]; stderr: string }> {
   const args = ["run", "-A", WRITER, "--dir", opts.dir, "--scale", String(opts.scale)];
   args.push("--keep-last", String(KEEP_LAST), "--keep-every", String(KEEP_EVERY));
-  const child = new Deno.Command(Deno.execPath(), { args, stdin: "null", stdout: "piped", stderr: "piped" }).spawn();
+  const child = new Deno.Command(Deno.execPath(), {
+    args,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
   let exited = false;
   const status = child.status.finally(() => exited = true);
   const stderr = new Response(child.stderr).text();
   const lines: string[] = [];
-  let onReady = () => {};
-  const ready = new Promise<void>((resolve) => onReady = resolve);
+  let begun = 0;
+  let onBegun = () => {};
+  const armed = new Promise<void>((resolve) => onBegun = resolve);
   const stdout = collectLines(child.stdout, (line) => {
     lines.push(line);
-    if (line.startsWith("ready ")) onReady();
+    if (line.startsWith("begin ") && ++begun === afterBegin) onBegun();
   });
   try {
-    const first = await Promise.race([ready.then(() => "ready" as const), status.then(() => "exited" as const)]);
-    if (first === "exited") throw new Error(`the writer exited before resuming: ${(await stderr).slice(-800)}`);
+    const first = await Promise.race([
+      armed.then(() => "armed" as const),
+      status.then(() => "exited" as const),
+    ]);
+    if (first === "exited") {
+      throw new Error(
+        `the writer exited before save #${afterBegin}: ${(await stderr).slice(-800)}`,
+      );
+    }
     await new Promise((resolve) => setTimeout(resolve, delayMs));
     if (exited) throw new Error(`the writer exited by itself: ${(await stderr).slice(-800)}`);
     child.kill("SIGKILL");
     const end = await status;
-    if (end.signal !== "SIGKILL") throw new Error(`the writer ended with code ${end.code}, not by SIGKILL: ${(await stderr).slice(-800)}`);
+    if (end.signal !== "SIGKILL") {
+      throw new Error(
+        `the writer ended with code ${end.code}, not by SIGKILL: ${(await stderr).slice(-800)}`,
+      );
+    }
     await stdout;
     return { lines, stderr: await stderr };
   } finally {
@@ -124,7 +155,10 @@ async function runAndKill(opts: KillTrialOptions, delayMs: number): Promise<{ li
   }
 }
 
-async function collectLines(stream: ReadableStream<Uint8Array>, onLine: (line: string) => void): Promise<void> {
+async function collectLines(
+  stream: ReadableStream<Uint8Array>,
+  onLine: (line: string) => void,
+): Promise<void> {
   let pending = "";
   for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
     pending += chunk;
@@ -161,11 +195,23 @@ function verifyAfterKill(opts: KillTrialOptions, lines: string[]): TrialOutcome 
   const manager = new CheckpointManager(opts.dir, { rank: 0, onWarning: (m) => warnings.push(m) });
   const loaded = manager.loadLatest();
   if (loaded === null) {
-    if (committed !== 0) throw new Error(`no checkpoint loads, but step ${committed} had been saved`);
-    return { duringWrite, lastBegun: duringWrite ? last.step : null, loadedStep: 0, skipped: 0, saves: 0 };
+    if (committed !== 0) {
+      throw new Error(`no checkpoint loads, but step ${committed} had been saved`);
+    }
+    return {
+      duringWrite,
+      lastBegun: duringWrite ? last.step : null,
+      loadedStep: 0,
+      skipped: 0,
+      saves: 0,
+    };
   }
   if (!allowed.includes(loaded.step)) {
-    throw new Error(`the latest checkpoint is step ${loaded.step}, expected one of ${allowed.join(", ")}; warnings: ${warnings.join(" / ")}`);
+    const expected = allowed.join(", ");
+    throw new Error(
+      `the latest checkpoint is step ${loaded.step}, expected one of ${expected}; ` +
+        `warnings: ${warnings.join(" / ")}`,
+    );
   }
   assertHoldsPayload(loaded, payloadForStep(loaded.step, { scale: opts.scale }));
   return {
@@ -183,7 +229,12 @@ function verifyAfterKill(opts: KillTrialOptions, lines: string[]): TrialOutcome 
  * names left in the directory.
  */
 export function finalCheck(opts: Pick<KillTrialOptions, "dir" | "scale">, step: number): string[] {
-  const manager = new CheckpointManager(opts.dir, { rank: 0, keepLast: KEEP_LAST, keepEvery: KEEP_EVERY, onWarning: () => {} });
+  const manager = new CheckpointManager(opts.dir, {
+    rank: 0,
+    keepLast: KEEP_LAST,
+    keepEvery: KEEP_EVERY,
+    onWarning: () => {},
+  });
   manager.save(payloadForStep(step, { scale: opts.scale }));
   for (const c of manager.list()) {
     if (!c.complete) throw new Error(`${c.dir} is not a complete checkpoint after the final save`);
@@ -194,7 +245,12 @@ export function finalCheck(opts: Pick<KillTrialOptions, "dir" | "scale">, step: 
   if (stray.length > 0) throw new Error(`leftovers after the final save: ${stray.join(", ")}`);
   const kept = names.filter((n) => n !== "latest").map((n) => Number(n.slice(5)));
   const expected = kept.filter((s) => s % KEEP_EVERY !== 0);
-  if (expected.length > KEEP_LAST) throw new Error(`rotation kept ${expected.join(", ")} beside every ${KEEP_EVERY}th step, expected at most ${KEEP_LAST}`);
+  if (expected.length > KEEP_LAST) {
+    const list = expected.join(", ");
+    throw new Error(
+      `rotation kept ${list} beside every ${KEEP_EVERY}th step, expected at most ${KEEP_LAST}`,
+    );
+  }
   return names;
 }
 
@@ -240,7 +296,8 @@ if (import.meta.main) {
         `${summary.killedBetweenWrites} between saves; ${summary.interruptedSaveCommitted} interrupted saves had already committed; ` +
         `${summary.fallbacks} loads fell back past a bad checkpoint; ${summary.savesCompleted} saves completed.\n` +
         `All ${summary.trials} latest checkpoints verified and held exactly what their step wrote. ` +
-        `After a final save the directory holds: ${left.join(", ")}.`,
+        `After a final save the directory holds latest and ${left.length - 1} checkpoints ` +
+        `(every ${KEEP_EVERY}th step and the last ${KEEP_LAST}), no leftovers.`,
     );
   } finally {
     if (values.dir === undefined && !values.keep) Deno.removeSync(dir, { recursive: true });

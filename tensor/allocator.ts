@@ -41,9 +41,7 @@ export function allocBlock(bytes: number): Block {
       const q = b.k.dt_alloc(BigInt(capacity));
       if (q === null) {
         throw new Error(
-          `Cannot allocate ${capacity} bytes on ${b.device}: ${
-            cString(b.k.dt_last_error())
-          }`,
+          `Cannot allocate ${capacity} bytes on ${b.device}: ${cString(b.k.dt_last_error())}`,
         );
       }
       ptr = q;

@@ -120,7 +120,10 @@ export class Tensor {
       );
     }
     this.#storage!.refs++;
-    const ptr = Deno.UnsafePointer.offset(this.ptr, offset * DTYPE_SIZE[this.dtype]) as Deno.PointerObject;
+    const ptr = Deno.UnsafePointer.offset(
+      this.ptr,
+      offset * DTYPE_SIZE[this.dtype],
+    ) as Deno.PointerObject;
     return new Tensor([...shape], this.dtype, this.#storage!, this.device, ptr);
   }
 

@@ -25,9 +25,10 @@
  * 2. Saving a step that already exists moves the old `step-N` aside first;
  *    between that and the rename, `step-N` is missing and load falls back to
  *    the aside copy (same step, old content); the next save restores it.
- * 3. After the rename, before `latest` is replaced: `step-N` is complete but
- *    `latest` names the previous checkpoint, which is what loads; the resumed
- *    run saves step N again, replacing it.
+ * 3. After the rename, before `latest` is replaced: `step-N` is complete.
+ *    If `latest` names an earlier checkpoint, that one loads and the resumed
+ *    run saves step N again, replacing it; if it already named step N (a
+ *    replacement), the new content loads.
  * 4. After `latest` is replaced: the save is done. Rotation renames each
  *    victim to `.tmp-deleting-…` before deleting it, so a half-deleted
  *    checkpoint never looks like a checkpoint; the next save removes it.
@@ -37,7 +38,12 @@
 import { basename, join, resolve } from "node:path";
 import type { StTensor } from "../io/safetensors.ts";
 import { type CheckpointIO, denoCheckpointIO, describeError } from "./checkpoint_io.ts";
-import { type CheckpointTensors, parseManifest, readCheckpointDir, readManifestText } from "./checkpoint_format.ts";
+import {
+  type CheckpointTensors,
+  parseManifest,
+  readCheckpointDir,
+  readManifestText,
+} from "./checkpoint_format.ts";
 import {
   asideStep,
   type Candidate,
@@ -95,8 +101,8 @@ export interface CheckpointManagerOptions {
   rank: number;
   /** Keep the newest this many checkpoints (default 3). */
   keepLast?: number;
-  /** Also keep forever every checkpoint whose step is a multiple of this. */
-  keepEvery?: number;
+  /** Also keep forever every checkpoint whose step is a multiple of this (null or absent: none). */
+  keepEvery?: number | null;
   /** fsync files and directories (default true); off only where durability does not matter. */
   fsync?: boolean;
   /** Receives warnings (a corrupt checkpoint skipped, leftovers removed); default console.warn. */
@@ -124,10 +130,14 @@ export class CheckpointManager {
   /** Checks the options; nothing touches the disk until the first save or load. */
   constructor(dir: string, opts: CheckpointManagerOptions) {
     if (!Number.isSafeInteger(opts.rank) || opts.rank < 0) {
-      throw new RangeError(`CheckpointManager rank must be a non-negative integer, got ${opts.rank}`);
+      throw new RangeError(
+        `CheckpointManager rank must be a non-negative integer, got ${opts.rank}`,
+      );
     }
     this.#policy = { keepLast: opts.keepLast ?? 3 };
-    if (opts.keepEvery !== undefined) this.#policy.keepEvery = opts.keepEvery;
+    if (opts.keepEvery !== undefined && opts.keepEvery !== null) {
+      this.#policy.keepEvery = opts.keepEvery;
+    }
     checkRotationPolicy(this.#policy);
     this.dir = resolve(dir);
     this.#rank = opts.rank;
@@ -150,7 +160,12 @@ export class CheckpointManager {
   save(payload: CheckpointPayload): string | null {
     if (this.#rank !== 0) return null;
     const dir = writeCheckpoint(this.#ctx, payload);
-    this.#rotate(payload.step);
+    try {
+      this.#rotate(payload.step);
+    } catch (e) {
+      // The save itself is done; a rotation that cannot even list the directory is retried next time.
+      this.#ctx.warn(`Rotation after saving ${dir} failed: ${describeError(e)}`);
+    }
     return dir;
   }
 
@@ -173,7 +188,8 @@ export class CheckpointManager {
       order.push({ name: pointer.name, step: pointer.step, aside: false });
     } else {
       const why = pointer.kind === "missing" ? "is missing" : pointer.problem;
-      warn(`Checkpoint pointer ${join(this.dir, LATEST_FILE)} ${why}; using the newest checkpoint that verifies`);
+      const path = join(this.dir, LATEST_FILE);
+      warn(`Checkpoint pointer ${path} ${why}; using the newest checkpoint that verifies`);
     }
     // Then older ones, newest first; newer ones than `latest` names only as a last resort (crash window 3).
     const rest = candidates.filter((c) => c.name !== order[0]?.name);
@@ -183,7 +199,9 @@ export class CheckpointManager {
       const dir = join(this.dir, c.name);
       try {
         const loaded = { dir, ...readCheckpointDir(io, dir, c.step), skipped };
-        if (skipped.length > 0) warn(`Resuming from checkpoint ${dir} (step ${loaded.step}) instead`);
+        if (skipped.length > 0) {
+          warn(`Resuming from checkpoint ${dir} (step ${loaded.step}) instead`);
+        }
         return loaded;
       } catch (e) {
         skipped.push({ dir, reason: describeError(e) });
@@ -206,7 +224,11 @@ export class CheckpointManager {
     const path = dir.includes("/") ? resolve(dir) : join(this.dir, dir);
     const name = basename(path);
     try {
-      const contents = readCheckpointDir(this.#ctx.io, path, parseStepDirName(name) ?? asideStep(name));
+      const contents = readCheckpointDir(
+        this.#ctx.io,
+        path,
+        parseStepDirName(name) ?? asideStep(name),
+      );
       return { dir: path, ...contents, skipped: [] };
     } catch (e) {
       throw new Error(`Cannot load checkpoint ${path}: ${describeError(e)}`, { cause: e });
@@ -245,7 +267,11 @@ export class CheckpointManager {
       try {
         this.#ctx.io.rename(join(this.dir, name), trash);
       } catch (e) {
-        this.#ctx.warn(`Could not delete old checkpoint ${join(this.dir, name)}: ${describeError(e)}; the next rotation tries again`);
+        const path = join(this.dir, name);
+        this.#ctx.warn(
+          `Could not delete old checkpoint ${path}: ${describeError(e)}; ` +
+            "the next rotation tries again",
+        );
         continue;
       }
       removeQuietly(this.#ctx, trash, `old checkpoint ${name}`);

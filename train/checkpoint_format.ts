@@ -62,8 +62,9 @@ export function checkStep(step: unknown): number {
 /** Throws unless `name` can name a file inside a checkpoint directory. */
 export function checkFileName(name: string, what: string): void {
   if (typeof name !== "string" || !FILE_NAME.test(name)) {
+    const quoted = JSON.stringify(name);
     throw new TypeError(
-      `${what} ${JSON.stringify(name)} is not a plain file name: expected 1-200 of [A-Za-z0-9_.-], not starting with "." or "-"`,
+      `${what} ${quoted} is not a plain file name: expected 1-200 of [A-Za-z0-9_.-], not starting with "." or "-"`,
     );
   }
 }
@@ -74,7 +75,10 @@ export function sha256Hex(bytes: Uint8Array): string {
 }
 
 /** The manifest of `files` (each with its final bytes) for `step`, as the bytes of manifest.json. */
-export function encodeManifest(step: number, files: { name: string; bytes: Uint8Array }[]): Uint8Array {
+export function encodeManifest(
+  step: number,
+  files: { name: string; bytes: Uint8Array }[],
+): Uint8Array {
   const manifest: Manifest = {
     format: MANIFEST_FORMAT,
     version: MANIFEST_VERSION,
@@ -98,21 +102,31 @@ export function parseManifest(text: string, expectedStep: number | null): Manife
     throw new Error(`${MANIFEST_FILE} is not valid JSON (${(e as Error).message})`);
   }
   const m = json as Partial<Manifest> | null;
-  if (m === null || typeof m !== "object" || Array.isArray(m)) throw new Error(`${MANIFEST_FILE} is not a JSON object`);
+  if (m === null || typeof m !== "object" || Array.isArray(m)) {
+    throw new Error(`${MANIFEST_FILE} is not a JSON object`);
+  }
   if (m.format !== MANIFEST_FORMAT) {
-    throw new Error(`${MANIFEST_FILE} has format ${JSON.stringify(m.format)}, expected "${MANIFEST_FORMAT}"`);
+    throw new Error(
+      `${MANIFEST_FILE} has format ${JSON.stringify(m.format)}, expected "${MANIFEST_FORMAT}"`,
+    );
   }
   if (m.version !== MANIFEST_VERSION) {
+    const version = JSON.stringify(m.version);
     throw new Error(
-      `${MANIFEST_FILE} has version ${JSON.stringify(m.version)}, but this dtrain reads version ${MANIFEST_VERSION}: load it with the dtrain that wrote it`,
+      `${MANIFEST_FILE} has version ${version}, but this dtrain reads version ${MANIFEST_VERSION}: ` +
+        "load it with the dtrain that wrote it",
     );
   }
   const step = m.step;
   if (typeof step !== "number" || !Number.isSafeInteger(step) || step < 0) {
-    throw new Error(`${MANIFEST_FILE} has step ${JSON.stringify(step)}, expected a non-negative integer`);
+    throw new Error(
+      `${MANIFEST_FILE} has step ${JSON.stringify(step)}, expected a non-negative integer`,
+    );
   }
   if (expectedStep !== null && step !== expectedStep) {
-    throw new Error(`${MANIFEST_FILE} records step ${step} but the directory is ${stepDirName(expectedStep)}`);
+    throw new Error(
+      `${MANIFEST_FILE} records step ${step} but the directory is ${stepDirName(expectedStep)}`,
+    );
   }
   if (!Array.isArray(m.files)) throw new Error(`${MANIFEST_FILE} has no "files" list`);
   const seen = new Set<string>();
@@ -128,15 +142,20 @@ function checkManifestEntry(f: Partial<ManifestEntry> | null, i: number, seen: S
     throw new Error(`${where} names ${JSON.stringify(f.name)}, which is not a plain file name`);
   }
   if (f.name !== STATE_FILE && !f.name.endsWith(TENSOR_FILE_EXT)) {
-    throw new Error(`${where} names ${f.name}, expected ${STATE_FILE} or a *${TENSOR_FILE_EXT} file`);
+    throw new Error(
+      `${where} names ${f.name}, expected ${STATE_FILE} or a *${TENSOR_FILE_EXT} file`,
+    );
   }
   if (seen.has(f.name)) throw new Error(`${where} lists ${f.name} twice`);
   seen.add(f.name);
   if (typeof f.bytes !== "number" || !Number.isSafeInteger(f.bytes) || f.bytes < 0) {
-    throw new Error(`${where} (${f.name}) has size ${JSON.stringify(f.bytes)}, expected a byte count`);
+    throw new Error(
+      `${where} (${f.name}) has size ${JSON.stringify(f.bytes)}, expected a byte count`,
+    );
   }
   if (typeof f.sha256 !== "string" || !/^[0-9a-f]{64}$/.test(f.sha256)) {
-    throw new Error(`${where} (${f.name}) has sha256 ${JSON.stringify(f.sha256)}, expected 64 lowercase hex digits`);
+    const sha = JSON.stringify(f.sha256);
+    throw new Error(`${where} (${f.name}) has sha256 ${sha}, expected 64 lowercase hex digits`);
   }
 }
 
@@ -145,7 +164,11 @@ function checkManifestEntry(f: Partial<ManifestEntry> | null, i: number, seen: S
  * file's size and sha256, then each file's own format. Throws an Error whose
  * message is the problem alone (the caller names the directory).
  */
-export function readCheckpointDir(io: CheckpointIO, dir: string, expectedStep: number | null): CheckpointContents {
+export function readCheckpointDir(
+  io: CheckpointIO,
+  dir: string,
+  expectedStep: number | null,
+): CheckpointContents {
   const manifest = parseManifest(readManifestText(io, dir), expectedStep);
   const files = new Map<string, CheckpointTensors>();
   let state: Record<string, unknown> = {};
@@ -158,12 +181,16 @@ export function readCheckpointDir(io: CheckpointIO, dir: string, expectedStep: n
     }
     const sha = sha256Hex(bytes);
     if (sha !== entry.sha256) {
+      const [got, want] = [sha.slice(0, 16), entry.sha256.slice(0, 16)];
       throw new Error(
-        `${entry.name} has sha256 ${sha.slice(0, 16)}… but ${MANIFEST_FILE} records ${entry.sha256.slice(0, 16)}… (its content changed after the save)`,
+        `${entry.name} has sha256 ${got}… but ${MANIFEST_FILE} records ${want}… (its content changed after the save)`,
       );
     }
-    if (entry.name === STATE_FILE) state = parseState(bytes);
-    else files.set(entry.name.slice(0, -TENSOR_FILE_EXT.length), parseSafetensors(bytes, entry.name));
+    if (entry.name === STATE_FILE) {
+      state = parseState(bytes);
+    } else {
+      files.set(entry.name.slice(0, -TENSOR_FILE_EXT.length), parseSafetensors(bytes, entry.name));
+    }
   }
   return { step: manifest.step, files, state };
 }
@@ -190,7 +217,9 @@ function readListedFile(io: CheckpointIO, path: string, name: string): Uint8Arra
   try {
     return io.readFile(path);
   } catch (e) {
-    if (e instanceof Deno.errors.NotFound) throw new Error(`${name}, listed in ${MANIFEST_FILE}, is missing`);
+    if (e instanceof Deno.errors.NotFound) {
+      throw new Error(`${name}, listed in ${MANIFEST_FILE}, is missing`);
+    }
     throw new Error(`cannot read ${name}: ${(e as Error).message}`);
   }
 }
@@ -234,6 +263,8 @@ export function checkPlainJson(value: unknown, path = "state", parents: object[]
     return;
   }
   const proto = Object.getPrototypeOf(value);
-  if (proto !== Object.prototype && proto !== null) fail(`a ${value.constructor?.name ?? "non-plain object"}`);
+  if (proto !== Object.prototype && proto !== null) {
+    fail(`a ${value.constructor?.name ?? "non-plain object"}`);
+  }
   for (const [k, v] of Object.entries(value)) checkPlainJson(v, `${path}.${k}`, inner);
 }

@@ -66,7 +66,9 @@ export function asideName(stepDir: string): string {
 }
 
 function uniqueTag(): string {
-  const random = [...crypto.getRandomValues(new Uint8Array(4))].map((b) => b.toString(16).padStart(2, "0"));
+  const random = [...crypto.getRandomValues(new Uint8Array(4))].map((b) =>
+    b.toString(16).padStart(2, "0")
+  );
   return `${Deno.pid}-${random.join("")}`;
 }
 
@@ -83,7 +85,11 @@ export function readPointer(io: CheckpointIO, root: string): Pointer {
   const step = parseStepDirName(name);
   if (step === null) {
     const preview = JSON.stringify(text.length > 40 ? `${text.slice(0, 40)}…` : text);
-    return { kind: "bad", problem: `does not name a checkpoint: it holds ${preview}, expected a line like "step-00000042"` };
+    return {
+      kind: "bad",
+      problem:
+        `does not name a checkpoint: it holds ${preview}, expected a line like "step-00000042"`,
+    };
   }
   return { kind: "ok", name, step };
 }

@@ -30,11 +30,16 @@ export function checkRotationPolicy(policy: RotationPolicy): void {
  * @example
  * stepsToDelete([10, 20, 30, 40], 40, { keepLast: 2, keepEvery: 20 }) // [10]
  */
-export function stepsToDelete(steps: readonly number[], justSaved: number, policy: RotationPolicy): number[] {
+export function stepsToDelete(
+  steps: readonly number[],
+  justSaved: number,
+  policy: RotationPolicy,
+): number[] {
   checkRotationPolicy(policy);
   const newestFirst = [...new Set(steps)].sort((a, b) => b - a);
   const keep = new Set(newestFirst.slice(0, policy.keepLast));
   keep.add(justSaved);
   const every = policy.keepEvery;
-  return newestFirst.filter((s) => !keep.has(s) && (every === undefined || s % every !== 0)).reverse();
+  return newestFirst.filter((s) => !keep.has(s) && (every === undefined || s % every !== 0))
+    .reverse();
 }

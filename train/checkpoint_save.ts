@@ -102,19 +102,23 @@ export function writeCheckpoint(ctx: SaveContext, input: SaveInput): string {
     io.rename(paths.tmpPointer, join(root, LATEST_FILE));
   } catch (e) {
     const undo = rollBack(ctx, done, paths);
+    const cleanup = undo.length === 0
+      ? ""
+      : ` Cleaning up also failed (${undo.join("; ")}); the next save removes what is left.`;
     throw new Error(
       `Cannot save checkpoint ${name} in ${root}: ${stage} failed: ${describeError(e)}. ` +
-        `${describePrevious(previous)}; the training state in memory is unchanged, so training can go on and save again.` +
-        (undo.length > 0 ? ` Cleaning up also failed (${undo.join("; ")}); the next save removes what is left.` : ""),
+        `${describePrevious(previous)}; the training state in memory is unchanged, ` +
+        `so training can go on and save again.${cleanup}`,
       { cause: e },
     );
   }
   try {
     syncDir(root);
   } catch (e) {
+    const cause = describeError(e);
     throw new Error(
-      `Checkpoint ${name} was written in ${root} and ${LATEST_FILE} names it, but syncing the directory failed: ${describeError(e)}. ` +
-        "A power loss could still undo this save; the earlier checkpoints are untouched.",
+      `Checkpoint ${name} was written in ${root} and ${LATEST_FILE} names it, but syncing the directory failed: ` +
+        `${cause}. A power loss could still undo this save; the earlier checkpoints are untouched.`,
       { cause: e },
     );
   }
@@ -130,29 +134,46 @@ function encodeFiles(input: SaveInput): { name: string; bytes: Uint8Array }[] {
   for (const f of input.files) {
     checkFileName(f.name, "Checkpoint file name");
     if (f.name.endsWith(TENSOR_FILE_EXT)) {
-      throw new TypeError(`Checkpoint file name ${JSON.stringify(f.name)} must leave out "${TENSOR_FILE_EXT}": it is added on save`);
+      const quoted = JSON.stringify(f.name);
+      throw new TypeError(
+        `Checkpoint file name ${quoted} must leave out "${TENSOR_FILE_EXT}": it is added on save`,
+      );
     }
-    if (seen.has(f.name)) throw new TypeError(`Checkpoint file name ${JSON.stringify(f.name)} appears twice in the payload`);
+    if (seen.has(f.name)) {
+      throw new TypeError(
+        `Checkpoint file name ${JSON.stringify(f.name)} appears twice in the payload`,
+      );
+    }
     seen.add(f.name);
     let bytes: Uint8Array;
     try {
       bytes = serializeSafetensors(f.tensors, f.metadata);
     } catch (e) {
-      throw new TypeError(`Cannot encode checkpoint file ${f.name}: ${describeError(e)}`, { cause: e });
+      throw new TypeError(`Cannot encode checkpoint file ${f.name}: ${describeError(e)}`, {
+        cause: e,
+      });
     }
     out.push({ name: f.name + TENSOR_FILE_EXT, bytes });
   }
   const state = input.state;
   if (state === null || typeof state !== "object" || Array.isArray(state)) {
-    throw new TypeError(`Checkpoint payload.state must be a JSON object, got ${Array.isArray(state) ? "an array" : String(state)}`);
+    const got = Array.isArray(state) ? "an array" : String(state);
+    throw new TypeError(`Checkpoint payload.state must be a JSON object, got ${got}`);
   }
   checkPlainJson(state);
-  out.push({ name: STATE_FILE, bytes: new TextEncoder().encode(JSON.stringify(state, null, 2) + "\n") });
+  out.push({
+    name: STATE_FILE,
+    bytes: new TextEncoder().encode(JSON.stringify(state, null, 2) + "\n"),
+  });
   return out;
 }
 
 /** Undoes a failed save's renames and removes its temporary files; returns what could not be undone. */
-function rollBack(ctx: SaveContext, done: { movedAside: boolean; renamed: boolean }, paths: Paths): string[] {
+function rollBack(
+  ctx: SaveContext,
+  done: { movedAside: boolean; renamed: boolean },
+  paths: Paths,
+): string[] {
   const { io } = ctx;
   const problems: string[] = [];
   const attempt = (what: string, action: () => void) => {
@@ -163,19 +184,27 @@ function rollBack(ctx: SaveContext, done: { movedAside: boolean; renamed: boolea
     }
   };
   const name = basename(paths.finalDir);
-  if (done.renamed) attempt(`moving the new ${name} away`, () => io.rename(paths.finalDir, paths.tmpDir));
-  if (done.movedAside) attempt(`restoring the old ${name}`, () => io.rename(paths.aside, paths.finalDir));
+  if (done.renamed) {
+    attempt(`moving the new ${name} away`, () => io.rename(paths.finalDir, paths.tmpDir));
+  }
+  if (done.movedAside) {
+    attempt(`restoring the old ${name}`, () => io.rename(paths.aside, paths.finalDir));
+  }
   for (const path of [paths.tmpDir, paths.tmpPointer]) {
     attempt(`removing ${basename(path)}`, () => {
       if (io.exists(path)) io.remove(path);
     });
   }
-  if ((done.renamed || done.movedAside) && ctx.fsync) attempt(`syncing ${ctx.root}`, () => io.fsyncDir(ctx.root));
+  if ((done.renamed || done.movedAside) && ctx.fsync) {
+    attempt(`syncing ${ctx.root}`, () => io.fsyncDir(ctx.root));
+  }
   return problems;
 }
 
 function describePrevious(previous: Pointer): string {
-  if (previous.kind === "ok") return `The previous checkpoint ${previous.name} is intact and ${LATEST_FILE} still names it`;
+  if (previous.kind === "ok") {
+    return `The previous checkpoint ${previous.name} is intact and ${LATEST_FILE} still names it`;
+  }
   return "The earlier checkpoints, if any, are intact";
 }
 
@@ -196,7 +225,9 @@ export function cleanLeftovers(ctx: SaveContext): void {
     } else if (step !== null && names.has(stepDirName(step))) {
       removeQuietly(ctx, path, `the replaced copy of ${stepDirName(step)}`);
     } else if (step !== null) {
-      ctx.warn(`Restoring ${stepDirName(step)} from ${e.name}: a save replacing it was interrupted`);
+      ctx.warn(
+        `Restoring ${stepDirName(step)} from ${e.name}: a save replacing it was interrupted`,
+      );
       ctx.io.rename(path, join(ctx.root, stepDirName(step)));
       names.add(stepDirName(step));
     }

@@ -99,13 +99,13 @@ static dt_status dt_gemm_blocked_(dt_gemm_job_* job, const dt_gemm_view_* a, con
    * shapes. A transposed A feeding many columns is packed (its strided reads
    * would otherwise repeat for every B sliver), as are bf16 and f16, which are
    * converted while packing. */
-  int direct_a = a->dtype == DT_F32 && getenv("PACKA")[0] == 0x30;
+  int direct_a = a->dtype == DT_F32 && (a->cs == 1 || n <= DT_GEMM_DIRECT_A_MAX_N);
   /* with a single A sliver each B sliver is used once: f32 rows of B are read
    * in place too, and only a partial last sliver is packed (zero padded) */
   int direct_b = b->dtype == DT_F32 && b->cs == 1 && m <= mr;
-  float* bp = dt_gemm_reserve_(&dt_gemm_buf_b_, (size_t)(KC * nc_max));
-  float* ap = dt_gemm_reserve_(&dt_gemm_buf_a_, (size_t)(KC * mc_max));
-  if (!bp || !ap) {
+  float* bp = dt_gemm_reserve_(&dt_gemm_buf_b_, (size_t)(KC * (direct_b ? nr : nc_max)));
+  float* ap = direct_a ? NULL : dt_gemm_reserve_(&dt_gemm_buf_a_, (size_t)(KC * mc_max));
+  if (!bp || (!direct_a && !ap)) {
     job->failed_floats = bp ? KC * mc_max : KC * nc_max;
     return DT_ERR_ALLOC;
   }
@@ -116,7 +116,7 @@ static dt_status dt_gemm_blocked_(dt_gemm_job_* job, const dt_gemm_view_* a, con
       float beta_k = pc == 0 ? beta : 1.0f;
       int64_t n_full = nc / nr * nr;
       if (!direct_b) isa->pack_b(b, pc, kc, jc, nc, nr, bp);
-      else if (n_full < nc) isa->pack_b(b, pc, kc, jc + n_full, nc - n_full, nr, bp + n_full * kc);
+      else if (n_full < nc) isa->pack_b(b, pc, kc, jc + n_full, nc - n_full, nr, bp); /* the partial sliver */
       for (int64_t ic = 0; ic < m; ic += isa->mc) {
         int64_t mc = m - ic < isa->mc ? m - ic : isa->mc;
         const float* ablk;
@@ -135,7 +135,7 @@ static dt_status dt_gemm_blocked_(dt_gemm_job_* job, const dt_gemm_view_* a, con
         }
         for (int64_t jr = 0; jr < nc; jr += nr) {
           int nrr = nc - jr < nr ? (int)(nc - jr) : nr;
-          const float* bs = bp + jr * kc;
+          const float* bs = direct_b ? bp : bp + jr * kc;
           int64_t rsb = nr;
           if (direct_b && jr < n_full) {
             bs = (const float*)b->data + pc * b->rs + jc + jr;
@@ -269,19 +269,21 @@ static void dt_gemm_scale_c_(int32_t dtype, void* c, int64_t M, int64_t N, int64
 
 /* ---- argument checks ------------------------------------------------------------- */
 
-/* Checks that ld fits a rows x cols matrix and that the batch does not
- * overflow int64 element offsets. */
+/* Checks that ld fits a rows x cols matrix and that the batch's byte offsets
+ * fit in int64 (so no pointer arithmetic below can overflow). */
 static dt_status dt_gemm_check_matrix_(const char* name, const char* ld_name, int64_t rows, int64_t cols,
-                                       int64_t ld, int64_t batch, int64_t stride, const char* stride_name) {
+                                       int64_t ld, int64_t batch, int64_t stride, const char* stride_name,
+                                       int64_t esize) {
   DT_REQUIRE_(ld >= cols, "dt_gemm: %s = %lld is too small for %s stored as %lld x %lld: expected %s >= %lld",
               ld_name, (long long)ld, name, (long long)rows, (long long)cols, ld_name, (long long)cols);
   DT_REQUIRE_(stride >= 0, "dt_gemm: %s = %lld is negative: expected a stride >= 0 (in elements)", stride_name,
               (long long)stride);
   int64_t span, tmp;
   int overflow = __builtin_mul_overflow(rows, ld, &span) || __builtin_mul_overflow(batch, stride, &tmp) ||
-                 __builtin_add_overflow(span, tmp, &span);
-  DT_REQUIRE_(!overflow, "dt_gemm: %s of %lld x %lld (ld %lld) in %lld batches of stride %lld spans more than 2^63 elements",
-              name, (long long)rows, (long long)cols, (long long)ld, (long long)batch, (long long)stride);
+                 __builtin_add_overflow(span, tmp, &span) || __builtin_mul_overflow(span, esize, &span);
+  DT_REQUIRE_(!overflow,
+              "dt_gemm: %s of %lld x %lld (ld %lld) in %lld batches of stride %lld spans more than 2^63 bytes", name,
+              (long long)rows, (long long)cols, (long long)ld, (long long)batch, (long long)stride);
   return DT_OK;
 }
 
@@ -298,14 +300,15 @@ DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int
   DT_REQUIRE_(N >= 0, "dt_gemm: N = %lld is negative", (long long)N);
   DT_REQUIRE_(K >= 0, "dt_gemm: K = %lld is negative", (long long)K);
   DT_REQUIRE_(batch >= 0, "dt_gemm: batch = %lld is negative", (long long)batch);
+  int64_t esize = (int64_t)dt_dtype_size(dtype);
   dt_status st;
   if ((st = dt_gemm_check_matrix_(trans_a ? "A (transA = 1)" : "A (transA = 0)", "lda", trans_a ? K : M,
-                                  trans_a ? M : K, lda, batch, stride_a, "strideA")) != DT_OK)
+                                  trans_a ? M : K, lda, batch, stride_a, "strideA", esize)) != DT_OK)
     return st;
   if ((st = dt_gemm_check_matrix_(trans_b ? "B (transB = 1)" : "B (transB = 0)", "ldb", trans_b ? N : K,
-                                  trans_b ? K : N, ldb, batch, stride_b, "strideB")) != DT_OK)
+                                  trans_b ? K : N, ldb, batch, stride_b, "strideB", esize)) != DT_OK)
     return st;
-  if ((st = dt_gemm_check_matrix_("C", "ldc", M, N, ldc, batch, stride_c, "strideC")) != DT_OK) return st;
+  if ((st = dt_gemm_check_matrix_("C", "ldc", M, N, ldc, batch, stride_c, "strideC", esize)) != DT_OK) return st;
   if (M == 0 || N == 0 || batch == 0) return DT_OK;
   DT_REQUIRE_(C != NULL, "dt_gemm: C is NULL for a %lld x %lld output", (long long)M, (long long)N);
   DT_REQUIRE_(batch == 1 || stride_c >= (M - 1) * ldc + N,

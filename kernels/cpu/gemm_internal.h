@@ -4,10 +4,6 @@
 #pragma once
 #include "cpu_internal.h"
 
-/* Largest micro-tile of any kernel; sizes the stack buffers of edge tiles. */
-#define DT_GEMM_MR_MAX 8
-#define DT_GEMM_NR_MAX 32
-
 /* op(X) as a matrix: element (r, c) is at data[r * rs + c * cs], of dtype. */
 typedef struct {
   const void* data;
@@ -48,7 +44,9 @@ typedef void (*dt_gemm_dot_fn_)(int64_t m, int64_t n, int64_t k, float alpha, co
 typedef struct {
   const char* name; /* "avx512", "avx2" or "generic" */
   int mr, nr;       /* micro-tile */
-  int64_t mc, kc, nc; /* cache blocks: A block mc x kc in L2, B sliver kc x nr in L1 */
+  /* cache blocks: A block mc x kc in L2, B sliver kc x nr in L1, B panel
+   * kc x nc; mc is a multiple of mr and nc of nr (packing buffers rely on it) */
+  int64_t mc, kc, nc;
   dt_gemm_kernel_fn_ kernel;
   dt_gemm_pack_a_fn_ pack_a;
   dt_gemm_pack_b_fn_ pack_b;

@@ -8,26 +8,27 @@
 #define NR 16
 #define AVX2_ __attribute__((target("avx2,fma")))
 
-/* One row of the tile: c = alpha * acc + beta * c (beta == 0: c not read).
- * Columns whose mask lane is clear are neither read nor written (a masked
- * lane never faults, even past the end of a buffer). */
+/* One row of the tile: c = alpha * acc + beta * c, or alpha * acc without
+ * reading c when beta == 0. Unless the row is full, columns whose mask lane
+ * is clear are neither read nor written (a masked lane never faults, even
+ * past the end of a buffer). */
 AVX2_ static inline void store_row_(float* c, __m256 acc0, __m256 acc1, __m256 alpha, float beta, int full,
                                     __m256i mask0, __m256i mask1) {
-  __m256 v0 = _mm256_mul_ps(alpha, acc0), v1 = _mm256_mul_ps(alpha, acc1);
+  __m256 v0, v1;
+  if (beta == 0.0f) {
+    v0 = _mm256_mul_ps(alpha, acc0);
+    v1 = _mm256_mul_ps(alpha, acc1);
+  } else {
+    __m256 vb = _mm256_set1_ps(beta);
+    __m256 c0 = full ? _mm256_loadu_ps(c) : _mm256_maskload_ps(c, mask0);
+    __m256 c1 = full ? _mm256_loadu_ps(c + 8) : _mm256_maskload_ps(c + 8, mask1);
+    v0 = _mm256_fmadd_ps(alpha, acc0, _mm256_mul_ps(vb, c0));
+    v1 = _mm256_fmadd_ps(alpha, acc1, _mm256_mul_ps(vb, c1));
+  }
   if (full) {
-    if (beta != 0.0f) {
-      __m256 vb = _mm256_set1_ps(beta);
-      v0 = _mm256_fmadd_ps(alpha, acc0, _mm256_mul_ps(vb, _mm256_loadu_ps(c)));
-      v1 = _mm256_fmadd_ps(alpha, acc1, _mm256_mul_ps(vb, _mm256_loadu_ps(c + 8)));
-    }
     _mm256_storeu_ps(c, v0);
     _mm256_storeu_ps(c + 8, v1);
   } else {
-    if (beta != 0.0f) {
-      __m256 vb = _mm256_set1_ps(beta);
-      v0 = _mm256_fmadd_ps(alpha, acc0, _mm256_mul_ps(vb, _mm256_maskload_ps(c, mask0)));
-      v1 = _mm256_fmadd_ps(alpha, acc1, _mm256_mul_ps(vb, _mm256_maskload_ps(c + 8, mask1)));
-    }
     _mm256_maskstore_ps(c, mask0, v0);
     _mm256_maskstore_ps(c + 8, mask1, v1);
   }

@@ -9,13 +9,16 @@
 #define NR 32
 #define AVX512_ __attribute__((target("avx512f,avx2,fma")))
 
-/* One row of the tile: c = alpha * acc + beta * c (beta == 0: c not read).
- * Columns whose mask bit is clear are neither read nor written (a masked
- * lane never faults, even past the end of a buffer). */
+/* One row of the tile: c = alpha * acc + beta * c, or alpha * acc without
+ * reading c when beta == 0. Columns whose mask bit is clear are neither read
+ * nor written (a masked lane never faults, even past the end of a buffer). */
 AVX512_ static inline void store_row_(float* c, __m512 acc0, __m512 acc1, __m512 alpha, float beta,
                                       __mmask16 mask0, __mmask16 mask1) {
-  __m512 v0 = _mm512_mul_ps(alpha, acc0), v1 = _mm512_mul_ps(alpha, acc1);
-  if (beta != 0.0f) {
+  __m512 v0, v1;
+  if (beta == 0.0f) {
+    v0 = _mm512_mul_ps(alpha, acc0);
+    v1 = _mm512_mul_ps(alpha, acc1);
+  } else {
     __m512 vb = _mm512_set1_ps(beta);
     v0 = _mm512_fmadd_ps(alpha, acc0, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mask0, c)));
     v1 = _mm512_fmadd_ps(alpha, acc1, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mask1, c + 16)));

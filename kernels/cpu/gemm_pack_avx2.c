@@ -1,7 +1,7 @@
 /* gemm_pack_avx2.c — AVX2 packing of f32 operands, used by the AVX2 and
- * AVX-512 kernels: copies where the sliver layout matches the source, 8 x 8
- * register transposes where it does not. Other dtypes go to the plain C
- * packer. */
+ * AVX-512 kernels: vector copies where the sliver layout matches the source,
+ * 8 x 8 register transposes for a transposed B. Other dtypes go to the plain
+ * C packers. */
 #include "gemm_internal.h"
 #include <immintrin.h>
 
@@ -74,39 +74,6 @@ AVX2_ static void pack_b_cols_(const float* src, int64_t ld, int64_t kc, int64_t
   }
 }
 
-/* A not transposed (row i of op(A) contiguous in p): 8 rows x 8 values of p
- * are transposed in registers (a 6-row sliver loads its last row twice more
- * and stores 6 lanes). */
-AVX2_ static void pack_a_rows_(const float* src, int64_t ld, int64_t mc, int64_t kc, int mr, float* dst) {
-  int64_t k8 = kc / 8 * 8;
-  for (int64_t s = 0; s * mr < mc; s++) {
-    int rows = mc - s * mr < mr ? (int)(mc - s * mr) : mr;
-    float* out = dst + s * kc * mr;
-    const float* first = src + s * mr * ld;
-    int64_t p = 0;
-    if (rows == mr && (mr == 8 || mr == 6)) {
-      for (; p < k8; p += 8) {
-        __m256 r[8];
-        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(first + (i < mr ? i : mr - 1) * ld + p);
-        transpose8_(r);
-        for (int q = 0; q < 8; q++) {
-          float* o = out + (p + q) * mr;
-          if (mr == 8) {
-            _mm256_storeu_ps(o, r[q]);
-          } else {
-            _mm_storeu_ps(o, _mm256_castps256_ps128(r[q]));
-            _mm_storel_pi((__m64*)(o + 4), _mm256_extractf128_ps(r[q], 1));
-          }
-        }
-      }
-    }
-    for (; p < kc; p++) {
-      for (int i = 0; i < rows; i++) out[p * mr + i] = first[i * ld + p];
-      for (int i = rows; i < mr; i++) out[p * mr + i] = 0.0f;
-    }
-  }
-}
-
 /* A transposed (column p of op(A) contiguous in i): each p copies mr values. */
 AVX2_ static void pack_a_cols_(const float* src, int64_t ld, int64_t mc, int64_t kc, int mr, float* dst) {
   for (int64_t s = 0; s * mr < mc; s++) {
@@ -126,9 +93,9 @@ AVX2_ static void pack_a_cols_(const float* src, int64_t ld, int64_t mc, int64_t
 
 void dt_gemm_pack_a_avx2_(const dt_gemm_view_* v, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int mr,
                           float* dst) {
+  /* f32 A is packed only when transposed (gemm.c reads it in place otherwise) */
   if (v->dtype == DT_F32) {
     const float* src = (const float*)v->data + i0 * v->rs + p0 * v->cs;
-    if (v->cs == 1) return pack_a_rows_(src, v->rs, mc, kc, mr, dst);
     if (v->rs == 1) return pack_a_cols_(src, v->cs, mc, kc, mr, dst);
   }
   dt_gemm_pack_a_generic_(v, i0, mc, p0, kc, mr, dst);

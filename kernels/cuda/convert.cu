@@ -49,6 +49,8 @@ DT_EXPORT dt_status dt_fill(void* out, int32_t dtype, int64_t n, double value, v
   DT_REQUIRE_(n >= 0, "dt_fill: negative size n=%lld", (long long)n);
   if (n == 0) return DT_OK;
   DT_REQUIRE_(out, "dt_fill: null pointer");
+  DT_REQUIRE_(dt_dtype_is_float(dtype) || dt_float_truncates_into(value, dtype),
+              "dt_fill: value %.17g does not fit in %s", value, dt_dtype_name_(dtype));
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (dt_dtype_is_float(dtype)) {
@@ -57,8 +59,6 @@ DT_EXPORT dt_status dt_fill(void* out, int32_t dtype, int64_t n, double value, v
     DT_CHECK_LAUNCH(s, "dt_fill");
     return DT_OK;
   }
-  DT_REQUIRE_(dt_float_truncates_into(value, dtype), "dt_fill: value %.17g does not fit in %s", value,
-              dt_dtype_name_(dtype));
   dt_fill_int_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, dtype, n, (int64_t)value);
   DT_CHECK_LAUNCH(s, "dt_fill");
   return DT_OK;

@@ -42,21 +42,25 @@ static int dt_word_bytes_(const void* a, const void* b, int64_t row_bytes) {
   return 1;
 }
 
-static dt_status dt_launch_gather_(void* out, const void* inp, const int32_t* idx, int64_t n, int64_t row_bytes,
-                                   cudaStream_t s, const char* name) {
-  int w = dt_word_bytes_(out, inp, row_bytes);
-  int64_t words = row_bytes / w;
+template <typename W>
+static dt_status dt_gather_as_(void* out, const void* inp, const int32_t* idx, int64_t n, int64_t row_bytes,
+                               cudaStream_t s, const char* name) {
+  int64_t words = row_bytes / (int64_t)sizeof(W);
   int threads = words >= DT_BLOCK ? DT_BLOCK : (int)((words + 31) / 32 * 32);
-  unsigned grid = dt_row_grid_(n);
-  switch (w) {
-    case 16: dt_gather_rows_k_<<<grid, threads, 0, s>>>((uint4*)out, (const uint4*)inp, idx, n, words); break;
-    case 8: dt_gather_rows_k_<<<grid, threads, 0, s>>>((uint2*)out, (const uint2*)inp, idx, n, words); break;
-    case 4: dt_gather_rows_k_<<<grid, threads, 0, s>>>((uint32_t*)out, (const uint32_t*)inp, idx, n, words); break;
-    case 2: dt_gather_rows_k_<<<grid, threads, 0, s>>>((uint16_t*)out, (const uint16_t*)inp, idx, n, words); break;
-    default: dt_gather_rows_k_<<<grid, threads, 0, s>>>((uint8_t*)out, (const uint8_t*)inp, idx, n, words); break;
-  }
+  dt_gather_rows_k_<W><<<dt_row_grid_(n), threads, 0, s>>>((W*)out, (const W*)inp, idx, n, words);
   DT_CHECK_LAUNCH(s, name);
   return DT_OK;
+}
+
+static dt_status dt_launch_gather_(void* out, const void* inp, const int32_t* idx, int64_t n, int64_t row_bytes,
+                                   cudaStream_t s, const char* name) {
+  switch (dt_word_bytes_(out, inp, row_bytes)) {
+    case 16: return dt_gather_as_<uint4>(out, inp, idx, n, row_bytes, s, name);
+    case 8: return dt_gather_as_<uint2>(out, inp, idx, n, row_bytes, s, name);
+    case 4: return dt_gather_as_<uint32_t>(out, inp, idx, n, row_bytes, s, name);
+    case 2: return dt_gather_as_<uint16_t>(out, inp, idx, n, row_bytes, s, name);
+    default: return dt_gather_as_<uint8_t>(out, inp, idx, n, row_bytes, s, name);
+  }
 }
 
 /* Reads idx[0:n] back into *host (malloc'd; the caller frees it) and checks

@@ -60,15 +60,20 @@ __global__ void dt_ce_bwd_k_(float* dlogits, const float* probs, const int32_t* 
 
 /* ---- launchers ---------------------------------------------------------------------- */
 
-/* Reads the targets back and checks each is in [0, V) or ignore_index; counts valid rows. */
-static dt_status dt_check_targets_(const char* name, const int32_t* targets, int64_t rows, int64_t V,
-                                   int64_t ignore_index, cudaStream_t s, int64_t* valid) {
+/* The size checks of both launchers (before anything touches the GPU). */
+static dt_status dt_ce_check_sizes_(const char* name, const int32_t* targets, int64_t rows, int64_t V) {
   DT_REQUIRE_(rows >= 0, "%s: negative rows=%lld", name, (long long)rows);
   DT_REQUIRE_(V >= 1 && V <= INT32_MAX, "%s: V=%lld must be in [1, 2^31)", name, (long long)V);
   int64_t total;
   DT_REQUIRE_(!__builtin_mul_overflow(rows, V, &total), "%s: rows*V overflows (%lld x %lld)", name, (long long)rows,
               (long long)V);
   DT_REQUIRE_(targets || rows == 0, "%s: null targets", name);
+  return DT_OK;
+}
+
+/* Reads the targets back and checks each is in [0, V) or ignore_index; counts valid rows. */
+static dt_status dt_check_targets_(const char* name, const int32_t* targets, int64_t rows, int64_t V,
+                                   int64_t ignore_index, cudaStream_t s, int64_t* valid) {
   *valid = 0;
   if (rows == 0) return DT_OK;
   int32_t* host = (int32_t*)malloc((size_t)rows * sizeof(int32_t));
@@ -90,13 +95,14 @@ static dt_status dt_check_targets_(const char* name, const int32_t* targets, int
 
 DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* logits, const int32_t* targets,
                                         int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
+  DT_TRY_(dt_ce_check_sizes_("dt_crossentropy_fwd", targets, rows, V));
+  DT_REQUIRE_(loss && ((probs && logits) || rows == 0),
+              "dt_crossentropy_fwd: null pointer (loss=%p probs=%p logits=%p)", (void*)loss, (void*)probs,
+              (const void*)logits);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   int64_t valid = 0;
   DT_TRY_(dt_check_targets_("dt_crossentropy_fwd", targets, rows, V, ignore_index, s, &valid));
-  DT_REQUIRE_(loss && ((probs && logits) || rows == 0),
-              "dt_crossentropy_fwd: null pointer (loss=%p probs=%p logits=%p)", (void*)loss, (void*)probs,
-              (const void*)logits);
   float* row_loss = NULL;
   DT_TRY_(dt_scratch_alloc_((void**)&row_loss, (size_t)rows * sizeof(float), s, "dt_crossentropy_fwd"));
   if (rows > 0) {
@@ -110,13 +116,14 @@ DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* 
 
 DT_EXPORT dt_status dt_crossentropy_bwd(float* dlogits, const float* probs, const int32_t* targets, const float* dloss,
                                         int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
+  DT_TRY_(dt_ce_check_sizes_("dt_crossentropy_bwd", targets, rows, V));
+  if (rows == 0) return DT_OK;
+  DT_REQUIRE_(dlogits && probs && dloss, "dt_crossentropy_bwd: null pointer (dlogits=%p probs=%p dloss=%p)",
+              (void*)dlogits, (const void*)probs, (const void*)dloss);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   int64_t valid = 0;
   DT_TRY_(dt_check_targets_("dt_crossentropy_bwd", targets, rows, V, ignore_index, s, &valid));
-  if (rows == 0) return DT_OK;
-  DT_REQUIRE_(dlogits && probs && dloss, "dt_crossentropy_bwd: null pointer (dlogits=%p probs=%p dloss=%p)",
-              (void*)dlogits, (const void*)probs, (const void*)dloss);
   dt_ce_bwd_k_<<<dt_row_grid_(rows), DT_BLOCK * 2, 0, s>>>(dlogits, probs, targets, dloss, rows, V, ignore_index,
                                                            (float)valid);
   DT_CHECK_LAUNCH(s, "dt_crossentropy_bwd");

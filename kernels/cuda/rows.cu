@@ -256,10 +256,8 @@ DT_EXPORT dt_status dt_softmax_fwd(float* out, const float* inp, int64_t rows, i
   DT_REQUIRE_(out && inp, "dt_softmax_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  if (dt_row_cached_(cols))
-    dt_softmax_fwd_k_<true><<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, inp, rows, cols, causal_t, scale);
-  else
-    dt_softmax_fwd_k_<false><<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, inp, rows, cols, causal_t, scale);
+  auto kernel = dt_row_cached_(cols) ? dt_softmax_fwd_k_<true> : dt_softmax_fwd_k_<false>;
+  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, inp, rows, cols, causal_t, scale);
   DT_CHECK_LAUNCH(s, "dt_softmax_fwd");
   return DT_OK;
 }
@@ -272,10 +270,8 @@ DT_EXPORT dt_status dt_softmax_bwd(float* dinp, const float* dout, const float* 
               (const void*)dout, (const void*)out);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  if (dt_row_cached_(cols))
-    dt_softmax_bwd_k_<true><<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(dinp, dout, out, rows, cols, scale);
-  else
-    dt_softmax_bwd_k_<false><<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(dinp, dout, out, rows, cols, scale);
+  auto kernel = dt_row_cached_(cols) ? dt_softmax_bwd_k_<true> : dt_softmax_bwd_k_<false>;
+  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(dinp, dout, out, rows, cols, scale);
   DT_CHECK_LAUNCH(s, "dt_softmax_bwd");
   return DT_OK;
 }
@@ -288,10 +284,8 @@ DT_EXPORT dt_status dt_layernorm_fwd(float* out, float* mean, float* rstd, const
   DT_REQUIRE_(out && inp, "dt_layernorm_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  if (dt_row_cached_(C))
-    dt_layernorm_fwd_k_<true><<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, mean, rstd, inp, weight, bias, rows, C, eps);
-  else
-    dt_layernorm_fwd_k_<false><<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, mean, rstd, inp, weight, bias, rows, C, eps);
+  auto kernel = dt_row_cached_(C) ? dt_layernorm_fwd_k_<true> : dt_layernorm_fwd_k_<false>;
+  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, mean, rstd, inp, weight, bias, rows, C, eps);
   DT_CHECK_LAUNCH(s, "dt_layernorm_fwd");
   return DT_OK;
 }
@@ -319,6 +313,9 @@ DT_EXPORT dt_status dt_layernorm_bwd(float* dinp, float* dweight, float* dbias, 
                                      const float* weight, const float* mean, const float* rstd, int64_t rows,
                                      int64_t C, void* stream) {
   DT_TRY_(dt_rows_check_("dt_layernorm_bwd", rows, C));
+  DT_REQUIRE_(rows == 0 || (dinp && dout && inp && mean && rstd),
+              "dt_layernorm_bwd: null pointer (dinp=%p dout=%p inp=%p mean=%p rstd=%p)", (void*)dinp,
+              (const void*)dout, (const void*)inp, (const void*)mean, (const void*)rstd);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (rows == 0) { /* the parameter gradients of an empty batch are zero */
@@ -326,13 +323,8 @@ DT_EXPORT dt_status dt_layernorm_bwd(float* dinp, float* dweight, float* dbias, 
     if (dbias && C > 0) DT_CHECK_CUDA(cudaMemsetAsync(dbias, 0, (size_t)C * sizeof(float), s));
     return DT_OK;
   }
-  DT_REQUIRE_(dinp && dout && inp && mean && rstd,
-              "dt_layernorm_bwd: null pointer (dinp=%p dout=%p inp=%p mean=%p rstd=%p)", (void*)dinp,
-              (const void*)dout, (const void*)inp, (const void*)mean, (const void*)rstd);
-  if (dt_row_cached_(C))
-    dt_layernorm_bwd_k_<true><<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(dinp, dout, inp, weight, mean, rstd, rows, C);
-  else
-    dt_layernorm_bwd_k_<false><<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(dinp, dout, inp, weight, mean, rstd, rows, C);
+  auto kernel = dt_row_cached_(C) ? dt_layernorm_bwd_k_<true> : dt_layernorm_bwd_k_<false>;
+  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(dinp, dout, inp, weight, mean, rstd, rows, C);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd");
   if (dweight || dbias) DT_TRY_(dt_layernorm_param_grads_(dweight, dbias, dout, inp, mean, rstd, rows, C, s));
   return DT_OK;

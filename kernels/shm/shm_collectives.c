@@ -1,15 +1,20 @@
-/* shm_collectives.c — the exported collectives over a process group's
- * segment. Messages go through each rank's two data buffers in chunks
- * (alternating buffers, so writing chunk k+1 never waits for readers of chunk
- * k); every chunk ends in at least one barrier, and a collective's first
- * barrier is where the ranks' posted calls are compared.
+/* shm_collectives.c — the exported collectives (allReduce, broadcast,
+ * allGather, reduceScatter, barrier) over a process group's segment.
+ *
+ * Messages go through each rank's two data buffers in chunks (alternating
+ * buffers, so writing chunk k+1 never waits for readers of chunk k); every
+ * chunk ends in at least one barrier, and a collective's first barrier is
+ * where the ranks' posted calls are compared.
  *
  * allReduce is reduce-scatter + all-gather inside each chunk: rank r reduces
  * share r of the chunk over all ranks (in rank order) and the others copy it.
  *
- * Why two buffers suffice: a rank writes buffer k+2 only after chunk k+1's
- * barrier, which every rank reaches only after reading what it needed of
- * chunk k; this holds across collectives too, since the buffer counter runs on. */
+ * Why two buffers suffice: buffer k+2 reuses buffer k's memory. A rank fills
+ * its part of buffer k+2 only after passing barrier k+1, which every rank
+ * reaches only after it has read what it needs of buffer k. The exception,
+ * allReduce copying out the reduced shares of chunk k after barrier k+1, reads
+ * only places that filling never writes (see dt_shm_layout_t). The buffer
+ * counter runs on across calls, so this also holds between collectives. */
 #include "shm_internal.h"
 #include <stdint.h>
 
@@ -19,12 +24,13 @@ static dt_status dt_shm_begin_(dt_shm_t* g, const char* fn, int32_t op, int32_t 
                                int32_t redop, const char* detail, int64_t timeout_ms, int64_t* deadline) {
   if (!g) return dt_shm_fail_(DT_ERR_ARG, "%s: process-group handle is NULL", fn);
   size_t es = dt_shm_dtype_size_(dtype);
-  dt_shm_post_call_(g, op, dtype, es ? count * (int64_t)es : 0, root, redop, detail);
+  int valid_count = es && count >= 0 && count <= INT64_MAX / (int64_t)es / g->world;
+  dt_shm_post_call_(g, op, dtype, valid_count ? count * (int64_t)es : -1, root, redop, detail);
   dt_status st = dt_shm_check_alive_(g);
   if (st) return st;
   if (es == 0) {
     dt_shm_fail_(DT_ERR_ARG, "%s: unknown dtype code %d", fn, dtype);
-  } else if (count < 0 || count > INT64_MAX / (int64_t)es / g->world) {
+  } else if (!valid_count) {
     dt_shm_fail_(DT_ERR_ARG, "%s: element count %lld is negative or too large", fn, (long long)count);
   } else if (redop >= 0 && !dt_shm_reduce_supported_(dtype, redop)) {
     dt_shm_fail_(DT_ERR_ARG, "%s: reduce op %s is not supported for %s (avg needs a floating dtype)", fn,

@@ -1,9 +1,10 @@
 /* shm_reduce.c — the arithmetic of reductions over the ranks' data: for each
  * element, src[0] op src[1] op ... op src[w-1] in rank order (so every rank
- * and every run gets the same bits), in cache-sized blocks. sum, max and min
- * for f32, f64, bf16, f16, i32, i64 and u8; avg (sum / w) for the floats.
- * Integer sums wrap around; max and min propagate NaN, as torch.maximum does;
- * bf16 and f16 combine in f32 and round once at the end. */
+ * and every run gets the same bits), in cache-sized blocks.
+ *
+ * sum, max and min for f32, f64, bf16, f16, i32, i64 and u8; avg (sum / w) for
+ * the floats. Integer sums wrap around; max and min propagate NaN, as
+ * torch.maximum does; bf16 and f16 combine in f32 and round once at the end. */
 #include "shm_internal.h"
 
 #define DT_SHM_BLOCK_BYTES_ 8192

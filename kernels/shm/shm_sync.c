@@ -1,8 +1,7 @@
-/* shm_sync.c — how ranks wait for each other in the control area: barriers
- * over per-rank phase words (spin briefly, then futex-sleep on one shared
- * word), deadlines, the abort word, detection of ranks that exited or closed,
- * and the cross-rank comparison of posted calls that catches mismatched
- * collectives. */
+/* shm_sync.c — how ranks wait for each other in the control area: barriers on
+ * per-rank phase words (spin, then futex-sleep on one shared word), deadlines,
+ * the abort word, noticing ranks that exited or closed, and comparing the
+ * ranks' posted calls to catch mismatched collectives. */
 #define _GNU_SOURCE
 #include "shm_internal.h"
 #include <errno.h>

@@ -91,9 +91,7 @@ export function sliceLast(x: Tensor, start: number, len: number): Tensor {
   const cols = x.shape[x.shape.length - 1]!;
   if (start < 0 || len < 0 || start + len > cols) {
     throw new RangeError(
-      `sliceLast: columns [${start}, ${
-        start + len
-      }) are outside the last dim of [${x.shape}]`,
+      `sliceLast: columns [${start}, ${start + len}) are outside the last dim of [${x.shape}]`,
     );
   }
   const rows = x.numel / cols;

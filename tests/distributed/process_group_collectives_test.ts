@@ -69,30 +69,29 @@ function encode(dtype: CollectiveDType, values: Value[]): Uint8Array {
   }
 }
 
-/** The reduction as documented: rank order; f32 arithmetic for f32, bf16 and
- *  f16 (rounded once at the end), f64 for f64; integer sums wrap; max and min
- *  propagate NaN; avg divides the sum by the world size. */
-function reduceValues(dtype: CollectiveDType, op: string, xs: Value[], world: number): Value {
-  const f32 = dtype !== "f64";
-  const add = (a: Value, x: Value): Value => {
-    if (dtype === "i64") return BigInt.asIntN(64, (a as bigint) + (x as bigint));
-    if (dtype === "i32") return ((a as number) + (x as number)) | 0;
-    if (dtype === "u8") return ((a as number) + (x as number)) & 255;
-    return f32 ? Math.fround((a as number) + (x as number)) : (a as number) + (x as number);
-  };
-  const isNaN = (x: Value) => typeof x === "number" && Number.isNaN(x);
-  const combine = (a: Value, x: Value): Value => {
-    if (op === "sum" || op === "avg") return add(a, x);
-    if (op === "max") return x > a || isNaN(x) ? x : a;
-    return x < a || isNaN(x) ? x : a;
-  };
-  let acc = xs[0]!;
-  for (let q = 1; q < xs.length; q++) acc = combine(acc, xs[q]!);
-  if (op === "avg") acc = f32 ? Math.fround((acc as number) / world) : (acc as number) / world;
-  return acc;
+/** How one more rank's value x joins the running value a, as documented:
+ *  f32 arithmetic for f32, bf16 and f16 (rounded once at the end), f64 for
+ *  f64; integer sums wrap; max and min propagate NaN. */
+function combiner(dtype: CollectiveDType, op: string): (a: Value, x: Value) => Value {
+  const nan = (x: Value) => typeof x === "number" && Number.isNaN(x);
+  if (op === "max") return (a, x) => (x > a || nan(x) ? x : a);
+  if (op === "min") return (a, x) => (x < a || nan(x) ? x : a);
+  switch (dtype) {
+    case "i64":
+      return (a, x) => BigInt.asIntN(64, (a as bigint) + (x as bigint));
+    case "i32":
+      return (a, x) => ((a as number) + (x as number)) | 0;
+    case "u8":
+      return (a, x) => ((a as number) + (x as number)) & 255;
+    case "f64":
+      return (a, x) => (a as number) + (x as number);
+    default:
+      return (a, x) => Math.fround((a as number) + (x as number));
+  }
 }
 
-/** What rank `rank` must hold after case `c`, computed from every rank's input. */
+/** What rank `rank` must hold after case `c`, computed from every rank's input:
+ *  reductions combine the ranks in order 0..world-1; avg divides the sum by world. */
 function expected(c: CollectiveCase, index: number, rank: number, world: number): Uint8Array {
   const inputs = Array.from({ length: world }, (_, q) => makeInput(c, index, q, world));
   if (c.op === "broadcast") return inputs[c.root!]!;
@@ -103,9 +102,15 @@ function expected(c: CollectiveCase, index: number, rank: number, world: number)
   }
   const values = inputs.map((b) => decode(c.dtype, b));
   const base = c.op === "reduceScatter" ? rank * c.count : 0;
-  const out: Value[] = [];
+  const combine = combiner(c.dtype, c.redop!);
+  const divide = c.dtype === "f64"
+    ? (v: number) => v / world
+    : (v: number) => Math.fround(v / world);
+  const out: Value[] = new Array(c.count);
   for (let i = 0; i < c.count; i++) {
-    out.push(reduceValues(c.dtype, c.redop!, values.map((v) => v[base + i]!), world));
+    let acc = values[0]![base + i]!;
+    for (let q = 1; q < world; q++) acc = combine(acc, values[q]![base + i]!);
+    out[i] = c.redop === "avg" ? divide(acc as number) : acc;
   }
   return encode(c.dtype, out);
 }

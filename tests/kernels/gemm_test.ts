@@ -367,6 +367,8 @@ Deno.test("dt_gemm() f32 covers the model shapes, K blocks and the thin and wide
     [7, 4100, 3, false, false], // more than one N block
     [300, 20, 600, false, false], // several M and K blocks (K split evenly)
     [20, 300, 520, true, true],
+    [9, 600, 40, true, false], // a transposed A feeding many columns is packed
+    [20, 530, 33, true, true],
   ];
   for (const [M, N, Kd, transA, transB] of shapes) {
     checkCase(rng, makeCase(M, N, Kd, { transA, transB }));
@@ -424,6 +426,17 @@ Deno.test("dt_gemm() runs strided batches, including a shared B (stride 0) and g
   checkCase(rng, makeCase(128, 32, 128, { batch: 3 }));
 });
 
+/** M, N, K of products with every kind of edge: partial tiles, dot products, K tails, a packed A. */
+const EDGE_SHAPES: [number, number, number][] = [
+  [1, 1, 1],
+  [3, 17, 33],
+  [2, 130, 7],
+  [17, 3, 65],
+  [33, 65, 5],
+  [7, 35, 300],
+  [5, 530, 9],
+];
+
 Deno.test("dt_gemm() reads nothing past the end of A, B or C (guard pages)", () => {
   // Edges are where a kernel could over-read: partial micro-tiles, B rows read
   // in place, masked K tails of the dot products, the last row of each operand.
@@ -431,14 +444,8 @@ Deno.test("dt_gemm() reads nothing past the end of A, B or C (guard pages)", () 
   using guard = new GuardedMemory();
   for (const dtype of [DT.F32, DT.BF16, DT.F16]) {
     for (const [transA, transB] of TRANS) {
-      for (
-        const [M, N, Kd] of [[1, 1, 1], [3, 17, 33], [2, 130, 7], [17, 3, 65], [33, 65, 5], [
-          7,
-          35,
-          300,
-        ]]
-      ) {
-        const c = makeCase(M!, N!, Kd!, { dtype, transA, transB, beta: 1 });
+      for (const [M, N, Kd] of EDGE_SHAPES) {
+        const c = makeCase(M, N, Kd, { dtype, transA, transB, beta: 1 });
         const inp = randomInputs(rng, c);
         check(c, runGemm(c, inp, guard), reference(c, inp));
       }
@@ -704,9 +711,9 @@ Deno.test({
     [{ B: null }, "B is NULL"],
     [
       { M: 1n << 40n, lda: 1n << 30n, A: null },
-      "spans more than 2^63 elements",
+      "spans more than 2^63 bytes",
     ],
-    [{ batch: 1n << 40n, strideB: 1n << 40n }, "spans more than 2^63 elements"],
+    [{ batch: 1n << 40n, strideB: 1n << 40n }, "spans more than 2^63 bytes"],
   ];
   for (const [over, text] of bad) failsWith(callWith(over), text);
 });

@@ -30,7 +30,11 @@ Deno.test("Sequential of Linear layers after manualSeed(1) has PyTorch's default
   manualSeed(Number(meta.init_seed));
   const w0 = fx.tensors("toy_mlp_init.safetensors").get("0.weight")!;
   const w2 = fx.tensors("toy_mlp_init.safetensors").get("2.weight")!;
-  const model = new Sequential(new Linear(w0.shape[1]!, w0.shape[0]!), new ReLU(), new Linear(w2.shape[1]!, w2.shape[0]!));
+  const model = new Sequential(
+    new Linear(w0.shape[1]!, w0.shape[0]!),
+    new ReLU(),
+    new Linear(w2.shape[1]!, w2.shape[0]!),
+  );
   assertSameBits(model, "toy_mlp_init.safetensors");
   assert.deepEqual([...model.stateDict().keys()], ["0.weight", "0.bias", "2.weight", "2.bias"]);
   model.dispose();
@@ -40,7 +44,13 @@ Deno.test("GPT built from a seeded generator equals nanoGPT's init, bit for bit,
   const meta = fx.json("gpt_mini.json");
   const c = meta.config;
   const model = new GPT(
-    { vocabSize: c.vocab_size, blockSize: c.block_size, nLayer: c.n_layer, nHead: c.n_head, nEmbd: c.n_embd },
+    {
+      vocabSize: c.vocab_size,
+      blockSize: c.block_size,
+      nLayer: c.n_layer,
+      nHead: c.n_head,
+      nEmbd: c.n_embd,
+    },
     { generator: new TorchGenerator(Number(meta.build_seed)) },
   );
   assertSameBits(model, "gpt_mini_params.safetensors");
@@ -48,6 +58,9 @@ Deno.test("GPT built from a seeded generator equals nanoGPT's init, bit for bit,
   // state_dict has the tied lm_head.weight and the causal-mask buffers, as PyTorch's.
   const keys = [...model.stateDict().keys()];
   assert.ok(keys.includes("lm_head.weight") && keys.includes("transformer.h.0.attn.bias"));
-  assert.equal(model.stateDict().get("lm_head.weight"), model.stateDict().get("transformer.wte.weight"));
+  assert.equal(
+    model.stateDict().get("lm_head.weight"),
+    model.stateDict().get("transformer.wte.weight"),
+  );
   model.dispose();
 });

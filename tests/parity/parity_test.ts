@@ -17,9 +17,7 @@ Deno.test("parity: every comparison of the shipped PyTorch fixtures passes", asy
     `expected the full set of rows, got ${rows.length}`,
   );
   assert.deepEqual(
-    failed.map((r) =>
-      `${r.case} ${r.quantity}: ${r.error} > ${r.tolerance} ${r.note ?? ""}`
-    ),
+    failed.map((r) => `${r.case} ${r.quantity}: ${r.error} > ${r.tolerance} ${r.note ?? ""}`),
     [],
   );
 });

@@ -1,14 +1,7 @@
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
 import { gradCheck, rand } from "./_gradcheck.ts";
-import {
-  add,
-  gelu,
-  mul,
-  relu,
-  scale,
-  sub,
-} from "../../tensor/ops/elementwise.ts";
+import { add, gelu, mul, relu, scale, sub } from "../../tensor/ops/elementwise.ts";
 import { linear, matmul } from "../../tensor/ops/linalg.ts";
 import {
   causalSelfAttention,
@@ -17,12 +10,7 @@ import {
   layerNorm,
   softmax,
 } from "../../tensor/ops/nn.ts";
-import {
-  reshape,
-  splitLast,
-  transpose,
-  transpose12,
-} from "../../tensor/ops/shape.ts";
+import { reshape, splitLast, transpose, transpose12 } from "../../tensor/ops/shape.ts";
 import { mean, sum } from "../../tensor/ops/reduce.ts";
 import { fromArray, scope } from "../../tensor/tensor.ts";
 import { backward } from "../../tensor/autograd.ts";

@@ -39,7 +39,12 @@ function crashAtEveryPoint(scenario: Scenario): CrashPoint[] {
       for (const s of scenario.before) setup.save(payloadForStep(s));
       Deno.mkdirSync(join(root, ".tmp-step-00000099-1-00c0ffee"));
       const io = new FrozenDiskIO(n);
-      const crashing = new CheckpointManager(root, { rank: 0, keepLast: 2, io, onWarning: () => {} });
+      const crashing = new CheckpointManager(root, {
+        rank: 0,
+        keepLast: 2,
+        io,
+        onWarning: () => {},
+      });
       const payload = payloadForStep(scenario.step, { variant: scenario.variant });
       try {
         crashing.save(payload);
@@ -47,7 +52,11 @@ function crashAtEveryPoint(scenario: Scenario): CrashPoint[] {
         if (io.crashedAt === null) throw e;
       }
       if (io.crashedAt === null) {
-        assert.equal(io.count, n - 1, "a save without a crash used fewer operations than the crash point");
+        assert.equal(
+          io.count,
+          n - 1,
+          "a save without a crash used fewer operations than the crash point",
+        );
         return points;
       }
       const op = io.crashedAt.replaceAll(root + "/", "");
@@ -59,8 +68,17 @@ function crashAtEveryPoint(scenario: Scenario): CrashPoint[] {
 }
 
 /** The latest checkpoint verifies and holds one whole save; then the next save cleans up and succeeds. */
-function checkAfterCrash(root: string, scenario: Scenario, op: string): { loadedStep: number; loadedVariant: number } {
-  const manager = new CheckpointManager(root, { rank: 0, keepLast: 2, fsync: false, onWarning: () => {} });
+function checkAfterCrash(
+  root: string,
+  scenario: Scenario,
+  op: string,
+): { loadedStep: number; loadedVariant: number } {
+  const manager = new CheckpointManager(root, {
+    rank: 0,
+    keepLast: 2,
+    fsync: false,
+    onWarning: () => {},
+  });
   const loaded = manager.loadLatest();
   assert.ok(loaded !== null, `after a crash at ${op}: no checkpoint loads`);
   const variant = loaded.state.variant as number;
@@ -68,7 +86,11 @@ function checkAfterCrash(root: string, scenario: Scenario, op: string): { loaded
   const next = Math.max(...scenario.before, scenario.step) + 1;
   manager.save(payloadForStep(next));
   const names = [...Deno.readDirSync(root)].map((e) => e.name);
-  assert.deepEqual(names.filter((n) => n.startsWith(".")), [], `after a crash at ${op}: leftovers remain after the next save`);
+  assert.deepEqual(
+    names.filter((n) => n.startsWith(".")),
+    [],
+    `after a crash at ${op}: leftovers remain after the next save`,
+  );
   for (const c of manager.list()) {
     assert.ok(c.complete, `after a crash at ${op}: ${c.dir} is incomplete`);
     const again = manager.load(c.dir);

@@ -16,7 +16,8 @@ const PEERS = fileURLToPath(new URL("../../scripts/peers/", import.meta.url));
 function hasTorch(): boolean {
   try {
     const probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)";
-    return new Deno.Command(PYTHON, { args: ["-c", probe], stdout: "null", stderr: "null" }).outputSync().success;
+    return new Deno.Command(PYTHON, { args: ["-c", probe], stdout: "null", stderr: "null" })
+      .outputSync().success;
   } catch {
     return false; // no /usr/bin/python3 at all
   }
@@ -46,7 +47,8 @@ print(json.dumps({
 `;
 
 Deno.test({
-  name: "load_dtrain_checkpoint.py loads a dtrain checkpoint into a PyTorch module with exact values",
+  name:
+    "load_dtrain_checkpoint.py loads a dtrain checkpoint into a PyTorch module with exact values",
   ignore: !hasTorch(),
   fn() {
     const root = Deno.makeTempDirSync({ prefix: "dtrain-ckpt-torch-" });
@@ -70,9 +72,17 @@ Deno.test({
       const state = { epoch: 1, step: 12, world_size: 2, run_id: "torch-interop" };
       const manager = new CheckpointManager(root, { rank: 0, fsync: false });
       manager.save({ step: 11, files: [{ name: "model", tensors: model }], state: { step: 11 } });
-      manager.save({ step: 12, files: [{ name: "model", tensors: model }, { name: "extra", tensors: extra }], state });
+      manager.save({
+        step: 12,
+        files: [{ name: "model", tensors: model }, { name: "extra", tensors: extra }],
+        state,
+      });
 
-      const run = new Deno.Command(PYTHON, { args: ["-c", PROGRAM, PEERS, root], stdout: "piped", stderr: "piped" }).outputSync();
+      const run = new Deno.Command(PYTHON, {
+        args: ["-c", PROGRAM, PEERS, root],
+        stdout: "piped",
+        stderr: "piped",
+      }).outputSync();
       const stderr = new TextDecoder().decode(run.stderr);
       assert.ok(run.success, `python failed: ${stderr}`);
       const got = JSON.parse(new TextDecoder().decode(run.stdout));
@@ -93,9 +103,15 @@ Deno.test({
 
       // The module's output, computed here in float64 from the same float32 weights.
       const x = [0, 1, 2, 3];
-      const hidden = [0, 1, 2].map((i) => Math.max(0, b0[i]! + x.reduce((s, xj, j) => s + w0[i * 4 + j]! * xj, 0)));
-      const output = [0, 1].map((i) => b2[i]! + hidden.reduce((s, h, j) => s + w2[i * 3 + j]! * h, 0));
-      got.output.forEach((v: number, i: number) => assert.ok(Math.abs(v - output[i]!) < 1e-5, `output ${i}: ${v} vs ${output[i]}`));
+      const hidden = [0, 1, 2].map((i) =>
+        Math.max(0, b0[i]! + x.reduce((s, xj, j) => s + w0[i * 4 + j]! * xj, 0))
+      );
+      const output = [0, 1].map((i) =>
+        b2[i]! + hidden.reduce((s, h, j) => s + w2[i * 3 + j]! * h, 0)
+      );
+      got.output.forEach((v: number, i: number) =>
+        assert.ok(Math.abs(v - output[i]!) < 1e-5, `output ${i}: ${v} vs ${output[i]}`)
+      );
     } finally {
       Deno.removeSync(root, { recursive: true });
     }

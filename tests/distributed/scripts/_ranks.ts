@@ -100,6 +100,11 @@ export class RankProcess {
     }
   }
 
+  /** Whether a record with this `event` has been printed and not consumed yet. */
+  has(event: string): boolean {
+    return this.#lines.some((l) => l.event === event);
+  }
+
   /** Sends one command line to the rank's stdin. */
   async send(line: string): Promise<void> {
     await this.#stdin.write(new TextEncoder().encode(line + "\n"));

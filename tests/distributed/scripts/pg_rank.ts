@@ -14,9 +14,6 @@ import { initProcessGroup, type ProcessGroup } from "../../../distributed/proces
 import type { BufferLike, CollectiveDType } from "../../../distributed/process_group.ts";
 import { buildCases, BYTES, type CollectiveCase, makeInput, outputCount } from "./_cases.ts";
 
-/** Wall-clock ms, comparable between processes. */
-const now = () => performance.timeOrigin + performance.now();
-
 function say(obj: Record<string, unknown>): void {
   console.log(JSON.stringify(obj));
 }
@@ -133,8 +130,8 @@ async function serve(): Promise<void> {
       const line = pending.slice(0, nl).trim();
       pending = pending.slice(nl + 1);
       if (line === "") continue;
-      say({ event: "enter", cmd: line, t: now() });
-      say({ ...command(pg, line.split(/\s+/)), t: now() });
+      say({ event: "enter", cmd: line });
+      say(command(pg, line.split(/\s+/)));
     }
   }
 }

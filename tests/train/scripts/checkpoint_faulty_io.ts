@@ -24,7 +24,13 @@ export interface FullDiskOptions {
 /** The real file system, except that it runs out of space as configured. */
 export class FullDiskIO implements CheckpointIO {
   /** Calls so far per operation. */
-  readonly calls: Record<ChangingOp, number> = { writeFile: 0, mkdir: 0, rename: 0, remove: 0, fsyncDir: 0 };
+  readonly calls: Record<ChangingOp, number> = {
+    writeFile: 0,
+    mkdir: 0,
+    rename: 0,
+    remove: 0,
+    fsyncDir: 0,
+  };
   /** Bytes written so far. */
   written = 0;
   readonly #opts: FullDiskOptions;
@@ -105,7 +111,11 @@ export class FrozenDiskIO implements CheckpointIO {
   }
 
   writeFile(path: string, bytes: Uint8Array, sync: boolean): void {
-    this.#step("writeFile", path, () => denoCheckpointIO.writeFile(path, bytes.subarray(0, bytes.length >> 1), false));
+    this.#step(
+      "writeFile",
+      path,
+      () => denoCheckpointIO.writeFile(path, bytes.subarray(0, bytes.length >> 1), false),
+    );
     denoCheckpointIO.writeFile(path, bytes, sync);
   }
   mkdir(path: string, parents: boolean): void {

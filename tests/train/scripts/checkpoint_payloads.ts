@@ -17,7 +17,11 @@ export interface PayloadOptions {
 
 /** An StTensor over the bytes of `values` (no copy). */
 export function tensor(dtype: StDType, shape: number[], values: ArrayBufferView): StTensor {
-  return { dtype, shape, data: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) };
+  return {
+    dtype,
+    shape,
+    data: new Uint8Array(values.buffer, values.byteOffset, values.byteLength),
+  };
 }
 
 /** A small deterministic generator (mulberry32) for the tensor values. */
@@ -78,11 +82,19 @@ export function payloadForStep(step: number, opts: PayloadOptions = {}): Checkpo
 export function assertHoldsPayload(loaded: LoadedCheckpoint, expected: CheckpointPayload): void {
   const where = `checkpoint ${loaded.dir}`;
   assert.equal(loaded.step, expected.step, `${where}: step`);
-  assert.deepEqual([...loaded.files.keys()].sort(), expected.files.map((f) => f.name).sort(), `${where}: files`);
+  assert.deepEqual(
+    [...loaded.files.keys()].sort(),
+    expected.files.map((f) => f.name).sort(),
+    `${where}: files`,
+  );
   for (const file of expected.files) {
     const got = loaded.files.get(file.name)!;
     assert.deepEqual(got.metadata, file.metadata ?? {}, `${where}: ${file.name} metadata`);
-    assert.deepEqual([...got.tensors.keys()].sort(), [...file.tensors.keys()].sort(), `${where}: ${file.name} tensor names`);
+    assert.deepEqual(
+      [...got.tensors.keys()].sort(),
+      [...file.tensors.keys()].sort(),
+      `${where}: ${file.name} tensor names`,
+    );
     for (const [name, want] of file.tensors) {
       const t = got.tensors.get(name)!;
       assert.equal(t.dtype, want.dtype, `${where}: ${file.name}/${name} dtype`);

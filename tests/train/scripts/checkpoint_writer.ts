@@ -27,7 +27,9 @@ const { values } = parseArgs({
     "keep-every": { type: "string" },
   },
 });
-if (values.dir === undefined) throw new Error("checkpoint_writer.ts needs --dir <checkpoint directory>");
+if (values.dir === undefined) {
+  throw new Error("checkpoint_writer.ts needs --dir <checkpoint directory>");
+}
 
 const manager = new CheckpointManager(values.dir, {
   rank: 0,

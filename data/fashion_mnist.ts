@@ -1,0 +1,154 @@
+/**
+ * Fashion-MNIST as two TensorDatasets (train 60000, test 10000): images f32
+ * [784] scaled to [0,1] then normalised with the training set's mean and std,
+ * labels i32 in 0..9. Read from the IDX files of Debian's dataset-fashion-mnist.
+ */
+import { join } from "node:path";
+import { cpuKernels } from "../ffi/cpu.ts";
+import { TensorDataset } from "./dataset.ts";
+import { type IdxArray, readIdx } from "./idx.ts";
+
+/** Where Debian's package `dataset-fashion-mnist` installs the files. */
+export const FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist";
+
+/**
+ * Mean and std of the 60000 training images' pixels scaled to [0,1]
+ * (0.28604 and 0.35302 measured; the rounded values are the customary ones,
+ * and scripts/peers/fashion_mnist.py uses the same).
+ */
+export const FASHION_MNIST_MEAN = 0.286;
+/** See FASHION_MNIST_MEAN. */
+export const FASHION_MNIST_STD = 0.353;
+
+/** Pixels per image (28 x 28), the length of one image sample. */
+export const FASHION_MNIST_PIXELS = 784;
+/** Number of classes; labels are 0..9. */
+export const FASHION_MNIST_CLASSES = 10;
+
+/** The two splits; each sample is [image f32 [784], label i32 []]. */
+export interface FashionMnist {
+  train: TensorDataset;
+  test: TensorDataset;
+}
+
+const SPLIT_FILES = {
+  train: { images: "train-images-idx3-ubyte", labels: "train-labels-idx1-ubyte" },
+  test: { images: "t10k-images-idx3-ubyte", labels: "t10k-labels-idx1-ubyte" },
+} as const;
+
+/** Bytes converted per kernel call: bounds the temporary index array to 4 MiB. */
+const CONVERT_CHUNK = 1 << 20;
+
+/**
+ * The f32 value of each byte value, computed in f32 exactly as numpy does
+ * `(x.astype(float32) / 255 - mean) / std` with float32 constants; each JS
+ * operation on float32 inputs, rounded once by Math.fround, equals the f32 op.
+ */
+function pixelTable(): Float32Array<ArrayBuffer> {
+  const f = Math.fround;
+  const mean = f(FASHION_MNIST_MEAN), std = f(FASHION_MNIST_STD);
+  return Float32Array.from({ length: 256 }, (_, b) => f(f(f(b / 255) - mean) / std));
+}
+
+/** Maps every byte through pixelTable() with the native row gather (4-byte rows). */
+function normalizePixels(bytes: Uint8Array): Float32Array<ArrayBuffer> {
+  const k = cpuKernels();
+  const table = pixelTable();
+  const tablePtr = Deno.UnsafePointer.of(table);
+  const out = new Float32Array(bytes.length);
+  const index = new Int32Array(Math.min(CONVERT_CHUNK, bytes.length));
+  const indexPtr = Deno.UnsafePointer.of(index);
+  for (let at = 0; at < bytes.length; at += CONVERT_CHUNK) {
+    const n = Math.min(CONVERT_CHUNK, bytes.length - at);
+    index.set(bytes.subarray(at, at + n)); // u8 -> i32 widening, done by V8 in bulk
+    k.check(
+      k.symbols.dt_gather_rows(
+        Deno.UnsafePointer.of(out.subarray(at, at + n)),
+        tablePtr,
+        indexPtr,
+        BigInt(n),
+        4n,
+        null,
+      ),
+      "dt_gather_rows",
+    );
+  }
+  return out;
+}
+
+/** The path of `base` in `dir`, uncompressed if present, else `base.gz`; null if neither. */
+function findFile(dir: string, base: string): string | null {
+  for (const name of [base, `${base}.gz`]) {
+    try {
+      if (Deno.statSync(join(dir, name)).isFile) return join(dir, name);
+    } catch (e) {
+      if (!(e instanceof Deno.errors.NotFound)) throw e;
+    }
+  }
+  return null;
+}
+
+function checkDims(file: string, got: IdxArray, expected: string, ok: boolean): void {
+  if (!ok) {
+    throw new Error(`Fashion-MNIST file ${file} has dims [${got.dims}]: expected ${expected}`);
+  }
+}
+
+async function loadSplit(
+  dir: string,
+  files: { images: string; labels: string },
+): Promise<TensorDataset> {
+  const paths = [files.images, files.labels].map((base) => findFile(dir, base));
+  const missing = [files.images, files.labels].filter((_, i) => paths[i] === null);
+  if (missing.length > 0) {
+    throw new Error(
+      `Fashion-MNIST not found in ${dir}: missing ${
+        missing.map((m) => `${m}[.gz]`).join(", ")
+      }. Install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist), ` +
+        `or point DTRAIN_FASHION_MNIST (or the dir argument) at a folder holding the four IDX files`,
+    );
+  }
+  const [imagePath, labelPath] = paths as [string, string];
+  const [images, labels] = await Promise.all([readIdx(imagePath), readIdx(labelPath)]);
+  const [count, rows, cols] = images.dims;
+  checkDims(
+    imagePath,
+    images,
+    "[N, 28, 28]",
+    images.dims.length === 3 && rows === 28 && cols === 28,
+  );
+  checkDims(labelPath, labels, `[${count}] (one label per image)`, labels.dims.length === 1 && labels.dims[0] === count);
+
+  const labelData = new Int32Array(labels.data.length);
+  labelData.set(labels.data);
+  const bad = labels.data.findIndex((l) => l >= FASHION_MNIST_CLASSES);
+  if (bad >= 0) {
+    throw new Error(
+      `Fashion-MNIST file ${labelPath}: label ${labels.data[bad]} at index ${bad} is outside 0..${
+        FASHION_MNIST_CLASSES - 1
+      }`,
+    );
+  }
+  return new TensorDataset(
+    { data: normalizePixels(images.data), sampleShape: [FASHION_MNIST_PIXELS] },
+    { data: labelData, sampleShape: [] },
+  );
+}
+
+/**
+ * Loads both splits of Fashion-MNIST from `dir` (default: $DTRAIN_FASHION_MNIST,
+ * else /usr/share/datasets/fashion-mnist). Each file may be plain or `.gz`.
+ * A pixel p in 0..255 becomes `(p / 255 - 0.2860) / 0.3530` in f32.
+ *
+ * @example
+ * ```ts
+ * const { train, test } = await loadFashionMnist();
+ * const [x, y] = train.getBatch(new Int32Array([0, 1])); // x f32 [2, 784], y i32 [2]
+ * ```
+ */
+export async function loadFashionMnist(dir?: string): Promise<FashionMnist> {
+  const folder = dir ?? Deno.env.get("DTRAIN_FASHION_MNIST") ?? FASHION_MNIST_DIR;
+  const train = await loadSplit(folder, SPLIT_FILES.train);
+  const test = await loadSplit(folder, SPLIT_FILES.test);
+  return { train, test };
+}

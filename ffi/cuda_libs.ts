@@ -1,0 +1,172 @@
+/**
+ * Where the NVIDIA libraries that dtrain opens at run time are looked for —
+ * the driver (libcuda), cuBLASLt and NCCL, plus libcudart for `dtrain doctor`
+ * — and the search itself: LD_LIBRARY_PATH, CUDA_HOME, the usual system
+ * folders, then the lib folders of pip's nvidia-* packages of every python3
+ * on PATH (found by listing folders; no Python is run). A miss names every
+ * folder tried.
+ */
+import { dirname, join } from "node:path";
+
+/** The libraries, each as the file names tried in order (newest first). */
+export const CUDA_LIBRARY_FILES = {
+  /** the NVIDIA driver's user-space library (needed by everything on the GPU) */
+  driver: ["libcuda.so.1", "libcuda.so"],
+  /** cuBLASLt, opened by libdtrain_cuda.so for dt_gemm */
+  cublasLt: ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"],
+  /** NCCL, opened by ffi/nccl.ts for the process group of several GPU ranks */
+  nccl: ["libnccl.so.2", "libnccl.so"],
+  /** the CUDA runtime; libdtrain_cuda.so links it statically, so only `doctor` reports it */
+  cudart: ["libcudart.so.13", "libcudart.so.12", "libcudart.so"],
+} as const;
+
+/** A library's role in CUDA_LIBRARY_FILES. */
+export type CudaLibraryRole = keyof typeof CUDA_LIBRARY_FILES;
+
+/** What a search found: the first matching file (or null) and every folder tried. */
+export interface LibrarySearchResult {
+  role: CudaLibraryRole;
+  files: readonly string[];
+  path: string | null;
+  tried: string[];
+}
+
+/** Where to search; tests pass their own environment and folders. */
+export interface LibrarySearchOptions {
+  /** environment lookup (default: Deno.env) */
+  env?: (name: string) => string | undefined;
+  /** folders searched after the environment's (default: SYSTEM_LIBRARY_DIRS) */
+  systemDirs?: readonly string[];
+  /** folders that may hold python's site-packages (default: PYTHON_PREFIXES plus ~/.local) */
+  pythonPrefixes?: readonly string[];
+}
+
+/** The usual places of the driver and of a CUDA toolkit on Linux. */
+export const SYSTEM_LIBRARY_DIRS: readonly string[] = [
+  "/usr/local/cuda/lib64",
+  "/usr/local/cuda/targets/x86_64-linux/lib",
+  "/usr/local/nvidia/lib64", // the driver, as container runtimes mount it
+  "/usr/local/nvidia/lib",
+  "/usr/lib/x86_64-linux-gnu",
+  "/lib/x86_64-linux-gnu",
+  "/usr/lib64",
+  "/usr/lib",
+  "/usr/lib/wsl/lib", // the driver under WSL 2
+];
+
+/** Python installations whose site-packages may hold pip's nvidia-* wheels. */
+export const PYTHON_PREFIXES: readonly string[] = ["/usr", "/usr/local", "/opt/conda"];
+
+function readDirNames(dir: string): string[] {
+  try {
+    return [...Deno.readDirSync(dir)].map((e) => e.name).sort();
+  } catch {
+    return [];
+  }
+}
+
+function isDir(path: string): boolean {
+  try {
+    return Deno.statSync(path).isDirectory;
+  } catch {
+    return false;
+  }
+}
+
+function isFile(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile; // follows symlinks, as dlopen does
+  } catch {
+    return false;
+  }
+}
+
+/** The prefixes of the python3 interpreters on PATH: a venv's bin/python3 gives the venv. */
+function pathPythonPrefixes(path: string): string[] {
+  const prefixes: string[] = [];
+  for (const dir of path.split(":").filter((d) => d !== "")) {
+    if (readDirNames(dir).some((n) => /^python3(\.\d+)?$/.test(n))) prefixes.push(dirname(dir));
+  }
+  return prefixes;
+}
+
+/** `nvidia/<package>/lib` folders under every site-packages of the given prefixes. */
+export function pipNvidiaLibDirs(prefixes: readonly string[]): string[] {
+  const out: string[] = [];
+  for (const prefix of prefixes) {
+    const libDir = join(prefix, "lib");
+    const sites = [join(libDir, "python3", "dist-packages")];
+    for (const name of readDirNames(libDir)) {
+      if (!/^python3(\.\d+)?$/.test(name)) continue;
+      sites.push(join(libDir, name, "site-packages"), join(libDir, name, "dist-packages"));
+    }
+    for (const site of sites) {
+      const nvidia = join(site, "nvidia");
+      for (const pkg of readDirNames(nvidia)) {
+        const lib = join(nvidia, pkg, "lib");
+        if (isDir(lib)) out.push(lib);
+      }
+    }
+  }
+  return out;
+}
+
+/**
+ * Every folder searched, in order, without duplicates.
+ *
+ * @example
+ * ```ts
+ * const dirs = cudaLibraryDirs({ env: (n) => ({ LD_LIBRARY_PATH: "/opt/lib" })[n] });
+ * // ["/opt/lib", "/usr/local/cuda/lib64", ...]
+ * ```
+ */
+export function cudaLibraryDirs(opts: LibrarySearchOptions = {}): string[] {
+  const env = opts.env ?? ((n: string) => Deno.env.get(n));
+  const dirs: string[] = [];
+  for (const d of (env("LD_LIBRARY_PATH") ?? "").split(":")) if (d) dirs.push(d);
+  for (const v of ["CUDA_HOME", "CUDA_PATH"]) {
+    const home = env(v);
+    if (home) dirs.push(join(home, "lib64"), join(home, "lib"));
+  }
+  const conda = env("CONDA_PREFIX");
+  if (conda) dirs.push(join(conda, "lib"));
+  dirs.push(...(opts.systemDirs ?? SYSTEM_LIBRARY_DIRS));
+  const home = env("HOME");
+  const prefixes = [
+    ...pathPythonPrefixes(env("PATH") ?? ""),
+    ...(opts.pythonPrefixes ?? PYTHON_PREFIXES),
+    ...(opts.pythonPrefixes === undefined && home ? [join(home, ".local")] : []),
+  ];
+  dirs.push(...pipNvidiaLibDirs(prefixes));
+  return [...new Set(dirs)];
+}
+
+/**
+ * Looks for the library of `role`: the first folder that holds any of its
+ * file names (tried newest first within a folder) wins.
+ *
+ * @example
+ * ```ts
+ * const r = findCudaLibrary("cublasLt");
+ * if (!r.path) console.error(describeMissing(r));
+ * ```
+ */
+export function findCudaLibrary(role: CudaLibraryRole, opts: LibrarySearchOptions = {}): LibrarySearchResult {
+  const files = CUDA_LIBRARY_FILES[role];
+  const tried = cudaLibraryDirs(opts);
+  for (const dir of tried) {
+    for (const f of files) {
+      const path = join(dir, f);
+      if (isFile(path)) return { role, files, path, tried };
+    }
+  }
+  return { role, files, path: null, tried };
+}
+
+/** "libnccl.so.2 (or libnccl.so) not found; looked in /a, /b" */
+export function describeMissing(r: LibrarySearchResult): string {
+  const [first, ...rest] = r.files;
+  const names = rest.length ? `${first} (or ${rest.join(", ")})` : first;
+  const where = r.tried.length ? r.tried.join(", ") : "(no folders)";
+  return `${names} not found; looked in ${where}`;
+}

@@ -1,0 +1,339 @@
+/**
+ * The run directory format, `dtrain.run/1`: zod schemas of run.json,
+ * config.json, metrics.jsonl and data_order.jsonl, the line encoders writers
+ * use, and `readRunDir()`, whose errors name the file, line and field.
+ * docs/RUN_DIR.md describes the same format for people.
+ */
+import { join } from "node:path";
+import { z } from "zod";
+
+/** The value of run.json's `format` field; a reader refuses any other. */
+export const RUN_FORMAT = "dtrain.run/1";
+
+/** File names inside a run directory. */
+export const RUN_FILES = {
+  run: "run.json",
+  config: "config.json",
+  metrics: "metrics.jsonl",
+  dataOrder: "data_order.jsonl",
+} as const;
+
+const time = z.iso.datetime({ offset: true });
+const sha256 = z.string().regex(/^[0-9a-f]{64}$/, "expected 64 lowercase hex digits (a sha256)");
+const count = z.int().nonnegative();
+/** A number that may be non-finite: written as "NaN", "Infinity" or "-Infinity" since JSON has no such numbers. */
+const real = z.union([z.number(), z.enum(["NaN", "Infinity", "-Infinity"])])
+  .transform((v) => typeof v === "number" ? v : Number(v));
+
+/** One launch attempt: the first has attempt 0 (= DTRAIN_RESTART_COUNT of its ranks). */
+export const AttemptSchema = z.object({
+  attempt: count,
+  startedAt: time,
+  endedAt: time.nullable(),
+  exitCode: z.int().nullable(),
+  signal: z.string().nullable(),
+  failingRank: count.nullable(),
+  reason: z.string().nullable(),
+});
+
+/** Versions of everything that computes: the CUDA fields only on GPU runs. */
+export const VersionsSchema = z.object({
+  dtrain: z.string(),
+  deno: z.string(),
+  v8: z.string(),
+  typescript: z.string(),
+  /** build hashes (dt_build_hash) of the native libraries that were loaded */
+  native: z.object({ cpu: z.string().optional(), cuda: z.string().optional() }),
+  cuda: z.object({ runtime: z.string(), driver: z.string(), gpus: z.array(z.string()) }).optional(),
+  nccl: z.string().optional(),
+});
+
+/** Facts about node 0's machine that can change results or speed. */
+export const MachineSchema = z.object({
+  hostname: z.string(),
+  os: z.string(),
+  arch: z.string(),
+  cpuModel: z.string(),
+  cpus: count,
+  memBytes: count,
+});
+
+/** run.json: written by the launcher at start and rewritten at the end of every attempt. */
+export const RunRecordSchema = z.object({
+  format: z.literal(RUN_FORMAT),
+  runId: z.string().min(1),
+  name: z.string(),
+  createdAt: time,
+  endedAt: time.nullable(),
+  command: z.object({ argv: z.array(z.string()).min(1), cwd: z.string() }),
+  script: z.object({ path: z.string(), sha256, args: z.array(z.string()) }),
+  world: z.object({
+    nnodes: z.int().positive(),
+    nprocPerNode: z.int().positive(),
+    worldSize: z.int().positive(),
+    hosts: z.array(z.string()),
+  }),
+  versions: VersionsSchema,
+  machine: MachineSchema.optional(),
+  env: z.record(z.string(), z.string()),
+  attempts: z.array(AttemptSchema),
+  status: z.enum(["running", "succeeded", "failed", "interrupted"]),
+}).superRefine((r, ctx) => {
+  const { nnodes, nprocPerNode, worldSize } = r.world;
+  if (worldSize !== nnodes * nprocPerNode) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["world", "worldSize"],
+      message: `worldSize ${worldSize} != nnodes ${nnodes} × nprocPerNode ${nprocPerNode}`,
+    });
+  }
+  r.attempts.forEach((a, i) => {
+    if (a.attempt !== i) {
+      ctx.addIssue({ code: "custom", path: ["attempts", i, "attempt"], message: `expected attempt ${i} (attempts are numbered 0, 1, … in order), got ${a.attempt}` });
+    }
+    if (a.endedAt === null && i < r.attempts.length - 1) {
+      ctx.addIssue({ code: "custom", path: ["attempts", i, "endedAt"], message: "only the last attempt may still be open (endedAt null)" });
+    }
+  });
+});
+
+/** config.json: written once by rank 0 of the training code. */
+export const ConfigRecordSchema = z.object({
+  /** the resolved, validated training config */
+  config: z.record(z.string(), z.unknown()),
+  seed: z.int(),
+  worldSize: z.int().positive(),
+  /** e.g. "cpu" or "cuda" */
+  device: z.string(),
+});
+
+/** One metrics.jsonl line: one optimizer step, appended by rank 0. */
+export const MetricsRecordSchema = z.object({
+  step: count,
+  epoch: count,
+  /** which launch attempt wrote it: a resumed run repeats steps with a higher attempt */
+  attempt: count,
+  /** mean over ranks; may be non-finite */
+  loss: real,
+  lr: z.number(),
+  gradNorm: real.nullable(),
+  lossScale: z.number().positive().nullable(),
+  /** optimizer steps skipped so far (AMP overflow) */
+  skipped: count,
+  samplesPerS: z.number().nonnegative(),
+  tokensPerS: z.number().nonnegative().nullable(),
+  stepMs: z.number().nonnegative(),
+  dataWaitMs: z.number().nonnegative(),
+  memBytes: count,
+  /** this step's wall time on each rank, index = rank */
+  stepMsByRank: z.array(z.number().nonnegative()).optional(),
+});
+
+/** One data_order.jsonl line: one rank's index order for one epoch, appended by rank 0. */
+export const DataOrderRecordSchema = z.object({
+  epoch: count,
+  rank: count,
+  /** indices this rank visits in the epoch */
+  count,
+  /** sha256 of the indices as little-endian int32 */
+  sha256,
+  /** the first min(16, count) indices */
+  first: z.array(z.int()).max(16),
+}).refine((r) => r.first.length === Math.min(16, r.count), {
+  message: "first must hold min(16, count) indices",
+  path: ["first"],
+});
+
+export type Attempt = z.output<typeof AttemptSchema>;
+export type Versions = z.output<typeof VersionsSchema>;
+export type Machine = z.output<typeof MachineSchema>;
+export type RunRecord = z.output<typeof RunRecordSchema>;
+export type ConfigRecord = z.output<typeof ConfigRecordSchema>;
+export type MetricsRecord = z.output<typeof MetricsRecordSchema>;
+export type DataOrderRecord = z.output<typeof DataOrderRecordSchema>;
+
+/** Describes zod issues as `field.path: message`, the first three of them. */
+export function describeIssues(error: z.ZodError): string {
+  const where = (path: PropertyKey[]) =>
+    path.map((p, i) => typeof p === "number" ? `[${p}]` : `${i > 0 ? "." : ""}${String(p)}`).join("") || "(top level)";
+  const shown = error.issues.slice(0, 3).map((i) => `${where(i.path)}: ${i.message}`);
+  const more = error.issues.length > 3 ? `; and ${error.issues.length - 3} more` : "";
+  return shown.join("; ") + more;
+}
+
+/** Validates `value` against `schema` or throws a TypeError that starts with `what`. */
+function validate<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
+  const r = schema.safeParse(value);
+  if (!r.success) throw new TypeError(`${what}: ${describeIssues(r.error)}`);
+  return r.data;
+}
+
+/** JSON.stringify, writing non-finite numbers as "NaN", "Infinity" or "-Infinity". */
+function encodeJson(value: unknown, indent?: number): string {
+  return JSON.stringify(value, (_k, v) => typeof v === "number" && !Number.isFinite(v) ? String(v) : v, indent);
+}
+
+/** Encodes and checks one line, so a writer can never append what a reader would refuse. */
+function encodeLine<S extends z.ZodType>(schema: S, value: z.output<S>, file: string): string {
+  const text = encodeJson(value);
+  validate(schema, JSON.parse(text), `Cannot write this ${file} line`);
+  return text + "\n";
+}
+
+/**
+ * One metrics.jsonl line (with its newline), checked against the format;
+ * a non-finite loss or grad norm is written as "NaN"/"Infinity".
+ *
+ * @example
+ * ```ts
+ * await Deno.writeTextFile(join(dir, RUN_FILES.metrics), metricsLine(m), { append: true });
+ * ```
+ */
+export function metricsLine(m: MetricsRecord): string {
+  return encodeLine(MetricsRecordSchema, m, RUN_FILES.metrics);
+}
+
+/** One data_order.jsonl line (with its newline), checked against the format. */
+export function dataOrderLine(d: DataOrderRecord): string {
+  return encodeLine(DataOrderRecordSchema, d, RUN_FILES.dataOrder);
+}
+
+/** The text of run.json or config.json for `value`, checked against `schema`. */
+export function jsonFileText<S extends z.ZodType>(schema: S, value: z.output<S>, file: string): string {
+  const text = encodeJson(value, 2);
+  validate(schema, JSON.parse(text), `Cannot write ${file}`);
+  return text + "\n";
+}
+
+/** Reads a file as text, or null when it does not exist. */
+function readOptional(path: string): string | null {
+  try {
+    return Deno.readTextFileSync(path);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return null;
+    throw new Error(`Cannot read ${path}: ${(e as Error).message}`, { cause: e });
+  }
+}
+
+/** Parses a whole JSON file; errors name the file and the line or field. */
+export function parseJsonFile<S extends z.ZodType>(schema: S, text: string, path: string): z.output<S> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new TypeError(`${path}: not valid JSON: ${(e as Error).message}`);
+  }
+  return validate(schema, value, path);
+}
+
+/** What a JSON-lines file held, and what was wrong with it that did not stop reading. */
+export interface JsonLines<T> {
+  records: T[];
+  warnings: string[];
+}
+
+/**
+ * Parses JSON lines; a malformed line throws `path:line: …`. The one
+ * exception is a final line without its newline that does not parse: a
+ * writer killed mid-append leaves exactly that, so it is dropped with a
+ * warning and the complete lines before it are kept. Blank lines are skipped.
+ */
+export function parseJsonLines<S extends z.ZodType>(schema: S, text: string, path: string): JsonLines<z.output<S>> {
+  const lines = text.split("\n");
+  const unterminated = lines.pop() ?? "";
+  const records: z.output<S>[] = [];
+  const warnings: string[] = [];
+  const parse = (line: string, n: number) => {
+    let value: unknown;
+    try {
+      value = JSON.parse(line);
+    } catch (e) {
+      throw new TypeError(`${path}:${n}: not valid JSON (${(e as Error).message}): ${preview(line)}`);
+    }
+    records.push(validate(schema, value, `${path}:${n}`));
+  };
+  lines.forEach((line, i) => {
+    if (line.trim() !== "") parse(line, i + 1);
+  });
+  if (unterminated.trim() !== "") {
+    try {
+      parse(unterminated, lines.length + 1);
+    } catch (e) {
+      warnings.push(`${(e as Error).message} — ignored: the last line has no newline (the writer was stopped mid-line)`);
+    }
+  }
+  return { records, warnings };
+}
+
+function preview(line: string): string {
+  return JSON.stringify(line.length > 60 ? `${line.slice(0, 60)}…` : line);
+}
+
+/** Everything a reader needs from one run directory. */
+export interface RunDir {
+  dir: string;
+  run: RunRecord;
+  /** null when config.json is missing */
+  config: ConfigRecord | null;
+  /** in file order; empty when metrics.jsonl is missing */
+  metrics: MetricsRecord[];
+  /** in file order; empty when data_order.jsonl is missing */
+  dataOrder: DataOrderRecord[];
+  /** optional files that are absent, by name */
+  missing: string[];
+  /** problems that did not stop reading (a truncated last line) */
+  warnings: string[];
+}
+
+/**
+ * Reads and validates a run directory. run.json is required; the other
+ * files are optional and listed in `missing` when absent; other files are
+ * ignored.
+ *
+ * @example
+ * ```ts
+ * const r = readRunDir("runs/20251129-093000-train-3fa2");
+ * console.log(r.run.status, r.metrics.length, r.missing);
+ * ```
+ */
+export function readRunDir(dir: string): RunDir {
+  const runPath = join(dir, RUN_FILES.run);
+  const runText = readOptional(runPath);
+  if (runText === null) {
+    throw new TypeError(`${dir} is not a dtrain run directory: ${RUN_FILES.run} is missing (the launcher writes it when a run starts)`);
+  }
+  const run = parseJsonFile(RunRecordSchema, runText, runPath);
+  const missing: string[] = [];
+  const warnings: string[] = [];
+  const optional = (name: string): [string, string | null] => {
+    const path = join(dir, name);
+    const text = readOptional(path);
+    if (text === null) missing.push(name);
+    return [path, text];
+  };
+  const [configPath, configText] = optional(RUN_FILES.config);
+  const config = configText === null ? null : parseJsonFile(ConfigRecordSchema, configText, configPath);
+  const lines = <S extends z.ZodType>(schema: S, name: string): z.output<S>[] => {
+    const [path, text] = optional(name);
+    if (text === null) return [];
+    const parsed = parseJsonLines(schema, text, path);
+    warnings.push(...parsed.warnings);
+    return parsed.records;
+  };
+  const metrics = lines(MetricsRecordSchema, RUN_FILES.metrics);
+  const dataOrder = lines(DataOrderRecordSchema, RUN_FILES.dataOrder);
+  return { dir, run, config, metrics, dataOrder, missing, warnings };
+}
+
+/**
+ * The run's final trajectory: for each step, the record of the latest
+ * attempt that logged it (a resumed run repeats steps), sorted by step.
+ */
+export function finalSteps(metrics: readonly MetricsRecord[]): MetricsRecord[] {
+  const byStep = new Map<number, MetricsRecord>();
+  for (const m of metrics) {
+    const seen = byStep.get(m.step);
+    if (seen === undefined || m.attempt >= seen.attempt) byStep.set(m.step, m);
+  }
+  return [...byStep.values()].sort((a, b) => a.step - b.step);
+}

@@ -1,0 +1,325 @@
+/**
+ * Builders of the run record, called by the launcher and the trainer: the
+ * behaviour-changing environment, versions, machine facts, the script hash,
+ * the data-order digest, run.json's attempt bookkeeping, and atomic writes.
+ */
+import { createHash } from "node:crypto";
+import { basename, dirname, join } from "node:path";
+import pkg from "../package.json" with { type: "json" };
+import { cString } from "../ffi/native.ts";
+import { cpuKernels } from "../ffi/cpu.ts";
+import { envRule } from "./env_rules.ts";
+import {
+  type Attempt,
+  type ConfigRecord,
+  ConfigRecordSchema,
+  type DataOrderRecord,
+  dataOrderLine,
+  jsonFileText,
+  type Machine,
+  metricsLine,
+  type MetricsRecord,
+  RUN_FILES,
+  RUN_FORMAT,
+  type RunRecord,
+  RunRecordSchema,
+  type Versions,
+} from "./format.ts";
+
+/**
+ * The variables of `env` that change behaviour (the table in
+ * env_rules.ts), sorted by name; secrets and per-run identity variables
+ * are never included. Pass the environment the ranks see, i.e. including
+ * the DTRAIN_* settings the launcher adds (DTRAIN_NUM_THREADS).
+ *
+ * @example
+ * ```ts
+ * behaviourEnv({ DTRAIN_NUM_THREADS: "4", DTRAIN_STORE_TOKEN: "s3cr3t", HOME: "/root" });
+ * // → { DTRAIN_NUM_THREADS: "4" }
+ * ```
+ */
+export function behaviourEnv(env: Record<string, string> = Deno.env.toObject()): Record<string, string> {
+  const names = Object.keys(env).filter((n) => envRule(n) !== null).sort();
+  return Object.fromEntries(names.map((n) => [n, env[n]!]));
+}
+
+/** What `versions()` cannot find out by itself: the CUDA engineer's fields. */
+export interface GpuVersions {
+  /** dt_build_hash of the CUDA library */
+  nativeCuda?: string;
+  cuda?: { runtime: string; driver: string; gpus: string[] };
+  nccl?: string;
+}
+
+/** The CPU library's dt_build_hash, or why it could not be read. */
+function cpuBuildHash(): string {
+  try {
+    return cString(cpuKernels().symbols.dt_build_hash());
+  } catch (e) {
+    return `unavailable: ${(e as Error).message}`;
+  }
+}
+
+/**
+ * Versions of everything that computes: dtrain (package.json), Deno, V8,
+ * TypeScript, the CPU library's build hash, and the GPU fields passed in.
+ * A CPU library that cannot be loaded is recorded as `unavailable: <why>`.
+ *
+ * @example
+ * ```ts
+ * versions({ cuda: { runtime: "12.8", driver: "570.86", gpus: ["NVIDIA H200"] }, nccl: "2.26.2" });
+ * ```
+ */
+export function versions(gpu: GpuVersions = {}, readCpuHash: () => string = cpuBuildHash): Versions {
+  const v: Versions = {
+    dtrain: pkg.version,
+    deno: Deno.version.deno,
+    v8: Deno.version.v8,
+    typescript: Deno.version.typescript,
+    native: { cpu: readCpuHash() },
+  };
+  if (gpu.nativeCuda !== undefined) v.native.cuda = gpu.nativeCuda;
+  if (gpu.cuda !== undefined) v.cuda = { ...gpu.cuda, gpus: [...gpu.cuda.gpus] };
+  if (gpu.nccl !== undefined) v.nccl = gpu.nccl;
+  return v;
+}
+
+/** The CPU model from /proc/cpuinfo (Linux), else "unknown". */
+function cpuModel(): string {
+  try {
+    const info = Deno.readTextFileSync("/proc/cpuinfo");
+    return /^model name\s*:\s*(.+)$/m.exec(info)?.[1]?.trim() ?? "unknown";
+  } catch {
+    return "unknown";
+  }
+}
+
+/** Facts about this machine that change results or speed (run.json's `machine`). */
+export function machineFacts(): Machine {
+  return {
+    hostname: Deno.hostname(),
+    os: `${Deno.build.os} ${Deno.osRelease()}`,
+    arch: Deno.build.arch,
+    cpuModel: cpuModel(),
+    cpus: navigator.hardwareConcurrency,
+    memBytes: Deno.systemMemoryInfo().total,
+  };
+}
+
+/** The sha256 of a file's bytes, in hex, read in chunks. */
+export async function sha256File(path: string): Promise<string> {
+  const hash = createHash("sha256");
+  using file = await Deno.open(path, { read: true });
+  for await (const chunk of file.readable) hash.update(chunk);
+  return hash.digest("hex");
+}
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+/**
+ * The data_order.jsonl line for one rank's index order in one epoch: the
+ * sha256 of the indices as little-endian int32 bytes, and the first 16.
+ *
+ * @example
+ * ```ts
+ * orderDigest(0, 1, new Int32Array([5, 3, 9])); // → { epoch: 0, rank: 1, count: 3, sha256: "…", first: [5, 3, 9] }
+ * ```
+ */
+export function orderDigest(epoch: number, rank: number, indices: Int32Array): DataOrderRecord {
+  let bytes = new Uint8Array(indices.buffer, indices.byteOffset, indices.byteLength);
+  if (!LITTLE_ENDIAN) {
+    const view = new DataView(new ArrayBuffer(indices.byteLength));
+    indices.forEach((v, i) => view.setInt32(4 * i, v, true));
+    bytes = new Uint8Array(view.buffer);
+  }
+  const sha256 = createHash("sha256").update(bytes).digest("hex");
+  return { epoch, rank, count: indices.length, sha256, first: Array.from(indices.subarray(0, 16)) };
+}
+
+/** Options whose value run.json must not store: the rendezvous secret. */
+const SECRET_OPTIONS = ["--rdzv-token"];
+
+/** Replaces the value of every secret option in a command line by "<redacted>". */
+export function redactArgv(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const opt = SECRET_OPTIONS.find((o) => a === o || a.startsWith(`${o}=`));
+    if (opt === undefined) out.push(a);
+    else if (a !== opt) out.push(`${opt}=<redacted>`);
+    else {
+      out.push(a);
+      if (i + 1 < argv.length) {
+        out.push("<redacted>");
+        i++;
+      }
+    }
+  }
+  return out;
+}
+
+/** What the launcher knows when a run starts. */
+export interface NewRunInput {
+  runId: string;
+  name: string;
+  /** the full launch command; secret option values are redacted */
+  argv: readonly string[];
+  cwd: string;
+  script: { path: string; sha256: string; args: readonly string[] };
+  world: { nnodes: number; nprocPerNode: number; hosts: readonly string[] };
+  versions: Versions;
+  /** behaviourEnv() of the ranks' environment */
+  env: Record<string, string>;
+  machine?: Machine;
+  /** defaults to now */
+  createdAt?: Date;
+}
+
+/**
+ * A new run.json record: status "running", no attempts yet.
+ *
+ * @example
+ * ```ts
+ * let record = newRunRecord({ runId, name, argv: ["dtrain", ...Deno.args], cwd: Deno.cwd(), script, world, versions: versions(), env: behaviourEnv() });
+ * record = beginAttempt(record);
+ * writeRunRecord(runDir, record);
+ * ```
+ */
+export function newRunRecord(input: NewRunInput): RunRecord {
+  const { nnodes, nprocPerNode, hosts } = input.world;
+  const record: RunRecord = {
+    format: RUN_FORMAT,
+    runId: input.runId,
+    name: input.name,
+    createdAt: (input.createdAt ?? new Date()).toISOString(),
+    endedAt: null,
+    command: { argv: redactArgv(input.argv), cwd: input.cwd },
+    script: { path: input.script.path, sha256: input.script.sha256, args: [...input.script.args] },
+    world: { nnodes, nprocPerNode, worldSize: nnodes * nprocPerNode, hosts: [...hosts] },
+    versions: structuredClone(input.versions),
+    env: behaviourEnv(input.env),
+    attempts: [],
+    status: "running",
+  };
+  if (input.machine !== undefined) record.machine = { ...input.machine };
+  return RunRecordSchema.parse(record);
+}
+
+/** Starts the next attempt (numbered 0, 1, …); the previous one must have ended. */
+export function beginAttempt(record: RunRecord, now = new Date()): RunRecord {
+  const last = record.attempts.at(-1);
+  if (last !== undefined && last.endedAt === null) {
+    throw new RangeError(`Cannot begin attempt ${record.attempts.length} of run ${record.runId}: attempt ${last.attempt} has not ended`);
+  }
+  const attempt: Attempt = {
+    attempt: record.attempts.length,
+    startedAt: now.toISOString(),
+    endedAt: null,
+    exitCode: null,
+    signal: null,
+    failingRank: null,
+    reason: null,
+  };
+  return { ...record, endedAt: null, status: "running", attempts: [...record.attempts, attempt] };
+}
+
+/** How an attempt ended. */
+export interface AttemptEnd {
+  exitCode: number | null;
+  /** the signal that ended it, e.g. "SIGTERM" */
+  signal?: string | null;
+  failingRank?: number | null;
+  /** one line saying what happened */
+  reason?: string | null;
+  /** the launcher was stopped by SIGINT/SIGTERM (preemption, Ctrl-C) */
+  interrupted?: boolean;
+  /** defaults to now */
+  endedAt?: Date;
+}
+
+/**
+ * Ends the open attempt and sets the run's status and end time: succeeded
+ * (exit 0, no signal), interrupted, or failed. Earlier attempts are never
+ * touched, so a failed first attempt stays recorded after a restart.
+ */
+export function finishAttempt(record: RunRecord, end: AttemptEnd): RunRecord {
+  const last = record.attempts.at(-1);
+  if (last === undefined || last.endedAt !== null) {
+    throw new RangeError(`Cannot finish an attempt of run ${record.runId}: no attempt is open (call beginAttempt first)`);
+  }
+  const endedAt = (end.endedAt ?? new Date()).toISOString();
+  const signal = end.signal ?? null;
+  const done: Attempt = {
+    ...last,
+    endedAt,
+    exitCode: end.exitCode,
+    signal,
+    failingRank: end.failingRank ?? null,
+    reason: end.reason ?? null,
+  };
+  const status = end.interrupted ? "interrupted" : end.exitCode === 0 && signal === null ? "succeeded" : "failed";
+  return { ...record, endedAt, status, attempts: [...record.attempts.slice(0, -1), done] };
+}
+
+/**
+ * Writes `value` as JSON so that readers see the old file or the new one,
+ * never a mix, even after a power cut: a temp file in the same folder,
+ * fsync, rename over `path`, then fsync of the folder.
+ */
+export function writeJsonAtomic(path: string, value: unknown): void {
+  writeTextAtomic(path, JSON.stringify(value, null, 2) + "\n");
+}
+
+function writeTextAtomic(path: string, text: string): void {
+  const dir = dirname(path);
+  const tmp = join(dir, `.${basename(path)}.tmp-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`);
+  try {
+    using file = Deno.openSync(tmp, { write: true, createNew: true });
+    const bytes = new TextEncoder().encode(text);
+    for (let done = 0; done < bytes.length;) done += file.writeSync(bytes.subarray(done));
+    file.syncSync();
+  } catch (e) {
+    try {
+      Deno.removeSync(tmp);
+    } catch { /* it may not exist */ }
+    throw new Error(`Cannot write ${path}: ${(e as Error).message}`, { cause: e });
+  }
+  Deno.renameSync(tmp, path);
+  using folder = Deno.openSync(dir, { read: true });
+  folder.syncSync();
+}
+
+/**
+ * Writes config.json once: when it already exists (a restarted attempt),
+ * the first one is kept and false is returned.
+ */
+export function writeConfigRecord(runDir: string, record: ConfigRecord): boolean {
+  const path = join(runDir, RUN_FILES.config);
+  const text = jsonFileText(ConfigRecordSchema, record, RUN_FILES.config);
+  try {
+    Deno.statSync(path);
+    return false;
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
+  }
+  writeTextAtomic(path, text);
+  return true;
+}
+
+/**
+ * Appends one line to metrics.jsonl (rank 0, once per optimizer step) as a
+ * single append write, so a crash leaves at worst a truncated last line.
+ */
+export function appendMetrics(runDir: string, m: MetricsRecord): void {
+  Deno.writeTextFileSync(join(runDir, RUN_FILES.metrics), metricsLine(m), { append: true });
+}
+
+/** Appends one line to data_order.jsonl (rank 0, for every rank's digest). */
+export function appendDataOrder(runDir: string, d: DataOrderRecord): void {
+  Deno.writeTextFileSync(join(runDir, RUN_FILES.dataOrder), dataOrderLine(d), { append: true });
+}
+
+/** Validates `record` and writes it atomically as `<runDir>/run.json`. */
+export function writeRunRecord(runDir: string, record: RunRecord): void {
+  writeTextAtomic(join(runDir, RUN_FILES.run), jsonFileText(RunRecordSchema, record, RUN_FILES.run));
+}

@@ -1,0 +1,216 @@
+/**
+ * A small SVG line-plot builder for `dtrain report`: nice axis ticks (linear
+ * or log), one polyline per series, broken where a value is missing or
+ * cannot be drawn, a legend, and stacking of plots into one standalone SVG.
+ */
+
+/** One line: (x, y) points in x order; a non-finite y leaves a gap. */
+export interface Series {
+  name: string;
+  points: ReadonlyArray<readonly [number, number]>;
+}
+
+/** What to draw. */
+export interface PlotOptions {
+  /** goes into data-plot="…", so tests and readers can find the plot */
+  id: string;
+  title: string;
+  xLabel: string;
+  yLabel: string;
+  series: readonly Series[];
+  /** log10 y axis; points with y <= 0 leave a gap */
+  logY?: boolean;
+  width?: number;
+  height?: number;
+}
+
+/** Line colours, in series order (colour-blind-safe Okabe–Ito palette). */
+export const COLORS = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9"] as const;
+
+const MARGIN = { left: 70, right: 16, top: 30, bottom: 42 };
+
+/** Escapes text for XML content and attribute values. */
+export function escapeXml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+/**
+ * About `maxTicks` round tick values (1, 2 or 5 × 10^k apart) covering
+ * [lo, hi].
+ *
+ * @example
+ * ```ts
+ * niceTicks(0, 97); // → [0, 20, 40, 60, 80, 100]
+ * ```
+ */
+export function niceTicks(lo: number, hi: number, maxTicks = 6): number[] {
+  if (!(hi > lo)) return [lo];
+  const raw = (hi - lo) / Math.max(1, maxTicks - 1);
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? 10 * mag;
+  const first = Math.floor(lo / step + 1e-9);
+  const last = Math.ceil(hi / step - 1e-9);
+  const ticks: number[] = [];
+  // Multiplying the integer index keeps values free of accumulated rounding.
+  for (let i = first; i <= last; i++) ticks.push(Number((i * step).toPrecision(12)));
+  return ticks;
+}
+
+/**
+ * Tick values for a log axis over [lo, hi] (both > 0): powers of ten, plus
+ * 2 and 5 times them when fewer than three powers fit, thinned to at most
+ * `maxTicks` when many decades are spanned.
+ */
+export function logTicks(lo: number, hi: number, maxTicks = 8): number[] {
+  const a = Math.floor(Math.log10(lo));
+  const b = Math.ceil(Math.log10(hi));
+  const mantissas = b - a < 3 ? [1, 2, 5] : [1];
+  const ticks: number[] = [];
+  for (let e = a; e <= b; e++) {
+    for (const m of mantissas) ticks.push(Number((m * 10 ** e).toPrecision(12)));
+  }
+  const inRange = ticks.filter((t) => t >= lo * (1 - 1e-9) && t <= hi * (1 + 1e-9));
+  const shown = inRange.length >= 2 ? inRange : ticks.filter((t) => t >= lo / 10 && t <= hi * 10);
+  const every = Math.ceil(shown.length / maxTicks);
+  return shown.filter((_, i) => i % every === 0);
+}
+
+/** A short label for a tick value: plain digits, or an exponent for very large or small values. */
+export function formatTick(v: number): string {
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  if (a >= 1e5 || a < 1e-3) return v.toExponential(2).replace(/\.?0+e/, "e").replace("e+", "e");
+  return String(Number(v.toPrecision(6)));
+}
+
+/** Splits points into runs of drawable points (finite, and > 0 on a log axis). */
+function segments(points: Series["points"], logY: boolean): Array<Array<readonly [number, number]>> {
+  const out: Array<Array<readonly [number, number]>> = [];
+  let current: Array<readonly [number, number]> = [];
+  for (const p of points) {
+    const ok = Number.isFinite(p[0]) && Number.isFinite(p[1]) && (!logY || p[1] > 0);
+    if (ok) current.push(p);
+    else if (current.length > 0) {
+      out.push(current);
+      current = [];
+    }
+  }
+  if (current.length > 0) out.push(current);
+  return out;
+}
+
+/** [min, max] of values, widened when empty of spread so a scale can be made. */
+function extent(values: number[], logY: boolean): [number, number] {
+  let lo = Math.min(...values);
+  let hi = Math.max(...values);
+  if (lo === hi) {
+    if (logY) [lo, hi] = [lo / 2, hi * 2];
+    else [lo, hi] = lo === 0 ? [-1, 1] : [lo - Math.abs(lo) / 10, hi + Math.abs(hi) / 10];
+  }
+  return [lo, hi];
+}
+
+const px = (v: number) => String(Math.round(v * 100) / 100);
+
+/**
+ * One line plot as an `<svg>` element (with xmlns, so it also stands alone).
+ * Each drawable run of a series is one `<polyline data-series="name">`
+ * (an isolated point is a `<circle>`); a plot with nothing drawable says so.
+ *
+ * @example
+ * ```ts
+ * linePlot({ id: "loss", title: "Loss", xLabel: "step", yLabel: "loss",
+ *   series: [{ name: "loss", points: [[0, 2.3], [1, 2.1]] }], logY: true });
+ * ```
+ */
+export function linePlot(opts: PlotOptions): string {
+  const width = opts.width ?? 640;
+  const height = opts.height ?? 260;
+  const logY = opts.logY ?? false;
+  const drawn = opts.series.map((s) => segments(s.points, logY));
+  const pts = drawn.flat(2);
+  const out = [
+    `<svg xmlns="http://www.w3.org/2000/svg" data-plot="${escapeXml(opts.id)}" width="${width}" height="${height}" ` +
+    `viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="11">`,
+    `<rect width="${width}" height="${height}" fill="#fff"/>`,
+    `<text x="${width / 2}" y="18" text-anchor="middle" font-size="13" font-weight="bold">${escapeXml(opts.title)}</text>`,
+  ];
+  if (pts.length === 0) {
+    out.push(`<text x="${width / 2}" y="${height / 2}" text-anchor="middle" fill="#666">no drawable values</text>`, "</svg>");
+    return out.join("\n");
+  }
+  const [x0, x1] = extent(pts.map((p) => p[0]), false);
+  const [yLo, yHi] = extent(pts.map((p) => p[1]), logY);
+  const xTicks = niceTicks(x0, x1, 8);
+  const yTicks = logY ? logTicks(yLo, yHi) : niceTicks(yLo, yHi, 6);
+  // The axes span the ticks, so every tick lies on the plot.
+  const xMin = Math.min(x0, xTicks[0]!), xMax = Math.max(x1, xTicks.at(-1)!);
+  const yMin = Math.min(yLo, yTicks[0]!), yMax = Math.max(yHi, yTicks.at(-1)!);
+  const f = logY ? Math.log10 : (v: number) => v;
+  const left = MARGIN.left, right = width - MARGIN.right, top = MARGIN.top, bottom = height - MARGIN.bottom;
+  const sx = (x: number) => left + ((x - xMin) / (xMax - xMin || 1)) * (right - left);
+  const sy = (y: number) => bottom - ((f(y) - f(yMin)) / (f(yMax) - f(yMin) || 1)) * (bottom - top);
+
+  out.push(`<g class="axes" stroke="#999" stroke-width="1">`);
+  out.push(`<line x1="${left}" y1="${bottom}" x2="${right}" y2="${bottom}"/>`);
+  out.push(`<line x1="${left}" y1="${top}" x2="${left}" y2="${bottom}"/>`);
+  for (const t of xTicks) out.push(`<line x1="${px(sx(t))}" y1="${bottom}" x2="${px(sx(t))}" y2="${bottom + 4}"/>`);
+  for (const t of yTicks) out.push(`<line x1="${left - 4}" y1="${px(sy(t))}" x2="${right}" y2="${px(sy(t))}" stroke="#eee"/>`);
+  out.push(`</g>`, `<g class="ticks" fill="#333">`);
+  for (const t of xTicks) out.push(`<text x="${px(sx(t))}" y="${bottom + 16}" text-anchor="middle">${formatTick(t)}</text>`);
+  for (const t of yTicks) out.push(`<text x="${left - 6}" y="${px(sy(t) + 4)}" text-anchor="end">${formatTick(t)}</text>`);
+  out.push(`</g>`);
+  out.push(`<text x="${(left + right) / 2}" y="${height - 8}" text-anchor="middle">${escapeXml(opts.xLabel)}</text>`);
+  out.push(
+    `<text x="14" y="${(top + bottom) / 2}" text-anchor="middle" transform="rotate(-90 14 ${(top + bottom) / 2})">` +
+      `${escapeXml(opts.yLabel)}${logY ? " (log)" : ""}</text>`,
+  );
+
+  opts.series.forEach((s, i) => {
+    const color = COLORS[i % COLORS.length];
+    const name = escapeXml(s.name);
+    for (const seg of drawn[i]!) {
+      if (seg.length === 1) {
+        out.push(`<circle data-series="${name}" cx="${px(sx(seg[0]![0]))}" cy="${px(sy(seg[0]![1]))}" r="2" fill="${color}"/>`);
+      } else {
+        const points = seg.map(([x, y]) => `${px(sx(x))},${px(sy(y))}`).join(" ");
+        out.push(`<polyline data-series="${name}" fill="none" stroke="${color}" stroke-width="1.5" points="${points}"/>`);
+      }
+    }
+  });
+  if (opts.series.length > 1) {
+    opts.series.forEach((s, i) => {
+      const y = top + 4 + 14 * i;
+      out.push(
+        `<line x1="${right - 120}" y1="${y}" x2="${right - 104}" y2="${y}" stroke="${COLORS[i % COLORS.length]}" stroke-width="2"/>`,
+        `<text x="${right - 100}" y="${y + 4}">${escapeXml(s.name)}</text>`,
+      );
+    });
+  }
+  out.push("</svg>");
+  return out.join("\n");
+}
+
+/**
+ * Stacks `<svg>` plots vertically into one standalone SVG document; each
+ * plot keeps its own width and height attributes.
+ */
+export function stackPlots(plots: readonly string[]): string {
+  let y = 0;
+  let width = 0;
+  const placed = plots.map((svg) => {
+    const w = Number(/ width="([\d.]+)"/.exec(svg)?.[1] ?? 0);
+    const h = Number(/ height="([\d.]+)"/.exec(svg)?.[1] ?? 0);
+    const at = svg.replace("<svg ", `<svg x="0" y="${y}" `);
+    y += h;
+    width = Math.max(width, w);
+    return at;
+  });
+  return [
+    `<?xml version="1.0" encoding="UTF-8"?>`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${y}" viewBox="0 0 ${width} ${y}">`,
+    ...placed,
+    "</svg>",
+    "",
+  ].join("\n");
+}

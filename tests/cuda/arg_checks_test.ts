@@ -1,0 +1,118 @@
+/**
+ * The CUDA library's host side, without a GPU: every argument check that runs
+ * before the GPU is touched fails with the CPU library's status and exact
+ * text, and a call that needs the GPU on a machine without a driver returns
+ * DT_ERR_CUDA carrying the CUDA runtime's own error string and file:line.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { BUILD_DIR, buildNative, hasCommand } from "../../scripts/build_native.ts";
+import { KERNEL_SYMBOLS, type KernelSymbols } from "../../ffi/symbols.ts";
+import { CUDA_LIBRARY_NAME, CUDA_SYMBOLS } from "../../ffi/cuda.ts";
+import { findCudaLibrary } from "../../ffi/cuda_libs.ts";
+import { cString, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
+
+const HAVE_NVCC = hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0";
+buildNative({ quiet: true });
+
+const F = new Float32Array(64);
+const I = new Int32Array(64);
+const p = (a: Float32Array | Int32Array) => Deno.UnsafePointer.of(a);
+
+/** A bad call, made the same way on both libraries. */
+type BadCall = [label: string, call: (k: NativeLibrary<KernelSymbols>["symbols"]) => number];
+
+const BAD_CALLS: BadCall[] = [
+  ["dt_set_num_threads(0)", (k) => k.dt_set_num_threads(0)],
+  ["dt_memcpy with a negative size", (k) => k.dt_memcpy(p(F), p(F), -1n, 1, null)],
+  ["dt_fill with an unknown dtype", (k) => k.dt_fill(p(F), 9, 4n, 1, null)],
+  ["dt_fill of i32 with 1e20", (k) => k.dt_fill(p(I), 3, 4n, 1e20, null)],
+  ["dt_cast from an unknown dtype", (k) => k.dt_cast(p(F), 0, p(F), 11, 4n, null)],
+  ["dt_binary with op 7", (k) => k.dt_binary(7, p(F), p(F), p(F), 4n, 4n, 1n, null)],
+  ["dt_binary with bn = 0", (k) => k.dt_binary(0, p(F), p(F), p(F), 4n, 0n, 1n, null)],
+  ["dt_scale with n = -1", (k) => k.dt_scale(p(F), p(F), -1n, 2, null)],
+  ["dt_axpy with null pointers", (k) => k.dt_axpy(null, null, 4n, 2, null)],
+  ["dt_relu_fwd with n = -3", (k) => k.dt_relu_fwd(p(F), p(F), -3n, null)],
+  ["dt_gelu_bwd with a null dout", (k) => k.dt_gelu_bwd(p(F), null, p(F), 4n, null)],
+  ["dt_dropout_fwd with p = 2", (k) => k.dt_dropout_fwd(p(F), p(F), 4n, 2, 1n, 0n, null)],
+  ["dt_reduce_bcast with inner = 0", (k) => k.dt_reduce_bcast(p(F), p(F), 4n, 2n, 0n, null)],
+  ["dt_sumsq with a null out", (k) => k.dt_sumsq(null, p(F), 4n, null)],
+  ["dt_argmax_rows with cols = 0", (k) => k.dt_argmax_rows(p(I), p(F), 2n, 0n, null)],
+  ["dt_softmax_fwd with causal_t = -1", (k) => k.dt_softmax_fwd(p(F), p(F), 2n, 4n, -1n, 1, null)],
+  ["dt_softmax_bwd with cols = 0", (k) => k.dt_softmax_bwd(p(F), p(F), p(F), 2n, 0n, 1, null)],
+  ["dt_layernorm_fwd with eps = -1", (k) => k.dt_layernorm_fwd(p(F), p(F), p(F), p(F), null, null, 2n, 4n, -1, null)],
+  ["dt_layernorm_bwd with a null mean", (k) => k.dt_layernorm_bwd(p(F), null, null, p(F), p(F), null, null, p(F), 2n, 4n, null)],
+  ["dt_embedding_fwd with V = -1", (k) => k.dt_embedding_fwd(p(F), p(I), p(F), 4n, -1n, 4n, null)],
+  ["dt_crossentropy_fwd with V = 0", (k) => k.dt_crossentropy_fwd(p(F), p(F), p(F), p(I), 2n, 0n, -100n, null)],
+  ["dt_crossentropy_bwd with a null dloss", (k) => k.dt_crossentropy_bwd(p(F), p(F), p(I), null, 2n, 4n, -100n, null)],
+  ["dt_slice_cols past the last column", (k) => k.dt_slice_cols(p(F), p(F), 2n, 4n, 3n, 2n, 4n, null)],
+  ["dt_scatter_cols with elem_bytes 0", (k) => k.dt_scatter_cols(p(F), p(F), 2n, 4n, 0n, 2n, 0n, null)],
+  ["dt_transpose_0213 with a negative dim", (k) => k.dt_transpose_0213(p(F), p(F), 1n, -2n, 3n, 1n, 4n, null)],
+  ["dt_gather_rows with n = -1", (k) => k.dt_gather_rows(p(F), p(F), p(I), -1n, 4n, null)],
+  ["dt_gemm with dtype 5", (k) => gemm(k, { dtype: 5 })],
+  ["dt_gemm with transA = 2", (k) => gemm(k, { ta: 2 })],
+  ["dt_gemm with lda too small", (k) => gemm(k, { lda: 2n })],
+  ["dt_gemm with overlapping batches of C", (k) => gemm(k, { batch: 2n, sc: 3n })],
+  ["dt_gemm with a null A", (k) => gemm(k, { a: null })],
+  ["dt_adamw with step 0", (k) => k.dt_adamw(p(F), p(F), p(F), p(F), 4n, 1e-3, 0.9, 0.999, 1e-8, 0, 0n, null)],
+  ["dt_adamw with beta1 = 1", (k) => k.dt_adamw(p(F), p(F), p(F), p(F), 4n, 1e-3, 1, 0.999, 1e-8, 0, 1n, null)],
+  ["dt_sgd with nesterov and no momentum", (k) => k.dt_sgd(p(F), p(F), p(F), 4n, 0.1, 0, 0, 0, 1, 1, null)],
+  ["dt_unscale_check with a null found_inf", (k) => k.dt_unscale_check(p(F), 4n, 0.5, null, null)],
+];
+
+/** dt_gemm of a 3x4 @ 4x5 product with one field changed. */
+function gemm(
+  k: NativeLibrary<KernelSymbols>["symbols"],
+  o: { dtype?: number; ta?: number; lda?: bigint; batch?: bigint; sc?: bigint; a?: Deno.PointerValue },
+): number {
+  const a = o.a === undefined ? p(F) : o.a;
+  return k.dt_gemm(o.dtype ?? 0, o.ta ?? 0, 0, 3n, 5n, 4n, 1, a, o.lda ?? 4n, p(F), 5n, 0, p(F), 5n, o.batch ?? 1n, 0n,
+    0n, o.sc ?? 0n, null);
+}
+
+Deno.test({
+  name: "libdtrain_cuda.so rejects bad arguments with the CPU library's status and text",
+  ignore: !HAVE_NVCC,
+  fn() {
+    const cpu = openLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS, join(BUILD_DIR, "libdtrain_cpu.so"));
+    const gpu = openLibrary(CUDA_LIBRARY_NAME, CUDA_SYMBOLS, join(BUILD_DIR, CUDA_LIBRARY_NAME));
+    try {
+      for (const [label, call] of BAD_CALLS) {
+        const cpuStatus = call(cpu.symbols), cpuText = cString(cpu.symbols.dt_last_error());
+        const gpuStatus = call(gpu.symbols), gpuText = cString(gpu.symbols.dt_last_error());
+        assert.equal(cpuStatus, 1, `${label}: the CPU library returned ${cpuStatus} (${cpuText})`);
+        assert.equal(gpuStatus, cpuStatus, `${label}: CUDA status ${gpuStatus} (${gpuText}) != CPU ${cpuStatus}`);
+        assert.equal(gpuText, cpuText, `${label}: texts differ`);
+      }
+      assert.equal(gpu.symbols.dt_alloc(-1n), null);
+      assert.equal(cString(gpu.symbols.dt_last_error()), "dt_alloc: negative size -1");
+    } finally {
+      cpu.close();
+      gpu.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "without a driver, GPU calls return DT_ERR_CUDA with the CUDA runtime's text and file:line",
+  ignore: !HAVE_NVCC || findCudaLibrary("driver").path !== null,
+  fn() {
+    const gpu = openLibrary(CUDA_LIBRARY_NAME, CUDA_SYMBOLS, join(BUILD_DIR, CUDA_LIBRARY_NAME));
+    try {
+      const count = new Int32Array(1);
+      assert.equal(gpu.symbols.dt_cuda_device_count(count), 3);
+      assert.match(
+        cString(gpu.symbols.dt_last_error()),
+        /^cudaGetDeviceCount\(&n\) failed: cudaError\w+: .+ \(runtime\.cu:\d+\)$/,
+      );
+      // a kernel call picks the device first, and reports the same failure
+      assert.equal(gpu.symbols.dt_scale(p(F), p(F), 4n, 2, null), 3);
+      assert.match(cString(gpu.symbols.dt_last_error()), /^cudaGetDevice\(&dev\) failed: cudaError\w+: /);
+      assert.equal(gpu.symbols.dt_alloc(16n), null);
+      assert.match(cString(gpu.symbols.dt_last_error()), /failed: cudaError\w+: /);
+      assert.match(cString(gpu.symbols.dt_backend_name()), /^cuda \(no usable GPU: cudaGetDevice/);
+    } finally {
+      gpu.close();
+    }
+  },
+});

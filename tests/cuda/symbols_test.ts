@@ -1,0 +1,88 @@
+/**
+ * The CUDA library against the kernel ABI, without a GPU: where nvcc is
+ * present it is built (through buildNative) and its exported symbols must be
+ * exactly ffi/symbols.ts plus the dt_cuda_* extras of ffi/cuda.ts, while the
+ * CPU library exports exactly the kernel ABI; Deno opens it with that table.
+ * Without nvcc the CUDA checks are ignored, saying why.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { BUILD_DIR, buildNative, hasCommand } from "../../scripts/build_native.ts";
+import { KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
+import { CUDA_EXTRA_SYMBOLS, CUDA_LIBRARY_NAME, CUDA_SYMBOLS } from "../../ffi/cuda.ts";
+import { ABI_VERSION, cString, openLibrary } from "../../ffi/native.ts";
+
+const HAVE_NVCC = hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0";
+if (!HAVE_NVCC) {
+  console.log(
+    "tests/cuda/symbols_test.ts: nvcc is not on PATH (or DTRAIN_CUDA=0), so the CUDA library is not built " +
+      "and its symbol checks are ignored",
+  );
+}
+
+buildNative({ quiet: true });
+
+/** The names of the dynamic symbols that a library defines (nm -D --defined-only). */
+function exportedSymbols(path: string): string[] {
+  const r = new Deno.Command("nm", { args: ["-D", "--defined-only", path], stdout: "piped", stderr: "piped" })
+    .outputSync();
+  if (!r.success) assert.fail(`nm -D ${path} failed: ${new TextDecoder().decode(r.stderr)}`);
+  return new TextDecoder().decode(r.stdout).split("\n")
+    .map((line) => line.trim().split(/\s+/))
+    .filter((f) => f.length === 3)
+    .map((f) => f[2]!)
+    .sort();
+}
+
+/** Fails naming the symbols missing from, and unexpected in, `actual`. */
+function assertExactly(actual: string[], expected: string[], what: string): void {
+  const missing = expected.filter((s) => !actual.includes(s));
+  const unexpected = actual.filter((s) => !expected.includes(s));
+  if (missing.length || unexpected.length) {
+    assert.fail(
+      `${what}: missing [${missing.join(", ")}], unexpected [${unexpected.join(", ")}]`,
+    );
+  }
+}
+
+const ABI = Object.keys(KERNEL_SYMBOLS).sort();
+const EXTRAS = Object.keys(CUDA_EXTRA_SYMBOLS).sort();
+
+Deno.test("libdtrain_cpu.so exports exactly the kernel ABI of ffi/symbols.ts", () => {
+  assertExactly(exportedSymbols(join(BUILD_DIR, "libdtrain_cpu.so")), ABI, "libdtrain_cpu.so");
+});
+
+Deno.test("the dt_cuda_* extras are named dt_cuda_* and are not part of the kernel ABI", () => {
+  assert.ok(EXTRAS.length > 0);
+  for (const name of EXTRAS) {
+    assert.match(name, /^dt_cuda_/);
+    assert.ok(!(name in KERNEL_SYMBOLS), `${name} is also in ffi/symbols.ts`);
+  }
+});
+
+Deno.test({
+  name: "libdtrain_cuda.so exports exactly the kernel ABI plus the declared dt_cuda_* extras",
+  ignore: !HAVE_NVCC,
+  fn() {
+    const actual = exportedSymbols(join(BUILD_DIR, CUDA_LIBRARY_NAME));
+    assertExactly(actual.filter((s) => !s.startsWith("dt_cuda_")), ABI, "kernel ABI of libdtrain_cuda.so");
+    assertExactly(actual.filter((s) => s.startsWith("dt_cuda_")), EXTRAS, "dt_cuda_* extras of libdtrain_cuda.so");
+  },
+});
+
+Deno.test({
+  name: "libdtrain_cuda.so opens with the full symbol table and reports its ABI version and build hash",
+  ignore: !HAVE_NVCC,
+  fn() {
+    // Nothing here touches the GPU, so it runs without a driver too.
+    const lib = openLibrary(CUDA_LIBRARY_NAME, CUDA_SYMBOLS, join(BUILD_DIR, CUDA_LIBRARY_NAME));
+    try {
+      assert.equal(lib.symbols.dt_abi_version(), ABI_VERSION);
+      const hash = Deno.readTextFileSync(join(BUILD_DIR, `${CUDA_LIBRARY_NAME}.hash`)).trim();
+      assert.equal(cString(lib.symbols.dt_build_hash()), hash);
+      assert.equal(lib.symbols.dt_get_num_threads(), 1);
+    } finally {
+      lib.close();
+    }
+  },
+});

@@ -1,0 +1,136 @@
+/**
+ * The training configuration: one typed object in plain sections, every
+ * field with a default and a one-line doc, validated with zod so that a bad
+ * value is an error naming the field, the value and what is allowed.
+ */
+import { z } from "zod";
+
+const positiveInt = z.number().int().positive();
+
+/** Schema of the training configuration (see TrainConfig for the docs). */
+export const TrainConfigSchema = z.object({
+  /** Passes over the training data. */
+  epochs: positiveInt.default(1),
+  /** Stop after this many optimizer steps in total (null: run every epoch). */
+  maxSteps: positiveInt.nullable().default(null),
+  /** Seed of parameter init (manualSeed), data order and dropout. */
+  seed: z.number().int().min(0).default(0),
+  data: z.object({
+    /** Samples per optimizer step over all ranks and micro-batches. */
+    globalBatchSize: positiveInt.default(64),
+    /** Micro-batches accumulated per optimizer step (noSync on all but the last). */
+    gradAccumulation: positiveInt.default(1),
+    /** Reshuffle every epoch (DistributedSampler, torch's order for the same seed). */
+    shuffle: z.boolean().default(true),
+    /** Drop the tail instead of padding by repeating the first indices. */
+    dropLast: z.boolean().default(false),
+    /** Batches prepared ahead in the background. */
+    prefetch: z.number().int().min(0).default(2),
+  }).prefault({}),
+  optim: z.object({
+    /** "adamw" or "sgd". */
+    name: z.enum(["adamw", "sgd"]).default("adamw"),
+    /** Peak learning rate. */
+    lr: z.number().positive().default(1e-3),
+    /** Decoupled (AdamW) or L2 (SGD) weight decay. */
+    weightDecay: z.number().min(0).default(1e-2),
+    /** AdamW betas. */
+    betas: z.tuple([z.number().min(0).lt(1), z.number().min(0).lt(1)]).default([0.9, 0.999]),
+    /** AdamW epsilon. */
+    eps: z.number().positive().default(1e-8),
+    /** SGD momentum. */
+    momentum: z.number().min(0).default(0),
+    /** SGD Nesterov momentum. */
+    nesterov: z.boolean().default(false),
+  }).prefault({}),
+  schedule: z.object({
+    /** "constant", "cosine" (linear warmup then cosine decay) or "step". */
+    kind: z.enum(["constant", "cosine", "step"]).default("constant"),
+    /** Warmup steps of the cosine schedule. */
+    warmupSteps: z.number().int().min(0).default(0),
+    /** Final learning rate of the cosine schedule. */
+    minLr: z.number().min(0).default(0),
+    /** Steps between decays of the step schedule. */
+    stepSize: positiveInt.default(1000),
+    /** Decay factor of the step schedule. */
+    gamma: z.number().positive().default(0.1),
+  }).prefault({}),
+  precision: z.object({
+    /** Low precision of matmul-class ops under autocast ("f32": autocast off). */
+    autocast: z.enum(["f32", "bf16", "f16"]).default("f32"),
+    /** Dynamic loss scaling (default: on for f16 only). */
+    gradScaler: z.boolean().nullable().default(null),
+  }).prefault({}),
+  /** Clip the global gradient L2 norm to this value (null: no clipping). */
+  clipGradNorm: z.number().positive().nullable().default(null),
+  checkpoint: z.object({
+    /** Folder of checkpoints (null: <run dir>/checkpoints, or none outside a run). */
+    dir: z.string().nullable().default(null),
+    /** Save every N optimizer steps (null: only at epoch ends). */
+    everySteps: positiveInt.nullable().default(null),
+    /** Save at the end of every epoch. */
+    everyEpoch: z.boolean().default(true),
+    /** Keep the newest K checkpoints. */
+    keepLast: positiveInt.default(3),
+    /** Also keep every checkpoint whose step is a multiple of this. */
+    keepEvery: positiveInt.nullable().default(null),
+    /** "auto": continue from the latest good checkpoint when there is one; "never"; or a checkpoint path. */
+    resume: z.string().default("auto"),
+  }).prefault({}),
+  ddp: z.object({
+    /** Gradient bucket size in MiB. */
+    bucketCapMb: z.number().positive().default(25),
+    /** Allow parameters without a gradient in a step. */
+    findUnusedParameters: z.boolean().default(false),
+  }).prefault({}),
+  /** Print a progress line every N steps (rank 0). */
+  logEvery: positiveInt.default(10),
+}).strict();
+
+/** The validated configuration with every default filled in. */
+export type TrainConfig = z.infer<typeof TrainConfigSchema>;
+/** What a user writes: any subset of the sections and fields. */
+export type TrainConfigInput = z.input<typeof TrainConfigSchema>;
+
+/**
+ * Validates a configuration and fills defaults. Errors name each bad field
+ * with its value and what is allowed, e.g.
+ * `Invalid training config: optim.lr = -1: Too small: expected number to be >0`.
+ */
+export function resolveConfig(input: unknown): TrainConfig {
+  const r = TrainConfigSchema.safeParse(input ?? {});
+  if (r.success) return r.data;
+  const lines = r.error.issues.map((iss) => {
+    const path = iss.path.join(".") || "(root)";
+    if (iss.code === "unrecognized_keys") {
+      return `${path === "(root)" ? "" : path + ": "}unknown field(s) ${
+        iss.keys.map((k) => JSON.stringify(k)).join(", ")
+      }`;
+    }
+    const value = valueAt(input, iss.path);
+    const shown = value === undefined ? "" : ` = ${JSON.stringify(value)}`;
+    return `${path}${shown}: ${iss.message}`;
+  });
+  throw new TypeError(`Invalid training config: ${lines.join("; ")}`);
+}
+
+function valueAt(obj: unknown, path: readonly PropertyKey[]): unknown {
+  let v: unknown = obj;
+  for (const k of path) {
+    if (v === null || typeof v !== "object") return undefined;
+    v = (v as Record<PropertyKey, unknown>)[k];
+  }
+  return v;
+}
+
+/** Per-rank micro-batch size; throws unless the global batch splits evenly. */
+export function microBatchSize(cfg: TrainConfig, worldSize: number): number {
+  const { globalBatchSize: gb, gradAccumulation: k } = cfg.data;
+  const per = gb / (worldSize * k);
+  if (!Number.isInteger(per)) {
+    throw new RangeError(
+      `data.globalBatchSize ${gb} is not divisible by world size ${worldSize} × gradAccumulation ${k}`,
+    );
+  }
+  return per;
+}

@@ -1,0 +1,456 @@
+/**
+ * The Trainer: owns the loop of a (distributed) training run. Each epoch it
+ * calls setEpoch; each optimizer step it runs k micro-batches (forward under
+ * autocast, scaled loss, backward, noSync on all but the last), unscales,
+ * clips to a global norm, steps the optimizer unless gradients hold inf/NaN,
+ * updates the scaler and the schedule, logs, and checkpoints on rank 0. It
+ * resumes from the latest good checkpoint, also on another world size, and
+ * stops cleanly on SIGTERM/SIGINT after the current step with a checkpoint.
+ */
+import type { Module } from "../nn/module.ts";
+import type { Tensor } from "../tensor/tensor.ts";
+import { scope } from "../tensor/tensor.ts";
+import { backward } from "../tensor/autograd.ts";
+import { scale } from "../tensor/ops/elementwise.ts";
+import { memoryStats } from "../tensor/allocator.ts";
+import { autocast } from "../amp/autocast.ts";
+import { GradScaler } from "../amp/grad_scaler.ts";
+import { AdamW } from "../optim/adamw.ts";
+import { SGD } from "../optim/sgd.ts";
+import type { Optimizer } from "../optim/optimizer.ts";
+import { clipGradNorm, gradNorm } from "../optim/clip.ts";
+import { constantLr, LrScheduler, stepLr, warmupCosineLr } from "../optim/lr_schedule.ts";
+import { DataLoader } from "../data/dataloader.ts";
+import type { Dataset } from "../data/dataset.ts";
+import { ResumableSampler } from "../data/resumable_sampler.ts";
+import { initProcessGroup, type ProcessGroup } from "../distributed/process_group.ts";
+import { DistributedDataParallel } from "../distributed/ddp.ts";
+import { allGatherJson } from "../distributed/gather_json.ts";
+import { phase } from "../distributed/phase.ts";
+import { getWorld } from "../distributed/env.ts";
+import { manualSeed } from "../nn/init.ts";
+import { CheckpointManager } from "./checkpoint.ts";
+import {
+  microBatchSize,
+  resolveConfig,
+  type TrainConfig,
+  type TrainConfigInput,
+} from "./config.ts";
+import { MetricsLogger } from "./metrics.ts";
+import { RunFiles } from "./run_files.ts";
+import {
+  asTrainState,
+  captureRng,
+  modelFile,
+  optimizerFile,
+  restoreOptimizer,
+  restoreRng,
+  trainState,
+} from "./state.ts";
+import { join } from "node:path";
+import { stateTensor } from "../nn/load.ts";
+
+/** What the user supplies to a Trainer. */
+export interface TrainerOptions<M extends Module> {
+  /**
+   * Builds the model. Called after manualSeed(config.seed), so every rank
+   * builds the same initial weights (DDP broadcasts rank 0's anyway).
+   */
+  model: () => M;
+  /** Training data: one sample per index; batches are lists of tensors. */
+  data: Dataset;
+  /** Mean loss of a micro-batch (the batch tensors as the dataset returns them). */
+  loss: (model: M, batch: Tensor[]) => Tensor;
+  /** Configuration (validated; defaults fill the rest). */
+  config?: TrainConfigInput;
+  /** Called at every epoch end on rank 0 with the plain model; its numbers are printed. */
+  evaluate?: (model: M, epoch: number) => Record<string, number>;
+  /** Tokens per sample, for tokens/s in the metrics (e.g. the block size of a language model). */
+  tokensPerSample?: number;
+  /** Process group (default: initProcessGroup() from the launcher's environment). */
+  processGroup?: ProcessGroup;
+  /** Run directory for metrics, data order and checkpoints (default: the launcher's, or none). */
+  runDir?: string | null;
+}
+
+/** What fit() returns. */
+export interface FitResult {
+  /** optimizer steps completed in total */
+  steps: number;
+  /** per-step training losses of this process's run (mean over ranks) */
+  losses: number[];
+  /** mean training loss of each completed epoch */
+  epochLosses: number[];
+  /** epoch-end evaluation results (rank 0) */
+  evaluations: Record<string, number>[];
+  /** the step this run resumed from, or null */
+  resumedFrom: number | null;
+  /** true when a SIGTERM/SIGINT stopped the run early (after a checkpoint) */
+  preempted: boolean;
+}
+
+/** One training run of a model over a dataset, on every rank of the job. */
+export class Trainer<M extends Module> {
+  readonly config: TrainConfig;
+  readonly model: M;
+  readonly pg: ProcessGroup;
+  readonly ddp: DistributedDataParallel<M> | null;
+  readonly optimizer: Optimizer<{ lr: number }>;
+  readonly schedule: LrScheduler;
+  readonly scaler: GradScaler;
+  readonly loader: DataLoader;
+  readonly sampler: ResumableSampler;
+  readonly checkpoints: CheckpointManager | null;
+  readonly runDir: string | null;
+  readonly #opts: TrainerOptions<M>;
+  readonly #files: RunFiles;
+  #epoch = 0;
+  #step = 0;
+  #consumed = 0;
+  #stopRequested = false;
+
+  constructor(opts: TrainerOptions<M>) {
+    this.#opts = opts;
+    this.config = resolveConfig(opts.config ?? {});
+    const cfg = this.config;
+    const world = getWorld();
+    this.pg = opts.processGroup ?? initProcessGroup();
+    this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;
+    manualSeed(cfg.seed);
+    this.model = opts.model();
+    this.ddp = this.pg.size > 1
+      ? new DistributedDataParallel(this.model, this.pg, {
+        bucketCapMb: cfg.ddp.bucketCapMb,
+        findUnusedParameters: cfg.ddp.findUnusedParameters,
+      })
+      : null;
+    const params = this.model.parameters();
+    this.optimizer = cfg.optim.name === "adamw"
+      ? new AdamW(params, {
+        lr: cfg.optim.lr,
+        beta1: cfg.optim.betas[0],
+        beta2: cfg.optim.betas[1],
+        eps: cfg.optim.eps,
+        weightDecay: cfg.optim.weightDecay,
+      })
+      : new SGD(params, {
+        lr: cfg.optim.lr,
+        momentum: cfg.optim.momentum,
+        nesterov: cfg.optim.nesterov,
+        weightDecay: cfg.optim.weightDecay,
+      });
+    this.sampler = new ResumableSampler(opts.data.length, this.pg.size, this.pg.rank, {
+      shuffle: cfg.data.shuffle,
+      seed: cfg.seed,
+      dropLast: cfg.data.dropLast,
+    });
+    this.loader = new DataLoader(opts.data, {
+      batchSize: microBatchSize(cfg, this.pg.size),
+      sampler: this.sampler,
+      prefetch: cfg.data.prefetch,
+    });
+    this.schedule = new LrScheduler(this.optimizer, this.#lrFunction());
+    const useScaler = cfg.precision.gradScaler ?? cfg.precision.autocast === "f16";
+    this.scaler = new GradScaler({ enabled: useScaler }, (found) => {
+      const buf = Float32Array.of(found);
+      this.pg.allReduce(buf, "max");
+      return buf[0]!;
+    });
+    const ckDir = cfg.checkpoint.dir ?? (this.runDir ? join(this.runDir, "checkpoints") : null);
+    this.checkpoints = ckDir
+      ? new CheckpointManager(ckDir, {
+        rank: this.pg.rank,
+        keepLast: cfg.checkpoint.keepLast,
+        ...(cfg.checkpoint.keepEvery ? { keepEvery: cfg.checkpoint.keepEvery } : {}),
+      })
+      : null;
+    this.#files = new RunFiles(this.pg.rank === 0 ? this.runDir : null);
+  }
+
+  /** Optimizer steps in one epoch at this world size. */
+  get stepsPerEpoch(): number {
+    const perRank = this.sampler.inner.numSamples;
+    const micro = this.loader.batchesFor(perRank);
+    return Math.ceil(micro / this.config.data.gradAccumulation);
+  }
+
+  /** Total optimizer steps of the run. */
+  get totalSteps(): number {
+    const all = this.stepsPerEpoch * this.config.epochs;
+    return this.config.maxSteps ? Math.min(this.config.maxSteps, all) : all;
+  }
+
+  #lrFunction() {
+    const { schedule: s, optim } = this.config;
+    if (s.kind === "constant") return constantLr(optim.lr);
+    if (s.kind === "step") return stepLr({ lr: optim.lr, stepSize: s.stepSize, gamma: s.gamma });
+    return warmupCosineLr({
+      maxLr: optim.lr,
+      minLr: s.minLr,
+      warmupSteps: s.warmupSteps,
+      totalSteps: Math.max(this.totalSteps, s.warmupSteps + 1),
+    });
+  }
+
+  /** Runs the training; every rank calls it. */
+  async fit(): Promise<FitResult> {
+    const stop = () => (this.#stopRequested = true);
+    const signals: Deno.Signal[] = ["SIGTERM", "SIGINT"];
+    for (const s of signals) Deno.addSignalListener(s, stop);
+    const log = new MetricsLogger(this.runDir, {
+      logEvery: this.config.logEvery,
+      enabled: this.pg.rank === 0,
+      totalSteps: this.totalSteps,
+    });
+    try {
+      return await this.#fit(log);
+    } catch (e) {
+      // Peers blocked in a collective with this rank fail at once instead of waiting for a timeout.
+      this.pg.close();
+      throw e;
+    } finally {
+      for (const s of signals) Deno.removeSignalListener(s, stop);
+      log.close();
+    }
+  }
+
+  async #fit(log: MetricsLogger): Promise<FitResult> {
+    const cfg = this.config;
+    const result: FitResult = {
+      steps: 0,
+      losses: [],
+      epochLosses: [],
+      evaluations: [],
+      resumedFrom: null,
+      preempted: false,
+    };
+    result.resumedFrom = this.#resume(log);
+    this.#files.writeConfig({
+      config: cfg,
+      seed: cfg.seed,
+      worldSize: this.pg.size,
+      device: "cpu",
+    });
+    const k = cfg.data.gradAccumulation;
+    const params = this.model.parameters();
+    const tokens = this.#opts.tokensPerSample ?? null;
+    const reduceBuf = new Float64Array(2);
+    for (let epoch = this.#epoch; epoch < cfg.epochs; epoch++) {
+      if (this.#step >= this.totalSteps) break;
+      this.loader.setEpoch(epoch);
+      this.#epoch = epoch;
+      this.#recordDataOrder(epoch);
+      const epochStart = performance.now();
+      let epochLossSum = 0, epochSteps = 0;
+      let micro: Tensor[][] = [];
+      let waitMs = 0;
+      let stepStart = performance.now();
+      let exhausted = false;
+      const iterator = this.loader[Symbol.asyncIterator]();
+      for (;;) {
+        phase("data");
+        const next = await iterator.next();
+        if (next.done) exhausted = true;
+        else {
+          micro.push(next.value.tensors);
+          waitMs += next.value.waitMs;
+          if (micro.length < k) continue;
+        }
+        if (micro.length === 0) break;
+        // ---- one optimizer step over `micro` ----------------------------------
+        const stepLoss = this.#step_(micro);
+        const samples = micro.reduce((a, b) => a + b[0]!.shape[0]!, 0);
+        for (const b of micro) for (const t of b) t.dispose();
+        micro = [];
+        const norm = this.#clipAndStep(params);
+        this.#step++;
+        this.#consumed += samples * this.pg.size;
+        // Mean loss over ranks and whether any rank was asked to stop, in one collective.
+        reduceBuf[0] = stepLoss;
+        reduceBuf[1] = this.#stopRequested ? 1 : 0;
+        this.pg.allReduce(reduceBuf, "sum");
+        const loss = reduceBuf[0]! / this.pg.size;
+        const stopNow = reduceBuf[1]! > 0;
+        const stepMs = performance.now() - stepStart;
+        const byRank = this.#stepTimes(stepMs);
+        const mem = memoryStats();
+        log.log({
+          step: this.#step,
+          epoch,
+          attempt: Number(Deno.env.get("DTRAIN_RESTART_COUNT") ?? 0),
+          loss,
+          lr: this.optimizer.lr,
+          gradNorm: norm,
+          lossScale: this.scaler.opts.enabled ? this.scaler.scaleValue : null,
+          skipped: this.scaler.skippedSteps,
+          samplesPerS: (samples * this.pg.size) / (stepMs / 1000),
+          tokensPerS: tokens ? (samples * this.pg.size * tokens) / (stepMs / 1000) : null,
+          stepMs,
+          dataWaitMs: waitMs,
+          memBytes: mem.liveBytes + mem.cachedBytes,
+          stepMsByRank: byRank,
+        });
+        result.losses.push(loss);
+        epochLossSum += loss;
+        epochSteps++;
+        waitMs = 0;
+        const every = cfg.checkpoint.everySteps;
+        if (stopNow || (every && this.#step % every === 0)) this.#save();
+        if (stopNow) {
+          log.print(`stopping at step ${this.#step} on request (SIGTERM/SIGINT); checkpoint saved`);
+          await iterator.return(undefined);
+          result.preempted = true;
+          result.steps = this.#step;
+          return result;
+        }
+        if (this.#step >= this.totalSteps) {
+          await iterator.return(undefined);
+          break;
+        }
+        stepStart = performance.now();
+      }
+      // ---- epoch end (or the last step of the run) --------------------------------
+      const epochLoss = epochSteps ? epochLossSum / epochSteps : NaN;
+      result.epochLosses.push(epochLoss);
+      if (exhausted) {
+        this.#consumed = 0;
+        this.#epoch = epoch + 1;
+      }
+      log.print(
+        `epoch ${epoch}: mean loss ${epochLoss.toFixed(4)}, time ${
+          ((performance.now() - epochStart) / 1000).toFixed(3)
+        }s`,
+      );
+      if (this.#opts.evaluate && this.pg.rank === 0) {
+        phase("evaluate");
+        const ev = this.#opts.evaluate(this.model, epoch);
+        result.evaluations.push(ev);
+        log.print(
+          `epoch ${epoch}: ${
+            Object.entries(ev).map(([n, v]) => `${n} ${v.toFixed(4)}`).join(", ")
+          }`,
+        );
+      }
+      const last = this.#step >= this.totalSteps;
+      if ((cfg.checkpoint.everyEpoch && exhausted) || last) this.#save();
+      this.pg.barrier("epoch-end");
+    }
+    result.steps = this.#step;
+    return result;
+  }
+
+  /** Every rank's step time (ms), indexed by rank. */
+  #stepTimes(ms: number): number[] {
+    if (this.pg.size === 1) return [ms];
+    const all = new Float64Array(this.pg.size);
+    this.pg.allGather(all, Float64Array.of(ms));
+    return [...all];
+  }
+
+  /** Forward and backward of k micro-batches; returns the step's loss (mean of micro-batch losses). */
+  #step_(micro: Tensor[][]): number {
+    const k = micro.length;
+    const low = this.config.precision.autocast;
+    let total = 0;
+    micro.forEach((batch, i) => {
+      const run = () =>
+        scope(() => {
+          phase("forward");
+          const loss = autocast(low, () => this.#opts.loss(this.model, batch));
+          total += loss.item() / k;
+          phase("backward");
+          backward(this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss));
+        });
+      if (this.ddp && i < k - 1) this.ddp.noSync(run);
+      else run();
+    });
+    return total;
+  }
+
+  /** Unscale, clip (or measure) the global norm, step unless inf/NaN, update scaler and schedule. */
+  #clipAndStep(params: Tensor[]): number | null {
+    phase("optimizer");
+    this.scaler.unscale(this.optimizer);
+    const maxNorm = this.config.clipGradNorm;
+    const norm = maxNorm !== null ? clipGradNorm(params, maxNorm) : gradNorm(params);
+    this.scaler.step(this.optimizer);
+    this.scaler.update();
+    this.schedule.step();
+    this.optimizer.zeroGrad();
+    return Number.isFinite(norm) ? norm : null;
+  }
+
+  /** Rank 0 saves a checkpoint (every rank contributes its RNG state). */
+  #save(): void {
+    if (!this.checkpoints) return;
+    phase("checkpoint save");
+    const rng = allGatherJson(this.pg, captureRng(this.model));
+    if (this.pg.rank === 0) {
+      const state = trainState({
+        epoch: this.#epoch,
+        step: this.#step,
+        data: {
+          epoch: this.#epoch,
+          epochWorldSize: this.sampler.epochWorldSize,
+          consumed: this.#consumed,
+        },
+        schedule: this.schedule,
+        scaler: this.scaler,
+        rng,
+        config: this.config,
+        worldSize: this.pg.size,
+        runId: getWorld().runId,
+      });
+      this.checkpoints.save({
+        step: this.#step,
+        files: [modelFile(this.model), optimizerFile(this.optimizer)],
+        state: state as unknown as Record<string, unknown>,
+      });
+    }
+    this.pg.barrier("checkpoint");
+  }
+
+  /** Loads the configured checkpoint; returns its step or null for a fresh start. */
+  #resume(log: MetricsLogger): number | null {
+    const mode = this.config.checkpoint.resume;
+    if (mode === "never") return null;
+    let loaded;
+    if (mode === "auto") {
+      if (!this.checkpoints) return null;
+      loaded = this.checkpoints.loadLatest();
+      if (!loaded) return null;
+      for (const s of loaded.skipped) log.print(`skipped checkpoint ${s.dir}: ${s.reason}`);
+    } else {
+      loaded = (this.checkpoints ?? new CheckpointManager(mode, { rank: this.pg.rank })).load(mode);
+    }
+    phase("checkpoint load");
+    const st = asTrainState(loaded.state, join(loaded.dir, "state.json"));
+    const model = loaded.files.get("model");
+    const opt = loaded.files.get("optimizer");
+    if (!model || !opt) {
+      throw new Error(`${loaded.dir}: a training checkpoint needs model and optimizer files`);
+    }
+    this.model.loadStateDict(new Map([...model.tensors].map(([k, t]) => [k, stateTensor(t)])));
+    restoreOptimizer(this.optimizer, opt);
+    this.schedule.loadStateDict(st.schedule);
+    this.scaler.loadStateDict(st.scaler);
+    restoreRng(this.model, st.rng[this.pg.rank] ?? st.rng[0]!);
+    this.#step = st.step;
+    this.#epoch = st.data.epoch;
+    this.#consumed = st.data.consumed;
+    if (st.data.consumed > 0) this.sampler.resume(st.data);
+    else this.sampler.setEpoch(st.data.epoch);
+    const how = st.worldSize === this.pg.size
+      ? ""
+      : ` (saved by ${st.worldSize} ranks, continuing on ${this.pg.size})`;
+    log.print(`resumed from ${loaded.dir}: epoch ${st.data.epoch}, step ${st.step}${how}`);
+    return st.step;
+  }
+
+  /** This epoch's data-order digest from every rank, recorded by rank 0. */
+  #recordDataOrder(epoch: number): void {
+    const idx = this.sampler.peekIndices();
+    const digests = allGatherJson(this.pg, this.#files.orderDigest(epoch, this.pg.rank, idx));
+    this.#files.appendDataOrder(digests);
+  }
+}

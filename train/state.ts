@@ -1,0 +1,148 @@
+/**
+ * What a checkpoint holds and how it is put back: the model (PyTorch names,
+ * no "module." prefix), the optimizer state (torch's layout, param_groups in
+ * metadata), and a JSON state with the schedule, the loss scaler, epoch and
+ * step, the data position, every rank's RNG state, the resolved config, the
+ * world size and the run id.
+ */
+import type { StTensor } from "../io/st_tensor.ts";
+import type { Module } from "../nn/module.ts";
+import { Dropout } from "../nn/layers.ts";
+import type { Optimizer } from "../optim/optimizer.ts";
+import type { LrScheduler } from "../optim/lr_schedule.ts";
+import type { GradScaler, GradScalerState } from "../amp/grad_scaler.ts";
+import type { TorchGeneratorState } from "../random/torch_generator.ts";
+import { getDefaultGenerator } from "../nn/init.ts";
+import { fromStTensor, toStTensor } from "../tensor/st_bridge.ts";
+import { scope } from "../tensor/tensor.ts";
+import type { ResumePoint } from "../data/resumable_sampler.ts";
+import type { CheckpointFile } from "./checkpoint.ts";
+import type { TrainConfig } from "./config.ts";
+
+/** One rank's random state: the default generator and every Dropout's mask position. */
+export interface RankRngState {
+  generator: TorchGeneratorState;
+  dropoutOffsets: string[];
+}
+
+/** The JSON part of a checkpoint. */
+export interface TrainState {
+  format: "dtrain.train-state/1";
+  epoch: number;
+  /** optimizer steps completed in total */
+  step: number;
+  /** where the data order continues */
+  data: ResumePoint;
+  schedule: { step: number };
+  scaler: GradScalerState;
+  /** indexed by rank */
+  rng: RankRngState[];
+  config: TrainConfig;
+  worldSize: number;
+  runId: string;
+}
+
+function dropouts(m: Module): Dropout[] {
+  const out: Dropout[] = [];
+  const walk = (x: Module) => {
+    if (x instanceof Dropout) out.push(x);
+    for (const [, c] of x.children()) walk(c);
+  };
+  walk(m);
+  return out;
+}
+
+/** This rank's RNG state. */
+export function captureRng(model: Module): RankRngState {
+  return {
+    generator: getDefaultGenerator().getState(),
+    dropoutOffsets: dropouts(model).map((d) => d.offset.toString()),
+  };
+}
+
+/** Restores an RNG state captured by captureRng on a model of the same structure. */
+export function restoreRng(model: Module, s: RankRngState): void {
+  getDefaultGenerator().setState(s.generator);
+  const ds = dropouts(model);
+  if (ds.length !== s.dropoutOffsets.length) {
+    throw new Error(
+      `Checkpoint RNG state has ${s.dropoutOffsets.length} dropout layers, the model ${ds.length}`,
+    );
+  }
+  ds.forEach((d, i) => (d.offset = BigInt(s.dropoutOffsets[i]!)));
+}
+
+/** The model's state dict as a checkpoint file. */
+export function modelFile(model: Module): CheckpointFile {
+  const tensors = new Map<string, StTensor>();
+  for (const [k, t] of model.stateDict()) tensors.set(k, toStTensor(t));
+  return { name: "model", tensors };
+}
+
+/** The optimizer state as a checkpoint file (tensors "state.<i>.<name>", param_groups in metadata). */
+export function optimizerFile(opt: Optimizer<{ lr: number }>): CheckpointFile {
+  return scope(() => {
+    const s = opt.stateDict();
+    const tensors = new Map<string, StTensor>();
+    for (const [k, t] of s.tensors) tensors.set(`state.${k}`, toStTensor(t));
+    return {
+      name: "optimizer",
+      tensors,
+      metadata: { param_groups: JSON.stringify(s.paramGroups) },
+    };
+  });
+}
+
+/** Loads an optimizer state saved by optimizerFile. */
+export function restoreOptimizer(
+  opt: Optimizer<{ lr: number }>,
+  file: { tensors: Map<string, StTensor>; metadata: Record<string, string> },
+): void {
+  scope(() => {
+    const tensors = new Map(
+      [...file.tensors].filter(([k]) => k.startsWith("state.")).map((
+        [k, t],
+      ) => [k.slice(6), fromStTensor(t, k)]),
+    );
+    const groups = JSON.parse(file.metadata.param_groups ?? "[]");
+    opt.loadStateDict({ tensors, paramGroups: groups });
+  });
+}
+
+/** Everything of a step that the JSON state records. */
+export function trainState(parts: {
+  epoch: number;
+  step: number;
+  data: ResumePoint;
+  schedule: LrScheduler;
+  scaler: GradScaler;
+  rng: RankRngState[];
+  config: TrainConfig;
+  worldSize: number;
+  runId: string;
+}): TrainState {
+  return {
+    format: "dtrain.train-state/1",
+    epoch: parts.epoch,
+    step: parts.step,
+    data: parts.data,
+    schedule: parts.schedule.stateDict(),
+    scaler: parts.scaler.stateDict(),
+    rng: parts.rng,
+    config: parts.config,
+    worldSize: parts.worldSize,
+    runId: parts.runId,
+  };
+}
+
+/** Checks that a loaded JSON state has the fields this version reads. */
+export function asTrainState(v: Record<string, unknown>, where: string): TrainState {
+  const s = v as unknown as TrainState;
+  const ok = s.format === "dtrain.train-state/1" && Number.isSafeInteger(s.epoch) &&
+    Number.isSafeInteger(s.step) &&
+    s.data && Number.isSafeInteger(s.data.consumed) && Array.isArray(s.rng) && s.rng.length > 0;
+  if (!ok) {
+    throw new Error(`${where}: not a dtrain training state (format ${JSON.stringify(s.format)})`);
+  }
+  return s;
+}
