@@ -6,6 +6,7 @@
  * master weights stay f32. As torch.autocast.
  */
 import type { DType } from "../tensor/dtype.ts";
+import { plainArithmetic } from "../check/probe.ts";
 
 let lowPrecision: DType | null = null;
 
@@ -20,7 +21,8 @@ export function autocast<T>(
   fn: () => T,
 ): T {
   const prev = lowPrecision;
-  lowPrecision = dtype === "f32" ? null : dtype;
+  // `dtrain check` compares plain f32 runs.
+  lowPrecision = dtype === "f32" || plainArithmetic() ? null : dtype;
   try {
     return fn();
   } finally {

@@ -9,6 +9,7 @@ import { backend, check } from "../tensor/backend.ts";
 import { empty, type Tensor } from "../tensor/tensor.ts";
 import { scale as scaleOp } from "../tensor/ops/elementwise.ts";
 import type { Optimizer } from "../optim/optimizer.ts";
+import { plainArithmetic } from "../check/probe.ts";
 
 /** Options, with torch's defaults. */
 export interface GradScalerOptions {
@@ -54,6 +55,7 @@ export class GradScaler {
       enabled: true,
       ...opts,
     };
+    if (plainArithmetic()) this.opts.enabled = false; // `dtrain check` compares unscaled runs
     this.#scale = this.opts.initScale;
   }
 

@@ -7,6 +7,7 @@
  */
 import type { Dataset } from "./dataset.ts";
 import type { Tensor } from "../tensor/tensor.ts";
+import { samplerOnlyStage } from "../check/probe.ts";
 
 /** What orders the indices of an epoch. */
 export interface Sampler {
@@ -117,6 +118,8 @@ export class DataLoader {
    */
   async *[Symbol.asyncIterator](): AsyncGenerator<Batch> {
     const order = this.sampler.indices();
+    // `dtrain check` records the order (through the sampler) without computing anything.
+    if (samplerOnlyStage()) return;
     const nBatches = this.batchesFor(order.length);
     const epoch = this.#epoch;
     const slice = (b: number) =>

@@ -5,6 +5,7 @@
  * numReplicas-th index from r). Unlike torch, reusing an epoch warns.
  */
 import { TorchGenerator } from "../random/torch_generator.ts";
+import { probing, record } from "../check/probe.ts";
 
 /** How one epoch of a dataset is split across ranks (see shardIndices). */
 export interface ShardOptions {
@@ -73,9 +74,7 @@ export function samplerSizes(
 ): SamplerSizes {
   checkCount("dataset length", n, 0);
   checkCount("numReplicas", numReplicas, 1);
-  const numSamples = options.dropLast
-    ? Math.floor(n / numReplicas)
-    : Math.ceil(n / numReplicas);
+  const numSamples = options.dropLast ? Math.floor(n / numReplicas) : Math.ceil(n / numReplicas);
   return { numSamples, totalSize: numSamples * numReplicas };
 }
 
@@ -161,8 +160,7 @@ export class DistributedSampler implements Iterable<number> {
 
   /** Validates the options (rank range, counts, seed) and fixes the split sizes. */
   constructor(datasetLength: number, options: DistributedSamplerOptions) {
-    const { numReplicas, rank, shuffle = true, seed = 0, dropLast = false } =
-      options;
+    const { numReplicas, rank, shuffle = true, seed = 0, dropLast = false } = options;
     const sizes = samplerSizes(datasetLength, numReplicas, { dropLast });
     checkRank(rank, numReplicas);
     checkSeedAndEpoch(seed, 0);
@@ -209,7 +207,18 @@ export class DistributedSampler implements Iterable<number> {
       );
     }
     this.#servedEpochs.add(epoch);
-    return this.indicesFor(epoch);
+    const out = this.indicesFor(epoch);
+    if (probing()) {
+      record({
+        kind: "sampler",
+        rank: this.rank,
+        epoch,
+        datasetLength: this.datasetLength,
+        numReplicas: this.numReplicas,
+        indices: [...out],
+      });
+    }
+    return out;
   }
 
   /** This rank's indices for any `epoch`, without touching the current epoch or warning. */

@@ -117,7 +117,12 @@ async function loadSplit(
     "[N, 28, 28]",
     images.dims.length === 3 && rows === 28 && cols === 28,
   );
-  checkDims(labelPath, labels, `[${count}] (one label per image)`, labels.dims.length === 1 && labels.dims[0] === count);
+  checkDims(
+    labelPath,
+    labels,
+    `[${count}] (one label per image)`,
+    labels.dims.length === 1 && labels.dims[0] === count,
+  );
 
   const labelData = new Int32Array(labels.data.length);
   labelData.set(labels.data);

@@ -130,7 +130,7 @@ async function gunzip(bytes: Uint8Array, name: string, maxBytes: number): Promis
   const writer = stream.writable.getWriter();
   const feeding = (async () => {
     for (let at = 0; at < bytes.length; at += GZIP_FEED_BYTES) {
-      await writer.write(bytes.subarray(at, at + GZIP_FEED_BYTES));
+      await writer.write(bytes.slice(at, at + GZIP_FEED_BYTES)); // a copy: the stream wants an ArrayBuffer view
     }
     await writer.close();
   })();

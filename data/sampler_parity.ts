@@ -225,9 +225,7 @@ export function checkRandpermFixtures(folder: string): ParityRow[] {
           expected.length,
         );
         const problem = firstDifference(actual, expected);
-        return problem
-          ? fail(problem)
-          : pass(`${expected.length} values match`);
+        return problem ? fail(problem) : pass(`${expected.length} values match`);
       }));
     }
   }

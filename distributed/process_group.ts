@@ -51,7 +51,8 @@ export interface ProcessGroup {
   /** out = `op` over the ranks of block `rank` of their inp (size × out elements). */
   reduceScatter(out: BufferLike, inp: BufferLike, op?: ReduceOp, opts?: CallOptions): void;
   /** Returns once every rank has reached a barrier; the name appears in the
-   *  launcher's hang report and in timeout messages. */
+   *  launcher's hang report and in timeout messages (and its first 31 bytes
+   *  are compared across ranks under DTRAIN_DISTRIBUTED_DEBUG=DETAIL). */
   barrier(name: string, opts?: CallOptions): void;
   /** Detaches from the group (idempotent); peers still waiting on this rank fail at once. */
   close(): void;

@@ -106,6 +106,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     const exits = await Promise.all(ranks.map((p) => p.stop(rec.graceMs, { alreadySignalled: signalled })));
     await Promise.race([Promise.all(ranks.map((p) => p.outputDone)), sleep(OUTPUT_DRAIN_MS)]);
     const exitText = new Map(ranks.map((p, i) => [p.rank, describeExit(exits[i]!)]));
+    if (rec.rank !== undefined) exitText.set(rec.rank, rec.detail);
     log.info(failureSummary(rec, rankTable(before, { worldSize, nproc: opts.nproc, exits: exitText })));
     log.info(`node ${node}'s ranks ended: ${ranks.map((p, i) => `rank ${p.rank} ${describeExit(exits[i]!)}`).join(", ")}`);
     client.set(keys.nodeStopped(node), "1").catch(() => {});

@@ -40,7 +40,7 @@ export class AdamW extends Optimizer<AdamWOptions> {
     super(params, { ...DEFAULTS, ...opts });
   }
 
-  step(): void {
+  protected update(): void {
     const b = backend();
     for (const g of this.groups) {
       const h = g.hyper;

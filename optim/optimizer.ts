@@ -5,6 +5,8 @@
  * optimizer state reads like torch's optimizer.state_dict() flattened.
  */
 import type { Tensor } from "../tensor/tensor.ts";
+import { probing, record } from "../check/probe.ts";
+import { gradNorm } from "./clip.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
 export interface ParamGroup<H> {
@@ -68,7 +70,13 @@ export abstract class Optimizer<H extends { lr: number }> {
   }
 
   /** Applies one update from the current gradients (parameters without a grad are skipped). */
-  abstract step(): void;
+  step(): void {
+    if (probing()) record({ kind: "step", gradNorm: gradNorm(this.params()) });
+    this.update();
+  }
+
+  /** The update rule itself (step() without the check probe). */
+  protected abstract update(): void;
   abstract stateDict(): OptimizerState;
   abstract loadStateDict(state: OptimizerState): void;
 

@@ -40,7 +40,7 @@ export class SGD extends Optimizer<SGDOptions> {
     }
   }
 
-  step(): void {
+  protected update(): void {
     const b = backend();
     for (const g of this.groups) {
       const h = g.hyper;

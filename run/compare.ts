@@ -69,6 +69,8 @@ export interface CompareOptions {
   lossTol: number;
 }
 
+/** A tolerance as people write it: 1e-6 rather than 0.000001. */
+const tolText = (tol: number) => tol > 0 && tol < 1e-3 ? tol.toExponential() : String(tol);
 const short = (hash: string) => hash.length > 12 ? `${hash.slice(0, 8)}…` : hash;
 const show = (v: unknown) => v === undefined ? "(unset)" : typeof v === "string" ? v : JSON.stringify(v);
 
@@ -251,7 +253,7 @@ function compareDataOrder(a: RunDir, b: RunDir, causes: Finding[], add: (f: Find
     topic: "data order",
     headline: `data order differs first at epoch ${d.a.epoch}, rank ${d.a.rank} (${counts}sha256 ${short(d.a.sha256)} vs ${short(d.b.sha256)}; ` +
       `first indices [${d.a.first.join(",")}] vs [${d.b.first.join(",")}])`,
-    evidence: explained.length > 0 ? [`follows from the ${explained.join(", ")} difference above`] : [],
+    evidence: explained.length > 0 ? [`may follow from the differences above (${explained.join(", ")})`] : [],
     check: explained.length > 0
       ? "expected given the differences above"
       : "the sampler or the dataset changed: check the dataset files, the sampler's seed and that set_epoch() is called every epoch",
@@ -333,20 +335,20 @@ function compareLosses(a: RunDir, b: RunDir, tol: number, add: (f: Finding) => v
     notes.push(`losses not compared: the runs share no logged step (a: ${stepRange(sa)}, b: ${stepRange(sb)})`);
     return;
   }
-  compared.push(`losses (${common.length} steps, rel tol ${tol})`);
+  compared.push(`losses (${common.length} steps, rel tol ${tolText(tol)})`);
   let prev: MetricsRecord | null = null;
   for (const ma of common) {
     const mb = inB.get(ma.step)!;
     const rel = relDiff(ma.loss, mb.loss);
     if (rel > tol) {
       const d = digitsFor(rel);
-      const agreed = prev === null ? `losses differ from the first common step` : `losses agree to ${tol} up to step ${prev.step}`;
+      const agreed = prev === null ? `losses differ from the first common step` : `losses agree to ${tolText(tol)} up to step ${prev.step}`;
       add({
         weight: WEIGHT.loss,
         topic: "loss",
         headline: `${agreed}; first difference at step ${ma.step}: ${ma.loss.toPrecision(d)} vs ${mb.loss.toPrecision(d)} (rel ${rel.toExponential(1)})`,
         evidence: [`lr at that step: ${ma.lr} vs ${mb.lr}`],
-        check: "the symptom: the differences above are its candidate causes",
+        check: "the symptom; the other differences listed are its candidate causes",
       });
       return;
     }

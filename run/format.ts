@@ -221,9 +221,17 @@ export function parseJsonFile<S extends z.ZodType>(schema: S, text: string, path
   try {
     value = JSON.parse(text);
   } catch (e) {
-    throw new TypeError(`${path}: not valid JSON: ${(e as Error).message}`);
+    const message = (e as Error).message;
+    throw new TypeError(`${path}:${errorLine(text, message)}: not valid JSON: ${message}`);
   }
   return validate(schema, value, path);
+}
+
+/** The 1-based line a JSON.parse error points at (V8 gives a character position, or none at the end of input). */
+function errorLine(text: string, message: string): number {
+  const at = /at position (\d+)/.exec(message);
+  const end = at ? Number(at[1]) : text.length;
+  return text.slice(0, end).split("\n").length;
 }
 
 /** What a JSON-lines file held, and what was wrong with it that did not stop reading. */

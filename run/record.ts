@@ -51,10 +51,15 @@ export interface GpuVersions {
   nccl?: string;
 }
 
-/** The CPU library's dt_build_hash, or why it could not be read. */
+/** The CPU library's dt_build_hash (opens the library on first use). */
 function cpuBuildHash(): string {
+  return cString(cpuKernels().symbols.dt_build_hash());
+}
+
+/** `read()`, or `unavailable: <why>` when it throws. */
+function orUnavailable(read: () => string): string {
   try {
-    return cString(cpuKernels().symbols.dt_build_hash());
+    return read();
   } catch (e) {
     return `unavailable: ${(e as Error).message}`;
   }
@@ -76,7 +81,7 @@ export function versions(gpu: GpuVersions = {}, readCpuHash: () => string = cpuB
     deno: Deno.version.deno,
     v8: Deno.version.v8,
     typescript: Deno.version.typescript,
-    native: { cpu: readCpuHash() },
+    native: { cpu: orUnavailable(readCpuHash) },
   };
   if (gpu.nativeCuda !== undefined) v.native.cuda = gpu.nativeCuda;
   if (gpu.cuda !== undefined) v.cuda = { ...gpu.cuda, gpus: [...gpu.cuda.gpus] };

@@ -47,7 +47,7 @@ export function niceTicks(lo: number, hi: number, maxTicks = 6): number[] {
   if (!(hi > lo)) return [lo];
   const raw = (hi - lo) / Math.max(1, maxTicks - 1);
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? 10 * mag;
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw * (1 - 1e-9)) ?? 10 * mag;
   const first = Math.floor(lo / step + 1e-9);
   const last = Math.ceil(hi / step - 1e-9);
   const ticks: number[] = [];
@@ -79,7 +79,7 @@ export function logTicks(lo: number, hi: number, maxTicks = 8): number[] {
 export function formatTick(v: number): string {
   if (v === 0) return "0";
   const a = Math.abs(v);
-  if (a >= 1e5 || a < 1e-3) return v.toExponential(2).replace(/\.?0+e/, "e").replace("e+", "e");
+  if (a >= 1e5 || a < 1e-4) return v.toExponential(2).replace(/\.?0+e/, "e").replace("e+", "e");
   return String(Number(v.toPrecision(6)));
 }
 
@@ -133,7 +133,7 @@ export function linePlot(opts: PlotOptions): string {
     `<svg xmlns="http://www.w3.org/2000/svg" data-plot="${escapeXml(opts.id)}" width="${width}" height="${height}" ` +
     `viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="11">`,
     `<rect width="${width}" height="${height}" fill="#fff"/>`,
-    `<text x="${width / 2}" y="18" text-anchor="middle" font-size="13" font-weight="bold">${escapeXml(opts.title)}</text>`,
+    `<text x="${MARGIN.left}" y="18" font-size="13" font-weight="bold">${escapeXml(opts.title)}</text>`,
   ];
   if (pts.length === 0) {
     out.push(`<text x="${width / 2}" y="${height / 2}" text-anchor="middle" fill="#666">no drawable values</text>`, "</svg>");
@@ -178,17 +178,25 @@ export function linePlot(opts: PlotOptions): string {
       }
     }
   });
-  if (opts.series.length > 1) {
-    opts.series.forEach((s, i) => {
-      const y = top + 4 + 14 * i;
-      out.push(
-        `<line x1="${right - 120}" y1="${y}" x2="${right - 104}" y2="${y}" stroke="${COLORS[i % COLORS.length]}" stroke-width="2"/>`,
-        `<text x="${right - 100}" y="${y + 4}">${escapeXml(s.name)}</text>`,
-      );
-    });
-  }
+  if (opts.series.length > 1) out.push(legend(opts.series, right));
   out.push("</svg>");
   return out.join("\n");
+}
+
+/** A one-row legend in the title line, right-aligned at `right` (text width estimated at 6.5 px a character). */
+function legend(series: readonly Series[], right: number): string {
+  const out: string[] = [];
+  let x = right;
+  for (let i = series.length - 1; i >= 0; i--) {
+    const name = series[i]!.name;
+    x -= 22 + Math.ceil(6.5 * name.length);
+    const color = COLORS[i % COLORS.length];
+    out.push(
+      `<line x1="${x}" y1="14" x2="${x + 14}" y2="14" stroke="${color}" stroke-width="2"/>`,
+      `<text x="${x + 18}" y="18">${escapeXml(name)}</text>`,
+    );
+  }
+  return `<g class="legend">\n${out.join("\n")}\n</g>`;
 }
 
 /**

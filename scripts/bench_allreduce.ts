@@ -19,6 +19,8 @@ import { initProcessGroup } from "../distributed/process_group.ts";
 import { cpuKernels } from "../ffi/cpu.ts";
 
 const WORLD = 2;
+/** A rank that runs longer than this is killed (a hang must not outlive the benchmark). */
+const RANK_LIMIT_MS = 300_000;
 const SELF = fileURLToPath(import.meta.url);
 
 interface SizeTimes {
@@ -97,8 +99,13 @@ async function runRanks(
   const children = Array.from(
     { length: WORLD },
     (_, r) =>
-      new Deno.Command(cmd, { args: argsOf(r), env: envOf(r), stdout: "piped", stderr: "piped" })
-        .spawn(),
+      new Deno.Command(cmd, {
+        args: argsOf(r),
+        env: envOf(r),
+        stdout: "piped",
+        stderr: "piped",
+        signal: AbortSignal.timeout(RANK_LIMIT_MS),
+      }).spawn(),
   );
   try {
     const outs = await Promise.all(children.map((c) => c.output()));

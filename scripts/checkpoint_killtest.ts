@@ -75,7 +75,7 @@ export async function runKillTrials(opts: KillTrialOptions): Promise<KillTrialSu
     const delayMs = Math.floor(random() * opts.maxDelayMs);
     const { lines, stderr } = await runAndKill(opts, afterBegin, delayMs);
     const context =
-      `trial ${trial} (seed ${opts.seed}, kill ${delayMs} ms into save #${afterBegin})`;
+      `trial ${trial} (seed ${opts.seed}, kill ${delayMs} ms after save #${afterBegin} began)`;
     let outcome: TrialOutcome;
     try {
       outcome = verifyAfterKill(opts, lines);

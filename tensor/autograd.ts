@@ -6,6 +6,7 @@
  */
 import { backend, check } from "./backend.ts";
 import { empty, full, type Tensor } from "./tensor.ts";
+import { probing, record as recordProbe } from "../check/probe.ts";
 
 /** One recorded op: given the gradient of its output, the gradients of its inputs. */
 export interface Node {
@@ -99,6 +100,7 @@ export function backward(output: Tensor, opts: BackwardOptions = {}): void {
       `backward(): the tensor of shape [${output.shape}] does not require grad (no recorded op)`,
     );
   }
+  if (probing() && output.numel === 1) recordProbe({ kind: "loss", value: output.item() });
   // Topological order of the tensors that carry nodes.
   const order: Tensor[] = [];
   const visited = new Set<Tensor>();

@@ -35,6 +35,7 @@
  *
  * One process writes a directory at a time (rank 0 of one run).
  */
+import { record as recordProbe } from "../check/probe.ts";
 import { basename, join, resolve } from "node:path";
 import type { StTensor } from "../io/safetensors.ts";
 import { type CheckpointIO, denoCheckpointIO, describeError } from "./checkpoint_io.ts";
@@ -160,6 +161,7 @@ export class CheckpointManager {
   save(payload: CheckpointPayload): string | null {
     if (this.#rank !== 0) return null;
     const dir = writeCheckpoint(this.#ctx, payload);
+    recordProbe({ kind: "checkpoint", dir, step: payload.step });
     try {
       this.#rotate(payload.step);
     } catch (e) {

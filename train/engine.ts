@@ -49,6 +49,7 @@ import {
 } from "./state.ts";
 import { join } from "node:path";
 import { stateTensor } from "../nn/load.ts";
+import { checkOverrides } from "../check/probe.ts";
 
 /** What the user supplies to a Trainer. */
 export interface TrainerOptions<M extends Module> {
@@ -113,6 +114,9 @@ export class Trainer<M extends Module> {
     this.#opts = opts;
     this.config = resolveConfig(opts.config ?? {});
     const cfg = this.config;
+    const check = checkOverrides();
+    if (check.maxSteps !== null) cfg.maxSteps = Math.min(cfg.maxSteps ?? Infinity, check.maxSteps);
+    if (check.checkpointEvery !== null) cfg.checkpoint.everySteps = check.checkpointEvery;
     const world = getWorld();
     this.pg = opts.processGroup ?? initProcessGroup();
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;

@@ -111,12 +111,10 @@ DT_HD uint16_t dt_f32_to_f16(float f) {
     uint32_t e = absu >> 23;
     uint32_t m = (absu & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126 - e; /* 14..24 */
-    uint32_t half = m >> (shift - 1 + 0);
     /* round to nearest even on the bits shifted out */
     uint32_t res = m >> shift;
     uint32_t rem = m & ((1u << shift) - 1u);
     uint32_t halfway = 1u << (shift - 1);
-    (void)half;
     if (rem > halfway || (rem == halfway && (res & 1u))) res++;
     return (uint16_t)(sign | res);
   }

@@ -57,11 +57,23 @@ AVX2_ static inline __attribute__((always_inline)) void dot_tile_(int rb, int nb
 AVX2_ static void dot_tile_dispatch_(int rb, int nb, int64_t k, const float* a, int64_t lda, const float* b,
                                      int64_t ldb, float* c, int64_t ldc, float alpha, float beta) {
   switch (rb * 8 + nb) {
-    DOT_CASE_(1, 1); DOT_CASE_(1, 2); DOT_CASE_(1, 3); DOT_CASE_(1, 4);
-    DOT_CASE_(2, 1); DOT_CASE_(2, 2); DOT_CASE_(2, 3); DOT_CASE_(2, 4);
-    DOT_CASE_(3, 1); DOT_CASE_(3, 2); DOT_CASE_(3, 3); DOT_CASE_(3, 4);
-    DOT_CASE_(4, 1); DOT_CASE_(4, 2); DOT_CASE_(4, 3); DOT_CASE_(4, 4);
-    default: break;
+    DOT_CASE_(1, 1);
+    DOT_CASE_(1, 2);
+    DOT_CASE_(1, 3);
+    DOT_CASE_(1, 4);
+    DOT_CASE_(2, 1);
+    DOT_CASE_(2, 2);
+    DOT_CASE_(2, 3);
+    DOT_CASE_(2, 4);
+    DOT_CASE_(3, 1);
+    DOT_CASE_(3, 2);
+    DOT_CASE_(3, 3);
+    DOT_CASE_(3, 4);
+    DOT_CASE_(4, 1);
+    DOT_CASE_(4, 2);
+    DOT_CASE_(4, 3);
+    DOT_CASE_(4, 4);
+    default: break; /* unreachable: 1 <= rb, nb <= DOT_MAX_ */
   }
 }
 

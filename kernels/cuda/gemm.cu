@@ -334,17 +334,20 @@ DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int
               "dt_gemm: strideC = %lld makes the %lld x %lld outputs (ldc %lld) of consecutive batches overlap: "
               "expected strideC >= %lld",
               (long long)stride_c, (long long)M, (long long)N, (long long)ldc, (long long)((M - 1) * ldc + N));
+  /* K == 0 or alpha == 0: the product vanishes, A and B are not read (as BLAS) */
+  int trivial = K == 0 || alpha == 0.0f;
+  DT_REQUIRE_(trivial || (A != NULL && B != NULL),
+              "dt_gemm: %s is NULL for a product with M = %lld, N = %lld, K = %lld", A == NULL ? "A" : "B",
+              (long long)M, (long long)N, (long long)K);
+  DT_REQUIRE_(batch <= INT32_MAX, "dt_gemm: batch = %lld exceeds cuBLASLt's limit of 2^31 - 1", (long long)batch);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  if (K == 0 || alpha == 0.0f) {
+  if (trivial) {
     dt_gemm_scale_c_k_<<<dt_grid_for_(batch * M * N, DT_BLOCK), DT_BLOCK, 0, s>>>(C, dtype, M, N, ldc, batch, stride_c,
                                                                                  beta);
     DT_CHECK_LAUNCH(s, "dt_gemm (C = beta * C)");
     return DT_OK;
   }
-  DT_REQUIRE_(A != NULL && B != NULL, "dt_gemm: %s is NULL for a product with M = %lld, N = %lld, K = %lld",
-              A == NULL ? "A" : "B", (long long)M, (long long)N, (long long)K);
-  DT_REQUIRE_(batch <= INT32_MAX, "dt_gemm: batch = %lld exceeds cuBLASLt's limit of 2^31 - 1", (long long)batch);
   size_t esize = dt_dtype_size(dtype);
   dt_gemm_key_ key;
   memset(&key, 0, sizeof key); /* the key is compared bytewise: no stray padding */

@@ -30,7 +30,7 @@ function adamwRef(p: Float32Array, g: Float32Array, m: Float32Array, v: Float32A
     const pd = f(p[i]! * decay); //                                   p.mul_(1 - lr*wd)
     m[i] = fmaf32(g[i]!, omb1, f(m[i]! * b1)); //                     m.mul_(b1).add_(g, alpha=1-b1)
     v[i] = fmaf32(f(omb2 * g[i]!), g[i]!, f(v[i]! * b2)); //          v.mul_(b2).addcmul_(g, g, value=1-b2)
-    const denom = f(f(Math.sqrt(v[i]!) / bc2Sqrt) + eps); //          (v.sqrt() / sqrt(bc2)).add_(eps)
+    const denom = f(f(f(Math.sqrt(v[i]!)) / bc2Sqrt) + eps); //       (v.sqrt() / sqrt(bc2)).add_(eps)
     p[i] = f(pd + f(f(stepSize * m[i]!) / denom)); //                 p.addcdiv_(m, denom, value=-lr/bc1)
   }
 }

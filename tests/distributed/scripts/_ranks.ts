@@ -31,6 +31,16 @@ export function launcherEnv(rank: number, world: number, runId: string): Record<
   };
 }
 
+/** Settings of every test rank unless a test overrides them: a bounded
+ *  timeout (a broken collective fails the test instead of hanging it), and
+ *  the library defaults whatever the environment running the tests says. */
+const TEST_DEFAULTS = {
+  DTRAIN_TIMEOUT: "60",
+  DTRAIN_DISTRIBUTED_DEBUG: "OFF",
+  DTRAIN_SHM_CHUNK_BYTES: "",
+  DTRAIN_SHM_SPIN_US: "",
+};
+
 /** One started rank. */
 export class RankProcess {
   readonly rank: number;
@@ -150,7 +160,11 @@ export async function withRanks<T>(
     for (const r of ranks) {
       const args = typeof opts.args === "function" ? opts.args(r) : opts.args;
       procs.push(
-        new RankProcess(r, args, { ...launcherEnv(r, opts.world, opts.runId), ...opts.env?.(r) }),
+        new RankProcess(r, args, {
+          ...launcherEnv(r, opts.world, opts.runId),
+          ...TEST_DEFAULTS,
+          ...opts.env?.(r),
+        }),
       );
     }
     return await body(procs);

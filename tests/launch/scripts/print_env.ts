@@ -1,6 +1,7 @@
 /**
  * Test rank script: prints this rank's environment contract as one JSON
- * line on stdout (and a line on stderr), then exits 0.
+ * line on stdout (and a line on stderr), then exits 0. The store token goes
+ * to $TEST_PID_DIR/token-<rank> only, never to the output.
  */
 const names = [
   "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -9,5 +10,8 @@ const names = [
 ];
 const env = Object.fromEntries(names.map((n) => [n, Deno.env.get(n) ?? null]));
 const token = Deno.env.get("DTRAIN_STORE_TOKEN") ?? "";
+const pidDir = Deno.env.get("TEST_PID_DIR");
+// Handed to the test so it can check the launcher never prints the secret.
+if (pidDir) Deno.writeTextFileSync(`${pidDir}/token-${env.RANK}`, token);
 console.log(`ENV ${JSON.stringify({ ...env, tokenLength: token.length, args: Deno.args, main: import.meta.main })}`);
 console.error(`stderr line from rank ${env.RANK}`);

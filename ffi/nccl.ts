@@ -1,0 +1,126 @@
+/**
+ * NCCL (libnccl.so.2), opened with Deno.dlopen where ffi/cuda_libs.ts finds
+ * it: the symbol table of the calls dtrain makes, the element-type and
+ * reduce-op codes, and error text that carries NCCL's own string (and
+ * ncclGetLastError's detail when this NCCL has it).
+ */
+import { describeMissing, findCudaLibrary, type LibrarySearchOptions } from "./cuda_libs.ts";
+import { cString, DtNativeError } from "./native.ts";
+import type { CollectiveDType, ReduceOp } from "../distributed/collective_buffer.ts";
+
+const P = "pointer" as const;
+const B = "buffer" as const;
+const I32 = "i32" as const;
+const USIZE = "usize" as const;
+/** ncclUniqueId: 128 opaque bytes, passed by value. */
+const UNIQUE_ID = { struct: Array.from({ length: 128 }, () => "u8" as const) };
+
+/** The NCCL calls dtrain makes, with their C signatures. */
+export const NCCL_SYMBOLS = {
+  /** ncclResult_t ncclGetVersion(int* version) */
+  ncclGetVersion: { parameters: [B], result: I32 },
+  /** ncclResult_t ncclGetUniqueId(ncclUniqueId* id) */
+  ncclGetUniqueId: { parameters: [B], result: I32 },
+  /** ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank):
+   *  blocks until every rank has joined, so it runs on Deno's thread pool. */
+  ncclCommInitRank: { parameters: [B, I32, UNIQUE_ID, I32], result: I32, nonblocking: true },
+  /** (sendbuff, recvbuff, count, datatype, op, comm, stream) */
+  ncclAllReduce: { parameters: [P, P, USIZE, I32, I32, P, P], result: I32 },
+  /** (sendbuff, recvbuff, count, datatype, root, comm, stream) */
+  ncclBroadcast: { parameters: [P, P, USIZE, I32, I32, P, P], result: I32 },
+  /** (sendbuff, recvbuff, sendcount, datatype, comm, stream) */
+  ncclAllGather: { parameters: [P, P, USIZE, I32, P, P], result: I32 },
+  /** (sendbuff, recvbuff, recvcount, datatype, op, comm, stream) */
+  ncclReduceScatter: { parameters: [P, P, USIZE, I32, I32, P, P], result: I32 },
+  /** ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) */
+  ncclCommGetAsyncError: { parameters: [P, B], result: I32 },
+  /** frees the communicator's resources after aborting its operations (never hangs) */
+  ncclCommAbort: { parameters: [P], result: I32 },
+  /** waits for pending operations, then frees the communicator */
+  ncclCommDestroy: { parameters: [P], result: I32 },
+  /** const char* ncclGetErrorString(ncclResult_t result) */
+  ncclGetErrorString: { parameters: [I32], result: P },
+  /** const char* ncclGetLastError(ncclComm_t comm): NCCL 2.13+, hence optional */
+  ncclGetLastError: { parameters: [P], result: P, optional: true },
+} as const satisfies Deno.ForeignLibraryInterface;
+
+export type NcclSymbols = typeof NCCL_SYMBOLS;
+
+/** ncclResult_t values that dtrain tells apart. */
+export const NCCL_SUCCESS = 0;
+export const NCCL_IN_PROGRESS = 7;
+
+/** ncclDataType_t of each collective element type. */
+export const NCCL_DTYPE: Readonly<Record<CollectiveDType, number>> = {
+  u8: 1, // ncclUint8
+  i32: 2, // ncclInt32
+  i64: 4, // ncclInt64
+  f16: 6, // ncclFloat16
+  f32: 7, // ncclFloat32
+  f64: 8, // ncclFloat64
+  bf16: 9, // ncclBfloat16 (NCCL 2.10+)
+};
+
+/** ncclRedOp_t of each reduce op (avg needs NCCL 2.10+). */
+export const NCCL_OP: Readonly<Record<ReduceOp, number>> = { sum: 0, max: 2, min: 3, avg: 4 };
+
+/** An opened NCCL with status checking. */
+export interface NcclLibrary {
+  readonly path: string;
+  /** e.g. "2.27.3" */
+  readonly version: string;
+  readonly symbols: Deno.DynamicLibrary<NcclSymbols>["symbols"];
+  /** Throws DtNativeError with NCCL's text (and the communicator's last error) when result != 0. */
+  check(result: number, symbol: string, comm?: Deno.PointerValue): void;
+  /** NCCL's text for a result code. */
+  errorText(result: number, comm?: Deno.PointerValue): string;
+}
+
+let nccl: NcclLibrary | undefined;
+
+/**
+ * Opens NCCL (once), or throws naming the folders searched.
+ *
+ * @example
+ * ```ts
+ * const n = ncclLibrary();
+ * console.log(`NCCL ${n.version} from ${n.path}`);
+ * ```
+ */
+export function ncclLibrary(opts?: LibrarySearchOptions): NcclLibrary {
+  if (nccl && !opts) return nccl;
+  const found = findCudaLibrary("nccl", opts);
+  if (!found.path) {
+    throw new Error(
+      `Cannot use NCCL for a process group of GPU ranks: ${describeMissing(found)}. Install NCCL (pip install ` +
+        `nvidia-nccl-cu13, or the system package libnccl2) or put its folder on LD_LIBRARY_PATH.`,
+    );
+  }
+  let lib: Deno.DynamicLibrary<NcclSymbols>;
+  try {
+    lib = Deno.dlopen(found.path, NCCL_SYMBOLS);
+  } catch (e) {
+    throw new Error(`Cannot load NCCL from ${found.path}: ${(e as Error).message}`, { cause: e });
+  }
+  const errorText = (result: number, comm?: Deno.PointerValue): string => {
+    const text = cString(lib.symbols.ncclGetErrorString(result));
+    const detail = comm && lib.symbols.ncclGetLastError ? cString(lib.symbols.ncclGetLastError(comm)) : "";
+    return detail ? `${text} (${detail})` : text;
+  };
+  const v = new Int32Array(1);
+  const vr = lib.symbols.ncclGetVersion(v);
+  if (vr !== NCCL_SUCCESS) throw new DtNativeError("nccl", "ncclGetVersion", vr, errorText(vr));
+  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9
+  const version = `${Math.floor(v[0]! / 10000)}.${Math.floor((v[0]! % 10000) / 100)}.${v[0]! % 100}`;
+  const opened: NcclLibrary = {
+    path: found.path,
+    version,
+    symbols: lib.symbols,
+    errorText,
+    check(result, symbol, comm) {
+      if (result !== NCCL_SUCCESS) throw new DtNativeError("nccl", symbol, result, errorText(result, comm));
+    },
+  };
+  if (!opts) nccl = opened;
+  return opened;
+}

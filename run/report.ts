@@ -1,0 +1,260 @@
+/**
+ * `dtrain report <run-dir>`: a self-contained HTML page (inline CSS and SVG,
+ * no scripts, fonts or network) with the run's record, one plot per
+ * quantity per step, and the data-order digests; the plots also go to a
+ * standalone SVG file beside it.
+ */
+import { basename, dirname, extname, join } from "node:path";
+import { parseArgs } from "node:util";
+import { finalSteps, type MetricsRecord, readRunDir, type RunDir } from "./format.ts";
+import { escapeXml, linePlot, type Series, stackPlots } from "./svg_plot.ts";
+
+/** One panel of the report: a plot, or a note saying why there is none. */
+export interface Panel {
+  id: string;
+  title: string;
+  /** the `<svg>` element, or null when `note` says why it is absent */
+  svg: string | null;
+  note: string | null;
+}
+
+/** How the loss axis is scaled: auto = log when all losses are > 0 and span at least 10×. */
+export type LossScale = "auto" | "log" | "linear";
+
+/** Points of one quantity, one series per attempt (a resumed run repeats steps). */
+function perAttempt(metrics: readonly MetricsRecord[], name: string, y: (m: MetricsRecord) => number | null): Series[] {
+  const attempts = [...new Set(metrics.map((m) => m.attempt))].sort((p, q) => p - q);
+  return attempts.map((k) => ({
+    name: attempts.length === 1 ? name : `${name}, attempt ${k}`,
+    points: metrics.filter((m) => m.attempt === k && y(m) !== null).map((m) => [m.step, y(m)!] as const),
+  }));
+}
+
+function median(sorted: readonly number[]): number {
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+function useLogLoss(metrics: readonly MetricsRecord[], scale: LossScale): boolean {
+  if (scale !== "auto") return scale === "log";
+  const losses = metrics.map((m) => m.loss).filter(Number.isFinite);
+  if (losses.length === 0 || losses.some((l) => l <= 0)) return false;
+  return Math.max(...losses) / Math.min(...losses) >= 10;
+}
+
+/**
+ * The report's panels, in order: loss, learning rate, grad norm, loss
+ * scale, throughput and the spread of step time across ranks.
+ */
+export function reportPanels(r: RunDir, lossScale: LossScale = "auto"): Panel[] {
+  const m = r.metrics;
+  const panel = (id: string, title: string, yLabel: string, series: Series[], absent: string, logY = false): Panel => {
+    const empty = series.every((s) => s.points.length === 0);
+    if (empty) return { id, title, svg: null, note: m.length === 0 ? noMetrics(r) : absent };
+    return { id, title, svg: linePlot({ id, title, xLabel: "step", yLabel, series, logY }), note: null };
+  };
+  const tokens = m.some((x) => x.tokensPerS !== null);
+  const withRanks = finalSteps(m).filter((x) => x.stepMsByRank !== undefined && x.stepMsByRank.length > 0);
+  const spread = (pick: (sorted: number[]) => number) =>
+    withRanks.map((x) => [x.step, pick([...x.stepMsByRank!].sort((p, q) => p - q))] as const);
+  return [
+    panel("loss", "Loss", "loss", perAttempt(m, "loss", (x) => x.loss), "no loss values", useLogLoss(m, lossScale)),
+    panel("lr", "Learning rate", "lr", perAttempt(m, "lr", (x) => x.lr), "no learning-rate values"),
+    panel("grad-norm", "Gradient norm", "grad norm", perAttempt(m, "grad norm", (x) => x.gradNorm), "grad norm not recorded (null in every step)"),
+    panel("loss-scale", "Loss scale", "loss scale", perAttempt(m, "loss scale", (x) => x.lossScale), "loss scale not recorded (null in every step: no mixed-precision scaler)", true),
+    tokens
+      ? panel("throughput", "Throughput", "tokens/s", perAttempt(m, "tokens/s", (x) => x.tokensPerS), "no throughput values")
+      : panel("throughput", "Throughput", "samples/s", perAttempt(m, "samples/s", (x) => x.samplesPerS), "no throughput values"),
+    panel("step-time", "Step time across ranks", "ms", [
+      { name: "max", points: spread((s) => s.at(-1)!) },
+      { name: "median", points: spread(median) },
+      { name: "min", points: spread((s) => s[0]!) },
+    ], "step time per rank not recorded (no stepMsByRank in metrics.jsonl)"),
+  ];
+}
+
+function noMetrics(r: RunDir): string {
+  return r.missing.includes("metrics.jsonl") ? "metrics.jsonl is missing" : "no steps logged in metrics.jsonl";
+}
+
+const CSS = `body{font-family:sans-serif;margin:24px;color:#222;max-width:1000px}
+table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;font-size:13px}
+th{background:#f3f3f3}code{font-size:12px;word-break:break-all}.note{color:#666;font-style:italic}figure{margin:12px 0}
+.failed{color:#b00}.succeeded{color:#070}`;
+
+const td = (s: string) => `<td>${s}</td>`;
+const code = (s: string) => `<code>${escapeXml(s)}</code>`;
+
+function table(header: string[] | null, rows: string[][]): string {
+  return [
+    "<table>",
+    header === null ? "" : `<tr>${header.map((h) => `<th>${escapeXml(h)}</th>`).join("")}</tr>`,
+    ...rows.map((r) => `<tr>${r.map(td).join("")}</tr>`),
+    "</table>",
+  ].join("\n");
+}
+
+/** Quotes an argument for a POSIX shell when it needs it. */
+function shellQuote(a: string): string {
+  return /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`;
+}
+
+function runTable(r: RunDir): string {
+  const run = r.run;
+  const v = run.versions;
+  const w = run.world;
+  const rows: Array<[string, string]> = [
+    ["status", `<b class="${run.status}">${escapeXml(run.status)}</b>`],
+    ["run id", code(run.runId)],
+    ["created / ended", `${escapeXml(run.createdAt)} / ${escapeXml(run.endedAt ?? "—")}`],
+    ["command", code(run.command.argv.map(shellQuote).join(" "))],
+    ["working directory", code(run.command.cwd)],
+    ["script", `${code(run.script.path)}<br>sha256 ${code(run.script.sha256)}`],
+    ["world", `${w.worldSize} ranks = ${w.nnodes} node(s) × ${w.nprocPerNode}; hosts ${escapeXml(w.hosts.join(", ") || "—")}`],
+    ["versions", [
+      `dtrain ${v.dtrain}`,
+      `Deno ${v.deno}`,
+      `V8 ${v.v8}`,
+      `TypeScript ${v.typescript}`,
+      `native CPU ${v.native.cpu ?? "—"}`,
+      ...(v.native.cuda ? [`native CUDA ${v.native.cuda}`] : []),
+      ...(v.cuda ? [`CUDA runtime ${v.cuda.runtime}, driver ${v.cuda.driver}, GPUs ${v.cuda.gpus.join(", ")}`] : []),
+      ...(v.nccl ? [`NCCL ${v.nccl}`] : []),
+    ].map(escapeXml).join("<br>")],
+  ];
+  if (run.machine) {
+    const m = run.machine;
+    rows.push(["machine", escapeXml(`${m.hostname}: ${m.cpuModel}, ${m.cpus} cpus, ${(m.memBytes / 2 ** 30).toFixed(1)} GiB, ${m.os} ${m.arch}`)]);
+  }
+  const env = Object.entries(run.env).map(([k, val]) => code(`${k}=${val}`)).join("<br>");
+  rows.push(["environment", env || `<span class="note">none of the recorded variables was set</span>`]);
+  if (r.config) {
+    rows.push(["seed / device", escapeXml(`${r.config.seed} / ${r.config.device}`)]);
+    rows.push(["config", `<code>${escapeXml(JSON.stringify(r.config.config))}</code>`]);
+  }
+  return table(null, rows.map(([k, val]) => [`<b>${escapeXml(k)}</b>`, val]));
+}
+
+function attemptsTable(r: RunDir): string {
+  if (r.run.attempts.length === 0) return `<p class="note">no attempt has started</p>`;
+  const dash = (x: unknown) => x === null ? "—" : escapeXml(String(x));
+  return table(
+    ["attempt", "started", "ended", "exit code", "signal", "failing rank", "reason"],
+    r.run.attempts.map((a) => [String(a.attempt), dash(a.startedAt), dash(a.endedAt), dash(a.exitCode), dash(a.signal), dash(a.failingRank), dash(a.reason)]),
+  );
+}
+
+/** Rows shown in the data-order table; the rest are counted. */
+const MAX_ORDER_ROWS = 500;
+
+function dataOrderTable(r: RunDir): string {
+  if (r.missing.includes("data_order.jsonl")) return `<p class="note">data_order.jsonl is missing</p>`;
+  if (r.dataOrder.length === 0) return `<p class="note">no data-order digests recorded</p>`;
+  const rows = r.dataOrder.slice(0, MAX_ORDER_ROWS).map((d) => [String(d.epoch), String(d.rank), String(d.count), code(d.sha256), code(d.first.join(", "))]);
+  const more = r.dataOrder.length - rows.length;
+  return table(["epoch", "rank", "count", "sha256 of indices (int32 LE)", "first indices"], rows) +
+    (more > 0 ? `\n<p class="note">… and ${more} more rows in data_order.jsonl</p>` : "");
+}
+
+/** The whole report page for run directory `r`. */
+export function reportHtml(r: RunDir, panels: readonly Panel[]): string {
+  const steps = finalSteps(r.metrics);
+  const last = steps.at(-1);
+  const notes = [...r.missing.map((f) => `${f} is missing`), ...r.warnings];
+  return [
+    "<!doctype html>",
+    `<html lang="en"><head><meta charset="utf-8"><title>dtrain report: ${escapeXml(r.run.runId)}</title>`,
+    `<style>${CSS}</style></head><body>`,
+    `<h1>dtrain run ${escapeXml(r.run.name || r.run.runId)}</h1>`,
+    last ? `<p>${steps.length} steps logged; last step ${last.step}, loss ${last.loss}, ${last.skipped} skipped</p>` : "",
+    notes.length > 0 ? `<ul class="note">${notes.map((n) => `<li>${escapeXml(n)}</li>`).join("")}</ul>` : "",
+    "<h2>Run</h2>",
+    runTable(r),
+    "<h2>Attempts</h2>",
+    attemptsTable(r),
+    "<h2>Per step</h2>",
+    ...panels.map((p) =>
+      p.svg !== null
+        ? `<figure id="plot-${p.id}">${p.svg}</figure>`
+        : `<figure id="plot-${p.id}"><b>${escapeXml(p.title)}</b><p class="note">${escapeXml(p.note ?? "")}</p></figure>`
+    ),
+    "<h2>Data order</h2>",
+    dataOrderTable(r),
+    "</body></html>",
+    "",
+  ].join("\n");
+}
+
+const USAGE = `usage: dtrain report <run-dir> [--out report.html] [--loss-scale auto|log|linear]
+
+Writes a self-contained HTML report of a run (default <run-dir>/report.html)
+and the same plots as a standalone SVG beside it (report.svg).`;
+
+/**
+ * Runs `dtrain report` with the arguments after the verb; resolves to the
+ * exit code (0 written, 2 bad arguments or run directory).
+ *
+ * @example
+ * ```ts
+ * Deno.exit(await reportMain(["runs/20251129-093000-train-3fa2", "--out", "/tmp/r.html"]));
+ * ```
+ */
+export function reportMain(
+  args: string[],
+  print: (text: string) => void = console.log,
+  printError: (text: string) => void = console.error,
+): Promise<number> {
+  // Synchronous inside; the Promise is the shape every dtrain verb has.
+  return Promise.resolve(report(args, print, printError));
+}
+
+function report(args: string[], print: (text: string) => void, printError: (text: string) => void): number {
+  let values, positionals;
+  try {
+    ({ values, positionals } = parseArgs({
+      args,
+      options: { out: { type: "string" }, "loss-scale": { type: "string" }, help: { type: "boolean", short: "h" } },
+      allowPositionals: true,
+    }));
+  } catch (e) {
+    printError(`dtrain report: ${(e as Error).message}\n${USAGE}`);
+    return 2;
+  }
+  if (values.help) {
+    print(USAGE);
+    return 0;
+  }
+  if (positionals.length !== 1) {
+    printError(`dtrain report: expected one run directory, got ${positionals.length}\n${USAGE}`);
+    return 2;
+  }
+  const scale = values["loss-scale"] ?? "auto";
+  if (scale !== "auto" && scale !== "log" && scale !== "linear") {
+    printError(`dtrain report: --loss-scale must be auto, log or linear, got ${JSON.stringify(scale)}`);
+    return 2;
+  }
+  const dir = positionals[0]!;
+  let r: RunDir;
+  try {
+    r = readRunDir(dir);
+  } catch (e) {
+    printError(`dtrain report: ${(e as Error).message}`);
+    return 2;
+  }
+  const out = values.out ?? join(dir, "report.html");
+  const svgOut = join(dirname(out), `${basename(out, extname(out))}.svg`);
+  if (svgOut === out) {
+    printError(`dtrain report: --out ${out} would be overwritten by the SVG: give an .html path`);
+    return 2;
+  }
+  const panels = reportPanels(r, scale);
+  try {
+    Deno.writeTextFileSync(out, reportHtml(r, panels));
+    Deno.writeTextFileSync(svgOut, stackPlots(panels.flatMap((p) => p.svg === null ? [] : [p.svg])));
+  } catch (e) {
+    printError(`dtrain report: cannot write the report: ${(e as Error).message}`);
+    return 2;
+  }
+  print(`wrote ${out} and ${svgOut}`);
+  return 0;
+}
