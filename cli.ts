@@ -31,7 +31,10 @@ async function runLauncher(args: string[]): Promise<number> {
 
 /** Every verb; the first word of the command line picks one, else the default. */
 export const VERBS: Record<string, Verb> = {
-  run: { summary: "start N rank processes of a training script (the default verb)", main: runLauncher },
+  run: {
+    summary: "start N rank processes of a training script (the default verb)",
+    main: runLauncher,
+  },
 };
 
 const DEFAULT_VERB = "run";
@@ -39,7 +42,14 @@ const DEFAULT_VERB = "run";
 /** `dtrain --help`: the verbs, then the default verb's options. */
 export function generalHelp(): string {
   const verbs = Object.entries(VERBS).map(([name, v]) => `  ${name.padEnd(10)}${v.summary}`);
-  return [`dtrain ${pkg.version}: a distributed trainer on Deno`, "", "Verbs:", ...verbs, "", launchHelp()].join("\n");
+  return [
+    `dtrain ${pkg.version}: a distributed trainer on Deno`,
+    "",
+    "Verbs:",
+    ...verbs,
+    "",
+    launchHelp(),
+  ].join("\n");
 }
 
 /**

@@ -39,7 +39,7 @@ export {
   softmax,
 } from "./tensor/ops/nn.ts";
 export { reshape, sliceLast, splitLast, transpose, transpose12 } from "./tensor/ops/shape.ts";
-export { mean, sum } from "./tensor/ops/reduce.ts";
+export { argmax, mean, sum } from "./tensor/ops/reduce.ts";
 
 // layers and models
 export { Module, StateDictError } from "./nn/module.ts";
@@ -68,16 +68,31 @@ export { GradScaler } from "./amp/grad_scaler.ts";
 export { type Dataset, TensorDataset } from "./data/dataset.ts";
 export { type Batch, DataLoader, type DataLoaderState } from "./data/dataloader.ts";
 export { DistributedSampler, shardIndices } from "./data/distributed_sampler.ts";
+export { type FashionMnist, loadFashionMnist } from "./data/fashion_mnist.ts";
+export { CharWindows, loadCharCorpus } from "./data/char_corpus.ts";
 
 // training engine
 export { type FitResult, Trainer, type TrainerOptions } from "./train/engine.ts";
 export { resolveConfig, type TrainConfig, type TrainConfigInput } from "./train/config.ts";
-export { CheckpointManager } from "./train/checkpoint.ts";
+export {
+  CheckpointManager,
+  type CheckpointPayload,
+  type LoadedCheckpoint,
+} from "./train/checkpoint.ts";
+export { tensorFile } from "./train/state.ts";
 export { loadWeights, readWeights } from "./nn/load.ts";
 
 // distributed
 export { initProcessGroup, type ProcessGroup } from "./distributed/process_group.ts";
 export { DistributedDataParallel } from "./distributed/ddp.ts";
+export {
+  getStore,
+  getWorld,
+  rankZeroFirst,
+  storeBarrier,
+  storeKey,
+} from "./distributed/rank_runtime.ts";
+export type { World } from "./distributed/env.ts";
 
 // random numbers and data order
 export { TorchGenerator } from "./random/torch_generator.ts";

@@ -13,6 +13,8 @@ import { samplerOnlyStage } from "../check/probe.ts";
 export interface Sampler {
   setEpoch(epoch: number): void;
   indices(): Int32Array;
+  /** The sampler's current epoch, when it tracks one (setEpoch called on the sampler directly). */
+  readonly epoch?: number;
 }
 
 /** Options of a DataLoader. */
@@ -117,10 +119,17 @@ export class DataLoader {
    * batch belong to the consumer (dispose them, or create them in a scope).
    */
   async *[Symbol.asyncIterator](): AsyncGenerator<Batch> {
+    // The user may call sampler.setEpoch() directly, as with torch: follow it.
+    const samplerEpoch = this.sampler.epoch ?? this.#epoch;
+    if (samplerEpoch !== this.#epoch) {
+      this.#epoch = samplerEpoch;
+      this.#position = 0;
+    }
     const order = this.sampler.indices();
     // `dtrain check` records the order (through the sampler) without computing anything.
     if (samplerOnlyStage()) return;
     const nBatches = this.batchesFor(order.length);
+    if (this.#position >= nBatches) this.#position = 0; // the last pass completed: a new pass
     const epoch = this.#epoch;
     const slice = (b: number) =>
       order.subarray(

@@ -155,7 +155,8 @@ export class DistributedDataParallel<M extends Module> {
   #onEnd(received: ReadonlySet<Tensor>): void {
     const relevant = [...this.#bucketOf.keys()].some((p) => received.has(p));
     if (!relevant) return; // a backward pass over another model
-    const unused = [...this.#bucketOf.keys()].filter((p) => !received.has(p));
+    // In parameter order, as the user knows them.
+    const unused = [...this.#names.keys()].filter((p) => this.#bucketOf.has(p) && !received.has(p));
     try {
       if (unused.length > 0 && !this.#findUnused) {
         throw new Error(

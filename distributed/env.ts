@@ -103,7 +103,9 @@ function intVar(get: Lookup, name: string, fallback: number, min: number): numbe
   const raw = get(name);
   if (raw === undefined || raw === "") return fallback;
   if (!/^\d+$/.test(raw.trim()) || Number(raw) < min || !Number.isSafeInteger(Number(raw))) {
-    throw new RangeError(`Invalid environment variable ${name}=${JSON.stringify(raw)}: expected an integer >= ${min}`);
+    throw new RangeError(
+      `Invalid environment variable ${name}=${JSON.stringify(raw)}: expected an integer >= ${min}`,
+    );
   }
   return Number(raw);
 }
@@ -113,7 +115,11 @@ function numberVar(get: Lookup, name: string, fallback: number): number {
   if (raw === undefined || raw === "") return fallback;
   const v = Number(raw);
   if (!Number.isFinite(v) || v <= 0) {
-    throw new RangeError(`Invalid environment variable ${name}=${JSON.stringify(raw)}: expected a number of seconds > 0`);
+    throw new RangeError(
+      `Invalid environment variable ${name}=${
+        JSON.stringify(raw)
+      }: expected a number of seconds > 0`,
+    );
   }
   return v;
 }
@@ -135,11 +141,18 @@ export function getWorld(get: Lookup = (n) => Deno.env.get(n)): World {
   const has = (n: string) => (get(n) ?? "") !== "";
   if (has(ENV.RANK) !== has(ENV.WORLD_SIZE)) {
     const [set, unset] = has(ENV.RANK) ? [ENV.RANK, ENV.WORLD_SIZE] : [ENV.WORLD_SIZE, ENV.RANK];
-    throw new RangeError(`Inconsistent environment: ${set} is set but ${unset} is not; set both, or neither for a single process`);
+    throw new RangeError(
+      `Inconsistent environment: ${set} is set but ${unset} is not; set both, or neither for a single process`,
+    );
   }
   const worldSize = intVar(get, ENV.WORLD_SIZE, 1, 1);
   const rank = intVar(get, ENV.RANK, 0, 0);
-  const localWorldSize = intVar(get, ENV.LOCAL_WORLD_SIZE, has(ENV.WORLD_SIZE) && !has(ENV.LOCAL_WORLD_SIZE) ? worldSize : 1, 1);
+  const localWorldSize = intVar(
+    get,
+    ENV.LOCAL_WORLD_SIZE,
+    has(ENV.WORLD_SIZE) && !has(ENV.LOCAL_WORLD_SIZE) ? worldSize : 1,
+    1,
+  );
   const localRank = intVar(get, ENV.LOCAL_RANK, rank % localWorldSize, 0);
   const groupRank = intVar(get, ENV.GROUP_RANK, Math.floor(rank / localWorldSize), 0);
   const nnodes = intVar(get, ENV.NNODES, Math.ceil(worldSize / localWorldSize), 1);
@@ -151,21 +164,41 @@ export function getWorld(get: Lookup = (n) => Deno.env.get(n)): World {
     throw new RangeError(`Inconsistent environment: ${what}`);
   };
   if (rank >= worldSize) fail(`RANK=${rank} is not below WORLD_SIZE=${worldSize}`);
-  if (localRank >= localWorldSize) fail(`LOCAL_RANK=${localRank} is not below LOCAL_WORLD_SIZE=${localWorldSize}`);
-  if (localWorldSize > worldSize) fail(`LOCAL_WORLD_SIZE=${localWorldSize} exceeds WORLD_SIZE=${worldSize}`);
+  if (localRank >= localWorldSize) {
+    fail(`LOCAL_RANK=${localRank} is not below LOCAL_WORLD_SIZE=${localWorldSize}`);
+  }
+  if (localWorldSize > worldSize) {
+    fail(`LOCAL_WORLD_SIZE=${localWorldSize} exceeds WORLD_SIZE=${worldSize}`);
+  }
   if (groupRank >= nnodes) fail(`GROUP_RANK=${groupRank} is not below ${ENV.NNODES}=${nnodes}`);
   if (masterPort > 65535) fail(`MASTER_PORT=${masterPort} is not a TCP port (0 … 65535)`);
   if (isLauncher) {
     // The dtrain launcher gives every node the same number of ranks, in node order.
     if (worldSize !== nnodes * localWorldSize) {
-      fail(`WORLD_SIZE=${worldSize} != ${ENV.NNODES}=${nnodes} × LOCAL_WORLD_SIZE=${localWorldSize}`);
+      fail(
+        `WORLD_SIZE=${worldSize} != ${ENV.NNODES}=${nnodes} × LOCAL_WORLD_SIZE=${localWorldSize}`,
+      );
     }
     if (rank !== groupRank * localWorldSize + localRank) {
-      fail(`RANK=${rank} != GROUP_RANK=${groupRank} × LOCAL_WORLD_SIZE=${localWorldSize} + LOCAL_RANK=${localRank}`);
+      fail(
+        `RANK=${rank} != GROUP_RANK=${groupRank} × LOCAL_WORLD_SIZE=${localWorldSize} + LOCAL_RANK=${localRank}`,
+      );
     }
     if (masterPort === 0) fail(`MASTER_PORT is unset or 0 inside a dtrain launch (run ${runId})`);
   }
-  return { rank, localRank, worldSize, localWorldSize, groupRank, nnodes, masterAddr, masterPort, runId, runDir, isLauncher };
+  return {
+    rank,
+    localRank,
+    worldSize,
+    localWorldSize,
+    groupRank,
+    nnodes,
+    masterAddr,
+    masterPort,
+    runId,
+    runDir,
+    isLauncher,
+  };
 }
 
 /** Reads the launcher's DTRAIN_* settings (defaults outside a launcher). */

@@ -7,8 +7,8 @@
  */
 import { currentPhase, phase, reportCollective } from "./phase.ts";
 import { getRankSettings, getWorld as readWorld, type World } from "./env.ts";
-import { StoreError, type StoreClient } from "./store.ts";
-import { attemptKeys, type AttemptKeys } from "./store_keys.ts";
+import { type StoreClient, StoreError } from "./store.ts";
+import { type AttemptKeys, attemptKeys } from "./store_keys.ts";
 import { toRankView } from "./rank_state.ts";
 
 export { phase } from "./phase.ts";
@@ -109,7 +109,9 @@ export async function storeBarrier(name: string, opts: StoreBarrierOptions = {})
     try {
       await client.wait([k.barrierDone(name, gen)], opts.timeoutMs);
     } catch (e) {
-      if (e instanceof StoreError && e.kind === "timeout") throw await barrierTimeout(name, gen, opts.timeoutMs!);
+      if (e instanceof StoreError && e.kind === "timeout") {
+        throw await barrierTimeout(name, gen, opts.timeoutMs!);
+      }
       throw e;
     }
   } finally {

@@ -66,7 +66,11 @@ export class StorePhaseSink implements PhaseSink {
   readonly #state: RankState;
   #timer: ReturnType<typeof setInterval> | undefined;
 
-  constructor(store: StoreClient, key: string, init: { rank: number; host: string; pid: number; phase: string; phaseAt: number }) {
+  constructor(
+    store: StoreClient,
+    key: string,
+    init: { rank: number; host: string; pid: number; phase: string; phaseAt: number },
+  ) {
     this.#store = store;
     this.#key = key;
     this.#state = { ...init, coll: null, inColl: false, collAt: 0, status: "running", sentAt: 0 };
@@ -125,9 +129,16 @@ export function toRankView(entry: StoreEntry): RankView | null {
     return null;
   }
   if (!isObject(s)) return null;
-  const num = (k: string) => typeof s[k] === "number" && Number.isFinite(s[k]) ? s[k] as number : null;
-  const rank = num("rank"), pid = num("pid"), phaseAt = num("phaseAt"), collAt = num("collAt"), sentAt = num("sentAt");
-  if (rank === null || pid === null || phaseAt === null || collAt === null || sentAt === null) return null;
+  const num = (k: string) =>
+    typeof s[k] === "number" && Number.isFinite(s[k]) ? s[k] as number : null;
+  const rank = num("rank"),
+    pid = num("pid"),
+    phaseAt = num("phaseAt"),
+    collAt = num("collAt"),
+    sentAt = num("sentAt");
+  if (rank === null || pid === null || phaseAt === null || collAt === null || sentAt === null) {
+    return null;
+  }
   if (typeof s.phase !== "string" || typeof s.host !== "string") return null;
   let coll: CollectiveRecord | null = null;
   if (isObject(s.coll) && typeof s.coll.seq === "number" && typeof s.coll.op === "string") {
@@ -159,7 +170,12 @@ export function toFailureNotice(value: Uint8Array | null): FailureNotice | null 
   try {
     const n = JSON.parse(new TextDecoder().decode(value));
     if (isObject(n) && typeof n.rank === "number" && typeof n.message === "string") {
-      return { rank: n.rank, host: String(n.host ?? ""), message: n.message, stack: String(n.stack ?? "") };
+      return {
+        rank: n.rank,
+        host: String(n.host ?? ""),
+        message: n.message,
+        stack: String(n.stack ?? ""),
+      };
     }
   } catch { /* fall through */ }
   return null;

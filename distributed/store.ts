@@ -119,7 +119,10 @@ export class StoreClient {
         } catch (e) {
           client.close();
           if (e instanceof StoreError && e.kind === "server") {
-            throw new StoreError("refused", `Cannot join the dtrain store at ${where}: ${e.message}`);
+            throw new StoreError(
+              "refused",
+              `Cannot join the dtrain store at ${where}: ${e.message}`,
+            );
           }
           lastError = (e as Error).message;
         }
@@ -127,7 +130,9 @@ export class StoreClient {
       if (Date.now() + delay > deadline) {
         throw new StoreError(
           "connect",
-          `Cannot connect to the dtrain store at ${where} within ${opts.timeoutMs ?? 30_000} ms: ${lastError}`,
+          `Cannot connect to the dtrain store at ${where} within ${
+            opts.timeoutMs ?? 30_000
+          } ms: ${lastError}`,
         );
       }
       await new Promise((r) => setTimeout(r, delay));
@@ -159,10 +164,17 @@ export class StoreClient {
   async get(key: string, opts: { timeoutMs?: number } = {}): Promise<Uint8Array | null> {
     const wait = opts.timeoutMs === undefined ? 0 : clampTimeout(opts.timeoutMs, "get");
     // A timeout of 0 asks the store not to wait: null when absent, like no timeout.
-    const r = await this.#request(Op.GET, [{ str: key }, { u32: wait }], [Status.NOT_FOUND, Status.TIMEOUT]);
+    const r = await this.#request(Op.GET, [{ str: key }, { u32: wait }], [
+      Status.NOT_FOUND,
+      Status.TIMEOUT,
+    ]);
     if (r.status === Status.NOT_FOUND) return null;
     if (r.status === Status.TIMEOUT) {
-      throw new StoreError("timeout", `Timed out after ${opts.timeoutMs} ms waiting for store key "${key}"`, [key]);
+      throw new StoreError(
+        "timeout",
+        `Timed out after ${opts.timeoutMs} ms waiting for store key "${key}"`,
+        [key],
+      );
     }
     return new BodyReader(r.body).bytes("value");
   }
@@ -185,14 +197,21 @@ export class StoreClient {
       const br = new BodyReader(r.body);
       const n = br.u32("missing count");
       const missing = Array.from({ length: n }, () => br.key());
-      const shown = missing.slice(0, 5).map((k) => `"${k}"`).join(", ") + (n > 5 ? `, … (${n} in all)` : "");
-      throw new StoreError("timeout", `Timed out after ${timeoutMs} ms waiting for store keys: missing ${shown}`, missing);
+      const shown = missing.slice(0, 5).map((k) => `"${k}"`).join(", ") +
+        (n > 5 ? `, … (${n} in all)` : "");
+      throw new StoreError(
+        "timeout",
+        `Timed out after ${timeoutMs} ms waiting for store keys: missing ${shown}`,
+        missing,
+      );
     }
   }
 
   /** Atomically adds delta to the integer at key (absent = 0); returns the new value. */
   async add(key: string, delta: number): Promise<number> {
-    if (!Number.isSafeInteger(delta)) throw new RangeError(`Cannot add ${delta} to store key "${key}": not a safe integer`);
+    if (!Number.isSafeInteger(delta)) {
+      throw new RangeError(`Cannot add ${delta} to store key "${key}": not a safe integer`);
+    }
     const r = await this.#request(Op.ADD, [{ str: key }, { i64: BigInt(delta) }]);
     const v = new BodyReader(r.body).i64("value");
     if (v > BigInt(Number.MAX_SAFE_INTEGER) || v < BigInt(Number.MIN_SAFE_INTEGER)) {
@@ -213,7 +232,9 @@ export class StoreClient {
     const br = new BodyReader(r.body);
     const n = br.u32("entry count");
     const out: StoreEntry[] = [];
-    for (let i = 0; i < n; i++) out.push({ key: br.key(), value: br.bytes("value"), ageMs: br.u32("age") });
+    for (let i = 0; i < n; i++) {
+      out.push({ key: br.key(), value: br.bytes("value"), ageMs: br.u32("age") });
+    }
     return out;
   }
 
@@ -242,7 +263,10 @@ export class StoreClient {
     allowed: readonly number[] = [],
   ): Promise<{ status: number; body: Uint8Array }> {
     if (this.#closeInfo) {
-      throw new StoreError("closed", `The dtrain store connection to ${this.#where} is closed: ${this.#closeInfo.reason}`);
+      throw new StoreError(
+        "closed",
+        `The dtrain store connection to ${this.#where} is closed: ${this.#closeInfo.reason}`,
+      );
     }
     const id = this.#nextId;
     this.#nextId = id === MAX_REQUEST_ID ? 1 : id + 1;
@@ -295,7 +319,10 @@ export class StoreClient {
     try {
       this.#conn.close();
     } catch { /* already closed */ }
-    const err = new StoreError("closed", `The dtrain store connection to ${this.#where} closed: ${info.reason}`);
+    const err = new StoreError(
+      "closed",
+      `The dtrain store connection to ${this.#where} closed: ${info.reason}`,
+    );
     for (const p of this.#pending.values()) p.reject(err);
     this.#pending.clear();
     this.#resolveClosed(info);
@@ -303,6 +330,8 @@ export class StoreClient {
 }
 
 function clampTimeout(ms: number, what: string): number {
-  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`Cannot ${what} with timeout ${ms} ms: expected a finite number >= 0`);
+  if (!Number.isFinite(ms) || ms < 0) {
+    throw new RangeError(`Cannot ${what} with timeout ${ms} ms: expected a finite number >= 0`);
+  }
   return Math.min(Math.round(ms), WAIT_FOREVER);
 }

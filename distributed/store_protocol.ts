@@ -118,7 +118,9 @@ export class FrameDecoder {
       throw new ProtocolError(`frame length ${len} is below the minimum ${PREFIX_BYTES}`);
     }
     if (len > this.maxFrameBytes) {
-      throw new ProtocolError(`frame length ${len} exceeds the limit of ${this.maxFrameBytes} bytes`);
+      throw new ProtocolError(
+        `frame length ${len} exceeds the limit of ${this.maxFrameBytes} bytes`,
+      );
     }
     if (avail < HEADER_BYTES + len) return null;
     const code = view.getUint8(4);
@@ -198,7 +200,9 @@ export class BodyReader {
   /** Throws unless the whole body was consumed. */
   end(what: string): void {
     if (this.#pos !== this.#bytes.length) {
-      throw new ProtocolError(`${this.#bytes.length - this.#pos} unexpected trailing bytes in ${what}`);
+      throw new ProtocolError(
+        `${this.#bytes.length - this.#pos} unexpected trailing bytes in ${what}`,
+      );
     }
   }
 }
@@ -224,7 +228,9 @@ export function encodeFrame(code: number, id: number, fields: readonly Field[] =
   const encoded = fields.map((f): Field => "str" in f ? { bytes: utf8.encode(f.str) } : f);
   const len = PREFIX_BYTES + encoded.reduce((n, f) => n + fieldSize(f), 0);
   if (len > MAX_FRAME_BYTES) {
-    throw new RangeError(`Cannot encode a store frame of ${len} bytes: the limit is ${MAX_FRAME_BYTES}`);
+    throw new RangeError(
+      `Cannot encode a store frame of ${len} bytes: the limit is ${MAX_FRAME_BYTES}`,
+    );
   }
   const out = new Uint8Array(HEADER_BYTES + len);
   const view = new DataView(out.buffer);

@@ -71,7 +71,9 @@ function digest(token: Uint8Array): Uint8Array {
 export class StoreServer {
   readonly #listener: Deno.TcpListener;
   readonly #tokenDigest: Uint8Array;
-  readonly #opts: Required<Omit<StoreServerOptions, "onDisconnect">> & Pick<StoreServerOptions, "onDisconnect">;
+  readonly #opts:
+    & Required<Omit<StoreServerOptions, "onDisconnect">>
+    & Pick<StoreServerOptions, "onDisconnect">;
   readonly #entries = new Map<string, Entry>();
   readonly #waiters = new Map<string, Set<Waiter>>();
   readonly #conns = new Set<Deno.Conn>();
@@ -103,7 +105,9 @@ export class StoreServer {
    * ```
    */
   static listen(opts: StoreServerOptions): StoreServer {
-    if (opts.token.length === 0) throw new TypeError("Cannot start a store without a token: the token is empty");
+    if (opts.token.length === 0) {
+      throw new TypeError("Cannot start a store without a token: the token is empty");
+    }
     const listener = Deno.listen({ hostname: opts.hostname, port: opts.port, transport: "tcp" });
     return new StoreServer(listener, opts);
   }
@@ -138,13 +142,19 @@ export class StoreServer {
         continue;
       }
       if (this.#conns.size >= MAX_CONNECTIONS) {
-        this.#opts.log(`store: refused connection from ${peerOf(conn)}: ${MAX_CONNECTIONS} connections already open`);
+        this.#opts.log(
+          `store: refused connection from ${
+            peerOf(conn)
+          }: ${MAX_CONNECTIONS} connections already open`,
+        );
         closeQuietly(conn);
         continue;
       }
       conn.setNoDelay(true);
       this.#conns.add(conn);
-      this.#serve(conn).catch((e) => this.#opts.log(`store: connection error: ${(e as Error).message}`))
+      this.#serve(conn).catch((e) =>
+        this.#opts.log(`store: connection error: ${(e as Error).message}`)
+      )
         .finally(() => this.#conns.delete(conn));
     }
   }
@@ -156,7 +166,9 @@ export class StoreServer {
     let identity: string | null = null;
     const authTimer = setTimeout(() => {
       if (identity === null) {
-        this.#opts.log(`store: refused connection from ${peer}: no authentication within ${this.#opts.authTimeoutMs} ms`);
+        this.#opts.log(
+          `store: refused connection from ${peer}: no authentication within ${this.#opts.authTimeoutMs} ms`,
+        );
         session.close();
       }
     }, this.#opts.authTimeoutMs);
@@ -185,7 +197,9 @@ export class StoreServer {
       }
     } catch (e) {
       const who = identity === null ? peer : `${peer} (${identity})`;
-      const reason = e instanceof ProtocolError ? `malformed frame: ${e.message}` : `internal error: ${(e as Error).message}`;
+      const reason = e instanceof ProtocolError
+        ? `malformed frame: ${e.message}`
+        : `internal error: ${(e as Error).message}`;
       this.#opts.log(`store: closed connection from ${who}: ${reason}`);
     } finally {
       clearTimeout(authTimer);
@@ -199,11 +213,15 @@ export class StoreServer {
   #authenticate(frame: Frame, session: Session, peer: string): string | null {
     const refuse = (reason: string) => {
       this.#opts.log(`store: refused connection from ${peer}: ${reason}`);
-      session.send(encodeFrame(Status.ERROR, frame.id, [{ str: `store refused the connection: ${reason}` }]));
+      session.send(
+        encodeFrame(Status.ERROR, frame.id, [{ str: `store refused the connection: ${reason}` }]),
+      );
       session.close();
       return null;
     };
-    if (frame.code !== Op.AUTH) return refuse(`first frame is op ${frame.code}, expected AUTH (${Op.AUTH})`);
+    if (frame.code !== Op.AUTH) {
+      return refuse(`first frame is op ${frame.code}, expected AUTH (${Op.AUTH})`);
+    }
     let token: Uint8Array, identity: string;
     try {
       const r = new BodyReader(frame.body);
@@ -213,7 +231,9 @@ export class StoreServer {
     } catch (e) {
       return refuse(`malformed AUTH frame: ${(e as Error).message}`);
     }
-    if (!timingSafeEqual(digest(token), this.#tokenDigest)) return refuse(`wrong token (client says it is "${identity}")`);
+    if (!timingSafeEqual(digest(token), this.#tokenDigest)) {
+      return refuse(`wrong token (client says it is "${identity}")`);
+    }
     session.send(encodeFrame(Status.OK, frame.id));
     return identity;
   }
@@ -251,14 +271,21 @@ export class StoreServer {
       }
       case Op.WAIT: {
         const n = r.u32("key count");
-        if (n > MAX_WAIT_KEYS) throw new ProtocolError(`WAIT names ${n} keys, the limit is ${MAX_WAIT_KEYS}`);
+        if (n > MAX_WAIT_KEYS) {
+          throw new ProtocolError(`WAIT names ${n} keys, the limit is ${MAX_WAIT_KEYS}`);
+        }
         const keys: string[] = [];
         for (let i = 0; i < n; i++) keys.push(r.key());
         const timeoutMs = r.u32("timeout");
         r.end("WAIT");
         const missing = keys.filter((k) => !this.#entries.has(k));
         if (missing.length === 0) return reply(Status.OK);
-        if (timeoutMs === 0) return reply(Status.TIMEOUT, [{ u32: missing.length }, ...missing.map((k) => ({ str: k }))]);
+        if (timeoutMs === 0) {
+          return reply(Status.TIMEOUT, [
+            { u32: missing.length },
+            ...missing.map((k) => ({ str: k })),
+          ]);
+        }
         return this.#wait(s, missing, timeoutMs, (timedOut) => {
           if (!timedOut) return reply(Status.OK);
           const still = keys.filter((k) => !this.#entries.has(k));
@@ -273,11 +300,15 @@ export class StoreServer {
         let base = 0n;
         if (old) {
           const text = new TextDecoder().decode(old.value);
-          if (!/^-?\d{1,19}$/.test(text)) return error(`Cannot add to key "${key}": its value is not an integer`);
+          if (!/^-?\d{1,19}$/.test(text)) {
+            return error(`Cannot add to key "${key}": its value is not an integer`);
+          }
           base = BigInt(text);
         }
         const next = base + delta;
-        if (next < INT64_MIN || next > INT64_MAX) return error(`Cannot add ${delta} to key "${key}": the result overflows int64`);
+        if (next < INT64_MIN || next > INT64_MAX) {
+          return error(`Cannot add ${delta} to key "${key}": the result overflows int64`);
+        }
         const failure = this.#put(key, utf8.encode(next.toString()));
         return failure ? error(failure) : reply(Status.OK, [{ i64: next }]);
       }
@@ -300,8 +331,14 @@ export class StoreServer {
         for (const [key, e] of this.#entries) {
           if (!key.startsWith(prefix)) continue;
           bytes += 12 + key.length * 3 + e.value.length;
-          if (bytes > MAX_FRAME_BYTES - 64) return error(`Cannot list prefix "${prefix}": the answer exceeds ${MAX_FRAME_BYTES} bytes`);
-          fields.push({ str: key }, { bytes: e.value }, { u32: Math.min(0xffff_ffff, Math.round(now - e.at)) });
+          if (bytes > MAX_FRAME_BYTES - 64) {
+            return error(
+              `Cannot list prefix "${prefix}": the answer exceeds ${MAX_FRAME_BYTES} bytes`,
+            );
+          }
+          fields.push({ str: key }, { bytes: e.value }, {
+            u32: Math.min(0xffff_ffff, Math.round(now - e.at)),
+          });
         }
         return reply(Status.OK, [{ u32: fields.length / 3 }, ...fields]);
       }
@@ -341,7 +378,9 @@ export class StoreServer {
     error: (message: string) => void,
   ): void {
     if (s.waiters.size >= this.#opts.maxWaitsPerConnection) {
-      return error(`Cannot wait: this connection already has ${s.waiters.size} pending waits (limit ${this.#opts.maxWaitsPerConnection})`);
+      return error(
+        `Cannot wait: this connection already has ${s.waiters.size} pending waits (limit ${this.#opts.maxWaitsPerConnection})`,
+      );
     }
     const w: Waiter = {
       remaining: new Set(keys),

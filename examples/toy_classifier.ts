@@ -15,9 +15,15 @@ import {
   Trainer,
 } from "../mod.ts";
 
-/** SyntheticDataset(size, featureDim) of the harness, bit for bit. */
-export function syntheticDataset(size = 10_000, featureDim = 128): TensorDataset {
-  const gen = new TorchGenerator(0);
+/**
+ * SyntheticDataset(size, featureDim) of the harness, bit for bit: drawn from
+ * `gen` (torch.randn then torch.randint), by default a generator seeded 0.
+ */
+export function syntheticDataset(
+  size = 10_000,
+  featureDim = 128,
+  gen = new TorchGenerator(0),
+): TensorDataset {
   const x = gen.normal_(new Float32Array(size * featureDim), 0, 1);
   const y = Int32Array.from({ length: size }, () => gen.randint(0, 2));
   return new TensorDataset({ data: x, sampleShape: [featureDim] }, { data: y, sampleShape: [] });

@@ -6,7 +6,7 @@
  * also polls the ranks' phases to diagnose hangs.
  */
 import { rankEnv } from "../distributed/env.ts";
-import { toFailureNotice, toRankView, type RankView } from "../distributed/rank_state.ts";
+import { type RankView, toFailureNotice, toRankView } from "../distributed/rank_state.ts";
 import type { StoreClient } from "../distributed/store.ts";
 import { attemptKeys, runKeys } from "../distributed/store_keys.ts";
 import { type AbortRecord, failureSummary, TIMEOUT_EXIT_CODE } from "./failure_report.ts";
@@ -81,34 +81,50 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   };
 
   const views = async (): Promise<RankView[]> =>
-    (await client.list(keys.rankStatePrefix)).map(toRankView).filter((v): v is RankView => v !== null);
+    (await client.list(keys.rankStatePrefix)).map(toRankView).filter((v): v is RankView =>
+      v !== null
+    );
 
   /** Writes the abort record unless another launcher already did. */
   const requestAbort = async (rec: AbortRecord) => {
     if (abortRequested || finished) return;
     abortRequested = true;
     try {
-      if (await client.add(keys.abortTicket, 1) === 1) await client.set(keys.abort, JSON.stringify(rec));
+      if (await client.add(keys.abortTicket, 1) === 1) {
+        await client.set(keys.abort, JSON.stringify(rec));
+      }
     } catch (e) {
       // The store is gone: stop this node's ranks on our own.
-      onAbort({ ...rec, detail: `${rec.detail} (and the control store is unreachable: ${(e as Error).message})` });
+      onAbort({
+        ...rec,
+        detail: `${rec.detail} (and the control store is unreachable: ${(e as Error).message})`,
+      });
     }
   };
 
   const onAbort = async (rec: AbortRecord) => {
     if (stopping) return;
     stopping = true;
-    let before: RankView[] = [];
+    let before: RankView[] | null = null;
     try {
       before = await views();
-    } catch { /* the store is gone; the summary has no table */ }
+    } catch { /* the store is gone: nobody can say what the other ranks were doing */ }
     const signalled = rec.reason === "signal" && forwarded;
-    const exits = await Promise.all(ranks.map((p) => p.stop(rec.graceMs, { alreadySignalled: signalled })));
+    const exits = await Promise.all(
+      ranks.map((p) => p.stop(rec.graceMs, { alreadySignalled: signalled })),
+    );
     await Promise.race([Promise.all(ranks.map((p) => p.outputDone)), sleep(OUTPUT_DRAIN_MS)]);
     const exitText = new Map(ranks.map((p, i) => [p.rank, describeExit(exits[i]!)]));
     if (rec.rank !== undefined) exitText.set(rec.rank, rec.detail);
-    log.info(failureSummary(rec, rankTable(before, { worldSize, nproc: opts.nproc, exits: exitText })));
-    log.info(`node ${node}'s ranks ended: ${ranks.map((p, i) => `rank ${p.rank} ${describeExit(exits[i]!)}`).join(", ")}`);
+    const table = before
+      ? rankTable(before, { worldSize, nproc: opts.nproc, exits: exitText })
+      : "(unknown: the control store is unreachable)";
+    log.info(failureSummary(rec, table));
+    log.info(
+      `node ${node}'s ranks ended: ${
+        ranks.map((p, i) => `rank ${p.rank} ${describeExit(exits[i]!)}`).join(", ")
+      }`,
+    );
     client.set(keys.nodeStopped(node), "1").catch(() => {});
     finish({ ok: false, abort: rec });
   };
@@ -158,7 +174,9 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
           reason: "timeout",
           node,
           code: TIMEOUT_EXIT_CODE,
-          detail: `timeout: a collective waited ${seconds(hang.waitS)} (--timeout ${opts.timeoutS} s); stopping every rank`,
+          detail: `timeout: a collective waited ${
+            seconds(hang.waitS)
+          } (--timeout ${opts.timeoutS} s); stopping every rank`,
           graceMs: FAILURE_GRACE_MS,
           table: `${hang.sentence}\n${table}`,
         });
@@ -180,7 +198,13 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   };
 
   const nodeLost = (n: number, why: string) => {
-    requestAbort({ reason: "node-lost", node, code: 1, detail: `node ${n} is lost: ${why}; stopping every rank`, graceMs: FAILURE_GRACE_MS });
+    requestAbort({
+      reason: "node-lost",
+      node,
+      code: 1,
+      detail: `node ${n} is lost: ${why}; stopping every rank`,
+      graceMs: FAILURE_GRACE_MS,
+    });
   };
 
   const signal = (sig: "SIGINT" | "SIGTERM") => {
@@ -190,7 +214,9 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       for (const p of ranks) p.signal("SIGKILL");
       return;
     }
-    log.info(`received ${sig}: forwarding it to the ranks, which have ${opts.graceS} s to save and exit (send it again to kill them now)`);
+    log.info(
+      `received ${sig}: forwarding it to the ranks, which have ${opts.graceS} s to save and exit (send it again to kill them now)`,
+    );
     forwarded = true;
     for (const p of ranks) p.signal(sig);
     requestAbort({
@@ -198,7 +224,8 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       node,
       signal: sig,
       code: signalExitCode(sig),
-      detail: `node ${node}'s launcher received ${sig}; ranks got ${opts.graceS} s to save and exit`,
+      detail:
+        `node ${node}'s launcher received ${sig}; ranks got ${opts.graceS} s to save and exit`,
       graceMs: opts.graceS * 1000,
     });
   };
@@ -210,7 +237,13 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     } catch (e) {
       return finish({
         ok: false,
-        abort: { reason: "node-lost", node, code: 1, detail: `attempt ${k} could not start: ${(e as Error).message}`, graceMs: 0 },
+        abort: {
+          reason: "node-lost",
+          node,
+          code: 1,
+          detail: `attempt ${k} could not start: ${(e as Error).message}`,
+          graceMs: 0,
+        },
       });
     }
     if (stopping || abortRequested) return; // a signal arrived while the nodes gathered
@@ -250,7 +283,9 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       p.exited.then((exit) => onRankExit(p, exit));
     }
     log.info(
-      `attempt ${k}: started ranks ${rankList(ranks.map((p) => p.rank))} of ${worldSize} on node ${node} ` +
+      `attempt ${k}: started ranks ${
+        rankList(ranks.map((p) => p.rank))
+      } of ${worldSize} on node ${node} ` +
         `(pids ${ranks.map((p) => p.pid).join(",")}; ${ctx.threads} native thread(s) each)`,
     );
     if (node === 0) watch();
@@ -264,14 +299,15 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       await client.set(keys.nodeStopped(node), "1").catch(() => {});
       finish({ ok: true });
     }).catch(() => {});
-    client.closed.then(async (info) => {
+    client.closed.then((info) => {
       if (info.byClient || finished) return;
       abortRequested = true;
       onAbort({
         reason: "node-lost",
         node,
         code: 1,
-        detail: `lost the control store at ${opts.masterAddr}:${ctx.masterPort} (${info.reason}); node 0's launcher is gone`,
+        detail:
+          `lost the control store at ${opts.masterAddr}:${ctx.masterPort} (${info.reason}); node 0's launcher is gone`,
         graceMs: FAILURE_GRACE_MS,
       });
     });

@@ -47,12 +47,20 @@ export const TIMEOUT_EXIT_CODE = 124;
 export function failureSummary(abort: AbortRecord, table: string): string {
   const lines: string[] = [];
   if (abort.reason === "rank-failed") {
-    lines.push(`rank ${abort.rank} (node ${abort.node}${abort.pid ? `, pid ${abort.pid}` : ""}) failed first: ${abort.detail}`);
+    lines.push(
+      `rank ${abort.rank} (node ${abort.node}${
+        abort.pid ? `, pid ${abort.pid}` : ""
+      }) failed first: ${abort.detail}`,
+    );
     if (abort.notice) {
       lines.push(`error: ${abort.notice.message}`);
       const stack = abort.notice.stack.split("\n").filter((l) => l.trim() !== "");
       // The stack's first line repeats the message.
-      lines.push(...(stack[0]?.includes(abort.notice.message.replace(/^\w+: /, "")) ? stack.slice(1) : stack));
+      lines.push(
+        ...(stack[0]?.includes(abort.notice.message.replace(/^\w+: /, ""))
+          ? stack.slice(1)
+          : stack),
+      );
     } else if (abort.stderrTail && abort.stderrTail.length > 0) {
       lines.push(`it left no error report; the last lines of its stderr:`);
       lines.push(...abort.stderrTail.map((l) => `  | ${l}`));

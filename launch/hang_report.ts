@@ -57,7 +57,11 @@ function elsewhere(rank: number, v: RankView | undefined): string {
  * `thresholdS`: the largest group of ranks waiting at the same collective,
  * and what each other rank of `worldSize` is doing.
  */
-export function findHang(views: readonly RankView[], worldSize: number, thresholdS: number): Hang | null {
+export function findHang(
+  views: readonly RankView[],
+  worldSize: number,
+  thresholdS: number,
+): Hang | null {
   const stuck = views.filter((v) => v.inColl && v.status === "running" && v.collS >= thresholdS);
   if (stuck.length === 0) return null;
   const groups = new Map<string, RankView[]>();
@@ -66,20 +70,34 @@ export function findHang(views: readonly RankView[], worldSize: number, threshol
     groups.set(k, [...(groups.get(k) ?? []), v]);
   }
   const waitOf = (g: RankView[]) => Math.max(...g.map((v) => v.collS));
-  const [key, group] = [...groups].sort(([, a], [, b]) => b.length - a.length || waitOf(b) - waitOf(a))[0]!;
+  const [key, group] = [...groups].sort(([, a], [, b]) =>
+    b.length - a.length || waitOf(b) - waitOf(a)
+  )[0]!;
   // Every rank in the same collective counts as waiting, even those that arrived recently.
   const members = views.filter((v) => v.inColl && collKey(v) === key);
   const memberRanks = new Set(members.map((v) => v.rank));
   const byRank = new Map(views.map((v) => [v.rank, v]));
   const others: string[] = [];
-  for (let r = 0; r < worldSize; r++) if (!memberRanks.has(r)) others.push(elsewhere(r, byRank.get(r)));
+  for (let r = 0; r < worldSize; r++) {
+    if (!memberRanks.has(r)) others.push(elsewhere(r, byRank.get(r)));
+  }
   const waitS = waitOf(group);
-  const who = members.length === 1 ? `rank ${members[0]!.rank} waits` : `ranks ${rankList([...memberRanks])} wait`;
+  const who = members.length === 1
+    ? `rank ${members[0]!.rank} waits`
+    : `ranks ${rankList([...memberRanks])} wait`;
   const head = `${who} at ${collName(group[0]!)} for ${seconds(waitS)}`;
   const sentence = others.length === 0
     ? `${head}; every rank is in it, so the collective itself is stuck`
     : `${head}; ${others.join("; ")}`;
-  return { signature: JSON.stringify([key, [...memberRanks].sort(), others.map((o) => o.replace(/ for [\d.]+ s$/, ""))]), waitS, sentence };
+  return {
+    signature: JSON.stringify([
+      key,
+      [...memberRanks].sort(),
+      others.map((o) => o.replace(/ for [\d.]+ s$/, "")),
+    ]),
+    waitS,
+    sentence,
+  };
 }
 
 /** Options of rankTable(). */
@@ -94,7 +112,17 @@ export interface TableOptions {
 /** A plain-text table: rank, node, host, pid, state, phase, time in phase, last collective, last heard. */
 export function rankTable(views: readonly RankView[], opts: TableOptions): string {
   const byRank = new Map(views.map((v) => [v.rank, v]));
-  const rows: string[][] = [["rank", "node", "host", "pid", "state", "phase", "in phase", "last collective", "heard"]];
+  const rows: string[][] = [[
+    "rank",
+    "node",
+    "host",
+    "pid",
+    "state",
+    "phase",
+    "in phase",
+    "last collective",
+    "heard",
+  ]];
   for (let r = 0; r < opts.worldSize; r++) {
     const v = byRank.get(r);
     const node = String(Math.floor(r / opts.nproc));
@@ -104,10 +132,26 @@ export function rankTable(views: readonly RankView[], opts: TableOptions): strin
       continue;
     }
     let coll = "-";
-    if (v.coll) coll = `${collName(v)} ${v.inColl ? `waiting ${seconds(v.collS)}` : `done ${seconds(v.collS)} ago`}`;
+    if (v.coll) {
+      coll = `${collName(v)} ${
+        v.inColl ? `waiting ${seconds(v.collS)}` : `done ${seconds(v.collS)} ago`
+      }`;
+    }
     const state = exit ?? v.status;
-    rows.push([String(r), node, v.host, String(v.pid), state, v.phase, seconds(v.phaseS), coll, `${seconds(v.heardS)} ago`]);
+    rows.push([
+      String(r),
+      node,
+      v.host,
+      String(v.pid),
+      state,
+      v.phase,
+      seconds(v.phaseS),
+      coll,
+      `${seconds(v.heardS)} ago`,
+    ]);
   }
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
-  return rows.map((row) => row.map((cell, c) => cell.padEnd(widths[c]!)).join("  ").trimEnd()).join("\n");
+  return rows.map((row) => row.map((cell, c) => cell.padEnd(widths[c]!)).join("  ").trimEnd()).join(
+    "\n",
+  );
 }

@@ -13,7 +13,13 @@ import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts"
 import type { LaunchOptions } from "./options.ts";
 import { LauncherLog } from "./output.ts";
 import { signalExitCode } from "./rank_process.ts";
-import { createRunDir, type LaunchRecord, launchRecordPath, makeRunId, writeLaunchRecord } from "./run_dir.ts";
+import {
+  createRunDir,
+  type LaunchRecord,
+  launchRecordPath,
+  makeRunId,
+  writeLaunchRecord,
+} from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
 
 /** Default store port with several nodes (torchrun's). */
@@ -43,7 +49,12 @@ function checkScript(script: string): string {
   return path;
 }
 
-function startStore(opts: LaunchOptions, token: string, log: LauncherLog, lost: (node: number, why: string) => void): StoreServer {
+function startStore(
+  opts: LaunchOptions,
+  token: string,
+  log: LauncherLog,
+  lost: (node: number, why: string) => void,
+): StoreServer {
   const hostname = opts.nnodes > 1 ? "0.0.0.0" : "127.0.0.1";
   const port = opts.masterPort ?? (opts.nnodes > 1 ? MULTI_NODE_PORT : 0);
   try {
@@ -59,33 +70,61 @@ function startStore(opts: LaunchOptions, token: string, log: LauncherLog, lost: 
     });
   } catch (e) {
     const hint = e instanceof Deno.errors.AddrInUse ? "; choose another --master-port" : "";
-    throw new Error(`Cannot start the control store on ${hostname}:${port}: ${(e as Error).message}${hint}`);
+    throw new Error(
+      `Cannot start the control store on ${hostname}:${port}: ${(e as Error).message}${hint}`,
+    );
   }
 }
 
 /** Meets every node's launcher in the store; returns the run's id (node 0's). */
-async function rendezvous(client: StoreClient, opts: LaunchOptions, runId: string | null): Promise<string> {
+async function rendezvous(
+  client: StoreClient,
+  opts: LaunchOptions,
+  runId: string | null,
+): Promise<string> {
   const me = opts.nodeRank;
   const claims = await client.add(runKeys.nodeClaim(me), 1);
-  if (claims > 1) throw new Error(`Node rank ${me} was already claimed by another launcher of this run: give each node its own --node-rank`);
-  const mine: RunInfo = { runId: runId ?? "", nnodes: opts.nnodes, nproc: opts.nproc, maxRestarts: opts.maxRestarts };
+  if (claims > 1) {
+    throw new Error(
+      `Node rank ${me} was already claimed by another launcher of this run: give each node its own --node-rank`,
+    );
+  }
+  const mine: RunInfo = {
+    runId: runId ?? "",
+    nnodes: opts.nnodes,
+    nproc: opts.nproc,
+    maxRestarts: opts.maxRestarts,
+  };
   if (me === 0) await client.set(runKeys.info, JSON.stringify(mine));
-  await client.set(runKeys.nodeInfo(me), JSON.stringify({ ...mine, host: Deno.hostname(), pid: Deno.pid }));
+  await client.set(
+    runKeys.nodeInfo(me),
+    JSON.stringify({ ...mine, host: Deno.hostname(), pid: Deno.pid }),
+  );
   const timeoutMs = opts.rdzvTimeoutS * 1000;
   const nodes = Array.from({ length: opts.nnodes }, (_, n) => n);
   try {
     await client.wait(nodes.map(runKeys.nodeInfo), timeoutMs);
   } catch (e) {
-    const missing = nodes.filter((n) => (e as { missingKeys?: string[] }).missingKeys?.includes(runKeys.nodeInfo(n)));
-    throw new Error(`Rendezvous failed: node(s) ${missing.join(",") || "?"} did not join within ${opts.rdzvTimeoutS} s (--rdzv-timeout)`);
+    const missing = nodes.filter((n) =>
+      (e as { missingKeys?: string[] }).missingKeys?.includes(runKeys.nodeInfo(n))
+    );
+    throw new Error(
+      `Rendezvous failed: node(s) ${
+        missing.join(",") || "?"
+      } did not join within ${opts.rdzvTimeoutS} s (--rdzv-timeout)`,
+    );
   }
   const info = JSON.parse((await client.getText(runKeys.info))!) as RunInfo;
   for (const n of nodes) {
-    const other = JSON.parse((await client.getText(runKeys.nodeInfo(n)))!) as RunInfo & { host: string };
+    const other = JSON.parse((await client.getText(runKeys.nodeInfo(n)))!) as RunInfo & {
+      host: string;
+    };
     for (const field of ["nnodes", "nproc", "maxRestarts"] as const) {
       if (other[field] !== mine[field]) {
         throw new Error(
-          `Rendezvous failed: node ${n} (${other.host}) runs with ${field}=${other[field]} but node ${me} with ${field}=${mine[field]}; ` +
+          `Rendezvous failed: node ${n} (${other.host}) runs with ${field}=${
+            other[field]
+          } but node ${me} with ${field}=${mine[field]}; ` +
             `every node must be given the same --nnodes, --nproc and --max-restarts`,
         );
       }
@@ -136,18 +175,38 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       timeoutMs: opts.rdzvTimeoutS * 1000,
       identity: `launcher node ${opts.nodeRank}`,
     });
-    const proposed = opts.nodeRank === 0 ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true }) : null;
+    const proposed = opts.nodeRank === 0
+      ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
+      : null;
     const runId = await rendezvous(client, opts, proposed?.runId ?? null);
-    const { dir: runDir } = proposed ?? createRunDir({ runDir: opts.runDir, runId, exclusive: false });
-    log.attach(`${runDir}/${opts.nodeRank === 0 ? "launcher.log" : `launcher-node${opts.nodeRank}.log`}`);
-    log.info(`run ${runId}: ${opts.nnodes > 1 ? `node ${opts.nodeRank} of ${opts.nnodes}, ` : ""}logs in ${runDir}`);
+    const { dir: runDir } = proposed ??
+      createRunDir({ runDir: opts.runDir, runId, exclusive: false });
+    log.attach(
+      `${runDir}/${opts.nodeRank === 0 ? "launcher.log" : `launcher-node${opts.nodeRank}.log`}`,
+    );
+    log.info(
+      `run ${runId}: ${
+        opts.nnodes > 1 ? `node ${opts.nodeRank} of ${opts.nnodes}, ` : ""
+      }logs in ${runDir}`,
+    );
 
     const c = client;
     beat = setInterval(() => c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now())), BEAT_MS);
     c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
 
-    const threads = opts.threads ?? Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
-    const ctx: RunContext = { opts, client, log, runId, runDir, token, masterPort, threads, script };
+    const threads = opts.threads ??
+      Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
+    const ctx: RunContext = {
+      opts,
+      client,
+      log,
+      runId,
+      runDir,
+      token,
+      masterPort,
+      threads,
+      script,
+    };
     const record: LaunchRecord = {
       runId,
       command: ["dtrain", ...argv],
@@ -183,18 +242,28 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       record.outcome = abort.detail + (abort.rank !== undefined ? ` (rank ${abort.rank})` : "");
       const restartable = abort.reason === "rank-failed" || abort.reason === "timeout";
       if (!restartable || k >= opts.maxRestarts) break;
-      log.info(`restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${k + 1}`);
+      log.info(
+        `restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${
+          k + 1
+        }`,
+      );
     }
     record.endedAt = new Date().toISOString();
     record.exitCode = code;
     writeLaunchRecord(recordPath, record);
-    log.info(code === 0 ? `run ${runId} finished: every rank exited 0` : `run ${runId} failed: exit code ${code}`);
+    log.info(
+      code === 0
+        ? `run ${runId} finished: every rank exited 0`
+        : `run ${runId} failed: exit code ${code}`,
+    );
     await leave(client, opts, server, graceMs);
     return code;
   } finally {
     current = null;
     clearInterval(beat);
-    for (const [sig, fn] of Object.entries(handlers)) Deno.removeSignalListener(sig as Deno.Signal, fn);
+    for (const [sig, fn] of Object.entries(handlers)) {
+      Deno.removeSignalListener(sig as Deno.Signal, fn);
+    }
     client?.close();
     await server?.close();
     log.close();
@@ -206,7 +275,12 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
  * node 0 keeps the store up until they have (their ranks may still be
  * saving), or until they are gone.
  */
-async function leave(client: StoreClient, opts: LaunchOptions, server: StoreServer | null, graceMs: number): Promise<void> {
+async function leave(
+  client: StoreClient,
+  opts: LaunchOptions,
+  server: StoreServer | null,
+  graceMs: number,
+): Promise<void> {
   if (!server) {
     await client.set(runKeys.nodeExit(opts.nodeRank), "1").catch(() => {});
     return;

@@ -47,21 +47,147 @@ const TOPICS = ["Processes", "Nodes and rendezvous", "Failures and hangs", "Outp
 
 /** Every launcher option; adding one here adds it to the parser and the help. */
 export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
-  { name: "nproc", value: "N", key: "nproc", kind: "int", min: 1, topic: "Processes", defaultText: "1", help: "rank processes to start on this node" },
-  { name: "threads", value: "N", key: "threads", kind: "int", min: 1, topic: "Processes", defaultText: "cores ÷ nproc", help: "native kernel threads per rank (DTRAIN_NUM_THREADS)" },
-  { name: "nnodes", value: "N", key: "nnodes", kind: "int", min: 1, topic: "Nodes and rendezvous", defaultText: "1", help: "machines in the job, each running one launcher" },
-  { name: "node-rank", value: "N", key: "nodeRank", kind: "int", min: 0, topic: "Nodes and rendezvous", defaultText: "0", help: "this machine's index; node 0 hosts the control store" },
-  { name: "master-addr", value: "ADDR", key: "masterAddr", kind: "string", topic: "Nodes and rendezvous", defaultText: "127.0.0.1", help: "address of node 0 (MASTER_ADDR)" },
-  { name: "master-port", value: "PORT", key: "masterPort", kind: "int", min: 0, topic: "Nodes and rendezvous", defaultText: "a free port; 29500 with --nnodes > 1", help: "port of the control store (MASTER_PORT)" },
-  { name: "rdzv-token", value: "TOKEN", key: "rdzvToken", kind: "string", topic: "Nodes and rendezvous", defaultText: "generated (one node)", help: "the run's shared secret; visible to `ps`, prefer --rdzv-token-file" },
-  { name: "rdzv-token-file", value: "FILE", key: "rdzvTokenFile", kind: "string", topic: "Nodes and rendezvous", defaultText: "none", help: "file holding the secret; must be readable by its owner only (chmod 600)" },
-  { name: "rdzv-timeout", value: "SECONDS", key: "rdzvTimeoutS", kind: "seconds", topic: "Nodes and rendezvous", defaultText: "600", help: "seconds to wait for every node to join" },
-  { name: "hang-warn", value: "SECONDS", key: "hangWarnS", kind: "seconds", topic: "Failures and hangs", defaultText: "60", help: "seconds a collective may wait before the hang table is printed" },
-  { name: "timeout", value: "SECONDS", key: "timeoutS", kind: "seconds", topic: "Failures and hangs", defaultText: "1800", help: "seconds a collective may wait before the run fails" },
-  { name: "max-restarts", value: "K", key: "maxRestarts", kind: "int", min: 0, topic: "Failures and hangs", defaultText: "0", help: "restart every rank this many times after a failure (DTRAIN_RESTART_COUNT)" },
-  { name: "grace", value: "SECONDS", key: "graceS", kind: "seconds", topic: "Failures and hangs", defaultText: "30", help: "seconds ranks get to save and exit after SIGTERM/SIGINT, before SIGKILL" },
-  { name: "run-dir", value: "DIR", key: "runDir", kind: "string", topic: "Output", defaultText: "runs/<UTC time>-<script>-<hex>", help: "directory for per-rank logs and launch.json" },
-  { name: "log-ranks", value: "RANKS", key: "logRanks", kind: "string", topic: "Output", defaultText: "0 (or $DTRAIN_LOG_RANKS)", help: "ranks whose stdout is shown: 0, all, or a list like 0,3; stderr is always shown" },
+  {
+    name: "nproc",
+    value: "N",
+    key: "nproc",
+    kind: "int",
+    min: 1,
+    topic: "Processes",
+    defaultText: "1",
+    help: "rank processes to start on this node",
+  },
+  {
+    name: "threads",
+    value: "N",
+    key: "threads",
+    kind: "int",
+    min: 1,
+    topic: "Processes",
+    defaultText: "cores ÷ nproc",
+    help: "native kernel threads per rank (DTRAIN_NUM_THREADS)",
+  },
+  {
+    name: "nnodes",
+    value: "N",
+    key: "nnodes",
+    kind: "int",
+    min: 1,
+    topic: "Nodes and rendezvous",
+    defaultText: "1",
+    help: "machines in the job, each running one launcher",
+  },
+  {
+    name: "node-rank",
+    value: "N",
+    key: "nodeRank",
+    kind: "int",
+    min: 0,
+    topic: "Nodes and rendezvous",
+    defaultText: "0",
+    help: "this machine's index; node 0 hosts the control store",
+  },
+  {
+    name: "master-addr",
+    value: "ADDR",
+    key: "masterAddr",
+    kind: "string",
+    topic: "Nodes and rendezvous",
+    defaultText: "127.0.0.1",
+    help: "address of node 0 (MASTER_ADDR)",
+  },
+  {
+    name: "master-port",
+    value: "PORT",
+    key: "masterPort",
+    kind: "int",
+    min: 0,
+    topic: "Nodes and rendezvous",
+    defaultText: "a free port; 29500 with --nnodes > 1",
+    help: "port of the control store (MASTER_PORT)",
+  },
+  {
+    name: "rdzv-token",
+    value: "TOKEN",
+    key: "rdzvToken",
+    kind: "string",
+    topic: "Nodes and rendezvous",
+    defaultText: "generated (one node)",
+    help: "the run's shared secret; visible to `ps`, prefer --rdzv-token-file",
+  },
+  {
+    name: "rdzv-token-file",
+    value: "FILE",
+    key: "rdzvTokenFile",
+    kind: "string",
+    topic: "Nodes and rendezvous",
+    defaultText: "none",
+    help: "file holding the secret; must be readable by its owner only (chmod 600)",
+  },
+  {
+    name: "rdzv-timeout",
+    value: "SECONDS",
+    key: "rdzvTimeoutS",
+    kind: "seconds",
+    topic: "Nodes and rendezvous",
+    defaultText: "600",
+    help: "seconds to wait for every node to join",
+  },
+  {
+    name: "hang-warn",
+    value: "SECONDS",
+    key: "hangWarnS",
+    kind: "seconds",
+    topic: "Failures and hangs",
+    defaultText: "60",
+    help: "seconds a collective may wait before the hang table is printed",
+  },
+  {
+    name: "timeout",
+    value: "SECONDS",
+    key: "timeoutS",
+    kind: "seconds",
+    topic: "Failures and hangs",
+    defaultText: "1800",
+    help: "seconds a collective may wait before the run fails",
+  },
+  {
+    name: "max-restarts",
+    value: "K",
+    key: "maxRestarts",
+    kind: "int",
+    min: 0,
+    topic: "Failures and hangs",
+    defaultText: "0",
+    help: "restart every rank this many times after a failure (DTRAIN_RESTART_COUNT)",
+  },
+  {
+    name: "grace",
+    value: "SECONDS",
+    key: "graceS",
+    kind: "seconds",
+    topic: "Failures and hangs",
+    defaultText: "30",
+    help: "seconds ranks get to save and exit after SIGTERM/SIGINT, before SIGKILL",
+  },
+  {
+    name: "run-dir",
+    value: "DIR",
+    key: "runDir",
+    kind: "string",
+    topic: "Output",
+    defaultText: "runs/<UTC time>-<script>-<hex>",
+    help: "directory for per-rank logs and launch.json",
+  },
+  {
+    name: "log-ranks",
+    value: "RANKS",
+    key: "logRanks",
+    kind: "string",
+    topic: "Output",
+    defaultText: "0 (or $DTRAIN_LOG_RANKS)",
+    help: "ranks whose stdout is shown: 0, all, or a list like 0,3; stderr is always shown",
+  },
 ];
 
 const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
@@ -88,10 +214,14 @@ function parseValue(spec: OptionSpec, raw: string): number | string {
   }
   const v = Number(raw);
   if (spec.kind === "int" && (!/^\d+$/.test(raw) || v < (spec.min ?? 0))) {
-    throw new RangeError(`--${spec.name} must be an integer >= ${spec.min ?? 0}, got ${JSON.stringify(raw)}`);
+    throw new RangeError(
+      `--${spec.name} must be an integer >= ${spec.min ?? 0}, got ${JSON.stringify(raw)}`,
+    );
   }
   if (spec.kind === "seconds" && (raw.trim() === "" || !Number.isFinite(v) || v <= 0)) {
-    throw new RangeError(`--${spec.name} must be a number of seconds > 0, got ${JSON.stringify(raw)}`);
+    throw new RangeError(
+      `--${spec.name} must be a number of seconds > 0, got ${JSON.stringify(raw)}`,
+    );
   }
   return v;
 }
@@ -99,7 +229,9 @@ function parseValue(spec: OptionSpec, raw: string): number | string {
 /** Checks a --log-ranks value: "0", "all", or a comma list of ranks. */
 export function checkLogRanks(value: string): string {
   if (value === "all" || /^\d+(,\d+)*$/.test(value)) return value;
-  throw new RangeError(`--log-ranks must be "all" or a comma list of ranks like 0,3, got ${JSON.stringify(value)}`);
+  throw new RangeError(
+    `--log-ranks must be "all" or a comma list of ranks like 0,3, got ${JSON.stringify(value)}`,
+  );
 }
 
 /**
@@ -122,7 +254,13 @@ export function parseLaunchArgs(
     help: { type: "boolean" as const, short: "h" },
   };
   // First pass, lenient, only to find where the script path is.
-  const { tokens } = parseArgs({ args: [...argv], options: config, strict: false, allowPositionals: true, tokens: true });
+  const { tokens } = parseArgs({
+    args: [...argv],
+    options: config,
+    strict: false,
+    allowPositionals: true,
+    tokens: true,
+  });
   const first = tokens.find((t) => t.kind === "positional" || t.kind === "option-terminator");
   let scriptAt = argv.length;
   if (first?.kind === "positional") scriptAt = first.index;
@@ -130,7 +268,9 @@ export function parseLaunchArgs(
   const own = argv.slice(0, first?.kind === "option-terminator" ? first.index : scriptAt);
   const script = argv[scriptAt];
   if (own.includes("--help") || own.includes("-h")) return "help";
-  if (script === undefined) throw new RangeError("No script given: usage is `dtrain [options] script.ts [script args…]`");
+  if (script === undefined) {
+    throw new RangeError("No script given: usage is `dtrain [options] script.ts [script args…]`");
+  }
 
   let values: Record<string, string | boolean | undefined>;
   try {
@@ -138,17 +278,28 @@ export function parseLaunchArgs(
   } catch (e) {
     throw new RangeError((e as Error).message.replace(/\. To specify a positional.*$/s, ""));
   }
-  const out: LaunchOptions = { ...DEFAULTS, script, scriptArgs: argv.slice(scriptAt + 1), logRanks: env("DTRAIN_LOG_RANKS") || "0" };
+  const out: LaunchOptions = {
+    ...DEFAULTS,
+    script,
+    scriptArgs: argv.slice(scriptAt + 1),
+    logRanks: env("DTRAIN_LOG_RANKS") || "0",
+  };
   for (const spec of LAUNCH_OPTIONS) {
     const raw = values[spec.name];
-    if (typeof raw === "string") (out as unknown as Record<string, unknown>)[spec.key] = parseValue(spec, raw);
+    if (typeof raw === "string") {
+      (out as unknown as Record<string, unknown>)[spec.key] = parseValue(spec, raw);
+    }
   }
   out.logRanks = checkLogRanks(out.logRanks);
   if (out.nodeRank >= out.nnodes) {
     throw new RangeError(`--node-rank ${out.nodeRank} must be below --nnodes ${out.nnodes}`);
   }
-  if (out.masterPort !== null && out.masterPort > 65535) throw new RangeError(`--master-port ${out.masterPort} is not a TCP port (0 … 65535)`);
-  if (out.rdzvToken !== null && out.rdzvTokenFile !== null) throw new RangeError("Give --rdzv-token or --rdzv-token-file, not both");
+  if (out.masterPort !== null && out.masterPort > 65535) {
+    throw new RangeError(`--master-port ${out.masterPort} is not a TCP port (0 … 65535)`);
+  }
+  if (out.rdzvToken !== null && out.rdzvTokenFile !== null) {
+    throw new RangeError("Give --rdzv-token or --rdzv-token-file, not both");
+  }
   if (out.nnodes > 1 && out.rdzvToken === null && out.rdzvTokenFile === null) {
     throw new RangeError(
       "--nnodes > 1 needs the run's shared secret on every node: --rdzv-token-file FILE (create it once with " +
@@ -165,7 +316,7 @@ export function launchHelp(): string {
     "",
     "Starts --nproc rank processes of script.ts with the torchrun environment (RANK, LOCAL_RANK,",
     "WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, DTRAIN_*). Options stop at the",
-    "script path; what follows is passed to the script. The script imports the library as \"dtrain\".",
+    'script path; what follows is passed to the script. The script imports the library as "dtrain".',
   ];
   for (const topic of TOPICS) {
     lines.push("", `${topic}:`);

@@ -99,7 +99,10 @@ export interface PumpOptions {
 }
 
 /** Copies a rank's output stream line by line to its log and, if shown, the terminal. */
-export async function pumpLines(source: ReadableStream<Uint8Array>, opts: PumpOptions): Promise<void> {
+export async function pumpLines(
+  source: ReadableStream<Uint8Array>,
+  opts: PumpOptions,
+): Promise<void> {
   const prefix = `[r${opts.rank}] `;
   const emit = (line: string) => {
     opts.log.write(line + "\n");

@@ -27,7 +27,11 @@ export function dieWithParent(expectedParent: number): ParentWatch {
       getppid: { parameters: [], result: "i32" },
     });
   } catch (e) {
-    return { ok: false, parentGone: false, reason: `cannot open libc.so.6 for prctl: ${(e as Error).message}` };
+    return {
+      ok: false,
+      parentGone: false,
+      reason: `cannot open libc.so.6 for prctl: ${(e as Error).message}`,
+    };
   }
   try {
     if (libc.symbols.prctl(PR_SET_PDEATHSIG, SIGKILL, 0n, 0n, 0n) !== 0) {
@@ -35,7 +39,11 @@ export function dieWithParent(expectedParent: number): ParentWatch {
     }
     const parent = libc.symbols.getppid();
     if (parent !== expectedParent) {
-      return { ok: false, parentGone: true, reason: `the launcher (pid ${expectedParent}) is gone; parent is now pid ${parent}` };
+      return {
+        ok: false,
+        parentGone: true,
+        reason: `the launcher (pid ${expectedParent}) is gone; parent is now pid ${parent}`,
+      };
     }
     return { ok: true };
   } finally {

@@ -26,14 +26,19 @@ function fatal(message: string, code = 1): never {
 }
 
 function describe(err: unknown): { message: string; stack: string } {
-  if (err instanceof Error) return { message: `${err.name}: ${err.message}`, stack: err.stack ?? "" };
+  if (err instanceof Error) {
+    return { message: `${err.name}: ${err.message}`, stack: err.stack ?? "" };
+  }
   return { message: `Uncaught non-Error value: ${String(err)}`, stack: "" };
 }
 
 const token = storeToken();
 const parent = launcherPid();
 if (token === null || parent === null) {
-  fatal("launch/rank_main.ts is the rank bootstrap of the dtrain launcher; start scripts with `dtrain --nproc N script.ts`", 2);
+  fatal(
+    "launch/rank_main.ts is the rank bootstrap of the dtrain launcher; start scripts with `dtrain --nproc N script.ts`",
+    2,
+  );
 }
 
 let world;
@@ -47,7 +52,9 @@ const me = world.rank;
 const watch = dieWithParent(parent);
 if (!watch.ok) {
   if (watch.parentGone) fatal(`rank ${me}: ${watch.reason}; exiting`);
-  console.error(`[dtrain] rank ${me}: warning: ${watch.reason}; this rank relies on its store connection to notice a dead launcher`);
+  console.error(
+    `[dtrain] rank ${me}: warning: ${watch.reason}; this rank relies on its store connection to notice a dead launcher`,
+  );
 }
 
 let client: StoreClient;
@@ -111,6 +118,8 @@ globalThis.addEventListener("unload", () => {
 // A store connection that drops under us means the launcher is gone: the
 // ranks must not outlive it (this also covers a failed PDEATHSIG).
 client.closed.then((info) => {
-  if (!info.byClient && !failing) fatal(`rank ${me}: lost the control store (${info.reason}); the launcher is gone, exiting`);
+  if (!info.byClient && !failing) {
+    fatal(`rank ${me}: lost the control store (${info.reason}); the launcher is gone, exiting`);
+  }
 });
 client.unrefWhenIdle();

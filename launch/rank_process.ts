@@ -70,7 +70,16 @@ export class RankProcess {
     this.rank = opts.rank;
     this.#log = new LogFile(opts.logPath);
     const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", "--config", CONFIG, "--preload", RANK_MAIN, opts.script, ...opts.scriptArgs],
+      args: [
+        "run",
+        "-A",
+        "--config",
+        CONFIG,
+        "--preload",
+        RANK_MAIN,
+        opts.script,
+        ...opts.scriptArgs,
+      ],
       env: opts.env,
       stdin: "null",
       stdout: "piped",
@@ -79,11 +88,18 @@ export class RankProcess {
     }).spawn();
     this.pid = child.pid;
     this.exited = child.status.then((s) => {
-      this.#exit = s.signal ? { code: signalExitCode(s.signal), signal: s.signal } : { code: s.code, signal: null };
+      this.#exit = s.signal
+        ? { code: signalExitCode(s.signal), signal: s.signal }
+        : { code: s.code, signal: null };
       return this.#exit;
     });
     this.outputDone = Promise.all([
-      pumpLines(child.stdout, { rank: opts.rank, stream: "stdout", show: showsStdout(opts.logRanks, opts.rank), log: this.#log }),
+      pumpLines(child.stdout, {
+        rank: opts.rank,
+        stream: "stdout",
+        show: showsStdout(opts.logRanks, opts.rank),
+        log: this.#log,
+      }),
       pumpLines(child.stderr, {
         rank: opts.rank,
         stream: "stderr",

@@ -14,8 +14,12 @@ import { basename, extname, join, resolve } from "node:path";
  */
 export function makeRunId(script: string, now = new Date()): string {
   const t = now.toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
-  const name = basename(script, extname(script)).replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 100) || "script";
-  const suffix = Array.from(crypto.getRandomValues(new Uint8Array(2)), (b) => b.toString(16).padStart(2, "0")).join("");
+  const name = basename(script, extname(script)).replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 100) ||
+    "script";
+  const suffix = Array.from(
+    crypto.getRandomValues(new Uint8Array(2)),
+    (b) => b.toString(16).padStart(2, "0"),
+  ).join("");
   return `${t}-${name}-${suffix}`;
 }
 
@@ -25,7 +29,9 @@ export function makeRunId(script: string, now = new Date()): string {
  * name; the returned id matches the directory. Other nodes (or an explicit
  * --run-dir) use the given path as is, creating it if needed.
  */
-export function createRunDir(opts: { runDir: string | null; runId: string; exclusive: boolean }): { dir: string; runId: string } {
+export function createRunDir(
+  opts: { runDir: string | null; runId: string; exclusive: boolean },
+): { dir: string; runId: string } {
   if (opts.runDir !== null) {
     const dir = resolve(opts.runDir);
     Deno.mkdirSync(dir, { recursive: true });

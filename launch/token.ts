@@ -15,7 +15,9 @@ export function generateToken(): string {
 
 function checkToken(token: string, where: string): string {
   if (token.length < MIN_TOKEN_LENGTH) {
-    throw new RangeError(`The store token from ${where} has ${token.length} characters, at least ${MIN_TOKEN_LENGTH} are needed`);
+    throw new RangeError(
+      `The store token from ${where} has ${token.length} characters, at least ${MIN_TOKEN_LENGTH} are needed`,
+    );
   }
   if (/\s/.test(token)) throw new RangeError(`The store token from ${where} contains whitespace`);
   return token;
@@ -36,19 +38,25 @@ export function readTokenFile(path: string): string {
   const mode = (info.mode ?? 0) & 0o777;
   if ((mode & 0o077) !== 0) {
     throw new Error(
-      `Refusing the rendezvous token file ${path}: its mode is ${mode.toString(8).padStart(4, "0")}, ` +
+      `Refusing the rendezvous token file ${path}: its mode is ${
+        mode.toString(8).padStart(4, "0")
+      }, ` +
         `so other users can read it; run \`chmod 600 ${path}\``,
     );
   }
   const uid = Deno.uid();
   if (uid !== null && info.uid !== null && info.uid !== uid) {
-    throw new Error(`Refusing the rendezvous token file ${path}: it belongs to uid ${info.uid}, not to you (uid ${uid})`);
+    throw new Error(
+      `Refusing the rendezvous token file ${path}: it belongs to uid ${info.uid}, not to you (uid ${uid})`,
+    );
   }
   return checkToken(Deno.readTextFileSync(path).trim(), path);
 }
 
 /** The token for this launch: from the options, or generated for a single node. */
-export function resolveToken(opts: { rdzvToken: string | null; rdzvTokenFile: string | null }): string {
+export function resolveToken(
+  opts: { rdzvToken: string | null; rdzvTokenFile: string | null },
+): string {
   if (opts.rdzvTokenFile !== null) return readTokenFile(opts.rdzvTokenFile);
   if (opts.rdzvToken !== null) return checkToken(opts.rdzvToken, "--rdzv-token");
   return generateToken();

@@ -4,7 +4,7 @@
  * check. Exit 0 when the runs agree, 1 when they differ, 2 on bad input.
  */
 import { parseArgs } from "node:util";
-import { type Comparison, compareRuns } from "./compare.ts";
+import { compareRuns, type Comparison } from "./compare.ts";
 import { readRunDir, type RunDir } from "./format.ts";
 
 /** The relative loss tolerance used when --loss-tol is not given. */
@@ -54,7 +54,11 @@ export function diffMain(
   return Promise.resolve(diff(args, print, printError));
 }
 
-function diff(args: string[], print: (text: string) => void, printError: (text: string) => void): number {
+function diff(
+  args: string[],
+  print: (text: string) => void,
+  printError: (text: string) => void,
+): number {
   let values, positionals;
   try {
     ({ values, positionals } = parseArgs({

@@ -28,27 +28,92 @@ export interface EnvRule {
  * before the prefixes that would also match them.
  */
 export const ENV_RULES: readonly EnvRule[] = [
-  { pattern: "DTRAIN_NUM_THREADS", effect: "numeric", why: "kernel thread count changes how GEMM and reductions split their sums → last-bit differences" },
-  { pattern: "DTRAIN_CPU_ISA", effect: "numeric", why: "caps the CPU GEMM kernel (avx512/avx2/generic): FMA and blocking change rounding" },
-  { pattern: "DTRAIN_SHM_CHUNK_BYTES", effect: "numeric", why: "chunk size of the shared-memory all-reduce can change its reduction order" },
-  { pattern: "OMP_NUM_THREADS", effect: "numeric", why: "OpenMP thread count of linked native code changes summation order" },
-  { pattern: "MKL_NUM_THREADS", effect: "numeric", why: "thread count of an optional system BLAS (MKL) changes summation order" },
-  { pattern: "OPENBLAS_NUM_THREADS", effect: "numeric", why: "thread count of an optional system BLAS (OpenBLAS) changes summation order" },
-  { pattern: "NVIDIA_TF32_OVERRIDE", effect: "numeric", why: "forces TF32 on or off in cuBLAS: matmul precision changes" },
-  { pattern: "CUBLAS_WORKSPACE_CONFIG", effect: "numeric", why: "cuBLAS workspace; :4096:8 or :16:8 makes cuBLAS results deterministic" },
-  { pattern: "NCCL_ALGO", effect: "numeric", why: "NCCL all-reduce algorithm (ring/tree/NVLS) changes the reduction order" },
-  { pattern: "NCCL_PROTO", effect: "numeric", why: "NCCL protocol changes chunking and so the reduction order" },
-  { pattern: "DTRAIN_LIB_DIR", effect: "selection", why: "picks which native kernel library is loaded" },
+  {
+    pattern: "DTRAIN_NUM_THREADS",
+    effect: "numeric",
+    why:
+      "kernel thread count changes how GEMM and reductions split their sums → last-bit differences",
+  },
+  {
+    pattern: "DTRAIN_CPU_ISA",
+    effect: "numeric",
+    why: "caps the CPU GEMM kernel (avx512/avx2/generic): FMA and blocking change rounding",
+  },
+  {
+    pattern: "DTRAIN_SHM_CHUNK_BYTES",
+    effect: "numeric",
+    why: "chunk size of the shared-memory all-reduce can change its reduction order",
+  },
+  {
+    pattern: "OMP_NUM_THREADS",
+    effect: "numeric",
+    why: "OpenMP thread count of linked native code changes summation order",
+  },
+  {
+    pattern: "MKL_NUM_THREADS",
+    effect: "numeric",
+    why: "thread count of an optional system BLAS (MKL) changes summation order",
+  },
+  {
+    pattern: "OPENBLAS_NUM_THREADS",
+    effect: "numeric",
+    why: "thread count of an optional system BLAS (OpenBLAS) changes summation order",
+  },
+  {
+    pattern: "NVIDIA_TF32_OVERRIDE",
+    effect: "numeric",
+    why: "forces TF32 on or off in cuBLAS: matmul precision changes",
+  },
+  {
+    pattern: "CUBLAS_WORKSPACE_CONFIG",
+    effect: "numeric",
+    why: "cuBLAS workspace; :4096:8 or :16:8 makes cuBLAS results deterministic",
+  },
+  {
+    pattern: "NCCL_ALGO",
+    effect: "numeric",
+    why: "NCCL all-reduce algorithm (ring/tree/NVLS) changes the reduction order",
+  },
+  {
+    pattern: "NCCL_PROTO",
+    effect: "numeric",
+    why: "NCCL protocol changes chunking and so the reduction order",
+  },
+  {
+    pattern: "DTRAIN_LIB_DIR",
+    effect: "selection",
+    why: "picks which native kernel library is loaded",
+  },
   { pattern: "DTRAIN_CUDA", effect: "selection", why: "turns the CUDA library build on or off" },
   { pattern: "CUDA_VISIBLE_DEVICES", effect: "selection", why: "picks which GPUs the ranks use" },
-  { pattern: "CUDA_DEVICE_ORDER", effect: "selection", why: "changes which physical GPU each device index names" },
-  { pattern: "CUDA_LAUNCH_BLOCKING", effect: "selection", why: "serialises kernel launches: slower, and hides or reveals races" },
-  { pattern: "LD_LIBRARY_PATH", effect: "selection", why: "picks which CUDA, cuBLAS and NCCL libraries are loaded" },
+  {
+    pattern: "CUDA_DEVICE_ORDER",
+    effect: "selection",
+    why: "changes which physical GPU each device index names",
+  },
+  {
+    pattern: "CUDA_LAUNCH_BLOCKING",
+    effect: "selection",
+    why: "serialises kernel launches: slower, and hides or reveals races",
+  },
+  {
+    pattern: "LD_LIBRARY_PATH",
+    effect: "selection",
+    why: "picks which CUDA, cuBLAS and NCCL libraries are loaded",
+  },
   { pattern: "LD_PRELOAD", effect: "selection", why: "injects a shared library into every rank" },
-  { pattern: "DENO_V8_FLAGS", effect: "selection", why: "V8 flags change JIT tiers and math built-ins of the TypeScript side" },
+  {
+    pattern: "DENO_V8_FLAGS",
+    effect: "selection",
+    why: "V8 flags change JIT tiers and other behaviour of the TypeScript side",
+  },
   { pattern: "DTRAIN_LOG_RANKS", effect: "cosmetic", why: "only which ranks' output is shown" },
   { pattern: "DTRAIN_*", effect: "tuning", why: "a dtrain setting" },
-  { pattern: "NCCL_*", effect: "tuning", why: "NCCL transport or tuning setting: timing, sometimes the reduction order" },
+  {
+    pattern: "NCCL_*",
+    effect: "tuning",
+    why: "NCCL transport or tuning setting: timing, sometimes the reduction order",
+  },
   { pattern: "TORCH_*", effect: "tuning", why: "read by a PyTorch reference run, not by dtrain" },
   { pattern: "TZ", effect: "cosmetic", why: "time zone of printed timestamps" },
   { pattern: "LANG", effect: "cosmetic", why: "locale of printed text" },

@@ -89,10 +89,18 @@ export const RunRecordSchema = z.object({
   }
   r.attempts.forEach((a, i) => {
     if (a.attempt !== i) {
-      ctx.addIssue({ code: "custom", path: ["attempts", i, "attempt"], message: `expected attempt ${i} (attempts are numbered 0, 1, … in order), got ${a.attempt}` });
+      ctx.addIssue({
+        code: "custom",
+        path: ["attempts", i, "attempt"],
+        message: `expected attempt ${i} (attempts are numbered 0, 1, … in order), got ${a.attempt}`,
+      });
     }
     if (a.endedAt === null && i < r.attempts.length - 1) {
-      ctx.addIssue({ code: "custom", path: ["attempts", i, "endedAt"], message: "only the last attempt may still be open (endedAt null)" });
+      ctx.addIssue({
+        code: "custom",
+        path: ["attempts", i, "endedAt"],
+        message: "only the last attempt may still be open (endedAt null)",
+      });
     }
   });
 });
@@ -155,7 +163,9 @@ export type DataOrderRecord = z.output<typeof DataOrderRecordSchema>;
 /** Describes zod issues as `field.path: message`, the first three of them. */
 export function describeIssues(error: z.ZodError): string {
   const where = (path: PropertyKey[]) =>
-    path.map((p, i) => typeof p === "number" ? `[${p}]` : `${i > 0 ? "." : ""}${String(p)}`).join("") || "(top level)";
+    path.map((p, i) => typeof p === "number" ? `[${p}]` : `${i > 0 ? "." : ""}${String(p)}`).join(
+      "",
+    ) || "(top level)";
   const shown = error.issues.slice(0, 3).map((i) => `${where(i.path)}: ${i.message}`);
   const more = error.issues.length > 3 ? `; and ${error.issues.length - 3} more` : "";
   return shown.join("; ") + more;
@@ -170,7 +180,11 @@ function validate<S extends z.ZodType>(schema: S, value: unknown, what: string):
 
 /** JSON.stringify, writing non-finite numbers as "NaN", "Infinity" or "-Infinity". */
 function encodeJson(value: unknown, indent?: number): string {
-  return JSON.stringify(value, (_k, v) => typeof v === "number" && !Number.isFinite(v) ? String(v) : v, indent);
+  return JSON.stringify(
+    value,
+    (_k, v) => typeof v === "number" && !Number.isFinite(v) ? String(v) : v,
+    indent,
+  );
 }
 
 /** Encodes and checks one line, so a writer can never append what a reader would refuse. */
@@ -199,7 +213,11 @@ export function dataOrderLine(d: DataOrderRecord): string {
 }
 
 /** The text of run.json or config.json for `value`, checked against `schema`. */
-export function jsonFileText<S extends z.ZodType>(schema: S, value: z.output<S>, file: string): string {
+export function jsonFileText<S extends z.ZodType>(
+  schema: S,
+  value: z.output<S>,
+  file: string,
+): string {
   const text = encodeJson(value, 2);
   validate(schema, JSON.parse(text), `Cannot write ${file}`);
   return text + "\n";
@@ -216,7 +234,11 @@ function readOptional(path: string): string | null {
 }
 
 /** Parses a whole JSON file; errors name the file and the line or field. */
-export function parseJsonFile<S extends z.ZodType>(schema: S, text: string, path: string): z.output<S> {
+export function parseJsonFile<S extends z.ZodType>(
+  schema: S,
+  text: string,
+  path: string,
+): z.output<S> {
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -246,7 +268,11 @@ export interface JsonLines<T> {
  * writer killed mid-append leaves exactly that, so it is dropped with a
  * warning and the complete lines before it are kept. Blank lines are skipped.
  */
-export function parseJsonLines<S extends z.ZodType>(schema: S, text: string, path: string): JsonLines<z.output<S>> {
+export function parseJsonLines<S extends z.ZodType>(
+  schema: S,
+  text: string,
+  path: string,
+): JsonLines<z.output<S>> {
   const lines = text.split("\n");
   const unterminated = lines.pop() ?? "";
   const records: z.output<S>[] = [];
@@ -256,7 +282,9 @@ export function parseJsonLines<S extends z.ZodType>(schema: S, text: string, pat
     try {
       value = JSON.parse(line);
     } catch (e) {
-      throw new TypeError(`${path}:${n}: not valid JSON (${(e as Error).message}): ${preview(line)}`);
+      throw new TypeError(
+        `${path}:${n}: not valid JSON (${(e as Error).message}): ${preview(line)}`,
+      );
     }
     records.push(validate(schema, value, `${path}:${n}`));
   };
@@ -267,7 +295,11 @@ export function parseJsonLines<S extends z.ZodType>(schema: S, text: string, pat
     try {
       parse(unterminated, lines.length + 1);
     } catch (e) {
-      warnings.push(`${(e as Error).message} — ignored: the last line has no newline (the writer was stopped mid-line)`);
+      warnings.push(
+        `${
+          (e as Error).message
+        } — ignored: the last line has no newline (the writer was stopped mid-line)`,
+      );
     }
   }
   return { records, warnings };
@@ -308,7 +340,9 @@ export function readRunDir(dir: string): RunDir {
   const runPath = join(dir, RUN_FILES.run);
   const runText = readOptional(runPath);
   if (runText === null) {
-    throw new TypeError(`${dir} is not a dtrain run directory: ${RUN_FILES.run} is missing (the launcher writes it when a run starts)`);
+    throw new TypeError(
+      `${dir} is not a dtrain run directory: ${RUN_FILES.run} is missing (the launcher writes it when a run starts)`,
+    );
   }
   const run = parseJsonFile(RunRecordSchema, runText, runPath);
   const missing: string[] = [];
@@ -320,7 +354,9 @@ export function readRunDir(dir: string): RunDir {
     return [path, text];
   };
   const [configPath, configText] = optional(RUN_FILES.config);
-  const config = configText === null ? null : parseJsonFile(ConfigRecordSchema, configText, configPath);
+  const config = configText === null
+    ? null
+    : parseJsonFile(ConfigRecordSchema, configText, configPath);
   const lines = <S extends z.ZodType>(schema: S, name: string): z.output<S>[] => {
     const [path, text] = optional(name);
     if (text === null) return [];

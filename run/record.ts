@@ -13,8 +13,8 @@ import {
   type Attempt,
   type ConfigRecord,
   ConfigRecordSchema,
-  type DataOrderRecord,
   dataOrderLine,
+  type DataOrderRecord,
   jsonFileText,
   type Machine,
   metricsLine,
@@ -38,7 +38,9 @@ import {
  * // → { DTRAIN_NUM_THREADS: "4" }
  * ```
  */
-export function behaviourEnv(env: Record<string, string> = Deno.env.toObject()): Record<string, string> {
+export function behaviourEnv(
+  env: Record<string, string> = Deno.env.toObject(),
+): Record<string, string> {
   const names = Object.keys(env).filter((n) => envRule(n) !== null).sort();
   return Object.fromEntries(names.map((n) => [n, env[n]!]));
 }
@@ -75,7 +77,10 @@ function orUnavailable(read: () => string): string {
  * versions({ cuda: { runtime: "12.8", driver: "570.86", gpus: ["NVIDIA H200"] }, nccl: "2.26.2" });
  * ```
  */
-export function versions(gpu: GpuVersions = {}, readCpuHash: () => string = cpuBuildHash): Versions {
+export function versions(
+  gpu: GpuVersions = {},
+  readCpuHash: () => string = cpuBuildHash,
+): Versions {
   const v: Versions = {
     dtrain: pkg.version,
     deno: Deno.version.deno,
@@ -214,7 +219,9 @@ export function newRunRecord(input: NewRunInput): RunRecord {
 export function beginAttempt(record: RunRecord, now = new Date()): RunRecord {
   const last = record.attempts.at(-1);
   if (last !== undefined && last.endedAt === null) {
-    throw new RangeError(`Cannot begin attempt ${record.attempts.length} of run ${record.runId}: attempt ${last.attempt} has not ended`);
+    throw new RangeError(
+      `Cannot begin attempt ${record.attempts.length} of run ${record.runId}: attempt ${last.attempt} has not ended`,
+    );
   }
   const attempt: Attempt = {
     attempt: record.attempts.length,
@@ -250,7 +257,9 @@ export interface AttemptEnd {
 export function finishAttempt(record: RunRecord, end: AttemptEnd): RunRecord {
   const last = record.attempts.at(-1);
   if (last === undefined || last.endedAt !== null) {
-    throw new RangeError(`Cannot finish an attempt of run ${record.runId}: no attempt is open (call beginAttempt first)`);
+    throw new RangeError(
+      `Cannot finish an attempt of run ${record.runId}: no attempt is open (call beginAttempt first)`,
+    );
   }
   const endedAt = (end.endedAt ?? new Date()).toISOString();
   const signal = end.signal ?? null;
@@ -262,7 +271,11 @@ export function finishAttempt(record: RunRecord, end: AttemptEnd): RunRecord {
     failingRank: end.failingRank ?? null,
     reason: end.reason ?? null,
   };
-  const status = end.interrupted ? "interrupted" : end.exitCode === 0 && signal === null ? "succeeded" : "failed";
+  const status = end.interrupted
+    ? "interrupted"
+    : end.exitCode === 0 && signal === null
+    ? "succeeded"
+    : "failed";
   return { ...record, endedAt, status, attempts: [...record.attempts.slice(0, -1), done] };
 }
 
@@ -326,5 +339,8 @@ export function appendDataOrder(runDir: string, d: DataOrderRecord): void {
 
 /** Validates `record` and writes it atomically as `<runDir>/run.json`. */
 export function writeRunRecord(runDir: string, record: RunRecord): void {
-  writeTextAtomic(join(runDir, RUN_FILES.run), jsonFileText(RunRecordSchema, record, RUN_FILES.run));
+  writeTextAtomic(
+    join(runDir, RUN_FILES.run),
+    jsonFileText(RunRecordSchema, record, RUN_FILES.run),
+  );
 }

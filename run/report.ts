@@ -6,76 +6,9 @@
  */
 import { basename, dirname, extname, join } from "node:path";
 import { parseArgs } from "node:util";
-import { finalSteps, type MetricsRecord, readRunDir, type RunDir } from "./format.ts";
-import { escapeXml, linePlot, type Series, stackPlots } from "./svg_plot.ts";
-
-/** One panel of the report: a plot, or a note saying why there is none. */
-export interface Panel {
-  id: string;
-  title: string;
-  /** the `<svg>` element, or null when `note` says why it is absent */
-  svg: string | null;
-  note: string | null;
-}
-
-/** How the loss axis is scaled: auto = log when all losses are > 0 and span at least 10×. */
-export type LossScale = "auto" | "log" | "linear";
-
-/** Points of one quantity, one series per attempt (a resumed run repeats steps). */
-function perAttempt(metrics: readonly MetricsRecord[], name: string, y: (m: MetricsRecord) => number | null): Series[] {
-  const attempts = [...new Set(metrics.map((m) => m.attempt))].sort((p, q) => p - q);
-  return attempts.map((k) => ({
-    name: attempts.length === 1 ? name : `${name}, attempt ${k}`,
-    points: metrics.filter((m) => m.attempt === k && y(m) !== null).map((m) => [m.step, y(m)!] as const),
-  }));
-}
-
-function median(sorted: readonly number[]): number {
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-}
-
-function useLogLoss(metrics: readonly MetricsRecord[], scale: LossScale): boolean {
-  if (scale !== "auto") return scale === "log";
-  const losses = metrics.map((m) => m.loss).filter(Number.isFinite);
-  if (losses.length === 0 || losses.some((l) => l <= 0)) return false;
-  return Math.max(...losses) / Math.min(...losses) >= 10;
-}
-
-/**
- * The report's panels, in order: loss, learning rate, grad norm, loss
- * scale, throughput and the spread of step time across ranks.
- */
-export function reportPanels(r: RunDir, lossScale: LossScale = "auto"): Panel[] {
-  const m = r.metrics;
-  const panel = (id: string, title: string, yLabel: string, series: Series[], absent: string, logY = false): Panel => {
-    const empty = series.every((s) => s.points.length === 0);
-    if (empty) return { id, title, svg: null, note: m.length === 0 ? noMetrics(r) : absent };
-    return { id, title, svg: linePlot({ id, title, xLabel: "step", yLabel, series, logY }), note: null };
-  };
-  const tokens = m.some((x) => x.tokensPerS !== null);
-  const withRanks = finalSteps(m).filter((x) => x.stepMsByRank !== undefined && x.stepMsByRank.length > 0);
-  const spread = (pick: (sorted: number[]) => number) =>
-    withRanks.map((x) => [x.step, pick([...x.stepMsByRank!].sort((p, q) => p - q))] as const);
-  return [
-    panel("loss", "Loss", "loss", perAttempt(m, "loss", (x) => x.loss), "no loss values", useLogLoss(m, lossScale)),
-    panel("lr", "Learning rate", "lr", perAttempt(m, "lr", (x) => x.lr), "no learning-rate values"),
-    panel("grad-norm", "Gradient norm", "grad norm", perAttempt(m, "grad norm", (x) => x.gradNorm), "grad norm not recorded (null in every step)"),
-    panel("loss-scale", "Loss scale", "loss scale", perAttempt(m, "loss scale", (x) => x.lossScale), "loss scale not recorded (null in every step: no mixed-precision scaler)", true),
-    tokens
-      ? panel("throughput", "Throughput", "tokens/s", perAttempt(m, "tokens/s", (x) => x.tokensPerS), "no throughput values")
-      : panel("throughput", "Throughput", "samples/s", perAttempt(m, "samples/s", (x) => x.samplesPerS), "no throughput values"),
-    panel("step-time", "Step time across ranks", "ms", [
-      { name: "max", points: spread((s) => s.at(-1)!) },
-      { name: "median", points: spread(median) },
-      { name: "min", points: spread((s) => s[0]!) },
-    ], "step time per rank not recorded (no stepMsByRank in metrics.jsonl)"),
-  ];
-}
-
-function noMetrics(r: RunDir): string {
-  return r.missing.includes("metrics.jsonl") ? "metrics.jsonl is missing" : "no steps logged in metrics.jsonl";
-}
+import { finalSteps, readRunDir, type RunDir } from "./format.ts";
+import { type LossScale, type Panel, reportPanels } from "./report_panels.ts";
+import { escapeXml, stackPlots } from "./svg_plot.ts";
 
 const CSS = `body{font-family:sans-serif;margin:24px;color:#222;max-width:1000px}
 table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top;font-size:13px}
@@ -110,24 +43,48 @@ function runTable(r: RunDir): string {
     ["command", code(run.command.argv.map(shellQuote).join(" "))],
     ["working directory", code(run.command.cwd)],
     ["script", `${code(run.script.path)}<br>sha256 ${code(run.script.sha256)}`],
-    ["world", `${w.worldSize} ranks = ${w.nnodes} node(s) × ${w.nprocPerNode}; hosts ${escapeXml(w.hosts.join(", ") || "—")}`],
-    ["versions", [
-      `dtrain ${v.dtrain}`,
-      `Deno ${v.deno}`,
-      `V8 ${v.v8}`,
-      `TypeScript ${v.typescript}`,
-      `native CPU ${v.native.cpu ?? "—"}`,
-      ...(v.native.cuda ? [`native CUDA ${v.native.cuda}`] : []),
-      ...(v.cuda ? [`CUDA runtime ${v.cuda.runtime}, driver ${v.cuda.driver}, GPUs ${v.cuda.gpus.join(", ")}`] : []),
-      ...(v.nccl ? [`NCCL ${v.nccl}`] : []),
-    ].map(escapeXml).join("<br>")],
+    [
+      "world",
+      `${w.worldSize} ranks = ${w.nnodes} node(s) × ${w.nprocPerNode}; hosts ${
+        escapeXml(w.hosts.join(", ") || "—")
+      }`,
+    ],
+    [
+      "versions",
+      [
+        `dtrain ${v.dtrain}`,
+        `Deno ${v.deno}`,
+        `V8 ${v.v8}`,
+        `TypeScript ${v.typescript}`,
+        `native CPU ${v.native.cpu ?? "—"}`,
+        ...(v.native.cuda ? [`native CUDA ${v.native.cuda}`] : []),
+        ...(v.cuda
+          ? [
+            `CUDA runtime ${v.cuda.runtime}, driver ${v.cuda.driver}, GPUs ${
+              v.cuda.gpus.join(", ")
+            }`,
+          ]
+          : []),
+        ...(v.nccl ? [`NCCL ${v.nccl}`] : []),
+      ].map(escapeXml).join("<br>"),
+    ],
   ];
   if (run.machine) {
     const m = run.machine;
-    rows.push(["machine", escapeXml(`${m.hostname}: ${m.cpuModel}, ${m.cpus} cpus, ${(m.memBytes / 2 ** 30).toFixed(1)} GiB, ${m.os} ${m.arch}`)]);
+    rows.push([
+      "machine",
+      escapeXml(
+        `${m.hostname}: ${m.cpuModel}, ${m.cpus} cpus, ${
+          (m.memBytes / 2 ** 30).toFixed(1)
+        } GiB, ${m.os} ${m.arch}`,
+      ),
+    ]);
   }
   const env = Object.entries(run.env).map(([k, val]) => code(`${k}=${val}`)).join("<br>");
-  rows.push(["environment", env || `<span class="note">none of the recorded variables was set</span>`]);
+  rows.push([
+    "environment",
+    env || `<span class="note">none of the recorded variables was set</span>`,
+  ]);
   if (r.config) {
     rows.push(["seed / device", escapeXml(`${r.config.seed} / ${r.config.device}`)]);
     rows.push(["config", `<code>${escapeXml(JSON.stringify(r.config.config))}</code>`]);
@@ -140,7 +97,17 @@ function attemptsTable(r: RunDir): string {
   const dash = (x: unknown) => x === null ? "—" : escapeXml(String(x));
   return table(
     ["attempt", "started", "ended", "exit code", "signal", "failing rank", "reason"],
-    r.run.attempts.map((a) => [String(a.attempt), dash(a.startedAt), dash(a.endedAt), dash(a.exitCode), dash(a.signal), dash(a.failingRank), dash(a.reason)]),
+    r.run.attempts.map((
+      a,
+    ) => [
+      String(a.attempt),
+      dash(a.startedAt),
+      dash(a.endedAt),
+      dash(a.exitCode),
+      dash(a.signal),
+      dash(a.failingRank),
+      dash(a.reason),
+    ]),
   );
 }
 
@@ -148,9 +115,19 @@ function attemptsTable(r: RunDir): string {
 const MAX_ORDER_ROWS = 500;
 
 function dataOrderTable(r: RunDir): string {
-  if (r.missing.includes("data_order.jsonl")) return `<p class="note">data_order.jsonl is missing</p>`;
+  if (r.missing.includes("data_order.jsonl")) {
+    return `<p class="note">data_order.jsonl is missing</p>`;
+  }
   if (r.dataOrder.length === 0) return `<p class="note">no data-order digests recorded</p>`;
-  const rows = r.dataOrder.slice(0, MAX_ORDER_ROWS).map((d) => [String(d.epoch), String(d.rank), String(d.count), code(d.sha256), code(d.first.join(", "))]);
+  const rows = r.dataOrder.slice(0, MAX_ORDER_ROWS).map((
+    d,
+  ) => [
+    String(d.epoch),
+    String(d.rank),
+    String(d.count),
+    code(d.sha256),
+    code(d.first.join(", ")),
+  ]);
   const more = r.dataOrder.length - rows.length;
   return table(["epoch", "rank", "count", "sha256 of indices (int32 LE)", "first indices"], rows) +
     (more > 0 ? `\n<p class="note">… and ${more} more rows in data_order.jsonl</p>` : "");
@@ -163,11 +140,19 @@ export function reportHtml(r: RunDir, panels: readonly Panel[]): string {
   const notes = [...r.missing.map((f) => `${f} is missing`), ...r.warnings];
   return [
     "<!doctype html>",
-    `<html lang="en"><head><meta charset="utf-8"><title>dtrain report: ${escapeXml(r.run.runId)}</title>`,
+    `<html lang="en"><head><meta charset="utf-8"><title>dtrain report: ${
+      escapeXml(r.run.runId)
+    }</title>`,
     `<style>${CSS}</style></head><body>`,
     `<h1>dtrain run ${escapeXml(r.run.name || r.run.runId)}</h1>`,
-    last ? `<p>${steps.length} steps logged; last step ${last.step}, loss ${last.loss}, ${last.skipped} skipped</p>` : "",
-    notes.length > 0 ? `<ul class="note">${notes.map((n) => `<li>${escapeXml(n)}</li>`).join("")}</ul>` : "",
+    last
+      ? `<p>${steps.length} steps logged; last step ${last.step}, loss ${
+        last.loss.toPrecision(6)
+      }, ${last.skipped} skipped</p>`
+      : "",
+    notes.length > 0
+      ? `<ul class="note">${notes.map((n) => `<li>${escapeXml(n)}</li>`).join("")}</ul>`
+      : "",
     "<h2>Run</h2>",
     runTable(r),
     "<h2>Attempts</h2>",
@@ -176,7 +161,9 @@ export function reportHtml(r: RunDir, panels: readonly Panel[]): string {
     ...panels.map((p) =>
       p.svg !== null
         ? `<figure id="plot-${p.id}">${p.svg}</figure>`
-        : `<figure id="plot-${p.id}"><b>${escapeXml(p.title)}</b><p class="note">${escapeXml(p.note ?? "")}</p></figure>`
+        : `<figure id="plot-${p.id}"><b>${escapeXml(p.title)}</b><p class="note">${
+          escapeXml(p.note ?? "")
+        }</p></figure>`
     ),
     "<h2>Data order</h2>",
     dataOrderTable(r),
@@ -208,12 +195,20 @@ export function reportMain(
   return Promise.resolve(report(args, print, printError));
 }
 
-function report(args: string[], print: (text: string) => void, printError: (text: string) => void): number {
+function report(
+  args: string[],
+  print: (text: string) => void,
+  printError: (text: string) => void,
+): number {
   let values, positionals;
   try {
     ({ values, positionals } = parseArgs({
       args,
-      options: { out: { type: "string" }, "loss-scale": { type: "string" }, help: { type: "boolean", short: "h" } },
+      options: {
+        out: { type: "string" },
+        "loss-scale": { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
       allowPositionals: true,
     }));
   } catch (e) {
@@ -230,7 +225,9 @@ function report(args: string[], print: (text: string) => void, printError: (text
   }
   const scale = values["loss-scale"] ?? "auto";
   if (scale !== "auto" && scale !== "log" && scale !== "linear") {
-    printError(`dtrain report: --loss-scale must be auto, log or linear, got ${JSON.stringify(scale)}`);
+    printError(
+      `dtrain report: --loss-scale must be auto, log or linear, got ${JSON.stringify(scale)}`,
+    );
     return 2;
   }
   const dir = positionals[0]!;
@@ -250,7 +247,10 @@ function report(args: string[], print: (text: string) => void, printError: (text
   const panels = reportPanels(r, scale);
   try {
     Deno.writeTextFileSync(out, reportHtml(r, panels));
-    Deno.writeTextFileSync(svgOut, stackPlots(panels.flatMap((p) => p.svg === null ? [] : [p.svg])));
+    Deno.writeTextFileSync(
+      svgOut,
+      stackPlots(panels.flatMap((p) => p.svg === null ? [] : [p.svg])),
+    );
   } catch (e) {
     printError(`dtrain report: cannot write the report: ${(e as Error).message}`);
     return 2;

@@ -79,12 +79,15 @@ export function logTicks(lo: number, hi: number, maxTicks = 8): number[] {
 export function formatTick(v: number): string {
   if (v === 0) return "0";
   const a = Math.abs(v);
-  if (a >= 1e5 || a < 1e-4) return v.toExponential(2).replace(/\.?0+e/, "e").replace("e+", "e");
+  if (a >= 1e6 || a < 1e-4) return v.toExponential(2).replace(/\.?0+e/, "e").replace("e+", "e");
   return String(Number(v.toPrecision(6)));
 }
 
 /** Splits points into runs of drawable points (finite, and > 0 on a log axis). */
-function segments(points: Series["points"], logY: boolean): Array<Array<readonly [number, number]>> {
+function segments(
+  points: Series["points"],
+  logY: boolean,
+): Array<Array<readonly [number, number]>> {
   const out: Array<Array<readonly [number, number]>> = [];
   let current: Array<readonly [number, number]> = [];
   for (const p of points) {
@@ -130,13 +133,22 @@ export function linePlot(opts: PlotOptions): string {
   const drawn = opts.series.map((s) => segments(s.points, logY));
   const pts = drawn.flat(2);
   const out = [
-    `<svg xmlns="http://www.w3.org/2000/svg" data-plot="${escapeXml(opts.id)}" width="${width}" height="${height}" ` +
+    `<svg xmlns="http://www.w3.org/2000/svg" data-plot="${
+      escapeXml(opts.id)
+    }" width="${width}" height="${height}" ` +
     `viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="11">`,
     `<rect width="${width}" height="${height}" fill="#fff"/>`,
-    `<text x="${MARGIN.left}" y="18" font-size="13" font-weight="bold">${escapeXml(opts.title)}</text>`,
+    `<text x="${MARGIN.left}" y="18" font-size="13" font-weight="bold">${
+      escapeXml(opts.title)
+    }</text>`,
   ];
   if (pts.length === 0) {
-    out.push(`<text x="${width / 2}" y="${height / 2}" text-anchor="middle" fill="#666">no drawable values</text>`, "</svg>");
+    out.push(
+      `<text x="${width / 2}" y="${
+        height / 2
+      }" text-anchor="middle" fill="#666">no drawable values</text>`,
+      "</svg>",
+    );
     return out.join("\n");
   }
   const [x0, x1] = extent(pts.map((p) => p[0]), false);
@@ -147,22 +159,45 @@ export function linePlot(opts: PlotOptions): string {
   const xMin = Math.min(x0, xTicks[0]!), xMax = Math.max(x1, xTicks.at(-1)!);
   const yMin = Math.min(yLo, yTicks[0]!), yMax = Math.max(yHi, yTicks.at(-1)!);
   const f = logY ? Math.log10 : (v: number) => v;
-  const left = MARGIN.left, right = width - MARGIN.right, top = MARGIN.top, bottom = height - MARGIN.bottom;
+  const left = MARGIN.left,
+    right = width - MARGIN.right,
+    top = MARGIN.top,
+    bottom = height - MARGIN.bottom;
   const sx = (x: number) => left + ((x - xMin) / (xMax - xMin || 1)) * (right - left);
   const sy = (y: number) => bottom - ((f(y) - f(yMin)) / (f(yMax) - f(yMin) || 1)) * (bottom - top);
 
   out.push(`<g class="axes" stroke="#999" stroke-width="1">`);
   out.push(`<line x1="${left}" y1="${bottom}" x2="${right}" y2="${bottom}"/>`);
   out.push(`<line x1="${left}" y1="${top}" x2="${left}" y2="${bottom}"/>`);
-  for (const t of xTicks) out.push(`<line x1="${px(sx(t))}" y1="${bottom}" x2="${px(sx(t))}" y2="${bottom + 4}"/>`);
-  for (const t of yTicks) out.push(`<line x1="${left - 4}" y1="${px(sy(t))}" x2="${right}" y2="${px(sy(t))}" stroke="#eee"/>`);
+  for (const t of xTicks) {
+    out.push(`<line x1="${px(sx(t))}" y1="${bottom}" x2="${px(sx(t))}" y2="${bottom + 4}"/>`);
+  }
+  for (const t of yTicks) {
+    out.push(
+      `<line x1="${left - 4}" y1="${px(sy(t))}" x2="${right}" y2="${px(sy(t))}" stroke="#eee"/>`,
+    );
+  }
   out.push(`</g>`, `<g class="ticks" fill="#333">`);
-  for (const t of xTicks) out.push(`<text x="${px(sx(t))}" y="${bottom + 16}" text-anchor="middle">${formatTick(t)}</text>`);
-  for (const t of yTicks) out.push(`<text x="${left - 6}" y="${px(sy(t) + 4)}" text-anchor="end">${formatTick(t)}</text>`);
+  for (const t of xTicks) {
+    out.push(
+      `<text x="${px(sx(t))}" y="${bottom + 16}" text-anchor="middle">${formatTick(t)}</text>`,
+    );
+  }
+  for (const t of yTicks) {
+    out.push(
+      `<text x="${left - 6}" y="${px(sy(t) + 4)}" text-anchor="end">${formatTick(t)}</text>`,
+    );
+  }
   out.push(`</g>`);
-  out.push(`<text x="${(left + right) / 2}" y="${height - 8}" text-anchor="middle">${escapeXml(opts.xLabel)}</text>`);
   out.push(
-    `<text x="14" y="${(top + bottom) / 2}" text-anchor="middle" transform="rotate(-90 14 ${(top + bottom) / 2})">` +
+    `<text x="${(left + right) / 2}" y="${height - 8}" text-anchor="middle">${
+      escapeXml(opts.xLabel)
+    }</text>`,
+  );
+  out.push(
+    `<text x="14" y="${(top + bottom) / 2}" text-anchor="middle" transform="rotate(-90 14 ${
+      (top + bottom) / 2
+    })">` +
       `${escapeXml(opts.yLabel)}${logY ? " (log)" : ""}</text>`,
   );
 
@@ -171,10 +206,16 @@ export function linePlot(opts: PlotOptions): string {
     const name = escapeXml(s.name);
     for (const seg of drawn[i]!) {
       if (seg.length === 1) {
-        out.push(`<circle data-series="${name}" cx="${px(sx(seg[0]![0]))}" cy="${px(sy(seg[0]![1]))}" r="2" fill="${color}"/>`);
+        out.push(
+          `<circle data-series="${name}" cx="${px(sx(seg[0]![0]))}" cy="${
+            px(sy(seg[0]![1]))
+          }" r="2" fill="${color}"/>`,
+        );
       } else {
         const points = seg.map(([x, y]) => `${px(sx(x))},${px(sy(y))}`).join(" ");
-        out.push(`<polyline data-series="${name}" fill="none" stroke="${color}" stroke-width="1.5" points="${points}"/>`);
+        out.push(
+          `<polyline data-series="${name}" fill="none" stroke="${color}" stroke-width="1.5" points="${points}"/>`,
+        );
       }
     }
   });

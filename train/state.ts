@@ -14,7 +14,7 @@ import type { GradScaler, GradScalerState } from "../amp/grad_scaler.ts";
 import type { TorchGeneratorState } from "../random/torch_generator.ts";
 import { getDefaultGenerator } from "../nn/init.ts";
 import { fromStTensor, toStTensor } from "../tensor/st_bridge.ts";
-import { scope } from "../tensor/tensor.ts";
+import { scope, type Tensor } from "../tensor/tensor.ts";
 import type { ResumePoint } from "../data/resumable_sampler.ts";
 import type { CheckpointFile } from "./checkpoint.ts";
 import type { TrainConfig } from "./config.ts";
@@ -72,11 +72,16 @@ export function restoreRng(model: Module, s: RankRngState): void {
   ds.forEach((d, i) => (d.offset = BigInt(s.dropoutOffsets[i]!)));
 }
 
-/** The model's state dict as a checkpoint file. */
+/** Named tensors as a checkpoint file `<name>.safetensors` (a copy of their bytes). */
+export function tensorFile(name: string, tensors: Map<string, Tensor>): CheckpointFile {
+  const out = new Map<string, StTensor>();
+  for (const [k, t] of tensors) out.set(k, toStTensor(t));
+  return { name, tensors: out };
+}
+
+/** The model's state dict as the checkpoint file "model". */
 export function modelFile(model: Module): CheckpointFile {
-  const tensors = new Map<string, StTensor>();
-  for (const [k, t] of model.stateDict()) tensors.set(k, toStTensor(t));
-  return { name: "model", tensors };
+  return tensorFile("model", model.stateDict());
 }
 
 /** The optimizer state as a checkpoint file (tensors "state.<i>.<name>", param_groups in metadata). */

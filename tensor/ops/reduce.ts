@@ -55,3 +55,14 @@ function broadcastScalar(
   }
   return out;
 }
+
+/** Index of the first maximum along the last dim (i32, no gradient). */
+export function argmax(x0: Tensor): Tensor {
+  const x = asF32(x0);
+  const cols = x.shape[x.shape.length - 1]!;
+  const rows = x.numel / cols;
+  const out = empty(x.shape.slice(0, -1), "i32");
+  const k = backend();
+  check(k.k.dt_argmax_rows(out.ptr, x.ptr, BigInt(rows), BigInt(cols), k.stream), "dt_argmax_rows");
+  return out;
+}

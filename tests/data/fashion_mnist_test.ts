@@ -224,7 +224,10 @@ for split in ("train", "test"):
                   "first": x[0, 200:208].tolist()}
 print(json.dumps(out))
 `;
-    const run = new Deno.Command(PYTHON, { args: ["-c", program, PEERS, REAL_DIR] }).output();
+    const run = new Deno.Command(PYTHON, {
+      args: ["-c", program, PEERS, REAL_DIR],
+      env: { PYTHONDONTWRITEBYTECODE: "1" }, // leave no __pycache__ in scripts/peers
+    }).output();
     const { train, test } = await real();
     const mine = { train: headDigests(train), test: headDigests(test) };
     const result = await run;

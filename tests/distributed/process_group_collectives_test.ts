@@ -90,29 +90,34 @@ function combiner(dtype: CollectiveDType, op: string): (a: Value, x: Value) => V
   }
 }
 
-/** What rank `rank` must hold after case `c`, computed from every rank's input:
+/** What each rank must hold after case `c`, computed from every rank's input:
  *  reductions combine the ranks in order 0..world-1; avg divides the sum by world. */
-function expected(c: CollectiveCase, index: number, rank: number, world: number): Uint8Array {
+function expected(c: CollectiveCase, index: number, world: number): Uint8Array[] {
   const inputs = Array.from({ length: world }, (_, q) => makeInput(c, index, q, world));
-  if (c.op === "broadcast") return inputs[c.root!]!;
+  const everyRank = (b: Uint8Array) => new Array<Uint8Array>(world).fill(b);
+  if (c.op === "broadcast") return everyRank(inputs[c.root!]!);
   if (c.op === "allGather") {
     const out = new Uint8Array(inputs.reduce((n, b) => n + b.length, 0));
     inputs.forEach((b, q) => out.set(b, q * b.length));
-    return out;
+    return everyRank(out);
   }
+  // the reduction of whole inputs; reduceScatter gives rank r its block r
   const values = inputs.map((b) => decode(c.dtype, b));
-  const base = c.op === "reduceScatter" ? rank * c.count : 0;
   const combine = combiner(c.dtype, c.redop!);
   const divide = c.dtype === "f64"
     ? (v: number) => v / world
     : (v: number) => Math.fround(v / world);
-  const out: Value[] = new Array(c.count);
-  for (let i = 0; i < c.count; i++) {
-    let acc = values[0]![base + i]!;
-    for (let q = 1; q < world; q++) acc = combine(acc, values[q]![base + i]!);
+  const n = values[0]!.length;
+  const out: Value[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    let acc = values[0]![i]!;
+    for (let q = 1; q < world; q++) acc = combine(acc, values[q]![i]!);
     out[i] = c.redop === "avg" ? divide(acc as number) : acc;
   }
-  return encode(c.dtype, out);
+  const all = encode(c.dtype, out);
+  if (c.op === "allReduce") return everyRank(all);
+  const block = c.count * BYTES[c.dtype];
+  return Array.from({ length: world }, (_, r) => all.subarray(r * block, (r + 1) * block));
 }
 
 /** Element-wise equality that treats any two NaNs as equal and -0 != +0. */
@@ -157,9 +162,9 @@ async function runMatrix(
     cases.forEach((c, index) => {
       const size = outputCount(c, world) * BYTES[c.dtype];
       const got = results.map((res, r) => res.subarray(offsets[r]!, offsets[r]! += size));
-      const same = c.op === "reduceScatter" ? null : expected(c, index, 0, world); // equal on every rank
+      const want = expected(c, index, world);
       for (let r = 0; r < world; r++) {
-        const diff = firstDifference(c.dtype, got[r]!, same ?? expected(c, index, r, world));
+        const diff = firstDifference(c.dtype, got[r]!, want[r]!);
         if (diff) failures.push(`${caseName(c)} on rank ${r} of ${world}: ${diff}`);
       }
       if (c.op !== "reduceScatter") {

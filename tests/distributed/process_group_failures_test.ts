@@ -102,6 +102,22 @@ Deno.test("a rank SIGKILLed mid-job: the survivor's collective fails at once and
   });
 });
 
+Deno.test("a bad argument on one rank makes its peer's collective fail at once with that rank's error", async () => {
+  await withRanks(serve(2, "badarg"), async ([r0, r1]) => {
+    await ready([r0!, r1!]);
+    const bad = await run(r0!, "broadcast 10 5 30000");
+    assert.equal(bad.ok, false);
+    assert.match(bad.error!, /broadcast: root 5 is not a rank of this group \(size 2\)/);
+    const peer = await run(r1!, "broadcast 10 0 30000");
+    assert.equal(peer.ok, false);
+    assert.match(
+      peer.error!,
+      /rank 0 aborted the process group: rank 0 called broadcast #1 with bad arguments/,
+    );
+    assert.ok(peer.ms < 5000, `rank 1 waited ${peer.ms} ms`);
+  });
+});
+
 Deno.test("close() on one rank makes a peer's collective fail at once", async () => {
   await withRanks(serve(2, "close"), async ([r0, r1]) => {
     await ready([r0!, r1!]);

@@ -20,25 +20,43 @@ function childPids(t: TestRun): number[] {
 Deno.test("a rank that throws stops every rank within 5 s, and the launcher reports its error and stack", async () => {
   const t = new TestRun();
   try {
-    const l = t.launch(["--nproc", "3", FAIL_ONE, "1", "throw", "500"], { env: { TEST_STUBBORN: "1" } });
+    const l = t.launch(["--nproc", "3", FAIL_ONE, "1", "throw", "500"], {
+      env: { TEST_STUBBORN: "1" },
+    });
     const r = await t.finish(l);
     const endedAt = Date.now();
     const failedAt = Number(Deno.readTextFileSync(join(t.pidDir, "failed-at")));
-    assert.ok(endedAt - failedAt < 5000, `the launcher took ${endedAt - failedAt} ms after the failure`);
+    assert.ok(
+      endedAt - failedAt < 5000,
+      `the launcher took ${endedAt - failedAt} ms after the failure`,
+    );
     assert.equal(r.code, 1, r.stderr);
     const pids = t.pids();
     assert.equal(pids.size, 3);
     const children = childPids(t);
     assert.equal(children.length, 2, "both waiting ranks started a grandchild");
-    for (const pid of [...pids.values(), ...children]) assert.ok(!alive(pid), `process ${pid} is still alive`);
+    for (const pid of [...pids.values(), ...children]) {
+      assert.ok(!alive(pid), `process ${pid} is still alive`);
+    }
     assert.match(r.stderr, /rank 1 \(node 0, pid \d+\) failed first: exit code 1/);
     assert.match(r.stderr, /^\[dtrain\] error: Error: rank 1 exploded on purpose$/m);
-    assert.match(r.stderr, /^\[dtrain\]\s+at nestedHelper \(file:\/\/.*fail_one\.ts:\d+:\d+\)$/m, "the stack is printed");
+    assert.match(
+      r.stderr,
+      /^\[dtrain\]\s+at nestedHelper \(file:\/\/.*fail_one\.ts:\d+:\d+\)$/m,
+      "the stack is printed",
+    );
     // What the other ranks were doing: waiting at the barrier, then stopped.
     assert.match(r.stderr, /^\[dtrain\] 0 .*barrier "never" .*waiting/m);
     assert.match(r.stderr, /^\[dtrain\] 2 .*barrier "never" .*waiting/m);
-    assert.match(r.stderr, /rank 0 killed by SIGKILL, rank 1 exit code 1, rank 2 killed by SIGKILL/);
-    assert.match(r.stderr, /rank 0 ignores SIGTERM/, "SIGTERM came first, SIGKILL after the grace period");
+    assert.match(
+      r.stderr,
+      /rank 0 killed by SIGKILL, rank 1 exit code 1, rank 2 killed by SIGKILL/,
+    );
+    assert.match(
+      r.stderr,
+      /rank 0 ignores SIGTERM/,
+      "SIGTERM came first, SIGKILL after the grace period",
+    );
   } finally {
     await t.cleanup();
   }
@@ -50,7 +68,10 @@ Deno.test("the launcher exits with the failing rank's exit code", async () => {
     const r = await t.finish(t.launch(["--nproc", "3", FAIL_ONE, "2", "exit=7", "200"]));
     assert.equal(r.code, 7, r.stderr);
     assert.match(r.stderr, /rank 2 \(node 0, pid \d+\) failed first: exit code 7/);
-    assert.match(r.stderr, /last lines of its stderr:\n\[dtrain\]   \| rank 2 exits with 7 on purpose/);
+    assert.match(
+      r.stderr,
+      /last lines of its stderr:\n\[dtrain\] {3}\| rank 2 exits with 7 on purpose/,
+    );
     for (const pid of t.pids().values()) assert.ok(!alive(pid));
   } finally {
     await t.cleanup();
@@ -89,7 +110,11 @@ Deno.test("ranks die within a few seconds when their launcher is SIGKILLed", asy
     const pids = await t.ranksStarted(2);
     for (const pid of pids.values()) assert.ok(alive(pid));
     Deno.kill(l.pid, "SIGKILL");
-    const took = await waitUntil(() => [...pids.values()].every((p) => !alive(p)), 3000, "every rank died");
+    const took = await waitUntil(
+      () => [...pids.values()].every((p) => !alive(p)),
+      3000,
+      "every rank died",
+    );
     assert.ok(took < 3000);
   } finally {
     await t.cleanup();

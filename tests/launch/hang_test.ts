@@ -13,7 +13,9 @@ const SCAN_HANG = join(SCRIPTS, "scan_hang.ts");
 function makeDataset(dir: string, files: number): string {
   const data = join(dir, "dataset");
   Deno.mkdirSync(data);
-  for (let i = 0; i < files; i++) Deno.writeFileSync(join(data, `sample-${i}.bin`), new Uint8Array(i % 7));
+  for (let i = 0; i < files; i++) {
+    Deno.writeFileSync(join(data, `sample-${i}.bin`), new Uint8Array(i % 7));
+  }
   return data;
 }
 
@@ -29,10 +31,23 @@ Deno.test("--hang-warn prints once which ranks wait at the barrier and that rank
       hangs[0]!,
       /^\[dtrain\] hang: ranks 1,2 wait at barrier "after-scan" \(seq 1\) for [\d.]+ s; rank 0 is elsewhere: phase "scan dataset" for [\d.]+ s$/,
     );
-    assert.match(r.stderr, /^\[dtrain\] rank\s+node\s+host\s+pid\s+state\s+phase\s+in phase\s+last collective\s+heard$/m);
-    assert.match(r.stderr, /^\[dtrain\] 0\s+0\s+\S+\s+\d+\s+running\s+scan dataset\s+[\d.]+ s\s+-/m);
-    assert.match(r.stderr, /^\[dtrain\] 1\s+0\s+\S+\s+\d+\s+running\s+barrier "after-scan"\s+[\d.]+ s\s+barrier "after-scan" \(seq 1\) waiting/m);
-    assert.match(r.stdout, /^\[r0\] rank 0 passed the barrier$/m, "the run completes after the scan");
+    assert.match(
+      r.stderr,
+      /^\[dtrain\] rank\s+node\s+host\s+pid\s+state\s+phase\s+in phase\s+last collective\s+heard$/m,
+    );
+    assert.match(
+      r.stderr,
+      /^\[dtrain\] 0\s+0\s+\S+\s+\d+\s+running\s+scan dataset\s+[\d.]+ s\s+-/m,
+    );
+    assert.match(
+      r.stderr,
+      /^\[dtrain\] 1\s+0\s+\S+\s+\d+\s+running\s+barrier "after-scan"\s+[\d.]+ s\s+barrier "after-scan" \(seq 1\) waiting/m,
+    );
+    assert.match(
+      r.stdout,
+      /^\[r0\] rank 0 passed the barrier$/m,
+      "the run completes after the scan",
+    );
   } finally {
     await t.cleanup();
   }
@@ -45,11 +60,22 @@ Deno.test("--timeout turns the hang into a clean failure that prints the table",
     const r = await t.finish(t.launch(["--nproc", "3", "--timeout", "3", SCAN_HANG, data, "60"]));
     assert.equal(r.code, 124, r.stderr);
     assert.ok(r.elapsedMs < 12_000, `the launcher took ${r.elapsedMs} ms`);
-    assert.match(r.stderr, /timeout: a collective waited [\d.]+ s \(--timeout 3 s\); stopping every rank/);
-    assert.match(r.stderr, /ranks 1,2 wait at barrier "after-scan" \(seq 1\) for [\d.]+ s; rank 0 is elsewhere: phase "scan dataset"/);
+    assert.match(
+      r.stderr,
+      /timeout: a collective waited [\d.]+ s \(--timeout 3 s\); stopping every rank/,
+    );
+    assert.match(
+      r.stderr,
+      /ranks 1,2 wait at barrier "after-scan" \(seq 1\) for [\d.]+ s; rank 0 is elsewhere: phase "scan dataset"/,
+    );
     assert.match(r.stderr, /^\[dtrain\] 0\s+0\s+\S+\s+\d+\s+running\s+scan dataset/m);
-    assert.ok(!r.stderr.includes("[dtrain] hang: "), "with the default --hang-warn 60 only the timeout prints");
-    for (const pid of t.pids().values()) assert.ok(!alive(pid), `rank process ${pid} survived the timeout`);
+    assert.ok(
+      !r.stderr.includes("[dtrain] hang: "),
+      "with the default --hang-warn 60 only the timeout prints",
+    );
+    for (const pid of t.pids().values()) {
+      assert.ok(!alive(pid), `rank process ${pid} survived the timeout`);
+    }
   } finally {
     await t.cleanup();
   }

@@ -53,10 +53,16 @@ export function alive(pid: number): boolean {
 }
 
 /** Polls `cond` every 50 ms until it holds; throws after `timeoutMs`. */
-export async function waitUntil(cond: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<number> {
+export async function waitUntil(
+  cond: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+): Promise<number> {
   const t0 = performance.now();
   while (!(await cond())) {
-    if (performance.now() - t0 > timeoutMs) throw new Error(`Timed out after ${timeoutMs} ms waiting until ${what}`);
+    if (performance.now() - t0 > timeoutMs) {
+      throw new Error(`Timed out after ${timeoutMs} ms waiting until ${what}`);
+    }
     await new Promise((r) => setTimeout(r, 50));
   }
   return performance.now() - t0;
@@ -102,7 +108,13 @@ export class TestRun {
       const status = await child.status;
       const elapsedMs = performance.now() - t0;
       await pumped;
-      return { code: status.code, signal: status.signal, stdout: out.text, stderr: err.text, elapsedMs };
+      return {
+        code: status.code,
+        signal: status.signal,
+        stdout: out.text,
+        stderr: err.text,
+        elapsedMs,
+      };
     })();
     const launched: Launched = {
       pid: child.pid,
@@ -122,13 +134,17 @@ export class TestRun {
   /** Waits for a launcher to exit, killing it (and failing) after `timeoutMs`. */
   async finish(l: Launched, timeoutMs = 20_000): Promise<LaunchResult> {
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const timeout = new Promise<"timeout">((r) => timer = setTimeout(() => r("timeout"), timeoutMs));
+    const timeout = new Promise<"timeout">((r) =>
+      timer = setTimeout(() => r("timeout"), timeoutMs)
+    );
     const r = await Promise.race([l.done, timeout]);
     clearTimeout(timer);
     if (r === "timeout") {
       l.kill("SIGKILL");
       const late = await l.done;
-      throw new Error(`The launcher did not exit within ${timeoutMs} ms.\nstdout:\n${late.stdout}\nstderr:\n${late.stderr}`);
+      throw new Error(
+        `The launcher did not exit within ${timeoutMs} ms.\nstdout:\n${late.stdout}\nstderr:\n${late.stderr}`,
+      );
     }
     return r;
   }
@@ -169,7 +185,11 @@ export class TestRun {
 
 /** The run directory a launcher created under `cwd/runs` (the only one). */
 export function onlyRunDir(cwd: string): string {
-  const dirs = [...Deno.readDirSync(join(cwd, "runs"))].filter((e) => e.isDirectory).map((e) => e.name);
-  if (dirs.length !== 1) throw new Error(`Expected one run directory in ${cwd}/runs, found ${JSON.stringify(dirs)}`);
+  const dirs = [...Deno.readDirSync(join(cwd, "runs"))].filter((e) => e.isDirectory).map((e) =>
+    e.name
+  );
+  if (dirs.length !== 1) {
+    throw new Error(`Expected one run directory in ${cwd}/runs, found ${JSON.stringify(dirs)}`);
+  }
   return join(cwd, "runs", dirs[0]!);
 }

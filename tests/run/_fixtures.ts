@@ -112,7 +112,9 @@ export function metricsOf(spec: RunSpec, attempt = 0, from = 0, to = spec.steps)
       dataWaitMs: 0.5,
       memBytes: 1 << 20,
     };
-    if (spec.stepMsByRank) m.stepMsByRank = Array.from({ length: spec.worldSize }, (_, r) => 18 + r + (step % 3));
+    if (spec.stepMsByRank) {
+      m.stepMsByRank = Array.from({ length: spec.worldSize }, (_, r) => 18 + r + (step % 3));
+    }
     out.push(m);
   }
   return out;
@@ -127,10 +129,27 @@ export function runRecordOf(spec: RunSpec, dir: string): RunRecord {
     argv: ["dtrain", "--nproc", String(nproc), "--run-dir", dir, "train.ts", ...spec.scriptArgs],
     cwd: "/home/user/project",
     script: { path: "train.ts", sha256: spec.scriptSha, args: spec.scriptArgs },
-    world: { nnodes: spec.nnodes, nprocPerNode: nproc, hosts: Array.from({ length: spec.nnodes }, (_, i) => `node${i}`) },
-    versions: { dtrain: "0.1.0", deno: "2.9.6", v8: "15.0.245.2-rusty", typescript: "6.0.3", native: { cpu: spec.nativeCpu } },
+    world: {
+      nnodes: spec.nnodes,
+      nprocPerNode: nproc,
+      hosts: Array.from({ length: spec.nnodes }, (_, i) => `node${i}`),
+    },
+    versions: {
+      dtrain: "0.1.0",
+      deno: "2.9.6",
+      v8: "15.0.245.2-rusty",
+      typescript: "6.0.3",
+      native: { cpu: spec.nativeCpu },
+    },
     env: spec.env,
-    machine: { hostname: "node0", os: "linux 6.1.0", arch: "x86_64", cpuModel: "Test CPU @ 3.0GHz", cpus: 2, memBytes: 8 * 2 ** 30 },
+    machine: {
+      hostname: "node0",
+      os: "linux 6.1.0",
+      arch: "x86_64",
+      cpuModel: "Test CPU @ 3.0GHz",
+      cpus: 2,
+      memBytes: 8 * 2 ** 30,
+    },
     createdAt: new Date("2025-01-01T00:00:00Z"),
   });
   r = beginAttempt(r, new Date("2025-01-01T00:00:01Z"));

@@ -21,7 +21,9 @@ function paeth(a: number, b: number, c: number): number {
 
 /** Decodes a PNG file's bytes; throws a TypeError naming what is unsupported. */
 export function decodePng(bytes: Uint8Array): Image {
-  if (!SIGNATURE.every((b, i) => bytes[i] === b)) throw new TypeError("not a PNG file: bad signature");
+  if (!SIGNATURE.every((b, i) => bytes[i] === b)) {
+    throw new TypeError("not a PNG file: bad signature");
+  }
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let width = 0, height = 0, colorType = 0;
   const idat: Uint8Array[] = [];
@@ -35,7 +37,9 @@ export function decodePng(bytes: Uint8Array): Image {
       const depth = data[8], interlace = data[12];
       colorType = data[9]!;
       if (depth !== 8 || (colorType !== 2 && colorType !== 6) || interlace !== 0) {
-        throw new TypeError(`unsupported PNG: bit depth ${depth}, colour type ${colorType}, interlace ${interlace}`);
+        throw new TypeError(
+          `unsupported PNG: bit depth ${depth}, colour type ${colorType}, interlace ${interlace}`,
+        );
       }
     } else if (type === "IDAT") idat.push(data);
     else if (type === "IEND") break;
@@ -57,20 +61,37 @@ export function decodePng(bytes: Uint8Array): Image {
     const row = pixels.subarray(y * stride, (y + 1) * stride);
     const up = y > 0 ? pixels.subarray((y - 1) * stride, y * stride) : new Uint8Array(stride);
     for (let i = 0; i < stride; i++) {
-      const a = i >= channels ? row[i - channels]! : 0, b = up[i]!, c = i >= channels ? up[i - channels]! : 0;
-      const predictor = filter === 0 ? 0 : filter === 1 ? a : filter === 2 ? b : filter === 3 ? (a + b) >> 1 : filter === 4 ? paeth(a, b, c) : -1;
+      const a = i >= channels ? row[i - channels]! : 0,
+        b = up[i]!,
+        c = i >= channels ? up[i - channels]! : 0;
+      const predictor = filter === 0
+        ? 0
+        : filter === 1
+        ? a
+        : filter === 2
+        ? b
+        : filter === 3
+        ? (a + b) >> 1
+        : filter === 4
+        ? paeth(a, b, c)
+        : -1;
       if (predictor < 0) throw new TypeError(`bad PNG row filter ${filter} in row ${y}`);
       row[i] = (src[i]! + predictor) & 255;
     }
   }
   if (channels === 4) return { width, height, rgba: pixels };
   const rgba = new Uint8Array(width * height * 4);
-  for (let p = 0; p < width * height; p++) rgba.set([pixels[3 * p]!, pixels[3 * p + 1]!, pixels[3 * p + 2]!, 255], 4 * p);
+  for (let p = 0; p < width * height; p++) {
+    rgba.set([pixels[3 * p]!, pixels[3 * p + 1]!, pixels[3 * p + 2]!, 255], 4 * p);
+  }
   return { width, height, rgba };
 }
 
 /** How many pixels satisfy `test(r, g, b)`. */
-export function countPixels(img: Image, test: (r: number, g: number, b: number) => boolean): number {
+export function countPixels(
+  img: Image,
+  test: (r: number, g: number, b: number) => boolean,
+): number {
   let n = 0;
   for (let p = 0; p < img.width * img.height; p++) {
     if (test(img.rgba[4 * p]!, img.rgba[4 * p + 1]!, img.rgba[4 * p + 2]!)) n++;

@@ -5,11 +5,24 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { compareRuns, type Comparison, flatten, launchOptions, relDiff } from "../../run/compare.ts";
+import {
+  compareRuns,
+  type Comparison,
+  flatten,
+  launchOptions,
+  relDiff,
+} from "../../run/compare.ts";
 import { diffMain } from "../../run/diff.ts";
 import { readRunDir } from "../../run/format.ts";
 import { appendMetrics, beginAttempt, finishAttempt, writeRunRecord } from "../../run/record.ts";
-import { baseSpec, metricsOf, runRecordOf, type RunSpec, withTempDir, writeRun } from "./_fixtures.ts";
+import {
+  baseSpec,
+  metricsOf,
+  runRecordOf,
+  type RunSpec,
+  withTempDir,
+  writeRun,
+} from "./_fixtures.ts";
 
 /** Writes the base run and a run with `change` applied, and compares them. */
 async function comparePair(change: (s: RunSpec) => void, lossTol = 1e-6): Promise<Comparison> {
@@ -40,12 +53,17 @@ Deno.test("compareRuns() finds nothing between two identical runs, and diffMain 
     const b = writeRun(root, "b", baseSpec());
     const r = await runDiff([a, b]);
     assert.equal(r.code, 0, r.out + r.err);
-    assert.match(r.out, /^runs agree \(compared: .*config.*data order.*losses \(12 steps, rel tol 1e-6\)\)$/m);
+    assert.match(
+      r.out,
+      /^runs agree \(compared: .*config.*data order.*losses \(12 steps, rel tol 1e-6\)\)$/m,
+    );
   });
 });
 
 Deno.test("compareRuns() names a changed config value first", async () => {
-  const c = await comparePair((s) => s.config = { ...s.config, optimizer: { name: "adamw", lr: 0.0003 } });
+  const c = await comparePair((s) =>
+    s.config = { ...s.config, optimizer: { name: "adamw", lr: 0.0003 } }
+  );
   assert.deepEqual(topics(c), ["config"]);
   assert.equal(c.findings[0]!.headline, "config: optimizer.lr 0.001 vs 0.0003");
 });
@@ -56,44 +74,71 @@ Deno.test("compareRuns() names a changed seed first, with the data order and los
   assert.match(c.findings[0]!.headline, /^seed 1 vs 2/);
   assert.match(c.findings[1]!.headline, /first at epoch 0, rank 0/);
   assert.deepEqual(c.findings[1]!.evidence, ["may follow from the differences above (seed)"]);
-  assert.match(c.findings[2]!.headline, /differ from the first common step; first difference at step 0/);
+  assert.match(
+    c.findings[2]!.headline,
+    /differ from the first common step; first difference at step 0/,
+  );
 });
 
 Deno.test("compareRuns() names a changed world size first, then the data order it reshuffles", async () => {
   const c = await comparePair((s) => s.worldSize = 4);
   assert.deepEqual(topics(c), ["world.worldSize", "data order"]);
-  assert.match(c.findings[0]!.headline, /^world size 2 vs 4: per-rank batch and reduction order differ/);
-  assert.match(c.findings[1]!.evidence[0]!, /may follow from the differences above \(world\.worldSize\)/);
+  assert.match(
+    c.findings[0]!.headline,
+    /^world size 2 vs 4: per-rank batch and reduction order differ/,
+  );
+  assert.match(
+    c.findings[1]!.evidence[0]!,
+    /may follow from the differences above \(world\.worldSize\)/,
+  );
 });
 
 Deno.test("compareRuns() names the data order at epoch 2, rank 1 when only that digest differs", async () => {
   const c = await comparePair((s) => {
-    s.editOrder = (d) => d.epoch === 2 && d.rank === 1 ? { ...d, sha256: "9b0c".padEnd(64, "f"), first: [...d.first].reverse() } : d;
+    s.editOrder = (d) =>
+      d.epoch === 2 && d.rank === 1
+        ? { ...d, sha256: "9b0c".padEnd(64, "f"), first: [...d.first].reverse() }
+        : d;
   });
   assert.deepEqual(topics(c), ["data order"]);
   const f = c.findings[0]!;
-  assert.match(f.headline, /^data order differs first at epoch 2, rank 1 \(sha256 [0-9a-f]{8}… vs 9b0cffff…; first indices \[/);
+  assert.match(
+    f.headline,
+    /^data order differs first at epoch 2, rank 1 \(sha256 [0-9a-f]{8}… vs 9b0cffff…; first indices \[/,
+  );
   assert.match(f.check, /sampler or the dataset changed/);
 });
 
 Deno.test("compareRuns() names one changed environment variable with why it matters", async () => {
   const c = await comparePair((s) => s.env = { ...s.env, DTRAIN_NUM_THREADS: "2" });
   assert.deepEqual(topics(c), ["env:DTRAIN_NUM_THREADS"]);
-  assert.match(c.findings[0]!.headline, /^environment: DTRAIN_NUM_THREADS 1 vs 2 \(kernel thread count changes how GEMM/);
+  assert.match(
+    c.findings[0]!.headline,
+    /^environment: DTRAIN_NUM_THREADS 1 vs 2 \(kernel thread count changes how GEMM/,
+  );
   const unset = await comparePair((s) => s.env = { DTRAIN_NUM_THREADS: "1" });
-  assert.equal(unset.findings[0]!.headline.startsWith("environment: OMP_NUM_THREADS 1 vs (unset)"), true);
+  assert.equal(
+    unset.findings[0]!.headline.startsWith("environment: OMP_NUM_THREADS 1 vs (unset)"),
+    true,
+  );
 });
 
 Deno.test("compareRuns() names a different native library build", async () => {
   const c = await comparePair((s) => s.nativeCpu = "def0123456789abc");
   assert.deepEqual(topics(c), ["versions.native.cpu"]);
-  assert.equal(c.findings[0]!.headline, "versions: native CPU library build a321783a… vs def01234…");
+  assert.equal(
+    c.findings[0]!.headline,
+    "versions: native CPU library build a321783a… vs def01234…",
+  );
 });
 
 Deno.test("compareRuns() names a changed script hash first", async () => {
   const c = await comparePair((s) => s.scriptSha = "9b0c".padEnd(64, "1"));
   assert.deepEqual(topics(c), ["script"]);
-  assert.equal(c.findings[0]!.headline, "script changed: sha256 3fa10000… vs 9b0c1111… (train.ts edited?)");
+  assert.equal(
+    c.findings[0]!.headline,
+    "script changed: sha256 3fa10000… vs 9b0c1111… (train.ts edited?)",
+  );
 });
 
 Deno.test("compareRuns() names the loss at step 7 when it differs beyond the tolerance, then non-determinism", async () => {
@@ -103,7 +148,10 @@ Deno.test("compareRuns() names the loss at step 7 when it differs beyond the tol
   };
   const c = await comparePair(bump);
   assert.deepEqual(topics(c), ["loss", "non-determinism"]);
-  assert.match(c.findings[0]!.headline, /^losses agree to 1e-6 up to step 6; first difference at step 7: \S+ vs \S+ \(rel 2\.6e-4\)$/);
+  assert.match(
+    c.findings[0]!.headline,
+    /^losses agree to 1e-6 up to step 6; first difference at step 7: \S+ vs \S+ \(rel 2\.6e-4\)$/,
+  );
   assert.ok(c.findings[1]!.evidence.includes("thread count DTRAIN_NUM_THREADS: 1 in both"));
   assert.ok(c.findings[1]!.evidence.includes("native library build: a321783a1a851864 in both"));
 });
@@ -147,11 +195,17 @@ Deno.test("a resumed run that repeats steps agrees with an uninterrupted one; it
     Deno.mkdirSync(b);
     let run = runRecordOf(spec, b);
     run = { ...run, attempts: [], status: "running" };
-    run = finishAttempt(beginAttempt(run), { exitCode: 1, failingRank: 1, reason: "rank 1 exit 1" });
+    run = finishAttempt(beginAttempt(run), {
+      exitCode: 1,
+      failingRank: 1,
+      reason: "rank 1 exit 1",
+    });
     run = finishAttempt(beginAttempt(run), { exitCode: 0 });
     writeRunRecord(b, run);
     // attempt 0 logged steps 0-8 with a wrong loss from step 6 on; attempt 1 resumed at step 5
-    for (const m of metricsOf(spec, 0, 0, 9)) appendMetrics(b, m.step >= 6 ? { ...m, loss: 99 } : m);
+    for (const m of metricsOf(spec, 0, 0, 9)) {
+      appendMetrics(b, m.step >= 6 ? { ...m, loss: 99 } : m);
+    }
     for (const m of metricsOf(spec, 1, 5, spec.steps)) appendMetrics(b, m);
     Deno.copyFileSync(join(a, "config.json"), join(b, "config.json"));
     Deno.copyFileSync(join(a, "data_order.jsonl"), join(b, "data_order.jsonl"));
@@ -212,13 +266,30 @@ Deno.test("diffMain exits 2 with a clear message for bad arguments and unreadabl
 });
 
 Deno.test("flatten(), relDiff() and launchOptions() handle the edge cases diff relies on", () => {
-  assert.deepEqual([...flatten({ a: { b: [1, { c: 2 }] }, d: [], e: null })], [["a.b[0]", "1"], ["a.b[1].c", "2"], ["d", "[]"], ["e", "null"]]);
+  assert.deepEqual([...flatten({ a: { b: [1, { c: 2 }] }, d: [], e: null })], [
+    ["a.b[0]", "1"],
+    ["a.b[1].c", "2"],
+    ["d", "[]"],
+    ["e", "null"],
+  ]);
   assert.equal(relDiff(NaN, NaN), 0);
   assert.equal(relDiff(2, NaN), Infinity);
   assert.equal(relDiff(0, 0), 0);
   assert.equal(relDiff(1, 1.5), 1 / 3);
   assert.deepEqual(
-    launchOptions(["dtrain", "--nproc", "2", "--threads", "3", "--run-dir=/x", "--master-port", "1", "t.ts", "--lr", "1"], ["--lr", "1"]),
+    launchOptions([
+      "dtrain",
+      "--nproc",
+      "2",
+      "--threads",
+      "3",
+      "--run-dir=/x",
+      "--master-port",
+      "1",
+      "t.ts",
+      "--lr",
+      "1",
+    ], ["--lr", "1"]),
     ["--threads", "3"],
   );
 });

@@ -8,16 +8,24 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import {
   dataOrderLine,
+  describeIssues,
   finalSteps,
   metricsLine,
   type MetricsRecord,
+  MetricsRecordSchema,
   parseJsonLines,
   readRunDir,
   RunRecordSchema,
-  MetricsRecordSchema,
-  describeIssues,
 } from "../../run/format.ts";
-import { baseSpec, configOf, dataOrderOf, metricsOf, runRecordOf, withTempDir, writeRun } from "./_fixtures.ts";
+import {
+  baseSpec,
+  configOf,
+  dataOrderOf,
+  metricsOf,
+  runRecordOf,
+  withTempDir,
+  writeRun,
+} from "./_fixtures.ts";
 
 /** Expects `fn` to throw a TypeError whose message matches `re`. */
 function throwsType(fn: () => unknown, re: RegExp): void {
@@ -57,8 +65,14 @@ Deno.test("metricsLine() and dataOrderLine() refuse records a reader would rejec
   throwsType(() => metricsLine({ ...m, lr: NaN }), /Cannot write this metrics\.jsonl line: lr: /);
   throwsType(() => metricsLine({ ...m, step: -1 }), /step: Too small/);
   const d = dataOrderOf(baseSpec())[0]!;
-  throwsType(() => dataOrderLine({ ...d, first: d.first.slice(1) }), /first: first must hold min\(16, count\) indices/);
-  throwsType(() => dataOrderLine({ ...d, sha256: "abc" }), /sha256: expected 64 lowercase hex digits/);
+  throwsType(
+    () => dataOrderLine({ ...d, first: d.first.slice(1) }),
+    /first: first must hold min\(16, count\) indices/,
+  );
+  throwsType(
+    () => dataOrderLine({ ...d, sha256: "abc" }),
+    /sha256: expected 64 lowercase hex digits/,
+  );
 });
 
 Deno.test("readRunDir() names the file, line and field of a malformed metrics line", async () => {
@@ -72,7 +86,10 @@ Deno.test("readRunDir() names the file, line and field of a malformed metrics li
       Deno.writeTextFileSync(path, copy.join("\n"));
     };
     rewrite(2, "garbage{");
-    throwsType(() => readRunDir(dir), new RegExp(`^${path}:3: not valid JSON \\(.*\\): "garbage\\{"$`));
+    throwsType(
+      () => readRunDir(dir),
+      new RegExp(`^${path}:3: not valid JSON \\(.*\\): "garbage\\{"$`),
+    );
     rewrite(4, lines[4]!.replace(/"loss":[^,]+/, `"loss":"low"`));
     throwsType(() => readRunDir(dir), new RegExp(`^${path}:5: loss: Invalid input`));
     rewrite(1, lines[1]!.slice(0, 30)); // a truncated line in the middle is an error, not a warning
@@ -85,11 +102,17 @@ Deno.test("readRunDir() drops an unterminated, truncated last line with a warnin
     const dir = writeRun(root, "a", baseSpec());
     const path = join(dir, "metrics.jsonl");
     const text = Deno.readTextFileSync(path);
-    Deno.writeTextFileSync(path, text + metricsLine(metricsOf(baseSpec(), 0, 12, 13)[0]!).slice(0, 40));
+    Deno.writeTextFileSync(
+      path,
+      text + metricsLine(metricsOf(baseSpec(), 0, 12, 13)[0]!).slice(0, 40),
+    );
     const r = readRunDir(dir);
     assert.equal(r.metrics.length, 12);
     assert.equal(r.warnings.length, 1);
-    assert.match(r.warnings[0]!, new RegExp(`^${path}:13: not valid JSON.*ignored: the last line has no newline`));
+    assert.match(
+      r.warnings[0]!,
+      new RegExp(`^${path}:13: not valid JSON.*ignored: the last line has no newline`),
+    );
     // A complete last line without its newline is kept.
     Deno.writeTextFileSync(path, text.trimEnd());
     assert.equal(readRunDir(dir).metrics.length, 12);
@@ -125,8 +148,11 @@ Deno.test("readRunDir() either reads or names file and line for 300 corrupted me
           const at = Math.floor(random() * text.length);
           const kind = random();
           if (kind < 0.3) text = text.slice(0, at); // truncation
-          else if (kind < 0.6) text = text.slice(0, at) + text.slice(at + 1 + Math.floor(random() * 20)); // deletion
-          else text = text.slice(0, at) + junk[Math.floor(random() * junk.length)] + text.slice(at); // garbage
+          else if (kind < 0.6) {
+            text = text.slice(0, at) + text.slice(at + 1 + Math.floor(random() * 20)); // deletion
+          } else {text = text.slice(0, at) + junk[Math.floor(random() * junk.length)] +
+              text.slice(at); // garbage
+          }
         }
         Deno.writeTextFileSync(path, text);
         try {
@@ -139,7 +165,10 @@ Deno.test("readRunDir() either reads or names file and line for 300 corrupted me
         }
       }
       Deno.writeTextFileSync(path, good);
-      assert.ok(refused > 50 && read > 5, `${file}: ${refused} refused, ${read} read: the cases should exercise both paths`);
+      assert.ok(
+        refused > 50 && read > 5,
+        `${file}: ${refused} refused, ${read} read: the cases should exercise both paths`,
+      );
     }
   });
 });
@@ -150,12 +179,21 @@ Deno.test("readRunDir() refuses a malformed run.json, naming the field or the li
     const path = join(dir, "run.json");
     const good = Deno.readTextFileSync(path);
     Deno.writeTextFileSync(path, good.slice(0, 200));
-    throwsType(() => readRunDir(dir), new RegExp(`^${path}:${good.slice(0, 200).split("\n").length}: not valid JSON: `));
+    throwsType(
+      () => readRunDir(dir),
+      new RegExp(`^${path}:${good.slice(0, 200).split("\n").length}: not valid JSON: `),
+    );
     Deno.writeTextFileSync(path, good.replace('"name"', "name"));
     throwsType(() => readRunDir(dir), new RegExp(`^${path}:4: not valid JSON: `));
     const run = JSON.parse(good);
-    Deno.writeTextFileSync(path, JSON.stringify({ ...run, world: { ...run.world, worldSize: "2" } }));
-    throwsType(() => readRunDir(dir), new RegExp(`^${path}: world\\.worldSize: Invalid input: expected number, received string`));
+    Deno.writeTextFileSync(
+      path,
+      JSON.stringify({ ...run, world: { ...run.world, worldSize: "2" } }),
+    );
+    throwsType(
+      () => readRunDir(dir),
+      new RegExp(`^${path}: world\\.worldSize: Invalid input: expected number, received string`),
+    );
     Deno.writeTextFileSync(path, JSON.stringify({ ...run, format: "dtrain.run/2" }));
     throwsType(() => readRunDir(dir), /format: Invalid input: expected "dtrain\.run\/1"/);
     Deno.removeSync(path);
@@ -167,18 +205,29 @@ Deno.test("RunRecordSchema checks worldSize = nnodes × nprocPerNode and the att
   const run = runRecordOf(baseSpec(), "/tmp/x");
   const bad = RunRecordSchema.safeParse({ ...run, world: { ...run.world, worldSize: 3 } });
   assert.equal(bad.success, false);
-  assert.match(describeIssues(bad.error!), /world\.worldSize: worldSize 3 != nnodes 1 × nprocPerNode 2/);
+  assert.match(
+    describeIssues(bad.error!),
+    /world\.worldSize: worldSize 3 != nnodes 1 × nprocPerNode 2/,
+  );
   const a0 = run.attempts[0]!;
   const gap = RunRecordSchema.safeParse({ ...run, attempts: [a0, { ...a0, attempt: 2 }] });
   assert.match(describeIssues(gap.error!), /attempts\[1\]\.attempt: expected attempt 1/);
-  const open = RunRecordSchema.safeParse({ ...run, attempts: [{ ...a0, endedAt: null }, { ...a0, attempt: 1 }] });
-  assert.match(describeIssues(open.error!), /attempts\[0\]\.endedAt: only the last attempt may still be open/);
+  const open = RunRecordSchema.safeParse({
+    ...run,
+    attempts: [{ ...a0, endedAt: null }, { ...a0, attempt: 1 }],
+  });
+  assert.match(
+    describeIssues(open.error!),
+    /attempts\[0\]\.endedAt: only the last attempt may still be open/,
+  );
 });
 
 Deno.test("readRunDir() lists missing optional files and ignores unknown ones", async () => {
   await withTempDir((root) => {
     const dir = writeRun(root, "a", baseSpec());
-    for (const f of ["config.json", "metrics.jsonl", "data_order.jsonl"]) Deno.removeSync(join(dir, f));
+    for (const f of ["config.json", "metrics.jsonl", "data_order.jsonl"]) {
+      Deno.removeSync(join(dir, f));
+    }
     Deno.mkdirSync(join(dir, "checkpoints"));
     Deno.writeTextFileSync(join(dir, "notes.txt"), "anything");
     const r = readRunDir(dir);

@@ -16,7 +16,12 @@ function chunk(type: string, data: Uint8Array): Uint8Array {
 }
 
 /** Encodes 8-bit pixels with the given filter for each row (the filters written out from the PNG spec). */
-function encodePng(width: number, pixels: number[][], channels: 3 | 4, filters: number[]): Uint8Array {
+function encodePng(
+  width: number,
+  pixels: number[][],
+  channels: 3 | 4,
+  filters: number[],
+): Uint8Array {
   const stride = width * channels;
   const rows: number[] = [];
   pixels.forEach((row, y) => {
@@ -24,9 +29,15 @@ function encodePng(width: number, pixels: number[][], channels: 3 | 4, filters: 
     const f = filters[y]!;
     rows.push(f);
     for (let i = 0; i < stride; i++) {
-      const a = i >= channels ? row[i - channels]! : 0, b = up[i]!, c = i >= channels ? up[i - channels]! : 0;
+      const a = i >= channels ? row[i - channels]! : 0,
+        b = up[i]!,
+        c = i >= channels ? up[i - channels]! : 0;
       const p = a + b - c;
-      const paeth = Math.abs(p - a) <= Math.abs(p - b) && Math.abs(p - a) <= Math.abs(p - c) ? a : Math.abs(p - b) <= Math.abs(p - c) ? b : c;
+      const paeth = Math.abs(p - a) <= Math.abs(p - b) && Math.abs(p - a) <= Math.abs(p - c)
+        ? a
+        : Math.abs(p - b) <= Math.abs(p - c)
+        ? b
+        : c;
       const pred = [0, a, b, Math.floor((a + b) / 2), paeth][f]!;
       rows.push((row[i]! - pred + 256) & 255);
     }
@@ -35,7 +46,12 @@ function encodePng(width: number, pixels: number[][], channels: 3 | 4, filters: 
   new DataView(ihdr.buffer).setUint32(0, width);
   new DataView(ihdr.buffer).setUint32(4, pixels.length);
   ihdr.set([8, channels === 4 ? 6 : 2, 0, 0, 0], 8);
-  const parts = [new Uint8Array([137, 80, 78, 71, 13, 10, 26, 10]), chunk("IHDR", ihdr), chunk("IDAT", deflateSync(new Uint8Array(rows))), chunk("IEND", new Uint8Array())];
+  const parts = [
+    new Uint8Array([137, 80, 78, 71, 13, 10, 26, 10]),
+    chunk("IHDR", ihdr),
+    chunk("IDAT", deflateSync(new Uint8Array(rows))),
+    chunk("IEND", new Uint8Array()),
+  ];
   const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
   let at = 0;
   for (const p of parts) {
@@ -63,9 +79,15 @@ Deno.test("decodePng() undoes each of the five row filters, for RGBA and RGB", (
 });
 
 Deno.test("decodePng() refuses what it cannot decode, by name", () => {
-  assert.throws(() => decodePng(new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8])), /not a PNG file: bad signature/);
+  assert.throws(
+    () => decodePng(new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8])),
+    /not a PNG file: bad signature/,
+  );
   const png = encodePng(1, [[1, 2, 3]], 3, [0]);
   png[8 + 8 + 8] = 16; // bit depth byte of IHDR
   assert.throws(() => decodePng(png), /unsupported PNG: bit depth 16/);
-  assert.throws(() => decodePng(encodePng(1, [[1, 2, 3]], 3, [7])), /bad PNG row filter 7 in row 0/);
+  assert.throws(
+    () => decodePng(encodePng(1, [[1, 2, 3]], 3, [7])),
+    /bad PNG row filter 7 in row 0/,
+  );
 });

@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import pkg from "../../package.json" with { type: "json" };
-import { envRule } from "../../run/env_rules.ts";
+import { ENV_EXCLUDED, ENV_RULES, envRule } from "../../run/env_rules.ts";
 import { MachineSchema, readRunDir, RunRecordSchema } from "../../run/format.ts";
 import {
   beginAttempt,
@@ -75,13 +75,21 @@ Deno.test("versions() records package.json, Deno, V8, TypeScript and the CPU lib
   assert.equal(v.v8, Deno.version.v8);
   assert.equal(v.typescript, Deno.version.typescript);
   const hashFile = fileURLToPath(new URL("../../build/libdtrain_cpu.so.hash", import.meta.url));
-  assert.equal(v.native.cpu, Deno.readTextFileSync(hashFile).trim(), "dt_build_hash() equals the build's .hash file");
+  assert.equal(
+    v.native.cpu,
+    Deno.readTextFileSync(hashFile).trim(),
+    "dt_build_hash() equals the build's .hash file",
+  );
   assert.equal(v.cuda, undefined);
   assert.equal(v.nccl, undefined);
 });
 
 Deno.test("versions() takes the GPU fields from its argument and records an unreadable library as unavailable", () => {
-  const gpu = { nativeCuda: "cafe", cuda: { runtime: "12.8", driver: "570.86", gpus: ["NVIDIA H200"] }, nccl: "2.26.2" };
+  const gpu = {
+    nativeCuda: "cafe",
+    cuda: { runtime: "12.8", driver: "570.86", gpus: ["NVIDIA H200"] },
+    nccl: "2.26.2",
+  };
   const v = versions(gpu, () => {
     throw new Error("Cannot find native library libdtrain_cpu.so");
   });
@@ -104,7 +112,10 @@ Deno.test("sha256File() matches the sha256 test vector and a large file hashed i
   await withTempDir(async (dir) => {
     const small = join(dir, "abc.txt");
     Deno.writeTextFileSync(small, "abc");
-    assert.equal(await sha256File(small), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert.equal(
+      await sha256File(small),
+      "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+    );
     const big = new Uint8Array(3 * 65536 + 7).map((_, i) => (i * 31) & 255);
     const path = join(dir, "big.bin");
     Deno.writeFileSync(path, big);
@@ -118,9 +129,18 @@ Deno.test("orderDigest() hashes the indices as little-endian int32 and keeps the
   const indices = backing.subarray(3, 23); // a view with a byte offset
   const bytes = new DataView(new ArrayBuffer(4 * indices.length));
   indices.forEach((v, i) => bytes.setInt32(4 * i, v, true));
-  const expected = Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes.buffer)), (b) => b.toString(16).padStart(2, "0")).join("");
+  const expected = Array.from(
+    new Uint8Array(await crypto.subtle.digest("SHA-256", bytes.buffer)),
+    (b) => b.toString(16).padStart(2, "0"),
+  ).join("");
   const d = orderDigest(2, 1, indices);
-  assert.deepEqual(d, { epoch: 2, rank: 1, count: 20, sha256: expected, first: Array.from(indices.subarray(0, 16)) });
+  assert.deepEqual(d, {
+    epoch: 2,
+    rank: 1,
+    count: 20,
+    sha256: expected,
+    first: Array.from(indices.subarray(0, 16)),
+  });
   const short = orderDigest(0, 0, new Int32Array([5, 3]));
   assert.deepEqual(short.first, [5, 3]);
   assert.equal(orderDigest(0, 0, new Int32Array(0)).sha256, createHash("sha256").digest("hex"));
@@ -128,8 +148,26 @@ Deno.test("orderDigest() hashes the indices as little-endian int32 and keeps the
 
 Deno.test("redactArgv() hides the rendezvous token in both option spellings", () => {
   assert.deepEqual(
-    redactArgv(["dtrain", "--rdzv-token", "abc", "--rdzv-token=def", "--nproc", "2", "t.ts", "--rdzv-token"]),
-    ["dtrain", "--rdzv-token", "<redacted>", "--rdzv-token=<redacted>", "--nproc", "2", "t.ts", "--rdzv-token"],
+    redactArgv([
+      "dtrain",
+      "--rdzv-token",
+      "abc",
+      "--rdzv-token=def",
+      "--nproc",
+      "2",
+      "t.ts",
+      "--rdzv-token",
+    ]),
+    [
+      "dtrain",
+      "--rdzv-token",
+      "<redacted>",
+      "--rdzv-token=<redacted>",
+      "--nproc",
+      "2",
+      "t.ts",
+      "--rdzv-token",
+    ],
   );
 });
 
@@ -139,7 +177,12 @@ Deno.test("beginAttempt() and finishAttempt() keep a failed first attempt when t
   r = beginAttempt(r, new Date("2025-01-01T00:00:00Z"));
   assert.equal(r.status, "running");
   assert.throws(() => beginAttempt(r), /attempt 0 has not ended/);
-  r = finishAttempt(r, { exitCode: 1, failingRank: 3, reason: "rank 3 exited with 1", endedAt: new Date("2025-01-01T00:01:00Z") });
+  r = finishAttempt(r, {
+    exitCode: 1,
+    failingRank: 3,
+    reason: "rank 3 exited with 1",
+    endedAt: new Date("2025-01-01T00:01:00Z"),
+  });
   assert.equal(r.status, "failed");
   assert.equal(r.endedAt, "2025-01-01T00:01:00.000Z");
   assert.throws(() => finishAttempt(r, { exitCode: 0 }), /no attempt is open/);
@@ -152,9 +195,16 @@ Deno.test("beginAttempt() and finishAttempt() keep a failed first attempt when t
     [1, 0, null, null],
   ]);
   RunRecordSchema.parse(r);
-  const stopped = finishAttempt(beginAttempt(r), { exitCode: 130, signal: "SIGINT", interrupted: true });
+  const stopped = finishAttempt(beginAttempt(r), {
+    exitCode: 130,
+    signal: "SIGINT",
+    interrupted: true,
+  });
   assert.equal(stopped.status, "interrupted");
-  assert.equal(finishAttempt(beginAttempt(r), { exitCode: null, signal: "SIGKILL" }).status, "failed");
+  assert.equal(
+    finishAttempt(beginAttempt(r), { exitCode: null, signal: "SIGKILL" }).status,
+    "failed",
+  );
 });
 
 Deno.test("writeJsonAtomic() replaces the file whole and leaves no temporary file", async () => {
@@ -164,7 +214,10 @@ Deno.test("writeJsonAtomic() replaces the file whole and leaves no temporary fil
     writeJsonAtomic(path, { a: 2, b: [1, 2] });
     assert.deepEqual(JSON.parse(Deno.readTextFileSync(path)), { a: 2, b: [1, 2] });
     assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name), ["x.json"]);
-    assert.throws(() => writeJsonAtomic(join(dir, "no", "x.json"), {}), /Cannot write .*no\/x\.json: /);
+    assert.throws(
+      () => writeJsonAtomic(join(dir, "no", "x.json"), {}),
+      /Cannot write .*no\/x\.json: /,
+    );
     assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name), ["x.json"]);
   });
 });
@@ -172,7 +225,10 @@ Deno.test("writeJsonAtomic() replaces the file whole and leaves no temporary fil
 Deno.test("writeRunRecord() validates before writing; writeConfigRecord() writes config.json only once", async () => {
   await withTempDir((dir) => {
     const r = runRecordOf(baseSpec(), dir);
-    assert.throws(() => writeRunRecord(dir, { ...r, runId: "" }), /Cannot write run\.json: runId: /);
+    assert.throws(
+      () => writeRunRecord(dir, { ...r, runId: "" }),
+      /Cannot write run\.json: runId: /,
+    );
     writeRunRecord(dir, r);
     assert.equal(writeConfigRecord(dir, configOf(baseSpec())), true);
     assert.equal(writeConfigRecord(dir, { ...configOf(baseSpec()), seed: 99 }), false);
@@ -180,4 +236,17 @@ Deno.test("writeRunRecord() validates before writing; writeConfigRecord() writes
     assert.deepEqual(read.run, r);
     assert.equal(read.config!.seed, baseSpec().seed);
   });
+});
+
+Deno.test("docs/RUN_DIR.md lists every recorded and every excluded variable with its effect class", () => {
+  const doc = Deno.readTextFileSync(
+    fileURLToPath(new URL("../../docs/RUN_DIR.md", import.meta.url)),
+  );
+  for (const r of ENV_RULES) {
+    const row = new RegExp(`\`${r.pattern.replace("*", "\\*")}\`[^|\\n]*\\|\\s*${r.effect}\\s*\\|`);
+    assert.match(doc, row, `docs/RUN_DIR.md has a row for ${r.pattern} (${r.effect})`);
+  }
+  for (const x of ENV_EXCLUDED) {
+    assert.ok(doc.includes(x.replaceAll("*", "")), `docs/RUN_DIR.md mentions ${x}`);
+  }
 });

@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { readRunDir } from "../../run/format.ts";
 import { appendMetrics } from "../../run/record.ts";
-import { reportHtml, reportMain, reportPanels } from "../../run/report.ts";
+import { reportHtml, reportMain } from "../../run/report.ts";
+import { reportPanels } from "../../run/report_panels.ts";
 import { COLORS } from "../../run/svg_plot.ts";
 import { countPixels, decodePng } from "./_png.ts";
 import { baseSpec, metricsOf, withTempDir, writeRun } from "./_fixtures.ts";
@@ -25,7 +26,9 @@ async function runReport(args: string[]): Promise<{ code: number; out: string; e
 function pointsPerPlot(html: string): Record<string, number[]> {
   const out: Record<string, number[]> = {};
   for (const svg of html.matchAll(/<svg [^>]*data-plot="([^"]+)"[\s\S]*?<\/svg>/g)) {
-    out[svg[1]!] = [...svg[0].matchAll(/<polyline [^>]*points="([^"]*)"/g)].map((m) => m[1]!.trim().split(/\s+/).length);
+    out[svg[1]!] = [...svg[0].matchAll(/<polyline [^>]*points="([^"]*)"/g)].map((m) =>
+      m[1]!.trim().split(/\s+/).length
+    );
   }
   return out;
 }
@@ -77,12 +80,19 @@ Deno.test("reportHtml() is self-contained: no scripts, links, external URLs or f
     assert.ok(html.startsWith("<!doctype html>"));
     assert.doesNotMatch(html, /<script|<link|<img|<iframe|@import|url\(|@font-face|\ssrc=/i);
     const urls = [...html.matchAll(/https?:\/\/[^\s"'<]+/g)].map((m) => m[0]);
-    assert.ok(urls.every((u) => u === "http://www.w3.org/2000/svg"), `only the SVG namespace, got ${urls}`);
+    assert.ok(
+      urls.every((u) => u === "http://www.w3.org/2000/svg"),
+      `only the SVG namespace, got ${urls}`,
+    );
     assert.match(html, /dtrain --nproc 2 --run-dir \S+ train\.ts --epochs 3/);
     assert.match(html, /sha256 <code>3fa10+<\/code>/);
     assert.match(html, /DTRAIN_NUM_THREADS=1/);
     assert.match(html, /native CPU a321783a1a851864/);
-    assert.equal([...html.matchAll(/<tr><td>\d+<\/td><td>\d+<\/td><td>20<\/td>/g)].length, 6, "6 data-order rows");
+    assert.equal(
+      [...html.matchAll(/<tr><td>\d+<\/td><td>\d+<\/td><td>20<\/td>/g)].length,
+      6,
+      "6 data-order rows",
+    );
   });
 });
 
@@ -97,7 +107,11 @@ Deno.test("reportMain writes the HTML and a standalone SVG, and notes missing fi
     assert.match(html, /<li>data_order\.jsonl is missing<\/li>/);
     const svg = Deno.readTextFileSync(join(dir, "report.svg"));
     assert.deepEqual(pointsPerPlot(svg), pointsPerPlot(html));
-    assert.deepEqual(Object.keys(pointsPerPlot(svg)), PLOTS.filter((p) => p !== "loss-scale"), "the SVG holds the drawn plots");
+    assert.deepEqual(
+      Object.keys(pointsPerPlot(svg)),
+      PLOTS.filter((p) => p !== "loss-scale"),
+      "the SVG holds the drawn plots",
+    );
     const out = join(root, "custom.html");
     assert.equal((await runReport([dir, "--out", out])).code, 0);
     assert.ok(Deno.statSync(join(root, "custom.svg")).isFile);
@@ -125,7 +139,9 @@ const haveChromium = (() => {
   }
 })();
 if (!haveChromium) {
-  console.warn(`tests/run/report_test.ts: ${CHROMIUM} is absent (Debian package chromium), so the render test is skipped`);
+  console.warn(
+    `tests/run/report_test.ts: ${CHROMIUM} is absent (Debian package chromium), so the render test is skipped`,
+  );
 }
 
 /**
@@ -160,7 +176,10 @@ Deno.test({
       assert.equal((await runReport([dir, "--out", html])).code, 0);
       // The page under test plus the probe script, which the report itself never contains.
       const probed = join(root, "probed.html");
-      Deno.writeTextFileSync(probed, Deno.readTextFileSync(html).replace("</body>", `${PROBE}</body>`));
+      Deno.writeTextFileSync(
+        probed,
+        Deno.readTextFileSync(html).replace("</body>", `${PROBE}</body>`),
+      );
       const png = join(root, "shot.png");
       const profile = Deno.makeTempDirSync({ dir: root, prefix: "chromium-" });
       const child = new Deno.Command(CHROMIUM, {
@@ -182,22 +201,40 @@ Deno.test({
         ],
         stdout: "piped",
         stderr: "piped",
+        // Its own process group, so the browser's helper processes can be killed with it.
+        detached: true,
       }).spawn();
-      const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-      const { code, stdout, stderr } = await child.output().finally(() => clearTimeout(timer));
+      const killGroup = () => {
+        try {
+          Deno.kill(-child.pid, "SIGKILL");
+        } catch { /* the group is already gone */ }
+      };
+      const timer = setTimeout(killGroup, 60_000);
+      const { code, stdout, stderr } = await child.output().finally(() => {
+        clearTimeout(timer);
+        killGroup();
+      });
       const dom = new TextDecoder().decode(stdout);
       assert.equal(code, 0, new TextDecoder().decode(stderr).slice(-2000));
 
       const probe = /<pre id="probe">(.*?)<\/pre>/s.exec(dom);
       assert.ok(probe, `the probe ran: ${dom.slice(-500)}`);
-      const plots: Array<{ plot: string; lines: Array<{ n: number; width: number; height: number }> }> = JSON.parse(
+      const plots: Array<
+        { plot: string; lines: Array<{ n: number; width: number; height: number }> }
+      > = JSON.parse(
         probe[1]!.replace(/&quot;/g, '"').replace(/&amp;/g, "&"),
       );
       assert.deepEqual(plots.map((p) => p.plot), PLOTS);
       for (const p of plots) {
         const expected = p.plot === "step-time" ? [30, 30, 30] : [30];
-        assert.deepEqual(p.lines.map((l) => l.n), expected, `${p.plot}: points parsed by the browser`);
-        for (const l of p.lines) assert.ok(l.width > 400 && l.height > 50, `${p.plot}: drawn ${l.width}×${l.height} px`);
+        assert.deepEqual(
+          p.lines.map((l) => l.n),
+          expected,
+          `${p.plot}: points parsed by the browser`,
+        );
+        for (const l of p.lines) {
+          assert.ok(l.width > 400 && l.height > 50, `${p.plot}: drawn ${l.width}×${l.height} px`);
+        }
       }
 
       const img = decodePng(Deno.readFileSync(png));
@@ -206,7 +243,8 @@ Deno.test({
       assert.ok(inked > 0.01 * img.width * img.height, `${inked} non-white pixels`);
       const near = (hex: string) => {
         const [R, G, B] = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
-        return (r: number, g: number, b: number) => Math.abs(r - R!) + Math.abs(g - G!) + Math.abs(b - B!) < 60;
+        return (r: number, g: number, b: number) =>
+          Math.abs(r - R!) + Math.abs(g - G!) + Math.abs(b - B!) < 60;
       };
       // Each of the 6 plots draws its first series in COLORS[0] across ~540 px.
       const blue = countPixels(img, near(COLORS[0]));

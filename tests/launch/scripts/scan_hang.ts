@@ -17,7 +17,9 @@ if (rank === 0) {
   let files = 0;
   while (Date.now() < until) {
     // A synchronous walk, as a dataset indexer would do: the event loop is busy.
-    for (const e of Deno.readDirSync(dir)) if (e.isFile) files += Deno.statSync(`${dir}/${e.name}`).size >= 0 ? 1 : 0;
+    for (const e of Deno.readDirSync(dir)) {
+      if (e.isFile) files += Deno.statSync(`${dir}/${e.name}`).size >= 0 ? 1 : 0;
+    }
   }
   console.log(`rank 0 scanned ${files} files`);
 }

@@ -9,7 +9,9 @@ const rank = Number(Deno.env.get("RANK"));
 const pidDir = Deno.env.get("TEST_PID_DIR");
 for (const sig of ["SIGTERM", "SIGINT"] as const) {
   Deno.addSignalListener(sig, async () => {
-    if (Deno.env.get("TEST_IGNORE_TERM") === "1") return console.error(`rank ${rank} ignores ${sig}`);
+    if (Deno.env.get("TEST_IGNORE_TERM") === "1") {
+      return console.error(`rank ${rank} ignores ${sig}`);
+    }
     console.error(`rank ${rank} got ${sig}, saving`);
     await new Promise((r) => setTimeout(r, 300));
     Deno.writeTextFileSync(`${pidDir}/saved-${rank}`, "checkpoint");

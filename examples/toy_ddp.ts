@@ -1,0 +1,80 @@
+/**
+ * The original harness written with dtrain's parts in a loop of its own:
+ * DistributedDataParallel, a DistributedSampler with setEpoch, AdamW,
+ * gradient clipping, a rank-0 checkpoint and a barrier at each epoch end,
+ * and a clean shutdown. Start it with `./dtrain --nproc 2 examples/toy_ddp.ts`.
+ */
+import {
+  AdamW,
+  backward,
+  CheckpointManager,
+  clipGradNorm,
+  crossEntropy,
+  DataLoader,
+  DistributedDataParallel,
+  DistributedSampler,
+  getWorld,
+  initProcessGroup,
+  Linear,
+  manualSeed,
+  ReLU,
+  scope,
+  Sequential,
+  tensorFile,
+} from "dtrain";
+import { syntheticDataset } from "./toy_classifier.ts";
+
+const epochs = Number(Deno.args[0] ?? 3);
+const world = getWorld();
+const pg = initProcessGroup();
+// As the PyTorch harness: torch.manual_seed(0), then the dataset, then the model draw from one generator.
+const gen = manualSeed(0);
+const dataset = syntheticDataset(10_000, 128, gen); // every rank holds the same data; the sampler splits it
+const sampler = new DistributedSampler(dataset.length, {
+  numReplicas: pg.size,
+  rank: pg.rank,
+  seed: 42,
+});
+const loader = new DataLoader(dataset, { batchSize: 64, sampler });
+const model = new Sequential(new Linear(128, 256), new ReLU(), new Linear(256, 2));
+const ddp = new DistributedDataParallel(model, pg); // checks the replicas match, broadcasts rank 0's weights
+const optimizer = new AdamW(ddp.parameters(), { lr: 1e-3 });
+const checkpoints = new CheckpointManager(`${world.runDir ?? "runs/toy_ddp"}/checkpoints`, {
+  rank: pg.rank,
+});
+
+try {
+  for (let epoch = 0; epoch < epochs; epoch++) {
+    sampler.setEpoch(epoch); // without it every epoch repeats epoch 0's order
+    const t0 = performance.now();
+    let total = 0, batches = 0;
+    for await (const { tensors: [x, y] } of loader) {
+      total += scope(() => {
+        optimizer.zeroGrad();
+        const loss = crossEntropy(ddp.forward(x!), y!);
+        backward(loss); // DDP averages gradients across ranks as they complete
+        clipGradNorm(ddp.parameters(), 1.0);
+        optimizer.step();
+        return loss.item();
+      });
+      x!.dispose();
+      y!.dispose();
+      batches++;
+    }
+    if (pg.rank === 0) {
+      console.log(
+        `Epoch ${epoch}: avg loss ${(total / batches).toFixed(4)}, time ${
+          ((performance.now() - t0) / 1000).toFixed(3)
+        }s`,
+      );
+    }
+    checkpoints.save({
+      step: epoch,
+      files: [tensorFile("model", ddp.stateDict())],
+      state: { epoch },
+    }); // rank 0 only
+    pg.barrier("epoch-end");
+  }
+} finally {
+  pg.close();
+}

@@ -1,0 +1,45 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { buildNative } from "../../scripts/build_native.ts";
+import { REPO, TestRun } from "../launch/launch_helpers.ts";
+
+buildNative({ quiet: true });
+const SCRIPT = join(REPO, "tests/distributed/scripts/ddp_cases.ts");
+
+async function runCase(name: string) {
+  const t = new TestRun();
+  try {
+    const l = t.launch(["--nproc", "2", "--log-ranks", "all", SCRIPT], { env: { CASE: name } });
+    return await t.finish(l, 30_000);
+  } finally {
+    await t.cleanup();
+  }
+}
+
+Deno.test("DDP broadcasts rank 0's weights at construction and keeps replicas identical after a step", async () => {
+  const r = await runCase("broadcast");
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
+  assert.equal(lines.length, 2);
+  assert.equal(lines[0].atStart, lines[1].atStart);
+  assert.equal(lines[0].afterStep, lines[1].afterStep);
+  assert.notEqual(lines[0].atStart, lines[0].afterStep);
+});
+
+Deno.test("DDP refuses models that differ between ranks and lists the differences by rank", async () => {
+  const r = await runCase("mismatch");
+  assert.notEqual(r.code, 0);
+  assert.match(
+    r.stdout + r.stderr,
+    /the model differs between ranks: rank 1: 0\.weight:f32\[16,4\] vs rank 0 0\.weight:f32\[8,4\]/,
+  );
+});
+
+Deno.test("DDP names a trainable parameter that received no gradient", async () => {
+  const r = await runCase("unused");
+  assert.notEqual(r.code, 0);
+  assert.match(
+    r.stdout + r.stderr,
+    /received no gradient in this backward pass: 3\.weight, 3\.bias/,
+  );
+});
