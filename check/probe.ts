@@ -131,8 +131,7 @@ export function record(e: ProbeEvent): void {
     if (p.stopAfter !== null && p.steps >= p.stopAfter) finish(p);
     p.steps++;
   }
-  if (e.kind === "checkpoint") e = { ...e, copy: keepCheckpoint(p.out, e.dir) };
-  write(e);
+  write(e.kind === "checkpoint" ? { ...e, copy: keepCheckpoint(p.out, e.dir) } : e);
   if (e.kind === "sampler" && p.samplerOnly && ++p.samplerPasses >= SAMPLER_PASSES) finish(p);
 }
 
@@ -148,7 +147,8 @@ function keepCheckpoint(out: string, dir: string): string {
   return dest;
 }
 
-function linkTree(from: string, to: string): void {
+/** Recreates the files under `from` at `to` as hard links (copies across file systems). */
+export function linkTree(from: string, to: string): void {
   Deno.mkdirSync(to, { recursive: true });
   for (const entry of Deno.readDirSync(from)) {
     const [src, dst] = [join(from, entry.name), join(to, entry.name)];

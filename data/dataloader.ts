@@ -46,6 +46,9 @@ export interface DataLoaderState {
   position: number;
 }
 
+/** How often iteration lets timers, signals and sockets run (ms). */
+const YIELD_EVERY_MS = 20;
+
 /** Identity order. */
 class SequentialSampler implements Sampler {
   constructor(readonly n: number) {}
@@ -63,6 +66,7 @@ export class DataLoader {
   #epoch = 0;
   #position = 0;
   #totalWaitMs = 0;
+  #lastYield = 0;
   #batches = 0;
 
   constructor(readonly dataset: Dataset, opts: DataLoaderOptions) {
@@ -148,6 +152,12 @@ export class DataLoader {
     };
     try {
       for (let b = this.#position; b < nBatches; b++) {
+        // Batches that are ready at once resolve as microtasks, which would starve the event
+        // loop (signal handlers, the control store's phase reports): give it a turn now and then.
+        if (performance.now() - this.#lastYield > YIELD_EVERY_MS) {
+          await new Promise((r) => setTimeout(r, 0));
+          this.#lastYield = performance.now();
+        }
         const t0 = performance.now();
         let tensors: Tensor[];
         if (useAsync) {

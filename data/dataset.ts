@@ -40,6 +40,9 @@ function backgroundGather() {
   return background.symbols.dt_gather_rows;
 }
 
+/** Batches smaller than this are gathered on the calling thread. */
+const BACKGROUND_MIN_BYTES = 1 << 20;
+
 /** Columns of equal length held in native host memory, gathered row by row in C. */
 export class TensorDataset implements Dataset {
   readonly length: number;
@@ -121,7 +124,9 @@ export class TensorDataset implements Dataset {
   }
 
   async getBatchAsync(indices: Int32Array): Promise<Tensor[]> {
-    if (backend().device !== "cpu") return this.getBatch(indices);
+    // A hop to the FFI thread pool costs ~60 µs: only worth it for batches that take longer to copy.
+    const bytes = this.#columns.reduce((a, c) => a + c.rowBytes, 0) * indices.length;
+    if (backend().device !== "cpu" || bytes < BACKGROUND_MIN_BYTES) return this.getBatch(indices);
     this.#checkIndices(indices);
     const idx = indices.slice(); // owned by the background call until it resolves
     const idxPtr = Deno.UnsafePointer.of(idx);

@@ -1,9 +1,7 @@
 /**
- * The environment contract between the launcher and its ranks, in both
- * directions: `rankEnv()` builds the variables the launcher sets (torchrun's
- * RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
- * MASTER_PORT plus DTRAIN_*), and `getWorld()` reads them back into one
- * validated object; outside a launcher it describes a world of one.
+ * The environment contract between launcher and ranks, both ways: `rankEnv()` builds what the
+ * launcher sets (torchrun's RANK, LOCAL_RANK, WORLD_SIZE, … plus DTRAIN_*), `getWorld()` reads it
+ * back into one validated object (a world of one outside a launcher).
  */
 
 /** Where this process sits in the job. Rank 0 is the process that logs and saves. */

@@ -1,9 +1,7 @@
 /**
- * What a rank's code uses to take part in a launched job: its world, the
- * connected control store, named store barriers that the launcher's hang
- * diagnosis covers, rank-zero-first sections, and phase reporting.
- * launch/rank_main.ts connects the store before the user's script runs;
- * outside a launcher the same calls work for a world of one.
+ * What a rank's code uses to take part in a launched job: its world, the control store (which
+ * launch/rank_main.ts connects before the script runs), named store barriers covered by the hang
+ * diagnosis, rank-zero-first sections and phases. Outside a launcher they serve a world of one.
  */
 import { currentPhase, phase, reportCollective } from "./phase.ts";
 import { getRankSettings, getWorld as readWorld, type World } from "./env.ts";
@@ -125,8 +123,9 @@ async function barrierTimeout(name: string, gen: number, timeoutMs: number): Pro
   const k = keys!;
   const count = Number(await client.getText(k.barrierCount(name, gen)) ?? 0);
   const views = (await client.list(k.rankStatePrefix)).map(toRankView).filter((v) => v !== null);
+  // A rank whose last collective is this barrier arrived (it may have timed out and left already).
   const elsewhere = views
-    .filter((v) => !(v.inColl && v.coll?.op === "barrier" && v.coll.detail === name))
+    .filter((v) => !(v.coll?.op === "barrier" && v.coll.detail === name))
     .map((v) => `rank ${v.rank} in phase "${v.phase}"`);
   return new Error(
     `storeBarrier("${name}") timed out after ${timeoutMs} ms: ${count} of ${getWorld().worldSize} ranks arrived` +

@@ -1,9 +1,7 @@
 /**
- * What each rank publishes about itself in the control store, and how a
- * launcher reads it back: the rank's phase, its last collective (and whether
- * it is still inside it), a heartbeat, and the failure notice it leaves when
- * it dies of an error. Durations are measured on the rank's own clock plus
- * the store's age of the record, so clocks of different machines never mix.
+ * What each rank publishes about itself in the control store (phase, last collective and whether
+ * it is inside it, heartbeat, failure notice) and how a launcher reads it back. Durations use the
+ * rank's own clock plus the store's age of the record, so clocks of different machines never mix.
  */
 import type { CollectiveRecord, PhaseSink } from "./phase.ts";
 import type { StoreClient, StoreEntry } from "./store.ts";

@@ -1,14 +1,12 @@
 /**
- * The wire format of the dtrain control store, shared by the server
- * (store_server.ts) and the client (store.ts): length-prefixed binary frames
- * over TCP, their encoder and a streaming decoder. Every bound the server
- * enforces on untrusted input is declared here, and every violation is a
- * ProtocolError that closes only the offending connection.
- *
- * Frame: u32 LE length of what follows, then u8 op (request) or status
- * (response), u32 LE request id, then the body. Strings and byte strings in a
- * body are a u32 LE length followed by the bytes; keys are UTF-8.
+ * The control store's wire format, shared by server (store_server.ts) and client (store.ts):
+ * length-prefixed binary frames, their encoder and a streaming decoder, and every bound the
+ * server enforces on untrusted input (a violation is a ProtocolError closing that connection).
  */
+
+// Frame: u32 LE length of what follows, then u8 op (request) or status (response), u32 LE
+// request id, then the body. Strings and byte strings in a body are a u32 LE length followed
+// by the bytes; keys are UTF-8.
 
 /** Largest frame (after the 4-byte length) either side accepts. */
 export const MAX_FRAME_BYTES = 16 * 1024 * 1024;

@@ -1,9 +1,7 @@
 /**
- * The control store's server, hosted by node 0's launcher: an authenticated
- * TCP key-value store (set, get with optional wait, wait for keys, atomic
- * add, delete, list by prefix). A connection that does not authenticate with
- * the run's token first, or that sends a malformed or oversized frame, is
- * logged and closed; no input from a peer can stop the store serving others.
+ * The control store's server, hosted by node 0's launcher: an authenticated TCP key-value store
+ * (set, get with optional wait, wait for keys, atomic add, delete, list by prefix). A connection
+ * that does not authenticate first, or sends a malformed or oversized frame, is logged and closed.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import {

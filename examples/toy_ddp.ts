@@ -43,6 +43,10 @@ const checkpoints = new CheckpointManager(`${world.runDir ?? "runs/toy_ddp"}/che
   rank: pg.rank,
 });
 
+// scripts/bench_ddp.ts times this script side by side with PyTorch's: the same stamps as the peer.
+const bench = Deno.env.get("DTRAIN_BENCH") === "1";
+let step = 0, tFirst = 0, tSteady = 0, steadySamples = 0;
+
 try {
   for (let epoch = 0; epoch < epochs; epoch++) {
     sampler.setEpoch(epoch); // without it every epoch repeats epoch 0's order
@@ -57,6 +61,9 @@ try {
         optimizer.step();
         return loss.item();
       });
+      if (++step === 1) tFirst = Date.now() / 1000;
+      if (step === 10) tSteady = performance.now();
+      else if (step > 10) steadySamples += x!.shape[0]!;
       x!.dispose();
       y!.dispose();
       batches++;
@@ -74,6 +81,13 @@ try {
       state: { epoch },
     }); // rank 0 only
     pg.barrier("epoch-end");
+  }
+  if (bench && pg.rank === 0) {
+    const ss = (steadySamples * pg.size) / ((performance.now() - tSteady) / 1000);
+    console.log(
+      "BENCH " +
+        JSON.stringify({ t_first_step: tFirst, ss_samples_per_s: ss, t_end: Date.now() / 1000 }),
+    );
   }
 } finally {
   pg.close();

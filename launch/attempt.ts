@@ -1,9 +1,7 @@
 /**
- * One launch attempt on one node: start this node's ranks once every node is
- * ready, watch them, and end the attempt for every node at the first
- * failure, timeout, signal or lost node (the abort record in the store),
- * stopping all ranks with SIGTERM, then SIGKILL after a grace period. Node 0
- * also polls the ranks' phases to diagnose hangs.
+ * One launch attempt on one node: start the ranks once every node is ready, watch them, and at the
+ * first failure, timeout, signal or lost node (the abort record in the store) stop every rank
+ * (SIGTERM, then SIGKILL after a grace period). Node 0 also polls phases to diagnose hangs.
  */
 import { rankEnv } from "../distributed/env.ts";
 import { type RankView, toFailureNotice, toRankView } from "../distributed/rank_state.ts";
@@ -271,14 +269,27 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         logRanks: opts.logRanks,
         launcherPid: Deno.pid,
       });
-      const p = new RankProcess({
-        rank,
-        script: ctx.script,
-        scriptArgs: opts.scriptArgs,
-        env,
-        logPath: join(ctx.runDir, `rank-${rank}.log`),
-        logRanks: opts.logRanks,
-      });
+      let p: RankProcess;
+      try {
+        p = new RankProcess({
+          rank,
+          script: ctx.script,
+          scriptArgs: opts.scriptArgs,
+          env,
+          logPath: join(ctx.runDir, `rank-${rank}.log`),
+          logRanks: opts.logRanks,
+        });
+      } catch (e) {
+        requestAbort({
+          reason: "launch-error",
+          node,
+          rank,
+          code: 1,
+          detail: `cannot start rank ${rank}: ${(e as Error).message}`,
+          graceMs: FAILURE_GRACE_MS,
+        });
+        break;
+      }
       ranks.push(p);
       p.exited.then((exit) => onRankExit(p, exit));
     }

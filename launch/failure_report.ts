@@ -15,7 +15,9 @@ export type AbortReason =
   /** a launcher got SIGTERM or SIGINT (preemption, Ctrl-C) */
   | "signal"
   /** a node's launcher stopped answering or lost the store */
-  | "node-lost";
+  | "node-lost"
+  /** a launcher could not start a rank process */
+  | "launch-error";
 
 /** The first reason to stop an attempt, written once to the store. */
 export interface AbortRecord {

@@ -1,9 +1,7 @@
 /**
- * The launcher of one node: hosts the control store (node 0), meets the
- * other nodes' launchers in the store (rendezvous), creates the run
- * directory, runs launch attempts (restarting after a failure up to
- * --max-restarts), forwards SIGINT/SIGTERM, records launch.json and returns
- * the exit code: 0 only when every rank exited 0.
+ * The launcher of one node: hosts the control store (node 0), meets the other nodes' launchers
+ * (rendezvous), creates the run directory, runs attempts (restarting up to --max-restarts),
+ * forwards SIGINT/SIGTERM, records launch.json, and returns 0 only when every rank exited 0.
  */
 import { resolve } from "node:path";
 import { StoreClient } from "../distributed/store.ts";
@@ -159,9 +157,11 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   const storeHost = server ? "127.0.0.1" : opts.masterAddr;
 
   let beat: ReturnType<typeof setInterval> | undefined;
+  let preempted = false;
   const onSignal = (sig: "SIGINT" | "SIGTERM") => () => {
+    preempted = true; // whatever the attempt's outcome, do not restart after this
     if (current) return current.signal(sig);
-    log.info(`received ${sig} before any rank started; exiting`);
+    log.info(`received ${sig} while no rank is running; exiting`);
     Deno.exit(signalExitCode(sig));
   };
   const handlers = { SIGINT: onSignal("SIGINT"), SIGTERM: onSignal("SIGTERM") };
@@ -178,7 +178,14 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     const proposed = opts.nodeRank === 0
       ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
       : null;
-    const runId = await rendezvous(client, opts, proposed?.runId ?? null);
+    let runId: string;
+    try {
+      runId = await rendezvous(client, opts, proposed?.runId ?? null);
+    } catch (e) {
+      // Nothing ran: leave no empty run directory behind.
+      if (proposed) Deno.removeSync(proposed.dir);
+      throw e;
+    }
     const { dir: runDir } = proposed ??
       createRunDir({ runDir: opts.runDir, runId, exclusive: false });
     log.attach(
@@ -241,7 +248,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       graceMs = abort.graceMs;
       record.outcome = abort.detail + (abort.rank !== undefined ? ` (rank ${abort.rank})` : "");
       const restartable = abort.reason === "rank-failed" || abort.reason === "timeout";
-      if (!restartable || k >= opts.maxRestarts) break;
+      if (!restartable || preempted || k >= opts.maxRestarts) break;
       log.info(
         `restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${
           k + 1

@@ -1,11 +1,7 @@
 /**
- * The bootstrap of every rank process. The launcher starts ranks as
- * `deno run --preload launch/rank_main.ts <script> [args]`, so the user's
- * script stays the main module (import.meta.main is true, Deno.args holds
- * only its own arguments, and the process ends when the script's work does).
- * Before the script runs, this ties the rank to its launcher, connects the
- * control store, publishes the rank's phases, and turns any uncaught error
- * into a failure notice in the store and exit code 1.
+ * The bootstrap of every rank process: ties the rank to its launcher, connects the control store,
+ * publishes the rank's phases, and turns any uncaught error into a failure notice in the store and
+ * exit code 1. The launcher loads it with `deno run --preload`, before the user's script.
  */
 import { currentPhase, setPhaseSink } from "../distributed/phase.ts";
 import { getRankSettings, launcherPid, storeToken } from "../distributed/env.ts";
@@ -14,6 +10,10 @@ import { type FailureNotice, StorePhaseSink } from "../distributed/rank_state.ts
 import { StoreClient } from "../distributed/store.ts";
 import { attemptKeys } from "../distributed/store_keys.ts";
 import { dieWithParent } from "./pdeathsig.ts";
+
+// Why --preload rather than `await import(script)`: the user's script stays the main module, so
+// import.meta.main is true, Deno.args holds only its own arguments, and the process ends when the
+// script's work does (a `main()` called without await is not cut short).
 
 /** How long a rank keeps trying to reach the store at start-up. */
 const CONNECT_TIMEOUT_MS = 60_000;

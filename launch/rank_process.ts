@@ -7,7 +7,6 @@
 import { fileURLToPath } from "node:url";
 import { LogFile, pumpLines, showsStdout } from "./output.ts";
 
-const REPO = fileURLToPath(new URL("..", import.meta.url));
 const RANK_MAIN = fileURLToPath(new URL("./rank_main.ts", import.meta.url));
 const CONFIG = fileURLToPath(new URL("../deno.json", import.meta.url));
 /** stderr lines kept for the failure summary when a rank leaves no notice */
@@ -69,23 +68,13 @@ export class RankProcess {
   constructor(opts: RankSpawnOptions) {
     this.rank = opts.rank;
     this.#log = new LogFile(opts.logPath);
-    const child = new Deno.Command(Deno.execPath(), {
-      args: [
-        "run",
-        "-A",
-        "--config",
-        CONFIG,
-        "--preload",
-        RANK_MAIN,
-        opts.script,
-        ...opts.scriptArgs,
-      ],
-      env: opts.env,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-      detached: true,
-    }).spawn();
+    let child: Deno.ChildProcess;
+    try {
+      child = this.#spawn(opts);
+    } catch (e) {
+      this.#log.close();
+      throw e;
+    }
     this.pid = child.pid;
     this.exited = child.status.then((s) => {
       this.#exit = s.signal
@@ -111,6 +100,27 @@ export class RankProcess {
         },
       }),
     ]).then(() => this.#log.close());
+  }
+
+  #spawn(opts: RankSpawnOptions): Deno.ChildProcess {
+    return new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        "--config",
+        CONFIG,
+        "--preload",
+        RANK_MAIN,
+        opts.script,
+        ...opts.scriptArgs,
+      ],
+      env: opts.env,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+      // Its own process group, so a stop reaches whatever the rank started too.
+      detached: true,
+    }).spawn();
   }
 
   /** The exit, or null while it runs. */
@@ -148,6 +158,3 @@ export class RankProcess {
     return exit;
   }
 }
-
-/** The repository root (where deno.json maps "dtrain" to mod.ts). */
-export const REPO_ROOT = REPO;

@@ -17,7 +17,7 @@ export function relDiff(a: number, b: number): number {
 export function firstOrderDifference(
   a: readonly DataOrderRecord[],
   b: readonly DataOrderRecord[],
-): { a: DataOrderRecord; b: DataOrderRecord; common: number } | null {
+): { a: DataOrderRecord; b: DataOrderRecord } | null {
   const key = (d: DataOrderRecord) => `${d.epoch}/${d.rank}`;
   const inB = new Map(b.map((d) => [key(d), d]));
   const common = a.filter((d) => inB.has(key(d))).sort((x, y) =>
@@ -26,12 +26,16 @@ export function firstOrderDifference(
   for (const da of common) {
     const db = inB.get(key(da))!;
     if (da.sha256 !== db.sha256 || da.count !== db.count) {
-      return { a: da, b: db, common: common.length };
+      return { a: da, b: db };
     }
   }
   return null;
 }
 
+/**
+ * The first epoch and rank whose order digest differs; marked as a likely
+ * consequence of any setup finding already in the sink (call it after those).
+ */
 export function compareDataOrder(a: RunDir, b: RunDir, sink: Sink): void {
   const lacking = [a, b].flatMap((r, i) =>
     r.missing.includes("data_order.jsonl") ? [i === 0 ? "a" : "b"] : []
@@ -72,6 +76,7 @@ function digitsFor(rel: number): number {
   );
 }
 
+/** The first common step whose losses differ by more than `tol` (relative). */
 export function compareLosses(a: RunDir, b: RunDir, tol: number, sink: Sink): void {
   const lacking = [a, b].flatMap((r, i) =>
     r.missing.includes("metrics.jsonl") ? [i === 0 ? "a" : "b"] : []
@@ -123,6 +128,7 @@ function stepRange(steps: readonly MetricsRecord[]): string {
   return steps.length === 0 ? "no steps" : `steps ${steps[0]!.step}–${steps.at(-1)!.step}`;
 }
 
+/** A different status or logged step range; a different attempt count is a note. */
 export function compareOutcome(a: RunDir, b: RunDir, sink: Sink): void {
   const describe = (r: RunDir) => {
     const last = r.run.attempts.at(-1);

@@ -59,6 +59,7 @@ export function launchOptions(argv: readonly string[], scriptArgs: readonly stri
   return out;
 }
 
+/** The script's sha256 and the dtrain version. */
 export function compareCode(a: RunDir, b: RunDir, sink: Sink): void {
   const sa = a.run.script, sb = b.run.script;
   if (sa.sha256 !== sb.sha256) {
@@ -83,6 +84,7 @@ export function compareCode(a: RunDir, b: RunDir, sink: Sink): void {
   }
 }
 
+/** Seed, every differing config key path, device (config.json) and the script arguments. */
 export function compareConfig(a: RunDir, b: RunDir, sink: Sink): void {
   const ca = a.config, cb = b.config;
   if (ca === null || cb === null) {
@@ -139,6 +141,7 @@ export function compareConfig(a: RunDir, b: RunDir, sink: Sink): void {
   }
 }
 
+/** World size, nodes × ranks per node, and the launch options that can change results. */
 export function compareWorld(a: RunDir, b: RunDir, sink: Sink): void {
   const wa = a.run.world, wb = b.run.world;
   if (wa.worldSize !== wb.worldSize) {
@@ -176,6 +179,7 @@ export function compareWorld(a: RunDir, b: RunDir, sink: Sink): void {
   }
 }
 
+/** Each recorded environment variable that differs, ranked by its effect class. */
 export function compareEnv(a: RunDir, b: RunDir, sink: Sink): void {
   const ea = a.run.env, eb = b.run.env;
   const names = [...new Set([...Object.keys(ea), ...Object.keys(eb)])].sort();
@@ -203,6 +207,7 @@ export function compareEnv(a: RunDir, b: RunDir, sink: Sink): void {
   }
 }
 
+/** Native build hashes, CUDA/NCCL/GPUs, Deno/V8/TypeScript, and the machine's hardware facts. */
 export function compareVersions(a: RunDir, b: RunDir, sink: Sink): void {
   const va = a.run.versions, vb = b.run.versions;
   const rows: Array<[string, number, string, unknown, unknown]> = [

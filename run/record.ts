@@ -292,17 +292,19 @@ function writeTextAtomic(path: string, text: string): void {
   const dir = dirname(path);
   const tmp = join(dir, `.${basename(path)}.tmp-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`);
   try {
-    using file = Deno.openSync(tmp, { write: true, createNew: true });
-    const bytes = new TextEncoder().encode(text);
-    for (let done = 0; done < bytes.length;) done += file.writeSync(bytes.subarray(done));
-    file.syncSync();
+    {
+      using file = Deno.openSync(tmp, { write: true, createNew: true });
+      const bytes = new TextEncoder().encode(text);
+      for (let done = 0; done < bytes.length;) done += file.writeSync(bytes.subarray(done));
+      file.syncSync();
+    }
+    Deno.renameSync(tmp, path);
   } catch (e) {
     try {
       Deno.removeSync(tmp);
     } catch { /* it may not exist */ }
     throw new Error(`Cannot write ${path}: ${(e as Error).message}`, { cause: e });
   }
-  Deno.renameSync(tmp, path);
   using folder = Deno.openSync(dir, { read: true });
   folder.syncSync();
 }

@@ -7,7 +7,7 @@
 import { basename, dirname, extname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { finalSteps, readRunDir, type RunDir } from "./format.ts";
-import { type LossScale, type Panel, reportPanels } from "./report_panels.ts";
+import { type Panel, reportPanels } from "./report_panels.ts";
 import { escapeXml, stackPlots } from "./svg_plot.ts";
 
 const CSS = `body{font-family:sans-serif;margin:24px;color:#222;max-width:1000px}

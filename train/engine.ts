@@ -37,7 +37,7 @@ import {
   type TrainConfigInput,
 } from "./config.ts";
 import { MetricsLogger } from "./metrics.ts";
-import { RunFiles } from "./run_files.ts";
+import { appendDataOrder, orderDigest, writeConfigRecord } from "../run/record.ts";
 import {
   asTrainState,
   captureRng,
@@ -104,7 +104,6 @@ export class Trainer<M extends Module> {
   readonly checkpoints: CheckpointManager | null;
   readonly runDir: string | null;
   readonly #opts: TrainerOptions<M>;
-  readonly #files: RunFiles;
   #epoch = 0;
   #step = 0;
   #consumed = 0;
@@ -168,7 +167,6 @@ export class Trainer<M extends Module> {
         ...(cfg.checkpoint.keepEvery ? { keepEvery: cfg.checkpoint.keepEvery } : {}),
       })
       : null;
-    this.#files = new RunFiles(this.pg.rank === 0 ? this.runDir : null);
   }
 
   /** Optimizer steps in one epoch at this world size. */
@@ -229,12 +227,14 @@ export class Trainer<M extends Module> {
       preempted: false,
     };
     result.resumedFrom = this.#resume(log);
-    this.#files.writeConfig({
-      config: cfg,
-      seed: cfg.seed,
-      worldSize: this.pg.size,
-      device: "cpu",
-    });
+    if (this.pg.rank === 0 && this.runDir) {
+      writeConfigRecord(this.runDir, {
+        config: cfg,
+        seed: cfg.seed,
+        worldSize: this.pg.size,
+        device: "cpu",
+      });
+    }
     const k = cfg.data.gradAccumulation;
     const params = this.model.parameters();
     const tokens = this.#opts.tokensPerSample ?? null;
@@ -453,8 +453,12 @@ export class Trainer<M extends Module> {
 
   /** This epoch's data-order digest from every rank, recorded by rank 0. */
   #recordDataOrder(epoch: number): void {
-    const idx = this.sampler.peekIndices();
-    const digests = allGatherJson(this.pg, this.#files.orderDigest(epoch, this.pg.rank, idx));
-    this.#files.appendDataOrder(digests);
+    const digests = allGatherJson(
+      this.pg,
+      orderDigest(epoch, this.pg.rank, this.sampler.peekIndices()),
+    );
+    if (this.pg.rank === 0 && this.runDir) {
+      for (const d of digests) appendDataOrder(this.runDir, d);
+    }
   }
 }

@@ -3,31 +3,15 @@
  * metrics.jsonl in the run directory (the format of docs/RUN_DIR.md), and on
  * a terminal a progress line with rate and ETA, plain lines otherwise.
  */
-import { join } from "node:path";
+import { appendMetrics } from "../run/record.ts";
+import type { MetricsRecord } from "../run/format.ts";
 
-/** One optimizer step as metrics.jsonl records it. */
-export interface StepMetrics {
-  step: number;
-  epoch: number;
-  attempt: number;
-  /** training loss, mean over ranks */
-  loss: number;
-  lr: number;
-  gradNorm: number | null;
-  lossScale: number | null;
-  /** steps skipped so far because gradients held inf/NaN */
-  skipped: number;
-  samplesPerS: number;
-  tokensPerS: number | null;
-  stepMs: number;
-  dataWaitMs: number;
-  memBytes: number;
-  stepMsByRank?: number[];
-}
+/** One optimizer step as metrics.jsonl records it (docs/RUN_DIR.md). */
+export type StepMetrics = MetricsRecord;
 
 /** Writes the step log; a null run directory keeps only the console output. */
 export class MetricsLogger {
-  readonly #file: Deno.FsFile | null;
+  readonly #runDir: string | null;
   readonly #tty: boolean;
   readonly #every: number;
   readonly #encoder = new TextEncoder();
@@ -41,9 +25,7 @@ export class MetricsLogger {
     this.totalSteps = opts.totalSteps;
     this.#tty = opts.enabled && Deno.stdout.isTerminal();
     this.enabled = opts.enabled;
-    this.#file = opts.enabled && runDir
-      ? Deno.openSync(join(runDir, "metrics.jsonl"), { append: true, create: true })
-      : null;
+    this.#runDir = opts.enabled ? runDir : null;
   }
   readonly enabled: boolean;
   totalSteps: number | null;
@@ -51,7 +33,7 @@ export class MetricsLogger {
   /** Appends one step; prints progress every logEvery steps. */
   log(m: StepMetrics): void {
     if (!this.enabled) return;
-    this.#file?.writeSync(this.#encoder.encode(JSON.stringify(m) + "\n"));
+    if (this.#runDir) appendMetrics(this.#runDir, m);
     if (m.step % this.#every !== 0 && m.step !== this.totalSteps) return;
     const eta = this.totalSteps ? ((this.totalSteps - m.step) * m.stepMs) / 1000 : null;
     const parts = [
@@ -88,7 +70,6 @@ export class MetricsLogger {
 
   close(): void {
     if (this.#tty && this.#lastLine) Deno.stdout.writeSync(this.#encoder.encode("\n"));
-    this.#file?.close();
   }
 }
 

@@ -35,8 +35,12 @@ export function ok(status: number): void {
 export function failsWith(status: number, text: string | RegExp): void {
   assert.equal(status, 1, `expected DT_ERR_ARG, got status ${status}`);
   const message = lastError();
-  if (typeof text === "string") assert.ok(message.includes(text), `error text ${JSON.stringify(message)} lacks ${JSON.stringify(text)}`);
-  else assert.match(message, text);
+  if (typeof text === "string") {
+    assert.ok(
+      message.includes(text),
+      `error text ${JSON.stringify(message)} lacks ${JSON.stringify(text)}`,
+    );
+  } else assert.match(message, text);
 }
 
 /** A small seeded generator (mulberry32) so failures reproduce. */
@@ -116,7 +120,11 @@ export function assertClose(
 }
 
 /** Asserts two arrays hold identical values (bitwise for floats; NaN equals NaN), naming the first difference. */
-export function assertSameBits(actual: ArrayLike<number>, expected: ArrayLike<number>, what: string): void {
+export function assertSameBits(
+  actual: ArrayLike<number>,
+  expected: ArrayLike<number>,
+  what: string,
+): void {
   assert.equal(actual.length, expected.length, `${what}: length mismatch`);
   for (let i = 0; i < actual.length; i++) {
     if (!Object.is(actual[i], expected[i])) {

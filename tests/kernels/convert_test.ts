@@ -25,8 +25,27 @@ function toF16(x: ArrayLike<number>): Uint16Array {
 /** A float32 array with the awkward values: zeros, infinities, NaN, ties, subnormals, extremes. */
 function specialsAnd(rng: Rng, n: number): Float32Array<ArrayBuffer> {
   const specials = [
-    0, -0, Infinity, -Infinity, NaN, 1, -1, 65504, 65520, 65519.99, 1e-8, 5.960464477539063e-8, 2.98e-8, 6.1e-5,
-    3.3895313892515355e38, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 1e-40, -1e-45,
+    0,
+    -0,
+    Infinity,
+    -Infinity,
+    NaN,
+    1,
+    -1,
+    65504,
+    65520,
+    65519.99,
+    1e-8,
+    5.960464477539063e-8,
+    2.98e-8,
+    6.1e-5,
+    3.3895313892515355e38,
+    1 + 2 ** -8,
+    1 + 3 * 2 ** -8,
+    1 + 2 ** -11,
+    1 + 3 * 2 ** -11,
+    1e-40,
+    -1e-45,
   ];
   const a = rng.normals(n + specials.length, 100);
   for (let i = 0; i < n; i += 3) a[i] = a[i]! * 10 ** rng.int(-12, 12); // wide exponent range
@@ -45,8 +64,13 @@ Deno.test("dt_cast() f32 -> bf16 and f32 -> f16 round to nearest even", () => {
     // NaN payloads may differ between implementations; compare NaN-ness there.
     const expected = toF16(x), got = hf;
     for (let i = 0; i < x.length; i++) {
-      if (Number.isNaN(x[i])) assert.ok((got[i]! & 0x7c00) === 0x7c00 && (got[i]! & 0x3ff) !== 0, `f16 NaN at ${i}`);
-      else if (got[i] !== expected[i]) assert.fail(`f16 of ${x[i]} is 0x${got[i]!.toString(16)}, expected 0x${expected[i]!.toString(16)}`);
+      if (Number.isNaN(x[i])) {
+        assert.ok((got[i]! & 0x7c00) === 0x7c00 && (got[i]! & 0x3ff) !== 0, `f16 NaN at ${i}`);
+      } else if (got[i] !== expected[i]) {
+        assert.fail(
+          `f16 of ${x[i]} is 0x${got[i]!.toString(16)}, expected 0x${expected[i]!.toString(16)}`,
+        );
+      }
     }
   }
 });
@@ -60,8 +84,11 @@ Deno.test("dt_cast() bf16/f16 -> f32 is exact for every 16-bit pattern", () => {
   assertSameBits(viaBf, bfExpected, "bf16 -> f32");
   const hfExpected = Float32Array.from(new Float16Array(all.buffer));
   for (let i = 0; i < 65536; i++) {
-    if (Number.isNaN(hfExpected[i])) assert.ok(Number.isNaN(viaHf[i]), `f16 NaN 0x${i.toString(16)}`);
-    else if (!Object.is(viaHf[i], hfExpected[i])) assert.fail(`f16 0x${i.toString(16)} -> ${viaHf[i]}, expected ${hfExpected[i]}`);
+    if (Number.isNaN(hfExpected[i])) {
+      assert.ok(Number.isNaN(viaHf[i]), `f16 NaN 0x${i.toString(16)}`);
+    } else if (!Object.is(viaHf[i], hfExpected[i])) {
+      assert.fail(`f16 0x${i.toString(16)} -> ${viaHf[i]}, expected ${hfExpected[i]}`);
+    }
   }
 });
 
@@ -73,7 +100,11 @@ Deno.test("dt_cast() converts between integer and float dtypes with truncation",
   ok(K.dt_cast(ptr(back), DT.I64, ptr(i32), DT.I32, 6n, null));
   assert.deepEqual(back, i64);
   ok(K.dt_cast(ptr(f32), DT.F32, ptr(i64), DT.I64, 6n, null));
-  assertSameBits(f32, Array.from(i64, (v) => Math.fround(Number(v))), "i64 -> f32 rounds to nearest even");
+  assertSameBits(
+    f32,
+    Array.from(i64, (v) => Math.fround(Number(v))),
+    "i64 -> f32 rounds to nearest even",
+  );
   const floats = new Float32Array([2.9, -2.9, 0.5, -0.5, 1e9, -2147483648]);
   ok(K.dt_cast(ptr(i32), DT.I32, ptr(floats), DT.F32, 6n, null));
   assert.deepEqual(Array.from(i32), [2, -2, 0, 0, 1e9, -2147483648]);
@@ -103,7 +134,10 @@ Deno.test("dt_cast() names the first value the destination cannot hold and write
   );
   failsWith(K.dt_cast(ptr(out), 9, ptr(out), DT.I32, 1n, null), "dt_cast: unknown output dtype 9");
   failsWith(K.dt_cast(ptr(out), DT.I32, ptr(out), -1, 1n, null), "dt_cast: unknown input dtype -1");
-  failsWith(K.dt_cast(ptr(out), DT.I32, ptr(out), DT.I32, -1n, null), "dt_cast: negative size n=-1");
+  failsWith(
+    K.dt_cast(ptr(out), DT.I32, ptr(out), DT.I32, -1n, null),
+    "dt_cast: negative size n=-1",
+  );
 });
 
 Deno.test("dt_fill() stores the value converted to each dtype", () => {
@@ -127,7 +161,10 @@ Deno.test("dt_fill() stores the value converted to each dtype", () => {
 
 Deno.test("dt_fill() rejects values that do not fit, unknown dtypes and bad sizes", () => {
   const out = new Int32Array(4).fill(5);
-  failsWith(K.dt_fill(ptr(out), DT.I32, 4n, 3e9, null), "dt_fill: value 3000000000 does not fit in i32");
+  failsWith(
+    K.dt_fill(ptr(out), DT.I32, 4n, 3e9, null),
+    "dt_fill: value 3000000000 does not fit in i32",
+  );
   failsWith(K.dt_fill(ptr(out), DT.U8, 4n, -1, null), "does not fit in u8");
   failsWith(K.dt_fill(ptr(out), DT.I64, 4n, NaN, null), "dt_fill: value nan does not fit in i64");
   assert.deepEqual(Array.from(out), [5, 5, 5, 5]);

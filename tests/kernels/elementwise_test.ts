@@ -5,7 +5,18 @@
  */
 import assert from "node:assert/strict";
 import { fmaf32 } from "../../random/float32_fma.ts";
-import { assertClose, assertSameBits, failsWith, K, n64, ok, ptr, Rng, SIZES, withThreads } from "./_helpers.ts";
+import {
+  assertClose,
+  assertSameBits,
+  failsWith,
+  K,
+  n64,
+  ok,
+  ptr,
+  Rng,
+  SIZES,
+  withThreads,
+} from "./_helpers.ts";
 
 const f = Math.fround;
 const OPS: [string, (a: number, b: number) => number][] = [
@@ -16,7 +27,13 @@ const OPS: [string, (a: number, b: number) => number][] = [
 ];
 
 /** out[i] = a[i] op b[(i / inner) % bn], the documented rule, element by element. */
-function binaryRef(op: number, a: Float32Array, b: Float32Array, bn: number, inner: number): Float32Array {
+function binaryRef(
+  op: number,
+  a: Float32Array,
+  b: Float32Array,
+  bn: number,
+  inner: number,
+): Float32Array {
   const out = new Float32Array(a.length);
   for (let i = 0; i < a.length; i++) out[i] = OPS[op]![1](a[i]!, b[Math.floor(i / inner) % bn]!);
   return out;
@@ -27,16 +44,26 @@ Deno.test("dt_binary() matches the reference for every op and broadcast form", (
   for (const n of SIZES) {
     const a = rng.normals(n);
     // [bn, inner]: same shape, trailing vector, column vector, both, a bn that does not divide n
-    const forms: [number, number][] = [[n, 1], [Math.min(n, 7), 1], [Math.max(1, Math.floor(n / 33)), 33], [3, 5], [
-      Math.min(n, 10),
-      7,
-    ]];
+    const forms: [number, number][] = [
+      [n, 1],
+      [Math.min(n, 7), 1],
+      [Math.max(1, Math.floor(n / 33)), 33],
+      [3, 5],
+      [
+        Math.min(n, 10),
+        7,
+      ],
+    ];
     for (const [bn, inner] of forms) {
       const b = rng.normals(bn);
       for (let op = 0; op < 4; op++) {
         const out = new Float32Array(n);
         ok(K.dt_binary(op, ptr(out), ptr(a), ptr(b), n64(n), n64(bn), n64(inner), null));
-        assertSameBits(out, binaryRef(op, a, b, bn, inner), `${OPS[op]![0]} n=${n} bn=${bn} inner=${inner}`);
+        assertSameBits(
+          out,
+          binaryRef(op, a, b, bn, inner),
+          `${OPS[op]![0]} n=${n} bn=${bn} inner=${inner}`,
+        );
       }
     }
   }
@@ -54,7 +81,10 @@ Deno.test("dt_binary() rejects an unknown op, negative n and empty broadcast", (
   const x = new Float32Array(4);
   failsWith(K.dt_binary(7, ptr(x), ptr(x), ptr(x), 4n, 4n, 1n, null), "dt_binary: unknown op 7");
   failsWith(K.dt_binary(0, ptr(x), ptr(x), ptr(x), -1n, 4n, 1n, null), "negative size n=-1");
-  failsWith(K.dt_binary(0, ptr(x), ptr(x), ptr(x), 4n, 0n, 1n, null), "bn=0 inner=1 must both be >= 1");
+  failsWith(
+    K.dt_binary(0, ptr(x), ptr(x), ptr(x), 4n, 0n, 1n, null),
+    "bn=0 inner=1 must both be >= 1",
+  );
   failsWith(K.dt_binary(0, null, ptr(x), ptr(x), 4n, 4n, 1n, null), "dt_binary: null pointer");
   ok(K.dt_binary(0, null, null, null, 0n, 0n, 0n, null)); // nothing to do is not an error
 });
@@ -148,7 +178,10 @@ Deno.test("dt_dropout_fwd() keeps exactly the elements whose hash clears p * 2^3
   ok(K.dt_dropout_fwd(ptr(out), ptr(x), n64(n), p, seed, offset, null));
   const threshold = Math.floor(f(p) * 2 ** 32);
   const scale = f(1 / (1 - f(p)));
-  const expected = x.map((v, i) => (hashU32(seed, offset + BigInt(i)) >= threshold ? f(v * scale) : 0));
+  const expected = x.map((
+    v,
+    i,
+  ) => (hashU32(seed, offset + BigInt(i)) >= threshold ? f(v * scale) : 0));
   assertSameBits(out, expected, "dropout mask and scale");
 });
 
@@ -179,7 +212,10 @@ Deno.test("dt_dropout_fwd() with p = 0 is the identity, p = 1 zeroes all, p outs
   ok(K.dt_dropout_fwd(ptr(out), ptr(x), 100n, 1, 1n, 0n, null));
   assertSameBits(out, new Float32Array(100), "p = 1");
   failsWith(K.dt_dropout_fwd(ptr(out), ptr(x), 100n, 1.5, 1n, 0n, null), "p=1.5 is outside [0, 1]");
-  failsWith(K.dt_dropout_bwd(ptr(out), ptr(x), 100n, NaN, 1n, 0n, null), "dt_dropout_bwd: drop probability p=nan");
+  failsWith(
+    K.dt_dropout_bwd(ptr(out), ptr(x), 100n, NaN, 1n, 0n, null),
+    "dt_dropout_bwd: drop probability p=nan",
+  );
 });
 
 Deno.test("elementwise kernels give the same bits on 1 and 4 threads", () => {

@@ -4,7 +4,17 @@
  * dt_gather_rows, with the refusal of out-of-range indices before any write.
  */
 import assert from "node:assert/strict";
-import { assertSameBits, failsWith, K, lastError, n64, ok, ptr, Rng, withThreads } from "./_helpers.ts";
+import {
+  assertSameBits,
+  failsWith,
+  K,
+  lastError,
+  n64,
+  ok,
+  ptr,
+  Rng,
+  withThreads,
+} from "./_helpers.ts";
 
 Deno.test("dt_embedding_fwd() copies table rows by index", () => {
   const rng = new Rng(1);
@@ -29,8 +39,14 @@ Deno.test("dt_embedding_fwd() names an index outside [0, V) and writes nothing",
   assert.equal(lastError(), "dt_embedding_fwd: index 300 at position 17 is outside [0, 256)");
   assert.ok(out.every((v) => v === 5), "output untouched");
   idx[17] = -1;
-  failsWith(K.dt_embedding_fwd(ptr(out), ptr(idx), ptr(table), 20n, 256n, 4n, null), "index -1 at position 17");
-  failsWith(K.dt_embedding_fwd(ptr(out), ptr(idx), ptr(table), -1n, 256n, 4n, null), "negative size (n=-1");
+  failsWith(
+    K.dt_embedding_fwd(ptr(out), ptr(idx), ptr(table), 20n, 256n, 4n, null),
+    "index -1 at position 17",
+  );
+  failsWith(
+    K.dt_embedding_fwd(ptr(out), ptr(idx), ptr(table), -1n, 256n, 4n, null),
+    "negative size (n=-1",
+  );
 });
 
 Deno.test("dt_embedding_bwd() adds gradient rows in index order, identically on any thread count", () => {
@@ -57,7 +73,9 @@ Deno.test("dt_embedding_bwd() adds gradient rows in index order, identically on 
 });
 
 Deno.test("dt_embedding_bwd() refuses a bad index before zeroing the table", () => {
-  const dtable = new Float32Array(8).fill(2), dout = new Float32Array(6), idx = new Int32Array([0, 4, 1]);
+  const dtable = new Float32Array(8).fill(2),
+    dout = new Float32Array(6),
+    idx = new Int32Array([0, 4, 1]);
   failsWith(
     K.dt_embedding_bwd(ptr(dtable), ptr(dout), ptr(idx), 3n, 4n, 2n, null),
     "dt_embedding_bwd: index 4 at position 1 is outside [0, 4)",
@@ -67,12 +85,16 @@ Deno.test("dt_embedding_bwd() refuses a bad index before zeroing the table", () 
 
 Deno.test("dt_gather_rows() collates rows of any byte width", () => {
   const rng = new Rng(3);
-  for (const [rows, rowBytes, n] of [[10, 4, 3], [1024, 512, 64], [100, 7, 1000], [5, 0, 4]] as const) {
+  for (
+    const [rows, rowBytes, n] of [[10, 4, 3], [1024, 512, 64], [100, 7, 1000], [5, 0, 4]] as const
+  ) {
     const inp = new Uint8Array(rows * rowBytes).map(() => rng.int(0, 256));
     const idx = rng.ints(n, 0, rows), out = new Uint8Array(n * rowBytes);
     ok(K.dt_gather_rows(ptr(out), ptr(inp), ptr(idx), n64(n), n64(rowBytes), null));
     const expected = new Uint8Array(n * rowBytes);
-    for (let i = 0; i < n; i++) expected.set(inp.subarray(idx[i]! * rowBytes, (idx[i]! + 1) * rowBytes), i * rowBytes);
+    for (let i = 0; i < n; i++) {
+      expected.set(inp.subarray(idx[i]! * rowBytes, (idx[i]! + 1) * rowBytes), i * rowBytes);
+    }
     assert.deepEqual(out, expected, `gather ${n} of ${rows} rows x ${rowBytes}B`);
   }
   const out = new Uint8Array(8);

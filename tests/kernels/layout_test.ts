@@ -17,7 +17,9 @@ function randomBytes(rng: Rng, n: number): Uint8Array<ArrayBuffer> {
 function assertBytes(actual: Uint8Array, expected: Uint8Array, what: string): void {
   assert.equal(actual.length, expected.length, `${what}: length`);
   for (let i = 0; i < actual.length; i++) {
-    if (actual[i] !== expected[i]) assert.fail(`${what}: byte ${i} is ${actual[i]}, expected ${expected[i]}`);
+    if (actual[i] !== expected[i]) {
+      assert.fail(`${what}: byte ${i} is ${actual[i]}, expected ${expected[i]}`);
+    }
   }
 }
 
@@ -35,16 +37,43 @@ Deno.test("dt_slice_cols() and dt_scatter_cols() move column blocks and touch no
   for (const [rows, wide, start, len, eb] of cases) {
     const inp = randomBytes(rng, rows * wide * eb);
     const out = new Uint8Array(rows * len * eb);
-    ok(K.dt_slice_cols(ptr(out), ptr(inp), n64(rows), n64(wide), n64(start), n64(len), n64(eb), null));
+    ok(
+      K.dt_slice_cols(
+        ptr(out),
+        ptr(inp),
+        n64(rows),
+        n64(wide),
+        n64(start),
+        n64(len),
+        n64(eb),
+        null,
+      ),
+    );
     const expected = new Uint8Array(out.length);
     for (let r = 0; r < rows; r++) {
-      expected.set(inp.subarray((r * wide + start) * eb, (r * wide + start + len) * eb), r * len * eb);
+      expected.set(
+        inp.subarray((r * wide + start) * eb, (r * wide + start + len) * eb),
+        r * len * eb,
+      );
     }
     assertBytes(out, expected, `slice ${rows}x${wide}[${start}:+${len}] x${eb}B`);
 
     const dst = randomBytes(rng, rows * wide * eb), before = dst.slice();
-    ok(K.dt_scatter_cols(ptr(dst), ptr(out), n64(rows), n64(wide), n64(start), n64(len), n64(eb), null));
-    for (let r = 0; r < rows; r++) before.set(out.subarray(r * len * eb, (r + 1) * len * eb), (r * wide + start) * eb);
+    ok(
+      K.dt_scatter_cols(
+        ptr(dst),
+        ptr(out),
+        n64(rows),
+        n64(wide),
+        n64(start),
+        n64(len),
+        n64(eb),
+        null,
+      ),
+    );
+    for (let r = 0; r < rows; r++) {
+      before.set(out.subarray(r * len * eb, (r + 1) * len * eb), (r * wide + start) * eb);
+    }
     assertBytes(dst, before, `scatter ${rows}x${wide}[${start}:+${len}] x${eb}B`);
   }
 });
@@ -55,19 +84,38 @@ Deno.test("dt_slice_cols() and dt_scatter_cols() refuse column ranges outside th
     K.dt_slice_cols(ptr(buf), ptr(buf), 2n, 8n, 6n, 3n, 4n, null),
     "dt_slice_cols: columns [6, 6 + 3) are outside [0, 8)",
   );
-  failsWith(K.dt_scatter_cols(ptr(buf), ptr(buf), 2n, 8n, -1n, 3n, 4n, null), "dt_scatter_cols: columns [-1, -1 + 3)");
-  failsWith(K.dt_slice_cols(ptr(buf), ptr(buf), 2n, 8n, 0n, 3n, 0n, null), "dt_slice_cols: elem_bytes=0 must be >= 1");
-  failsWith(K.dt_slice_cols(ptr(buf), ptr(buf), -2n, 8n, 0n, 3n, 4n, null), "dt_slice_cols: negative size (rows=-2");
-  failsWith(K.dt_slice_cols(ptr(buf), ptr(buf), 2n ** 40n, 2n ** 30n, 0n, 3n, 4n, null), "dt_slice_cols: size overflows");
+  failsWith(
+    K.dt_scatter_cols(ptr(buf), ptr(buf), 2n, 8n, -1n, 3n, 4n, null),
+    "dt_scatter_cols: columns [-1, -1 + 3)",
+  );
+  failsWith(
+    K.dt_slice_cols(ptr(buf), ptr(buf), 2n, 8n, 0n, 3n, 0n, null),
+    "dt_slice_cols: elem_bytes=0 must be >= 1",
+  );
+  failsWith(
+    K.dt_slice_cols(ptr(buf), ptr(buf), -2n, 8n, 0n, 3n, 4n, null),
+    "dt_slice_cols: negative size (rows=-2",
+  );
+  failsWith(
+    K.dt_slice_cols(ptr(buf), ptr(buf), 2n ** 40n, 2n ** 30n, 0n, 3n, 4n, null),
+    "dt_slice_cols: size overflows",
+  );
 });
 
 /** (A,B,C,D) -> (A,C,B,D), element by element. */
-function transposeRef(inp: Uint8Array, A: number, B: number, C: number, D: number, eb: number): Uint8Array {
+function transposeRef(
+  inp: Uint8Array,
+  A: number,
+  B: number,
+  C: number,
+  D: number,
+  eb: number,
+): Uint8Array {
   const out = new Uint8Array(inp.length), row = D * eb;
   for (let a = 0; a < A; a++) {
     for (let b = 0; b < B; b++) {
       for (let c = 0; c < C; c++) {
-        const src = (((a * B + b) * C + c) * row), dst = (((a * C + c) * B + b) * row);
+        const src = ((a * B + b) * C + c) * row, dst = ((a * C + c) * B + b) * row;
         out.set(inp.subarray(src, src + row), dst);
       }
     }
@@ -105,8 +153,20 @@ Deno.test("dt_transpose_0213() swaps dims 1 and 2 for head split/merge and 2-D t
 
 Deno.test("dt_transpose_0213() rejects negative dims, zero-byte elements and overflow", () => {
   const buf = new Uint8Array(16);
-  failsWith(K.dt_transpose_0213(ptr(buf), ptr(buf), 1n, -2n, 2n, 1n, 4n, null), "dt_transpose_0213: negative dimension (1, -2, 2, 1)");
-  failsWith(K.dt_transpose_0213(ptr(buf), ptr(buf), 1n, 2n, 2n, 1n, 0n, null), "elem_bytes=0 must be >= 1");
-  failsWith(K.dt_transpose_0213(ptr(buf), ptr(buf), 2n ** 20n, 2n ** 20n, 2n ** 20n, 2n ** 10n, 4n, null), "size overflows");
-  failsWith(K.dt_transpose_0213(null, ptr(buf), 1n, 2n, 2n, 1n, 4n, null), "dt_transpose_0213: null pointer");
+  failsWith(
+    K.dt_transpose_0213(ptr(buf), ptr(buf), 1n, -2n, 2n, 1n, 4n, null),
+    "dt_transpose_0213: negative dimension (1, -2, 2, 1)",
+  );
+  failsWith(
+    K.dt_transpose_0213(ptr(buf), ptr(buf), 1n, 2n, 2n, 1n, 0n, null),
+    "elem_bytes=0 must be >= 1",
+  );
+  failsWith(
+    K.dt_transpose_0213(ptr(buf), ptr(buf), 2n ** 20n, 2n ** 20n, 2n ** 20n, 2n ** 10n, 4n, null),
+    "size overflows",
+  );
+  failsWith(
+    K.dt_transpose_0213(null, ptr(buf), 1n, 2n, 2n, 1n, 4n, null),
+    "dt_transpose_0213: null pointer",
+  );
 });

@@ -4,12 +4,27 @@
  * references and finite differences; and the refusal of bad targets.
  */
 import assert from "node:assert/strict";
-import { assertClose, assertSameBits, failsWith, K, n64, ok, ptr, Rng, withThreads } from "./_helpers.ts";
+import {
+  assertClose,
+  assertSameBits,
+  failsWith,
+  K,
+  n64,
+  ok,
+  ptr,
+  Rng,
+  withThreads,
+} from "./_helpers.ts";
 
 const U = 2 ** -24;
 
 /** Mean over non-ignored rows of logsumexp(row) - row[target], in float64. */
-function lossRef(logits: ArrayLike<number>, targets: Int32Array, V: number, ignore: number): number {
+function lossRef(
+  logits: ArrayLike<number>,
+  targets: Int32Array,
+  V: number,
+  ignore: number,
+): number {
   let sum = 0, valid = 0;
   for (let r = 0; r < targets.length; r++) {
     if (targets[r] === ignore) continue;
@@ -24,9 +39,25 @@ function lossRef(logits: ArrayLike<number>, targets: Int32Array, V: number, igno
 }
 
 /** Runs the forward kernel; returns loss and probabilities. */
-function forward(logits: Float32Array<ArrayBuffer>, targets: Int32Array<ArrayBuffer>, V: number, ignore: number) {
+function forward(
+  logits: Float32Array<ArrayBuffer>,
+  targets: Int32Array<ArrayBuffer>,
+  V: number,
+  ignore: number,
+) {
   const loss = new Float32Array(1), probs = new Float32Array(logits.length);
-  ok(K.dt_crossentropy_fwd(ptr(loss), ptr(probs), ptr(logits), ptr(targets), n64(targets.length), n64(V), n64(ignore), null));
+  ok(
+    K.dt_crossentropy_fwd(
+      ptr(loss),
+      ptr(probs),
+      ptr(logits),
+      ptr(targets),
+      n64(targets.length),
+      n64(V),
+      n64(ignore),
+      null,
+    ),
+  );
   return { loss: loss[0]!, probs };
 }
 
@@ -39,7 +70,10 @@ Deno.test("dt_crossentropy_fwd() matches the float64 loss and softmax, skipping 
     const { loss, probs } = forward(logits, targets, V, -100);
     const ref = lossRef(logits, targets, V, -100);
     // per-row float32 log-sum-exp (~4 ulps of max + log z), summed in double, one rounding
-    assert.ok(Math.abs(loss - ref) <= 8 * U * (Math.abs(ref) + 3), `loss ${rows}x${V}: ${loss} vs ${ref}`);
+    assert.ok(
+      Math.abs(loss - ref) <= 8 * U * (Math.abs(ref) + 3),
+      `loss ${rows}x${V}: ${loss} vs ${ref}`,
+    );
     for (let r = 0; r < rows; r++) {
       let max = -Infinity, z = 0;
       for (let j = 0; j < V; j++) max = Math.max(max, logits[r * V + j]!);
@@ -68,7 +102,18 @@ Deno.test("dt_crossentropy_bwd() matches finite differences of the float64 loss"
   const { probs } = forward(logits, targets, V, ignore);
   const dloss = new Float32Array([0.75]);
   const dlogits = new Float32Array(rows * V).fill(NaN);
-  ok(K.dt_crossentropy_bwd(ptr(dlogits), ptr(probs), ptr(targets), ptr(dloss), n64(rows), n64(V), n64(ignore), null));
+  ok(
+    K.dt_crossentropy_bwd(
+      ptr(dlogits),
+      ptr(probs),
+      ptr(targets),
+      ptr(dloss),
+      n64(rows),
+      n64(V),
+      n64(ignore),
+      null,
+    ),
+  );
   const x = Float64Array.from(logits), fd = new Float64Array(x.length), h = 1e-5;
   for (let i = 0; i < x.length; i++) {
     const v = x[i]!;
@@ -80,7 +125,9 @@ Deno.test("dt_crossentropy_bwd() matches finite differences of the float64 loss"
   }
   // finite differences err by ~1e-10 here; the gradient is O(0.2) with float32 rounding
   assertClose(dlogits, fd, 1e-5, "dlogits vs finite differences", 0.05);
-  for (const r of [1, 4]) assertSameBits(dlogits.subarray(r * V, r * V + V), new Float32Array(V), `ignored row ${r}`);
+  for (const r of [1, 4]) {
+    assertSameBits(dlogits.subarray(r * V, r * V + V), new Float32Array(V), `ignored row ${r}`);
+  }
 });
 
 Deno.test("dt_crossentropy_bwd() is (probs - onehot) * dloss / valid rows, on any thread count", () => {
@@ -92,7 +139,18 @@ Deno.test("dt_crossentropy_bwd() is (probs - onehot) * dloss / valid rows, on an
   const dloss = new Float32Array([1.5]);
   const run = () => {
     const d = new Float32Array(rows * V);
-    ok(K.dt_crossentropy_bwd(ptr(d), ptr(probs), ptr(targets), ptr(dloss), n64(rows), n64(V), -1n, null));
+    ok(
+      K.dt_crossentropy_bwd(
+        ptr(d),
+        ptr(probs),
+        ptr(targets),
+        ptr(dloss),
+        n64(rows),
+        n64(V),
+        -1n,
+        null,
+      ),
+    );
     return d;
   };
   const one = withThreads(1, run), three = withThreads(3, run);
@@ -110,7 +168,9 @@ Deno.test("dt_crossentropy_bwd() is (probs - onehot) * dloss / valid rows, on an
 });
 
 Deno.test("cross-entropy kernels name a target outside [0, V) and write nothing", () => {
-  const logits = new Float32Array(6), probs = new Float32Array(6).fill(7), loss = new Float32Array([7]);
+  const logits = new Float32Array(6),
+    probs = new Float32Array(6).fill(7),
+    loss = new Float32Array([7]);
   const bad = new Int32Array([1, 3]);
   failsWith(
     K.dt_crossentropy_fwd(ptr(loss), ptr(probs), ptr(logits), ptr(bad), 2n, 3n, -100n, null),
@@ -123,6 +183,12 @@ Deno.test("cross-entropy kernels name a target outside [0, V) and write nothing"
     K.dt_crossentropy_bwd(ptr(probs), ptr(probs), ptr(negative), ptr(loss), 2n, 3n, -100n, null),
     "dt_crossentropy_bwd: target -5 at row 0 is outside [0, 3)",
   );
-  failsWith(K.dt_crossentropy_fwd(ptr(loss), ptr(probs), ptr(logits), ptr(bad), 2n, 0n, -100n, null), "V=0 must be in [1, 2^31)");
-  failsWith(K.dt_crossentropy_fwd(ptr(loss), ptr(probs), ptr(logits), null, 2n, 3n, -100n, null), "null targets");
+  failsWith(
+    K.dt_crossentropy_fwd(ptr(loss), ptr(probs), ptr(logits), ptr(bad), 2n, 0n, -100n, null),
+    "V=0 must be in [1, 2^31)",
+  );
+  failsWith(
+    K.dt_crossentropy_fwd(ptr(loss), ptr(probs), ptr(logits), null, 2n, 3n, -100n, null),
+    "null targets",
+  );
 });

@@ -21,11 +21,24 @@ interface AdamW {
 }
 
 /** One torch 1.13 AdamW step on float32 arrays, in place. */
-function adamwRef(p: Float32Array, g: Float32Array, m: Float32Array, v: Float32Array, h: AdamW, step: number): void {
+function adamwRef(
+  p: Float32Array,
+  g: Float32Array,
+  m: Float32Array,
+  v: Float32Array,
+  h: AdamW,
+  step: number,
+): void {
   const decay = f(1 - h.lr * h.wd);
   const bc1 = 1 - h.beta1 ** step, bc2 = 1 - h.beta2 ** step; // float64, as Python
   const bc2Sqrt = f(Math.sqrt(bc2)), stepSize = f(-(h.lr / bc1));
-  const [b1, omb1, b2, omb2, eps] = [f(h.beta1), f(1 - h.beta1), f(h.beta2), f(1 - h.beta2), f(h.eps)];
+  const [b1, omb1, b2, omb2, eps] = [
+    f(h.beta1),
+    f(1 - h.beta1),
+    f(h.beta2),
+    f(1 - h.beta2),
+    f(h.eps),
+  ];
   for (let i = 0; i < p.length; i++) {
     const pd = f(p[i]! * decay); //                                   p.mul_(1 - lr*wd)
     m[i] = fmaf32(g[i]!, omb1, f(m[i]! * b1)); //                     m.mul_(b1).add_(g, alpha=1-b1)
@@ -53,7 +66,22 @@ Deno.test("dt_adamw() reproduces torch 1.13's AdamW bit for bit over several ste
       const [pr, mr, vr] = [p.slice(), m.slice(), v.slice()];
       for (let step = 1; step <= 4; step++) {
         const g = gradients(rng, n);
-        ok(K.dt_adamw(ptr(p), ptr(g), ptr(m), ptr(v), n64(n), h.lr, h.beta1, h.beta2, h.eps, h.wd, n64(step), null));
+        ok(
+          K.dt_adamw(
+            ptr(p),
+            ptr(g),
+            ptr(m),
+            ptr(v),
+            n64(n),
+            h.lr,
+            h.beta1,
+            h.beta2,
+            h.eps,
+            h.wd,
+            n64(step),
+            null,
+          ),
+        );
         adamwRef(pr, g, mr, vr, h, step);
       }
       const what = `lr=${h.lr} betas=(${h.beta1}, ${h.beta2}) wd=${h.wd} n=${n}`;
@@ -113,7 +141,21 @@ Deno.test("dt_sgd() reproduces torch 1.13's SGD bit for bit in every mode", () =
         const g = rng.normals(n);
         // with momentum 0 torch keeps no buffer: the kernel must not need one
         const bufPtr = h.momentum === 0 ? null : ptr(buf);
-        ok(K.dt_sgd(ptr(p), ptr(g), bufPtr, n64(n), h.lr, h.momentum, h.dampening, h.wd, h.nesterov ? 1 : 0, step === 0 ? 1 : 0, null));
+        ok(
+          K.dt_sgd(
+            ptr(p),
+            ptr(g),
+            bufPtr,
+            n64(n),
+            h.lr,
+            h.momentum,
+            h.dampening,
+            h.wd,
+            h.nesterov ? 1 : 0,
+            step === 0 ? 1 : 0,
+            null,
+          ),
+        );
         sgdRef(pr, g, br, h, step === 0);
       }
       assertSameBits(p, pr, `param ${JSON.stringify(h)} n=${n}`);
@@ -126,7 +168,11 @@ Deno.test("optimizer kernels give the same bits on 1 and 4 threads", () => {
   const rng = new Rng(3);
   const n = 300_001, p0 = rng.normals(n), g = gradients(rng, n);
   const run = () => {
-    const p = p0.slice(), m = new Float32Array(n), v = new Float32Array(n), q = p0.slice(), b = new Float32Array(n);
+    const p = p0.slice(),
+      m = new Float32Array(n),
+      v = new Float32Array(n),
+      q = p0.slice(),
+      b = new Float32Array(n);
     ok(K.dt_adamw(ptr(p), ptr(g), ptr(m), ptr(v), n64(n), 1e-3, 0.9, 0.999, 1e-8, 1e-2, 3n, null));
     ok(K.dt_sgd(ptr(q), ptr(g), ptr(b), n64(n), 0.1, 0.9, 0, 0, 0, 1, null));
     return [p, q] as const;
@@ -138,12 +184,27 @@ Deno.test("optimizer kernels give the same bits on 1 and 4 threads", () => {
 
 Deno.test("optimizer kernels reject a zero step, bad betas and nesterov without momentum", () => {
   const x = new Float32Array(4);
-  failsWith(K.dt_adamw(ptr(x), ptr(x), ptr(x), ptr(x), 4n, 1e-3, 0.9, 0.999, 1e-8, 0, 0n, null), "dt_adamw: step=0 must be >= 1");
-  failsWith(K.dt_adamw(ptr(x), ptr(x), ptr(x), ptr(x), 4n, 1e-3, 1, 0.999, 1e-8, 0, 1n, null), "dt_adamw: betas (1, 0.999)");
-  failsWith(K.dt_adamw(ptr(x), null, ptr(x), ptr(x), 4n, 1e-3, 0.9, 0.999, 1e-8, 0, 1n, null), "dt_adamw: null pointer");
-  failsWith(K.dt_sgd(ptr(x), ptr(x), ptr(x), 4n, 0.1, 0, 0, 0, 1, 0, null), "dt_sgd: nesterov needs momentum > 0");
+  failsWith(
+    K.dt_adamw(ptr(x), ptr(x), ptr(x), ptr(x), 4n, 1e-3, 0.9, 0.999, 1e-8, 0, 0n, null),
+    "dt_adamw: step=0 must be >= 1",
+  );
+  failsWith(
+    K.dt_adamw(ptr(x), ptr(x), ptr(x), ptr(x), 4n, 1e-3, 1, 0.999, 1e-8, 0, 1n, null),
+    "dt_adamw: betas (1, 0.999)",
+  );
+  failsWith(
+    K.dt_adamw(ptr(x), null, ptr(x), ptr(x), 4n, 1e-3, 0.9, 0.999, 1e-8, 0, 1n, null),
+    "dt_adamw: null pointer",
+  );
+  failsWith(
+    K.dt_sgd(ptr(x), ptr(x), ptr(x), 4n, 0.1, 0, 0, 0, 1, 0, null),
+    "dt_sgd: nesterov needs momentum > 0",
+  );
   failsWith(K.dt_sgd(ptr(x), ptr(x), null, 4n, 0.1, 0.9, 0, 0, 0, 0, null), "dt_sgd: null pointer");
-  failsWith(K.dt_sgd(ptr(x), ptr(x), ptr(x), -4n, 0.1, 0.9, 0, 0, 0, 0, null), "dt_sgd: negative size n=-4");
+  failsWith(
+    K.dt_sgd(ptr(x), ptr(x), ptr(x), -4n, 0.1, 0.9, 0, 0, 0, 0, null),
+    "dt_sgd: negative size n=-4",
+  );
 });
 
 Deno.test("dt_unscale_check() multiplies by 1/scale and flags inf/NaN without ever clearing the flag", () => {

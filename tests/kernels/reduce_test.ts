@@ -7,7 +7,11 @@ import assert from "node:assert/strict";
 import { assertSameBits, failsWith, K, n64, ok, ptr, Rng, withThreads } from "./_helpers.ts";
 
 /** out[j] = sum of inp[i] over (i / inner) % bn == j, in float64, plus the sum of |inp| there. */
-function reduceRef(inp: Float32Array, bn: number, inner: number): { sum: Float64Array; abs: Float64Array } {
+function reduceRef(
+  inp: Float32Array,
+  bn: number,
+  inner: number,
+): { sum: Float64Array; abs: Float64Array } {
   const sum = new Float64Array(bn), abs = new Float64Array(bn);
   for (let i = 0; i < inp.length; i++) {
     const j = Math.floor(i / inner) % bn;
@@ -39,7 +43,9 @@ Deno.test("dt_reduce_bcast() sums every broadcast form to within one float32 rou
     for (let j = 0; j < bn; j++) {
       // float64 accumulation errs by ~1e-16 * sum|x|; the result is then rounded once to float32.
       const tol = 2 ** -24 * Math.abs(sum[j]!) + 1e-14 * abs[j]!;
-      if (!(Math.abs(out[j]! - sum[j]!) <= tol)) assert.fail(`n=${n} bn=${bn} inner=${inner} out[${j}]=${out[j]}, expected ${sum[j]}`);
+      if (!(Math.abs(out[j]! - sum[j]!) <= tol)) {
+        assert.fail(`n=${n} bn=${bn} inner=${inner} out[${j}]=${out[j]}, expected ${sum[j]}`);
+      }
     }
   }
 });
@@ -112,9 +118,18 @@ Deno.test("dt_argmax_rows() returns the first maximum, and NaN as torch.argmax",
 
 Deno.test("reductions reject bad sizes and null pointers", () => {
   const x = new Float32Array(4);
-  failsWith(K.dt_reduce_bcast(ptr(x), ptr(x), 4n, 0n, 1n, null), "dt_reduce_bcast: broadcast bn=0 inner=1");
-  failsWith(K.dt_reduce_bcast(ptr(x), ptr(x), -4n, 1n, 1n, null), "dt_reduce_bcast: negative size n=-4");
+  failsWith(
+    K.dt_reduce_bcast(ptr(x), ptr(x), 4n, 0n, 1n, null),
+    "dt_reduce_bcast: broadcast bn=0 inner=1",
+  );
+  failsWith(
+    K.dt_reduce_bcast(ptr(x), ptr(x), -4n, 1n, 1n, null),
+    "dt_reduce_bcast: negative size n=-4",
+  );
   failsWith(K.dt_sumsq(null, ptr(x), 4n, null), "dt_sumsq: null pointer");
-  failsWith(K.dt_argmax_rows(ptr(x), ptr(x), 2n, 0n, null), "dt_argmax_rows: cols=0 must be in [1, 2^31)");
+  failsWith(
+    K.dt_argmax_rows(ptr(x), ptr(x), 2n, 0n, null),
+    "dt_argmax_rows: cols=0 must be in [1, 2^31)",
+  );
   failsWith(K.dt_argmax_rows(ptr(x), ptr(x), -1n, 2n, null), "dt_argmax_rows: negative rows=-1");
 });

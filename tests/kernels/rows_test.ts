@@ -4,12 +4,26 @@
  * backward passes against central finite differences of those references.
  */
 import assert from "node:assert/strict";
-import { assertClose, assertSameBits, failsWith, K, n64, ok, ptr, Rng, withThreads } from "./_helpers.ts";
+import {
+  assertClose,
+  assertSameBits,
+  failsWith,
+  K,
+  n64,
+  ok,
+  ptr,
+  Rng,
+  withThreads,
+} from "./_helpers.ts";
 
 const U = 2 ** -24; // unit roundoff of float32
 
 /** Central-difference gradient of a float64 scalar function. */
-function finiteDiff(fn: (x: Float64Array) => number, x0: ArrayLike<number>, h = 1e-4): Float64Array {
+function finiteDiff(
+  fn: (x: Float64Array) => number,
+  x0: ArrayLike<number>,
+  h = 1e-4,
+): Float64Array {
   const x = Float64Array.from(x0), grad = new Float64Array(x.length);
   for (let i = 0; i < x.length; i++) {
     const v = x[i]!;
@@ -22,12 +36,19 @@ function finiteDiff(fn: (x: Float64Array) => number, x0: ArrayLike<number>, h = 
   return grad;
 }
 
-const maxAbs = (a: ArrayLike<number>) => Array.from(a).reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+const maxAbs = (a: ArrayLike<number>) =>
+  Array.from(a).reduce((m, v) => Math.max(m, Math.abs(v)), 0);
 
 // ---- softmax -------------------------------------------------------------------
 
 /** softmax(scale * x) per row in float64 (scale * x first rounded to float32, as the kernel and torch do). */
-function softmaxRef(x: ArrayLike<number>, rows: number, cols: number, causalT: number, scale: number): Float64Array {
+function softmaxRef(
+  x: ArrayLike<number>,
+  rows: number,
+  cols: number,
+  causalT: number,
+  scale: number,
+): Float64Array {
   const out = new Float64Array(rows * cols);
   for (let r = 0; r < rows; r++) {
     const visible = causalT > 0 ? Math.min(cols, (r % causalT) + 1) : cols;
@@ -35,7 +56,9 @@ function softmaxRef(x: ArrayLike<number>, rows: number, cols: number, causalT: n
     for (let j = 0; j < visible; j++) max = Math.max(max, Math.fround(scale * x[r * cols + j]!));
     let sum = 0;
     for (let j = 0; j < visible; j++) sum += Math.exp(Math.fround(scale * x[r * cols + j]!) - max);
-    for (let j = 0; j < visible; j++) out[r * cols + j] = Math.exp(Math.fround(scale * x[r * cols + j]!) - max) / sum;
+    for (let j = 0; j < visible; j++) {
+      out[r * cols + j] = Math.exp(Math.fround(scale * x[r * cols + j]!) - max) / sum;
+    }
   }
   return out;
 }
@@ -58,7 +81,10 @@ Deno.test("dt_softmax_fwd() matches float64 softmax, with masked columns exactly
     const ref = softmaxRef(x, rows, cols, causalT, Math.fround(scale)); // the kernel takes scale as f32
     for (let i = 0; i < out.length; i++) {
       if (ref[i] === 0) {
-        assert.ok(Object.is(out[i], 0), `masked element ${i} is ${out[i]}, not +0 (${rows}x${cols} causal ${causalT})`);
+        assert.ok(
+          Object.is(out[i], 0),
+          `masked element ${i} is ${out[i]}, not +0 (${rows}x${cols} causal ${causalT})`,
+        );
         continue;
       }
       // expf (< 1 ulp), the float rounding of z - max (relative error ~|z - max| * U), the
@@ -66,7 +92,9 @@ Deno.test("dt_softmax_fwd() matches float64 softmax, with masked columns exactly
       const z = Math.abs(Math.log(ref[i]!));
       const tol = (8 + 2 * z) * U;
       if (!(Math.abs(out[i]! - ref[i]!) <= tol * ref[i]!)) {
-        assert.fail(`${rows}x${cols} causal ${causalT}: element ${i} = ${out[i]}, expected ${ref[i]}`);
+        assert.fail(
+          `${rows}x${cols} causal ${causalT}: element ${i} = ${out[i]}, expected ${ref[i]}`,
+        );
       }
     }
   }
@@ -84,7 +112,9 @@ Deno.test("dt_softmax_bwd() matches finite differences of the float64 softmax", 
     let s = 0;
     for (let r = 0; r < rows; r++) {
       const row = Array.from(v.subarray(r * cols, r * cols + cols), (t) => scale * t);
-      const m = Math.max(...row), e = row.map((t) => Math.exp(t - m)), z = e.reduce((a, b) => a + b);
+      const m = Math.max(...row),
+        e = row.map((t) => Math.exp(t - m)),
+        z = e.reduce((a, b) => a + b);
       e.forEach((t, j) => (s += dout[r * cols + j]! * t / z));
     }
     return s;
@@ -110,7 +140,9 @@ Deno.test("dt_softmax_bwd() matches the float64 formula on large inputs, on any 
   for (let r = 0; r < rows; r++) {
     let dot = 0, scaleOfRow = 0;
     for (let j = 0; j < cols; j++) dot += dout[r * cols + j]! * out[r * cols + j]!;
-    for (let j = 0; j < cols; j++) scaleOfRow = Math.max(scaleOfRow, Math.abs(dout[r * cols + j]!) + Math.abs(dot));
+    for (let j = 0; j < cols; j++) {
+      scaleOfRow = Math.max(scaleOfRow, Math.abs(dout[r * cols + j]!) + Math.abs(dot));
+    }
     for (let j = 0; j < cols; j++) {
       const i = r * cols + j;
       const ref = scale * out[i]! * (dout[i]! - dot);
@@ -123,10 +155,22 @@ Deno.test("dt_softmax_bwd() matches the float64 formula on large inputs, on any 
 
 Deno.test("softmax kernels reject bad sizes", () => {
   const x = new Float32Array(4);
-  failsWith(K.dt_softmax_fwd(ptr(x), ptr(x), 2n, 0n, 0n, 1, null), "dt_softmax_fwd: cols=0 must be >= 1");
-  failsWith(K.dt_softmax_fwd(ptr(x), ptr(x), 2n, 2n, -1n, 1, null), "dt_softmax_fwd: negative causal_t=-1");
-  failsWith(K.dt_softmax_fwd(ptr(x), ptr(x), 2n ** 62n, 8n, 0n, 1, null), "dt_softmax_fwd: rows*cols overflows");
-  failsWith(K.dt_softmax_bwd(ptr(x), null, ptr(x), 2n, 2n, 1, null), "dt_softmax_bwd: null pointer");
+  failsWith(
+    K.dt_softmax_fwd(ptr(x), ptr(x), 2n, 0n, 0n, 1, null),
+    "dt_softmax_fwd: cols=0 must be >= 1",
+  );
+  failsWith(
+    K.dt_softmax_fwd(ptr(x), ptr(x), 2n, 2n, -1n, 1, null),
+    "dt_softmax_fwd: negative causal_t=-1",
+  );
+  failsWith(
+    K.dt_softmax_fwd(ptr(x), ptr(x), 2n ** 62n, 8n, 0n, 1, null),
+    "dt_softmax_fwd: rows*cols overflows",
+  );
+  failsWith(
+    K.dt_softmax_bwd(ptr(x), null, ptr(x), 2n, 2n, 1, null),
+    "dt_softmax_bwd: null pointer",
+  );
 });
 
 // ---- layer norm -------------------------------------------------------------------
@@ -146,7 +190,9 @@ function layerNormRef(
   C: number,
   eps: number,
 ): LayerNormRef {
-  const y = new Float64Array(rows * C), mean = new Float64Array(rows), rstd = new Float64Array(rows);
+  const y = new Float64Array(rows * C),
+    mean = new Float64Array(rows),
+    rstd = new Float64Array(rows);
   for (let r = 0; r < rows; r++) {
     let s = 0;
     for (let j = 0; j < C; j++) s += x[r * C + j]!;
@@ -154,7 +200,9 @@ function layerNormRef(
     let q = 0;
     for (let j = 0; j < C; j++) q += (x[r * C + j]! - m) ** 2;
     const rs = 1 / Math.sqrt(q / C + eps);
-    for (let j = 0; j < C; j++) y[r * C + j] = (x[r * C + j]! - m) * rs * (w ? w[j]! : 1) + (b ? b[j]! : 0);
+    for (let j = 0; j < C; j++) {
+      y[r * C + j] = (x[r * C + j]! - m) * rs * (w ? w[j]! : 1) + (b ? b[j]! : 0);
+    }
     [mean[r], rstd[r]] = [m, rs];
   }
   return { y, mean, rstd };
@@ -163,8 +211,23 @@ function layerNormRef(
 /** Runs dt_layernorm_fwd and returns out, mean, rstd. */
 type F32 = Float32Array<ArrayBuffer>;
 function layerNorm(x: F32, w: F32 | null, b: F32 | null, rows: number, C: number, eps: number) {
-  const out = new Float32Array(rows * C), mean = new Float32Array(rows), rstd = new Float32Array(rows);
-  ok(K.dt_layernorm_fwd(ptr(out), ptr(mean), ptr(rstd), ptr(x), w && ptr(w), b && ptr(b), n64(rows), n64(C), eps, null));
+  const out = new Float32Array(rows * C),
+    mean = new Float32Array(rows),
+    rstd = new Float32Array(rows);
+  ok(
+    K.dt_layernorm_fwd(
+      ptr(out),
+      ptr(mean),
+      ptr(rstd),
+      ptr(x),
+      w && ptr(w),
+      b && ptr(b),
+      n64(rows),
+      n64(C),
+      eps,
+      null,
+    ),
+  );
   return { out, mean, rstd };
 }
 
@@ -184,8 +247,11 @@ Deno.test("dt_layernorm_fwd() matches float64 layer norm, with and without weigh
         const j = i % C, r = Math.floor(i / C);
         const wj = wi ? Math.abs(wi[j]!) : 1, bj = bi ? Math.abs(bi[j]!) : 0;
         // x * rstd + shift cancels (shift = -rstd * mean carries an error of U * |mean| * rstd)
-        const tol = 4 * U * ((Math.abs(x[i]!) + ref.mean[r]!) * ref.rstd[r]! * wj + bj) + 4 * U * Math.abs(ref.y[i]!);
-        if (!(Math.abs(out[i]! - ref.y[i]!) <= tol)) assert.fail(`${rows}x${C} element ${i}: ${out[i]} vs ${ref.y[i]}`);
+        const tol = 4 * U * ((Math.abs(x[i]!) + ref.mean[r]!) * ref.rstd[r]! * wj + bj) +
+          4 * U * Math.abs(ref.y[i]!);
+        if (!(Math.abs(out[i]! - ref.y[i]!) <= tol)) {
+          assert.fail(`${rows}x${C} element ${i}: ${out[i]} vs ${ref.y[i]}`);
+        }
       }
     }
   }
@@ -194,10 +260,27 @@ Deno.test("dt_layernorm_fwd() matches float64 layer norm, with and without weigh
 Deno.test("dt_layernorm_bwd() matches finite differences of the float64 layer norm", () => {
   const rng = new Rng(5);
   const rows = 4, C = 6, eps = 1e-5;
-  const x = rng.normals(rows * C, 2), w = rng.normals(C), b = rng.normals(C), dout = rng.normals(rows * C);
+  const x = rng.normals(rows * C, 2),
+    w = rng.normals(C),
+    b = rng.normals(C),
+    dout = rng.normals(rows * C);
   const { mean, rstd } = layerNorm(x, w, b, rows, C, eps);
   const dinp = new Float32Array(rows * C), dw = new Float32Array(C), db = new Float32Array(C);
-  ok(K.dt_layernorm_bwd(ptr(dinp), ptr(dw), ptr(db), ptr(dout), ptr(x), ptr(w), ptr(mean), ptr(rstd), n64(rows), n64(C), null));
+  ok(
+    K.dt_layernorm_bwd(
+      ptr(dinp),
+      ptr(dw),
+      ptr(db),
+      ptr(dout),
+      ptr(x),
+      ptr(w),
+      ptr(mean),
+      ptr(rstd),
+      n64(rows),
+      n64(C),
+      null,
+    ),
+  );
   const loss = (xv: ArrayLike<number>, wv: ArrayLike<number>, bv: ArrayLike<number>) =>
     layerNormRef(xv, wv, bv, rows, C, Math.fround(eps)).y.reduce((s, v, i) => s + v * dout[i]!, 0);
   const fdX = finiteDiff((v) => loss(v, w, b), x);
@@ -210,7 +293,13 @@ Deno.test("dt_layernorm_bwd() matches finite differences of the float64 layer no
 });
 
 /** The layer-norm gradients in float64, from the float64 mean and rstd. */
-function layerNormBwdRef(x: Float32Array, w: Float32Array | null, dout: Float32Array, rows: number, C: number) {
+function layerNormBwdRef(
+  x: Float32Array,
+  w: Float32Array | null,
+  dout: Float32Array,
+  rows: number,
+  C: number,
+) {
   const { mean, rstd } = layerNormRef(x, null, null, rows, C, Math.fround(1e-5));
   const dx = new Float64Array(rows * C), dw = new Float64Array(C), db = new Float64Array(C);
   for (let r = 0; r < rows; r++) {
@@ -233,17 +322,39 @@ function layerNormBwdRef(x: Float32Array, w: Float32Array | null, dout: Float32A
 
 Deno.test("dt_layernorm_bwd() matches the float64 gradients on large inputs, on any thread count", () => {
   const rng = new Rng(6);
-  for (const [rows, C, withWeight] of [[2048, 64, true], [16, 3000, false], [1, 1, true]] as const) {
+  for (
+    const [rows, C, withWeight] of [[2048, 64, true], [16, 3000, false], [1, 1, true]] as const
+  ) {
     const x = rng.normals(rows * C, 2).map((v) => v - 5), dout = rng.normals(rows * C);
     const w = withWeight ? rng.normals(C) : null;
     const { mean, rstd } = layerNorm(x, w, null, rows, C, 1e-5);
     const run = () => {
       const dinp = new Float32Array(rows * C), dw = new Float32Array(C), db = new Float32Array(C);
-      ok(K.dt_layernorm_bwd(ptr(dinp), ptr(dw), ptr(db), ptr(dout), ptr(x), w && ptr(w), ptr(mean), ptr(rstd), n64(rows), n64(C), null));
+      ok(
+        K.dt_layernorm_bwd(
+          ptr(dinp),
+          ptr(dw),
+          ptr(db),
+          ptr(dout),
+          ptr(x),
+          w && ptr(w),
+          ptr(mean),
+          ptr(rstd),
+          n64(rows),
+          n64(C),
+          null,
+        ),
+      );
       return [dinp, dw, db] as const;
     };
     const one = withThreads(1, run), four = withThreads(4, run);
-    for (let k = 0; k < 3; k++) assertSameBits(four[k]!, one[k]!, `${rows}x${C} output ${k}: 1 vs 4 threads`);
+    for (let k = 0; k < 3; k++) {
+      assertSameBits(
+        four[k]!,
+        one[k]!,
+        `${rows}x${C} output ${k}: 1 vs 4 threads`,
+      );
+    }
     const ref = layerNormBwdRef(x, w, dout, rows, C);
     // Measured against each gradient's typical size: per-element relative error is
     // meaningless where g - mean(g) - xhat * mean(g xhat) cancels to ~0.
@@ -259,7 +370,21 @@ Deno.test("dt_layernorm_bwd() accepts null dweight/dbias and zeroes them for zer
   const x = rng.normals(12), dout = rng.normals(12);
   const { mean, rstd } = layerNorm(x, null, null, 3, 4, 1e-5);
   const dinp = new Float32Array(12);
-  ok(K.dt_layernorm_bwd(ptr(dinp), null, null, ptr(dout), ptr(x), null, ptr(mean), ptr(rstd), 3n, 4n, null));
+  ok(
+    K.dt_layernorm_bwd(
+      ptr(dinp),
+      null,
+      null,
+      ptr(dout),
+      ptr(x),
+      null,
+      ptr(mean),
+      ptr(rstd),
+      3n,
+      4n,
+      null,
+    ),
+  );
   assertClose(dinp, layerNormBwdRef(x, null, dout, 3, 4).dx, 1e-5, "dinp without parameters", 0.1);
   const dw = new Float32Array(4).fill(9), db = new Float32Array(4).fill(9);
   ok(K.dt_layernorm_bwd(null, ptr(dw), ptr(db), null, null, null, null, null, 0n, 4n, null));
@@ -269,9 +394,18 @@ Deno.test("dt_layernorm_bwd() accepts null dweight/dbias and zeroes them for zer
 
 Deno.test("layer norm kernels reject bad sizes and missing saved statistics", () => {
   const x = new Float32Array(8);
-  failsWith(K.dt_layernorm_fwd(ptr(x), null, null, ptr(x), null, null, 2n, 0n, 1e-5, null), "dt_layernorm_fwd: cols=0");
-  failsWith(K.dt_layernorm_fwd(ptr(x), null, null, ptr(x), null, null, 2n, 4n, -1, null), "dt_layernorm_fwd: eps=-1");
-  failsWith(K.dt_layernorm_fwd(ptr(x), null, null, ptr(x), null, null, -2n, 4n, 1e-5, null), "negative rows=-2");
+  failsWith(
+    K.dt_layernorm_fwd(ptr(x), null, null, ptr(x), null, null, 2n, 0n, 1e-5, null),
+    "dt_layernorm_fwd: cols=0",
+  );
+  failsWith(
+    K.dt_layernorm_fwd(ptr(x), null, null, ptr(x), null, null, 2n, 4n, -1, null),
+    "dt_layernorm_fwd: eps=-1",
+  );
+  failsWith(
+    K.dt_layernorm_fwd(ptr(x), null, null, ptr(x), null, null, -2n, 4n, 1e-5, null),
+    "negative rows=-2",
+  );
   failsWith(
     K.dt_layernorm_bwd(ptr(x), null, null, ptr(x), ptr(x), null, null, ptr(x), 2n, 4n, null),
     "dt_layernorm_bwd: null pointer",

@@ -5,13 +5,9 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import {
-  compareRuns,
-  type Comparison,
-  flatten,
-  launchOptions,
-  relDiff,
-} from "../../run/compare.ts";
+import { compareRuns, type Comparison } from "../../run/compare.ts";
+import { flatten, launchOptions } from "../../run/compare_setup.ts";
+import { relDiff } from "../../run/compare_results.ts";
 import { diffMain } from "../../run/diff.ts";
 import { readRunDir } from "../../run/format.ts";
 import { appendMetrics, beginAttempt, finishAttempt, writeRunRecord } from "../../run/record.ts";

@@ -219,6 +219,13 @@ Deno.test("writeJsonAtomic() replaces the file whole and leaves no temporary fil
       /Cannot write .*no\/x\.json: /,
     );
     assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name), ["x.json"]);
+    Deno.mkdirSync(join(dir, "taken"));
+    assert.throws(
+      () => writeJsonAtomic(join(dir, "taken"), {}),
+      /Cannot write .*taken: /,
+      "the rename fails",
+    );
+    assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name).sort(), ["taken", "x.json"]);
   });
 });
 

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { readRunDir } from "../../run/format.ts";
 import { appendMetrics } from "../../run/record.ts";
 import { reportHtml, reportMain } from "../../run/report.ts";
@@ -165,7 +166,6 @@ document.body.append(pre);
 Deno.test({
   name: "dtrain report renders in headless Chromium with every plot drawn",
   ignore: !haveChromium,
-  sanitizeResources: true,
   async fn() {
     await withTempDir(async (root) => {
       const spec = baseSpec();
@@ -197,7 +197,7 @@ Deno.test({
           "--virtual-time-budget=2000",
           `--screenshot=${png}`,
           "--dump-dom",
-          `file://${probed}`,
+          pathToFileURL(probed).href,
         ],
         stdout: "piped",
         stderr: "piped",

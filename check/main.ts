@@ -1,0 +1,179 @@
+/**
+ * `dtrain check script.ts --nproc N`: the staged single-process → DDP
+ * migration check, run on the user's own script. Parses the command line,
+ * runs the stages (check/run_check.ts) and prints the verdict table.
+ *
+ * The protocol. Every run of the script gets DTRAIN_CHECK_OUT=<folder>, so
+ * the library's probe (check/probe.ts) records, per rank, each
+ * DistributedSampler pass, each backward's loss and the parameters it saw,
+ * each optimizer step's gradient norm and each checkpoint.
+ *
+ * 1. sampler — `launcher --nproc N` with DTRAIN_CHECK_STAGE=sampler:
+ *    DataLoaders yield nothing, so the epoch loop runs without compute, and
+ *    each rank ends after its second sampler pass. Checked: the ranks report
+ *    the same dataset length and numReplicas = N; per epoch the union of the
+ *    ranks' indices covers the dataset, repeats only as torch's padding
+ *    (≤ N-1 repeats of the start of the order) or omits only dropLast's
+ *    trim (≤ N-1); and the order changes between the two epochs.
+ * 2. gradients — K steps (DTRAIN_CHECK_MAX_STEPS=K stops a Trainer; the probe
+ *    ends any other loop at its (K+1)-th optimizer step, DTRAIN_CHECK_STOP_AFTER)
+ *    with DTRAIN_CHECK_PLAIN=1 (no autocast, loss scaling or clipping), three
+ *    times: (a) a single process without the launcher, (b) `launcher
+ *    --nproc 1`, (c) `launcher --nproc N`. A step's loss is the sum of the
+ *    backward losses since the previous step, averaged over ranks; its
+ *    gradient norm is the probe's f64 norm before the update. (b) and (c)
+ *    must agree with (a) within a relative 1e-4 (f32 reduction order moves
+ *    them by ~1e-6), and in (c) every rank must hold the same parameters and
+ *    gradient norm at every step.
+ * 3. state — run (c) also checkpoints every step (DTRAIN_CHECK_CKPT_EVERY=1;
+ *    a loop of its own saves when it likes), and the probe hard-links each
+ *    checkpoint aside. The checkpoint of step j = ⌊K/2⌋ (else the latest one
+ *    before it, else before K) must load with its hashes verified, hold
+ *    model keys without "module.", and hold bit for bit the parameters rank
+ *    0 used at step j+1. Then it is put into fresh run directories (same
+ *    place relative to the run directory, `latest` naming it) and the script
+ *    runs again: with the launcher on N ranks, steps j+1..K must repeat run
+ *    (c) bit for bit; as a single process given DTRAIN_RUN_DIR (a world of
+ *    one, so the Trainer builds no DDP wrapper and loads strictly into the
+ *    plain model), its parameters after the load must equal the saved ones
+ *    and its losses match within 1e-4. Checkpoints saved outside the run
+ *    directory cannot be staged: the resume checks are skipped then.
+ */
+import { parseArgs } from "node:util";
+import { join, resolve } from "node:path";
+import { runCheck } from "./run_check.ts";
+import { formatTable, summary } from "./verdict.ts";
+
+const DEFAULTS = { nproc: 2, steps: 5, timeoutS: 300 };
+
+/** `dtrain check --help`. */
+export function checkHelp(): string {
+  return `Usage: dtrain check [options] script.ts [-- script args…]
+
+Runs the staged single-process → DDP migration check on a training script and prints a verdict
+table (one row per check, with the measured numbers); exits 0 when nothing failed, 1 otherwise.
+
+Stages (each run of the script is recorded by the library's probe, DTRAIN_CHECK_OUT):
+  1 sampler    launcher --nproc N, no compute (DTRAIN_CHECK_STAGE=sampler; loaders yield nothing, each
+               rank stops after 2 sampler passes): ranks agree on the dataset; every epoch covers it with
+               no overlap or omission beyond torch's padding (or dropLast); the order changes per epoch.
+  2 gradients  K steps with autocast, loss scaling and clipping off (DTRAIN_CHECK_PLAIN=1), as (a) one
+               process, (b) launcher --nproc 1, (c) launcher --nproc N with B/N per rank: step losses
+               and gradient norms of (b) and (c) agree with (a) within 1e-4 relative (f32 reduction
+               order differences are ~1e-6); (c)'s ranks hold identical parameters at every step.
+  3 state      (c) checkpoints every step (DTRAIN_CHECK_CKPT_EVERY=1): the checkpoint of step ⌊K/2⌋
+               verifies, has no "module." keys and holds the trained parameters bit for bit; resumed
+               from it, N ranks repeat steps ⌊K/2⌋+1..K bit for bit, and one process (given
+               DTRAIN_RUN_DIR, a plain model) loads it exactly and agrees within 1e-4.
+  A Trainer stops after K steps by itself (DTRAIN_CHECK_MAX_STEPS); the probe ends a loop of your own
+  at its (K+1)-th optimizer step. Such a loop is checked in stage 3 if it saves with a
+  CheckpointManager under the run directory (getWorld().runDir) and resumes from its latest checkpoint.
+
+Options:
+  --nproc N            ranks of the distributed runs, at least 2 (default: ${DEFAULTS.nproc})
+  --steps K            optimizer steps compared in stages 2 and 3, at least 2 (default: ${DEFAULTS.steps})
+  --out DIR            folder for every run's logs, probe records and run directory
+                       (default: runs/check-<UTC time>)
+  --run-timeout SECS   wall-clock limit of each run of the script (default: ${DEFAULTS.timeoutS})
+  -h, --help           this text`;
+}
+
+/** The parsed command line of `dtrain check`. */
+export interface CheckArgs {
+  script: string;
+  scriptArgs: string[];
+  nproc: number;
+  steps: number;
+  outDir: string;
+  timeoutS: number;
+}
+
+function intOption(name: string, raw: string | undefined, fallback: number, min: number): number {
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n) || n < min) throw new RangeError(`--${name} must be an integer >= ${min}, got "${raw}"`);
+  return n;
+}
+
+/** The UTC time as the default folder name uses it: 20251129-093000. */
+function stamp(now = new Date()): string {
+  return now.toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
+}
+
+/**
+ * Parses `dtrain check` arguments (options before or after the script; the
+ * script's own arguments after `--`). Returns "help" for --help; throws a
+ * RangeError naming the bad option.
+ */
+export function parseCheckArgs(args: readonly string[]): CheckArgs | "help" {
+  const cut = args.indexOf("--");
+  const own = cut < 0 ? [...args] : args.slice(0, cut);
+  const scriptArgs = cut < 0 ? [] : args.slice(cut + 1);
+  const { values, positionals } = parseArgs({
+    args: own,
+    allowPositionals: true,
+    options: {
+      nproc: { type: "string" },
+      steps: { type: "string" },
+      out: { type: "string" },
+      "run-timeout": { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help) return "help";
+  if (positionals.length !== 1) {
+    throw new RangeError(
+      positionals.length === 0
+        ? "dtrain check needs the training script: dtrain check script.ts --nproc N"
+        : `dtrain check takes one script, got ${positionals.length} (${positionals.join(" ")}); pass the script's own arguments after --`,
+    );
+  }
+  return {
+    script: positionals[0]!,
+    scriptArgs,
+    nproc: intOption("nproc", values.nproc, DEFAULTS.nproc, 2),
+    steps: intOption("steps", values.steps, DEFAULTS.steps, 2),
+    outDir: resolve(values.out ?? join("runs", `check-${stamp()}`)),
+    timeoutS: intOption("run-timeout", values["run-timeout"], DEFAULTS.timeoutS, 1),
+  };
+}
+
+/**
+ * `dtrain check`: runs the three stages on the script and prints the
+ * verdict. Resolves to the exit code: 0 when no check failed, 1 when one
+ * did, 2 for a usage error.
+ *
+ * @example
+ * ```ts
+ * Deno.exit(await checkMain(["examples/toy_classifier.ts", "--nproc", "2", "--steps", "4"]));
+ * ```
+ */
+export async function checkMain(args: string[]): Promise<number> {
+  let parsed: CheckArgs | "help";
+  try {
+    parsed = parseCheckArgs(args);
+  } catch (e) {
+    console.error(`dtrain check: ${(e as Error).message}\n(see \`dtrain check --help\`)`);
+    return 2;
+  }
+  if (parsed === "help") {
+    console.log(checkHelp());
+    return 0;
+  }
+  try {
+    Deno.statSync(parsed.script);
+  } catch {
+    console.error(`dtrain check: cannot read the script ${parsed.script}`);
+    return 2;
+  }
+  Deno.mkdirSync(parsed.outDir, { recursive: true });
+  console.log(`dtrain check: ${parsed.script}, ${parsed.nproc} ranks, ${parsed.steps} steps; logs in ${parsed.outDir}`);
+  const rows = await runCheck({ ...parsed, log: (line) => console.log(line) });
+  const table = formatTable(rows);
+  const { line, code } = summary(rows);
+  Deno.writeTextFileSync(join(parsed.outDir, "verdict.txt"), `${table}\n${line}\n`);
+  console.log(`\n${table}\n\n${line}\nlogs, probe records and run directories: ${parsed.outDir}`);
+  return code;
+}
+
+if (import.meta.main) Deno.exit(await checkMain(Deno.args));
