@@ -35,6 +35,22 @@ export const VERBS: Record<string, Verb> = {
     summary: "start N rank processes of a training script (the default verb)",
     main: runLauncher,
   },
+  check: {
+    summary: "staged single-process → DDP migration check of a script (sampler, gradients, state)",
+    main: async (args) => (await import("./check/main.ts")).checkMain(args),
+  },
+  diff: {
+    summary: "what differs between two runs, as hypotheses ranked most likely first",
+    main: async (args) => (await import("./run/diff.ts")).diffMain(args),
+  },
+  rerun: {
+    summary: "relaunch a recorded run with the same script, config, seed and world size",
+    main: async (args) => (await import("./run/rerun.ts")).rerunMain(args, runLauncher),
+  },
+  report: {
+    summary: "write a self-contained HTML (and SVG) report of a run's metrics",
+    main: async (args) => (await import("./run/report.ts")).reportMain(args),
+  },
 };
 
 const DEFAULT_VERB = "run";

@@ -67,21 +67,35 @@ export function combineSteps(run: RunSteps, world: number, k: number): CombinedS
   });
 }
 
-/**
- * The stage's rows: the N ranks in sync, then world 1 and world N each
- * against the single process.
- */
-export function checkGradients(runs: GradientRuns, opts: { nproc: number; steps: number }): Row[] {
+/** The stage's verdict. */
+export interface GradientVerdict {
+  /** the N ranks in sync, then world 1 and world N each against the single process */
+  rows: Row[];
+  /** true when the N-rank run agrees with the single process (a single process can then continue its checkpoints) */
+  distributedMatchesSingle: boolean;
+}
+
+/** Compares the three runs of stage 2 over their first `steps` optimizer steps. */
+export function checkGradients(
+  runs: GradientRuns,
+  opts: { nproc: number; steps: number },
+): GradientVerdict {
   const { nproc, steps: k } = opts;
   const single = combineSteps(runs.single, 1, k);
   const world1 = combineSteps(runs.world1, 1, k);
   const worldN = combineSteps(runs.worldN, nproc, k);
   const sync = syncRow(worldN, nproc);
-  return [
-    sync,
-    compareRow("world 1 vs single process", world1, single, 1, null),
-    compareRow(`world ${nproc} vs single process`, worldN, single, nproc, sync.outcome === "FAIL" ? sync : null),
-  ];
+  const distributed = compareRow(
+    `world ${nproc} vs single process`,
+    worldN,
+    single,
+    nproc,
+    sync.outcome === "FAIL" ? sync : null,
+  );
+  return {
+    rows: [sync, compareRow("world 1 vs single process", world1, single, 1, null), distributed],
+    distributedMatchesSingle: distributed.outcome === "PASS",
+  };
 }
 
 function syncRow(run: CombinedStep[] | string, nproc: number): Row {
@@ -93,36 +107,29 @@ function syncRow(run: CombinedStep[] | string, nproc: number): Row {
   const spreads = run.map((s) => Math.max(...s.gradNorms.map((g) => relDiff(g, s.gradNorm))));
   const normAt = spreads.findIndex((x) => x > TOLERANCE) + 1 || null;
   const missing = run.length - run.filter(recorded).length;
-  const measured = `parameters identical at ${identical}/${run.length} steps, grad norms max rel diff ${sci(Math.max(...spreads))}` +
+  const measured = `parameters identical at ${identical}/${run.length} steps, ` +
+    `grad norms max rel diff ${sci(Math.max(...spreads))}` +
     (missing ? ` (no backward before ${missing} steps)` : "");
   if (paramsFrom === 1) {
-    return fail(
-      "gradients",
-      check,
-      measured,
-      "the parameters differ between ranks before the first update: the initialisation depends on the rank and is " +
-        "never broadcast — seed every rank alike, or wrap the model in DistributedDataParallel, which copies rank 0's parameters to all ranks",
-    );
+    const cause = "the parameters differ between ranks before the first update: the " +
+      "initialisation depends on the rank and is never broadcast — seed every rank alike, or " +
+      "wrap the model in DistributedDataParallel, which copies rank 0's parameters to all ranks";
+    return fail("gradients", check, measured, cause);
   }
   if (normAt !== null) {
-    const s = run[normAt - 1]!;
-    const each = s.gradNorms.map((g, r) => `rank ${r}: ${g.toPrecision(6)}`).join(", ");
-    return fail(
-      "gradients",
-      check,
-      measured,
-      `the gradient norms differ between ranks at step ${normAt} (${each}): the gradients are not averaged across ranks — ` +
-        "use DistributedDataParallel, or pg.allReduce each gradient with \"avg\" before optimizer.step()",
-    );
+    const each = run[normAt - 1]!.gradNorms.map((g, r) => `rank ${r}: ${g.toPrecision(6)}`);
+    const cause =
+      `the gradient norms differ between ranks at step ${normAt} (${each.join(", ")}): ` +
+      "the gradients are not averaged across ranks — use DistributedDataParallel, or " +
+      'pg.allReduce each gradient with "avg" before optimizer.step()';
+    return fail("gradients", check, measured, cause);
   }
   if (paramsFrom !== null) {
-    return fail(
-      "gradients",
-      check,
-      measured,
-      `the parameters agree at step 1 but differ between ranks from step ${paramsFrom}: the ranks apply different updates ` +
-        "(different optimizer settings, or an update that reads rank-local state)",
-    );
+    const cause =
+      `the parameters agree at step 1 but differ between ranks from step ${paramsFrom}: ` +
+      "the ranks apply different updates (different optimizer settings, or an update that " +
+      "reads rank-local state)";
+    return fail("gradients", check, measured, cause);
   }
   return pass("gradients", check, measured);
 }
@@ -135,48 +142,66 @@ function compareRow(
   outOfSync: Row | null,
 ): Row {
   if (typeof run === "string") return fail("gradients", check, "no steps", run);
-  if (typeof ref === "string") return fail("gradients", check, "no steps", `single process: ${ref}`);
-  const lossRel = run.map((s, i) => relDiff(s.loss, ref[i]!.loss));
-  const normRel = run.map((s, i) => relDiff(s.gradNorm, ref[i]!.gradNorm));
-  const worst = (xs: number[]) => Math.max(...xs);
-  const measured = `loss max rel diff ${sci(worst(lossRel))}, grad norm ${sci(worst(normRel))} over ${run.length} steps`;
-  if (worst(lossRel) <= TOLERANCE && worst(normRel) <= TOLERANCE) return pass("gradients", check, measured);
+  if (typeof ref === "string") {
+    return fail("gradients", check, "no steps", `single process: ${ref}`);
+  }
+  const lossRel = Math.max(...run.map((s, i) => relDiff(s.loss, ref[i]!.loss)));
+  const normRel = Math.max(...run.map((s, i) => relDiff(s.gradNorm, ref[i]!.gradNorm)));
+  const measured = `loss max rel diff ${sci(lossRel)}, grad norm ${sci(normRel)} ` +
+    `over ${run.length} steps`;
+  if (lossRel <= TOLERANCE && normRel <= TOLERANCE) return pass("gradients", check, measured);
   return fail("gradients", check, measured, diagnose(run, ref, world, outOfSync));
 }
 
 /** What the pattern of differences against the single process points to. */
-function diagnose(run: CombinedStep[], ref: CombinedStep[], world: number, outOfSync: Row | null): string {
+function diagnose(
+  run: CombinedStep[],
+  ref: CombinedStep[],
+  world: number,
+  outOfSync: Row | null,
+): string {
   const first = run[0]!, base = ref[0]!;
   const lossRatio = first.loss / base.loss, normRatio = first.gradNorm / base.gradNorm;
-  const at1 = `step 1: loss ${first.loss.toPrecision(6)} vs ${base.loss.toPrecision(6)}, grad norm ${
-    first.gradNorm.toPrecision(6)
-  } vs ${base.gradNorm.toPrecision(6)}`;
+  const p6 = (x: number) => x.toPrecision(6);
+  const at1 = `step 1: loss ${p6(first.loss)} vs ${p6(base.loss)}, ` +
+    `grad norm ${p6(first.gradNorm)} vs ${p6(base.gradNorm)}`;
+  const sqrtRatio = (1 / Math.sqrt(world)).toFixed(2);
   if (world === 1) {
-    return `under the launcher with one rank the script computes something other than alone (${at1}): ` +
-      "does it change the model, data, seed or batch size depending on RANK, WORLD_SIZE or DTRAIN_* variables?";
+    return `under the launcher with one rank the script computes something other than alone ` +
+      `(${at1}): does it change the model, data, seed or batch size depending on RANK, ` +
+      "WORLD_SIZE or DTRAIN_* variables?";
   }
-  if (outOfSync) return `the ranks are out of sync (see 'ranks in sync'), so ${world} ranks train a different model (${at1})`;
+  if (outOfSync) {
+    return `the ranks are out of sync (see 'ranks in sync'), so ${world} ranks train a ` +
+      `different model (${at1})`;
+  }
   if (Math.abs(lossRatio * world - 1) < 1e-3 && Math.abs(normRatio * world - 1) < 1e-3) {
-    return `loss and gradient norm are 1/${world} of the single process's (${at1}): the loss is summed over the batch ` +
-      `instead of averaged — each rank sums B/${world} samples, so the mean over ranks shrinks with the world size; use the mean`;
+    return `loss and gradient norm are 1/${world} of the single process's (${at1}): the loss ` +
+      `is summed over the batch instead of averaged — each rank sums B/${world} samples, so ` +
+      "the mean over ranks shrinks with the world size; use the mean";
   }
-  const lossRel1 = relDiff(first.loss, base.loss);
-  if (lossRel1 > TOLERANCE) {
-    return `the loss differs already at step 1 although every rank starts from the same parameters (${at1}, ` +
-      `grad norm x${normRatio.toFixed(3)}; 1/sqrt(${world}) = ${(1 / Math.sqrt(world)).toFixed(3)}): the ranks together ` +
-      `did not compute the single process's batch — the per-rank batch must be B/${world} (global batch fixed) with the ` +
-      `data split by DistributedSampler; a per-rank batch that does not shrink with N makes the global batch ${world}x larger`;
+  if (relDiff(first.loss, base.loss) > TOLERANCE) {
+    return `the loss differs already at step 1 although every rank starts from the same ` +
+      `parameters (${at1}): the ranks together did not compute the single process's batch — ` +
+      "every rank must hold the same full dataset, split by DistributedSampler, and take " +
+      `B/${world} samples per step; a per-rank batch that does not shrink with N makes the ` +
+      `global batch ${world}x larger, which lowers the grad norm by about ` +
+      `1/sqrt(${world}) = ${sqrtRatio} (measured: x${normRatio.toFixed(2)})`;
   }
   if (relDiff(first.gradNorm, base.gradNorm) > TOLERANCE) {
     const summed = Math.abs(normRatio - world) < 0.05 * world;
-    return `the step-1 loss agrees but the gradient norm is x${normRatio.toFixed(3)} of the single process's (${at1}): ` +
-      (summed
-        ? `the gradients are summed over the ${world} ranks instead of averaged (allReduce with "sum"; use "avg")`
-        : `the gradients are not the average over ranks of per-rank means (summed: x${world}; a changed global batch: about x${
-          (1 / Math.sqrt(world)).toFixed(2)
-        })`);
+    const why = summed
+      ? `the gradients are summed over the ${world} ranks instead of averaged ` +
+        '(allReduce with "sum"; use "avg")'
+      : "the gradients are not the average over ranks of per-rank means " +
+        `(summed: x${world}; a changed global batch: about x${sqrtRatio})`;
+    return `the step-1 loss agrees but the gradient norm is x${normRatio.toFixed(3)} of the ` +
+      `single process's (${at1}): ${why}`;
   }
-  const s = run.findIndex((x, i) => relDiff(x.loss, ref[i]!.loss) > TOLERANCE || relDiff(x.gradNorm, ref[i]!.gradNorm) > TOLERANCE);
-  return `step 1 agrees but step ${s + 1} differs (loss ${run[s]!.loss.toPrecision(6)} vs ${ref[s]!.loss.toPrecision(6)}): ` +
-    "the update differs with the world size — e.g. a learning rate scaled by the world size, or a schedule stepped per rank";
+  const s = run.findIndex((x, i) =>
+    relDiff(x.loss, ref[i]!.loss) > TOLERANCE || relDiff(x.gradNorm, ref[i]!.gradNorm) > TOLERANCE
+  );
+  return `step 1 agrees but step ${s + 1} differs (loss ${p6(run[s]!.loss)} vs ` +
+    `${p6(ref[s]!.loss)}): the update differs with the world size — e.g. a learning rate ` +
+    "scaled by the world size, or a schedule stepped per rank";
 }

@@ -91,7 +91,9 @@ export interface CheckArgs {
 function intOption(name: string, raw: string | undefined, fallback: number, min: number): number {
   if (raw === undefined) return fallback;
   const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n < min) throw new RangeError(`--${name} must be an integer >= ${min}, got "${raw}"`);
+  if (!Number.isSafeInteger(n) || n < min) {
+    throw new RangeError(`--${name} must be an integer >= ${min}, got "${raw}"`);
+  }
   return n;
 }
 
@@ -125,7 +127,8 @@ export function parseCheckArgs(args: readonly string[]): CheckArgs | "help" {
     throw new RangeError(
       positionals.length === 0
         ? "dtrain check needs the training script: dtrain check script.ts --nproc N"
-        : `dtrain check takes one script, got ${positionals.length} (${positionals.join(" ")}); pass the script's own arguments after --`,
+        : `dtrain check takes one script, got ${positionals.length} ` +
+          `(${positionals.join(" ")}); pass the script's own arguments after --`,
     );
   }
   return {
@@ -167,7 +170,9 @@ export async function checkMain(args: string[]): Promise<number> {
     return 2;
   }
   Deno.mkdirSync(parsed.outDir, { recursive: true });
-  console.log(`dtrain check: ${parsed.script}, ${parsed.nproc} ranks, ${parsed.steps} steps; logs in ${parsed.outDir}`);
+  console.log(
+    `dtrain check: ${parsed.script}, ${parsed.nproc} ranks, ${parsed.steps} steps; logs in ${parsed.outDir}`,
+  );
   const rows = await runCheck({ ...parsed, log: (line) => console.log(line) });
   const table = formatTable(rows);
   const { line, code } = summary(rows);

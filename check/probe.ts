@@ -14,7 +14,14 @@ import { addBackwardObserver } from "../tensor/autograd.ts";
 
 /** One recorded event. */
 export type ProbeEvent =
-  | { kind: "sampler"; rank: number; epoch: number; datasetLength: number; numReplicas: number; indices: number[] }
+  | {
+    kind: "sampler";
+    rank: number;
+    epoch: number;
+    datasetLength: number;
+    numReplicas: number;
+    indices: number[];
+  }
   | { kind: "loss"; value: number }
   | { kind: "step"; gradNorm: number }
   /** After each backward: a digest per parameter that got a gradient (its bytes as the forward used them). */
@@ -83,7 +90,9 @@ function positiveIntVar(name: string): number | null {
   const v = Deno.env.get(name);
   if (v === undefined || v === "") return null;
   const n = Number(v);
-  if (!Number.isSafeInteger(n) || n <= 0) throw new RangeError(`${name} must be a positive integer, got "${v}"`);
+  if (!Number.isSafeInteger(n) || n <= 0) {
+    throw new RangeError(`${name} must be a positive integer, got "${v}"`);
+  }
   return n;
 }
 
@@ -173,7 +182,10 @@ export interface CheckOverrides {
 
 /** The overrides of the current `dtrain check` stage (all null outside a check). */
 export function checkOverrides(): CheckOverrides {
-  return { maxSteps: positiveIntVar(CHECK_ENV.MAX_STEPS), checkpointEvery: positiveIntVar(CHECK_ENV.CKPT_EVERY) };
+  return {
+    maxSteps: positiveIntVar(CHECK_ENV.MAX_STEPS),
+    checkpointEvery: positiveIntVar(CHECK_ENV.CKPT_EVERY),
+  };
 }
 
 /** True in the sampler stage of `dtrain check` (DTRAIN_CHECK_STAGE=sampler): loaders yield nothing. */

@@ -7,6 +7,7 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ENV as WORLD_ENV } from "../distributed/env.ts";
+import { signalExitCode } from "../launch/rank_process.ts";
 import { CHECK_ENV } from "./probe.ts";
 
 const CONFIG = fileURLToPath(new URL("../deno.json", import.meta.url));
@@ -66,7 +67,10 @@ export interface RunResult {
   runDir: string;
   /** exit code (128 + signal number when killed) */
   code: number;
+  /** true when the run was stopped at the time limit */
   timedOut: boolean;
+  /** the time limit it ran under, seconds */
+  limitS: number;
   /** <dir>/output.log: the run's stdout and stderr */
   logPath: string;
   /** its last lines */
@@ -74,7 +78,10 @@ export interface RunResult {
 }
 
 /** The folders of a run, made before it starts (a resume run's run dir is filled in between). */
-export function runFolders(outDir: string, name: string): { dir: string; probeDir: string; runDir: string } {
+export function runFolders(
+  outDir: string,
+  name: string,
+): { dir: string; probeDir: string; runDir: string } {
   const dir = join(outDir, name);
   return { dir, probeDir: join(dir, "probe"), runDir: join(dir, "run") };
 }
@@ -141,8 +148,8 @@ export async function runStage(spec: RunSpec, ctx: RunContext): Promise<RunResul
       copyLines(child.stdout, log, tail),
       copyLines(child.stderr, log, tail),
     ]);
-    const code = status.signal ? 128 + signalNumber(status.signal) : status.code;
-    return { spec, dir, probeDir, runDir, code, timedOut, logPath, tail };
+    const code = status.signal ? signalExitCode(status.signal) : status.code;
+    return { spec, dir, probeDir, runDir, code, timedOut, limitS: ctx.timeoutS, logPath, tail };
   } finally {
     clearTimeout(limit);
     clearTimeout(killer);
@@ -157,12 +164,12 @@ function signal(child: Deno.ChildProcess, sig: Deno.Signal): void {
   } catch { /* already exited */ }
 }
 
-function signalNumber(sig: Deno.Signal): number {
-  return ({ SIGINT: 2, SIGKILL: 9, SIGSEGV: 11, SIGTERM: 15, SIGABRT: 6 } as Partial<Record<Deno.Signal, number>>)[sig] ?? 0;
-}
-
 /** Appends a stream's lines to the log and keeps the last TAIL_LINES in `tail`. */
-async function copyLines(stream: ReadableStream<Uint8Array>, log: Deno.FsFile, tail: string[]): Promise<void> {
+async function copyLines(
+  stream: ReadableStream<Uint8Array>,
+  log: Deno.FsFile,
+  tail: string[],
+): Promise<void> {
   const decoder = new TextDecoder();
   const encoder = new TextEncoder();
   let partial = "";
@@ -185,7 +192,9 @@ async function copyLines(stream: ReadableStream<Uint8Array>, log: Deno.FsFile, t
 
 /** One line saying how a failed run ended, for a FAIL row. */
 export function describeExit(r: RunResult): string {
-  const how = r.timedOut ? `was stopped after the ${r.spec.title} time limit` : `exited with code ${r.code}`;
+  const how = r.timedOut
+    ? `was stopped at the time limit of ${r.limitS} s (--run-timeout)`
+    : `exited with code ${r.code}`;
   const last = r.tail.filter((l) => l.trim() !== "").slice(-3).join(" | ");
   return `the run (${r.spec.title}) ${how}; see ${r.logPath}${last ? `: ${last}` : ""}`;
 }

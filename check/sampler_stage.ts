@@ -11,6 +11,7 @@ import { fail, pass, type Row, skip } from "./verdict.ts";
 
 type SamplerPass = Extract<ProbeEvent, { kind: "sampler" }>;
 
+/** Indices quoted in a message. */
 const EXAMPLES = 5;
 
 /** The sampler passes of every rank, in order. */
@@ -22,10 +23,15 @@ function passesByRank(byRank: RankEvents): Map<number, SamplerPass[]> {
   return out;
 }
 
+/** "3, 17, 42, …": the smallest few. */
 function examples(values: Iterable<number>): string {
   const list = [...values].sort((a, b) => a - b);
   const shown = list.slice(0, EXAMPLES).join(", ");
   return list.length > EXAMPLES ? `${shown}, …` : shown;
+}
+
+function range(n: number): number[] {
+  return Array.from({ length: n }, (_, i) => i);
 }
 
 /**
@@ -34,92 +40,124 @@ function examples(values: Iterable<number>): string {
  */
 export function checkSampler(byRank: RankEvents, nproc: number): Row[] {
   const passes = passesByRank(byRank);
-  return [agreementRow(passes, nproc), coverageRow(passes, nproc, 0), coverageRow(passes, nproc, 1), orderRow(passes)];
+  return [
+    agreementRow(passes, nproc),
+    coverageRow(passes, nproc, 0),
+    coverageRow(passes, nproc, 1),
+    orderRow(passes),
+  ];
 }
 
 function agreementRow(passes: Map<number, SamplerPass[]>, nproc: number): Row {
   const check = "ranks agree";
-  const problems: string[] = [];
   const silent = range(nproc).filter((r) => (passes.get(r) ?? []).length === 0);
   if (silent.length === nproc) {
     return fail(
       "sampler",
       check,
       "no sampler pass recorded",
-      "no rank drew data through a DistributedSampler: without one every rank trains on the whole dataset " +
-        "(wrap the data in new DistributedSampler(n, { numReplicas: pg.size, rank: pg.rank }) and give it to the DataLoader)",
+      "no rank drew data through a DistributedSampler: without one every rank trains on the " +
+        "whole dataset (wrap the data in new DistributedSampler(n, { numReplicas: pg.size, " +
+        "rank: pg.rank }) and give it to the DataLoader)",
     );
   }
+  const problems: string[] = [];
   if (silent.length > 0) {
-    problems.push(`rank ${silent.join(", ")} recorded no DistributedSampler pass (every rank must draw its data through one)`);
+    problems.push(
+      `rank ${silent.join(", ")} recorded no DistributedSampler pass ` +
+        "(every rank must draw its data through one)",
+    );
   }
   const first = [...passes].flatMap(([rank, ps]) => (ps[0] ? [{ rank, p: ps[0] }] : []));
   const lengths = new Set(first.map(({ p }) => p.datasetLength));
   if (lengths.size > 1) {
     const each = first.map(({ rank, p }) => `rank ${rank}: ${p.datasetLength}`).join(", ");
     problems.push(
-      `the dataset length differs between ranks (${each}): build the same full dataset on every rank and let ` +
-        "DistributedSampler split it; a rank-dependent dataset loses or repeats samples and gives ranks different numbers of steps",
+      `the dataset length differs between ranks (${each}): build the same full dataset on ` +
+        "every rank and let DistributedSampler split it; a rank-dependent dataset loses or " +
+        "repeats samples and gives ranks different numbers of steps",
     );
   }
   for (const { rank, p } of first) {
     if (p.numReplicas !== nproc) {
-      problems.push(`rank ${rank}'s sampler has numReplicas ${p.numReplicas}, expected ${nproc} (the world size): pass numReplicas: pg.size`);
+      problems.push(
+        `rank ${rank}'s sampler has numReplicas ${p.numReplicas}, expected ${nproc} ` +
+          "(the world size): pass numReplicas: pg.size",
+      );
     }
-    if (p.rank !== rank) problems.push(`rank ${rank}'s sampler has rank ${p.rank}: pass rank: pg.rank`);
+    if (p.rank !== rank) {
+      problems.push(`rank ${rank}'s sampler has rank ${p.rank}: pass rank: pg.rank`);
+    }
   }
+  const ranks = `${first.length}/${nproc} ranks`;
   const measured = lengths.size === 1
-    ? `${first.length}/${nproc} ranks: dataset length ${[...lengths][0]}, numReplicas ${first[0]!.p.numReplicas}`
-    : `${first.length}/${nproc} ranks: dataset lengths ${first.map(({ p }) => p.datasetLength).join(" vs ")}`;
-  return problems.length ? fail("sampler", check, measured, problems.join("; ")) : pass("sampler", check, measured);
+    ? `${ranks}: dataset length ${[...lengths][0]}, numReplicas ${first[0]!.p.numReplicas}`
+    : `${ranks}: dataset lengths ${first.map(({ p }) => p.datasetLength).join(" vs ")}`;
+  return problems.length
+    ? fail("sampler", check, measured, problems.join("; "))
+    : pass("sampler", check, measured);
 }
 
 function coverageRow(passes: Map<number, SamplerPass[]>, nproc: number, k: number): Row {
   const check = `epoch ${k} coverage`;
-  const shares = [...passes].flatMap(([rank, ps]) => (ps[k] ? [{ rank, p: ps[k]! }] : []));
+  const shares = [...passes].flatMap(([, ps]) => (ps[k] ? [ps[k]!] : []));
   if (shares.length === 0) {
-    return k === 0
-      ? fail("sampler", check, "no sampler pass recorded", "see 'ranks agree'")
-      : skip("sampler", check, "1 sampler pass recorded", "the script ends after one epoch, so there is no second epoch to check");
+    if (k === 0) return fail("sampler", check, "no sampler pass recorded", "see 'ranks agree'");
+    const why = "the script ends after one epoch, so there is no second epoch to check";
+    return skip("sampler", check, "1 sampler pass recorded", why);
   }
-  const n = Math.max(...shares.map(({ p }) => p.datasetLength));
+  const n = Math.max(...shares.map((p) => p.datasetLength));
   const counts = new Map<number, number>();
   let total = 0;
-  for (const { p } of shares) {
-    for (const i of p.indices) counts.set(i, (counts.get(i) ?? 0) + 1), total++;
+  for (const p of shares) {
+    for (const i of p.indices) {
+      counts.set(i, (counts.get(i) ?? 0) + 1);
+      total++;
+    }
   }
   const outside = [...counts.keys()].filter((i) => !(Number.isInteger(i) && i >= 0 && i < n));
   const missing = range(n).filter((i) => !counts.has(i));
   const repeats = total - counts.size;
   const problems: string[] = [];
-  if (shares.length < nproc) problems.push(`only ${shares.length} of ${nproc} ranks recorded this epoch`);
-  if (outside.length) problems.push(`${outside.length} indices lie outside [0, ${n}) (e.g. ${examples(outside)})`);
+  if (shares.length < nproc) {
+    problems.push(`only ${shares.length} of ${nproc} ranks recorded this epoch`);
+  }
+  if (outside.length) {
+    problems.push(`${outside.length} indices lie outside [0, ${n}) (e.g. ${examples(outside)})`);
+  }
+  const unseen = `${missing.length} indices are on no rank (e.g. ${examples(missing)})`;
   let measured: string;
   if (total >= n) {
-    // torch pads by repeating the start of the epoch's order until every rank has ceil(n / N) indices.
+    // torch pads by repeating the start of the epoch's order until every rank has ceil(n / N).
     const pad = total - n;
-    measured = `${n - missing.length}/${n} indices, ${Math.max(0, repeats - pad)} overlaps beyond ${pad} pad`;
-    if (missing.length) {
-      problems.push(`${missing.length} indices are on no rank (e.g. ${examples(missing)}): those samples are never trained on`);
+    const beyond = Math.max(0, repeats - pad);
+    measured = `${n - missing.length}/${n} indices, ${beyond} overlaps beyond ${pad} pad`;
+    if (missing.length) problems.push(`${unseen}: those samples are never trained on`);
+    if (pad > nproc - 1) {
+      problems.push(`${pad} padding indices, more than numReplicas - 1 = ${nproc - 1}`);
     }
-    if (pad > nproc - 1) problems.push(`${pad} padding indices, more than numReplicas - 1 = ${nproc - 1}`);
-    if (repeats > pad || (pad > 0 && !padsFromStart(shares.map(({ p }) => p.indices), n, pad))) {
+    if (repeats > pad || (pad > 0 && !padsFromStart(shares.map((p) => p.indices), n, pad))) {
       const twice = [...counts].filter(([, c]) => c > 1).map(([i]) => i);
       problems.push(
-        `${twice.length} indices are on more than one rank beyond torch's padding (e.g. ${examples(twice)}): ` +
-          "the ranks' shares overlap, so those samples count several times per epoch",
+        `${twice.length} indices are on more than one rank beyond torch's padding ` +
+          `(e.g. ${examples(twice)}): the ranks' shares overlap, so those samples count ` +
+          "several times per epoch",
       );
     }
   } else {
-    // dropLast trims the tail of the order to a multiple of N: at most N - 1 indices are left out, none repeats.
+    // dropLast trims the order to a multiple of N: at most N - 1 indices left out, none repeated.
     const trimmed = n - total;
     measured = `${total}/${n} indices (${trimmed} trimmed by dropLast), ${repeats} overlaps`;
     if (trimmed > nproc - 1) {
-      problems.push(`${missing.length} indices are on no rank (e.g. ${examples(missing)}), more than dropLast's numReplicas - 1 = ${nproc - 1}`);
+      problems.push(`${unseen}, more than dropLast's numReplicas - 1 = ${nproc - 1}`);
     }
-    if (repeats > 0) problems.push(`${repeats} indices are on more than one rank: the ranks' shares overlap`);
+    if (repeats > 0) {
+      problems.push(`${repeats} indices are on more than one rank: the shares overlap`);
+    }
   }
-  return problems.length ? fail("sampler", check, measured, problems.join("; ")) : pass("sampler", check, measured);
+  return problems.length
+    ? fail("sampler", check, measured, problems.join("; "))
+    : pass("sampler", check, measured);
 }
 
 /** True when the padded tail repeats the start of the interleaved global order (torch: indices += indices[:pad]). */
@@ -134,21 +172,37 @@ function padsFromStart(shares: number[][], n: number, pad: number): boolean {
 
 function orderRow(passes: Map<number, SamplerPass[]>): Row {
   const check = "order changes between epochs";
-  const pairs = [...passes].flatMap(([rank, ps]) => (ps[0] && ps[1] ? [{ rank, a: ps[0], b: ps[1] }] : []));
+  const pairs = [...passes].flatMap(([, ps]) => (ps[0] && ps[1] ? [{ a: ps[0], b: ps[1] }] : []));
   if (pairs.length === 0) {
-    return skip("sampler", check, "1 sampler pass recorded", "the script ends after one epoch; run it with 2 or more epochs to check the reshuffle");
+    const why =
+      "the script ends after one epoch; run it with 2 or more epochs to check the reshuffle";
+    return skip("sampler", check, "1 sampler pass recorded", why);
   }
   const same = pairs.filter(({ a, b }) => sameOrder(a.indices, b.indices));
-  const epochs = `epochs ${pairs[0]!.a.epoch} -> ${pairs[0]!.b.epoch}`;
-  const measured = `order differs on ${pairs.length - same.length}/${pairs.length} ranks (${epochs})`;
+  const { a, b } = pairs[0]!;
+  const changed = pairs.length - same.length;
+  const measured =
+    `order differs on ${changed}/${pairs.length} ranks (epochs ${a.epoch} -> ${b.epoch})`;
   if (same.length === 0) return pass("sampler", check, measured);
-  if (same.length === pairs.length && pairs.every(({ a }) => isUnshuffled(a))) {
-    return skip("sampler", check, measured, "shuffle is off: every epoch uses the order 0, 1, 2, … by design");
+  if (same.length === pairs.length && pairs.every((p) => isUnshuffled(p.a))) {
+    return skip(
+      "sampler",
+      check,
+      measured,
+      "shuffle is off: every epoch uses the order 0, 1, 2, … by design",
+    );
   }
-  const stuck = pairs.every(({ a, b }) => a.epoch === b.epoch) ? ` (both passes report epoch ${pairs[0]!.a.epoch})` : "";
-  const cause = same.length === pairs.length
-    ? `order did not change between epochs${stuck}: is setEpoch(epoch) called each epoch?`
-    : `the order repeated on rank ${same.map((s) => s.rank).join(", ")} only: every rank must call setEpoch(epoch) each epoch`;
+  if (same.length < pairs.length) {
+    const stuck = same.map((s) => s.a.rank).join(", ");
+    const cause =
+      `the order repeated on rank ${stuck} only: every rank must call setEpoch(epoch) each epoch`;
+    return fail("sampler", check, measured, cause);
+  }
+  const reported = pairs.every((p) => p.a.epoch === p.b.epoch)
+    ? ` (both passes report epoch ${a.epoch})`
+    : "";
+  const cause =
+    `order did not change between epochs${reported}: is setEpoch(epoch) called each epoch?`;
   return fail("sampler", check, measured, cause);
 }
 
@@ -159,8 +213,4 @@ function sameOrder(a: readonly number[], b: readonly number[]): boolean {
 /** An unshuffled share: rank r of N gets r, r + N, r + 2N, … (wrapping around for padding). */
 function isUnshuffled(p: SamplerPass): boolean {
   return p.indices.every((v, j) => v === (p.rank + j * p.numReplicas) % p.datasetLength);
-}
-
-function range(n: number): number[] {
-  return Array.from({ length: n }, (_, i) => i);
 }

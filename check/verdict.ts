@@ -47,7 +47,10 @@ export function formatTable(rows: readonly Row[]): string {
   const w3 = Math.max(8, ...rows.map((r) => r.measured.length));
   const line = (a: string, b: string, c: string, d: string) =>
     `${a.padEnd(w1)}  ${b.padEnd(w2)}  ${c.padEnd(w3)}  ${d}`.trimEnd();
-  const out = [line("stage", "check", "measured", "verdict"), line("-".repeat(w1), "-".repeat(w2), "-".repeat(w3), "-------")];
+  const out = [
+    line("stage", "check", "measured", "verdict"),
+    line("-".repeat(w1), "-".repeat(w2), "-".repeat(w3), "-------"),
+  ];
   for (const r of rows) {
     out.push(line(r.stage, r.check, r.measured, r.outcome));
     if (r.cause) out.push(`${" ".repeat(w1 + 2)}-> ${r.cause}`);
@@ -61,5 +64,8 @@ export function summary(rows: readonly Row[]): { line: string; code: number } {
   const skipped = rows.filter((r) => r.outcome === "SKIP").length;
   const skips = skipped ? ` (${skipped} ${skipped === 1 ? "check" : "checks"} skipped)` : "";
   if (failed === 0) return { line: `dtrain check: PASS${skips}`, code: 0 };
-  return { line: `dtrain check: FAIL (${failed} ${failed === 1 ? "problem" : "problems"})${skips}`, code: 1 };
+  return {
+    line: `dtrain check: FAIL (${failed} ${failed === 1 ? "problem" : "problems"})${skips}`,
+    code: 1,
+  };
 }

@@ -8,7 +8,14 @@
  * distributed/phase.ts like those of the shared-memory backend.
  */
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
-import { NCCL_DTYPE, NCCL_IN_PROGRESS, NCCL_OP, NCCL_SUCCESS, type NcclLibrary, ncclLibrary } from "../ffi/nccl.ts";
+import {
+  NCCL_DTYPE,
+  NCCL_IN_PROGRESS,
+  NCCL_OP,
+  NCCL_SUCCESS,
+  type NcclLibrary,
+  ncclLibrary,
+} from "../ffi/nccl.ts";
 import { DtNativeError } from "../ffi/native.ts";
 import { openCudaBackend } from "../tensor/cuda_backend.ts";
 import { reportCollective } from "./phase.ts";
@@ -59,13 +66,22 @@ export function pauseBetweenPolls(polls: number): void {
  * waitForCollective(probe, "allReduce #12 (4096 bytes) on rank 1 of 8", Date.now() + 60_000, 60_000);
  * ```
  */
-export function waitForCollective(probe: CompletionProbe, what: string, deadline: number, timeoutMs: number): void {
+export function waitForCollective(
+  probe: CompletionProbe,
+  what: string,
+  deadline: number,
+  timeoutMs: number,
+): void {
   for (let polls = 0;; polls++) {
     if (probe.done()) return;
     const err = probe.asyncError();
     if (err !== NCCL_SUCCESS && err !== NCCL_IN_PROGRESS) {
       probe.abort();
-      throw new Error(`${what} failed: NCCL reported "${probe.errorText(err)}" (${err}); the communicator was aborted`);
+      throw new Error(
+        `${what} failed: NCCL reported "${
+          probe.errorText(err)
+        }" (${err}); the communicator was aborted`,
+      );
     }
     if (probe.now() > deadline) {
       probe.abort();
@@ -165,7 +181,9 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     const world = getWorld();
     const settings = getRankSettings();
     const timeoutMs = opts.timeoutMs ?? settings.timeoutS * 1000;
-    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) throw new RangeError(`timeoutMs must be > 0, got ${timeoutMs}`);
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+      throw new RangeError(`timeoutMs must be > 0, got ${timeoutMs}`);
+    }
     openCudaBackend(); // the GPU of this local rank, chosen before NCCL looks at the current device
     const rt = new CudaRuntime(cudaKernels());
     const lib = ncclLibrary();
@@ -198,11 +216,20 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
    */
   allReduceAsync(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): NcclWork {
     if (!(typeof buf === "object" && buf !== null && "ptr" in buf)) {
-      throw new TypeError("allReduceAsync: buf must be device memory ({ptr, count, dtype}), not a typed array");
+      throw new TypeError(
+        "allReduceAsync: buf must be device memory ({ptr, count, dtype}), not a typed array",
+      );
     }
     const event = this.#rt.createEvent();
     let finished = false;
-    const started = this.#run("allReduce", "async", opts, () => this.#allReducePlan(buf, op), false, event);
+    const started = this.#run(
+      "allReduce",
+      "async",
+      opts,
+      () => this.#allReducePlan(buf, op),
+      false,
+      event,
+    );
     return {
       wait: () => {
         if (finished) return;
@@ -220,7 +247,9 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     this.#run("broadcast", `root ${root}`, opts, () => {
       const b = resolve(buf, "broadcast buf");
       if (!Number.isInteger(root) || root < 0 || root >= this.size) {
-        throw new RangeError(`broadcast: root ${root} is not a rank of this group (size ${this.size})`);
+        throw new RangeError(
+          `broadcast: root ${root} is not a rank of this group (size ${this.size})`,
+        );
       }
       const args = [BigInt(b.count), NCCL_DTYPE[b.dtype], root] as const;
       return {
@@ -249,7 +278,12 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     }, true);
   }
 
-  reduceScatter(out: BufferLike, inp: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
+  reduceScatter(
+    out: BufferLike,
+    inp: BufferLike,
+    op: ReduceOp = "sum",
+    opts: CallOptions = {},
+  ): void {
     this.#run("reduceScatter", undefined, opts, () => {
       const o = resolve(out, "reduceScatter out");
       const i = resolve(inp, "reduceScatter inp");
@@ -261,7 +295,8 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
         inputs: [i],
         outputs: [o],
         symbol: "ncclReduceScatter",
-        enqueue: (p, s) => this.#lib.symbols.ncclReduceScatter(p[0]!, p[1]!, ...args, this.#comm, s),
+        enqueue: (p, s) =>
+          this.#lib.symbols.ncclReduceScatter(p[0]!, p[1]!, ...args, this.#comm, s),
       };
     }, true);
   }
@@ -275,7 +310,16 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
         inputs: [b],
         outputs: [b],
         symbol: "ncclAllReduce",
-        enqueue: (p, s) => this.#lib.symbols.ncclAllReduce(p[0]!, p[1]!, 1n, NCCL_DTYPE.f32, NCCL_OP.sum, this.#comm, s),
+        enqueue: (p, s) =>
+          this.#lib.symbols.ncclAllReduce(
+            p[0]!,
+            p[1]!,
+            1n,
+            NCCL_DTYPE.f32,
+            NCCL_OP.sum,
+            this.#comm,
+            s,
+          ),
       };
     }, true);
   }
@@ -291,7 +335,9 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     } else {
       this.#lib.check(this.#lib.symbols.ncclCommDestroy(this.#comm), "ncclCommDestroy", this.#comm);
     }
-    for (const p of [this.#staging?.ptr, this.#barrierBuf]) if (p) cudaKernels().check(k.dt_free(p), "dt_free");
+    for (const p of [this.#staging?.ptr, this.#barrierBuf]) {
+      if (p) cudaKernels().check(k.dt_free(p), "dt_free");
+    }
     this.#rt.destroyEvent(this.#ready);
     this.#rt.destroyEvent(this.#done);
     this.#rt.destroyStream(this.#stream);
@@ -334,7 +380,9 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     done: Deno.PointerObject = this.#done,
   ): Started {
     if (this.#closed) throw new Error(`${op}: the NCCL process group is closed`);
-    if (this.#failed) throw new Error(`${op}: the NCCL process group failed earlier: ${this.#failed.message}`);
+    if (this.#failed) {
+      throw new Error(`${op}: the NCCL process group failed earlier: ${this.#failed.message}`);
+    }
     const seq = ++this.#seq;
     let plan: Plan, timeoutMs: number;
     try {
@@ -344,10 +392,16 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
         throw new RangeError(`${op}: timeoutMs must be a positive number, got ${timeoutMs}`);
       }
     } catch (e) {
-      this.#fail(new Error(`rank ${this.rank} called ${op} #${seq} with bad arguments: ${(e as Error).message}`));
+      this.#fail(
+        new Error(
+          `rank ${this.rank} called ${op} #${seq} with bad arguments: ${(e as Error).message}`,
+        ),
+      );
       throw e;
     }
-    const rec = detail === undefined ? { seq, op, bytes: plan.bytes } : { seq, op, bytes: plan.bytes, detail };
+    const rec = detail === undefined
+      ? { seq, op, bytes: plan.bytes }
+      : { seq, op, bytes: plan.bytes, detail };
     reportCollective(rec, "enter");
     const started: Started = {
       rec,
@@ -363,7 +417,12 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
       started.ptrs = this.#stageInputs(plan);
       const result = plan.enqueue(started.ptrs, this.#stream);
       if (result !== NCCL_SUCCESS) {
-        throw new DtNativeError("nccl", plan.symbol, result, this.#lib.errorText(result, this.#comm));
+        throw new DtNativeError(
+          "nccl",
+          plan.symbol,
+          result,
+          this.#lib.errorText(result, this.#comm),
+        );
       }
       this.#rt.record(done, this.#stream);
     } catch (e) {
@@ -378,7 +437,9 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
   /** Waits for a started collective, copies host outputs back, and orders the compute stream after it. */
   #finish(s: Started, done: Deno.PointerObject): void {
     try {
-      if (this.#failed) throw new Error(`${s.what}: the NCCL process group failed: ${this.#failed.message}`);
+      if (this.#failed) {
+        throw new Error(`${s.what}: the NCCL process group failed: ${this.#failed.message}`);
+      }
       waitForCollective(this.#probe(done), s.what, s.deadline, s.timeoutMs);
       this.#copyOutputsBack(s.plan, s.ptrs);
       this.#rt.streamWait(this.#compute, done);
@@ -394,7 +455,10 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     return {
       done: () => this.#rt.query(done),
       asyncError: () => {
-        this.#lib.check(this.#lib.symbols.ncclCommGetAsyncError(this.#comm, this.#asyncError), "ncclCommGetAsyncError");
+        this.#lib.check(
+          this.#lib.symbols.ncclCommGetAsyncError(this.#comm, this.#asyncError),
+          "ncclCommGetAsyncError",
+        );
         return this.#asyncError[0]!;
       },
       errorText: (r) => this.#lib.errorText(r, this.#comm),
@@ -438,7 +502,9 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
 
   #stagingArea(bytes: number): Deno.PointerObject {
     if (!this.#staging || this.#staging.bytes < bytes) {
-      if (this.#staging) cudaKernels().check(cudaKernels().symbols.dt_free(this.#staging.ptr), "dt_free");
+      if (this.#staging) {
+        cudaKernels().check(cudaKernels().symbols.dt_free(this.#staging.ptr), "dt_free");
+      }
       this.#staging = null;
       this.#staging = { ptr: this.#alloc(bytes), bytes };
     }
@@ -447,7 +513,11 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
 
   #alloc(bytes: number): Deno.PointerObject {
     const p = cudaKernels().symbols.dt_alloc(BigInt(bytes));
-    if (p === null) throw new Error(`NCCL process group: cannot allocate ${bytes} bytes: ${this.#rt.lastError()}`);
+    if (p === null) {
+      throw new Error(
+        `NCCL process group: cannot allocate ${bytes} bytes: ${this.#rt.lastError()}`,
+      );
+    }
     return p;
   }
 
@@ -514,7 +584,12 @@ function align256(n: number): number {
 }
 
 /** Publishes (rank 0) or fetches (the others) the communicator's unique id through the store. */
-async function exchangeUniqueId(id: Uint8Array, rank: number, gen: number, timeoutMs: number): Promise<void> {
+async function exchangeUniqueId(
+  id: Uint8Array,
+  rank: number,
+  gen: number,
+  timeoutMs: number,
+): Promise<void> {
   const store = getStore();
   const key = storeKey(`nccl/${gen}/unique-id`);
   if (rank === 0) {
@@ -523,7 +598,9 @@ async function exchangeUniqueId(id: Uint8Array, rank: number, gen: number, timeo
   }
   const value = await store.get(key, { timeoutMs });
   if (value === null || value.length !== 128) {
-    throw new Error(`NCCL unique id from rank 0 (store key ${key}) has ${value?.length ?? 0} bytes, expected 128`);
+    throw new Error(
+      `NCCL unique id from rank 0 (store key ${key}) has ${value?.length ?? 0} bytes, expected 128`,
+    );
   }
   id.set(value);
 }
@@ -541,20 +618,26 @@ async function initCommunicator(
   const joined = size > 1 ? storeKey(`nccl/${gen}/joined`) : "";
   if (size > 1) await getStore().add(joined, 1);
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<"timeout">((resolve) => timer = setTimeout(() => resolve("timeout"), timeoutMs));
+  const timeout = new Promise<"timeout">((resolve) =>
+    timer = setTimeout(() => resolve("timeout"), timeoutMs)
+  );
   const result = await Promise.race([lib.symbols.ncclCommInitRank(out, size, id, rank), timeout]);
   clearTimeout(timer);
   if (result === "timeout") {
     const arrived = size > 1 ? await getStore().getText(joined).catch(() => null) : "1";
     throw new Error(
       `NCCL communicator start on rank ${rank} of ${size} did not finish within ${timeoutMs} ms ` +
-        `(${arrived ?? "?"} of ${size} ranks reached it): a rank is missing or the network between GPUs is ` +
+        `(${
+          arrived ?? "?"
+        } of ${size} ranks reached it): a rank is missing or the network between GPUs is ` +
         `blocked (NCCL_DEBUG=INFO shows where)`,
     );
   }
   lib.check(result, "ncclCommInitRank");
   const comm = Deno.UnsafePointer.create(out[0]!);
-  if (comm === null) throw new Error("ncclCommInitRank reported success but returned no communicator");
+  if (comm === null) {
+    throw new Error("ncclCommInitRank reported success but returned no communicator");
+  }
   return comm;
 }
 

@@ -103,7 +103,7 @@ export function resolveProcessGroupConfig(opts: ProcessGroupOptions = {}): Proce
       `DTRAIN_RUN_ID=${
         JSON.stringify(world.runId)
       } must be 1-160 characters of A-Z a-z 0-9 . _ - : the launcher ` +
-        `sets it to a value unique per run, and it names the shared-memory segment /dev/shm/dtrain-<run id>-pg`,
+        `sets it to a value unique per run, and it names the shared-memory segment /dev/shm/dtrain-<run id>-a<attempt>-pg`,
     );
   }
   return { rank, size, runId: world.runId, ...common };

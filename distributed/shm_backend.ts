@@ -73,7 +73,9 @@ export class ShmProcessGroup implements ProcessGroup {
   /** Joins the group described by `cfg`; returns once every rank has joined. */
   static open(cfg: ProcessGroupConfig): ShmProcessGroup {
     const lib = shmLibrary();
-    const name = `/dtrain-${cfg.runId}-pg`;
+    // Each launch attempt gets its own segment: a restart never meets a crashed attempt's leftovers.
+    const attempt = Deno.env.get("DTRAIN_RESTART_COUNT") ?? "0";
+    const name = `/dtrain-${cfg.runId}-a${attempt}-pg`;
     const out = new BigUint64Array(1);
     const status = lib.symbols.dt_shm_open(
       cString(name),

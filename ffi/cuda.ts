@@ -53,7 +53,10 @@ export const CUDA_EXTRA_SYMBOLS = {
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** The whole symbol table of libdtrain_cuda.so. */
-export const CUDA_SYMBOLS = { ...KERNEL_SYMBOLS, ...CUDA_EXTRA_SYMBOLS } as const satisfies Deno.ForeignLibraryInterface;
+export const CUDA_SYMBOLS = {
+  ...KERNEL_SYMBOLS,
+  ...CUDA_EXTRA_SYMBOLS,
+} as const satisfies Deno.ForeignLibraryInterface;
 export type CudaSymbols = typeof CUDA_SYMBOLS;
 
 /** The library's file name inside build/ (or DTRAIN_LIB_DIR). */
@@ -121,8 +124,13 @@ export class CudaRuntime {
   deviceInfo(index: number): CudaDeviceInfo {
     const name = new Uint8Array(256);
     const out = new BigInt64Array(6);
-    this.#lib.check(this.#lib.symbols.dt_cuda_device_info(index, name, 256n, out), "dt_cuda_device_info");
-    const text = new TextDecoder().decode(name.subarray(0, name.indexOf(0) < 0 ? 256 : name.indexOf(0)));
+    this.#lib.check(
+      this.#lib.symbols.dt_cuda_device_info(index, name, 256n, out),
+      "dt_cuda_device_info",
+    );
+    const text = new TextDecoder().decode(
+      name.subarray(0, name.indexOf(0) < 0 ? 256 : name.indexOf(0)),
+    );
     const n = (i: number) => Number(out[i]);
     return {
       index,
@@ -186,14 +194,20 @@ export class CudaRuntime {
 
   /** Makes `stream`'s later work wait for `event` (the host does not wait). */
   streamWait(stream: Deno.PointerValue, event: Deno.PointerObject): void {
-    this.#lib.check(this.#lib.symbols.dt_cuda_stream_wait_event(stream, event), "dt_cuda_stream_wait_event");
+    this.#lib.check(
+      this.#lib.symbols.dt_cuda_stream_wait_event(stream, event),
+      "dt_cuda_stream_wait_event",
+    );
   }
 
   readonly #done = new Int32Array(1);
 
   /** Whether everything before the event's record has finished. */
   query(event: Deno.PointerObject): boolean {
-    this.#lib.check(this.#lib.symbols.dt_cuda_event_query(event, this.#done), "dt_cuda_event_query");
+    this.#lib.check(
+      this.#lib.symbols.dt_cuda_event_query(event, this.#done),
+      "dt_cuda_event_query",
+    );
     return this.#done[0] === 1;
   }
 
@@ -209,7 +223,10 @@ export class CudaRuntime {
 
   /** Lets f32 GEMMs use TF32 (faster, about 10 mantissa bits). */
   allowTf32(allow: boolean): void {
-    this.#lib.check(this.#lib.symbols.dt_cuda_gemm_allow_tf32(allow ? 1 : 0), "dt_cuda_gemm_allow_tf32");
+    this.#lib.check(
+      this.#lib.symbols.dt_cuda_gemm_allow_tf32(allow ? 1 : 0),
+      "dt_cuda_gemm_allow_tf32",
+    );
   }
 
   /** The library's text for the last failed call on this thread. */

@@ -151,7 +151,10 @@ export function cudaLibraryDirs(opts: LibrarySearchOptions = {}): string[] {
  * if (!r.path) console.error(describeMissing(r));
  * ```
  */
-export function findCudaLibrary(role: CudaLibraryRole, opts: LibrarySearchOptions = {}): LibrarySearchResult {
+export function findCudaLibrary(
+  role: CudaLibraryRole,
+  opts: LibrarySearchOptions = {},
+): LibrarySearchResult {
   const files = CUDA_LIBRARY_FILES[role];
   const tried = cudaLibraryDirs(opts);
   for (const dir of tried) {

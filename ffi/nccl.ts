@@ -92,7 +92,9 @@ export function ncclLibrary(opts?: LibrarySearchOptions): NcclLibrary {
   const found = findCudaLibrary("nccl", opts);
   if (!found.path) {
     throw new Error(
-      `Cannot use NCCL for a process group of GPU ranks: ${describeMissing(found)}. Install NCCL (pip install ` +
+      `Cannot use NCCL for a process group of GPU ranks: ${
+        describeMissing(found)
+      }. Install NCCL (pip install ` +
         `nvidia-nccl-cu13, or the system package libnccl2) or put its folder on LD_LIBRARY_PATH.`,
     );
   }
@@ -104,21 +106,27 @@ export function ncclLibrary(opts?: LibrarySearchOptions): NcclLibrary {
   }
   const errorText = (result: number, comm?: Deno.PointerValue): string => {
     const text = cString(lib.symbols.ncclGetErrorString(result));
-    const detail = comm && lib.symbols.ncclGetLastError ? cString(lib.symbols.ncclGetLastError(comm)) : "";
+    const detail = comm && lib.symbols.ncclGetLastError
+      ? cString(lib.symbols.ncclGetLastError(comm))
+      : "";
     return detail ? `${text} (${detail})` : text;
   };
   const v = new Int32Array(1);
   const vr = lib.symbols.ncclGetVersion(v);
   if (vr !== NCCL_SUCCESS) throw new DtNativeError("nccl", "ncclGetVersion", vr, errorText(vr));
   // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9
-  const version = `${Math.floor(v[0]! / 10000)}.${Math.floor((v[0]! % 10000) / 100)}.${v[0]! % 100}`;
+  const version = `${Math.floor(v[0]! / 10000)}.${Math.floor((v[0]! % 10000) / 100)}.${
+    v[0]! % 100
+  }`;
   const opened: NcclLibrary = {
     path: found.path,
     version,
     symbols: lib.symbols,
     errorText,
     check(result, symbol, comm) {
-      if (result !== NCCL_SUCCESS) throw new DtNativeError("nccl", symbol, result, errorText(result, comm));
+      if (result !== NCCL_SUCCESS) {
+        throw new DtNativeError("nccl", symbol, result, errorText(result, comm));
+      }
     },
   };
   if (!opts) nccl = opened;

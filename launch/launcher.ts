@@ -3,6 +3,18 @@
  * (rendezvous), creates the run directory, runs attempts (restarting up to --max-restarts),
  * forwards SIGINT/SIGTERM, records launch.json, and returns 0 only when every rank exited 0.
  */
+import { basename } from "node:path";
+import {
+  type AttemptEnd,
+  beginAttempt,
+  behaviourEnv,
+  finishAttempt,
+  machineFacts,
+  newRunRecord,
+  sha256File,
+  versions,
+  writeRunRecord,
+} from "../run/record.ts";
 import { resolve } from "node:path";
 import { StoreClient } from "../distributed/store.ts";
 import { StoreServer } from "../distributed/store_server.ts";
@@ -16,6 +28,7 @@ import {
   type LaunchRecord,
   launchRecordPath,
   makeRunId,
+  redactToken,
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
@@ -131,6 +144,33 @@ async function rendezvous(
   return info.runId;
 }
 
+/** run.json of this launch: written at start and rewritten as each attempt begins and ends. */
+async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
+  const { opts, runDir, runId, threads, script } = ctx;
+  let rec = newRunRecord({
+    runId,
+    name: basename(runDir),
+    argv: ["dtrain", ...argv],
+    cwd: Deno.cwd(),
+    script: { path: script, sha256: await sha256File(script), args: opts.scriptArgs },
+    world: { nnodes: opts.nnodes, nprocPerNode: opts.nproc, hosts: [Deno.hostname()] },
+    versions: versions(),
+    env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
+    machine: machineFacts(),
+  });
+  writeRunRecord(runDir, rec);
+  return {
+    begin() {
+      rec = beginAttempt(rec);
+      writeRunRecord(runDir, rec);
+    },
+    finish(end: AttemptEnd) {
+      rec = finishAttempt(rec, end);
+      writeRunRecord(runDir, rec);
+    },
+  };
+}
+
 /**
  * Runs the launcher with parsed options; returns the process exit code.
  *
@@ -216,7 +256,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     };
     const record: LaunchRecord = {
       runId,
-      command: ["dtrain", ...argv],
+      command: ["dtrain", ...redactToken(argv)],
       script,
       scriptArgs: opts.scriptArgs,
       nproc: opts.nproc,
@@ -230,23 +270,34 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     };
     const recordPath = launchRecordPath(runDir, opts.nodeRank);
     writeLaunchRecord(recordPath, record);
+    // run.json: the job's rerun record (node 0 only), one entry per attempt.
+    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv) : null;
 
     let code = 1;
     let graceMs = 0;
     for (let k = 0;; k++) {
       record.attempts = k + 1;
+      if (run) run.begin();
       current = startAttempt(ctx, k);
       const result = await current.result;
       current = null;
       if (result.ok) {
         code = 0;
         record.outcome = `every rank exited 0${k > 0 ? ` after ${k} restart(s)` : ""}`;
+        run?.finish({ exitCode: 0 });
         break;
       }
       const { abort } = result;
       code = abort.code;
       graceMs = abort.graceMs;
       record.outcome = abort.detail + (abort.rank !== undefined ? ` (rank ${abort.rank})` : "");
+      run?.finish({
+        exitCode: abort.code,
+        signal: abort.signal ?? null,
+        failingRank: abort.rank ?? null,
+        reason: abort.detail,
+        interrupted: preempted,
+      });
       const restartable = abort.reason === "rank-failed" || abort.reason === "timeout";
       if (!restartable || preempted || k >= opts.maxRestarts) break;
       log.info(

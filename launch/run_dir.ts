@@ -75,6 +75,14 @@ export interface LaunchRecord {
   outcome: string | null;
 }
 
+/** The command line with the value of --rdzv-token replaced, since it is the run's secret. */
+export function redactToken(argv: readonly string[]): string[] {
+  return argv.map((a, i) => {
+    if (a.startsWith("--rdzv-token=")) return "--rdzv-token=<redacted>";
+    return argv[i - 1] === "--rdzv-token" ? "<redacted>" : a;
+  });
+}
+
 /** launch.json for node 0, launch-node<n>.json for the others (they may share a file system). */
 export function launchRecordPath(dir: string, nodeRank: number): string {
   return join(dir, nodeRank === 0 ? "launch.json" : `launch-node${nodeRank}.json`);

@@ -4,11 +4,12 @@
  * machine's single-thread memory-copy bandwidth as the physical reference.
  *
  *   deno run -A scripts/bench_allreduce.ts [--sizes 1,16,64] [--iters 20]
- *       [--warmup 5] [--chunk BYTES] [--spin-us US] [--no-gloo] [--json]
+ *       [--warmup 5] [--repeat 1] [--chunk BYTES] [--spin-us US] [--no-gloo] [--json]
  *
  * Method (the same as /work/shared/peers/pytorch/w3_allreduce.py): per size,
  * `warmup` calls, then `iters` calls each preceded by a barrier; a call's time
- * is the slower rank's. Columns: ms/call = median call time; algbw = bytes /
+ * is the slower rank's; with --repeat N, N runs of each (alternating dtrain and
+ * gloo, so both see the same machine load) are pooled. Columns: ms/call = median call time; algbw = bytes /
  * time; busbw = algbw x 2(n-1)/n (= algbw for n = 2), GB = 1e9 bytes; ratio =
  * dtrain busbw / gloo busbw. memcpy: one thread copies 256 MiB into another
  * 256 MiB buffer; GB/s = (bytes read + bytes written) / time, median of 10.
@@ -277,6 +278,7 @@ async function main(): Promise<void> {
       chunk: { type: "string" },
       "spin-us": { type: "string" },
       "no-gloo": { type: "boolean", default: false },
+      repeat: { type: "string", default: "1" },
       json: { type: "boolean", default: false },
     },
   });
@@ -287,14 +289,22 @@ async function main(): Promise<void> {
   const env: Record<string, string> = {};
   if (values.chunk) env.DTRAIN_SHM_CHUNK_BYTES = values.chunk;
   if (values["spin-us"]) env.DTRAIN_SHM_SPIN_US = values["spin-us"];
-  const { sizes: dtrain, barrierUs, tinyAllReduceUs } = await benchDtrain(
-    sizes,
-    warmup,
-    iters,
-    env,
-  );
+  // Runs alternate between dtrain and gloo, so both see the same machine load;
+  // the timed calls of all runs are pooled per size.
+  const repeat = Number(values.repeat);
   const python = values["no-gloo"] ? null : findTorchPython();
-  const gloo = python ? await benchGloo(python, sizes, warmup, iters) : null;
+  const runs: DtrainResult[] = [];
+  const glooRuns: SizeTimes[][] = [];
+  for (let i = 0; i < repeat; i++) {
+    runs.push(await benchDtrain(sizes, warmup, iters, env));
+    if (python) glooRuns.push(await benchGloo(python, sizes, warmup, iters));
+  }
+  const pool = (rs: SizeTimes[][]) =>
+    sizes.map((mib) => ({ mib, times: rs.flatMap((r) => r.find((x) => x.mib === mib)!.times) }));
+  const dtrain = pool(runs.map((r) => r.sizes));
+  const gloo = python ? pool(glooRuns) : null;
+  const barrierUs = median(runs.map((r) => r.barrierUs));
+  const tinyAllReduceUs = median(runs.map((r) => r.tinyAllReduceUs));
   const memcpy = benchMemcpy();
 
   if (values.json) {
@@ -306,7 +316,8 @@ async function main(): Promise<void> {
   }
   const fmt = (x: number | undefined, d = 2) => x === undefined ? "-" : x.toFixed(d);
   console.log(
-    `allReduce(sum) f32, ${WORLD} ranks, 1 thread each; ${warmup} warm-up + ${iters} timed calls, median`,
+    `allReduce(sum) f32, ${WORLD} ranks, 1 thread each; ${warmup} warm-up + ${iters} timed calls ` +
+      `x ${repeat} run(s), median`,
   );
   console.log(
     "| size MiB | dtrain ms/call | dtrain busbw GB/s | gloo ms/call | gloo busbw GB/s | ratio |",

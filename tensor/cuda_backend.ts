@@ -186,13 +186,13 @@ export function openCudaBackend(): Backend {
   if (!a.ok) throw new Error(`Cannot use device "cuda": ${a.reason}`);
   const lib = cudaKernels(a.libraries.driver);
   const rt = new CudaRuntime(lib);
-  rt.loadCublasLt(a.libraries.cublasLt);
-  rt.allowTf32(Deno.env.get("DTRAIN_ALLOW_TF32") === "1");
   const localRank = Number(Deno.env.get("LOCAL_RANK") ?? "0");
   if (!Number.isInteger(localRank) || localRank < 0) {
     throw new RangeError(`LOCAL_RANK=${Deno.env.get("LOCAL_RANK")} is not a non-negative integer`);
   }
-  rt.setDevice(localRank % a.deviceCount);
+  rt.setDevice(localRank % a.deviceCount); // first: everything after lives on this GPU
+  rt.loadCublasLt(a.libraries.cublasLt);
+  rt.allowTf32(Deno.env.get("DTRAIN_ALLOW_TF32") === "1");
   opened = { device: "cuda", lib, k: lib.symbols, stream: rt.computeStream() };
   return opened;
 }

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #if defined(__x86_64__) && !defined(__CUDACC__)
-#define DT_VEC_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#define DT_VEC_CLONES __attribute__((target_clones("fma", "default")))
 #else
 #define DT_VEC_CLONES
 #endif

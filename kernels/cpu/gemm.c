@@ -212,7 +212,7 @@ static void dt_gemm_tiles_(void* ctx, int64_t begin, int64_t end) {
 /* ---- work split ------------------------------------------------------------------
  * A thread is worth waking only for about this much arithmetic; below it the
  * pool's wake-up costs more than it saves. */
-#define DT_GEMM_FLOPS_PER_THREAD 2e6
+#define DT_GEMM_FLOPS_PER_THREAD 8e6
 /* bf16/f16 tiles are bounded so that their f32 scratch stays small (1 MiB). */
 #define DT_GEMM_HALF_TILE_M 240
 #define DT_GEMM_HALF_TILE_N 1024

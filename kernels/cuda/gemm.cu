@@ -122,9 +122,13 @@ static dt_status dt_lt_prepare_locked_(void) {
 }
 
 /* Opens cuBLASLt from `path` (the file the TypeScript side found; NULL: the
- * usual sonames through the system search path). out[0] = its version. */
+ * usual sonames through the system search path) and prepares its handle and
+ * workspace on the library's GPU (call dt_cuda_set_device first). *version =
+ * cuBLASLt's version. */
 DT_EXPORT dt_status dt_cuda_load_cublaslt(const char* path, int64_t* version) {
   DT_REQUIRE_(version, "dt_cuda_load_cublaslt: null version");
+  cudaStream_t unused;
+  DT_TRY_(dt_cuda_stream_(NULL, &unused)); /* the workspace goes on the library's GPU */
   pthread_mutex_lock(&dt_lt_mu_);
   dt_status st = DT_OK;
   if (!dt_lt_lib_ && path && !dt_lt_open_locked_(path))

@@ -13,9 +13,22 @@
 import { parseArgs } from "node:util";
 import { KERNEL_SYMBOLS, type KernelSymbols } from "../../ffi/symbols.ts";
 import { cString } from "../../ffi/native.ts";
-import { type Arr, type Case, type Kernels, libraries, Rng, runCase, SELF_TEST, toBf16, toF16 } from "./_harness.ts";
+import {
+  type Arr,
+  type Case,
+  type Kernels,
+  libraries,
+  Rng,
+  runCase,
+  SELF_TEST,
+  toBf16,
+  toF16,
+} from "./_harness.ts";
 
-const { values } = parseArgs({ args: Deno.args, options: { seed: { type: "string", default: "1" } } });
+const { values } = parseArgs({
+  args: Deno.args,
+  options: { seed: { type: "string", default: "1" } },
+});
 const rng = new Rng(Number(values.seed));
 const DT = { F32: 0, BF16: 1, F16: 2, I32: 3, I64: 4, U8: 5 } as const;
 const TOL = { f32: 1e-5, gemm32: 1e-4, bf16: 1e-2, f16: 2e-3, exact: 0 } as const;
@@ -29,42 +42,82 @@ for (const n of [1, 7, 1000, 65_537, 1_000_003]) {
   const a = rng.normals(n), b = Float32Array.from(rng.normals(n), (v) => 0.5 + Math.abs(v));
   for (const op of [0, 1, 2, 3]) {
     add({
-      op: `binary op ${op} same shape`, symbols: ["dt_binary"], dtype: "f32", size: `${n}`, tol: TOL.exact,
-      inputs: { a, b }, outputs: { out: [f32(n), "f32"] },
+      op: `binary op ${op} same shape`,
+      symbols: ["dt_binary"],
+      dtype: "f32",
+      size: `${n}`,
+      tol: TOL.exact,
+      inputs: { a, b },
+      outputs: { out: [f32(n), "f32"] },
       call: (k, p, s) => k.dt_binary(op, p("out"), p("a"), p("b"), n64(n), n64(n), 1n, s),
     });
   }
   add({
-    op: "scale", symbols: ["dt_scale"], dtype: "f32", size: `${n}`, tol: TOL.exact,
-    inputs: { a }, outputs: { out: [f32(n), "f32"] },
+    op: "scale",
+    symbols: ["dt_scale"],
+    dtype: "f32",
+    size: `${n}`,
+    tol: TOL.exact,
+    inputs: { a },
+    outputs: { out: [f32(n), "f32"] },
     call: (k, p, s) => k.dt_scale(p("out"), p("a"), n64(n), -1.7, s),
   });
   add({
-    op: "axpy (in place)", symbols: ["dt_axpy"], dtype: "f32", size: `${n}`, tol: TOL.exact,
-    inputs: { x: a }, inout: { y: [b, "f32"] },
+    op: "axpy (in place)",
+    symbols: ["dt_axpy"],
+    dtype: "f32",
+    size: `${n}`,
+    tol: TOL.exact,
+    inputs: { x: a },
+    inout: { y: [b, "f32"] },
     call: (k, p, s) => k.dt_axpy(p("y"), p("x"), n64(n), 0.3, s),
   });
-  for (const [name, fwd, bwd] of [["relu", "dt_relu_fwd", "dt_relu_bwd"], ["gelu", "dt_gelu_fwd", "dt_gelu_bwd"]] as const) {
+  for (
+    const [name, fwd, bwd] of [["relu", "dt_relu_fwd", "dt_relu_bwd"], [
+      "gelu",
+      "dt_gelu_fwd",
+      "dt_gelu_bwd",
+    ]] as const
+  ) {
     add({
-      op: `${name} fwd`, symbols: [fwd], dtype: "f32", size: `${n}`, tol: name === "gelu" ? TOL.f32 : TOL.exact,
-      inputs: { x: a }, outputs: { y: [f32(n), "f32"] },
+      op: `${name} fwd`,
+      symbols: [fwd],
+      dtype: "f32",
+      size: `${n}`,
+      tol: name === "gelu" ? TOL.f32 : TOL.exact,
+      inputs: { x: a },
+      outputs: { y: [f32(n), "f32"] },
       call: (k, p, s) => k[fwd](p("y"), p("x"), n64(n), s),
     });
     add({
-      op: `${name} bwd`, symbols: [bwd], dtype: "f32", size: `${n}`, tol: name === "gelu" ? TOL.f32 : TOL.exact,
-      inputs: { x: a, dy: b }, outputs: { dx: [f32(n), "f32"] },
+      op: `${name} bwd`,
+      symbols: [bwd],
+      dtype: "f32",
+      size: `${n}`,
+      tol: name === "gelu" ? TOL.f32 : TOL.exact,
+      inputs: { x: a, dy: b },
+      outputs: { dx: [f32(n), "f32"] },
       call: (k, p, s) => k[bwd](p("dx"), p("dy"), p("x"), n64(n), s),
     });
   }
   for (const sym of ["dt_dropout_fwd", "dt_dropout_bwd"] as const) {
     add({
-      op: sym === "dt_dropout_fwd" ? "dropout fwd" : "dropout bwd", symbols: [sym], dtype: "f32", size: `${n}`,
-      tol: TOL.exact, inputs: { x: a }, outputs: { y: [f32(n), "f32"] },
+      op: sym === "dt_dropout_fwd" ? "dropout fwd" : "dropout bwd",
+      symbols: [sym],
+      dtype: "f32",
+      size: `${n}`,
+      tol: TOL.exact,
+      inputs: { x: a },
+      outputs: { y: [f32(n), "f32"] },
       call: (k, p, s) => k[sym](p("y"), p("x"), n64(n), 0.1, 1234n, 99n, s),
     });
   }
   add({
-    op: "unscale_check", symbols: ["dt_unscale_check"], dtype: "f32", size: `${n}`, tol: TOL.exact,
+    op: "unscale_check",
+    symbols: ["dt_unscale_check"],
+    dtype: "f32",
+    size: `${n}`,
+    tol: TOL.exact,
     inout: { g: [a, "f32"], found: [new Float32Array([0]), "f32"] },
     call: (k, p, s) => k.dt_unscale_check(p("g"), n64(n), 1 / 1024, p("found"), s),
   });
@@ -73,45 +126,76 @@ for (const n of [1, 7, 1000, 65_537, 1_000_003]) {
   const n = 4099, g = rng.normals(n);
   g[4000] = Infinity;
   add({
-    op: "unscale_check with an inf", symbols: ["dt_unscale_check"], dtype: "f32", size: `${n}`, tol: TOL.exact,
+    op: "unscale_check with an inf",
+    symbols: ["dt_unscale_check"],
+    dtype: "f32",
+    size: `${n}`,
+    tol: TOL.exact,
     inout: { g: [g, "f32"], found: [new Float32Array([0]), "f32"] },
     call: (k, p, s) => k.dt_unscale_check(p("g"), n64(n), 0.5, p("found"), s),
   });
 }
 // broadcast forms of dt_binary and their gradient dt_reduce_bcast: [n, bn, inner]
-for (const [n, bn, inner] of [[1000 * 768, 768, 1], [64 * 33, 64, 33], [100_003, 1, 1], [12_345, 7, 10], [5, 5, 1]]) {
+for (
+  const [n, bn, inner] of [[1000 * 768, 768, 1], [64 * 33, 64, 33], [100_003, 1, 1], [
+    12_345,
+    7,
+    10,
+  ], [5, 5, 1]]
+) {
   const a = rng.normals(n), b = rng.normals(bn);
   add({
-    op: "binary broadcast (mul)", symbols: ["dt_binary"], dtype: "f32", size: `${n}/${bn}x${inner}`, tol: TOL.exact,
-    inputs: { a, b }, outputs: { out: [f32(n), "f32"] },
+    op: "binary broadcast (mul)",
+    symbols: ["dt_binary"],
+    dtype: "f32",
+    size: `${n}/${bn}x${inner}`,
+    tol: TOL.exact,
+    inputs: { a, b },
+    outputs: { out: [f32(n), "f32"] },
     call: (k, p, s) => k.dt_binary(2, p("out"), p("a"), p("b"), n64(n), n64(bn), n64(inner), s),
   });
   add({
-    op: "reduce_bcast (broadcast grad)", symbols: ["dt_reduce_bcast"], dtype: "f32", size: `${n}/${bn}x${inner}`,
-    tol: TOL.f32, inputs: { a }, outputs: { out: [f32(bn), "f32"] },
+    op: "reduce_bcast (broadcast grad)",
+    symbols: ["dt_reduce_bcast"],
+    dtype: "f32",
+    size: `${n}/${bn}x${inner}`,
+    tol: TOL.f32,
+    inputs: { a },
+    outputs: { out: [f32(bn), "f32"] },
     call: (k, p, s) => k.dt_reduce_bcast(p("out"), p("a"), n64(n), n64(bn), n64(inner), s),
   });
 }
 for (const n of [1, 1001, 3_000_017]) {
   add({
-    op: "sumsq", symbols: ["dt_sumsq"], dtype: "f64", size: `${n}`, tol: 1e-12,
-    inputs: { x: rng.normals(n) }, outputs: { out: [new Float64Array(1), "f64"] },
+    op: "sumsq",
+    symbols: ["dt_sumsq"],
+    dtype: "f64",
+    size: `${n}`,
+    tol: 1e-12,
+    inputs: { x: rng.normals(n) },
+    outputs: { out: [new Float64Array(1), "f64"] },
     call: (k, p, s) => k.dt_sumsq(p("out"), p("x"), n64(n), s),
   });
 }
 
 // ---- conversions ------------------------------------------------------------------------
 for (const n of [1, 7, 100_003]) {
-  for (const [dtype, arr, kind, value] of [
-    [DT.F32, f32(n), "f32", 0.1],
-    [DT.BF16, new Uint16Array(n), "bf16", 0.1],
-    [DT.F16, new Uint16Array(n), "f16", 0.1],
-    [DT.I32, new Int32Array(n), "int", -7],
-    [DT.I64, new BigInt64Array(n), "int", 3e12],
-    [DT.U8, new Uint8Array(n), "bytes", 200],
-  ] as const) {
+  for (
+    const [dtype, arr, kind, value] of [
+      [DT.F32, f32(n), "f32", 0.1],
+      [DT.BF16, new Uint16Array(n), "bf16", 0.1],
+      [DT.F16, new Uint16Array(n), "f16", 0.1],
+      [DT.I32, new Int32Array(n), "int", -7],
+      [DT.I64, new BigInt64Array(n), "int", 3e12],
+      [DT.U8, new Uint8Array(n), "bytes", 200],
+    ] as const
+  ) {
     add({
-      op: `fill ${kind}`, symbols: ["dt_fill"], dtype: kind, size: `${n}`, tol: TOL.exact,
+      op: `fill ${kind}`,
+      symbols: ["dt_fill"],
+      dtype: kind,
+      size: `${n}`,
+      tol: TOL.exact,
       outputs: { out: [arr, kind] },
       call: (k, p, s) => k.dt_fill(p("out"), dtype, n64(n), value, s),
     });
@@ -124,52 +208,111 @@ for (const n of [1, 7, 100_003]) {
     ["f16->f32", DT.F16, toF16(x), DT.F32, [f32(n), "f32"]],
     ["f32->i32", DT.F32, x, DT.I32, [new Int32Array(n), "int"]],
     ["i32->f32", DT.I32, rng.ints(n, -1e6, 1e6), DT.F32, [f32(n), "f32"]],
-    ["i64->i32", DT.I64, BigInt64Array.from(rng.ints(n, -1e9, 1e9), BigInt), DT.I32, [new Int32Array(n), "int"]],
+    ["i64->i32", DT.I64, BigInt64Array.from(rng.ints(n, -1e9, 1e9), BigInt), DT.I32, [
+      new Int32Array(n),
+      "int",
+    ]],
     ["u8->f32", DT.U8, Uint8Array.from(rng.ints(n, 0, 256)), DT.F32, [f32(n), "f32"]],
   ];
   for (const [label, inDt, inp, outDt, out] of casts) {
     add({
-      op: `cast ${label}`, symbols: ["dt_cast"], dtype: label, size: `${n}`, tol: TOL.exact,
-      inputs: { x: inp }, outputs: { y: out },
+      op: `cast ${label}`,
+      symbols: ["dt_cast"],
+      dtype: label,
+      size: `${n}`,
+      tol: TOL.exact,
+      inputs: { x: inp },
+      outputs: { y: out },
       call: (k, p, s) => k.dt_cast(p("y"), outDt, p("x"), inDt, n64(n), s),
     });
   }
 }
 
 // ---- rows ---------------------------------------------------------------------------------
-for (const [rows, cols, causal] of [[1, 1, 0], [7, 33, 0], [96, 1024, 32], [5, 1025, 0], [64, 3000, 64]]) {
+for (
+  const [rows, cols, causal] of [[1, 1, 0], [7, 33, 0], [96, 1024, 32], [5, 1025, 0], [
+    64,
+    3000,
+    64,
+  ]]
+) {
   const x = rng.normals(rows * cols, 3), dy = rng.normals(rows * cols);
   const probs = cpuSoftmax(x, rows, cols, causal, 0.125);
   add({
-    op: `softmax fwd${causal ? " causal" : ""}`, symbols: ["dt_softmax_fwd"], dtype: "f32", size: `${rows}x${cols}`,
-    tol: TOL.f32, inputs: { x }, outputs: { y: [f32(rows * cols), "f32"] },
-    call: (k, p, s) => k.dt_softmax_fwd(p("y"), p("x"), n64(rows), n64(cols), n64(causal), 0.125, s),
+    op: `softmax fwd${causal ? " causal" : ""}`,
+    symbols: ["dt_softmax_fwd"],
+    dtype: "f32",
+    size: `${rows}x${cols}`,
+    tol: TOL.f32,
+    inputs: { x },
+    outputs: { y: [f32(rows * cols), "f32"] },
+    call: (k, p, s) =>
+      k.dt_softmax_fwd(p("y"), p("x"), n64(rows), n64(cols), n64(causal), 0.125, s),
   });
   add({
-    op: "softmax bwd", symbols: ["dt_softmax_bwd"], dtype: "f32", size: `${rows}x${cols}`, tol: TOL.f32,
-    inputs: { dy, y: probs }, outputs: { dx: [f32(rows * cols), "f32"] },
+    op: "softmax bwd",
+    symbols: ["dt_softmax_bwd"],
+    dtype: "f32",
+    size: `${rows}x${cols}`,
+    tol: TOL.f32,
+    inputs: { dy, y: probs },
+    outputs: { dx: [f32(rows * cols), "f32"] },
     call: (k, p, s) => k.dt_softmax_bwd(p("dx"), p("dy"), p("y"), n64(rows), n64(cols), 0.125, s),
   });
 }
 for (const [rows, C] of [[1, 1], [7, 768], [33, 1025], [100, 3000], [4096, 768]]) {
-  const x = Float32Array.from(rng.normals(rows * C), (v) => 2 + 3 * v), w = rng.normals(C), b = rng.normals(C);
+  const x = Float32Array.from(rng.normals(rows * C), (v) => 2 + 3 * v),
+    w = rng.normals(C),
+    b = rng.normals(C);
   const dy = rng.normals(rows * C);
   const [mean, rstd] = cpuMoments(x, w, b, rows, C);
   for (const affine of [true, false]) {
     add({
-      op: `layernorm fwd${affine ? "" : " (no affine)"}`, symbols: ["dt_layernorm_fwd"], dtype: "f32", size: `${rows}x${C}`,
-      tol: TOL.f32, inputs: affine ? { x, w, b } : { x },
+      op: `layernorm fwd${affine ? "" : " (no affine)"}`,
+      symbols: ["dt_layernorm_fwd"],
+      dtype: "f32",
+      size: `${rows}x${C}`,
+      tol: TOL.f32,
+      inputs: affine ? { x, w, b } : { x },
       outputs: { y: [f32(rows * C), "f32"], mean: [f32(rows), "f32"], rstd: [f32(rows), "f32"] },
-      call: (k, p, s) => k.dt_layernorm_fwd(p("y"), p("mean"), p("rstd"), p("x"), p("w"), p("b"), n64(rows), n64(C), 1e-5, s),
+      call: (k, p, s) =>
+        k.dt_layernorm_fwd(
+          p("y"),
+          p("mean"),
+          p("rstd"),
+          p("x"),
+          p("w"),
+          p("b"),
+          n64(rows),
+          n64(C),
+          1e-5,
+          s,
+        ),
     });
     add({
-      op: `layernorm bwd${affine ? "" : " (no affine)"}`, symbols: ["dt_layernorm_bwd"], dtype: "f32", size: `${rows}x${C}`,
-      tol: TOL.f32, inputs: affine ? { dy, x, w, mean, rstd } : { dy, x, mean, rstd },
+      op: `layernorm bwd${affine ? "" : " (no affine)"}`,
+      symbols: ["dt_layernorm_bwd"],
+      dtype: "f32",
+      size: `${rows}x${C}`,
+      tol: TOL.f32,
+      inputs: affine ? { dy, x, w, mean, rstd } : { dy, x, mean, rstd },
       outputs: affine
         ? { dx: [f32(rows * C), "f32"], dw: [f32(C), "f32"], db: [f32(C), "f32"] }
         : { dx: [f32(rows * C), "f32"] },
       call: (k, p, s) =>
-        k.dt_layernorm_bwd(p("dx"), p("dw"), p("db"), p("dy"), p("x"), p("w"), p("mean"), p("rstd"), n64(rows), n64(C), s),
+        k.dt_layernorm_bwd(
+          p("dx"),
+          p("dw"),
+          p("db"),
+          p("dy"),
+          p("x"),
+          p("w"),
+          p("mean"),
+          p("rstd"),
+          n64(rows),
+          n64(C),
+          s,
+        ),
     });
   }
 }
@@ -177,8 +320,13 @@ for (const [rows, cols] of [[1, 1], [7, 1000], [300, 50_257]]) {
   const x = Float32Array.from(rng.normals(rows * cols), (v) => Math.round(v * 4) / 4); // ties
   x[Math.floor(x.length / 2)] = NaN; // the first NaN wins, as torch.argmax
   add({
-    op: "argmax_rows (ties, a NaN)", symbols: ["dt_argmax_rows"], dtype: "i32", size: `${rows}x${cols}`, tol: TOL.exact,
-    inputs: { x }, outputs: { out: [new Int32Array(rows), "int"] },
+    op: "argmax_rows (ties, a NaN)",
+    symbols: ["dt_argmax_rows"],
+    dtype: "i32",
+    size: `${rows}x${cols}`,
+    tol: TOL.exact,
+    inputs: { x },
+    outputs: { out: [new Int32Array(rows), "int"] },
     call: (k, p, s) => k.dt_argmax_rows(p("out"), p("x"), n64(rows), n64(cols), s),
   });
 }
@@ -187,13 +335,23 @@ for (const [rows, cols] of [[1, 1], [7, 1000], [300, 50_257]]) {
 for (const [n, V, C] of [[1, 1, 1], [1000, 50_257, 64], [4096, 1024, 768], [777, 13, 5]]) {
   const idx = rng.ints(n, 0, V), table = rng.normals(V * C), dy = rng.normals(n * C);
   add({
-    op: "embedding fwd", symbols: ["dt_embedding_fwd"], dtype: "f32", size: `${n}/${V}x${C}`, tol: TOL.exact,
-    inputs: { idx, table }, outputs: { y: [f32(n * C), "f32"] },
+    op: "embedding fwd",
+    symbols: ["dt_embedding_fwd"],
+    dtype: "f32",
+    size: `${n}/${V}x${C}`,
+    tol: TOL.exact,
+    inputs: { idx, table },
+    outputs: { y: [f32(n * C), "f32"] },
     call: (k, p, s) => k.dt_embedding_fwd(p("y"), p("idx"), p("table"), n64(n), n64(V), n64(C), s),
   });
   add({
-    op: "embedding bwd (repeats, index order)", symbols: ["dt_embedding_bwd"], dtype: "f32", size: `${n}/${V}x${C}`,
-    tol: TOL.exact, inputs: { idx, dy }, outputs: { dt: [f32(V * C), "f32"] },
+    op: "embedding bwd (repeats, index order)",
+    symbols: ["dt_embedding_bwd"],
+    dtype: "f32",
+    size: `${n}/${V}x${C}`,
+    tol: TOL.exact,
+    inputs: { idx, dy },
+    outputs: { dt: [f32(V * C), "f32"] },
     call: (k, p, s) => k.dt_embedding_bwd(p("dt"), p("dy"), p("idx"), n64(n), n64(V), n64(C), s),
   });
 }
@@ -202,53 +360,132 @@ for (const [rows, V] of [[1, 1], [7, 50_257], [1024, 1000], [64, 50_257]]) {
   if (rows > 1) targets[1] = -100; // an ignored row
   const probs = cpuSoftmax(logits, rows, V, 0, 1);
   add({
-    op: "crossentropy fwd", symbols: ["dt_crossentropy_fwd"], dtype: "f32", size: `${rows}x${V}`, tol: TOL.f32,
-    inputs: { logits, targets }, outputs: { loss: [f32(1), "f32"], probs: [f32(rows * V), "f32"] },
-    call: (k, p, s) => k.dt_crossentropy_fwd(p("loss"), p("probs"), p("logits"), p("targets"), n64(rows), n64(V), -100n, s),
+    op: "crossentropy fwd",
+    symbols: ["dt_crossentropy_fwd"],
+    dtype: "f32",
+    size: `${rows}x${V}`,
+    tol: TOL.f32,
+    inputs: { logits, targets },
+    outputs: { loss: [f32(1), "f32"], probs: [f32(rows * V), "f32"] },
+    call: (k, p, s) =>
+      k.dt_crossentropy_fwd(
+        p("loss"),
+        p("probs"),
+        p("logits"),
+        p("targets"),
+        n64(rows),
+        n64(V),
+        -100n,
+        s,
+      ),
   });
   add({
-    op: "crossentropy bwd", symbols: ["dt_crossentropy_bwd"], dtype: "f32", size: `${rows}x${V}`, tol: TOL.exact,
-    inputs: { probs, targets, dloss: new Float32Array([2.5]) }, outputs: { dx: [f32(rows * V), "f32"] },
-    call: (k, p, s) => k.dt_crossentropy_bwd(p("dx"), p("probs"), p("targets"), p("dloss"), n64(rows), n64(V), -100n, s),
+    op: "crossentropy bwd",
+    symbols: ["dt_crossentropy_bwd"],
+    dtype: "f32",
+    size: `${rows}x${V}`,
+    tol: TOL.exact,
+    inputs: { probs, targets, dloss: new Float32Array([2.5]) },
+    outputs: { dx: [f32(rows * V), "f32"] },
+    call: (k, p, s) =>
+      k.dt_crossentropy_bwd(
+        p("dx"),
+        p("probs"),
+        p("targets"),
+        p("dloss"),
+        n64(rows),
+        n64(V),
+        -100n,
+        s,
+      ),
   });
 }
 for (const [n, rowBytes, rowsIn] of [[1, 4, 1], [64, 4096, 300], [33, 3, 17], [1000, 1026, 50]]) {
   const inp = Uint8Array.from({ length: rowsIn * rowBytes }, () => Math.floor(rng.next() * 256));
   add({
-    op: "gather_rows", symbols: ["dt_gather_rows"], dtype: "bytes", size: `${n}x${rowBytes}B`, tol: TOL.exact,
-    inputs: { inp, idx: rng.ints(n, 0, rowsIn) }, outputs: { out: [new Uint8Array(n * rowBytes), "bytes"] },
+    op: "gather_rows",
+    symbols: ["dt_gather_rows"],
+    dtype: "bytes",
+    size: `${n}x${rowBytes}B`,
+    tol: TOL.exact,
+    inputs: { inp, idx: rng.ints(n, 0, rowsIn) },
+    outputs: { out: [new Uint8Array(n * rowBytes), "bytes"] },
     call: (k, p, s) => k.dt_gather_rows(p("out"), p("inp"), p("idx"), n64(n), n64(rowBytes), s),
   });
 }
 
 // ---- layout -----------------------------------------------------------------------------------
-for (const [rows, cols, start, len, eb] of [[7, 10, 3, 4, 4], [1000, 2304, 768, 768, 4], [33, 17, 5, 7, 2], [5, 9, 1, 3, 1]]) {
+for (
+  const [rows, cols, start, len, eb] of [[7, 10, 3, 4, 4], [1000, 2304, 768, 768, 4], [
+    33,
+    17,
+    5,
+    7,
+    2,
+  ], [5, 9, 1, 3, 1]]
+) {
   const inp = Uint8Array.from({ length: rows * cols * eb }, () => Math.floor(rng.next() * 256));
   const dst = Uint8Array.from({ length: rows * cols * eb }, () => Math.floor(rng.next() * 256));
   const src = Uint8Array.from({ length: rows * len * eb }, () => Math.floor(rng.next() * 256));
   add({
-    op: "slice_cols", symbols: ["dt_slice_cols"], dtype: `${eb}B`, size: `${rows}x${cols}[${start}+${len}]`, tol: TOL.exact,
-    inputs: { inp }, outputs: { out: [new Uint8Array(rows * len * eb), "bytes"] },
-    call: (k, p, s) => k.dt_slice_cols(p("out"), p("inp"), n64(rows), n64(cols), n64(start), n64(len), n64(eb), s),
+    op: "slice_cols",
+    symbols: ["dt_slice_cols"],
+    dtype: `${eb}B`,
+    size: `${rows}x${cols}[${start}+${len}]`,
+    tol: TOL.exact,
+    inputs: { inp },
+    outputs: { out: [new Uint8Array(rows * len * eb), "bytes"] },
+    call: (k, p, s) =>
+      k.dt_slice_cols(p("out"), p("inp"), n64(rows), n64(cols), n64(start), n64(len), n64(eb), s),
   });
   add({
-    op: "scatter_cols (others untouched)", symbols: ["dt_scatter_cols"], dtype: `${eb}B`, size: `${rows}x${cols}[${start}+${len}]`,
-    tol: TOL.exact, inputs: { src }, inout: { dst: [dst, "bytes"] },
-    call: (k, p, s) => k.dt_scatter_cols(p("dst"), p("src"), n64(rows), n64(cols), n64(start), n64(len), n64(eb), s),
+    op: "scatter_cols (others untouched)",
+    symbols: ["dt_scatter_cols"],
+    dtype: `${eb}B`,
+    size: `${rows}x${cols}[${start}+${len}]`,
+    tol: TOL.exact,
+    inputs: { src },
+    inout: { dst: [dst, "bytes"] },
+    call: (k, p, s) =>
+      k.dt_scatter_cols(p("dst"), p("src"), n64(rows), n64(cols), n64(start), n64(len), n64(eb), s),
   });
 }
-for (const [A, B, C, D, eb] of [[2, 1024, 12, 64, 4], [1, 300, 257, 1, 4], [3, 5, 7, 3, 2], [2, 33, 65, 1, 8], [1, 7, 9, 5, 1], [4, 1, 6, 8, 4]]) {
+for (
+  const [A, B, C, D, eb] of [
+    [2, 1024, 12, 64, 4],
+    [1, 300, 257, 1, 4],
+    [3, 5, 7, 3, 2],
+    [2, 33, 65, 1, 8],
+    [1, 7, 9, 5, 1],
+    [4, 1, 6, 8, 4],
+  ]
+) {
   const n = A * B * C * D * eb;
   add({
-    op: "transpose_0213", symbols: ["dt_transpose_0213"], dtype: `${eb}B`, size: `${A}x${B}x${C}x${D}`, tol: TOL.exact,
+    op: "transpose_0213",
+    symbols: ["dt_transpose_0213"],
+    dtype: `${eb}B`,
+    size: `${A}x${B}x${C}x${D}`,
+    tol: TOL.exact,
     inputs: { inp: Uint8Array.from({ length: n }, () => Math.floor(rng.next() * 256)) },
     outputs: { out: [new Uint8Array(n), "bytes"] },
-    call: (k, p, s) => k.dt_transpose_0213(p("out"), p("inp"), n64(A), n64(B), n64(C), n64(D), n64(eb), s),
+    call: (k, p, s) =>
+      k.dt_transpose_0213(p("out"), p("inp"), n64(A), n64(B), n64(C), n64(D), n64(eb), s),
   });
 }
 
 // ---- GEMM -----------------------------------------------------------------------------------
-type G = { M: number; N: number; K: number; ta: number; tb: number; batch?: number; pad?: number; alpha?: number; beta?: number };
+type G = {
+  M: number;
+  N: number;
+  K: number;
+  ta: number;
+  tb: number;
+  batch?: number;
+  pad?: number;
+  alpha?: number;
+  beta?: number;
+};
 const gemms: G[] = [
   { M: 1, N: 1, K: 1, ta: 0, tb: 0 },
   { M: 7, N: 13, K: 5, ta: 0, tb: 0 },
@@ -266,29 +503,61 @@ for (const g of gemms) {
 for (const n of [1, 1001, 1_000_003]) {
   for (const step of [1, 10]) {
     add({
-      op: `adamw step ${step}`, symbols: ["dt_adamw"], dtype: "f32", size: `${n}`, tol: TOL.f32,
+      op: `adamw step ${step}`,
+      symbols: ["dt_adamw"],
+      dtype: "f32",
+      size: `${n}`,
+      tol: TOL.f32,
       inputs: { g: rng.normals(n) },
       inout: {
         p: [rng.normals(n), "f32"],
         m: [rng.normals(n, 0.1), "f32"],
         v: [Float32Array.from(rng.normals(n, 0.1), Math.abs), "f32"],
       },
-      call: (k, p, s) => k.dt_adamw(p("p"), p("g"), p("m"), p("v"), n64(n), 6e-4, 0.9, 0.95, 1e-8, 0.1, n64(step), s),
+      call: (k, p, s) =>
+        k.dt_adamw(
+          p("p"),
+          p("g"),
+          p("m"),
+          p("v"),
+          n64(n),
+          6e-4,
+          0.9,
+          0.95,
+          1e-8,
+          0.1,
+          n64(step),
+          s,
+        ),
     });
   }
   for (const [momentum, nesterov, first] of [[0, 0, 1], [0.9, 0, 1], [0.9, 1, 0]]) {
     add({
-      op: `sgd m=${momentum} nesterov=${nesterov} first=${first}`, symbols: ["dt_sgd"], dtype: "f32", size: `${n}`,
-      tol: TOL.f32, inputs: { g: rng.normals(n) }, inout: { p: [rng.normals(n), "f32"], buf: [rng.normals(n), "f32"] },
-      call: (k, p, s) => k.dt_sgd(p("p"), p("g"), p("buf"), n64(n), 0.01, momentum, 0, 1e-4, nesterov, first, s),
+      op: `sgd m=${momentum} nesterov=${nesterov} first=${first}`,
+      symbols: ["dt_sgd"],
+      dtype: "f32",
+      size: `${n}`,
+      tol: TOL.f32,
+      inputs: { g: rng.normals(n) },
+      inout: { p: [rng.normals(n), "f32"], buf: [rng.normals(n), "f32"] },
+      call: (k, p, s) =>
+        k.dt_sgd(p("p"), p("g"), p("buf"), n64(n), 0.01, momentum, 0, 1e-4, nesterov, first, s),
     });
   }
 }
 
 // ---- runtime symbols, and errors that the GPU must report like the CPU ---------------------
 const RUNTIME: (keyof KernelSymbols)[] = [
-  "dt_abi_version", "dt_last_error", "dt_backend_name", "dt_build_hash", "dt_set_num_threads", "dt_get_num_threads",
-  "dt_alloc", "dt_free", "dt_memcpy", "dt_synchronize",
+  "dt_abi_version",
+  "dt_last_error",
+  "dt_backend_name",
+  "dt_build_hash",
+  "dt_set_num_threads",
+  "dt_get_num_threads",
+  "dt_alloc",
+  "dt_free",
+  "dt_memcpy",
+  "dt_synchronize",
 ];
 
 function runtimeChecks(): { ok: boolean; detail: string } {
@@ -298,10 +567,16 @@ function runtimeChecks(): { ok: boolean; detail: string } {
   if (k.dt_abi_version() !== cpu.symbols.dt_abi_version()) problems.push("ABI versions differ");
   const name = cString(k.dt_backend_name());
   if (!SELF_TEST && !/^cuda sm_\d+/.test(name)) problems.push(`dt_backend_name() = ${name}`);
-  if (cString(k.dt_build_hash()).length !== 16) problems.push("dt_build_hash() is not a 16-digit hash");
-  if (k.dt_set_num_threads(4) !== 0 || k.dt_get_num_threads() !== 4) problems.push("dt_set/get_num_threads");
+  if (cString(k.dt_build_hash()).length !== 16) {
+    problems.push("dt_build_hash() is not a 16-digit hash");
+  }
+  if (k.dt_set_num_threads(4) !== 0 || k.dt_get_num_threads() !== 4) {
+    problems.push("dt_set/get_num_threads");
+  }
   // memcpy round trip h2d -> d2d -> d2h of an odd size
-  const n = 100_003, src = Uint8Array.from({ length: n }, (_, i) => (i * 7) & 255), back = new Uint8Array(n);
+  const n = 100_003,
+    src = Uint8Array.from({ length: n }, (_, i) => (i * 7) & 255),
+    back = new Uint8Array(n);
   const a = k.dt_alloc(n64(n)), b = k.dt_alloc(n64(n));
   if (!a || !b) return { ok: false, detail: `dt_alloc: ${cString(k.dt_last_error())}` };
   try {
@@ -311,17 +586,37 @@ function runtimeChecks(): { ok: boolean; detail: string } {
       k.dt_memcpy(Deno.UnsafePointer.of(back), b, n64(n), 2, stream),
       k.dt_synchronize(stream),
     ];
-    if (steps.some((s) => s !== 0)) problems.push(`dt_memcpy/synchronize failed: ${cString(k.dt_last_error())}`);
-    else if (back.some((v, i) => v !== src[i])) problems.push("memcpy round trip changed the bytes");
+    if (steps.some((s) => s !== 0)) {
+      problems.push(`dt_memcpy/synchronize failed: ${cString(k.dt_last_error())}`);
+    } else if (back.some((v, i) => v !== src[i])) {
+      problems.push("memcpy round trip changed the bytes");
+    }
   } finally {
-    if (k.dt_free(a) !== 0 || k.dt_free(b) !== 0) problems.push(`dt_free: ${cString(k.dt_last_error())}`);
+    if (k.dt_free(a) !== 0 || k.dt_free(b) !== 0) {
+      problems.push(`dt_free: ${cString(k.dt_last_error())}`);
+    }
   }
   // bad indices and values: the same status and text as the CPU library
-  const idx = new Int32Array([0, 5, 99]), table = f32(50 * 2), out = f32(6), big = new Float32Array([1, 3e9]);
-  const errCases: [string, (kk: Kernels, p: (a: Arr) => Deno.PointerValue, s: Deno.PointerValue) => number][] = [
-    ["embedding index 99 >= V", (kk, p, s) => kk.dt_embedding_fwd(p(out), p(idx), p(table), 3n, 50n, 2n, s)],
-    ["cross-entropy target 99 >= V", (kk, p, s) => kk.dt_crossentropy_fwd(p(out), p(table), p(table), p(idx), 3n, 50n, -100n, s)],
-    ["cast 3e9 to i32", (kk, p, s) => kk.dt_cast(p(new Int32Array(2)), DT.I32, p(big), DT.F32, 2n, s)],
+  const idx = new Int32Array([0, 5, 99]),
+    table = f32(50 * 2),
+    out = f32(6),
+    big = new Float32Array([1, 3e9]);
+  const errCases: [
+    string,
+    (kk: Kernels, p: (a: Arr) => Deno.PointerValue, s: Deno.PointerValue) => number,
+  ][] = [
+    [
+      "embedding index 99 >= V",
+      (kk, p, s) => kk.dt_embedding_fwd(p(out), p(idx), p(table), 3n, 50n, 2n, s),
+    ],
+    [
+      "cross-entropy target 99 >= V",
+      (kk, p, s) => kk.dt_crossentropy_fwd(p(out), p(table), p(table), p(idx), 3n, 50n, -100n, s),
+    ],
+    [
+      "cast 3e9 to i32",
+      (kk, p, s) => kk.dt_cast(p(new Int32Array(2)), DT.I32, p(big), DT.F32, 2n, s),
+    ],
   ];
   for (const [label, call] of errCases) {
     const cpuSt = call(cpu.symbols, (x) => Deno.UnsafePointer.of(x), null);
@@ -343,18 +638,55 @@ function runtimeChecks(): { ok: boolean; detail: string } {
 }
 
 // ---- references computed on the host (inputs of backward cases) ----------------------------
-function cpuSoftmax(x: Float32Array, rows: number, cols: number, causal: number, scale: number): Float32Array {
+function cpuSoftmax(
+  x: Float32Array,
+  rows: number,
+  cols: number,
+  causal: number,
+  scale: number,
+): Float32Array {
   const { cpu } = libraries();
   const y = f32(rows * cols);
-  cpu.check(cpu.symbols.dt_softmax_fwd(Deno.UnsafePointer.of(y), Deno.UnsafePointer.of(x), n64(rows), n64(cols), n64(causal), scale, null), "dt_softmax_fwd");
+  cpu.check(
+    cpu.symbols.dt_softmax_fwd(
+      Deno.UnsafePointer.of(y),
+      Deno.UnsafePointer.of(x),
+      n64(rows),
+      n64(cols),
+      n64(causal),
+      scale,
+      null,
+    ),
+    "dt_softmax_fwd",
+  );
   return y;
 }
 
-function cpuMoments(x: Float32Array, w: Float32Array, b: Float32Array, rows: number, C: number): [Float32Array, Float32Array] {
+function cpuMoments(
+  x: Float32Array,
+  w: Float32Array,
+  b: Float32Array,
+  rows: number,
+  C: number,
+): [Float32Array, Float32Array] {
   const { cpu } = libraries();
   const y = f32(rows * C), mean = f32(rows), rstd = f32(rows);
   const P = (a: Float32Array) => Deno.UnsafePointer.of(a);
-  cpu.check(cpu.symbols.dt_layernorm_fwd(P(y), P(mean), P(rstd), P(x), P(w), P(b), n64(rows), n64(C), 1e-5, null), "dt_layernorm_fwd");
+  cpu.check(
+    cpu.symbols.dt_layernorm_fwd(
+      P(y),
+      P(mean),
+      P(rstd),
+      P(x),
+      P(w),
+      P(b),
+      n64(rows),
+      n64(C),
+      1e-5,
+      null,
+    ),
+    "dt_layernorm_fwd",
+  );
   return [mean, rstd];
 }
 
@@ -370,8 +702,12 @@ function gemmCase(g: G, dtype: number): Case {
   };
   const kind = dtype === DT.F32 ? "f32" : dtype === DT.BF16 ? "bf16" : "f16";
   return {
-    op: `gemm ${g.ta ? "T" : "N"}${g.tb ? "T" : "N"}${batch > 1 ? ` x${batch}` : ""}${beta ? ` a=${alpha} b=${beta}` : ""}`,
-    symbols: ["dt_gemm"], dtype: kind, size: `${g.M}x${g.N}x${g.K}${pad ? ` ld+${pad}` : ""}`,
+    op: `gemm ${g.ta ? "T" : "N"}${g.tb ? "T" : "N"}${batch > 1 ? ` x${batch}` : ""}${
+      beta ? ` a=${alpha} b=${beta}` : ""
+    }`,
+    symbols: ["dt_gemm"],
+    dtype: kind,
+    size: `${g.M}x${g.N}x${g.K}${pad ? ` ld+${pad}` : ""}`,
     tol: dtype === DT.F32 ? TOL.gemm32 : dtype === DT.BF16 ? TOL.bf16 : TOL.f16,
     inputs: { A: mk(Math.max(1, batch * sa)), B: mk(Math.max(1, batch * sb)) },
     // beta = 0 never reads C, so its NaN poison must not leak into the product; beta != 0 (or
@@ -380,15 +716,38 @@ function gemmCase(g: G, dtype: number): Case {
       ? { outputs: { C: [mk(batch * sc), kind] as [Arr, typeof kind] } }
       : { inout: { C: [mk(batch * sc), kind] as [Arr, typeof kind] } }),
     call: (k, p, s) =>
-      k.dt_gemm(dtype, g.ta, g.tb, n64(g.M), n64(g.N), n64(g.K), alpha, p("A"), n64(lda), p("B"), n64(ldb), beta, p("C"),
-        n64(ldc), n64(batch), n64(sa), n64(sb), n64(sc), s),
+      k.dt_gemm(
+        dtype,
+        g.ta,
+        g.tb,
+        n64(g.M),
+        n64(g.N),
+        n64(g.K),
+        alpha,
+        p("A"),
+        n64(lda),
+        p("B"),
+        n64(ldb),
+        beta,
+        p("C"),
+        n64(ldc),
+        n64(batch),
+        n64(sa),
+        n64(sb),
+        n64(sc),
+        s,
+      ),
   };
 }
 
 // ---- run and report -----------------------------------------------------------------------------
 let failed = 0;
 const covered = new Set<string>();
-console.log(`${"op".padEnd(40)} ${"dtype".padEnd(10)} ${"size".padEnd(24)} ${"max rel err".padEnd(12)} ${"tol".padEnd(8)} result`);
+console.log(
+  `${"op".padEnd(40)} ${"dtype".padEnd(10)} ${"size".padEnd(24)} ${"max rel err".padEnd(12)} ${
+    "tol".padEnd(8)
+  } result`,
+);
 for (const c of cases) {
   const t0 = performance.now();
   let r;
@@ -401,12 +760,18 @@ for (const c of cases) {
   else failed++;
   const ms = (performance.now() - t0).toFixed(0);
   console.log(
-    `${c.op.padEnd(40)} ${c.dtype.padEnd(10)} ${c.size.padEnd(24)} ${r.err.toExponential(2).padEnd(12)} ` +
+    `${c.op.padEnd(40)} ${c.dtype.padEnd(10)} ${c.size.padEnd(24)} ${
+      r.err.toExponential(2).padEnd(12)
+    } ` +
       `${String(c.tol).padEnd(8)} ${r.ok ? "PASS" : "FAIL"} ${ms}ms${r.ok ? "" : `  ${r.detail}`}`,
   );
 }
 const rt = runtimeChecks();
-console.log(`${"runtime + error texts".padEnd(40)} ${"-".padEnd(10)} ${"-".padEnd(24)} ${"-".padEnd(12)} ${"-".padEnd(8)} ${rt.ok ? "PASS" : `FAIL  ${rt.detail}`}`);
+console.log(
+  `${"runtime + error texts".padEnd(40)} ${"-".padEnd(10)} ${"-".padEnd(24)} ${"-".padEnd(12)} ${
+    "-".padEnd(8)
+  } ${rt.ok ? "PASS" : `FAIL  ${rt.detail}`}`,
+);
 if (rt.ok) RUNTIME.forEach((s) => covered.add(s));
 else failed++;
 const uncovered = Object.keys(KERNEL_SYMBOLS).filter((s) => !covered.has(s));
@@ -414,5 +779,9 @@ if (uncovered.length) {
   failed++;
   console.log(`not verified on the GPU: ${uncovered.join(", ")}`);
 }
-console.log(`ops_vs_cpu: ${cases.length + 1} checks, ${failed} failed, ${Object.keys(KERNEL_SYMBOLS).length - uncovered.length}/${Object.keys(KERNEL_SYMBOLS).length} symbols verified`);
+console.log(
+  `ops_vs_cpu: ${cases.length + 1} checks, ${failed} failed, ${
+    Object.keys(KERNEL_SYMBOLS).length - uncovered.length
+  }/${Object.keys(KERNEL_SYMBOLS).length} symbols verified`,
+);
 Deno.exit(failed ? 1 : 0);

@@ -94,12 +94,22 @@ export function uncheckedCalls(file: string, source: string): Finding[] {
     // the line that defines a macro is not a call
     const lineStart = src.lastIndexOf("\n", m.index!) + 1;
     if (/^\s*#/.test(src.slice(lineStart, m.index!))) continue;
-    if (!inside(m.index!)) findings.push({ file, line: lineOf(src, m.index!), what: `${name}(...) outside a check macro` });
+    if (!inside(m.index!)) {
+      findings.push({
+        file,
+        line: lineOf(src, m.index!),
+        what: `${name}(...) outside a check macro`,
+      });
+    }
   }
   for (const m of src.matchAll(LAUNCH)) {
     const after = src.slice(m.index! + m[0].length).trimStart();
     if (!after.startsWith("DT_CHECK_LAUNCH(")) {
-      findings.push({ file, line: lineOf(src, m.index!), what: "kernel launch not followed by DT_CHECK_LAUNCH" });
+      findings.push({
+        file,
+        line: lineOf(src, m.index!),
+        what: "kernel launch not followed by DT_CHECK_LAUNCH",
+      });
     }
   }
   return findings;

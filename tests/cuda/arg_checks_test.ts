@@ -40,48 +40,112 @@ const BAD_CALLS: BadCall[] = [
   ["dt_argmax_rows with cols = 0", (k) => k.dt_argmax_rows(p(I), p(F), 2n, 0n, null)],
   ["dt_softmax_fwd with causal_t = -1", (k) => k.dt_softmax_fwd(p(F), p(F), 2n, 4n, -1n, 1, null)],
   ["dt_softmax_bwd with cols = 0", (k) => k.dt_softmax_bwd(p(F), p(F), p(F), 2n, 0n, 1, null)],
-  ["dt_layernorm_fwd with eps = -1", (k) => k.dt_layernorm_fwd(p(F), p(F), p(F), p(F), null, null, 2n, 4n, -1, null)],
-  ["dt_layernorm_bwd with a null mean", (k) => k.dt_layernorm_bwd(p(F), null, null, p(F), p(F), null, null, p(F), 2n, 4n, null)],
+  [
+    "dt_layernorm_fwd with eps = -1",
+    (k) => k.dt_layernorm_fwd(p(F), p(F), p(F), p(F), null, null, 2n, 4n, -1, null),
+  ],
+  [
+    "dt_layernorm_bwd with a null mean",
+    (k) => k.dt_layernorm_bwd(p(F), null, null, p(F), p(F), null, null, p(F), 2n, 4n, null),
+  ],
   ["dt_embedding_fwd with V = -1", (k) => k.dt_embedding_fwd(p(F), p(I), p(F), 4n, -1n, 4n, null)],
-  ["dt_crossentropy_fwd with V = 0", (k) => k.dt_crossentropy_fwd(p(F), p(F), p(F), p(I), 2n, 0n, -100n, null)],
-  ["dt_crossentropy_bwd with a null dloss", (k) => k.dt_crossentropy_bwd(p(F), p(F), p(I), null, 2n, 4n, -100n, null)],
-  ["dt_slice_cols past the last column", (k) => k.dt_slice_cols(p(F), p(F), 2n, 4n, 3n, 2n, 4n, null)],
-  ["dt_scatter_cols with elem_bytes 0", (k) => k.dt_scatter_cols(p(F), p(F), 2n, 4n, 0n, 2n, 0n, null)],
-  ["dt_transpose_0213 with a negative dim", (k) => k.dt_transpose_0213(p(F), p(F), 1n, -2n, 3n, 1n, 4n, null)],
+  [
+    "dt_crossentropy_fwd with V = 0",
+    (k) => k.dt_crossentropy_fwd(p(F), p(F), p(F), p(I), 2n, 0n, -100n, null),
+  ],
+  [
+    "dt_crossentropy_bwd with a null dloss",
+    (k) => k.dt_crossentropy_bwd(p(F), p(F), p(I), null, 2n, 4n, -100n, null),
+  ],
+  [
+    "dt_slice_cols past the last column",
+    (k) => k.dt_slice_cols(p(F), p(F), 2n, 4n, 3n, 2n, 4n, null),
+  ],
+  [
+    "dt_scatter_cols with elem_bytes 0",
+    (k) => k.dt_scatter_cols(p(F), p(F), 2n, 4n, 0n, 2n, 0n, null),
+  ],
+  [
+    "dt_transpose_0213 with a negative dim",
+    (k) => k.dt_transpose_0213(p(F), p(F), 1n, -2n, 3n, 1n, 4n, null),
+  ],
   ["dt_gather_rows with n = -1", (k) => k.dt_gather_rows(p(F), p(F), p(I), -1n, 4n, null)],
   ["dt_gemm with dtype 5", (k) => gemm(k, { dtype: 5 })],
   ["dt_gemm with transA = 2", (k) => gemm(k, { ta: 2 })],
   ["dt_gemm with lda too small", (k) => gemm(k, { lda: 2n })],
   ["dt_gemm with overlapping batches of C", (k) => gemm(k, { batch: 2n, sc: 3n })],
   ["dt_gemm with a null A", (k) => gemm(k, { a: null })],
-  ["dt_adamw with step 0", (k) => k.dt_adamw(p(F), p(F), p(F), p(F), 4n, 1e-3, 0.9, 0.999, 1e-8, 0, 0n, null)],
-  ["dt_adamw with beta1 = 1", (k) => k.dt_adamw(p(F), p(F), p(F), p(F), 4n, 1e-3, 1, 0.999, 1e-8, 0, 1n, null)],
-  ["dt_sgd with nesterov and no momentum", (k) => k.dt_sgd(p(F), p(F), p(F), 4n, 0.1, 0, 0, 0, 1, 1, null)],
+  [
+    "dt_adamw with step 0",
+    (k) => k.dt_adamw(p(F), p(F), p(F), p(F), 4n, 1e-3, 0.9, 0.999, 1e-8, 0, 0n, null),
+  ],
+  [
+    "dt_adamw with beta1 = 1",
+    (k) => k.dt_adamw(p(F), p(F), p(F), p(F), 4n, 1e-3, 1, 0.999, 1e-8, 0, 1n, null),
+  ],
+  [
+    "dt_sgd with nesterov and no momentum",
+    (k) => k.dt_sgd(p(F), p(F), p(F), 4n, 0.1, 0, 0, 0, 1, 1, null),
+  ],
   ["dt_unscale_check with a null found_inf", (k) => k.dt_unscale_check(p(F), 4n, 0.5, null, null)],
 ];
 
 /** dt_gemm of a 3x4 @ 4x5 product with one field changed. */
 function gemm(
   k: NativeLibrary<KernelSymbols>["symbols"],
-  o: { dtype?: number; ta?: number; lda?: bigint; batch?: bigint; sc?: bigint; a?: Deno.PointerValue },
+  o: {
+    dtype?: number;
+    ta?: number;
+    lda?: bigint;
+    batch?: bigint;
+    sc?: bigint;
+    a?: Deno.PointerValue;
+  },
 ): number {
   const a = o.a === undefined ? p(F) : o.a;
-  return k.dt_gemm(o.dtype ?? 0, o.ta ?? 0, 0, 3n, 5n, 4n, 1, a, o.lda ?? 4n, p(F), 5n, 0, p(F), 5n, o.batch ?? 1n, 0n,
-    0n, o.sc ?? 0n, null);
+  return k.dt_gemm(
+    o.dtype ?? 0,
+    o.ta ?? 0,
+    0,
+    3n,
+    5n,
+    4n,
+    1,
+    a,
+    o.lda ?? 4n,
+    p(F),
+    5n,
+    0,
+    p(F),
+    5n,
+    o.batch ?? 1n,
+    0n,
+    0n,
+    o.sc ?? 0n,
+    null,
+  );
 }
 
 Deno.test({
   name: "libdtrain_cuda.so rejects bad arguments with the CPU library's status and text",
   ignore: !HAVE_NVCC,
   fn() {
-    const cpu = openLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS, join(BUILD_DIR, "libdtrain_cpu.so"));
+    const cpu = openLibrary(
+      "libdtrain_cpu.so",
+      KERNEL_SYMBOLS,
+      join(BUILD_DIR, "libdtrain_cpu.so"),
+    );
     const gpu = openLibrary(CUDA_LIBRARY_NAME, CUDA_SYMBOLS, join(BUILD_DIR, CUDA_LIBRARY_NAME));
     try {
       for (const [label, call] of BAD_CALLS) {
         const cpuStatus = call(cpu.symbols), cpuText = cString(cpu.symbols.dt_last_error());
         const gpuStatus = call(gpu.symbols), gpuText = cString(gpu.symbols.dt_last_error());
         assert.equal(cpuStatus, 1, `${label}: the CPU library returned ${cpuStatus} (${cpuText})`);
-        assert.equal(gpuStatus, cpuStatus, `${label}: CUDA status ${gpuStatus} (${gpuText}) != CPU ${cpuStatus}`);
+        assert.equal(
+          gpuStatus,
+          cpuStatus,
+          `${label}: CUDA status ${gpuStatus} (${gpuText}) != CPU ${cpuStatus}`,
+        );
         assert.equal(gpuText, cpuText, `${label}: texts differ`);
       }
       assert.equal(gpu.symbols.dt_alloc(-1n), null);
@@ -107,7 +171,10 @@ Deno.test({
       );
       // a kernel call picks the device first, and reports the same failure
       assert.equal(gpu.symbols.dt_scale(p(F), p(F), 4n, 2, null), 3);
-      assert.match(cString(gpu.symbols.dt_last_error()), /^cudaGetDevice\(&dev\) failed: cudaError\w+: /);
+      assert.match(
+        cString(gpu.symbols.dt_last_error()),
+        /^cudaGetDevice\(&dev\) failed: cudaError\w+: /,
+      );
       assert.equal(gpu.symbols.dt_alloc(16n), null);
       assert.match(cString(gpu.symbols.dt_last_error()), /failed: cudaError\w+: /);
       assert.match(cString(gpu.symbols.dt_backend_name()), /^cuda \(no usable GPU: cudaGetDevice/);

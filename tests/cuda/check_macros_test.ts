@@ -19,7 +19,10 @@ function cudaSources(): [string, string][] {
 
 Deno.test("every cuda*/cublas* call and kernel launch in kernels/cuda/*.cu is checked", () => {
   const sources = cudaSources();
-  assert.ok(sources.length >= 8, `expected the CUDA sources in ${CUDA_DIR}, found ${sources.length}`);
+  assert.ok(
+    sources.length >= 8,
+    `expected the CUDA sources in ${CUDA_DIR}, found ${sources.length}`,
+  );
   const findings = sources.flatMap(([name, src]) => uncheckedCalls(name, src));
   assert.deepEqual(findings.map((f) => `${f.file}:${f.line}: ${f.what}`), []);
   // the check is not vacuous: the sources do make many checked calls and launches
@@ -53,7 +56,7 @@ Deno.test("uncheckedCalls() flags unchecked calls and launches, and accepts chec
     "  DT_CHECK_CUBLAS(lt_.cublasLtMatmul(h, d));",
     "  k_<<<dt_grid_for_(n, 256), 256, 0, s>>>(p,",
     "                                         n);",
-    "  DT_CHECK_LAUNCH(s, \"k\");",
+    '  DT_CHECK_LAUNCH(s, "k");',
     "  (void)cudaGetLastError(); /* allowed: it is the check */",
     "  return DT_OK;",
     "}",

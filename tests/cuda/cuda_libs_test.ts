@@ -26,14 +26,20 @@ function tree(files: string[]): string {
 }
 
 /** A hermetic search: only the given variables, no system folders or prefixes unless named. */
-function opts(vars: Record<string, string>, more: Partial<LibrarySearchOptions> = {}): LibrarySearchOptions {
+function opts(
+  vars: Record<string, string>,
+  more: Partial<LibrarySearchOptions> = {},
+): LibrarySearchOptions {
   return { env: (n) => vars[n], systemDirs: [], pythonPrefixes: [], ...more };
 }
 
 Deno.test("findCudaLibrary() names every folder it tried when a library is missing", () => {
   const root = tree(["a/unrelated.so", "b/libcublas.so.12"]);
   try {
-    const r = findCudaLibrary("cublasLt", opts({ LD_LIBRARY_PATH: `${root}/a:${root}/b` }, { systemDirs: [`${root}/c`] }));
+    const r = findCudaLibrary(
+      "cublasLt",
+      opts({ LD_LIBRARY_PATH: `${root}/a:${root}/b` }, { systemDirs: [`${root}/c`] }),
+    );
     assert.equal(r.path, null);
     assert.deepEqual(r.tried, [`${root}/a`, `${root}/b`, `${root}/c`]);
     assert.equal(
@@ -46,13 +52,21 @@ Deno.test("findCudaLibrary() names every folder it tried when a library is missi
 });
 
 Deno.test("findCudaLibrary() searches LD_LIBRARY_PATH, then CUDA_HOME, then the system folders", () => {
-  const root = tree(["ld/libnccl.so.2", "home/lib64/libnccl.so.2", "sys/libnccl.so.2", "home/lib64/libcuda.so.1"]);
+  const root = tree([
+    "ld/libnccl.so.2",
+    "home/lib64/libnccl.so.2",
+    "sys/libnccl.so.2",
+    "home/lib64/libcuda.so.1",
+  ]);
   try {
     const vars = { LD_LIBRARY_PATH: `${root}/ld`, CUDA_HOME: `${root}/home` };
     const o = opts(vars, { systemDirs: [`${root}/sys`] });
     assert.equal(findCudaLibrary("nccl", o).path, `${root}/ld/libnccl.so.2`);
     assert.equal(findCudaLibrary("driver", o).path, `${root}/home/lib64/libcuda.so.1`);
-    assert.equal(findCudaLibrary("nccl", opts({}, { systemDirs: [`${root}/sys`] })).path, `${root}/sys/libnccl.so.2`);
+    assert.equal(
+      findCudaLibrary("nccl", opts({}, { systemDirs: [`${root}/sys`] })).path,
+      `${root}/sys/libnccl.so.2`,
+    );
   } finally {
     Deno.removeSync(root, { recursive: true });
   }
@@ -61,7 +75,10 @@ Deno.test("findCudaLibrary() searches LD_LIBRARY_PATH, then CUDA_HOME, then the 
 Deno.test("findCudaLibrary() prefers the newest soname within a folder", () => {
   const root = tree(["lib/libcublasLt.so.12", "lib/libcublasLt.so.13", "lib/libcublasLt.so"]);
   try {
-    assert.equal(findCudaLibrary("cublasLt", opts({ LD_LIBRARY_PATH: `${root}/lib` })).path, `${root}/lib/libcublasLt.so.13`);
+    assert.equal(
+      findCudaLibrary("cublasLt", opts({ LD_LIBRARY_PATH: `${root}/lib` })).path,
+      `${root}/lib/libcublasLt.so.13`,
+    );
   } finally {
     Deno.removeSync(root, { recursive: true });
   }
@@ -80,8 +97,14 @@ Deno.test("findCudaLibrary() finds pip's nvidia-* wheels of a python3 on PATH (a
       findCudaLibrary("cublasLt", o).path,
       `${root}/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13`,
     );
-    assert.equal(findCudaLibrary("nccl", o).path, `${root}/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2`);
-    assert.equal(findCudaLibrary("cudart", o).path, `${root}/usr/lib/python3/dist-packages/nvidia/cuda_runtime/lib/libcudart.so.12`);
+    assert.equal(
+      findCudaLibrary("nccl", o).path,
+      `${root}/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2`,
+    );
+    assert.equal(
+      findCudaLibrary("cudart", o).path,
+      `${root}/usr/lib/python3/dist-packages/nvidia/cuda_runtime/lib/libcudart.so.12`,
+    );
     // a folder on PATH without python3 adds nothing
     assert.ok(!cudaLibraryDirs(o).some((d) => d.startsWith("/nonexistent")));
   } finally {
@@ -90,12 +113,16 @@ Deno.test("findCudaLibrary() finds pip's nvidia-* wheels of a python3 on PATH (a
 });
 
 Deno.test({
-  name: "on a machine without the NVIDIA driver, the real search says it is missing and where it looked",
+  name:
+    "on a machine without the NVIDIA driver, the real search says it is missing and where it looked",
   ignore: findCudaLibrary("driver").path !== null,
   fn() {
     const r = findCudaLibrary("driver");
     const text = describeMissing(r);
     assert.match(text, /^libcuda\.so\.1 \(or libcuda\.so\) not found; looked in /);
-    assert.ok(text.includes("/usr/local/cuda/lib64") && text.includes("/usr/lib/x86_64-linux-gnu"), text);
+    assert.ok(
+      text.includes("/usr/local/cuda/lib64") && text.includes("/usr/lib/x86_64-linux-gnu"),
+      text,
+    );
   },
 });

@@ -7,7 +7,11 @@
  */
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
-import { chooseDevice, type CudaAvailability, cudaAvailability } from "../../tensor/cuda_backend.ts";
+import {
+  chooseDevice,
+  type CudaAvailability,
+  cudaAvailability,
+} from "../../tensor/cuda_backend.ts";
 import { setDevice } from "../../tensor/backend.ts";
 
 buildNative({ quiet: true });
@@ -16,11 +20,23 @@ const NOT_FOUND: CudaAvailability = {
   ok: false,
   reason: "the NVIDIA driver is missing: libcuda.so.1 (or libcuda.so) not found; looked in /x, /y",
   summary: "NVIDIA driver (libcuda.so.1) not found",
-  libraries: { kernels: "/b/libdtrain_cuda.so", driver: null, cublasLt: null, nccl: null, cudart: null },
+  libraries: {
+    kernels: "/b/libdtrain_cuda.so",
+    driver: null,
+    cublasLt: null,
+    nccl: null,
+    cudart: null,
+  },
 };
 const FOUND: CudaAvailability = {
   ok: true,
-  libraries: { kernels: "/b/k.so", driver: "/d/libcuda.so.1", cublasLt: "/c/libcublasLt.so.13", nccl: null, cudart: null },
+  libraries: {
+    kernels: "/b/k.so",
+    driver: "/d/libcuda.so.1",
+    cublasLt: "/c/libcublasLt.so.13",
+    nccl: null,
+    cudart: null,
+  },
   deviceCount: 1,
   deviceName: "NVIDIA H200",
   driverVersion: "13.0",
@@ -29,7 +45,10 @@ const FOUND: CudaAvailability = {
 
 Deno.test("chooseDevice() falls back to the CPU for auto with one notice line, and throws for cuda", () => {
   const lines: string[] = [];
-  assert.equal(chooseDevice("auto", { availability: NOT_FOUND, notice: (l) => lines.push(l) }), "cpu");
+  assert.equal(
+    chooseDevice("auto", { availability: NOT_FOUND, notice: (l) => lines.push(l) }),
+    "cpu",
+  );
   assert.equal(lines.length, 1);
   assert.equal(
     lines[0],
@@ -47,7 +66,10 @@ Deno.test("chooseDevice() takes the GPU when one is usable, and cpu whatever the
   assert.equal(chooseDevice("cuda", { availability: FOUND }), "cuda");
   assert.equal(chooseDevice("cpu", { availability: NOT_FOUND }), "cpu");
   assert.deepEqual(lines, []);
-  assert.throws(() => chooseDevice("gpu" as "cuda"), /Unknown device "gpu": expected "auto", "cpu" or "cuda"/);
+  assert.throws(
+    () => chooseDevice("gpu" as "cuda"),
+    /Unknown device "gpu": expected "auto", "cpu" or "cuda"/,
+  );
 });
 
 const MACHINE = cudaAvailability();
@@ -68,14 +90,21 @@ Deno.test({
       message = (e as Error).message;
     }
     assert.ok(message.startsWith("Cannot use --device cuda: "), message);
-    if (!MACHINE.libraries.driver) assert.match(message, /the NVIDIA driver is missing: libcuda\.so\.1 .*not found; looked in \//);
-    if (!MACHINE.libraries.cublasLt) assert.match(message, /cuBLASLt is missing: libcublasLt\.so\.13/);
+    if (!MACHINE.libraries.driver) {
+      assert.match(
+        message,
+        /the NVIDIA driver is missing: libcuda\.so\.1 .*not found; looked in \//,
+      );
+    }
+    if (!MACHINE.libraries.cublasLt) {
+      assert.match(message, /cuBLASLt is missing: libcublasLt\.so\.13/);
+    }
     if (!MACHINE.libraries.kernels) assert.match(message, /the CUDA kernel library is missing/);
   },
 });
 
 Deno.test({
-  name: "setDevice(\"cuda\") without a usable GPU throws the reason from the registered CUDA backend",
+  name: 'setDevice("cuda") without a usable GPU throws the reason from the registered CUDA backend',
   ignore: MACHINE.ok,
   fn() {
     assert.throws(() => setDevice("cuda"), /^Error: Cannot use device "cuda": /);

@@ -8,15 +8,22 @@
 import assert from "node:assert/strict";
 import { NCCL_DTYPE, NCCL_IN_PROGRESS, NCCL_OP, ncclLibrary } from "../../ffi/nccl.ts";
 import { DTYPE_BYTES } from "../../distributed/collective_buffer.ts";
-import { type CompletionProbe, NcclProcessGroup, waitForCollective } from "../../distributed/nccl_backend.ts";
+import {
+  type CompletionProbe,
+  NcclProcessGroup,
+  waitForCollective,
+} from "../../distributed/nccl_backend.ts";
 import { cudaAvailability } from "../../tensor/cuda_backend.ts";
 
 /** A probe whose event fires after `doneAfter` polls, whose NCCL reports `errorAt` from that poll, on a fake clock. */
-function fakeProbe(o: { doneAfter?: number; errorAt?: number; error?: number; msPerPoll?: number }) {
+function fakeProbe(
+  o: { doneAfter?: number; errorAt?: number; error?: number; msPerPoll?: number },
+) {
   let polls = 0, clock = 0, aborts = 0;
   const probe: CompletionProbe = {
     done: () => polls >= (o.doneAfter ?? Infinity),
-    asyncError: () => (o.errorAt !== undefined && polls >= o.errorAt ? o.error ?? 6 : NCCL_IN_PROGRESS),
+    asyncError:
+      () => (o.errorAt !== undefined && polls >= o.errorAt ? o.error ?? 6 : NCCL_IN_PROGRESS),
     errorText: (r) => `remote process exited or there was a network error (code ${r})`,
     abort: () => void aborts++,
     now: () => clock,
@@ -66,7 +73,12 @@ Deno.test("ncclLibrary() without NCCL names the folders it searched and how to i
   const dir = Deno.makeTempDirSync({ prefix: "dtrain-no-nccl-" });
   try {
     assert.throws(
-      () => ncclLibrary({ env: (n) => ({ LD_LIBRARY_PATH: dir })[n], systemDirs: [], pythonPrefixes: [] }),
+      () =>
+        ncclLibrary({
+          env: (n) => ({ LD_LIBRARY_PATH: dir })[n],
+          systemDirs: [],
+          pythonPrefixes: [],
+        }),
       new RegExp(
         `^Error: Cannot use NCCL for a process group of GPU ranks: libnccl\\.so\\.2 \\(or libnccl\\.so\\) not found; ` +
           `looked in ${dir}\\. Install NCCL`,
@@ -81,6 +93,9 @@ Deno.test({
   name: "NcclProcessGroup.open() on a machine without a usable GPU rejects with what is missing",
   ignore: cudaAvailability().ok,
   async fn() {
-    await assert.rejects(() => NcclProcessGroup.open({ timeoutMs: 1000 }), /^Error: Cannot use device "cuda": /);
+    await assert.rejects(
+      () => NcclProcessGroup.open({ timeoutMs: 1000 }),
+      /^Error: Cannot use device "cuda": /,
+    );
   },
 });

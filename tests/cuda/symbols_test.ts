@@ -24,7 +24,11 @@ buildNative({ quiet: true });
 
 /** The names of the dynamic symbols that a library defines (nm -D --defined-only). */
 function exportedSymbols(path: string): string[] {
-  const r = new Deno.Command("nm", { args: ["-D", "--defined-only", path], stdout: "piped", stderr: "piped" })
+  const r = new Deno.Command("nm", {
+    args: ["-D", "--defined-only", path],
+    stdout: "piped",
+    stderr: "piped",
+  })
     .outputSync();
   if (!r.success) assert.fail(`nm -D ${path} failed: ${new TextDecoder().decode(r.stderr)}`);
   return new TextDecoder().decode(r.stdout).split("\n")
@@ -65,13 +69,22 @@ Deno.test({
   ignore: !HAVE_NVCC,
   fn() {
     const actual = exportedSymbols(join(BUILD_DIR, CUDA_LIBRARY_NAME));
-    assertExactly(actual.filter((s) => !s.startsWith("dt_cuda_")), ABI, "kernel ABI of libdtrain_cuda.so");
-    assertExactly(actual.filter((s) => s.startsWith("dt_cuda_")), EXTRAS, "dt_cuda_* extras of libdtrain_cuda.so");
+    assertExactly(
+      actual.filter((s) => !s.startsWith("dt_cuda_")),
+      ABI,
+      "kernel ABI of libdtrain_cuda.so",
+    );
+    assertExactly(
+      actual.filter((s) => s.startsWith("dt_cuda_")),
+      EXTRAS,
+      "dt_cuda_* extras of libdtrain_cuda.so",
+    );
   },
 });
 
 Deno.test({
-  name: "libdtrain_cuda.so opens with the full symbol table and reports its ABI version and build hash",
+  name:
+    "libdtrain_cuda.so opens with the full symbol table and reports its ABI version and build hash",
   ignore: !HAVE_NVCC,
   fn() {
     // Nothing here touches the GPU, so it runs without a driver too.

@@ -216,7 +216,7 @@ Deno.test("rendezvous without rank 0 times out naming the segment it waited for"
     assert.match(
       String(res.error),
       new RegExp(
-        `rank 0 did not create the shared-memory segment /dev/shm/dtrain-${opts.runId}-pg`,
+        `rank 0 did not create the shared-memory segment /dev/shm/dtrain-${opts.runId}-a0-pg`,
       ),
     );
   });
@@ -224,7 +224,7 @@ Deno.test("rendezvous without rank 0 times out naming the segment it waited for"
 
 Deno.test("a stale segment of the same run id is refused, not reused", async () => {
   const opts = { ...serve(2, "stale", { DTRAIN_TIMEOUT: "2" }), ranks: [0] };
-  const path = `/dev/shm/dtrain-${opts.runId}-pg`;
+  const path = `/dev/shm/dtrain-${opts.runId}-a0-pg`;
   Deno.writeFileSync(path, new Uint8Array(8192));
   try {
     await withRanks(opts, async ([r0]) => {

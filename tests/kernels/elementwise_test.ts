@@ -185,6 +185,22 @@ Deno.test("dt_dropout_fwd() keeps exactly the elements whose hash clears p * 2^3
   assertSameBits(out, expected, "dropout mask and scale");
 });
 
+Deno.test("dt_dropout_fwd() keeps an element whose hash equals p * 2^32 exactly", () => {
+  // Find a seed whose first hash has at most 24 significant bits, so p = hash / 2^32 is
+  // an exact float32 and the threshold equals the hash: the boundary case of ">=".
+  let seed = 1n;
+  while ((hashU32(seed, 0n) & 0xff) !== 0) seed++;
+  const hash = hashU32(seed, 0n), p = hash / 2 ** 32;
+  assert.equal(Math.fround(p), p);
+  const x = new Float32Array([2]), out = new Float32Array(1);
+  ok(K.dt_dropout_fwd(ptr(out), ptr(x), 1n, p, seed, 0n, null));
+  assert.equal(out[0], Math.fround(2 * Math.fround(1 / (1 - p))), `hash ${hash} == threshold is kept`);
+  // a threshold 256 above the hash (still an exact float32 p) drops it
+  const above = (hash + 256) / 2 ** 32;
+  ok(K.dt_dropout_fwd(ptr(out), ptr(x), 1n, above, seed, 0n, null));
+  assert.equal(out[0], 0);
+});
+
 Deno.test("dt_dropout_bwd() recomputes the forward mask, whatever the thread split", () => {
   const n = 300_001, p = 0.25;
   const ones = new Float32Array(n).fill(1);

@@ -577,14 +577,16 @@ Deno.test({
   ignore: child,
 }, () => {
   const rng = new Rng(9);
+  // Each product has at least 2 x 8e6 flops (DT_GEMM_FLOPS_PER_THREAD in
+  // gemm.c), so that it is worth a second thread and really is split.
   const cases = [
-    makeCase(96, 200, 160), // one matrix, split along M
-    makeCase(40, 50, 600, { batch: 3, transB: true }), // 3 tiles for 2 threads: split again
-    makeCase(5, 1000, 500, { transA: true }), // too few rows: split along N
-    makeCase(3, 2000, 400, { transB: true }), // dot products, split along N
+    makeCase(96, 200, 500), // one matrix, split along M
+    makeCase(40, 50, 1400, { batch: 3, transB: true }), // 3 tiles for 2 threads: split again
+    makeCase(5, 1000, 1700, { transA: true }), // too few rows: split along N
+    makeCase(3, 2000, 1400, { transB: true }), // dot products, split along N
     makeCase(128, 32, 128, { batch: 16 }), // batches shared out
-    makeCase(500, 70, 64, { dtype: DT.BF16, beta: 1 }), // several bf16 scratch tiles
-    makeCase(300, 64, 128, { dtype: DT.F16, transA: true, transB: true }),
+    makeCase(500, 70, 240, { dtype: DT.BF16, beta: 1 }), // several bf16 scratch tiles
+    makeCase(300, 64, 440, { dtype: DT.F16, transA: true, transB: true }),
   ];
   for (const c of cases) {
     const inp = randomInputs(rng, c);

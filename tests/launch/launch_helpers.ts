@@ -193,3 +193,34 @@ export function onlyRunDir(cwd: string): string {
   }
   return join(cwd, "runs", dirs[0]!);
 }
+
+/** A token file in the test's directory with the given mode. */
+export function tokenFile(
+  t: TestRun,
+  name: string,
+  mode: number,
+  token = "0123456789abcdef0123456789abcdef",
+): string {
+  const path = join(t.dir, name);
+  Deno.writeTextFileSync(path, token + "\n");
+  Deno.chmodSync(path, mode);
+  return path;
+}
+
+/** Starts two launchers as nodes 1 and 0 on loopback (node 1 first: it must wait for node 0's store). */
+export async function twoNodes(t: TestRun, port: number, token: string, rest: string[]) {
+  const common = [
+    "--nnodes",
+    "2",
+    "--nproc",
+    "2",
+    "--master-port",
+    String(port),
+    "--rdzv-token-file",
+    token,
+  ];
+  const node1 = t.launch([...common, "--node-rank", "1", ...rest]);
+  await new Promise((r) => setTimeout(r, 300));
+  const node0 = t.launch([...common, "--node-rank", "0", ...rest]);
+  return { node0, node1 };
+}

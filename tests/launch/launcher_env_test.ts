@@ -87,8 +87,17 @@ Deno.test("dtrain --nproc 2 sets the torchrun environment and DTRAIN_* variables
 Deno.test("dtrain prefixes every line with its rank, shows other ranks' stdout only when asked, and logs everything per rank", async () => {
   const t = new TestRun();
   try {
+    const secret = "given-secret-token-1234";
     const r = await t.finish(
-      t.launch(["--nproc", "2", "--threads", "3", join(SCRIPTS, "print_env.ts")]),
+      t.launch([
+        "--nproc",
+        "2",
+        "--threads",
+        "3",
+        "--rdzv-token",
+        secret,
+        join(SCRIPTS, "print_env.ts"),
+      ]),
     );
     assert.equal(r.code, 0, r.stderr);
     const envs = envLines(r.stdout);
@@ -119,7 +128,26 @@ Deno.test("dtrain prefixes every line with its rank, shows other ranks' stdout o
     assert.equal(record.nproc, 2);
     assert.equal(record.nnodes, 1);
     assert.equal(record.attempts, 1);
-    assert.deepEqual(record.command.slice(0, 5), ["dtrain", "--nproc", "2", "--threads", "3"]);
+    assert.deepEqual(record.command.slice(0, 7), [
+      "dtrain",
+      "--nproc",
+      "2",
+      "--threads",
+      "3",
+      "--rdzv-token",
+      "<redacted>",
+    ]);
+    assert.equal(
+      Deno.readTextFileSync(join(t.pidDir, "token-1")),
+      secret,
+      "--rdzv-token is the run's token",
+    );
+    for (const f of ["launch.json", "launcher.log"]) {
+      assert.ok(
+        !Deno.readTextFileSync(join(runDir, f)).includes(secret),
+        `${f} must not hold the secret`,
+      );
+    }
   } finally {
     await t.cleanup();
   }

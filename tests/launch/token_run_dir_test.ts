@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { generateToken, readTokenFile, resolveToken } from "../../launch/token.ts";
-import { createRunDir, launchRecordPath, makeRunId } from "../../launch/run_dir.ts";
+import { createRunDir, launchRecordPath, makeRunId, redactToken } from "../../launch/run_dir.ts";
 
 Deno.test("generateToken() gives 64 hex characters, different every time", () => {
   const a = generateToken(), b = generateToken();
@@ -80,4 +80,23 @@ Deno.test("createRunDir() never reuses another run's directory on node 0", () =>
     Deno.chdir(cwd);
     Deno.removeSync(dir, { recursive: true });
   }
+});
+
+Deno.test("redactToken() hides the value of --rdzv-token in a recorded command line", () => {
+  assert.deepEqual(redactToken(["--nproc", "2", "--rdzv-token", "s3cret", "a.ts"]), [
+    "--nproc",
+    "2",
+    "--rdzv-token",
+    "<redacted>",
+    "a.ts",
+  ]);
+  assert.deepEqual(redactToken(["--rdzv-token=s3cret", "a.ts"]), [
+    "--rdzv-token=<redacted>",
+    "a.ts",
+  ]);
+  assert.deepEqual(redactToken(["--rdzv-token-file", "f", "a.ts"]), [
+    "--rdzv-token-file",
+    "f",
+    "a.ts",
+  ]);
 });

@@ -33,7 +33,11 @@ const model = toyModel();
 const ddp = new DistributedDataParallel(model, pg);
 const optimizer = new AdamW(ddp.parameters(), { lr: 1e-2 });
 const data = toyData();
-const sampler = new DistributedSampler(data.length, { numReplicas: pg.size, rank: pg.rank, seed: SEED });
+const sampler = new DistributedSampler(data.length, {
+  numReplicas: pg.size,
+  rank: pg.rank,
+  seed: SEED,
+});
 const loader = new DataLoader(data, { batchSize: GLOBAL_BATCH / pg.size, sampler });
 const checkpoints = openCheckpoints(pg.rank);
 const parts = { model, optimizer, loader, batchesPerEpoch: loader.batchesFor(sampler.length) };

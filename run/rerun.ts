@@ -1,0 +1,107 @@
+/**
+ * `dtrain rerun <run-dir>`: relaunches a recorded run with the same script
+ * (refused when its sha256 changed, unless --force), arguments, launcher
+ * options — hence config, seed and world size — from the same working
+ * directory, into a new run directory.
+ */
+import { parseArgs } from "node:util";
+import { basename, isAbsolute, join } from "node:path";
+import { parseJsonFile, RUN_FILES, RunRecordSchema } from "./format.ts";
+import { sha256File } from "./record.ts";
+
+const HELP = `usage: dtrain rerun <run-dir> [--force] [--run-dir DIR]
+
+Relaunches the run recorded in <run-dir>/run.json: the same launch command
+(script, script arguments, --nproc, --nnodes, …) from the same working
+directory, into a new run directory (default runs/<time>-rerun-<name>).
+The script's sha256 must match the recorded one; --force reruns anyway.`;
+
+/** The launcher, given a command line without the leading "dtrain". */
+export type Launch = (argv: string[]) => Promise<number>;
+
+/** Options of the launch command that take a value (so their values are skipped when editing argv). */
+const RUN_DIR_FLAG = "--run-dir";
+
+/** The recorded command line without its program name and with a new run directory. */
+export function rerunArgv(recorded: readonly string[], newRunDir: string): string[] {
+  const args = recorded.slice(1);
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === RUN_DIR_FLAG) {
+      i++; // drop its value too
+      continue;
+    }
+    if (a.startsWith(RUN_DIR_FLAG + "=")) continue;
+    out.push(a);
+  }
+  // Options end at the script path; --run-dir goes in front of everything.
+  return [RUN_DIR_FLAG, newRunDir, ...(out[0] === "run" ? out.slice(1) : out)];
+}
+
+/** Runs `dtrain rerun`; resolves to the exit code. */
+export async function rerunMain(args: string[], launch: Launch): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args,
+      options: {
+        force: { type: "boolean" },
+        "run-dir": { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+      allowPositionals: true,
+    });
+  } catch (e) {
+    console.error(`dtrain rerun: ${(e as Error).message}\n${HELP}`);
+    return 2;
+  }
+  if (parsed.values.help) {
+    console.log(HELP);
+    return 0;
+  }
+  const dir = parsed.positionals[0];
+  if (!dir || parsed.positionals.length > 1) {
+    console.error(HELP);
+    return 2;
+  }
+  const path = join(dir, RUN_FILES.run);
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (e) {
+    console.error(`dtrain rerun: cannot read ${path}: ${(e as Error).message}`);
+    return 2;
+  }
+  const record = parseJsonFile(RunRecordSchema, text, path);
+  const cwd = record.command.cwd;
+  const script = isAbsolute(record.script.path)
+    ? record.script.path
+    : join(cwd, record.script.path);
+  let hash: string;
+  try {
+    hash = await sha256File(script);
+  } catch (e) {
+    console.error(
+      `dtrain rerun: the recorded script ${script} cannot be read: ${(e as Error).message}`,
+    );
+    return 1;
+  }
+  if (hash !== record.script.sha256) {
+    const msg =
+      `the script ${script} changed since the run (sha256 ${
+        record.script.sha256.slice(0, 12)
+      }… then, ` +
+      `${hash.slice(0, 12)}… now)`;
+    if (!parsed.values.force) {
+      console.error(`dtrain rerun: ${msg}; rerun with --force to use it anyway`);
+      return 1;
+    }
+    console.error(`dtrain rerun: warning: ${msg}; rerunning anyway (--force)`);
+  }
+  const stamp = new Date().toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
+  const newDir = parsed.values["run-dir"] ?? join(cwd, "runs", `${stamp}-rerun-${basename(dir)}`);
+  console.error(`dtrain rerun: relaunching ${record.runId} from ${cwd} into ${newDir}`);
+  Deno.chdir(cwd);
+  return await launch(rerunArgv(record.command.argv, newDir));
+}

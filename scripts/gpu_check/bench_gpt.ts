@@ -1,0 +1,128 @@
+/**
+ * gpu-check step 5: training throughput of a GPT-2-124M-shaped model (12
+ * layers, 12 heads, width 768, block 1024, vocab 50257) on the GPU in bf16
+ * autocast: forward, backward and AdamW on random tokens. Prints tokens/s and
+ * MFU with llm.c's count (6N + 6·L·C·T flops per token) against a bf16 dense
+ * peak (989 TFLOP/s for an H200/H100 SXM unless --peak-tflops says otherwise),
+ * then one RESULT line for scripts/gpu-check.sh.
+ *
+ *   deno run -A scripts/gpu_check/bench_gpt.ts [--batch 8] [--steps 10] [--warmup 3]
+ *
+ * `--device cpu --tiny` (2 layers, width 64, 32 tokens) checks the script itself without a GPU.
+ */
+import { parseArgs } from "node:util";
+import "../../tensor/cuda_backend.ts"; // registers the CUDA backend
+import { setDevice } from "../../tensor/backend.ts";
+import { GPT } from "../../nn/gpt.ts";
+import { manualSeed } from "../../nn/init.ts";
+import { AdamW } from "../../optim/adamw.ts";
+import { autocast } from "../../amp/autocast.ts";
+import { backward } from "../../tensor/autograd.ts";
+import { fromArray, scope } from "../../tensor/tensor.ts";
+
+const { values } = parseArgs({
+  args: Deno.args,
+  options: {
+    batch: { type: "string", default: "8" },
+    seq: { type: "string", default: "1024" },
+    steps: { type: "string", default: "10" },
+    warmup: { type: "string", default: "3" },
+    "peak-tflops": { type: "string", default: "989" },
+    device: { type: "string", default: "cuda" },
+    tiny: { type: "boolean", default: false },
+  },
+});
+const tiny = values.tiny;
+const B = tiny ? 2 : Number(values.batch), T = tiny ? 32 : Number(values.seq);
+const steps = Number(values.steps), warmup = Number(values.warmup);
+const peak = Number(values["peak-tflops"]) * 1e12;
+const cfg = tiny
+  ? { vocabSize: 50257, blockSize: 64, nLayer: 2, nHead: 2, nEmbd: 64 }
+  : { vocabSize: 50257, blockSize: 1024, nLayer: 12, nHead: 12, nEmbd: 768 };
+if (values.device !== "cuda" && values.device !== "cpu") {
+  throw new TypeError(`--device ${values.device}: expected cuda or cpu`);
+}
+
+const backend = setDevice(values.device);
+manualSeed(0);
+const model = new GPT(cfg);
+const params = model.parameters();
+const N = params.reduce((n, p) => n + p.numel, 0);
+const opt = new AdamW(params, { lr: 6e-4, beta1: 0.9, beta2: 0.95, weightDecay: 0.1 });
+const flopsPerToken = 6 * N + 6 * cfg.nLayer * cfg.nEmbd * T;
+
+// random tokens: inputs and next-token targets of B sequences of T + 1 tokens
+let seed = 12345;
+const tokens = Int32Array.from(
+  { length: B * (T + 1) },
+  () => (seed = (seed * 1103515245 + 12345) >>> 0) % cfg.vocabSize,
+);
+const inputs = new Int32Array(B * T), targets = new Int32Array(B * T);
+for (let b = 0; b < B; b++) {
+  inputs.set(tokens.subarray(b * (T + 1), b * (T + 1) + T), b * T);
+  targets.set(tokens.subarray(b * (T + 1) + 1, (b + 1) * (T + 1)), b * T);
+}
+const idx = fromArray(inputs, [B, T]).keep();
+const tgt = fromArray(targets, [B, T]).keep();
+
+/** One training step; returns the loss (reading it waits for the GPU). */
+function step(): number {
+  return scope(() => {
+    opt.zeroGrad();
+    const loss = autocast("bf16", () => model.loss(idx, tgt));
+    backward(loss);
+    opt.step();
+    return loss.item();
+  });
+}
+
+console.log(
+  `bench_gpt: ${backend.device}, ${
+    (N / 1e6).toFixed(1)
+  }M parameters, batch ${B} x ${T} tokens, bf16 autocast`,
+);
+let loss = 0;
+const tw = performance.now();
+for (let i = 0; i < warmup; i++) loss = step();
+console.log(
+  `warm-up: ${warmup} steps in ${((performance.now() - tw) / 1000).toFixed(2)} s, loss ${
+    loss.toFixed(4)
+  }`,
+);
+const times: number[] = [];
+for (let i = 0; i < steps; i++) {
+  const t0 = performance.now();
+  loss = step();
+  times.push(performance.now() - t0);
+}
+const mean = times.reduce((a, b) => a + b, 0) / times.length;
+const tokensPerS = (B * T) / (mean / 1000);
+const mfu = (tokensPerS * flopsPerToken) / peak;
+console.log(
+  `steps: ${steps}, mean ${mean.toFixed(1)} ms (min ${Math.min(...times).toFixed(1)}, max ${
+    Math.max(...times).toFixed(1)
+  }), ` +
+    `loss ${loss.toFixed(4)}`,
+);
+console.log(
+  `tokens/s ${tokensPerS.toFixed(0)}, MFU ${(100 * mfu).toFixed(1)}% of ${
+    values["peak-tflops"]
+  } TFLOP/s`,
+);
+console.log(
+  `RESULT ${
+    JSON.stringify({
+      impl: "dtrain",
+      tokens_per_s: tokensPerS,
+      mfu,
+      step_ms: mean,
+      loss,
+      batch: B,
+      seq: T,
+    })
+  }`,
+);
+if (!Number.isFinite(loss)) {
+  console.error("bench_gpt: the loss is not finite");
+  Deno.exit(1);
+}
