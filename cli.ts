@@ -51,6 +51,10 @@ export const VERBS: Record<string, Verb> = {
     summary: "write a self-contained HTML (and SVG) report of a run's metrics",
     main: async (args) => (await import("./run/report.ts")).reportMain(args),
   },
+  doctor: {
+    summary: "check this machine for a run: versions, native libraries, /dev/shm, GPUs, limits",
+    main: async (args) => (await import("./launch/doctor.ts")).doctorMain(args),
+  },
 };
 
 const DEFAULT_VERB = "run";

@@ -126,8 +126,8 @@ export function parseCheckArgs(args: readonly string[]): CheckArgs | "help" {
   if (positionals.length !== 1) {
     throw new RangeError(
       positionals.length === 0
-        ? "dtrain check needs the training script: dtrain check script.ts --nproc N"
-        : `dtrain check takes one script, got ${positionals.length} ` +
+        ? "no training script given (usage: dtrain check script.ts --nproc N)"
+        : `one script expected, got ${positionals.length} ` +
           `(${positionals.join(" ")}); pass the script's own arguments after --`,
     );
   }

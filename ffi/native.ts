@@ -5,7 +5,8 @@
  * and the command that builds the library.
  */
 import { join } from "node:path";
-import { fileURLToPath as fromFileUrl } from "node:url";
+import { dtrainRuntime } from "../sfx/runtime.ts";
+import { checkExtractedFile } from "../sfx/manifest.ts";
 
 /** Must equal DT_ABI_VERSION in kernels/common/dt_common.h. */
 export const ABI_VERSION = 1;
@@ -24,15 +25,26 @@ export class DtNativeError extends Error {
   }
 }
 
-/** Folders searched for native libraries, in order. */
+/**
+ * Folders searched for native libraries, in order: DTRAIN_LIB_DIR, then the
+ * build/ folder of this checkout or, when running from the single file, the
+ * lib/ folder of its extraction cache.
+ */
 export function libraryDirs(): string[] {
   const dirs: string[] = [];
   const env = Deno.env.get("DTRAIN_LIB_DIR");
   if (env) dirs.push(env);
-  if (import.meta.url.startsWith("file:")) {
-    dirs.push(join(fromFileUrl(new URL("..", import.meta.url)), "build"));
-  }
+  const runtime = dtrainRuntime();
+  if (runtime) dirs.push(runtime.libDir);
   return dirs;
+}
+
+/** A library unpacked from the single file must still match its sha256 (a stat check, usually). */
+function checkUnpacked(dir: string, name: string): void {
+  const runtime = dtrainRuntime();
+  if (runtime?.kind === "single-file" && dir === runtime.libDir) {
+    checkExtractedFile(runtime.root, `lib/${name}`);
+  }
 }
 
 /** Finds `name` in libraryDirs() or throws an error that lists where it looked. */
@@ -41,14 +53,17 @@ export function findLibrary(name: string): string {
   for (const dir of libraryDirs()) {
     const path = join(dir, name);
     tried.push(path);
+    let found = false;
     try {
-      if (Deno.statSync(path).isFile) return path;
+      found = Deno.statSync(path).isFile;
     } catch { /* try the next folder */ }
+    if (found) {
+      checkUnpacked(dir, name);
+      return path;
+    }
   }
   throw new Error(
-    `Cannot find native library ${name}: looked in ${
-      tried.join(", ") || "(no folders)"
-    }. ` +
+    `Cannot find native library ${name}: looked in ${tried.join(", ") || "(no folders)"}. ` +
       `Build it with \`deno task native\` in a dtrain checkout, or set DTRAIN_LIB_DIR to the folder that holds it.`,
   );
 }

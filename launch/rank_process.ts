@@ -4,11 +4,12 @@
  * terminal and its log file, its exit awaited, and a stop that sends SIGTERM,
  * then SIGKILL after a grace period.
  */
-import { fileURLToPath } from "node:url";
 import { LogFile, pumpLines, showsStdout } from "./output.ts";
+import { dtrainRuntime } from "../sfx/runtime.ts";
 
-const RANK_MAIN = fileURLToPath(new URL("./rank_main.ts", import.meta.url));
-const CONFIG = fileURLToPath(new URL("../deno.json", import.meta.url));
+// The rank bootstrap and config: launch/rank_main.ts and deno.json in a
+// checkout, their bundled copies in the single file's extraction folder.
+const RUNTIME = dtrainRuntime();
 /** stderr lines kept for the failure summary when a rank leaves no notice */
 const TAIL_LINES = 40;
 
@@ -103,14 +104,15 @@ export class RankProcess {
   }
 
   #spawn(opts: RankSpawnOptions): Deno.ChildProcess {
+    if (!RUNTIME) throw new Error("Cannot start ranks: dtrain was not loaded from files on disk");
     return new Deno.Command(Deno.execPath(), {
       args: [
         "run",
         "-A",
         "--config",
-        CONFIG,
+        RUNTIME.config,
         "--preload",
-        RANK_MAIN,
+        RUNTIME.rankMain,
         opts.script,
         ...opts.scriptArgs,
       ],

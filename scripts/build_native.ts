@@ -71,8 +71,12 @@ const CPU_FLAGS = [
   // Match PyTorch's elementwise rounding: no silent a*b+c -> fma contraction.
   "-ffp-contract=off",
   "-fno-math-errno",
+  "-fno-trapping-math",
   "-Wall",
   "-Werror=implicit-function-declaration",
+  // Never unload: a test process opens and closes the library many times,
+  // and the thread pool's workers live inside it.
+  "-Wl,-z,nodelete",
 ];
 
 export const LIBRARIES: LibrarySpec[] = [

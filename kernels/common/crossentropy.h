@@ -4,18 +4,16 @@
 #pragma once
 #include <math.h>
 #include "dt_common.h"
+#include "dt_math.h"
+#include "reduce.h"
 
 /* probs[0:V] = softmax(logits); returns logsumexp(logits) - logits[target]
  * (target in [0, V), checked by the caller). */
 DT_HD float dt_crossentropy_row(float* probs, const float* logits, int64_t V, int64_t target) {
   float max = -INFINITY;
   for (int64_t j = 0; j < V; j++) max = logits[j] > max ? logits[j] : max;
-  double sum = 0.0;
-  for (int64_t j = 0; j < V; j++) {
-    float e = expf(logits[j] - max);
-    probs[j] = e;
-    sum += e;
-  }
+  for (int64_t j = 0; j < V; j++) probs[j] = dt_expf(logits[j] - max); /* vectorises */
+  double sum = dt_sum_f64(probs, V);
   float inv_sum = 1.0f / (float)sum;
   for (int64_t j = 0; j < V; j++) probs[j] *= inv_sum;
   /* log_softmax(row)[target] = logits[target] - (max + log(sum)), negated */

@@ -6,18 +6,12 @@
 #pragma once
 #include <math.h>
 #include "dt_common.h"
+#include "reduce.h"
 
 /* mean and rstd = 1 / sqrt(var + eps) of x[0:C] (C >= 1). */
 DT_HD void dt_layernorm_moments(const float* x, int64_t C, float eps, float* mean_out, float* rstd_out) {
-  double sum = 0.0;
-  for (int64_t j = 0; j < C; j++) sum += x[j];
-  double mean = sum / (double)C;
-  double sq = 0.0;
-  for (int64_t j = 0; j < C; j++) {
-    double d = (double)x[j] - mean;
-    sq += d * d;
-  }
-  float var = (float)(sq / (double)C);
+  double mean = dt_sum_f64(x, C) / (double)C;
+  float var = (float)(dt_sumsq_dev_f64(x, C, mean) / (double)C);
   *mean_out = (float)mean;
   *rstd_out = 1.0f / sqrtf(var + eps);
 }
@@ -37,16 +31,23 @@ DT_HD float dt_layernorm_out_f(float x, float mean, float rstd, float w, float b
  * dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)). weight may be NULL (1). */
 DT_HD void dt_layernorm_bwd_row(float* dinp, const float* dout, const float* x, const float* weight, float mean,
                                 float rstd, int64_t C) {
-  double sum_g = 0.0, sum_g_xhat = 0.0;
-  for (int64_t j = 0; j < C; j++) {
+  double acc_g[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc_gx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= C; j += 8) /* eight lanes, as reduce.h, so the adds overlap */
+    for (int k = 0; k < 8; k++) {
+      float g = weight ? dout[j + k] * weight[j + k] : dout[j + k];
+      acc_g[k] += g;
+      acc_gx[k] += (double)g * (double)dt_layernorm_xhat_f(x[j + k], mean, rstd);
+    }
+  double sum_g = dt_fold8_(acc_g), sum_g_xhat = dt_fold8_(acc_gx);
+  for (; j < C; j++) {
     float g = weight ? dout[j] * weight[j] : dout[j];
-    float xhat = dt_layernorm_xhat_f(x[j], mean, rstd);
     sum_g += g;
-    sum_g_xhat += (double)g * (double)xhat;
+    sum_g_xhat += (double)g * (double)dt_layernorm_xhat_f(x[j], mean, rstd);
   }
   float mean_g = (float)(sum_g / (double)C);
   float mean_g_xhat = (float)(sum_g_xhat / (double)C);
-  for (int64_t j = 0; j < C; j++) {
+  for (j = 0; j < C; j++) {
     float g = weight ? dout[j] * weight[j] : dout[j];
     float xhat = dt_layernorm_xhat_f(x[j], mean, rstd);
     dinp[j] = rstd * ((g - mean_g) - xhat * mean_g_xhat);

@@ -1,10 +1,13 @@
 /* softmax.h — softmax(scale * x) over one row of a (rows, cols) matrix, with
  * the optional causal mask, and its backward. Sums are kept in double; the
  * rounding of the rest follows torch 1.13's _vec_softmax_lastdim:
- * exp(z - max) stored, then multiplied by the float 1 / sum. */
+ * exp(z - max) stored, then multiplied by the float 1 / sum; exp is
+ * dt_expf (dt_math.h), so CPU and GPU round alike. */
 #pragma once
 #include <math.h>
 #include "dt_common.h"
+#include "dt_math.h"
+#include "reduce.h"
 
 /* Columns of row r that the causal mask leaves visible: j <= r % causal_t
  * (all cols when causal_t <= 0). Never 0, so a masked row cannot occur. */
@@ -21,12 +24,8 @@ DT_HD void dt_softmax_row(float* out, const float* inp, int64_t cols, int64_t vi
     float z = scale * inp[j];
     max = z > max ? z : max;
   }
-  double sum = 0.0;
-  for (int64_t j = 0; j < visible; j++) {
-    float e = expf(scale * inp[j] - max);
-    out[j] = e;
-    sum += e;
-  }
+  for (int64_t j = 0; j < visible; j++) out[j] = dt_expf(scale * inp[j] - max); /* vectorises */
+  double sum = dt_sum_f64(out, visible);
   float inv_sum = 1.0f / (float)sum;
   for (int64_t j = 0; j < visible; j++) out[j] *= inv_sum;
   for (int64_t j = visible; j < cols; j++) out[j] = 0.0f;
@@ -34,8 +33,6 @@ DT_HD void dt_softmax_row(float* out, const float* inp, int64_t cols, int64_t vi
 
 /* dinp = scale * ((dout - sum_j dout*out) * out) over one row. */
 DT_HD void dt_softmax_bwd_row(float* dinp, const float* dout, const float* out, int64_t cols, float scale) {
-  double dot = 0.0;
-  for (int64_t j = 0; j < cols; j++) dot += (double)dout[j] * (double)out[j];
-  float dot_f = (float)dot;
+  float dot_f = (float)dt_dot_f64(dout, out, cols);
   for (int64_t j = 0; j < cols; j++) dinp[j] = ((dout[j] - dot_f) * out[j]) * scale;
 }

@@ -2,10 +2,10 @@
  * that autocast uses run in parallel chunks; every other dtype pair goes
  * through convert.h's decode/encode, after a pass that refuses values the
  * destination cannot hold (so nothing is half-written on error). */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include <math.h>
 #include "cpu_internal.h"
 #include "convert.h"
-#include "dt_vectorize.h"
 
 #define CAST_GRAIN (1 << 15)
 

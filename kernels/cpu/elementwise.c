@@ -1,8 +1,8 @@
 /* elementwise.c — CPU loops of the elementwise kernels: dt_binary (with its
  * broadcast forms), dt_scale, dt_axpy, ReLU, GELU and dropout. The arithmetic
  * of each element lives in kernels/common (elementwise.h, gelu.h, dropout.h). */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
-#include "dt_vectorize.h"
 #include "dropout.h"
 #include "elementwise.h"
 #include "gelu.h"

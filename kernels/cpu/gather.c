@@ -2,8 +2,8 @@
  * (table rows by token id; the backward adds in index order, so it is
  * deterministic) and dt_gather_rows (data-loader collation). Indices are all
  * checked before anything is written. */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
-#include "dt_vectorize.h"
 
 #define COPY_GRAIN_BYTES (1 << 18)
 

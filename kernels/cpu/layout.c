@@ -2,8 +2,8 @@
  * arithmetic: dt_slice_cols, dt_scatter_cols (column blocks of a row-major
  * matrix, e.g. splitting qkv) and dt_transpose_0213 ((A,B,C,D) -> (A,C,B,D),
  * the head split/merge of attention and, with A = D = 1, a 2-D transpose). */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
-#include "dt_vectorize.h"
 
 /* Bytes per thread chunk: copying is memory-bound, so chunks are large. */
 #define COPY_GRAIN_BYTES (1 << 18)

@@ -1,11 +1,11 @@
 /* loss.c — CPU loops of the softmax cross-entropy loss: per-row losses and
  * saved probabilities in parallel, the mean over non-ignored rows folded in
  * row order (double), and the gradient. Row arithmetic: crossentropy.h. */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include <math.h>
 #include <stdlib.h>
 #include "cpu_internal.h"
 #include "crossentropy.h"
-#include "dt_vectorize.h"
 
 /* Elements (rows * V) per thread chunk: each costs an exp. */
 #define CE_GRAIN_ELEMS (1 << 14)
@@ -24,7 +24,7 @@ typedef struct {
   float w; /* backward: dloss / valid_rows */
 } ce_ctx_;
 
-static void ce_fwd_range_(void* vctx, int64_t r0, int64_t r1) {
+DT_VEC_CLONES static void ce_fwd_range_(void* vctx, int64_t r0, int64_t r1) {
   const ce_ctx_* c = vctx;
   for (int64_t r = r0; r < r1; r++) {
     int64_t t = c->targets[r];
@@ -36,7 +36,7 @@ static void ce_fwd_range_(void* vctx, int64_t r0, int64_t r1) {
   }
 }
 
-static void ce_bwd_range_(void* vctx, int64_t r0, int64_t r1) {
+DT_VEC_CLONES static void ce_bwd_range_(void* vctx, int64_t r0, int64_t r1) {
   const ce_ctx_* c = vctx;
   for (int64_t r = r0; r < r1; r++) {
     int64_t t = c->targets[r];

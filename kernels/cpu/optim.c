@@ -1,9 +1,9 @@
 /* optim.c — CPU loops of the optimizer steps (dt_adamw, dt_sgd, torch 1.13
  * single-tensor semantics) and of the loss-scale unscale/inf check. The
  * per-element updates live in kernels/common/adamw.h, sgd.h, loss_scale.h. */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
 #include "adamw.h"
-#include "dt_vectorize.h"
 #include "loss_scale.h"
 #include "sgd.h"
 

@@ -1,9 +1,9 @@
 /* reduce.c — CPU loops of the reductions: dt_reduce_bcast (the gradient of a
  * broadcast operand), dt_sumsq and dt_argmax_rows. Sums run in double in an
  * order fixed by the data layout, so any thread count gives the same bits. */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include <stdlib.h>
 #include "cpu_internal.h"
-#include "dt_vectorize.h"
 #include "reduce.h"
 
 /* Elements summed per parallel work item; partial sums of these blocks are

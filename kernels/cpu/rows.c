@@ -2,8 +2,8 @@
  * and layer norm, forward and backward. Rows are split across threads; the
  * layer-norm weight/bias gradients are column sums, split by columns. The
  * arithmetic lives in kernels/common/softmax.h and layernorm.h. */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
-#include "dt_vectorize.h"
 #include "layernorm.h"
 #include "softmax.h"
 
@@ -27,7 +27,7 @@ typedef struct {
   float scale;
 } softmax_ctx_;
 
-static void softmax_range_(void* vctx, int64_t r0, int64_t r1) {
+DT_VEC_CLONES static void softmax_range_(void* vctx, int64_t r0, int64_t r1) {
   const softmax_ctx_* c = vctx;
   for (int64_t r = r0; r < r1; r++) {
     int64_t visible = dt_softmax_visible_cols(r, c->cols, c->causal_t);
@@ -35,7 +35,7 @@ static void softmax_range_(void* vctx, int64_t r0, int64_t r1) {
   }
 }
 
-static void softmax_bwd_range_(void* vctx, int64_t r0, int64_t r1) {
+DT_VEC_CLONES static void softmax_bwd_range_(void* vctx, int64_t r0, int64_t r1) {
   const softmax_ctx_* c = vctx;
   for (int64_t r = r0; r < r1; r++)
     dt_softmax_bwd_row(c->out + r * c->cols, c->inp + r * c->cols, c->other + r * c->cols, c->cols, c->scale);
@@ -72,7 +72,7 @@ typedef struct {
   int64_t rows, C;
 } ln_bwd_ctx_;
 
-static void ln_bwd_rows_range_(void* vctx, int64_t r0, int64_t r1) {
+DT_VEC_CLONES static void ln_bwd_rows_range_(void* vctx, int64_t r0, int64_t r1) {
   const ln_bwd_ctx_* c = vctx;
   for (int64_t r = r0; r < r1; r++)
     dt_layernorm_bwd_row(c->dinp + r * c->C, c->dout + r * c->C, c->inp + r * c->C, c->weight, c->mean[r],

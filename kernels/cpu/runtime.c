@@ -78,6 +78,7 @@ typedef struct {
   pthread_mutex_t mu;
   pthread_cond_t work_cv, done_cv;
   int nthreads;     /* including the calling thread */
+  int job_threads;  /* threads taking part in the current job */
   int started;      /* workers created */
   uint64_t generation;
   int pending;      /* workers still running the current job */
@@ -87,7 +88,7 @@ typedef struct {
 } dt_pool_t_;
 
 static dt_pool_t_ pool_ = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-                           1, 0, 0, 0, NULL, NULL, 0, 0};
+                           1, 1, 0, 0, 0, NULL, NULL, 0, 0};
 
 static void* dt_worker_(void* arg) {
   int id = (int)(intptr_t)arg;
@@ -96,7 +97,7 @@ static void* dt_worker_(void* arg) {
   for (;;) {
     while (pool_.generation == seen) pthread_cond_wait(&pool_.work_cv, &pool_.mu);
     seen = pool_.generation;
-    if (id >= pool_.nthreads) continue; /* this worker is not part of the job */
+    if (id >= pool_.job_threads) continue; /* this worker is not part of the job */
     dt_range_fn_ fn = pool_.fn;
     void* ctx = pool_.ctx;
     int64_t begin = pool_.chunk * id, end = begin + pool_.chunk;
@@ -166,8 +167,7 @@ void dt_parallel_for_(int64_t n, int64_t grain, dt_range_fn_ fn, void* ctx) {
     return;
   }
   pthread_mutex_lock(&pool_.mu);
-  int saved = pool_.nthreads;
-  pool_.nthreads = threads;
+  pool_.job_threads = threads;
   pool_.fn = fn;
   pool_.ctx = ctx;
   pool_.n = n;
@@ -180,7 +180,6 @@ void dt_parallel_for_(int64_t n, int64_t grain, dt_range_fn_ fn, void* ctx) {
   fn(ctx, 0, end);
   pthread_mutex_lock(&pool_.mu);
   while (pool_.pending > 0) pthread_cond_wait(&pool_.done_cv, &pool_.mu);
-  pool_.nthreads = saved;
   pthread_mutex_unlock(&pool_.mu);
   __atomic_store_n(&pool_busy_, 0, __ATOMIC_RELEASE);
 }

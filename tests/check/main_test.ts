@@ -32,10 +32,13 @@ Deno.test("parseCheckArgs() takes options around the script and the script's own
 });
 
 Deno.test("parseCheckArgs() names what is wrong with a command line", () => {
-  assert.throws(() => parseCheckArgs([]), /needs the training script/);
+  assert.throws(
+    () => parseCheckArgs([]),
+    /no training script given \(usage: dtrain check script\.ts --nproc N\)/,
+  );
   assert.throws(
     () => parseCheckArgs(["a.ts", "b.ts"]),
-    /takes one script, got 2 \(a\.ts b\.ts\); pass the script's own arguments after --/,
+    /one script expected, got 2 \(a\.ts b\.ts\); pass the script's own arguments after --/,
   );
   assert.throws(
     () => parseCheckArgs(["a.ts", "--nproc", "1"]),

@@ -194,7 +194,11 @@ Deno.test("dt_dropout_fwd() keeps an element whose hash equals p * 2^32 exactly"
   assert.equal(Math.fround(p), p);
   const x = new Float32Array([2]), out = new Float32Array(1);
   ok(K.dt_dropout_fwd(ptr(out), ptr(x), 1n, p, seed, 0n, null));
-  assert.equal(out[0], Math.fround(2 * Math.fround(1 / (1 - p))), `hash ${hash} == threshold is kept`);
+  assert.equal(
+    out[0],
+    Math.fround(2 * Math.fround(1 / (1 - p))),
+    `hash ${hash} == threshold is kept`,
+  );
   // a threshold 256 above the hash (still an exact float32 p) drops it
   const above = (hash + 256) / 2 ** 32;
   ok(K.dt_dropout_fwd(ptr(out), ptr(x), 1n, above, seed, 0n, null));

@@ -1,0 +1,74 @@
+/**
+ * Bundling dtrain's TypeScript into the JavaScript the single file runs with
+ * `deno run --no-config`-style isolation: one esbuild pass over every entry
+ * with code splitting, so the rank bootstrap and the library a user's script
+ * imports share one copy of each module (one store, one phase sink).
+ */
+import * as esbuild from "esbuild";
+import { join } from "node:path";
+
+/** The bundle's entries: output name (js/<name>.js) -> source file in the checkout. */
+export const BUNDLE_ENTRIES = {
+  /** the `dtrain` command: checks the extraction, then runs cli.ts */
+  dtrain: "sfx/entry.ts",
+  /** the rank bootstrap, loaded with --preload */
+  rank_main: "launch/rank_main.ts",
+  /** the library; deno.json maps "dtrain" to it */
+  mod: "mod.ts",
+  /** run once after unpacking: the full sha256 check */
+  verify: "sfx/verify_main.ts",
+} as const;
+
+const COMMON: esbuild.BuildOptions = {
+  bundle: true,
+  format: "esm",
+  platform: "neutral",
+  mainFields: ["module", "main"],
+  target: "esnext",
+  // Node built-ins are Deno's own; everything else (zod included) is bundled.
+  external: ["node:*"],
+  // No bundled module is the main one: entries run their work unconditionally,
+  // and a module's `if (import.meta.main)` block must not fire inside an entry.
+  define: { "import.meta.main": "false" },
+  logLevel: "warning",
+  metafile: true,
+};
+
+/**
+ * Bundles BUNDLE_ENTRIES from `root` (a checkout) into `outdir`; returns the
+ * files written, relative to outdir.
+ *
+ * @example
+ * ```ts
+ * await bundleDtrain("/repo", "/tmp/stage/root/js"); // ["dtrain.js", "mod.js", "chunk-….js", …]
+ * ```
+ */
+export async function bundleDtrain(root: string, outdir: string): Promise<string[]> {
+  const entryPoints = Object.fromEntries(
+    Object.entries(BUNDLE_ENTRIES).map(([name, src]) => [name, join(root, src)]),
+  );
+  const result = await esbuild.build({
+    ...COMMON,
+    entryPoints,
+    splitting: true,
+    outdir,
+    chunkNames: "chunk-[hash]",
+    absWorkingDir: root,
+  });
+  return Object.keys(result.metafile!.outputs).map((p) => p.slice(p.lastIndexOf("/") + 1)).sort();
+}
+
+/** Bundles sfx/compiled_main.ts alone into `outfile` (the program `deno compile` embeds). */
+export async function bundleCompiledMain(root: string, outfile: string): Promise<void> {
+  await esbuild.build({
+    ...COMMON,
+    entryPoints: [join(root, "sfx", "compiled_main.ts")],
+    outfile,
+    absWorkingDir: root,
+  });
+}
+
+/** Stops esbuild's service process so the build can exit. */
+export async function stopBundler(): Promise<void> {
+  await esbuild.stop();
+}

@@ -1,0 +1,63 @@
+/**
+ * How this dtrain process runs: from a checkout (TypeScript sources, native
+ * libraries in build/) or from the single file's extraction folder (bundled
+ * JavaScript in js/, libraries in lib/), and the files another dtrain process
+ * (a rank) is started with, so both layouts spawn ranks the same way.
+ */
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** Where dtrain's own files are, for the layout this process runs from. */
+export interface DtrainRuntime {
+  kind: "checkout" | "single-file";
+  /** the checkout, or the extraction folder of the single file */
+  root: string;
+  /** the deno.json every dtrain process runs with (it maps "dtrain" to the library) */
+  config: string;
+  /** the rank bootstrap, loaded with `deno run --preload` before the user's script */
+  rankMain: string;
+  /** the folder of the native libraries shipped with this dtrain */
+  libDir: string;
+}
+
+/** The variable the single file's start-up sets to its extraction folder. */
+export const SFX_ROOT_ENV = "DTRAIN_SFX_ROOT";
+/** The variable the single file's start-up sets to the single file's own path. */
+export const SFX_FILE_ENV = "DTRAIN_SFX_FILE";
+
+/**
+ * The layout of the dtrain this module belongs to, or null when dtrain was
+ * imported from a non-file URL (then it has no files of its own on disk).
+ *
+ * Why the module's URL decides rather than an environment variable: in a
+ * checkout this file is `<root>/sfx/runtime.ts`; bundled, its code sits in a
+ * chunk `<root>/js/<chunk>.js`, one folder below the extraction root as well.
+ * The URL cannot be inherited by a process that runs a checkout from inside a
+ * single-file run, while an environment variable would be.
+ *
+ * @example
+ * ```ts
+ * const rt = dtrainRuntime();
+ * console.log(rt?.kind, rt?.rankMain); // "checkout" "/repo/launch/rank_main.ts"
+ * ```
+ */
+export function dtrainRuntime(moduleUrl: string = import.meta.url): DtrainRuntime | null {
+  if (!moduleUrl.startsWith("file:")) return null;
+  const root = fileURLToPath(new URL("..", moduleUrl)).replace(/\/$/, "");
+  if (moduleUrl.endsWith(".ts")) {
+    return {
+      kind: "checkout",
+      root,
+      config: join(root, "deno.json"),
+      rankMain: join(root, "launch", "rank_main.ts"),
+      libDir: join(root, "build"),
+    };
+  }
+  return {
+    kind: "single-file",
+    root,
+    config: join(root, "deno.json"),
+    rankMain: join(root, "js", "rank_main.js"),
+    libDir: join(root, "lib"),
+  };
+}
