@@ -53,16 +53,20 @@ export interface Payload {
 }
 
 /**
- * Archives `root` into `out` (tar | gzip -6 -n). Names, owners and times are
- * fixed, so the same tree always gives the same bytes (and cache folder).
+ * Archives `root` into `out` (tar | gzip -<level> -n). Names, owners and
+ * times are fixed, so the same tree always gives the same bytes (and cache
+ * folder). Level 6 is gzip's default; 1 packs ~3x faster, ~15% larger.
  */
-export async function packPayload(root: string, out: string): Promise<Payload> {
+export async function packPayload(root: string, out: string, level = 6): Promise<Payload> {
+  if (!Number.isInteger(level) || level < 1 || level > 9) {
+    throw new RangeError(`gzip level ${level}: expected a whole number from 1 to 9`);
+  }
   const files = listFiles(root);
   const unpackedBytes = files.reduce((n, f) => n + Deno.statSync(join(root, f)).size, 0);
   const script =
-    'tar --format=ustar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$1" -cf - . | gzip -6 -n > "$2"';
+    'tar --format=ustar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$1" -cf - . | gzip -"$3" -n > "$2"';
   const r = await new Deno.Command("sh", {
-    args: ["-c", `set -e; ${script}`, "sh", root, out],
+    args: ["-c", `set -e; ${script}`, "sh", root, out, String(level)],
     stdout: "inherit",
     stderr: "piped",
   }).output();

@@ -16,6 +16,8 @@ export interface DtrainRuntime {
   config: string;
   /** the rank bootstrap, loaded with `deno run --preload` before the user's script */
   rankMain: string;
+  /** the `dtrain` command's module, for starting another `dtrain` (cli.ts or its bundle) */
+  cli: string;
   /** the folder of the native libraries shipped with this dtrain */
   libDir: string;
 }
@@ -50,6 +52,7 @@ export function dtrainRuntime(moduleUrl: string = import.meta.url): DtrainRuntim
       root,
       config: join(root, "deno.json"),
       rankMain: join(root, "launch", "rank_main.ts"),
+      cli: join(root, "cli.ts"),
       libDir: join(root, "build"),
     };
   }
@@ -58,6 +61,7 @@ export function dtrainRuntime(moduleUrl: string = import.meta.url): DtrainRuntim
     root,
     config: join(root, "deno.json"),
     rankMain: join(root, "js", "rank_main.js"),
+    cli: join(root, "js", "dtrain.js"),
     libDir: join(root, "lib"),
   };
 }

@@ -99,6 +99,7 @@ Deno.test("dtrainRuntime() tells a checkout (TypeScript) from the single file's 
     root: "/repo",
     config: "/repo/deno.json",
     rankMain: "/repo/launch/rank_main.ts",
+    cli: "/repo/cli.ts",
     libDir: "/repo/build",
   });
   assert.deepEqual(dtrainRuntime("file:///cache/dtrain/0.1.0-ab/js/chunk-XYZ.js"), {
@@ -106,6 +107,7 @@ Deno.test("dtrainRuntime() tells a checkout (TypeScript) from the single file's 
     root: "/cache/dtrain/0.1.0-ab",
     config: "/cache/dtrain/0.1.0-ab/deno.json",
     rankMain: "/cache/dtrain/0.1.0-ab/js/rank_main.js",
+    cli: "/cache/dtrain/0.1.0-ab/js/dtrain.js",
     libDir: "/cache/dtrain/0.1.0-ab/lib",
   });
   assert.equal(dtrainRuntime("https://example.com/dtrain/sfx/runtime.ts"), null);
