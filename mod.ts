@@ -27,6 +27,7 @@
 export { castTensor, empty, fromArray, full, scope, Tensor, zeros } from "./tensor/tensor.ts";
 export type { DType } from "./tensor/dtype.ts";
 export { backend, type Device, setDevice } from "./tensor/backend.ts";
+export { type DeviceRequest, resolveDevice, useDevice } from "./tensor/device_choice.ts";
 export { memoryStats } from "./tensor/allocator.ts";
 export { backward, isGradEnabled, noGrad } from "./tensor/autograd.ts";
 export { add, cast, dropout, gelu, mul, relu, scale, sub } from "./tensor/ops/elementwise.ts";
@@ -79,8 +80,9 @@ export {
   type CheckpointPayload,
   type LoadedCheckpoint,
 } from "./train/checkpoint.ts";
-export { tensorFile } from "./train/state.ts";
-export { loadWeights, readWeights } from "./nn/load.ts";
+export { optimizerFile, restoreOptimizer, tensorFile } from "./train/state.ts";
+export { fromStTensor, toStTensor } from "./tensor/st_bridge.ts";
+export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
 
 // distributed
 export { initProcessGroup, type ProcessGroup } from "./distributed/process_group.ts";

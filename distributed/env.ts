@@ -48,6 +48,8 @@ export interface RankEnvInput extends RankSettings {
   storeToken: string;
   /** pid of the launcher, so a rank can notice it died before it could watch it */
   launcherPid: number;
+  /** "auto", "cpu" or "cuda" */
+  device?: string;
 }
 
 /** Names of the variables this contract sets; the token's is listed so logs can redact it. */
@@ -69,6 +71,7 @@ export const ENV = {
   RESTART_COUNT: "DTRAIN_RESTART_COUNT",
   LOG_RANKS: "DTRAIN_LOG_RANKS",
   LAUNCHER_PID: "DTRAIN_LAUNCHER_PID",
+  DEVICE: "DTRAIN_DEVICE",
 } as const;
 
 /** The variables the launcher sets for one rank. */
@@ -92,6 +95,7 @@ export function rankEnv(input: RankEnvInput): Record<string, string> {
     [ENV.RESTART_COUNT]: String(input.restartCount),
     [ENV.LOG_RANKS]: input.logRanks,
     [ENV.LAUNCHER_PID]: String(input.launcherPid),
+    [ENV.DEVICE]: input.device ?? "auto",
   };
 }
 

@@ -268,6 +268,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         restartCount: k,
         logRanks: opts.logRanks,
         launcherPid: Deno.pid,
+        device: opts.device,
       });
       let p: RankProcess;
       try {

@@ -7,7 +7,7 @@
 import { KERNEL_SYMBOLS } from "../ffi/symbols.ts";
 import { SHM_SYMBOLS } from "../ffi/shm.ts";
 import { cString, findLibrary, libraryDirs, openLibrary } from "../ffi/native.ts";
-import { CUDA_LIBRARY_NAME, cudaKernels } from "../ffi/cuda.ts";
+import { CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import { ncclLibrary } from "../ffi/nccl.ts";
 import { cudaLibraryDirs } from "../ffi/cuda_libs.ts";
 import { cudaAvailability, type CudaLibraries } from "../tensor/cuda_backend.ts";
@@ -106,10 +106,26 @@ export interface GpuFacts {
   runtimeVersion: string | null;
   deviceCount: number;
   deviceName: string | null;
+  /** every visible GPU: "NVIDIA H200, sm_90, 139.8 GiB" (empty when the driver cannot say) */
+  devices: string[];
   ncclVersion: string | null;
   ncclError: string | null;
   /** CUDA_VISIBLE_DEVICES and every NCCL_* variable set */
   settings: Record<string, string>;
+}
+
+/** One line per visible GPU; none when the driver cannot describe them. */
+function describeDevices(driver: string | null, count: number): string[] {
+  try {
+    const rt = new CudaRuntime(cudaKernels(driver));
+    return Array.from({ length: count }, (_, i) => {
+      const d = rt.deviceInfo(i);
+      const gib = (d.totalBytes / 2 ** 30).toFixed(1);
+      return `${d.name}, sm_${d.capability[0]}${d.capability[1]}, ${gib} GiB`;
+    });
+  } catch {
+    return [];
+  }
 }
 
 /** Asks the CUDA backend what it can use, and NCCL for its version. */
@@ -159,6 +175,7 @@ export function probeGpu(): GpuFacts {
     runtimeVersion: a.ok ? a.runtimeVersion : null,
     deviceCount: a.ok ? a.deviceCount : 0,
     deviceName: a.ok ? a.deviceName : null,
+    devices: a.ok ? describeDevices(a.libraries.driver, a.deviceCount) : [],
     ncclVersion,
     ncclError,
     settings,

@@ -114,6 +114,7 @@ export function renderReport(f: DoctorFacts, v: Verdict): string {
         row("driver", `CUDA ${g.driverVersion}`),
         row("runtime", `CUDA ${g.runtimeVersion}`),
         row("gpus", `${g.deviceCount} (GPU 0: ${g.deviceName})`),
+        ...g.devices.map((d, i) => row(`  GPU ${i}`, d)),
       ]
       : []),
     row(

@@ -3,6 +3,7 @@
  * (rendezvous), creates the run directory, runs attempts (restarting up to --max-restarts),
  * forwards SIGINT/SIGTERM, records launch.json, and returns 0 only when every rank exited 0.
  */
+import { resolveDevice } from "../tensor/device_choice.ts";
 import { basename } from "node:path";
 import {
   type AttemptEnd,
@@ -241,6 +242,11 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     beat = setInterval(() => c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now())), BEAT_MS);
     c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
 
+    // "auto" is resolved once here, so every rank gets the same answer and the notice prints once.
+    opts.device = await resolveDevice(
+      opts.device,
+      (line) => log.info(line.replace(/^dtrain: /, "")),
+    );
     const threads = opts.threads ??
       Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
     const ctx: RunContext = {

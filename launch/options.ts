@@ -26,6 +26,8 @@ export interface LaunchOptions {
   graceS: number;
   runDir: string | null;
   logRanks: string;
+  /** "auto", "cpu" or "cuda" (DTRAIN_DEVICE for the ranks) */
+  device: string;
 }
 
 type Kind = "int" | "seconds" | "string";
@@ -66,6 +68,15 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
     topic: "Processes",
     defaultText: "cores ÷ nproc",
     help: "native kernel threads per rank (DTRAIN_NUM_THREADS)",
+  },
+  {
+    name: "device",
+    value: "auto|cpu|cuda",
+    key: "device",
+    kind: "string",
+    topic: "Processes",
+    defaultText: "auto: a GPU per local rank when CUDA works, else the CPU (said once)",
+    help: "where ranks compute (DTRAIN_DEVICE)",
   },
   {
     name: "nnodes",
@@ -205,6 +216,7 @@ const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
   maxRestarts: 0,
   graceS: 30,
   runDir: null,
+  device: "auto",
 };
 
 function parseValue(spec: OptionSpec, raw: string): number | string {
@@ -296,6 +308,9 @@ export function parseLaunchArgs(
   }
   if (out.masterPort !== null && out.masterPort > 65535) {
     throw new RangeError(`--master-port ${out.masterPort} is not a TCP port (0 … 65535)`);
+  }
+  if (!["auto", "cpu", "cuda"].includes(out.device)) {
+    throw new RangeError(`--device ${out.device} is not one of auto, cpu, cuda`);
   }
   if (out.rdzvToken !== null && out.rdzvTokenFile !== null) {
     throw new RangeError("Give --rdzv-token or --rdzv-token-file, not both");

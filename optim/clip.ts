@@ -6,6 +6,7 @@
  */
 import { backend, check } from "../tensor/backend.ts";
 import type { Tensor } from "../tensor/tensor.ts";
+import { allocBlock, releaseBlock } from "../tensor/allocator.ts";
 import { plainArithmetic } from "../check/probe.ts";
 
 const sumsqOut = new Float64Array(1);
@@ -18,13 +19,14 @@ export function sumOfSquares(t: Tensor): number {
     check(b.k.dt_sumsq(sumsqPtr, t.ptr, BigInt(t.numel), b.stream), "dt_sumsq");
     return sumsqOut[0]!;
   }
-  const dev = b.k.dt_alloc(8n);
+  // Device memory from the caching allocator: a cudaFree per call would synchronise the device.
+  const dev = allocBlock(8);
   try {
-    check(b.k.dt_sumsq(dev, t.ptr, BigInt(t.numel), b.stream), "dt_sumsq");
-    check(b.k.dt_memcpy(sumsqPtr, dev, 8n, 2, b.stream), "dt_memcpy");
+    check(b.k.dt_sumsq(dev.ptr, t.ptr, BigInt(t.numel), b.stream), "dt_sumsq");
+    check(b.k.dt_memcpy(sumsqPtr, dev.ptr, 8n, 2, b.stream), "dt_memcpy");
     check(b.k.dt_synchronize(b.stream), "dt_synchronize");
   } finally {
-    b.k.dt_free(dev);
+    releaseBlock(dev);
   }
   return sumsqOut[0]!;
 }

@@ -9,6 +9,7 @@ import { defaultFixtureDir } from "../parity/fixtures.ts";
 import { type ParityGroup, parityRows } from "../parity/run.ts";
 import { printRows } from "../parity/report.ts";
 import { buildNative } from "./build_native.ts";
+import { useDevice } from "../tensor/device_choice.ts";
 
 if (import.meta.main) {
   const { values, positionals } = parseArgs({
@@ -26,6 +27,8 @@ if (import.meta.main) {
     Deno.exit(0);
   }
   buildNative({ quiet: true });
+  // gpu-check runs the same comparisons on the GPU with DTRAIN_DEVICE=cuda.
+  if (Deno.env.get("DTRAIN_DEVICE")) console.log(`device: ${await useDevice()}`);
   const dir = positionals[0] ?? defaultFixtureDir();
   const groups = values.only?.split(",").map((s) => s.trim()) as
     | ParityGroup[]

@@ -13,6 +13,7 @@ import { scope } from "../tensor/tensor.ts";
 import { backward } from "../tensor/autograd.ts";
 import { scale } from "../tensor/ops/elementwise.ts";
 import { memoryStats } from "../tensor/allocator.ts";
+import { backend } from "../tensor/backend.ts";
 import { autocast } from "../amp/autocast.ts";
 import { GradScaler } from "../amp/grad_scaler.ts";
 import { AdamW } from "../optim/adamw.ts";
@@ -232,7 +233,7 @@ export class Trainer<M extends Module> {
         config: cfg,
         seed: cfg.seed,
         worldSize: this.pg.size,
-        device: "cpu",
+        device: backend().device,
       });
     }
     const k = cfg.data.gradAccumulation;

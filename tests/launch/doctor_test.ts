@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import type { DoctorFacts } from "../../launch/doctor_facts.ts";
 import { SECTIONS } from "../../launch/doctor_render.ts";
 import { shmSegmentBytes } from "../../launch/doctor_shm.ts";
-import { parseLimits } from "../../launch/doctor_system.ts";
+import { fsSpace, parseLimits, readCpu } from "../../launch/doctor_system.ts";
 import { judge } from "../../launch/doctor_verdict.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
@@ -195,6 +195,7 @@ function facts(nproc = 2): DoctorFacts {
       runtimeVersion: null,
       deviceCount: 0,
       deviceName: null,
+      devices: [],
       ncclVersion: null,
       ncclError: "libnccl.so.2 not found",
       settings: {},
@@ -291,6 +292,36 @@ Deno.test("parseLimits() reads soft and hard limits, unlimited as null", () => {
     openFiles: { soft: 1024, hard: 524288 },
     lockedMemoryBytes: { soft: null, hard: null },
   });
+});
+
+Deno.test("fsSpace() reads the size and free space df reports, and names a missing folder", () => {
+  const s = fsSpace("/tmp");
+  assert.ok(s.ok);
+  const df = new Deno.Command("df", { args: ["-B1", "--output=size", "/tmp"] }).outputSync();
+  const size = Number(new TextDecoder().decode(df.stdout).trim().split("\n").pop());
+  assert.equal(s.totalBytes, size);
+  assert.ok(s.freeBytes > 0 && s.freeBytes <= s.totalBytes);
+  const missing = fsSpace("/no/such/folder");
+  assert.ok(!missing.ok);
+  assert.match(missing.error, /No such file or directory/);
+});
+
+Deno.test("readCpu() takes the model and the AVX2/FMA/AVX-512 flags from cpuinfo", () => {
+  const dir = Deno.makeTempDirSync({ prefix: "dtrain-doctor-cpu-" });
+  try {
+    const path = join(dir, "cpuinfo");
+    Deno.writeTextFileSync(
+      path,
+      "processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t\t: fpu sse2 avx avx2 fma\n\n" +
+        "processor\t: 1\nmodel name\t: Test CPU 9000\nflags\t\t: fpu sse2 avx avx2 fma\n",
+    );
+    const cpu = readCpu(path);
+    assert.equal(cpu.model, "Test CPU 9000");
+    assert.deepEqual(cpu.features, { avx2: true, fma: true, avx512f: false });
+    assert.equal(readCpu(join(dir, "missing")).model, "unknown");
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
 });
 
 /**
