@@ -147,7 +147,7 @@ export class DistributedDataParallel<M extends Module> {
   }
 
   #reduce(b: Bucket): void {
-    phase(`allreduce bucket ${this.buckets.indexOf(b)} of step ${this.#step}`);
+    phase(`allreduce bucket ${this.buckets.indexOf(b)} of step ${this.#step}`, { frequent: true });
     this.pg.allReduce(bufferOf(b.flat), "avg");
     b.reduced = true;
   }

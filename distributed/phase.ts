@@ -21,7 +21,8 @@ export interface CollectiveRecord {
 
 /** Receives phase changes; installed by the rank runtime. */
 export interface PhaseSink {
-  phase(name: string, sinceMs: number): void;
+  /** `frequent`: a library phase that changes many times a second (may be reported late). */
+  phase(name: string, sinceMs: number, frequent?: boolean): void;
   collective(rec: CollectiveRecord, state: "enter" | "exit"): void;
 }
 
@@ -43,12 +44,17 @@ export function setPhaseSink(next: PhaseSink | null): void {
   sink = next;
 }
 
-/** Marks the start of a phase of this rank, e.g. `phase("scan dataset")`. */
-export function phase(name: string): void {
+/**
+ * Marks the start of a phase of this rank, e.g. `phase("scan dataset")`.
+ * The library's own per-step phases pass `{ frequent: true }`: they are
+ * recorded at once but reported at most every ~100 ms (and with the next
+ * collective), so a training step does not pay a message per phase.
+ */
+export function phase(name: string, opts: { frequent?: boolean } = {}): void {
   if (name === state.phase) return;
   state.phase = name;
   state.sinceMs = Date.now();
-  sink?.phase(name, state.sinceMs);
+  sink?.phase(name, state.sinceMs, opts.frequent ?? false);
 }
 
 /** Called by process groups around every collective. */

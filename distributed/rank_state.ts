@@ -14,6 +14,8 @@ export interface RankState {
   phase: string;
   /** rank clock (ms) when the phase began */
   phaseAt: number;
+  /** a library per-step phase (forward, allreduce, …), not one the user named */
+  phaseFrequent?: boolean;
   coll: CollectiveRecord | null;
   /** true between a collective's "enter" and "exit" */
   inColl: boolean;
@@ -39,6 +41,8 @@ export interface RankView {
   host: string;
   pid: number;
   phase: string;
+  /** the phase is one of the library's per-step phases */
+  phaseFrequent: boolean;
   /** seconds in the current phase */
   phaseS: number;
   coll: CollectiveRecord | null;
@@ -52,6 +56,8 @@ export interface RankView {
 
 /** How often a rank refreshes its record even when nothing changed. */
 export const HEARTBEAT_MS = 1000;
+/** Longest delay of a frequent phase change or a collective exit before it is published. */
+const FLUSH_MS = 100;
 
 /**
  * A PhaseSink that publishes every phase change and collective enter/exit
@@ -63,6 +69,7 @@ export class StorePhaseSink implements PhaseSink {
   readonly #key: string;
   readonly #state: RankState;
   #timer: ReturnType<typeof setInterval> | undefined;
+  #flush: ReturnType<typeof setTimeout> | undefined;
 
   constructor(
     store: StoreClient,
@@ -74,17 +81,38 @@ export class StorePhaseSink implements PhaseSink {
     this.#state = { ...init, coll: null, inColl: false, collAt: 0, status: "running", sentAt: 0 };
   }
 
-  phase(name: string, sinceMs: number): void {
+  phase(name: string, sinceMs: number, frequent = false): void {
     this.#state.phase = name;
     this.#state.phaseAt = sinceMs;
-    this.publish();
+    this.#state.phaseFrequent = frequent;
+    if (frequent) this.#soon();
+    else this.publish();
   }
 
+  /**
+   * A barrier's enter is published at once (ranks wait there for others'
+   * slow work); other collectives, which a training step runs many times a
+   * second, within FLUSH_MS. A rank blocked in one before it was reported
+   * stops its heartbeat: the launcher's hang check reads that silence as
+   * "blocked in the collective after its last report" (launch/hang_report.ts).
+   */
   collective(rec: CollectiveRecord, state: "enter" | "exit"): void {
     this.#state.coll = { ...rec };
     this.#state.inColl = state === "enter";
     this.#state.collAt = Date.now();
-    this.publish();
+    if (state === "enter" && rec.op === "barrier") this.publish();
+    else this.#soon();
+  }
+
+  /** Publishes within FLUSH_MS (at once when the last record is older). */
+  #soon(): void {
+    if (Date.now() - this.#state.sentAt >= FLUSH_MS) return this.publish();
+    if (this.#flush !== undefined) return;
+    this.#flush = setTimeout(() => {
+      this.#flush = undefined;
+      this.publish();
+    }, FLUSH_MS);
+    Deno.unrefTimer(this.#flush);
   }
 
   /** Marks the rank as ending normally (sent from the unload event). */
@@ -96,6 +124,10 @@ export class StorePhaseSink implements PhaseSink {
 
   /** Writes the record now. */
   publish(): void {
+    if (this.#flush !== undefined) {
+      clearTimeout(this.#flush);
+      this.#flush = undefined;
+    }
     this.#state.sentAt = Date.now();
     this.#store.post(this.#key, JSON.stringify(this.#state));
   }
@@ -154,6 +186,7 @@ export function toRankView(entry: StoreEntry): RankView | null {
     pid,
     phase: s.phase,
     phaseS: Math.max(0, (sentAt - phaseAt) / 1000 + age),
+    phaseFrequent: s.phaseFrequent === true,
     coll,
     inColl: s.inColl === true && coll !== null,
     collS: Math.max(0, (sentAt - collAt) / 1000 + age),

@@ -52,16 +52,39 @@ function elsewhere(rank: number, v: RankView | undefined): string {
   return `rank ${rank} is elsewhere: phase "${v.phase}" for ${seconds(v.phaseS)}`;
 }
 
+/** A running rank silent for this long is blocked in a synchronous call (its heartbeat is 1 s). */
+const SILENT_S = 3;
+
+/**
+ * A rank that stopped reporting while running is blocked in native code; a
+ * rank's frequent collectives are reported only every ~100 ms, so it is
+ * taken to wait in the collective after the last one it reported.
+ */
+function inferBlocked(v: RankView): RankView {
+  // A silent rank in a phase of its own (the user's `phase("scan dataset")`) is busy, not blocked.
+  if (
+    v.status !== "running" || v.inColl || v.heardS < SILENT_S || v.coll === null || !v.phaseFrequent
+  ) return v;
+  const coll = {
+    ...v.coll,
+    seq: v.coll.seq + 1,
+    op: "collective",
+    detail: `after ${v.coll.op} seq ${v.coll.seq}`,
+  };
+  return { ...v, coll, inColl: true, collS: v.heardS };
+}
+
 /**
  * The hang, if any rank has waited in a collective for at least
  * `thresholdS`: the largest group of ranks waiting at the same collective,
  * and what each other rank of `worldSize` is doing.
  */
 export function findHang(
-  views: readonly RankView[],
+  reported: readonly RankView[],
   worldSize: number,
   thresholdS: number,
 ): Hang | null {
+  const views = reported.map(inferBlocked);
   const stuck = views.filter((v) => v.inColl && v.status === "running" && v.collS >= thresholdS);
   if (stuck.length === 0) return null;
   const groups = new Map<string, RankView[]>();

@@ -253,7 +253,7 @@ export class Trainer<M extends Module> {
       let exhausted = false;
       const iterator = this.loader[Symbol.asyncIterator]();
       for (;;) {
-        phase("data");
+        phase("data", { frequent: true });
         const next = await iterator.next();
         if (next.done) exhausted = true;
         else {
@@ -360,10 +360,10 @@ export class Trainer<M extends Module> {
     micro.forEach((batch, i) => {
       const run = () =>
         scope(() => {
-          phase("forward");
+          phase("forward", { frequent: true });
           const loss = autocast(low, () => this.#opts.loss(this.model, batch));
           total += loss.item() / k;
-          phase("backward");
+          phase("backward", { frequent: true });
           backward(this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss));
         });
       if (this.ddp && i < k - 1) this.ddp.noSync(run);
@@ -374,7 +374,7 @@ export class Trainer<M extends Module> {
 
   /** Unscale, clip (or measure) the global norm, step unless inf/NaN, update scaler and schedule. */
   #clipAndStep(params: Tensor[]): number | null {
-    phase("optimizer");
+    phase("optimizer", { frequent: true });
     this.scaler.unscale(this.optimizer);
     const maxNorm = this.config.clipGradNorm;
     const norm = maxNorm !== null ? clipGradNorm(params, maxNorm) : gradNorm(params);

@@ -14,6 +14,7 @@ function view(rank: number, over: Partial<RankView> = {}): RankView {
     host: "h",
     pid: 100 + rank,
     phase: "train",
+    phaseFrequent: false,
     phaseS: 5,
     coll: null,
     inColl: false,
@@ -142,5 +143,35 @@ Deno.test("failureSummary() prints the failing rank's error and stack, or its st
   assert.match(
     withTail,
     /rank 3 \(node 1\) failed first: killed by SIGSEGV\nit left no error report; the last lines of its stderr:\n {2}\| last words/,
+  );
+});
+
+Deno.test("findHang() takes a silent rank in a library phase as blocked in the collective after its last report", () => {
+  // Ranks 0 and 1 reported allReduce seq 41 done, then went silent in a per-step phase (their
+  // next enter is reported late); rank 2 is busy in a phase of its own and still reporting.
+  const blocked = (rank: number) =>
+    view(rank, {
+      phase: "allreduce bucket 0 of step 41",
+      phaseFrequent: true,
+      coll: { seq: 41, op: "allReduce", bytes: 4096 },
+      collS: 70,
+      heardS: 70,
+    });
+  const views = [blocked(0), blocked(1), view(2, { phase: "evaluate", phaseS: 71 })];
+  const hang = findHang(views, 3, 60)!;
+  assert.ok(hang, "a hang must be found");
+  assert.match(
+    hang.sentence,
+    /ranks 0,1 wait at collective "after allReduce seq 41" \(seq 42\) for 70(\.0)? s/,
+  );
+  assert.match(hang.sentence, /rank 2 is elsewhere: phase "evaluate"/);
+  // A silent rank in a user phase (e.g. a long synchronous scan) is busy, not blocked.
+  assert.equal(
+    findHang(
+      [view(0, { phase: "scan", heardS: 70, coll: { seq: 3, op: "allReduce", bytes: 4 } })],
+      1,
+      60,
+    ),
+    null,
   );
 });

@@ -58,7 +58,12 @@ Deno.test("parseLaunchArgs() fills documented defaults", () => {
       graceS: 30,
       runDir: null,
       logRanks: "0",
+      device: "auto",
     },
+  );
+  assert.throws(
+    () => parse(["--device", "tpu", "run.ts"]),
+    /--device tpu is not one of auto, cpu, cuda/,
   );
   assert.equal(
     (parseLaunchArgs(

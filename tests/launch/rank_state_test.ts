@@ -32,7 +32,8 @@ Deno.test("StorePhaseSink publishes phases and collectives that toRankView() rea
       phaseAt: Date.now(),
     });
     sink.phase("forward", Date.now() - 1500);
-    sink.collective({ seq: 7, op: "allReduce", bytes: 1024, detail: "bucket 0" }, "enter");
+    // A barrier's enter leaves at once (other collectives within ~100 ms).
+    sink.collective({ seq: 7, op: "barrier", bytes: 0, detail: "epoch-end" }, "enter");
     await rank.ping(); // posted records are ordered before this answer
     const [entry] = await launcher.list("r/");
     const v = toRankView(entry!)!;
@@ -41,11 +42,11 @@ Deno.test("StorePhaseSink publishes phases and collectives that toRankView() rea
     assert.equal(v.pid, 77);
     assert.equal(v.phase, "forward");
     assert.ok(v.phaseS >= 1.5 && v.phaseS < 3, `in phase for ${v.phaseS} s`);
-    assert.deepEqual(v.coll, { seq: 7, op: "allReduce", bytes: 1024, detail: "bucket 0" });
+    assert.deepEqual(v.coll, { seq: 7, op: "barrier", bytes: 0, detail: "epoch-end" });
     assert.equal(v.inColl, true);
     assert.equal(v.status, "running");
 
-    sink.collective({ seq: 7, op: "allReduce", bytes: 1024, detail: "bucket 0" }, "exit");
+    sink.collective({ seq: 7, op: "barrier", bytes: 0, detail: "epoch-end" }, "exit");
     sink.exiting();
     await rank.ping();
     const after = toRankView((await launcher.list("r/"))[0]!)!;

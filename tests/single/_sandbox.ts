@@ -43,6 +43,27 @@ export const NO_NETWORK: { ok: true } | { ok: false; why: string } = !UNSHARE ||
 export const MOUNTS_OK = UNSHARE !== null && MOUNT !== null &&
   succeeds(UNSHARE, ["-m", MOUNT, "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/mnt"]);
 
+/**
+ * Why the single file cannot be built on this machine (esbuild not installed,
+ * no tar or gzip, no gcc and no built CPU library), or null when it can.
+ */
+export function buildBlocker(repo: string): string | null {
+  try {
+    Deno.statSync(join(repo, "node_modules", "esbuild"));
+  } catch {
+    return "npm package esbuild is not installed (npm ci)";
+  }
+  for (const tool of ["tar", "gzip"]) {
+    if (!succeeds(tool, ["--version"])) return `${tool} is not installed`;
+  }
+  let built = false;
+  try {
+    built = Deno.statSync(join(repo, "build", "libdtrain_cpu.so")).isFile;
+  } catch { /* not built */ }
+  if (!built && !succeeds("gcc", ["--version"])) return "no gcc to build libdtrain_cpu.so";
+  return null;
+}
+
 /** A scratch folder laid out like a bare cluster node. */
 export class Sandbox {
   readonly dir = Deno.makeTempDirSync({ prefix: "dtrain-single-test-" });

@@ -9,9 +9,15 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { cacheEntries, MOUNTS_OK, NO_NETWORK, runIn, Sandbox } from "./_sandbox.ts";
+import { buildBlocker, cacheEntries, MOUNTS_OK, NO_NETWORK, runIn, Sandbox } from "./_sandbox.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
+const BLOCKER = buildBlocker(REPO);
+if (BLOCKER) console.log(`single-file tests skipped: cannot build the file here: ${BLOCKER}`);
+if (!NO_NETWORK.ok) console.log(`single-file runs keep the network: ${NO_NETWORK.why}`);
+if (!MOUNTS_OK) {
+  console.log("cache-folder failure test skipped: tmpfs mounts (unshare -m) not permitted");
+}
 
 /** A toy model trained for a few steps with DDP over the CPU process group. */
 const USER_SCRIPT = `
@@ -101,7 +107,12 @@ function firstStepMs(r: { stdout: string; startedAt: number }): number {
 
 const timings: string[] = [];
 
-Deno.test("build_single.ts --sfx writes one executable file with the runtime, the bundle and the libraries", async () => {
+/** A test that is skipped (with the reason printed above) where the file cannot be built. */
+function test(name: string, fn: () => Promise<void>, opts: { ignore?: boolean } = {}): void {
+  Deno.test({ name, ignore: BLOCKER !== null || (opts.ignore ?? false), fn });
+}
+
+test("build_single.ts --sfx writes one executable file with the runtime, the bundle and the libraries", async () => {
   const { path, bytes } = await build();
   const head = new TextDecoder().decode(Deno.readFileSync(path).subarray(0, 9));
   assert.equal(head, "#!/bin/sh");
@@ -111,10 +122,9 @@ Deno.test("build_single.ts --sfx writes one executable file with the runtime, th
   timings.push(`size ${(bytes / 1e6).toFixed(1)} MB`);
 });
 
-Deno.test({
-  name:
-    "the single file alone trains 2 ranks of a TypeScript script importing dtrain, with no deno/node/npm, an empty HOME and no network",
-  async fn() {
+test(
+  "the single file alone trains 2 ranks of a TypeScript script importing dtrain, with no deno/node/npm, an empty HOME and no network",
+  async () => {
     const box = await sandboxWithFile();
     try {
       assert.deepEqual(cacheEntries(box.work), ["dtrain"]);
@@ -147,9 +157,9 @@ Deno.test({
       box.remove();
     }
   },
-});
+);
 
-Deno.test("`dtrain doctor` from the single file reports every section and exits 0", async () => {
+test("`dtrain doctor` from the single file reports every section and exits 0", async () => {
   const box = await sandboxWithFile();
   try {
     const r = await runIn(
@@ -182,7 +192,7 @@ Deno.test("`dtrain doctor` from the single file reports every section and exits 
   }
 });
 
-Deno.test("eight simultaneous first starts against a fresh cache all succeed and leave one verified folder", async () => {
+test("eight simultaneous first starts against a fresh cache all succeed and leave one verified folder", async () => {
   const box = await sandboxWithFile();
   try {
     const cache = join(box.dir, "cache");
@@ -203,11 +213,9 @@ Deno.test("eight simultaneous first starts against a fresh cache all succeed and
   }
 });
 
-Deno.test({
-  name:
-    "a read-only, full or noexec cache folder is a clear error naming the folder and DTRAIN_CACHE",
-  ignore: !MOUNTS_OK,
-  async fn() {
+test(
+  "a read-only, full or noexec cache folder is a clear error naming the folder and DTRAIN_CACHE",
+  async () => {
     const box = await sandboxWithFile();
     try {
       const ro = join(box.dir, "ro");
@@ -241,9 +249,10 @@ Deno.test({
       box.remove();
     }
   },
-});
+  { ignore: !MOUNTS_OK },
+);
 
-Deno.test("a file altered in the extraction folder is refused, naming it and the folder to delete", async () => {
+test("a file altered in the extraction folder is refused, naming it and the folder to delete", async () => {
   const box = await sandboxWithFile();
   try {
     const cache = join(box.dir, "cache");
@@ -262,7 +271,7 @@ Deno.test("a file altered in the extraction folder is refused, naming it and the
   }
 });
 
-Deno.test("the deno compile program unpacks the same payload without tar or gzip and runs dtrain", async () => {
+test("the deno compile program unpacks the same payload without tar or gzip and runs dtrain", async () => {
   const { stage } = await build();
   const box = new Sandbox();
   try {
@@ -283,6 +292,7 @@ Deno.test("the deno compile program unpacks the same payload without tar or gzip
   }
 });
 
-Deno.test("single-file measurements", () => {
+test("single-file measurements", () => {
   console.log(`single file: ${timings.join("; ")}`);
+  return Promise.resolve();
 });
