@@ -91,6 +91,7 @@ async function fail(err: unknown): Promise<void> {
   if (failing) return;
   failing = true;
   sink.stopHeartbeat();
+  sink.publish(); // the latest phase and collective, which may not have been sent yet
   const { message, stack } = describe(err);
   console.error(`Uncaught error in rank ${me}: ${stack || message}`);
   const notice: FailureNotice = { rank: me, host, message, stack };
