@@ -159,9 +159,7 @@ function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
     h.update(Deno.readFileSync(join(ROOT, f)));
   }
   h.update(spec.command("OUT", "HASH", []).join(" "));
-  const sources = files.filter((f) =>
-    spec.compileExt.some((ext) => f.endsWith(ext))
-  );
+  const sources = files.filter((f) => spec.compileExt.some((ext) => f.endsWith(ext)));
   return { hash: h.digest("hex").slice(0, 16), sources };
 }
 

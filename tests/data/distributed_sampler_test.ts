@@ -5,11 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import {
-  DistributedSampler,
-  samplerSizes,
-  shardIndices,
-} from "../../data/distributed_sampler.ts";
+import { DistributedSampler, samplerSizes, shardIndices } from "../../data/distributed_sampler.ts";
 import { checkSamplerFixtures } from "../../data/sampler_parity.ts";
 import { fixturesDir, readJsonFixture } from "../random/_fixtures.ts";
 
@@ -29,8 +25,7 @@ const fixture = readJsonFixture<{ cases: SamplerCase[] }>("sampler.json");
 Deno.test("shardIndices() matches torch's DistributedSampler for every sampler.json case", () => {
   assert.ok(fixture.cases.length > 0);
   for (const c of fixture.cases) {
-    const name =
-      `n=${c.n} ws=${c.num_replicas} seed=${c.seed} epoch=${c.epoch} ` +
+    const name = `n=${c.n} ws=${c.num_replicas} seed=${c.seed} epoch=${c.epoch} ` +
       `shuffle=${c.shuffle} drop_last=${c.drop_last}`;
     const sizes = samplerSizes(c.n, c.num_replicas, { dropLast: c.drop_last });
     assert.deepEqual(sizes, {
@@ -60,9 +55,7 @@ Deno.test("checkSamplerFixtures() passes one row per case and flags a tampered f
   assert.deepEqual(rows.filter((r) => !r.ok), []);
 
   const tampered = structuredClone(fixture);
-  const target = tampered.cases.findIndex((c) =>
-    c.shuffle && c.n >= 10 && c.num_replicas === 2
-  );
+  const target = tampered.cases.findIndex((c) => c.shuffle && c.n >= 10 && c.num_replicas === 2);
   const list = tampered.cases[target]!.indices[1]!;
   [list[0], list[1]] = [list[1]!, list[0]!];
   tampered.cases[target + 1]!.num_samples += 1;

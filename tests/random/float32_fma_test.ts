@@ -69,9 +69,7 @@ Deno.test("fmaf32() equals the exact reference on 20000 random float32 triples",
     const a = randomFloat();
     const b = randomFloat();
     // Put c near -a*b half of the time so cancellation cases are covered too.
-    const c = i % 2
-      ? randomFloat()
-      : f(-(a * b) * (1 + 2 ** -20 * ((g.random() % 64) - 32)));
+    const c = i % 2 ? randomFloat() : f(-(a * b) * (1 + 2 ** -20 * ((g.random() % 64) - 32)));
     const expected = referenceFma(a, b, c);
     assert.equal(fmaf32(a, b, c), expected, `fmaf32(${a}, ${b}, ${c})`);
   }

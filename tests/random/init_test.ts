@@ -10,12 +10,7 @@ import {
   kaimingUniformLinearBound,
   linearBiasBound,
 } from "../../random/init.ts";
-import {
-  bitDiff,
-  f32Tensor,
-  readJsonFixture,
-  readSafetensorsFixture,
-} from "./_fixtures.ts";
+import { bitDiff, f32Tensor, readJsonFixture, readSafetensorsFixture } from "./_fixtures.ts";
 
 function assertBitIdentical(
   actual: Float32Array,

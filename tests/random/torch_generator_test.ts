@@ -5,10 +5,7 @@
  */
 import assert from "node:assert/strict";
 import process from "node:process";
-import {
-  TorchGenerator,
-  type TorchGeneratorState,
-} from "../../random/torch_generator.ts";
+import { TorchGenerator, type TorchGeneratorState } from "../../random/torch_generator.ts";
 import { checkRandpermFixtures } from "../../data/sampler_parity.ts";
 import { fixturesDir, readJsonFixture } from "./_fixtures.ts";
 
@@ -141,8 +138,7 @@ Deno.test("setState() rejects malformed states with a message naming the field",
 });
 
 Deno.test("manualSeed() keys MT19937 on the low 32 bits and wraps negative seeds like torch", () => {
-  const stream = (g: TorchGenerator) =>
-    Array.from({ length: 8 }, () => g.random());
+  const stream = (g: TorchGenerator) => Array.from({ length: 8 }, () => g.random());
   assert.deepEqual(
     stream(new TorchGenerator(2 ** 32 + 7)),
     stream(new TorchGenerator(7)),
