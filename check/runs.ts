@@ -54,6 +54,8 @@ export interface RunContext {
   outDir: string;
   /** wall-clock limit of one run, seconds */
   timeoutS: number;
+  /** the environment runs start from (default: this process's) */
+  baseEnv?: Record<string, string>;
 }
 
 /** How a run ended and where its files are. */
@@ -87,8 +89,11 @@ export function runFolders(
 }
 
 /** The caller's environment without launch variables or an outer check's settings, plus `extra`. */
-export function stageEnv(extra: Record<string, string>): Record<string, string> {
-  const env = Deno.env.toObject();
+export function stageEnv(
+  extra: Record<string, string>,
+  base: Record<string, string> = Deno.env.toObject(),
+): Record<string, string> {
+  const env = { ...base };
   for (const name of INHERITED_WORLD) delete env[name];
   for (const name of Object.keys(env)) if (name.startsWith("DTRAIN_CHECK_")) delete env[name];
   return { ...env, ...extra };
@@ -123,7 +128,7 @@ export async function runStage(spec: RunSpec, ctx: RunContext): Promise<RunResul
       ctx.script,
       ...ctx.scriptArgs,
     ];
-  const env = stageEnv({ ...spec.env, [CHECK_ENV.OUT]: probeDir });
+  const env = stageEnv({ ...spec.env, [CHECK_ENV.OUT]: probeDir }, ctx.baseEnv);
   const logPath = join(dir, "output.log");
   const log = Deno.openSync(logPath, { write: true, create: true, truncate: true });
   const tail: string[] = [];

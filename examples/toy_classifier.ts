@@ -13,7 +13,7 @@ import {
   TensorDataset,
   TorchGenerator,
   Trainer,
-} from "../mod.ts";
+} from "dtrain";
 
 /**
  * SyntheticDataset(size, featureDim) of the harness, bit for bit: drawn from

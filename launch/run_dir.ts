@@ -30,14 +30,14 @@ export function makeRunId(script: string, now = new Date()): string {
  * --run-dir) use the given path as is, creating it if needed.
  */
 export function createRunDir(
-  opts: { runDir: string | null; runId: string; exclusive: boolean },
+  opts: { runDir: string | null; runId: string; exclusive: boolean; cwd?: string },
 ): { dir: string; runId: string } {
   if (opts.runDir !== null) {
-    const dir = resolve(opts.runDir);
+    const dir = resolve(opts.cwd ?? ".", opts.runDir);
     Deno.mkdirSync(dir, { recursive: true });
     return { dir, runId: opts.runId };
   }
-  const parent = resolve("runs");
+  const parent = resolve(opts.cwd ?? ".", "runs");
   Deno.mkdirSync(parent, { recursive: true });
   if (!opts.exclusive) {
     const dir = join(parent, opts.runId);

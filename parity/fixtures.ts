@@ -9,6 +9,7 @@ import { parseSafetensors, type StTensor } from "../io/safetensors.ts";
 import type { Tensor } from "../tensor/tensor.ts";
 import { fromStTensor } from "../tensor/st_bridge.ts";
 import type { StateTensor } from "../nn/module.ts";
+import { stateTensor } from "../nn/load.ts";
 
 /** The default fixture folder: DTRAIN_FIXTURES, else ../shared/fixtures/pytorch beside the repository. */
 export function defaultFixtureDir(): string {
@@ -60,16 +61,9 @@ export function toFloat32(t: StTensor, what: string): Float32Array {
   return new Float32Array(t.data.slice().buffer);
 }
 
-/** A fixture tensor as a state-dict source for Module.loadStateDict. */
-export function stateSource(t: StTensor): StateTensor {
-  return { shape: t.shape, dtype: t.dtype.toLowerCase(), bytes: () => t.data };
-}
-
-/** All of a file's tensors as state-dict sources. */
-export function stateSources(
-  m: Map<string, StTensor>,
-): Map<string, StateTensor> {
-  return new Map([...m].map(([k, v]) => [k, stateSource(v)]));
+/** All of a file's tensors as state-dict sources for Module.loadStateDict. */
+export function stateSources(m: Map<string, StTensor>): Map<string, StateTensor> {
+  return new Map([...m].map(([k, v]) => [k, stateTensor(v)]));
 }
 
 /** A fixture tensor copied into a dtrain tensor (F32, I64, I32, …). */

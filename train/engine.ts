@@ -263,7 +263,7 @@ export class Trainer<M extends Module> {
         }
         if (micro.length === 0) break;
         // ---- one optimizer step over `micro` ----------------------------------
-        const stepLoss = this.#step_(micro);
+        const stepLoss = this.#forwardBackward(micro);
         const samples = micro.reduce((a, b) => a + b[0]!.shape[0]!, 0);
         for (const b of micro) for (const t of b) t.dispose();
         micro = [];
@@ -353,7 +353,7 @@ export class Trainer<M extends Module> {
   }
 
   /** Forward and backward of k micro-batches; returns the step's loss (mean of micro-batch losses). */
-  #step_(micro: Tensor[][]): number {
+  #forwardBackward(micro: Tensor[][]): number {
     const k = micro.length;
     const low = this.config.precision.autocast;
     let total = 0;

@@ -35,10 +35,17 @@ Deno.test("runStage() runs the script alone with the probe's variables and witho
     DTRAIN_CHECK_OTHER: "x",
     KEEP_ME: "yes",
   };
-  for (const [k, v] of Object.entries(outer)) Deno.env.set(k, v);
-  try {
+  // Given as the base environment, not set on this process: other test files run in it at the same time.
+  const baseEnv = { ...Deno.env.toObject(), ...outer };
+  {
     await withOutDir(async (out) => {
-      const r = await runStage(spec, { script: SCRIPT, scriptArgs: [], outDir: out, timeoutS: 60 });
+      const r = await runStage(spec, {
+        script: SCRIPT,
+        scriptArgs: [],
+        outDir: out,
+        timeoutS: 60,
+        baseEnv,
+      });
       assert.equal(r.code, 3);
       assert.equal(r.timedOut, false);
       assert.equal(r.probeDir, join(out, "single", "probe"));
@@ -66,8 +73,6 @@ Deno.test("runStage() runs the script alone with the probe's variables and witho
         /^the run \(single process\) exited with code 3; see .*output\.log: .*to stderr/,
       );
     });
-  } finally {
-    for (const k of Object.keys(outer)) Deno.env.delete(k);
   }
 });
 

@@ -62,22 +62,21 @@ Deno.test("makeRunId() is the UTC time, the script name and a random suffix", ()
 
 Deno.test("createRunDir() never reuses another run's directory on node 0", () => {
   const dir = Deno.makeTempDirSync();
-  const cwd = Deno.cwd();
-  Deno.chdir(dir);
+  // Relative to `cwd`, not a chdir: other test files run in this process at the same time.
+  const cwd = dir;
   try {
-    const a = createRunDir({ runDir: null, runId: "same-id", exclusive: true });
-    const b = createRunDir({ runDir: null, runId: "same-id", exclusive: true });
+    const a = createRunDir({ runDir: null, runId: "same-id", exclusive: true, cwd });
+    const b = createRunDir({ runDir: null, runId: "same-id", exclusive: true, cwd });
     assert.equal(a.dir, join(dir, "runs", "same-id"));
     assert.equal(b.runId, "same-id-2");
     assert.equal(b.dir, join(dir, "runs", "same-id-2"));
-    const other = createRunDir({ runDir: null, runId: "same-id", exclusive: false });
+    const other = createRunDir({ runDir: null, runId: "same-id", exclusive: false, cwd });
     assert.equal(other.dir, a.dir, "other nodes join node 0's directory");
-    const explicit = createRunDir({ runDir: "mine/run", runId: "x", exclusive: true });
+    const explicit = createRunDir({ runDir: "mine/run", runId: "x", exclusive: true, cwd });
     assert.equal(explicit.dir, join(dir, "mine", "run"));
     assert.equal(launchRecordPath("/r", 0), "/r/launch.json");
     assert.equal(launchRecordPath("/r", 2), "/r/launch-node2.json");
   } finally {
-    Deno.chdir(cwd);
     Deno.removeSync(dir, { recursive: true });
   }
 });
