@@ -4,7 +4,6 @@
  * argument validation.
  */
 import assert from "node:assert/strict";
-import process from "node:process";
 import { TorchGenerator, type TorchGeneratorState } from "../../random/torch_generator.ts";
 import { checkRandpermFixtures } from "../../data/sampler_parity.ts";
 import { fixturesDir, readJsonFixture } from "./_fixtures.ts";
