@@ -26,11 +26,6 @@ export const DTYPE_SIZE: Record<DType, number> = {
   u8: 1,
 };
 
-/** True for the floating-point value types. */
-export function isFloat(d: DType): boolean {
-  return d === "f32" || d === "bf16" || d === "f16";
-}
-
 /** The safetensors name of a dtype ("F32", "BF16", …). */
 export const SAFETENSORS_NAME: Record<DType, string> = {
   f32: "F32",

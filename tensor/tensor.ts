@@ -131,7 +131,12 @@ export class Tensor {
   toArray(): Float32Array | Int32Array | BigInt64Array | Uint8Array {
     this.assertLive("toArray");
     if (this.dtype === "bf16" || this.dtype === "f16") {
-      return castTensor(this, "f32", true).toArray();
+      const f32 = castTensor(this, "f32");
+      try {
+        return f32.toArray();
+      } finally {
+        f32.dispose();
+      }
     }
     const out = this.dtype === "f32"
       ? new Float32Array(this.numel)
@@ -309,7 +314,7 @@ export function fromArray(
 }
 
 /** Converts a tensor's elements to another dtype (no autograd; see ops for the differentiable cast). */
-export function castTensor(t: Tensor, dtype: DType, temporary = false): Tensor {
+export function castTensor(t: Tensor, dtype: DType): Tensor {
   const out = empty(t.shape, dtype);
   const b = backend();
   check(
@@ -323,7 +328,6 @@ export function castTensor(t: Tensor, dtype: DType, temporary = false): Tensor {
     ),
     "dt_cast",
   );
-  if (temporary) out.keep();
   return out;
 }
 
@@ -361,9 +365,4 @@ function collectTensors(v: unknown, into: Set<Tensor>): void {
   ) {
     for (const x of Object.values(v)) collectTensors(x, into);
   }
-}
-
-/** Number of tensors tracked by the open scopes (for leak tests). */
-export function scopeDepth(): number {
-  return scopes.length;
 }

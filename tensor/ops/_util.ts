@@ -1,28 +1,16 @@
 /**
- * Helpers shared by the op files: shape checks with messages that name the
- * op and both shapes, and the f32 view of low-precision inputs.
+ * Helpers shared by the op files: the dtype check with a message that names
+ * the op, and the f32 view of low-precision inputs.
  */
-import type { Tensor } from "../tensor.ts";
-import { castTensor } from "../tensor.ts";
-import { record } from "../autograd.ts";
-import { needsGrad } from "../autograd.ts";
+import { castTensor, type Tensor } from "../tensor.ts";
+import { needsGrad, record } from "../autograd.ts";
 
-/** Throws unless `t` has dtype f32 (after autocast, ops compute in f32). */
+/** Throws unless `t` holds floating-point values (f32, bf16 or f16). */
 export function requireFloat(op: string, t: Tensor): void {
   if (t.dtype !== "f32" && t.dtype !== "bf16" && t.dtype !== "f16") {
     throw new TypeError(
       `${op}: expected a floating-point tensor, got ${t.dtype} of shape [${t.shape}]`,
     );
-  }
-}
-
-/** Throws unless the two shapes are equal. */
-export function requireSameShape(op: string, a: Tensor, b: Tensor): void {
-  if (
-    a.numel !== b.numel || a.shape.length !== b.shape.length ||
-    a.shape.some((d, i) => d !== b.shape[i])
-  ) {
-    throw new RangeError(`${op}: shapes [${a.shape}] and [${b.shape}] differ`);
   }
 }
 
@@ -37,6 +25,3 @@ export function asF32(t: Tensor): Tensor {
   if (needsGrad(t)) record(out, "cast", [t], (g) => [g]);
   return out;
 }
-
-/** BigInt of a number, for i64 FFI arguments. */
-export const big = BigInt;
