@@ -79,7 +79,7 @@ export {
   CheckpointManager,
   type CheckpointPayload,
   type LoadedCheckpoint,
-} from "./train/checkpoint.ts";
+} from "./train/checkpoint/manager.ts";
 export { optimizerFile, restoreOptimizer, tensorFile } from "./train/state.ts";
 export { fromStTensor, toStTensor } from "./tensor/st_bridge.ts";
 export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
@@ -93,9 +93,9 @@ export {
   rankZeroFirst,
   storeBarrier,
   storeKey,
-} from "./distributed/rank_runtime.ts";
-export type { World } from "./distributed/env.ts";
+} from "./distributed/control/rank_runtime.ts";
+export type { World } from "./distributed/control/env.ts";
 
 // random numbers and data order
 export { TorchGenerator } from "./random/torch_generator.ts";
-export { phase } from "./distributed/phase.ts";
+export { phase } from "./distributed/control/phase.ts";

@@ -6,7 +6,7 @@
  */
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { ENV as WORLD_ENV } from "../distributed/env.ts";
+import { ENV as WORLD_ENV } from "../distributed/control/env.ts";
 import { signalExitCode } from "../launch/rank_process.ts";
 import { CHECK_ENV } from "./probe.ts";
 

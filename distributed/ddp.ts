@@ -12,7 +12,7 @@ import type { Module } from "../nn/module.ts";
 import type { ProcessGroup } from "./process_group.ts";
 import { addBackwardObserver } from "../tensor/autograd.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
-import { phase } from "./phase.ts";
+import { phase } from "./control/phase.ts";
 import { allGatherJson } from "./gather_json.ts";
 
 /** DDP options (torch's names in camelCase). */

@@ -5,7 +5,7 @@
  * every wait polls ncclCommGetAsyncError and a deadline (NCCL has no timeout
  * of its own) and aborts the communicator on an error, a timeout or the
  * launcher's abort record, so that no rank hangs. Calls are reported to
- * distributed/phase.ts like those of the shared-memory backend.
+ * distributed/control/phase.ts like those of the shared-memory backend.
  */
 import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
@@ -19,7 +19,7 @@ import {
 } from "../ffi/nccl.ts";
 import { DtNativeError } from "../ffi/native.ts";
 import { openCudaBackend } from "../tensor/cuda_backend.ts";
-import { reportCollective } from "./phase.ts";
+import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -29,9 +29,9 @@ import {
   resolveBuffer,
   type ResolvedBuffer,
 } from "./collective_buffer.ts";
-import { getRankSettings, getWorld } from "./env.ts";
-import { getStore, storeKey } from "./rank_runtime.ts";
-import { attemptKeys } from "./store_keys.ts";
+import { getRankSettings, getWorld } from "./control/env.ts";
+import { getStore, storeKey } from "./control/rank_runtime.ts";
+import { attemptKeys } from "./control/store_keys.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
 
 /** What the host watches while a collective is in flight. */

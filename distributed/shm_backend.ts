@@ -2,7 +2,7 @@
  * The CPU process group for ranks on one machine: a thin class over
  * libdtrain_shm.so (kernels/shm), which keeps the segment, the barriers and
  * the arithmetic. This file checks arguments, reports every call to
- * distributed/phase.ts for the launcher's hang diagnosis, and owns the handle.
+ * distributed/control/phase.ts for the launcher's hang diagnosis, and owns the handle.
  */
 import {
   DT_ERR_ARG,
@@ -11,7 +11,7 @@ import {
   SHM_REDUCE_CODE,
   shmLibrary,
 } from "../ffi/shm.ts";
-import { reportCollective } from "./phase.ts";
+import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,

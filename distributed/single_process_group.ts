@@ -4,7 +4,7 @@
  * reduceScatter copy inp to out), so single-process code runs the same
  * calls, with the same argument checks and phase reports, as a distributed one.
  */
-import { reportCollective } from "./phase.ts";
+import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,

@@ -5,7 +5,7 @@
  * and the command that builds the library.
  */
 import { join } from "node:path";
-import { dtrainRuntime } from "../sfx/runtime.ts";
+import { dtrainRuntime } from "../os/install_layout.ts";
 import { checkExtractedFile } from "../sfx/manifest.ts";
 
 /** Must equal DT_ABI_VERSION in kernels/common/dt_common.h. */

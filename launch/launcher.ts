@@ -17,9 +17,9 @@ import {
   writeRunRecord,
 } from "../run/record.ts";
 import { resolve } from "node:path";
-import { StoreClient } from "../distributed/store.ts";
-import { StoreServer } from "../distributed/store_server.ts";
-import { runKeys } from "../distributed/store_keys.ts";
+import { StoreClient } from "../distributed/control/store.ts";
+import { StoreServer } from "../distributed/control/store_server.ts";
+import { runKeys } from "../distributed/control/store_keys.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
 import type { LaunchOptions } from "./options.ts";
 import { LauncherLog } from "./output.ts";

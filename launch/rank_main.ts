@@ -3,12 +3,12 @@
  * publishes the rank's phases, and turns any uncaught error into a failure notice in the store and
  * exit code 1. The launcher loads it with `deno run --preload`, before the user's script.
  */
-import { currentPhase, setPhaseSink } from "../distributed/phase.ts";
-import { getRankSettings, launcherPid, storeToken } from "../distributed/env.ts";
-import { getWorld, installRankStore } from "../distributed/rank_runtime.ts";
-import { type FailureNotice, StorePhaseSink } from "../distributed/rank_state.ts";
-import { StoreClient } from "../distributed/store.ts";
-import { attemptKeys } from "../distributed/store_keys.ts";
+import { currentPhase, setPhaseSink } from "../distributed/control/phase.ts";
+import { getRankSettings, launcherPid, storeToken } from "../distributed/control/env.ts";
+import { getWorld, installRankStore } from "../distributed/control/rank_runtime.ts";
+import { type FailureNotice, StorePhaseSink } from "../distributed/control/rank_state.ts";
+import { StoreClient } from "../distributed/control/store.ts";
+import { attemptKeys } from "../distributed/control/store_keys.ts";
 import { dieWithParent } from "./pdeathsig.ts";
 
 // Why --preload rather than `await import(script)`: the user's script stays the main module, so

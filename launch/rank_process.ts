@@ -5,7 +5,7 @@
  * then SIGKILL after a grace period.
  */
 import { LogFile, pumpLines, showsStdout } from "./output.ts";
-import { dtrainRuntime } from "../sfx/runtime.ts";
+import { dtrainRuntime } from "../os/install_layout.ts";
 
 // The rank bootstrap and config: launch/rank_main.ts and deno.json in a
 // checkout, their bundled copies in the single file's extraction folder.

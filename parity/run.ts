@@ -7,7 +7,7 @@ import { FixtureDir } from "./fixtures.ts";
 import { type ParityRow, row } from "./report.ts";
 import { toyParityRows } from "./toy_mlp.ts";
 import { gptParityRows } from "./gpt_mini.ts";
-import { checkRandpermFixtures, checkSamplerFixtures } from "../data/sampler_parity.ts";
+import { checkRandpermFixtures, checkSamplerFixtures } from "./sampler.ts";
 
 /** Which groups of comparisons to run (all by default). */
 export type ParityGroup = "toy" | "gpt" | "sampler" | "checkpoint";

@@ -4,7 +4,7 @@
  */
 import { main } from "../cli.ts";
 import { checkExtraction } from "./manifest.ts";
-import { dtrainRuntime } from "./runtime.ts";
+import { dtrainRuntime } from "../os/install_layout.ts";
 
 const runtime = dtrainRuntime();
 try {

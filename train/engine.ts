@@ -27,10 +27,10 @@ import { ResumableSampler } from "../data/resumable_sampler.ts";
 import { initProcessGroup, type ProcessGroup } from "../distributed/process_group.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
-import { phase } from "../distributed/phase.ts";
-import { getWorld } from "../distributed/env.ts";
+import { phase } from "../distributed/control/phase.ts";
+import { getWorld } from "../distributed/control/env.ts";
 import { manualSeed } from "../nn/init.ts";
-import { CheckpointManager } from "./checkpoint.ts";
+import { CheckpointManager } from "./checkpoint/manager.ts";
 import {
   microBatchSize,
   resolveConfig,

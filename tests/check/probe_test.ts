@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parseEvents } from "../../check/events.ts";
 import { CHECK_ENV, type ProbeEvent, tensorDigest } from "../../check/probe.ts";
-import { CheckpointManager } from "../../train/checkpoint.ts";
+import { CheckpointManager } from "../../train/checkpoint/manager.ts";
 import { REPO } from "./_helpers.ts";
 
 const SCRIPT = join(REPO, "tests/check/scripts/probe_loop.ts");

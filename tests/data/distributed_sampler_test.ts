@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { DistributedSampler, samplerSizes, shardIndices } from "../../data/distributed_sampler.ts";
-import { checkSamplerFixtures } from "../../data/sampler_parity.ts";
+import { checkSamplerFixtures } from "../../parity/sampler.ts";
 import { fixturesDir, readJsonFixture } from "../random/_fixtures.ts";
 
 interface SamplerCase {

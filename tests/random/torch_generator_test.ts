@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { TorchGenerator, type TorchGeneratorState } from "../../random/torch_generator.ts";
-import { checkRandpermFixtures } from "../../data/sampler_parity.ts";
+import { checkRandpermFixtures } from "../../parity/sampler.ts";
 import { fixturesDir, readJsonFixture } from "./_fixtures.ts";
 
 interface GeneratorCase {

@@ -1,7 +1,7 @@
 /**
  * The extraction folder's verification (sfx/manifest.ts): the full sha256
  * pass that writes the stamp, the cheap stat check of later starts, and the
- * re-hash of a file whose stat changed; plus which layout sfx/runtime.ts
+ * re-hash of a file whose stat changed; plus which layout os/install_layout.ts
  * reports for a module URL.
  */
 import assert from "node:assert/strict";
@@ -15,7 +15,7 @@ import {
   verifyExtraction,
 } from "../../sfx/manifest.ts";
 import { writeManifest } from "../../sfx/pack.ts";
-import { dtrainRuntime } from "../../sfx/runtime.ts";
+import { dtrainRuntime } from "../../os/install_layout.ts";
 
 /** A small tree with a manifest, like a staged single file. */
 function tree(): string {
@@ -94,7 +94,7 @@ Deno.test("checkExtractedFile() re-hashes only a file whose stat changed, and ac
 });
 
 Deno.test("dtrainRuntime() tells a checkout (TypeScript) from the single file's bundle (JavaScript)", () => {
-  assert.deepEqual(dtrainRuntime("file:///repo/sfx/runtime.ts"), {
+  assert.deepEqual(dtrainRuntime("file:///repo/os/install_layout.ts"), {
     kind: "checkout",
     root: "/repo",
     config: "/repo/deno.json",
@@ -110,7 +110,7 @@ Deno.test("dtrainRuntime() tells a checkout (TypeScript) from the single file's 
     cli: "/cache/dtrain/0.1.0-ab/js/dtrain.js",
     libDir: "/cache/dtrain/0.1.0-ab/lib",
   });
-  assert.equal(dtrainRuntime("https://example.com/dtrain/sfx/runtime.ts"), null);
+  assert.equal(dtrainRuntime("https://example.com/dtrain/os/install_layout.ts"), null);
   // this very checkout
   assert.equal(dtrainRuntime()?.kind, "checkout");
 });

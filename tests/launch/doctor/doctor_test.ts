@@ -8,13 +8,13 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { DoctorFacts } from "../../launch/doctor_facts.ts";
-import { SECTIONS } from "../../launch/doctor_render.ts";
-import { shmSegmentBytes } from "../../launch/doctor_shm.ts";
-import { fsSpace, parseLimits, readCpu } from "../../launch/doctor_system.ts";
-import { judge } from "../../launch/doctor_verdict.ts";
+import type { DoctorFacts } from "../../../launch/doctor/facts.ts";
+import { SECTIONS } from "../../../launch/doctor/render.ts";
+import { shmSegmentBytes } from "../../../launch/doctor/shm.ts";
+import { fsSpace, parseLimits, readCpu } from "../../../launch/doctor/system.ts";
+import { judge } from "../../../launch/doctor/verdict.ts";
 
-const REPO = fileURLToPath(new URL("../../", import.meta.url));
+const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 
 /** Runs `dtrain doctor <args>` from the checkout, optionally through `sh -c '<prefix> && exec …'`. */
 async function doctor(
@@ -330,7 +330,7 @@ Deno.test("readCpu() takes the model and the AVX2/FMA/AVX-512 flags from cpuinfo
  * size the library reports.
  */
 async function realSegmentBytes(world: number, chunkBytes: number): Promise<number> {
-  const shmUrl = new URL("../../ffi/shm.ts", import.meta.url).href;
+  const shmUrl = new URL("../../../ffi/shm.ts", import.meta.url).href;
   const worker = `
     import { shmLibrary } from ${JSON.stringify(shmUrl)};
     self.onmessage = (e) => {

@@ -1,12 +1,12 @@
 /**
  * The atomic write of one checkpoint (the protocol and crash windows are
- * described in checkpoint.ts): temporary directory, manifest last, renames,
+ * described in manager.ts): temporary directory, manifest last, renames,
  * the `latest` pointer; the rollback after a failed write; and the removal of
  * what interrupted saves left behind.
  */
 import { basename, join } from "node:path";
-import { serializeSafetensors, type StTensor } from "../io/safetensors.ts";
-import { type CheckpointIO, describeError } from "./checkpoint_io.ts";
+import { serializeSafetensors, type StTensor } from "../../io/safetensors.ts";
+import { type CheckpointIO, describeError } from "./io.ts";
 import {
   checkFileName,
   checkPlainJson,
@@ -15,7 +15,7 @@ import {
   MANIFEST_FILE,
   STATE_FILE,
   TENSOR_FILE_EXT,
-} from "./checkpoint_format.ts";
+} from "./format.ts";
 import {
   asideName,
   asideStep,
@@ -25,7 +25,7 @@ import {
   readPointer,
   stepDirName,
   tempName,
-} from "./checkpoint_layout.ts";
+} from "./layout.ts";
 
 /** Where and how a save writes. */
 export interface SaveContext {

@@ -5,9 +5,9 @@
  * `- fix:` advice when something it needs is missing.
  */
 import { parseArgs } from "node:util";
-import { type DoctorRequest, gatherFacts } from "./doctor_facts.ts";
-import { renderReport } from "./doctor_render.ts";
-import { judge } from "./doctor_verdict.ts";
+import { type DoctorRequest, gatherFacts } from "./facts.ts";
+import { renderReport } from "./render.ts";
+import { judge } from "./verdict.ts";
 
 /** `dtrain doctor --help`. */
 export function doctorHelp(): string {

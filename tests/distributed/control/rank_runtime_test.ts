@@ -5,9 +5,14 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { getStore, getWorld, rankZeroFirst, storeBarrier } from "../../distributed/rank_runtime.ts";
-import { currentPhase } from "../../distributed/phase.ts";
-import { SCRIPTS, TestRun } from "./launch_helpers.ts";
+import {
+  getStore,
+  getWorld,
+  rankZeroFirst,
+  storeBarrier,
+} from "../../../distributed/control/rank_runtime.ts";
+import { currentPhase } from "../../../distributed/control/phase.ts";
+import { SCRIPTS, TestRun } from "../../launch/launch_helpers.ts";
 
 Deno.test("rankZeroFirst() runs rank 0 first, and a storeBarrier() timeout names the rank elsewhere", async () => {
   const t = new TestRun();

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 
-const CHILD = fileURLToPath(new URL("./scripts/checkpoint_diskfull_child.ts", import.meta.url));
+const CHILD = fileURLToPath(new URL("../scripts/checkpoint_diskfull_child.ts", import.meta.url));
 /** Mounts a tmpfs of `size` on $1 in a new mount namespace, then runs the rest of the arguments. */
 const MOUNT_AND_RUN =
   'dir="$1"; size="$2"; shift 2; mount -t tmpfs -o "size=$size" dtrain-test "$dir" && exec "$@"';

@@ -35,16 +35,16 @@
  *
  * One process writes a directory at a time (rank 0 of one run).
  */
-import { record as recordProbe } from "../check/probe.ts";
+import { record as recordProbe } from "../../check/probe.ts";
 import { basename, join, resolve } from "node:path";
-import type { StTensor } from "../io/safetensors.ts";
-import { type CheckpointIO, denoCheckpointIO, describeError } from "./checkpoint_io.ts";
+import type { StTensor } from "../../io/safetensors.ts";
+import { type CheckpointIO, denoCheckpointIO, describeError } from "./io.ts";
 import {
   type CheckpointTensors,
   parseManifest,
   readCheckpointDir,
   readManifestText,
-} from "./checkpoint_format.ts";
+} from "./format.ts";
 import {
   asideStep,
   type Candidate,
@@ -55,14 +55,14 @@ import {
   scanCandidates,
   stepDirName,
   tempName,
-} from "./checkpoint_layout.ts";
-import { checkRotationPolicy, type RotationPolicy, stepsToDelete } from "./checkpoint_rotation.ts";
-import { removeQuietly, type SaveContext, writeCheckpoint } from "./checkpoint_save.ts";
+} from "./layout.ts";
+import { checkRotationPolicy, type RotationPolicy, stepsToDelete } from "./rotation.ts";
+import { removeQuietly, type SaveContext, writeCheckpoint } from "./save.ts";
 
-export type { CheckpointDirEntry, CheckpointIO } from "./checkpoint_io.ts";
-export type { CheckpointTensors } from "./checkpoint_format.ts";
-export { denoCheckpointIO } from "./checkpoint_io.ts";
-export { LATEST_FILE } from "./checkpoint_layout.ts";
+export type { CheckpointDirEntry, CheckpointIO } from "./io.ts";
+export type { CheckpointTensors } from "./format.ts";
+export { denoCheckpointIO } from "./io.ts";
+export { LATEST_FILE } from "./layout.ts";
 
 /** One file of a checkpoint: a safetensors file of named tensors (raw little-endian bytes) with optional string metadata. */
 export interface CheckpointFile {

@@ -6,11 +6,11 @@
  */
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { CheckpointManager } from "../../train/checkpoint.ts";
-import { tensor } from "./scripts/checkpoint_payloads.ts";
+import { CheckpointManager } from "../../../train/checkpoint/manager.ts";
+import { tensor } from "../scripts/checkpoint_payloads.ts";
 
 const PYTHON = "/usr/bin/python3";
-const PEERS = fileURLToPath(new URL("../../scripts/peers/", import.meta.url));
+const PEERS = fileURLToPath(new URL("../../../scripts/peers/", import.meta.url));
 
 /** Whether PYTHON exists and finds the torch package (a spec lookup: importing torch takes seconds). */
 function hasTorch(): boolean {

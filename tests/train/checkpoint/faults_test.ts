@@ -6,9 +6,9 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { CheckpointManager } from "../../train/checkpoint.ts";
-import { FullDiskIO, type FullDiskOptions } from "./scripts/checkpoint_faulty_io.ts";
-import { assertHoldsPayload, payloadForStep } from "./scripts/checkpoint_payloads.ts";
+import { CheckpointManager } from "../../../train/checkpoint/manager.ts";
+import { FullDiskIO, type FullDiskOptions } from "../scripts/checkpoint_faulty_io.ts";
+import { assertHoldsPayload, payloadForStep } from "../scripts/checkpoint_payloads.ts";
 
 /** A directory holding checkpoints for steps 1, 2 and 3 (latest = 3), removed after `fn`. */
 function withCheckpoints(fn: (root: string) => void): void {

@@ -32,7 +32,7 @@ export const SFX_FILE_ENV = "DTRAIN_SFX_FILE";
  * imported from a non-file URL (then it has no files of its own on disk).
  *
  * Why the module's URL decides rather than an environment variable: in a
- * checkout this file is `<root>/sfx/runtime.ts`; bundled, its code sits in a
+ * checkout this file is `<root>/os/install_layout.ts`; bundled, its code sits in a
  * chunk `<root>/js/<chunk>.js`, one folder below the extraction root as well.
  * The URL cannot be inherited by a process that runs a checkout from inside a
  * single-file run, while an environment variable would be.

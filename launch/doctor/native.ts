@@ -4,13 +4,13 @@
  * it chose) and the GPU stack (driver, runtime, GPUs, NCCL and the NCCL_*
  * settings), each probe turning a failure into text rather than an exception.
  */
-import { KERNEL_SYMBOLS } from "../ffi/symbols.ts";
-import { SHM_SYMBOLS } from "../ffi/shm.ts";
-import { cString, findLibrary, libraryDirs, openLibrary } from "../ffi/native.ts";
-import { CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
-import { ncclLibrary } from "../ffi/nccl.ts";
-import { cudaLibraryDirs } from "../ffi/cuda_libs.ts";
-import { cudaAvailability, type CudaLibraries } from "../tensor/cuda_backend.ts";
+import { KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
+import { SHM_SYMBOLS } from "../../ffi/shm.ts";
+import { cString, findLibrary, libraryDirs, openLibrary } from "../../ffi/native.ts";
+import { CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../../ffi/cuda.ts";
+import { ncclLibrary } from "../../ffi/nccl.ts";
+import { cudaLibraryDirs } from "../../ffi/cuda_libs.ts";
+import { cudaAvailability, type CudaLibraries } from "../../tensor/cuda_backend.ts";
 
 /** One kernel library as found (or not). */
 export interface LibraryFacts {

@@ -3,7 +3,7 @@
  * group's one segment, sized as kernels/shm/shm_segment.c sizes it (a control
  * area rounded up to a page, then two data buffers per rank).
  */
-import { DEFAULT_CHUNK_BYTES } from "../distributed/pg_config.ts";
+import { DEFAULT_CHUNK_BYTES } from "../../distributed/pg_config.ts";
 
 /** sizeof(dt_shm_header_t) in kernels/shm/shm_internal.h (without its rank records). */
 export const SHM_HEADER_BYTES = 128;

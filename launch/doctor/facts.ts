@@ -3,12 +3,12 @@
  * versions, how dtrain is installed, the native libraries, the CPU, memory,
  * /dev/shm against what the chosen ranks need, the GPU stack and the limits.
  */
-import pkg from "../package.json" with { type: "json" };
-import { resolveProcessGroupConfig } from "../distributed/pg_config.ts";
-import { checkExtraction } from "../sfx/manifest.ts";
-import { dtrainRuntime, SFX_FILE_ENV } from "../sfx/runtime.ts";
-import { type GpuFacts, type LibraryFacts, probeCpuLibraries, probeGpu } from "./doctor_native.ts";
-import { shmSegmentBytes } from "./doctor_shm.ts";
+import pkg from "../../package.json" with { type: "json" };
+import { resolveProcessGroupConfig } from "../../distributed/pg_config.ts";
+import { checkExtraction } from "../../sfx/manifest.ts";
+import { dtrainRuntime, SFX_FILE_ENV } from "../../os/install_layout.ts";
+import { type GpuFacts, type LibraryFacts, probeCpuLibraries, probeGpu } from "./native.ts";
+import { shmSegmentBytes } from "./shm.ts";
 import {
   type CpuFacts,
   type FsSpace,
@@ -18,7 +18,7 @@ import {
   readCpu,
   readLimits,
   readMemory,
-} from "./doctor_system.ts";
+} from "./system.ts";
 
 /** The run the doctor checks for. */
 export interface DoctorRequest {

@@ -3,9 +3,9 @@
  * libraries, cpu, memory, shared memory, gpu, limits), then the verdict and
  * one `- fix:` or `- warn:` line per problem.
  */
-import type { DoctorFacts } from "./doctor_facts.ts";
-import type { LibraryFacts } from "./doctor_native.ts";
-import { formatBytes, type Verdict } from "./doctor_verdict.ts";
+import type { DoctorFacts } from "./facts.ts";
+import type { LibraryFacts } from "./native.ts";
+import { formatBytes, type Verdict } from "./verdict.ts";
 
 /** The section titles, in order (tests look for each). */
 export const SECTIONS = [

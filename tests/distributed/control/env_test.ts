@@ -1,5 +1,5 @@
 /**
- * The environment contract (distributed/env.ts): what the launcher writes
+ * The environment contract (distributed/control/env.ts): what the launcher writes
  * reads back as the same world, a process outside a launcher is a world of
  * one, and inconsistent values are errors that name the variables.
  */
@@ -12,7 +12,7 @@ import {
   rankEnv,
   storeToken,
   type World,
-} from "../../distributed/env.ts";
+} from "../../../distributed/control/env.ts";
 
 const lookup = (vars: Record<string, string>) => (name: string) => vars[name];
 

@@ -5,10 +5,14 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { type CheckpointIO, CheckpointManager, denoCheckpointIO } from "../../train/checkpoint.ts";
-import { stepsToDelete } from "../../train/checkpoint_rotation.ts";
-import { FullDiskIO } from "./scripts/checkpoint_faulty_io.ts";
-import { assertHoldsPayload, payloadForStep } from "./scripts/checkpoint_payloads.ts";
+import {
+  type CheckpointIO,
+  CheckpointManager,
+  denoCheckpointIO,
+} from "../../../train/checkpoint/manager.ts";
+import { stepsToDelete } from "../../../train/checkpoint/rotation.ts";
+import { FullDiskIO } from "../scripts/checkpoint_faulty_io.ts";
+import { assertHoldsPayload, payloadForStep } from "../scripts/checkpoint_payloads.ts";
 
 function withTempDir(fn: (dir: string) => void): void {
   const dir = Deno.makeTempDirSync({ prefix: "dtrain-ckpt-rot-" });

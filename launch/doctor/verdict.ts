@@ -3,9 +3,9 @@
  * the requested run can start ("fix") and what may hurt it ("warn"), each as
  * one line of advice. Pure, so every rule is tested with made-up facts.
  */
-import type { DoctorFacts } from "./doctor_facts.ts";
-import type { LibraryFacts } from "./doctor_native.ts";
-import { SHM_MAX_RANKS, shmChunkProblem } from "./doctor_shm.ts";
+import type { DoctorFacts } from "./facts.ts";
+import type { LibraryFacts } from "./native.ts";
+import { SHM_MAX_RANKS, shmChunkProblem } from "./shm.ts";
 
 /** One finding. */
 export interface Problem {

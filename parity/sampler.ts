@@ -5,7 +5,7 @@
  * seeds and epochs all come from the files, so other fixture sets work too.
  */
 import { join } from "node:path";
-import { DistributedSampler } from "./distributed_sampler.ts";
+import { DistributedSampler } from "../data/distributed_sampler.ts";
 import { TorchGenerator } from "../random/torch_generator.ts";
 
 /** One checked fixture case: a readable name, whether it matched, and why not. */

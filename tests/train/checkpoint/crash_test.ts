@@ -7,9 +7,9 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { CheckpointManager } from "../../train/checkpoint.ts";
-import { FrozenDiskIO } from "./scripts/checkpoint_faulty_io.ts";
-import { assertHoldsPayload, payloadForStep } from "./scripts/checkpoint_payloads.ts";
+import { CheckpointManager } from "../../../train/checkpoint/manager.ts";
+import { FrozenDiskIO } from "../scripts/checkpoint_faulty_io.ts";
+import { assertHoldsPayload, payloadForStep } from "../scripts/checkpoint_payloads.ts";
 
 interface Scenario {
   /** Saves made before the crashing one. */

@@ -1,5 +1,5 @@
 /**
- * Tests of train/checkpoint.ts in normal operation: exact round trips, the
+ * Tests of train/checkpoint/manager.ts in normal operation: exact round trips, the
  * on-disk layout (latest pointer, manifest hashes), rank 0 only, replacing a
  * step, input validation and list().
  */
@@ -11,8 +11,8 @@ import {
   CheckpointManager,
   type CheckpointPayload,
   denoCheckpointIO,
-} from "../../train/checkpoint.ts";
-import { assertHoldsPayload, payloadForStep, tensor } from "./scripts/checkpoint_payloads.ts";
+} from "../../../train/checkpoint/manager.ts";
+import { assertHoldsPayload, payloadForStep, tensor } from "../scripts/checkpoint_payloads.ts";
 
 /** A fresh temporary directory, removed after `fn`. */
 function withTempDir(fn: (dir: string) => void): void {

@@ -4,9 +4,13 @@
  * durations survive clock differences between machines.
  */
 import assert from "node:assert/strict";
-import { StorePhaseSink, toFailureNotice, toRankView } from "../../distributed/rank_state.ts";
-import { StoreClient } from "../../distributed/store.ts";
-import { StoreServer } from "../../distributed/store_server.ts";
+import {
+  StorePhaseSink,
+  toFailureNotice,
+  toRankView,
+} from "../../../distributed/control/rank_state.ts";
+import { StoreClient } from "../../../distributed/control/store.ts";
+import { StoreServer } from "../../../distributed/control/store_server.ts";
 
 const TOKEN = "rank-state-test-token";
 

@@ -4,7 +4,7 @@
  * copies of a step being replaced; plus reading the pointer and listing.
  */
 import { join } from "node:path";
-import { type CheckpointIO, describeError } from "./checkpoint_io.ts";
+import { type CheckpointIO, describeError } from "./io.ts";
 
 /** The pointer file naming the current checkpoint. */
 export const LATEST_FILE = "latest";

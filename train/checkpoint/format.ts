@@ -6,9 +6,9 @@
  */
 import { createHash } from "node:crypto";
 import { join } from "node:path";
-import { parseSafetensors, type StTensor } from "../io/safetensors.ts";
-import type { CheckpointIO } from "./checkpoint_io.ts";
-import { stepDirName } from "./checkpoint_layout.ts";
+import { parseSafetensors, type StTensor } from "../../io/safetensors.ts";
+import type { CheckpointIO } from "./io.ts";
+import { stepDirName } from "./layout.ts";
 
 /** Written last into a checkpoint; its presence and validity mark the checkpoint complete. */
 export const MANIFEST_FILE = "manifest.json";

@@ -6,8 +6,8 @@
  * client afterwards.
  */
 import assert from "node:assert/strict";
-import { StoreClient } from "../../distributed/store.ts";
-import { StoreServer } from "../../distributed/store_server.ts";
+import { StoreClient } from "../../../distributed/control/store.ts";
+import { StoreServer } from "../../../distributed/control/store_server.ts";
 import {
   encodeFrame,
   type Field,
@@ -17,7 +17,7 @@ import {
   MAX_WAIT_KEYS,
   NO_REPLY,
   Op,
-} from "../../distributed/store_protocol.ts";
+} from "../../../distributed/control/store_protocol.ts";
 
 const TOKEN = "fuzz-token-fedcba9876543210";
 const SEED = Number(Deno.env.get("DTRAIN_FUZZ_SEED") ?? "20251129");

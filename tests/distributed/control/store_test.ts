@@ -4,9 +4,9 @@
  * timeouts, pipelining, concurrent clients and the end of a connection.
  */
 import assert from "node:assert/strict";
-import { StoreClient, StoreError } from "../../distributed/store.ts";
-import { StoreServer, type StoreServerOptions } from "../../distributed/store_server.ts";
-import { encodeFrame, Op } from "../../distributed/store_protocol.ts";
+import { StoreClient, StoreError } from "../../../distributed/control/store.ts";
+import { StoreServer, type StoreServerOptions } from "../../../distributed/control/store_server.ts";
+import { encodeFrame, Op } from "../../../distributed/control/store_protocol.ts";
 
 const TOKEN = "test-token-0123456789abcdef";
 

@@ -5,7 +5,7 @@
  * (50+ trials) is scripts/checkpoint_killtest.ts.
  */
 import assert from "node:assert/strict";
-import { finalCheck, runKillTrials } from "../../scripts/checkpoint_killtest.ts";
+import { finalCheck, runKillTrials } from "../../../scripts/checkpoint_killtest.ts";
 
 Deno.test("CheckpointManager survives 10 kill -9s at random moments of a save loop", async () => {
   const dir = Deno.makeTempDirSync({ prefix: "dtrain-ckpt-kill-" });
