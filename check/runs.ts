@@ -7,7 +7,7 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ENV as WORLD_ENV } from "../distributed/control/env.ts";
-import { signalExitCode } from "../launch/rank_process.ts";
+import { signalExitCode } from "../os/exit_status.ts";
 import { CHECK_ENV } from "./probe.ts";
 
 const CONFIG = fileURLToPath(new URL("../deno.json", import.meta.url));

@@ -11,7 +11,8 @@ import { type AbortRecord, failureSummary, TIMEOUT_EXIT_CODE } from "./failure_r
 import { findHang, rankList, rankTable, seconds } from "./hang_report.ts";
 import type { LaunchOptions } from "./options.ts";
 import type { LauncherLog } from "./output.ts";
-import { type RankExit, RankProcess, signalExitCode } from "./rank_process.ts";
+import { type RankExit, RankProcess } from "./rank_process.ts";
+import { signalExitCode } from "../os/exit_status.ts";
 import { join } from "node:path";
 
 /** Ranks stopped because of a failure get this long between SIGTERM and SIGKILL (the whole stop must take < 5 s). */

@@ -4,8 +4,8 @@
  * exit code 1. The launcher loads it with `deno run --preload`, before the user's script.
  */
 import { currentPhase, setPhaseSink } from "../distributed/control/phase.ts";
-import { getRankSettings, launcherPid, storeToken } from "../distributed/control/env.ts";
-import { getWorld, installRankStore } from "../distributed/control/rank_runtime.ts";
+import { getRankSettings, getWorld, launcherPid, storeToken } from "../distributed/control/env.ts";
+import { installRankStore } from "../distributed/control/rank_runtime.ts";
 import { type FailureNotice, StorePhaseSink } from "../distributed/control/rank_state.ts";
 import { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys } from "../distributed/control/store_keys.ts";

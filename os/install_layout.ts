@@ -1,14 +1,16 @@
 /**
- * How this dtrain process runs: from a checkout (TypeScript sources, native
- * libraries in build/) or from the single file's extraction folder (bundled
+ * How this dtrain is installed: a checkout (TypeScript sources, native
+ * libraries in build/) or the single file's extraction folder (bundled
  * JavaScript in js/, libraries in lib/), and the files another dtrain process
- * (a rank) is started with, so both layouts spawn ranks the same way.
+ * (a rank) is started with, so both layouts spawn ranks the same way. The
+ * bottom of the tree: loading a native library asks it where to look, and it
+ * knows nothing of how the single file is packed or verified (sfx/).
  */
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** Where dtrain's own files are, for the layout this process runs from. */
-export interface DtrainRuntime {
+export interface InstallLayout {
   kind: "checkout" | "single-file";
   /** the checkout, or the extraction folder of the single file */
   root: string;
@@ -22,8 +24,6 @@ export interface DtrainRuntime {
   libDir: string;
 }
 
-/** The variable the single file's start-up sets to its extraction folder. */
-export const SFX_ROOT_ENV = "DTRAIN_SFX_ROOT";
 /** The variable the single file's start-up sets to the single file's own path. */
 export const SFX_FILE_ENV = "DTRAIN_SFX_FILE";
 
@@ -39,11 +39,11 @@ export const SFX_FILE_ENV = "DTRAIN_SFX_FILE";
  *
  * @example
  * ```ts
- * const rt = dtrainRuntime();
- * console.log(rt?.kind, rt?.rankMain); // "checkout" "/repo/launch/rank_main.ts"
+ * const layout = installLayout();
+ * console.log(layout?.kind, layout?.rankMain); // "checkout" "/repo/launch/rank_main.ts"
  * ```
  */
-export function dtrainRuntime(moduleUrl: string = import.meta.url): DtrainRuntime | null {
+export function installLayout(moduleUrl: string = import.meta.url): InstallLayout | null {
   if (!moduleUrl.startsWith("file:")) return null;
   const root = fileURLToPath(new URL("..", moduleUrl)).replace(/\/$/, "");
   if (moduleUrl.endsWith(".ts")) {

@@ -7,13 +7,7 @@
 import { join } from "node:path";
 import { DistributedSampler } from "../data/distributed_sampler.ts";
 import { TorchGenerator } from "../random/torch_generator.ts";
-
-/** One checked fixture case: a readable name, whether it matched, and why not. */
-export interface ParityRow {
-  case: string;
-  ok: boolean;
-  detail: string;
-}
+import { type ParityRow, row as reportRow } from "./report.ts";
 
 type Json = unknown;
 
@@ -120,17 +114,26 @@ type Outcome = { ok: true; detail: string } | { ok: false; detail: string };
 const pass = (detail: string): Outcome => ({ ok: true, detail });
 const fail = (detail: string): Outcome => ({ ok: false, detail });
 
-/** Runs `check` for one case, turning a malformed case into a failing row. */
-function row(name: string, check: () => Outcome): ParityRow {
+/**
+ * Runs `check` for one case, turning a malformed case into a failing row. A
+ * row counts mismatching cases (0 or 1, tolerance 0); a failure's reason is
+ * its note.
+ */
+function row(name: string, quantity: string, check: () => Outcome): ParityRow {
+  let outcome: Outcome;
   try {
-    return { case: name, ...check() };
+    outcome = check();
   } catch (error) {
-    return {
-      case: name,
-      ok: false,
-      detail: `malformed case: ${(error as Error).message}`,
-    };
+    outcome = fail(`malformed case: ${(error as Error).message}`);
   }
+  return reportRow(
+    name,
+    quantity,
+    "mismatches",
+    outcome.ok ? 0 : 1,
+    0,
+    outcome.ok ? undefined : outcome.detail,
+  );
 }
 
 /**
@@ -141,7 +144,7 @@ function row(name: string, check: () => Outcome): ParityRow {
  * @example
  * ```ts
  * const rows = checkSamplerFixtures("../shared/fixtures/pytorch");
- * rows.filter((r) => !r.ok); // [] when dtrain matches torch
+ * rows.filter((r) => !r.pass); // [] when dtrain matches torch
  * ```
  */
 export function checkSamplerFixtures(folder: string): ParityRow[] {
@@ -154,6 +157,7 @@ export function checkSamplerFixtures(folder: string): ParityRow[] {
     row(
       `sampler n=${c.n} ws=${c.num_replicas} seed=${c.seed} epoch=${c.epoch} ` +
         `shuffle=${c.shuffle} drop_last=${c.drop_last}`,
+      "indices per rank",
       () => checkSamplerCase(c),
     )
   );
@@ -204,13 +208,13 @@ function checkSamplerCase(c: Record<string, Json>): Outcome {
  * @example
  * ```ts
  * const rows = checkRandpermFixtures("../shared/fixtures/pytorch");
- * rows.every((r) => r.ok);
+ * rows.every((r) => r.pass);
  * ```
  */
 export function checkRandpermFixtures(folder: string): ParityRow[] {
   const fixture = readFixture(folder, "randperm.json", true);
   const rows = recordList(fixture, "randperm", "randperm.json").map((c) =>
-    row(`randperm n=${c.n} seed=${c.seed}`, () => {
+    row(`randperm n=${c.n} seed=${c.seed}`, "values", () => {
       const perm = new TorchGenerator(int(c, "seed")).randperm(int(c, "n"));
       const problem = firstDifference(perm, list(c, "perm"));
       return problem ? fail(problem) : pass(`${perm.length} elements match`);
@@ -218,7 +222,7 @@ export function checkRandpermFixtures(folder: string): ParityRow[] {
   );
   for (const c of recordList(fixture, "generator", "randperm.json")) {
     for (const [stream, draw] of Object.entries(GENERATOR_STREAMS)) {
-      rows.push(row(`generator seed=${c.seed} ${stream}`, () => {
+      rows.push(row(`generator seed=${c.seed} ${stream}`, "values", () => {
         const expected = list(c, stream);
         const actual = draw(
           new TorchGenerator(int(c, "seed")),

@@ -126,10 +126,14 @@ function numberVar(get: Lookup, name: string, fallback: number): number {
   return v;
 }
 
+let processWorld: World | undefined;
+
 /**
- * Reads and validates the world from environment variables (default: this
- * process's). Outside a launcher, with none of them set, returns a world of
- * one. Inconsistent values throw an error naming the variables involved.
+ * This process's place in the job, validated from its environment (read
+ * once, then cached: the launcher never changes a rank's environment), or,
+ * given `get`, the world those variables describe. Outside a launcher, with
+ * none of them set, a world of one. Inconsistent values throw an error
+ * naming the variables involved.
  *
  * @example
  * ```ts
@@ -137,7 +141,13 @@ function numberVar(get: Lookup, name: string, fallback: number): number {
  * if (rank === 0) console.log(`training on ${worldSize} ranks`);
  * ```
  */
-export function getWorld(get: Lookup = (n) => Deno.env.get(n)): World {
+export function getWorld(get?: Lookup): World {
+  if (get) return readWorld(get);
+  processWorld ??= readWorld((n) => Deno.env.get(n));
+  return processWorld;
+}
+
+function readWorld(get: Lookup): World {
   const runId = get(ENV.RUN_ID) ?? "";
   const isLauncher = runId !== "";
   const has = (n: string) => (get(n) ?? "") !== "";

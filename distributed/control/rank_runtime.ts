@@ -4,31 +4,17 @@
  * diagnosis, rank-zero-first sections and phases. Outside a launcher they serve a world of one.
  */
 import { currentPhase, phase, reportCollective } from "./phase.ts";
-import { getRankSettings, getWorld as readWorld, type World } from "./env.ts";
+import { getRankSettings, getWorld } from "./env.ts";
 import { type StoreClient, StoreError } from "./store.ts";
 import { type AttemptKeys, attemptKeys } from "./store_keys.ts";
 import { toRankView } from "./rank_state.ts";
 
 export { phase } from "./phase.ts";
 
-let world: World | null = null;
 let store: StoreClient | null = null;
 let keys: AttemptKeys | null = null;
 const barrierGenerations = new Map<string, number>();
 let barrierSeq = 0;
-
-/**
- * This process's place in the job, validated from the environment (cached).
- *
- * @example
- * ```ts
- * const { rank, worldSize } = getWorld();
- * ```
- */
-export function getWorld(): World {
-  world ??= readWorld();
-  return world;
-}
 
 /** Called once by launch/rank_main.ts after connecting; not for user code. */
 export function installRankStore(client: StoreClient): void {

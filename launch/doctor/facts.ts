@@ -6,7 +6,7 @@
 import pkg from "../../package.json" with { type: "json" };
 import { resolveProcessGroupConfig } from "../../distributed/pg_config.ts";
 import { checkExtraction } from "../../sfx/manifest.ts";
-import { dtrainRuntime, SFX_FILE_ENV } from "../../os/install_layout.ts";
+import { installLayout, SFX_FILE_ENV } from "../../os/install_layout.ts";
 import { type GpuFacts, type LibraryFacts, probeCpuLibraries, probeGpu } from "./native.ts";
 import { shmSegmentBytes } from "./shm.ts";
 import {
@@ -66,7 +66,7 @@ export interface DoctorFacts {
 }
 
 function installFacts(): InstallFacts {
-  const runtime = dtrainRuntime();
+  const runtime = installLayout();
   const facts: InstallFacts = {
     version: pkg.version,
     layout: runtime?.kind ?? "unknown",

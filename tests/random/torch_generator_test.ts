@@ -62,7 +62,7 @@ Deno.test("randperm() matches torch for every fixture case", () => {
 
 Deno.test("checkRandpermFixtures() passes every row, including exact full-range int64 draws", () => {
   const rows = checkRandpermFixtures(fixturesDir());
-  const failed = rows.filter((r) => !r.ok);
+  const failed = rows.filter((r) => !r.pass);
   assert.deepEqual(failed, []);
   // One row per randperm case, and four streams per generator seed.
   assert.equal(

@@ -15,7 +15,7 @@ import {
   verifyExtraction,
 } from "../../sfx/manifest.ts";
 import { writeManifest } from "../../sfx/pack.ts";
-import { dtrainRuntime } from "../../os/install_layout.ts";
+import { installLayout } from "../../os/install_layout.ts";
 
 /** A small tree with a manifest, like a staged single file. */
 function tree(): string {
@@ -93,8 +93,8 @@ Deno.test("checkExtractedFile() re-hashes only a file whose stat changed, and ac
   }
 });
 
-Deno.test("dtrainRuntime() tells a checkout (TypeScript) from the single file's bundle (JavaScript)", () => {
-  assert.deepEqual(dtrainRuntime("file:///repo/os/install_layout.ts"), {
+Deno.test("installLayout() tells a checkout (TypeScript) from the single file's bundle (JavaScript)", () => {
+  assert.deepEqual(installLayout("file:///repo/os/install_layout.ts"), {
     kind: "checkout",
     root: "/repo",
     config: "/repo/deno.json",
@@ -102,7 +102,7 @@ Deno.test("dtrainRuntime() tells a checkout (TypeScript) from the single file's 
     cli: "/repo/cli.ts",
     libDir: "/repo/build",
   });
-  assert.deepEqual(dtrainRuntime("file:///cache/dtrain/0.1.0-ab/js/chunk-XYZ.js"), {
+  assert.deepEqual(installLayout("file:///cache/dtrain/0.1.0-ab/js/chunk-XYZ.js"), {
     kind: "single-file",
     root: "/cache/dtrain/0.1.0-ab",
     config: "/cache/dtrain/0.1.0-ab/deno.json",
@@ -110,7 +110,7 @@ Deno.test("dtrainRuntime() tells a checkout (TypeScript) from the single file's 
     cli: "/cache/dtrain/0.1.0-ab/js/dtrain.js",
     libDir: "/cache/dtrain/0.1.0-ab/lib",
   });
-  assert.equal(dtrainRuntime("https://example.com/dtrain/os/install_layout.ts"), null);
+  assert.equal(installLayout("https://example.com/dtrain/os/install_layout.ts"), null);
   // this very checkout
-  assert.equal(dtrainRuntime()?.kind, "checkout");
+  assert.equal(installLayout()?.kind, "checkout");
 });

@@ -7,10 +7,10 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import {
   getStore,
-  getWorld,
   rankZeroFirst,
   storeBarrier,
 } from "../../../distributed/control/rank_runtime.ts";
+import { getWorld } from "../../../distributed/control/env.ts";
 import { currentPhase } from "../../../distributed/control/phase.ts";
 import { SCRIPTS, TestRun } from "../../launch/launch_helpers.ts";
 
