@@ -7,7 +7,7 @@
  */
 import type { DType } from "../tensor/dtype.ts";
 import { matmulLowPrecision, setMatmulLowPrecision } from "../tensor/matmul_precision.ts";
-import { plainArithmetic } from "../check/probe.ts";
+import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
 /** The dtype matmul-class ops use now, or null outside autocast. */
 export function autocastDtype(): DType | null {
@@ -19,7 +19,7 @@ export function autocast<T>(
   dtype: "bf16" | "f16" | "f32" | null,
   fn: () => T,
 ): T {
-  // `dtrain check` compares plain f32 runs.
+  // Plain arithmetic (tensor/plain_arithmetic.ts) computes in f32.
   const prev = setMatmulLowPrecision(dtype === "f32" || plainArithmetic() ? null : dtype);
   try {
     return fn();

@@ -5,7 +5,7 @@
  * the N-rank run's checkpoint), and the rows each stage's analysis returns.
  */
 import { readRankEvents, stepsOf } from "./events.ts";
-import { CHECK_ENV } from "./probe.ts";
+import { CHECK_ENV } from "./env.ts";
 import {
   describeExit,
   type RunContext,

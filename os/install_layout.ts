@@ -20,6 +20,8 @@ export interface InstallLayout {
   rankMain: string;
   /** the `dtrain` command's module, for starting another `dtrain` (cli.ts or its bundle) */
   cli: string;
+  /** `dtrain check`'s probe, preloaded into a run of the user's script without the launcher */
+  probeMain: string;
   /** the folder of the native libraries shipped with this dtrain */
   libDir: string;
 }
@@ -53,6 +55,7 @@ export function installLayout(moduleUrl: string = import.meta.url): InstallLayou
       config: join(root, "deno.json"),
       rankMain: join(root, "launch", "rank_main.ts"),
       cli: join(root, "cli.ts"),
+      probeMain: join(root, "check", "probe_main.ts"),
       libDir: join(root, "build"),
     };
   }
@@ -62,6 +65,7 @@ export function installLayout(moduleUrl: string = import.meta.url): InstallLayou
     config: join(root, "deno.json"),
     rankMain: join(root, "js", "rank_main.js"),
     cli: join(root, "js", "dtrain.js"),
+    probeMain: join(root, "js", "probe_main.js"),
     libDir: join(root, "lib"),
   };
 }

@@ -13,6 +13,8 @@ export const BUNDLE_ENTRIES = {
   dtrain: "sfx/entry.ts",
   /** the rank bootstrap, loaded with --preload: checks the extraction, then runs launch/rank_main.ts */
   rank_main: "sfx/rank_entry.ts",
+  /** `dtrain check`'s probe, preloaded into a run without the launcher */
+  probe_main: "check/probe_main.ts",
   /** the library; deno.json maps "dtrain" to it */
   mod: "mod.ts",
   /** run once after unpacking: the full sha256 check */

@@ -30,21 +30,6 @@ const LIBRARY_LAYERS: readonly (readonly string[])[] = [
 /** Folders of the tools built on the library; the library never imports them. */
 const TOOLS = ["check", "run", "sfx", "launch", "train", "parity"];
 
-/**
- * Imports that break the rules today, each to be removed (the `dtrain check`
- * probe still reaches into the library from below; its inversion empties this
- * list). The test fails when one of them no longer exists, so it cannot rot.
- */
-const PENDING: readonly string[] = [
-  "amp/autocast.ts -> check/probe.ts",
-  "amp/grad_scaler.ts -> check/probe.ts",
-  "data/dataloader.ts -> check/probe.ts",
-  "data/distributed_sampler.ts -> check/probe.ts",
-  "optim/clip.ts -> check/probe.ts",
-  "optim/optimizer.ts -> check/probe.ts",
-  "tensor/autograd.ts -> check/probe.ts",
-];
-
 /** One import of one module. */
 interface Edge {
   from: string;
@@ -233,8 +218,6 @@ async function importGraph(
   }
 }
 
-const key = (e: Edge) => `${e.from} -> ${e.to}`;
-
 let repoGraph: Promise<{ edges: Edge[]; bare: Edge[] }> | null = null;
 /** The repository's import graph, read once for this file's tests. */
 function repositoryGraph(): Promise<{ edges: Edge[]; bare: Edge[] }> {
@@ -245,11 +228,8 @@ function repositoryGraph(): Promise<{ edges: Edge[]; bare: Edge[] }> {
 Deno.test("the library never imports a tool, and each library folder only lower layers", async () => {
   const { edges } = await repositoryGraph();
   assert.ok(edges.length > 500, `only ${edges.length} imports found: the graph was not read`);
-  const pending = new Set(PENDING);
-  const problems = layerViolations(edges.filter((e) => !pending.has(key(e))));
+  const problems = layerViolations(edges);
   assert.deepEqual(problems, [], `layer rules broken:\n${problems.join("\n")}`);
-  const stale = PENDING.filter((p) => !edges.some((e) => key(e) === p));
-  assert.deepEqual(stale, [], "PENDING lists imports that no longer exist: remove them");
 });
 
 Deno.test("no library module is imported for its side effects alone (no registration by import)", async () => {
@@ -258,10 +238,16 @@ Deno.test("no library module is imported for its side effects alone (no registra
   assert.deepEqual(found, [], `bare imports of library modules:\n${found.join("\n")}`);
 });
 
+Deno.test("no library file reads dtrain check's variables (DTRAIN_CHECK_*)", () => {
+  const found = sourceFiles(REPO)
+    .filter((f) => libraryFolder(f) !== null)
+    .filter((f) => Deno.readTextFileSync(join(REPO, f)).includes("DTRAIN_CHECK_"));
+  assert.deepEqual(found, [], "the check sets the library's settings from above instead");
+});
+
 Deno.test("no chain of runtime imports comes back to where it started", async () => {
   const { edges } = await repositoryGraph();
-  const pending = new Set(PENDING);
-  const circles = runtimeCircles(edges.filter((e) => !pending.has(key(e))));
+  const circles = runtimeCircles(edges);
   assert.deepEqual(
     circles,
     [],

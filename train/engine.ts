@@ -50,7 +50,23 @@ import {
 } from "./state.ts";
 import { join } from "node:path";
 import { stateTensor } from "../nn/load.ts";
-import { checkOverrides } from "../check/probe.ts";
+
+/**
+ * Called with every Trainer's resolved config, before the Trainer uses it: a
+ * hook point for tools that run a user's script under other settings
+ * (`dtrain check` stops after K steps, checkpoints every step, and turns
+ * autocast, loss scaling and clipping off). What a hook changes is what the
+ * run records in config.json.
+ */
+export type TrainerConfigHook = (config: TrainConfig) => void;
+
+const configHooks = new Set<TrainerConfigHook>();
+
+/** Adds a hook to every Trainer's config; returns the function that removes it. */
+export function addTrainerConfigHook(hook: TrainerConfigHook): () => void {
+  configHooks.add(hook);
+  return () => configHooks.delete(hook);
+}
 
 /** What the user supplies to a Trainer. */
 export interface TrainerOptions<M extends Module> {
@@ -114,9 +130,7 @@ export class Trainer<M extends Module> {
     this.#opts = opts;
     this.config = resolveConfig(opts.config ?? {});
     const cfg = this.config;
-    const check = checkOverrides();
-    if (check.maxSteps !== null) cfg.maxSteps = Math.min(cfg.maxSteps ?? Infinity, check.maxSteps);
-    if (check.checkpointEvery !== null) cfg.checkpoint.everySteps = check.checkpointEvery;
+    for (const hook of configHooks) hook(cfg);
     const world = getWorld();
     this.pg = opts.processGroup ?? initProcessGroup();
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;

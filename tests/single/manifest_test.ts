@@ -99,6 +99,7 @@ Deno.test("installLayout() tells a checkout (TypeScript) from the single file's 
     root: "/repo",
     config: "/repo/deno.json",
     rankMain: "/repo/launch/rank_main.ts",
+    probeMain: "/repo/check/probe_main.ts",
     cli: "/repo/cli.ts",
     libDir: "/repo/build",
   });
@@ -107,6 +108,7 @@ Deno.test("installLayout() tells a checkout (TypeScript) from the single file's 
     root: "/cache/dtrain/0.1.0-ab",
     config: "/cache/dtrain/0.1.0-ab/deno.json",
     rankMain: "/cache/dtrain/0.1.0-ab/js/rank_main.js",
+    probeMain: "/cache/dtrain/0.1.0-ab/js/probe_main.js",
     cli: "/cache/dtrain/0.1.0-ab/js/dtrain.js",
     libDir: "/cache/dtrain/0.1.0-ab/lib",
   });

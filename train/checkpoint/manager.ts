@@ -35,7 +35,6 @@
  *
  * One process writes a directory at a time (rank 0 of one run).
  */
-import { record as recordProbe } from "../../check/probe.ts";
 import { basename, join, resolve } from "node:path";
 import type { StTensor } from "../../io/safetensors.ts";
 import { type CheckpointIO, denoCheckpointIO, describeError } from "./io.ts";
@@ -63,6 +62,27 @@ export type { CheckpointDirEntry, CheckpointIO } from "./io.ts";
 export type { CheckpointTensors } from "./format.ts";
 export { denoCheckpointIO } from "./io.ts";
 export { LATEST_FILE } from "./layout.ts";
+
+/** A checkpoint rank 0 has just committed (its rotation has not run yet). */
+export interface SavedCheckpoint {
+  dir: string;
+  step: number;
+}
+
+/**
+ * Called after every committed save, before rotation: a hook point for
+ * tools (`dtrain check`'s probe keeps each checkpoint's files out of the
+ * reach of rotation).
+ */
+export type CheckpointSavedHook = (saved: SavedCheckpoint) => void;
+
+const savedHooks = new Set<CheckpointSavedHook>();
+
+/** Adds a hook to every checkpoint save; returns the function that removes it. */
+export function addCheckpointSavedHook(hook: CheckpointSavedHook): () => void {
+  savedHooks.add(hook);
+  return () => savedHooks.delete(hook);
+}
 
 /** One file of a checkpoint: a safetensors file of named tensors (raw little-endian bytes) with optional string metadata. */
 export interface CheckpointFile {
@@ -161,7 +181,7 @@ export class CheckpointManager {
   save(payload: CheckpointPayload): string | null {
     if (this.#rank !== 0) return null;
     const dir = writeCheckpoint(this.#ctx, payload);
-    recordProbe({ kind: "checkpoint", dir, step: payload.step });
+    for (const hook of savedHooks) hook({ dir, step: payload.step });
     try {
       this.#rotate(payload.step);
     } catch (e) {
