@@ -22,6 +22,7 @@ import {
 } from "./collective_buffer.ts";
 import type { ProcessGroupConfig } from "./pg_config.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
+import { COMPLETED, type Work } from "./work.ts";
 
 const encoder = new TextEncoder();
 const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");
@@ -100,6 +101,12 @@ export class ShmProcessGroup implements ProcessGroup {
       const args = [b.ptr, BigInt(b.count), SHM_DTYPE_CODE[b.dtype], SHM_REDUCE_CODE[op]] as const;
       return [b.bytes, (h, t) => shmLibrary().symbols.dt_shm_allreduce(h, ...args, t)];
     }, opts);
+  }
+
+  /** allReduce, completed before it returns (this thread does the reduction). */
+  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
+    this.allReduce(buf, op, opts);
+    return COMPLETED;
   }
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {

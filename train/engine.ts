@@ -1,8 +1,9 @@
 /**
  * The Trainer: owns the loop of a (distributed) training run. Each epoch it
  * calls setEpoch; each optimizer step it runs k micro-batches (forward under
- * autocast, scaled loss, backward, noSync on all but the last), unscales,
- * clips to a global norm, steps the optimizer unless gradients hold inf/NaN,
+ * autocast, scaled loss, backward; DDP's gradient sync starts in the last
+ * one's backward), waits for the gradient sync, unscales, clips to a global
+ * norm, steps the optimizer unless gradients hold inf/NaN,
  * updates the scaler and the schedule, logs, and checkpoints on rank 0. It
  * resumes from the latest good checkpoint, also on another world size, and
  * stops cleanly on SIGTERM/SIGINT after the current step with a checkpoint.
@@ -281,6 +282,7 @@ export class Trainer<M extends Module> {
         const samples = micro.reduce((a, b) => a + b[0]!.shape[0]!, 0);
         for (const b of micro) for (const t of b) t.dispose();
         micro = [];
+        this.ddp?.finishGradSync(); // every gradient bucket averaged over ranks
         const norm = this.#clipAndStep(params);
         this.#step++;
         this.#consumed += samples * this.pg.size;
@@ -366,23 +368,29 @@ export class Trainer<M extends Module> {
     return [...all];
   }
 
-  /** Forward and backward of k micro-batches; returns the step's loss (mean of micro-batch losses). */
+  /**
+   * Forward and backward of k micro-batches; returns the step's loss (mean
+   * of micro-batch losses). Under DDP the last backward starts the gradient
+   * sync (each bucket's allReduce as its gradients complete); the ones
+   * before accumulate locally.
+   */
   #forwardBackward(micro: Tensor[][]): number {
     const k = micro.length;
     const low = this.config.precision.autocast;
+    const ddp = this.ddp;
     let total = 0;
-    micro.forEach((batch, i) => {
-      const run = () =>
-        scope(() => {
-          phase("forward", { frequent: true });
-          const loss = autocast(low, () => this.#opts.loss(this.model, batch));
-          total += loss.item() / k;
-          phase("backward", { frequent: true });
-          backward(this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss));
-        });
-      if (this.ddp && i < k - 1) this.ddp.noSync(run);
-      else run();
-    });
+    micro.forEach((batch, i) =>
+      scope(() => {
+        phase("forward", { frequent: true });
+        const loss = autocast(low, () => this.#opts.loss(this.model, batch));
+        total += loss.item() / k;
+        phase("backward", { frequent: true });
+        const scaled = this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss);
+        if (!ddp) backward(scaled);
+        else if (i === k - 1) ddp.backward(scaled);
+        else ddp.noSync(() => ddp.backward(scaled));
+      })
+    );
     return total;
   }
 

@@ -22,7 +22,7 @@ if (!MOUNTS_OK) {
 /** A toy model trained for a few steps with DDP over the CPU process group. */
 const USER_SCRIPT = `
 import {
-  AdamW, backward, crossEntropy, DistributedDataParallel, fromArray, initProcessGroup, Linear,
+  AdamW, crossEntropy, DistributedDataParallel, fromArray, initProcessGroup, Linear,
   manualSeed, ReLU, scope, Sequential,
 } from "dtrain";
 
@@ -38,7 +38,8 @@ for (let step = 0; step < steps; step++) {
   const loss = scope(() => {
     opt.zeroGrad();
     const l = crossEntropy(ddp.forward(x), y);
-    backward(l);
+    ddp.backward(l);
+    ddp.finishGradSync();
     opt.step();
     return l.item();
   });
