@@ -156,12 +156,13 @@ export function describeConfigIssues(
   root: z.ZodType,
   input: unknown,
   issues: readonly z.core.$ZodIssue[],
+  rootName = "(the config)",
 ): string[] {
   return issues.flatMap((iss) => {
     if (iss.code === "unrecognized_keys") {
       return iss.keys.map((k) => unknownField(root, iss.path, k));
     }
-    const path = iss.path.map(String).join(".") || "(the config)";
+    const path = iss.path.map(String).join(".") || rootName;
     const value = valueAt(input, iss.path);
     return [`${path}${value === undefined ? "" : ` = ${shown(value)}`}: ${iss.message}`];
   });
