@@ -30,7 +30,7 @@ import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/phase.ts";
 import { getWorld } from "../distributed/env.ts";
 import { manualSeed } from "../nn/init.ts";
-import { CheckpointManager } from "./checkpoint.ts";
+import { CheckpointManager, type LoadedCheckpoint } from "./checkpoint.ts";
 import {
   microBatchSize,
   resolveConfig,
@@ -38,9 +38,9 @@ import {
   type TrainConfigInput,
 } from "./config.ts";
 import { MetricsLogger } from "./metrics.ts";
+import { checkTrainState } from "./state_schema.ts";
 import { appendDataOrder, orderDigest } from "../run/record.ts";
 import {
-  asTrainState,
   captureRng,
   modelFile,
   optimizerFile,
@@ -417,22 +417,38 @@ export class Trainer<M extends Module> {
   #resume(log: MetricsLogger): number | null {
     const mode = this.config.checkpoint.resume;
     if (mode === "never") return null;
-    let loaded;
+    // Checked before anything is loaded; under "auto" a bad state counts as a corrupt checkpoint.
+    const check = (loaded: LoadedCheckpoint) => {
+      const st = checkTrainState(loaded.state, {
+        datasetLength: this.#opts.data.length,
+        dropLast: this.config.data.dropLast,
+      });
+      for (const name of ["model", "optimizer"]) {
+        if (!loaded.files.has(name)) {
+          throw new Error(`a training checkpoint needs a ${name} file, and it has none`);
+        }
+      }
+      return st;
+    };
+    let loaded: LoadedCheckpoint;
     if (mode === "auto") {
       if (!this.checkpoints) return null;
-      loaded = this.checkpoints.loadLatest();
-      if (!loaded) return null;
+      const latest = this.checkpoints.loadLatest({ accept: check });
+      if (!latest) return null;
+      loaded = latest;
       for (const s of loaded.skipped) log.print(`skipped checkpoint ${s.dir}: ${s.reason}`);
     } else {
       loaded = (this.checkpoints ?? new CheckpointManager(mode, { rank: this.pg.rank })).load(mode);
+      try {
+        check(loaded);
+      } catch (e) {
+        throw new Error(`Cannot resume from ${loaded.dir}: ${(e as Error).message}`, { cause: e });
+      }
     }
     phase("checkpoint load");
-    const st = asTrainState(loaded.state, join(loaded.dir, "state.json"));
-    const model = loaded.files.get("model");
-    const opt = loaded.files.get("optimizer");
-    if (!model || !opt) {
-      throw new Error(`${loaded.dir}: a training checkpoint needs model and optimizer files`);
-    }
+    const st = check(loaded);
+    const model = loaded.files.get("model")!;
+    const opt = loaded.files.get("optimizer")!;
     this.model.loadStateDict(new Map([...model.tensors].map(([k, t]) => [k, stateTensor(t)])));
     restoreOptimizer(this.optimizer, opt);
     this.schedule.loadStateDict(st.schedule);
