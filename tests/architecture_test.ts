@@ -20,8 +20,8 @@ const REPO = fileURLToPath(new URL("../", import.meta.url)).replace(/\/$/, "");
  * of `distributed/`.
  */
 const LIBRARY_LAYERS: readonly (readonly string[])[] = [
-  ["os"],
-  ["ffi", "io", "random", "distributed/control"],
+  ["os", "io"],
+  ["ffi", "random", "distributed/control"],
   ["tensor"],
   ["nn", "optim", "data"],
   ["amp", "distributed"],
