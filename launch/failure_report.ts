@@ -42,8 +42,13 @@ export interface AbortRecord {
   table?: string;
 }
 
-/** Exit code of a launcher whose run hit --timeout (as coreutils `timeout`). */
+/** Exit code of a launcher whose run ended because a timeout fired (as coreutils `timeout`). */
 export const TIMEOUT_EXIT_CODE = 124;
+
+/** A launch that could not go on because a timeout fired before any rank ran (rendezvous). */
+export class LaunchTimeout extends Error {
+  override name = "LaunchTimeout";
+}
 
 /** The summary printed by every launcher when an attempt is aborted. */
 export function failureSummary(abort: AbortRecord, table: string): string {

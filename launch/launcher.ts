@@ -17,13 +17,14 @@ import {
   writeRunRecord,
 } from "../run/record.ts";
 import { resolve } from "node:path";
-import { StoreClient } from "../distributed/store.ts";
+import { StoreClient, StoreError } from "../distributed/store.ts";
 import { StoreServer } from "../distributed/store_server.ts";
 import { runKeys } from "../distributed/store_keys.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
 import type { LaunchOptions } from "./options.ts";
 import { LauncherLog } from "./output.ts";
 import { signalExitCode } from "./rank_process.ts";
+import { LaunchTimeout } from "./failure_report.ts";
 import {
   createRunDir,
   type LaunchRecord,
@@ -40,6 +41,8 @@ const MULTI_NODE_PORT = 29500;
 const BEAT_MS = 1000;
 /** Node 0 waits at most this long (plus the grace period) for other launchers to leave. */
 const EXIT_WAIT_MS = 10_000;
+/** Node 0's launcher reaching the store it serves itself: anything slower is a local fault. */
+const OWN_STORE_CONNECT_MS = 10_000;
 
 /** Run facts node 0 publishes and every node checks against its own options. */
 interface RunInfo {
@@ -120,7 +123,7 @@ async function rendezvous(
     const missing = nodes.filter((n) =>
       (e as { missingKeys?: string[] }).missingKeys?.includes(runKeys.nodeInfo(n))
     );
-    throw new Error(
+    throw new LaunchTimeout(
       `Rendezvous failed: node(s) ${
         missing.join(",") || "?"
       } did not join within ${opts.rdzvTimeoutS} s (--rdzv-timeout)`,
@@ -209,13 +212,25 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   for (const [sig, fn] of Object.entries(handlers)) Deno.addSignalListener(sig as Deno.Signal, fn);
 
   try {
-    client = await StoreClient.connect({
-      host: storeHost,
-      port: masterPort,
-      token,
-      timeoutMs: opts.rdzvTimeoutS * 1000,
-      identity: `launcher node ${opts.nodeRank}`,
-    });
+    try {
+      client = await StoreClient.connect({
+        host: storeHost,
+        port: masterPort,
+        token,
+        timeoutMs: server ? OWN_STORE_CONNECT_MS : opts.rdzvTimeoutS * 1000,
+        identity: `launcher node ${opts.nodeRank}`,
+        onRetry: (why) =>
+          log.info(`waiting for node 0's control store at ${storeHost}:${masterPort}: ${why}`),
+      });
+    } catch (e) {
+      // Node 1.. waited --rdzv-timeout for node 0: a timeout that ended the run.
+      if (
+        !server && e instanceof StoreError && e.kind === "connect" && / within /.test(e.message)
+      ) {
+        throw new LaunchTimeout(`${e.message} (--rdzv-timeout ${opts.rdzvTimeoutS} s)`);
+      }
+      throw e;
+    }
     const proposed = opts.nodeRank === 0
       ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
       : null;
