@@ -39,7 +39,7 @@ import {
 } from "./config.ts";
 import { MetricsLogger } from "./metrics.ts";
 import { checkTrainState } from "./state_schema.ts";
-import { appendDataOrder, orderDigest, writeConfigRecord } from "../run/record.ts";
+import { appendDataOrder, orderDigest } from "../run/record.ts";
 import {
   captureRng,
   modelFile,
@@ -228,14 +228,10 @@ export class Trainer<M extends Module> {
       preempted: false,
     };
     result.resumedFrom = this.#resume(log);
-    if (this.pg.rank === 0 && this.runDir) {
-      writeConfigRecord(this.runDir, {
-        config: cfg,
-        seed: cfg.seed,
-        worldSize: this.pg.size,
-        device: backend().device,
-      });
-    }
+    log.begin({
+      config: { config: cfg, seed: cfg.seed, worldSize: this.pg.size, device: backend().device },
+      step: this.#step,
+    });
     const k = cfg.data.gradAccumulation;
     const params = this.model.parameters();
     const tokens = this.#opts.tokensPerSample ?? null;
@@ -294,6 +290,7 @@ export class Trainer<M extends Module> {
           dataWaitMs: waitMs,
           memBytes: mem.liveBytes + mem.cachedBytes,
           stepMsByRank: byRank,
+          samples: samples * this.pg.size,
         });
         result.losses.push(loss);
         epochLossSum += loss;
@@ -330,11 +327,12 @@ export class Trainer<M extends Module> {
         phase("evaluate");
         const ev = this.#opts.evaluate(this.model, epoch);
         result.evaluations.push(ev);
-        log.print(
-          `epoch ${epoch}: ${
-            Object.entries(ev).map(([n, v]) => `${n} ${v.toFixed(4)}`).join(", ")
-          }`,
-        );
+        log.logEval({
+          step: this.#step,
+          epoch,
+          attempt: Number(Deno.env.get("DTRAIN_RESTART_COUNT") ?? 0),
+          metrics: ev,
+        });
       }
       const last = this.#step >= this.totalSteps;
       if ((cfg.checkpoint.everyEpoch && exhausted) || last) this.#save();
