@@ -31,9 +31,11 @@ import {
   launchRecordPath,
   makeRunId,
   redactToken,
+  removeEmptyRunDir,
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
+import { lockRunDir, type RunLock } from "./run_lock.ts";
 
 /** Default store port with several nodes (torchrun's). */
 const MULTI_NODE_PORT = 29500;
@@ -202,6 +204,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
 
   let beat: ReturnType<typeof setInterval> | undefined;
   let preempted = false;
+  let runLock: RunLock | null = null;
   const onSignal = (sig: "SIGINT" | "SIGTERM") => () => {
     preempted = true; // whatever the attempt's outcome, do not restart after this
     if (current) return current.signal(sig);
@@ -236,14 +239,19 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       : null;
     let runId: string;
     try {
+      // Node 0 refuses a run directory another live launcher holds before anyone joins.
+      if (proposed) runLock = lockRunDir(proposed.dir, 0, proposed.runId);
       runId = await rendezvous(client, opts, proposed?.runId ?? null);
     } catch (e) {
-      // Nothing ran: leave no empty run directory behind.
-      if (proposed) Deno.removeSync(proposed.dir);
+      // Nothing ran: leave no run directory behind that this launch created.
+      runLock?.release();
+      runLock = null;
+      if (proposed?.created) removeEmptyRunDir(proposed.dir);
       throw e;
     }
     const { dir: runDir } = proposed ??
       createRunDir({ runDir: opts.runDir, runId, exclusive: false });
+    runLock ??= lockRunDir(runDir, opts.nodeRank, runId);
     log.attach(
       `${runDir}/${opts.nodeRank === 0 ? "launcher.log" : `launcher-node${opts.nodeRank}.log`}`,
     );
@@ -252,6 +260,13 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
         opts.nnodes > 1 ? `node ${opts.nodeRank} of ${opts.nnodes}, ` : ""
       }logs in ${runDir}`,
     );
+    const gone = runLock.previous;
+    if (gone) {
+      log.info(
+        `took over the run directory's lock from run ${gone.runId} (pid ${gone.pid} on ${gone.host}), ` +
+          `which ended without releasing it`,
+      );
+    }
 
     const c = client;
     beat = setInterval(() => c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now())), BEAT_MS);
@@ -346,6 +361,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     client?.close();
     await server?.close();
     log.close();
+    runLock?.release();
   }
 }
 
