@@ -229,10 +229,21 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   };
 
   const run = async () => {
+    // The abort record is watched from the start: a signal or a failure on another node while the
+    // nodes gather or while ranks are being started ends the attempt at once.
+    const aborted = client.wait([keys.abort]).then(async () => {
+      const raw = await client.getText(keys.abort);
+      onAbort(JSON.parse(raw ?? "{}") as AbortRecord);
+    });
+    aborted.catch(() => {/* the store closed: handled below */});
     try {
       await client.set(keys.nodeReady(node), "1");
-      await client.wait(nodes.map(keys.nodeReady), opts.rdzvTimeoutS * 1000);
+      await Promise.race([
+        client.wait(nodes.map(keys.nodeReady), opts.rdzvTimeoutS * 1000),
+        aborted,
+      ]);
     } catch (e) {
+      if (stopping || abortRequested) return;
       return finish({
         ok: false,
         abort: {
@@ -244,8 +255,9 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         },
       });
     }
-    if (stopping || abortRequested) return; // a signal arrived while the nodes gathered
     for (let local = 0; local < opts.nproc; local++) {
+      // A signal or an abort stops the loop between two ranks (their handlers run in the yield).
+      if (stopping || abortRequested) break;
       const rank = node * opts.nproc + local;
       const env = rankEnv({
         world: {
@@ -293,18 +305,17 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       }
       ranks.push(p);
       p.exited.then((exit) => onRankExit(p, exit));
+      await new Promise((r) => setTimeout(r, 0));
     }
+    if (ranks.length === 0) return; // stopped before any rank started: onAbort reports it
     log.info(
       `attempt ${k}: started ranks ${
         rankList(ranks.map((p) => p.rank))
       } of ${worldSize} on node ${node} ` +
         `(pids ${ranks.map((p) => p.pid).join(",")}; ${ctx.threads} native thread(s) each)`,
     );
+    if (stopping) return;
     if (node === 0) watch();
-    client.wait([keys.abort]).then(async () => {
-      const raw = await client.getText(keys.abort);
-      onAbort(JSON.parse(raw ?? "{}") as AbortRecord);
-    }).catch(() => {/* the store closed: handled below */});
     client.wait(nodes.map(keys.nodeDone)).then(async () => {
       if (stopping) return;
       await Promise.race([Promise.all(ranks.map((p) => p.outputDone)), sleep(OUTPUT_DRAIN_MS)]);

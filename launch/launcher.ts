@@ -35,6 +35,7 @@ import {
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
+import { checkNproc, type NodeCapacity } from "./nproc_limit.ts";
 import { lockRunDir, type RunLock } from "./run_lock.ts";
 
 /** Default store port with several nodes (torchrun's). */
@@ -52,6 +53,22 @@ interface RunInfo {
   nnodes: number;
   nproc: number;
   maxRestarts: number;
+}
+
+/** What bounds --nproc on this machine for the resolved device. */
+async function nodeCapacity(opts: LaunchOptions): Promise<NodeCapacity> {
+  const device = opts.device === "cuda" ? "cuda" : "cpu";
+  const cap: NodeCapacity = {
+    device,
+    cores: navigator.hardwareConcurrency || 1,
+    oversubscribe: opts.oversubscribe,
+  };
+  if (device === "cuda") {
+    const { cudaAvailability } = await import("../tensor/cuda_backend.ts");
+    const a = cudaAvailability();
+    cap.gpus = a.ok ? a.deviceCount : 0;
+  }
+  return cap;
 }
 
 function checkScript(script: string): string {
@@ -189,6 +206,15 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   const log = new LauncherLog();
   const script = checkScript(opts.script);
   const token = resolveToken(opts);
+  // "auto" is resolved once here, so every rank gets the same answer and the notice prints once
+  // (after the run directory exists, so that it is in launcher.log too).
+  const deviceNotices: string[] = [];
+  opts.device = await resolveDevice(
+    opts.device,
+    (line) => deviceNotices.push(line.replace(/^dtrain: /, "")),
+  );
+  // Refused before anything starts: no store, no run directory, no rank.
+  checkNproc(opts.nproc, await nodeCapacity(opts));
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;
   const nodeLost = async (node: number, why: string) => {
@@ -205,10 +231,14 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   let beat: ReturnType<typeof setInterval> | undefined;
   let preempted = false;
   let runLock: RunLock | null = null;
+  /** A run directory this launch created, removed again if nothing ran in it. */
+  let createdDir: string | null = null;
   const onSignal = (sig: "SIGINT" | "SIGTERM") => () => {
     preempted = true; // whatever the attempt's outcome, do not restart after this
     if (current) return current.signal(sig);
     log.info(`received ${sig} while no rank is running; exiting`);
+    runLock?.release();
+    if (createdDir) removeEmptyRunDir(createdDir);
     Deno.exit(signalExitCode(sig));
   };
   const handlers = { SIGINT: onSignal("SIGINT"), SIGTERM: onSignal("SIGTERM") };
@@ -237,6 +267,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     const proposed = opts.nodeRank === 0
       ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
       : null;
+    if (proposed?.created) createdDir = proposed.dir;
     let runId: string;
     try {
       // Node 0 refuses a run directory another live launcher holds before anyone joins.
@@ -272,11 +303,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     beat = setInterval(() => c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now())), BEAT_MS);
     c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
 
-    // "auto" is resolved once here, so every rank gets the same answer and the notice prints once.
-    opts.device = await resolveDevice(
-      opts.device,
-      (line) => log.info(line.replace(/^dtrain: /, "")),
-    );
+    for (const line of deviceNotices) log.info(line);
     const threads = opts.threads ??
       Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
     const ctx: RunContext = {
