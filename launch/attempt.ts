@@ -13,6 +13,7 @@ import type { LaunchOptions } from "./options.ts";
 import type { LauncherLog } from "./output.ts";
 import { type RankExit, RankProcess, signalExitCode } from "./rank_process.ts";
 import { join } from "node:path";
+import { removeAttemptSegments } from "./attempt_segments.ts";
 
 /** Ranks stopped because of a failure get this long between SIGTERM and SIGKILL (the whole stop must take < 5 s). */
 export const FAILURE_GRACE_MS = 2000;
@@ -75,6 +76,11 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   const finish = (r: AttemptResult) => {
     if (finished) return;
     finished = true;
+    // Every local rank has ended: nothing can attach to this attempt's segments any more.
+    const { failed } = removeAttemptSegments(ctx.runId, k);
+    if (failed.length > 0) {
+      log.info(`could not remove shared-memory segment(s) of attempt ${k}: ${failed.join("; ")}`);
+    }
     resolveResult(r);
   };
 
