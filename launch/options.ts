@@ -358,8 +358,9 @@ export function launchHelp(): string {
   }
   lines.push(
     "",
-    "Exit status: 0 when every rank exited 0; otherwise the first failing rank's code, 124 after --timeout,",
-    "128+N after the launcher got signal N.",
+    "Exit status: 0 when every rank exited 0; 124 when a timeout ended the run (--timeout,",
+    "--rdzv-timeout, or a rank's own collective or barrier timeout); 128+N after the launcher got",
+    "signal N; 2 for a bad command line; otherwise the code of the rank that failed first.",
   );
   return lines.join("\n");
 }
