@@ -6,7 +6,7 @@
  * anything; a rank killed by a signal leaves none. Notices are ordered by
  * when the store received them (one clock for every machine).
  */
-import type { FailureNotice } from "../distributed/rank_state.ts";
+import type { FailureNotice } from "../distributed/control/rank_state.ts";
 
 /** A notice as read from the store, with its age by the store's clock. */
 export interface StoredNotice {

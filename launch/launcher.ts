@@ -4,6 +4,7 @@
  * forwards SIGINT/SIGTERM, records launch.json, and returns 0 only when every rank exited 0.
  */
 import { resolveDevice } from "../tensor/device_choice.ts";
+import { cudaAvailability } from "../tensor/cuda_backend.ts";
 import { basename } from "node:path";
 import {
   type AttemptEnd,
@@ -17,13 +18,13 @@ import {
   writeRunRecord,
 } from "../run/record.ts";
 import { resolve } from "node:path";
-import { StoreClient, StoreError } from "../distributed/store.ts";
-import { StoreServer } from "../distributed/store_server.ts";
-import { runKeys } from "../distributed/store_keys.ts";
+import { StoreClient, StoreError } from "../distributed/control/store.ts";
+import { StoreServer } from "../distributed/control/store_server.ts";
+import { runKeys } from "../distributed/control/store_keys.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
 import type { LaunchOptions } from "./options.ts";
 import { LauncherLog } from "./output.ts";
-import { signalExitCode } from "./rank_process.ts";
+import { signalExitCode } from "../os/exit_status.ts";
 import { LaunchTimeout } from "./failure_report.ts";
 import {
   createRunDir,
@@ -56,7 +57,7 @@ interface RunInfo {
 }
 
 /** What bounds --nproc on this machine for the resolved device. */
-async function nodeCapacity(opts: LaunchOptions): Promise<NodeCapacity> {
+function nodeCapacity(opts: LaunchOptions): NodeCapacity {
   const device = opts.device === "cuda" ? "cuda" : "cpu";
   const cap: NodeCapacity = {
     device,
@@ -64,7 +65,6 @@ async function nodeCapacity(opts: LaunchOptions): Promise<NodeCapacity> {
     oversubscribe: opts.oversubscribe,
   };
   if (device === "cuda") {
-    const { cudaAvailability } = await import("../tensor/cuda_backend.ts");
     const a = cudaAvailability();
     cap.gpus = a.ok ? a.deviceCount : 0;
   }
@@ -209,12 +209,11 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   // "auto" is resolved once here, so every rank gets the same answer and the notice prints once
   // (after the run directory exists, so that it is in launcher.log too).
   const deviceNotices: string[] = [];
-  opts.device = await resolveDevice(
-    opts.device,
-    (line) => deviceNotices.push(line.replace(/^dtrain: /, "")),
-  );
+  opts.device = resolveDevice(opts.device, {
+    notice: (line) => deviceNotices.push(line.replace(/^dtrain: /, "")),
+  });
   // Refused before anything starts: no store, no run directory, no rank.
-  checkNproc(opts.nproc, await nodeCapacity(opts));
+  checkNproc(opts.nproc, nodeCapacity(opts));
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;
   const nodeLost = async (node: number, why: string) => {

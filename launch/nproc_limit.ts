@@ -4,7 +4,7 @@
  * never beyond what the shared-memory process group takes; a GPU run to one
  * rank per visible GPU (NCCL refuses two ranks on one device).
  */
-import { SHM_MAX_RANKS } from "./doctor_shm.ts";
+import { SHM_MAX_RANKS } from "./doctor/shm.ts";
 
 /** CPU ranks allowed per core without --oversubscribe. */
 export const RANKS_PER_CORE = 4;

@@ -3,14 +3,14 @@
  * checkpoints in a loop; each trial SIGKILLs it at a random (seeded) moment
  * and checks that the latest loadable checkpoint verifies and holds exactly
  * what its step wrote. A benchmark, not run in CI (200 trials by default, a
- * few minutes); tests/train/checkpoint_kill_test.ts runs a short version.
+ * few minutes); tests/train/checkpoint/kill_test.ts runs a short version.
  *
  *   deno run -A scripts/checkpoint_killtest.ts [--trials 200] [--seed 1] [--max-delay-ms 300]
  *     [--scale 16] [--dir D] [--keep]
  */
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { CheckpointManager } from "../train/checkpoint.ts";
+import { CheckpointManager } from "../train/checkpoint/manager.ts";
 import { assertHoldsPayload, payloadForStep } from "../tests/train/scripts/checkpoint_payloads.ts";
 
 const WRITER = fileURLToPath(

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { REPO, TestRun } from "../launch/launch_helpers.ts";
 import { firstFailure, type StoredNotice } from "../../launch/first_failure.ts";
-import type { FailureNotice } from "../../distributed/rank_state.ts";
+import type { FailureNotice } from "../../distributed/control/rank_state.ts";
 
 const SCRIPT = join(REPO, "tests/faults/scripts/trainer_fail.ts");
 const TRIALS = 20;

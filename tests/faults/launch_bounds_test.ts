@@ -10,8 +10,8 @@ import { checkNproc, NprocLimitError, RANKS_PER_CORE } from "../../launch/nproc_
 import { type LaunchOptions, parseLaunchArgs } from "../../launch/options.ts";
 import { startAttempt } from "../../launch/attempt.ts";
 import { LauncherLog } from "../../launch/output.ts";
-import { StoreServer } from "../../distributed/store_server.ts";
-import { StoreClient } from "../../distributed/store.ts";
+import { StoreServer } from "../../distributed/control/store_server.ts";
+import { StoreClient } from "../../distributed/control/store.ts";
 
 const HOLD = join(REPO, "tests/faults/scripts/hold.ts");
 const CORES = navigator.hardwareConcurrency || 1;

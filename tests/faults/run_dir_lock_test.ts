@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { alive, REPO, TestRun, waitUntil } from "../launch/launch_helpers.ts";
 import { lockRunDir, RunDirBusy } from "../../launch/run_lock.ts";
-import { CheckpointManager } from "../../train/checkpoint.ts";
+import { CheckpointManager } from "../../train/checkpoint/manager.ts";
 import { payloadForStep } from "../train/scripts/checkpoint_payloads.ts";
 
 const HOLD = join(REPO, "tests/faults/scripts/hold.ts");

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { StoreClient, StoreError } from "../../distributed/store.ts";
+import { StoreClient, StoreError } from "../../distributed/control/store.ts";
 import { freePort, REPO, TestRun, tokenFile } from "../launch/launch_helpers.ts";
 
 const CLI = join(REPO, "cli.ts");

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { alive, REPO, TestRun } from "../launch/launch_helpers.ts";
 import { rankTable } from "../../launch/hang_report.ts";
-import type { RankView } from "../../distributed/rank_state.ts";
+import type { RankView } from "../../distributed/control/rank_state.ts";
 
 const STALL = join(REPO, "tests/faults/scripts/stall.ts");
 

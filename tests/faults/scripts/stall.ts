@@ -5,7 +5,7 @@
  * With "none", 40 collectives run and both ranks exit 0.
  */
 import { initProcessGroup } from "../../../distributed/process_group.ts";
-import { storeBarrier } from "../../../distributed/rank_runtime.ts";
+import { storeBarrier } from "../../../distributed/control/rank_runtime.ts";
 
 const rank = Number(Deno.env.get("RANK"));
 const dir = Deno.env.get("TEST_PID_DIR")!;
