@@ -88,11 +88,7 @@ static int64_t row_grain_(int64_t cols, int64_t elems) {
 DT_EXPORT dt_status dt_reduce_bcast(float* out, const float* inp, int64_t n, int64_t bn, int64_t inner,
                                     void* stream) {
   (void)stream;
-  DT_REQUIRE_(n >= 0, "dt_reduce_bcast: negative size n=%lld", (long long)n);
-  DT_REQUIRE_(bn >= 1 && inner >= 1, "dt_reduce_bcast: broadcast bn=%lld inner=%lld must both be >= 1",
-              (long long)bn, (long long)inner);
-  DT_REQUIRE_(out && (inp || n == 0), "dt_reduce_bcast: null pointer (out=%p inp=%p)", (void*)out,
-              (const void*)inp);
+  DT_TRY_(dt_check_reduce_bcast(out, inp, n, bn, inner));
   bcast_ctx_ c = {out, inp, n, bn, inner};
   int64_t per_output = n / bn + 1; /* elements summed into each out[j], about */
   dt_parallel_for_(bn, row_grain_(per_output, REDUCE_GRAIN), inner == 1 ? reduce_cols_range_ : reduce_runs_range_,
@@ -102,8 +98,7 @@ DT_EXPORT dt_status dt_reduce_bcast(float* out, const float* inp, int64_t n, int
 
 DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* stream) {
   (void)stream;
-  DT_REQUIRE_(n >= 0, "dt_sumsq: negative size n=%lld", (long long)n);
-  DT_REQUIRE_(out && (inp || n == 0), "dt_sumsq: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
+  DT_TRY_(dt_check_sumsq(out, inp, n));
   int64_t blocks = (n + SUM_BLOCK - 1) / SUM_BLOCK;
   double stack_partial[64];
   double* partial = blocks <= 64 ? stack_partial : malloc((size_t)blocks * sizeof(double));
@@ -119,10 +114,8 @@ DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* str
 
 DT_EXPORT dt_status dt_argmax_rows(int32_t* out, const float* inp, int64_t rows, int64_t cols, void* stream) {
   (void)stream;
-  DT_REQUIRE_(rows >= 0, "dt_argmax_rows: negative rows=%lld", (long long)rows);
+  DT_TRY_(dt_check_argmax_rows(out, inp, rows, cols));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(cols >= 1 && cols <= INT32_MAX, "dt_argmax_rows: cols=%lld must be in [1, 2^31)", (long long)cols);
-  DT_REQUIRE_(out && inp, "dt_argmax_rows: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   argmax_ctx_ c = {out, inp, cols};
   dt_parallel_for_(rows, row_grain_(cols, REDUCE_GRAIN), argmax_range_, &c);
   return DT_OK;

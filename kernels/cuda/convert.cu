@@ -44,13 +44,8 @@ __global__ void dt_cast_find_bad_k_(unsigned long long* first, const void* inp, 
 /* ---- launchers ---------------------------------------------------------------------- */
 
 DT_EXPORT dt_status dt_fill(void* out, int32_t dtype, int64_t n, double value, void* stream) {
-  size_t size = dt_dtype_size(dtype);
-  DT_REQUIRE_(size > 0, "dt_fill: unknown dtype %d", dtype);
-  DT_REQUIRE_(n >= 0, "dt_fill: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_fill(out, dtype, n, value));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out, "dt_fill: null pointer");
-  DT_REQUIRE_(dt_dtype_is_float(dtype) || dt_float_truncates_into(value, dtype),
-              "dt_fill: value %.17g does not fit in %s", value, dt_dtype_name_(dtype));
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (dt_dtype_is_float(dtype)) {
@@ -90,20 +85,15 @@ static dt_status dt_cast_check_range_(const void* inp, int32_t inp_dtype, int32_
   size_t esize = dt_dtype_size(inp_dtype);
   unsigned char raw[8] = {0};
   DT_TRY_(dt_read_back_(raw, (const char*)inp + i * esize, esize, s));
-  if (dt_dtype_is_float(inp_dtype))
-    return dt_fail_(DT_ERR_ARG, "dt_cast: %s value %.9g at index %lld does not fit in %s", dt_dtype_name_(inp_dtype),
-                    (double)dt_load_float(raw, inp_dtype, 0), (long long)i, dt_dtype_name_(out_dtype));
-  return dt_fail_(DT_ERR_ARG, "dt_cast: %s value %lld at index %lld is outside the %s range", dt_dtype_name_(inp_dtype),
-                  (long long)dt_load_int(raw, inp_dtype, 0), (long long)i, dt_dtype_name_(out_dtype));
+  int in_float = dt_dtype_is_float(inp_dtype);
+  return dt_fail_cast_value_(inp_dtype, out_dtype, i, in_float ? (double)dt_load_float(raw, inp_dtype, 0) : 0.0,
+                             in_float ? 0 : dt_load_int(raw, inp_dtype, 0));
 }
 
 DT_EXPORT dt_status dt_cast(void* out, int32_t out_dtype, const void* inp, int32_t inp_dtype, int64_t n,
                             void* stream) {
-  DT_REQUIRE_(dt_dtype_size(out_dtype) > 0, "dt_cast: unknown output dtype %d", out_dtype);
-  DT_REQUIRE_(dt_dtype_size(inp_dtype) > 0, "dt_cast: unknown input dtype %d", inp_dtype);
-  DT_REQUIRE_(n >= 0, "dt_cast: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_cast(out, out_dtype, inp, inp_dtype, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_cast: null pointer (out=%p inp=%p)", out, inp);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (out_dtype == inp_dtype) {

@@ -1,28 +1,21 @@
-/* cuda_internal.cuh — what the CUDA kernel files share: error text and the
- * check macros that *return* a status (never exit or print), the stream a
- * call runs on, launch geometry, block reductions and stream-ordered scratch
- * memory. Not part of the exported ABI. */
+/* cuda_internal.cuh — what the CUDA kernel files share: the check macros
+ * that *return* a status (never exit or print), the stream a call runs on,
+ * launch geometry, block reductions and stream-ordered scratch memory. The
+ * error text and argument checks are kernels/common's (dt_error.h,
+ * dt_checks.h), shared with the CPU library. Not part of the exported ABI. */
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include "dt_checks.h"
 #include "dt_common.h"
+#include "dt_error.h"
+#include "dt_math.h"
 
 /* ---- error text ------------------------------------------------------------------ */
-
-/* Records printf-style text for dt_last_error() and returns status. */
-dt_status dt_fail_(dt_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Records "<what> failed: <cudaGetErrorName>: <cudaGetErrorString> (file:line)"
  * and returns DT_ERR_CUDA (DT_ERR_ALLOC for an out-of-memory error). */
 dt_status dt_cuda_fail_(cudaError_t err, const char* what, const char* file, int line);
-
-/* Puts "<context>: " in front of the current error text and returns status. */
-dt_status dt_with_context_(dt_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-
-#define DT_REQUIRE_(cond, ...)                             \
-  do {                                                     \
-    if (!(cond)) return dt_fail_(DT_ERR_ARG, __VA_ARGS__); \
-  } while (0)
 
 /* Every CUDA runtime call goes through this: on failure it returns from the
  * enclosing function with the runtime's own error text. */
@@ -40,13 +33,6 @@ dt_status dt_with_context_(dt_status status, const char* fmt, ...) __attribute__
     *(result) = dt_err_;                                                      \
     if (dt_err_ != cudaSuccess && dt_err_ != (allowed))                       \
       return dt_cuda_fail_(dt_err_, #call, __FILE__, __LINE__);               \
-  } while (0)
-
-/* Propagates a dt_status from a helper. */
-#define DT_TRY_(expr)              \
-  do {                             \
-    dt_status dt_st_ = (expr);     \
-    if (dt_st_ != DT_OK) return dt_st_; \
   } while (0)
 
 /* After every kernel launch: a launch-configuration error is reported at
@@ -112,14 +98,14 @@ __device__ __forceinline__ double dt_block_sum_(double v) {
 __device__ __forceinline__ float dt_block_max_(float v) {
   __shared__ float partial[32];
   __shared__ float total;
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, off));
+  for (int off = 16; off > 0; off >>= 1) v = dt_maxf(v, __shfl_down_sync(0xffffffffu, v, off));
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   __syncthreads();
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   if (warp == 0) {
     float s = lane < warps ? partial[lane] : -INFINITY;
-    for (int off = 16; off > 0; off >>= 1) s = fmaxf(s, __shfl_down_sync(0xffffffffu, s, off));
+    for (int off = 16; off > 0; off >>= 1) s = dt_maxf(s, __shfl_down_sync(0xffffffffu, s, off));
     if (lane == 0) total = s;
   }
   __syncthreads();
@@ -136,6 +122,3 @@ dt_status dt_scratch_free_(void* p, cudaStream_t stream);
 /* Copies `bytes` of device memory to host memory and waits for it (and for
  * everything queued before it on the stream). */
 dt_status dt_read_back_(void* host, const void* dev, size_t bytes, cudaStream_t stream);
-
-/* Name of a dtype code, for error text. */
-const char* dt_dtype_name_(int32_t dtype);

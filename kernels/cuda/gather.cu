@@ -72,25 +72,8 @@ static dt_status dt_read_indices_(const char* name, const int32_t* idx, int64_t 
   DT_TRY_(dt_read_back_(*host, idx, (size_t)n * sizeof(int32_t), s));
   for (int64_t i = 0; i < n; i++) {
     int64_t v = (*host)[i];
-    if (v < 0 || (limit >= 0 && v >= limit)) {
-      if (limit >= 0)
-        return dt_fail_(DT_ERR_ARG, "%s: index %lld at position %lld is outside [0, %lld)", name, (long long)v,
-                        (long long)i, (long long)limit);
-      return dt_fail_(DT_ERR_ARG, "%s: index %lld at position %lld is negative", name, (long long)v, (long long)i);
-    }
+    if (v < 0 || (limit >= 0 && v >= limit)) return dt_fail_index_(name, v, i, limit);
   }
-  return DT_OK;
-}
-
-/* Size checks shared by the embedding launchers. */
-static dt_status dt_check_embedding_(const char* name, int64_t n, int64_t V, int64_t C) {
-  DT_REQUIRE_(n >= 0 && V >= 0 && C >= 0, "%s: negative size (n=%lld V=%lld C=%lld)", name, (long long)n,
-              (long long)V, (long long)C);
-  int64_t elems, bytes;
-  DT_REQUIRE_(!__builtin_mul_overflow(n > V ? n : V, C, &elems) &&
-                  !__builtin_mul_overflow(elems, (int64_t)sizeof(float), &bytes),
-              "%s: size overflows (n=%lld V=%lld C=%lld)", name, (long long)n, (long long)V, (long long)C);
-  DT_REQUIRE_(n <= INT32_MAX, "%s: n=%lld positions exceed 2^31 - 1", name, (long long)n);
   return DT_OK;
 }
 
@@ -98,16 +81,14 @@ static dt_status dt_check_embedding_(const char* name, int64_t n, int64_t V, int
 
 DT_EXPORT dt_status dt_embedding_fwd(float* out, const int32_t* idx, const float* table, int64_t n, int64_t V,
                                      int64_t C, void* stream) {
-  DT_TRY_(dt_check_embedding_("dt_embedding_fwd", n, V, C));
+  DT_TRY_(dt_check_embedding_fwd(out, idx, table, n, V, C));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(idx, "dt_embedding_fwd: null idx");
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   int32_t* host = NULL;
   dt_status st = dt_read_indices_("dt_embedding_fwd", idx, n, V, s, &host);
   free(host);
   if (st != DT_OK || C == 0) return st;
-  DT_REQUIRE_(out && table, "dt_embedding_fwd: null pointer (out=%p table=%p)", (void*)out, (const void*)table);
   return dt_launch_gather_(out, table, idx, n, C * (int64_t)sizeof(float), s, "dt_embedding_fwd");
 }
 
@@ -170,8 +151,7 @@ static dt_status dt_zero_table_(float* table, int64_t elems, cudaStream_t s) {
 
 DT_EXPORT dt_status dt_embedding_bwd(float* dtable, const float* dout, const int32_t* idx, int64_t n, int64_t V,
                                      int64_t C, void* stream) {
-  DT_TRY_(dt_check_embedding_("dt_embedding_bwd", n, V, C));
-  DT_REQUIRE_(idx || n == 0, "dt_embedding_bwd: null idx");
+  DT_TRY_(dt_check_embedding_bwd(dtable, dout, idx, n, V, C));
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   int32_t* host = NULL;
@@ -179,11 +159,6 @@ DT_EXPORT dt_status dt_embedding_bwd(float* dtable, const float* dout, const int
   if (st != DT_OK || V == 0 || C == 0) {
     free(host);
     return st;
-  }
-  if (!dtable || (!dout && n > 0)) {
-    free(host);
-    return dt_fail_(DT_ERR_ARG, "dt_embedding_bwd: null pointer (dtable=%p dout=%p)", (void*)dtable,
-                    (const void*)dout);
   }
   int64_t* meta = NULL;
   int32_t* order = NULL;
@@ -199,13 +174,8 @@ DT_EXPORT dt_status dt_embedding_bwd(float* dtable, const float* dout, const int
 
 DT_EXPORT dt_status dt_gather_rows(void* out, const void* inp, const int32_t* idx, int64_t n, int64_t row_bytes,
                                    void* stream) {
-  DT_REQUIRE_(n >= 0 && row_bytes >= 0, "dt_gather_rows: negative size (n=%lld row_bytes=%lld)", (long long)n,
-              (long long)row_bytes);
-  int64_t total;
-  DT_REQUIRE_(!__builtin_mul_overflow(n, row_bytes, &total), "dt_gather_rows: size overflows (n=%lld row_bytes=%lld)",
-              (long long)n, (long long)row_bytes);
+  DT_TRY_(dt_check_gather_rows(out, inp, idx, n, row_bytes));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(idx, "dt_gather_rows: null idx");
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   /* The ABI passes no row count for inp, so only negative indices can be refused. */
@@ -213,6 +183,5 @@ DT_EXPORT dt_status dt_gather_rows(void* out, const void* inp, const int32_t* id
   dt_status st = dt_read_indices_("dt_gather_rows", idx, n, -1, s, &host);
   free(host);
   if (st != DT_OK || row_bytes == 0) return st;
-  DT_REQUIRE_(out && inp, "dt_gather_rows: null pointer (out=%p inp=%p)", out, inp);
   return dt_launch_gather_(out, inp, idx, n, row_bytes, s, "dt_gather_rows");
 }

@@ -20,7 +20,7 @@ __global__ void dt_ce_fwd_k_(float* row_loss, float* probs, const float* logits,
     m = dt_block_max_(m);
     double sum = 0.0;
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-      float e = expf(x[j] - m);
+      float e = dt_expf(x[j] - m);
       p[j] = e;
       sum += e;
     }
@@ -29,8 +29,7 @@ __global__ void dt_ce_fwd_k_(float* row_loss, float* probs, const float* logits,
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) p[j] *= inv_sum;
     if (threadIdx.x == 0) {
       int64_t t = targets[r];
-      float lse = m + (float)log(sum);
-      row_loss[r] = t == ignore_index ? 0.0f : -(x[t] - lse);
+      row_loss[r] = t == ignore_index ? 0.0f : dt_crossentropy_loss_f(x[t], dt_crossentropy_lse_f(m, sum));
     }
   }
 }
@@ -60,17 +59,6 @@ __global__ void dt_ce_bwd_k_(float* dlogits, const float* probs, const int32_t* 
 
 /* ---- launchers ---------------------------------------------------------------------- */
 
-/* The size checks of both launchers (before anything touches the GPU). */
-static dt_status dt_ce_check_sizes_(const char* name, const int32_t* targets, int64_t rows, int64_t V) {
-  DT_REQUIRE_(rows >= 0, "%s: negative rows=%lld", name, (long long)rows);
-  DT_REQUIRE_(V >= 1 && V <= INT32_MAX, "%s: V=%lld must be in [1, 2^31)", name, (long long)V);
-  int64_t total;
-  DT_REQUIRE_(!__builtin_mul_overflow(rows, V, &total), "%s: rows*V overflows (%lld x %lld)", name, (long long)rows,
-              (long long)V);
-  DT_REQUIRE_(targets || rows == 0, "%s: null targets", name);
-  return DT_OK;
-}
-
 /* Reads the targets back and checks each is in [0, V) or ignore_index; counts valid rows. */
 static dt_status dt_check_targets_(const char* name, const int32_t* targets, int64_t rows, int64_t V,
                                    int64_t ignore_index, cudaStream_t s, int64_t* valid) {
@@ -83,8 +71,7 @@ static dt_status dt_check_targets_(const char* name, const int32_t* targets, int
     int64_t t = host[r];
     if (t == ignore_index) continue;
     if (t < 0 || t >= V) {
-      st = dt_fail_(DT_ERR_ARG, "%s: target %lld at row %lld is outside [0, %lld) (ignore_index %lld)", name,
-                    (long long)t, (long long)r, (long long)V, (long long)ignore_index);
+      st = dt_fail_target_(name, t, r, V, ignore_index);
       break;
     }
     (*valid)++;
@@ -95,10 +82,7 @@ static dt_status dt_check_targets_(const char* name, const int32_t* targets, int
 
 DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* logits, const int32_t* targets,
                                         int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
-  DT_TRY_(dt_ce_check_sizes_("dt_crossentropy_fwd", targets, rows, V));
-  DT_REQUIRE_(loss && ((probs && logits) || rows == 0),
-              "dt_crossentropy_fwd: null pointer (loss=%p probs=%p logits=%p)", (void*)loss, (void*)probs,
-              (const void*)logits);
+  DT_TRY_(dt_check_crossentropy_fwd(loss, probs, logits, targets, rows, V));
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   int64_t valid = 0;
@@ -116,10 +100,8 @@ DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* 
 
 DT_EXPORT dt_status dt_crossentropy_bwd(float* dlogits, const float* probs, const int32_t* targets, const float* dloss,
                                         int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
-  DT_TRY_(dt_ce_check_sizes_("dt_crossentropy_bwd", targets, rows, V));
+  DT_TRY_(dt_check_crossentropy_bwd(dlogits, probs, targets, dloss, rows, V));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(dlogits && probs && dloss, "dt_crossentropy_bwd: null pointer (dlogits=%p probs=%p dloss=%p)",
-              (void*)dlogits, (const void*)probs, (const void*)dloss);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   int64_t valid = 0;

@@ -5,6 +5,7 @@
  * order differs from the CPU's (reduce.h), which agrees to double rounding.
  * dt_argmax_rows keeps dt_argmax_row's rules: the first NaN, else the first maximum. */
 #include "cuda_internal.cuh"
+#include "dt_math.h"
 
 /* Columns per block and threads per column in the column-sum kernels. */
 #define COLS 32
@@ -108,7 +109,7 @@ __global__ void dt_argmax_rows_k_(int32_t* out, const float* inp, int64_t rows, 
     int nan = 0;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       float y = x[j];
-      if (isnan(y)) { /* the first NaN this thread sees is its smallest */
+      if (dt_isnan_f(y)) { /* the first NaN this thread sees is its smallest */
         v = y;
         at = j;
         nan = 1;
@@ -182,11 +183,7 @@ static dt_status dt_reduce_runs_(float* out, const float* inp, int64_t n, int64_
 
 DT_EXPORT dt_status dt_reduce_bcast(float* out, const float* inp, int64_t n, int64_t bn, int64_t inner,
                                     void* stream) {
-  DT_REQUIRE_(n >= 0, "dt_reduce_bcast: negative size n=%lld", (long long)n);
-  DT_REQUIRE_(bn >= 1 && inner >= 1, "dt_reduce_bcast: broadcast bn=%lld inner=%lld must both be >= 1",
-              (long long)bn, (long long)inner);
-  DT_REQUIRE_(out && (inp || n == 0), "dt_reduce_bcast: null pointer (out=%p inp=%p)", (void*)out,
-              (const void*)inp);
+  DT_TRY_(dt_check_reduce_bcast(out, inp, n, bn, inner));
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (n == 0) { /* every sum is empty */
@@ -197,8 +194,7 @@ DT_EXPORT dt_status dt_reduce_bcast(float* out, const float* inp, int64_t n, int
 }
 
 DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* stream) {
-  DT_REQUIRE_(n >= 0, "dt_sumsq: negative size n=%lld", (long long)n);
-  DT_REQUIRE_(out && (inp || n == 0), "dt_sumsq: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
+  DT_TRY_(dt_check_sumsq(out, inp, n));
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (n == 0) {
@@ -218,10 +214,8 @@ DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* str
 }
 
 DT_EXPORT dt_status dt_argmax_rows(int32_t* out, const float* inp, int64_t rows, int64_t cols, void* stream) {
-  DT_REQUIRE_(rows >= 0, "dt_argmax_rows: negative rows=%lld", (long long)rows);
+  DT_TRY_(dt_check_argmax_rows(out, inp, rows, cols));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(cols >= 1 && cols <= INT32_MAX, "dt_argmax_rows: cols=%lld must be in [1, 2^31)", (long long)cols);
-  DT_REQUIRE_(out && inp, "dt_argmax_rows: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   dt_argmax_rows_k_<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, inp, rows, cols);

@@ -25,6 +25,7 @@ type BadCall = [label: string, call: (k: NativeLibrary<KernelSymbols>["symbols"]
 const BAD_CALLS: BadCall[] = [
   ["dt_set_num_threads(0)", (k) => k.dt_set_num_threads(0)],
   ["dt_memcpy with a negative size", (k) => k.dt_memcpy(p(F), p(F), -1n, 1, null)],
+  ["dt_memcpy with kind 7", (k) => k.dt_memcpy(p(F), p(F), 4n, 7, null)],
   ["dt_fill with an unknown dtype", (k) => k.dt_fill(p(F), 9, 4n, 1, null)],
   ["dt_fill of i32 with 1e20", (k) => k.dt_fill(p(I), 3, 4n, 1e20, null)],
   ["dt_cast from an unknown dtype", (k) => k.dt_cast(p(F), 0, p(F), 11, 4n, null)],
@@ -50,6 +51,10 @@ const BAD_CALLS: BadCall[] = [
   ],
   ["dt_embedding_fwd with V = -1", (k) => k.dt_embedding_fwd(p(F), p(I), p(F), 4n, -1n, 4n, null)],
   [
+    "dt_embedding_bwd with 2^31 positions",
+    (k) => k.dt_embedding_bwd(p(F), p(F), p(I), 1n << 31n, 4n, 1n, null),
+  ],
+  [
     "dt_crossentropy_fwd with V = 0",
     (k) => k.dt_crossentropy_fwd(p(F), p(F), p(F), p(I), 2n, 0n, -100n, null),
   ],
@@ -73,6 +78,8 @@ const BAD_CALLS: BadCall[] = [
   ["dt_gemm with dtype 5", (k) => gemm(k, { dtype: 5 })],
   ["dt_gemm with transA = 2", (k) => gemm(k, { ta: 2 })],
   ["dt_gemm with lda too small", (k) => gemm(k, { lda: 2n })],
+  // 2^62 elements fit in int64, 2^62 f32 bytes do not: both libraries count bytes
+  ["dt_gemm whose A spans 2^64 bytes", (k) => gemm(k, { batch: 2n, sa: 1n << 61n })],
   ["dt_gemm with overlapping batches of C", (k) => gemm(k, { batch: 2n, sc: 3n })],
   ["dt_gemm with a null A", (k) => gemm(k, { a: null })],
   [
@@ -98,6 +105,7 @@ function gemm(
     ta?: number;
     lda?: bigint;
     batch?: bigint;
+    sa?: bigint;
     sc?: bigint;
     a?: Deno.PointerValue;
   },
@@ -119,7 +127,7 @@ function gemm(
     p(F),
     5n,
     o.batch ?? 1n,
-    0n,
+    o.sa ?? 0n,
     0n,
     o.sc ?? 0n,
     null,
