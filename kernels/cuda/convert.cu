@@ -50,11 +50,11 @@ DT_EXPORT dt_status dt_fill(void* out, int32_t dtype, int64_t n, double value, v
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (dt_dtype_is_float(dtype)) {
     /* torch: double scalar -> float -> bf16/f16 */
-    dt_fill_float_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, dtype, n, (float)value);
+    DT_LAUNCH(dt_fill_float_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, out, dtype, n, (float)value);
     DT_CHECK_LAUNCH(s, "dt_fill");
     return DT_OK;
   }
-  dt_fill_int_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, dtype, n, (int64_t)value);
+  DT_LAUNCH(dt_fill_int_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, out, dtype, n, (int64_t)value);
   DT_CHECK_LAUNCH(s, "dt_fill");
   return DT_OK;
 }
@@ -64,7 +64,7 @@ DT_EXPORT dt_status dt_fill(void* out, int32_t dtype, int64_t n, double value, v
 static dt_status dt_cast_range_scan_(unsigned long long* first, const void* inp, int32_t inp_dtype, int32_t out_dtype,
                                      int64_t n, cudaStream_t s, unsigned long long* bad) {
   DT_CHECK_CUDA(cudaMemsetAsync(first, 0xff, sizeof *first, s));
-  dt_cast_find_bad_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(first, inp, inp_dtype, out_dtype, n);
+  DT_LAUNCH(dt_cast_find_bad_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, first, inp, inp_dtype, out_dtype, n);
   DT_CHECK_LAUNCH(s, "dt_cast (range check)");
   return dt_read_back_(bad, first, sizeof *bad, s);
 }
@@ -101,7 +101,7 @@ DT_EXPORT dt_status dt_cast(void* out, int32_t out_dtype, const void* inp, int32
     return DT_OK;
   }
   if (!dt_dtype_is_float(out_dtype)) DT_TRY_(dt_cast_check_range_(inp, inp_dtype, out_dtype, n, s));
-  dt_cast_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, out_dtype, inp, inp_dtype, n);
+  DT_LAUNCH(dt_cast_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, out, out_dtype, inp, inp_dtype, n);
   DT_CHECK_LAUNCH(s, "dt_cast");
   return DT_OK;
 }

@@ -50,6 +50,21 @@ dt_status dt_cuda_stream_(void* stream, cudaStream_t* out);
 /* Number of multiprocessors of the current device (cached; 1 before any device). */
 int dt_cuda_sm_count_(void);
 
+/* ---- kernel launches ---------------------------------------------------------------
+ * Every kernel is launched through DT_LAUNCH, so that the same source builds
+ * for the GPU (nvcc) and for the emulated device (g++ and
+ * kernels/cuda_emu/cuda_emu.h, where `<<<...>>>` is not C++). A launch is
+ * asynchronous and is followed by DT_CHECK_LAUNCH. DT_DYNAMIC_SHARED declares
+ * the launch's dynamic shared memory (its smem bytes) as an array `name` of T. */
+#ifdef DT_CUDA_EMU
+#define DT_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  dt_emu::launch(#kernel, __FILE__, __LINE__, kernel, (grid), (block), (smem), (stream), __VA_ARGS__)
+#define DT_DYNAMIC_SHARED(T, name) T* const name = (T*)dt_emu_dynamic_shared()
+#else
+#define DT_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define DT_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 /* ---- launch geometry --------------------------------------------------------------- */
 
 #define DT_BLOCK 256
@@ -64,9 +79,10 @@ static inline unsigned dt_grid_for_(int64_t n, int block) {
   return (unsigned)want;
 }
 
-/* Blocks for a row-per-block loop over `rows` rows. */
+/* Blocks for a row-per-block loop over `rows` rows: at most 64 per
+ * multiprocessor (each block then loops over several rows). */
 static inline unsigned dt_row_grid_(int64_t rows) {
-  int64_t cap = 65535LL * 16;
+  int64_t cap = (int64_t)dt_cuda_sm_count_() * 64;
   return (unsigned)(rows < 1 ? 1 : rows > cap ? cap : rows);
 }
 

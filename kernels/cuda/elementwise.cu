@@ -55,7 +55,7 @@ DT_EXPORT dt_status dt_binary(int32_t op, float* out, const float* a, const floa
   if (n == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  dt_binary_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(op, out, a, b, n, bn, inner);
+  DT_LAUNCH(dt_binary_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, op, out, a, b, n, bn, inner);
   DT_CHECK_LAUNCH(s, "dt_binary");
   return DT_OK;
 }
@@ -65,7 +65,7 @@ DT_EXPORT dt_status dt_scale(float* out, const float* inp, int64_t n, float alph
   if (n == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  dt_scale_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, inp, n, alpha);
+  DT_LAUNCH(dt_scale_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, out, inp, n, alpha);
   DT_CHECK_LAUNCH(s, "dt_scale");
   return DT_OK;
 }
@@ -75,7 +75,7 @@ DT_EXPORT dt_status dt_axpy(float* y, const float* x, int64_t n, float alpha, vo
   if (n == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  dt_axpy_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(y, x, n, alpha);
+  DT_LAUNCH(dt_axpy_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, y, x, n, alpha);
   DT_CHECK_LAUNCH(s, "dt_axpy");
   return DT_OK;
 }
@@ -92,7 +92,7 @@ DT_EXPORT dt_status dt_relu_fwd(float* out, const float* inp, int64_t n, void* s
   cudaStream_t s;
   DT_TRY_(dt_unary_prepare_("dt_relu_fwd", out, inp, NULL, 0, n, stream, &s));
   if (n == 0) return DT_OK;
-  dt_relu_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, inp, n);
+  DT_LAUNCH(dt_relu_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, out, inp, n);
   DT_CHECK_LAUNCH(s, "dt_relu_fwd");
   return DT_OK;
 }
@@ -101,7 +101,7 @@ DT_EXPORT dt_status dt_relu_bwd(float* dinp, const float* dout, const float* inp
   cudaStream_t s;
   DT_TRY_(dt_unary_prepare_("dt_relu_bwd", dinp, inp, dout, 1, n, stream, &s));
   if (n == 0) return DT_OK;
-  dt_relu_bwd_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(dinp, dout, inp, n);
+  DT_LAUNCH(dt_relu_bwd_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, dinp, dout, inp, n);
   DT_CHECK_LAUNCH(s, "dt_relu_bwd");
   return DT_OK;
 }
@@ -110,7 +110,7 @@ DT_EXPORT dt_status dt_gelu_fwd(float* out, const float* inp, int64_t n, void* s
   cudaStream_t s;
   DT_TRY_(dt_unary_prepare_("dt_gelu_fwd", out, inp, NULL, 0, n, stream, &s));
   if (n == 0) return DT_OK;
-  dt_gelu_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, inp, n);
+  DT_LAUNCH(dt_gelu_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, out, inp, n);
   DT_CHECK_LAUNCH(s, "dt_gelu_fwd");
   return DT_OK;
 }
@@ -119,7 +119,7 @@ DT_EXPORT dt_status dt_gelu_bwd(float* dinp, const float* dout, const float* inp
   cudaStream_t s;
   DT_TRY_(dt_unary_prepare_("dt_gelu_bwd", dinp, inp, dout, 1, n, stream, &s));
   if (n == 0) return DT_OK;
-  dt_gelu_bwd_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(dinp, dout, inp, n);
+  DT_LAUNCH(dt_gelu_bwd_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, dinp, dout, inp, n);
   DT_CHECK_LAUNCH(s, "dt_gelu_bwd");
   return DT_OK;
 }
@@ -130,8 +130,8 @@ static dt_status dt_dropout_run_(const char* name, float* out, const float* inp,
   if (n == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  dt_dropout_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, inp, n, (uint64_t)seed, (uint64_t)offset,
-                                                             dt_dropout_threshold(p), dt_dropout_scale(p));
+  DT_LAUNCH(dt_dropout_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s,
+            out, inp, n, (uint64_t)seed, (uint64_t)offset, dt_dropout_threshold(p), dt_dropout_scale(p));
   DT_CHECK_LAUNCH(s, name);
   return DT_OK;
 }

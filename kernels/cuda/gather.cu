@@ -47,7 +47,7 @@ static dt_status dt_gather_as_(void* out, const void* inp, const int32_t* idx, i
                                cudaStream_t s, const char* name) {
   int64_t words = row_bytes / (int64_t)sizeof(W);
   int threads = words >= DT_BLOCK ? DT_BLOCK : (int)((words + 31) / 32 * 32);
-  dt_gather_rows_k_<W><<<dt_row_grid_(n), threads, 0, s>>>((W*)out, (const W*)inp, idx, n, words);
+  DT_LAUNCH(dt_gather_rows_k_<W>, dt_row_grid_(n), threads, 0, s, (W*)out, (const W*)inp, idx, n, words);
   DT_CHECK_LAUNCH(s, name);
   return DT_OK;
 }
@@ -138,8 +138,8 @@ static dt_status dt_embedding_bwd_run_(float* dtable, const float* dout, const i
   DT_CHECK_CUDA(cudaMemcpyAsync(dev + meta_bytes, order, order_bytes, cudaMemcpyHostToDevice, s));
   const int64_t* uniq = (const int64_t*)dev;
   dim3 grid((unsigned)(unique < 65535 * 16 ? unique : 65535 * 16), (unsigned)((C + DT_BLOCK - 1) / DT_BLOCK));
-  dt_embedding_bwd_k_<<<grid, DT_BLOCK, 0, s>>>(dtable, dout, uniq, uniq + unique, (const int32_t*)(dev + meta_bytes),
-                                               unique, C);
+  DT_LAUNCH(dt_embedding_bwd_k_, grid, DT_BLOCK, 0, s,
+            dtable, dout, uniq, uniq + unique, (const int32_t*)(dev + meta_bytes), unique, C);
   DT_CHECK_LAUNCH(s, "dt_embedding_bwd");
   return dt_scratch_free_(dev, s);
 }

@@ -311,8 +311,8 @@ DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (trivial) {
-    dt_gemm_scale_c_k_<<<dt_grid_for_(batch * M * N, DT_BLOCK), DT_BLOCK, 0, s>>>(C, dtype, M, N, ldc, batch, stride_c,
-                                                                                 beta);
+    DT_LAUNCH(dt_gemm_scale_c_k_, dt_grid_for_(batch * M * N, DT_BLOCK), DT_BLOCK, 0, s,
+              C, dtype, M, N, ldc, batch, stride_c, beta);
     DT_CHECK_LAUNCH(s, "dt_gemm (C = beta * C)");
     return DT_OK;
   }

@@ -79,7 +79,7 @@ static dt_status dt_transpose_tiles_(void* out, const void* inp, int64_t A, int6
   DT_REQUIRE_(grid.x <= 2147483647u && grid.y <= 65535u,
               "dt_transpose_0213: B=%lld is too large for the tiled transpose (at most %d)", (long long)B,
               65535 * TILE);
-  dt_transpose_tiles_k_<W><<<grid, dim3(TILE, 8), 0, s>>>((W*)out, (const W*)inp, A, B, C);
+  DT_LAUNCH(dt_transpose_tiles_k_<W>, grid, dim3(TILE, 8), 0, s, (W*)out, (const W*)inp, A, B, C);
   DT_CHECK_LAUNCH(s, "dt_transpose_0213 (tiles)");
   return DT_OK;
 }
@@ -88,8 +88,8 @@ template <typename W>
 static dt_status dt_transpose_words_(void* out, const void* inp, int64_t A, int64_t B, int64_t C, int64_t row,
                                      cudaStream_t s) {
   int64_t Dw = row / (int64_t)sizeof(W);
-  dt_transpose_words_k_<W><<<dt_grid_for_(A * B * C * Dw, DT_BLOCK), DT_BLOCK, 0, s>>>((W*)out, (const W*)inp, A, B, C,
-                                                                                      Dw);
+  DT_LAUNCH(dt_transpose_words_k_<W>, dt_grid_for_(A * B * C * Dw, DT_BLOCK), DT_BLOCK, 0, s,
+            (W*)out, (const W*)inp, A, B, C, Dw);
   DT_CHECK_LAUNCH(s, "dt_transpose_0213");
   return DT_OK;
 }

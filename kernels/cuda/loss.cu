@@ -90,10 +90,11 @@ DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* 
   float* row_loss = NULL;
   DT_TRY_(dt_scratch_alloc_((void**)&row_loss, (size_t)rows * sizeof(float), s, "dt_crossentropy_fwd"));
   if (rows > 0) {
-    dt_ce_fwd_k_<<<dt_row_grid_(rows), DT_BLOCK * 2, 0, s>>>(row_loss, probs, logits, targets, rows, V, ignore_index);
+    DT_LAUNCH(dt_ce_fwd_k_, dt_row_grid_(rows), DT_BLOCK * 2, 0, s,
+              row_loss, probs, logits, targets, rows, V, ignore_index);
     DT_CHECK_LAUNCH(s, "dt_crossentropy_fwd (rows)");
   }
-  dt_ce_mean_k_<<<1, 1024, 0, s>>>(loss, row_loss, rows, (double)valid);
+  DT_LAUNCH(dt_ce_mean_k_, 1, 1024, 0, s, loss, row_loss, rows, (double)valid);
   DT_CHECK_LAUNCH(s, "dt_crossentropy_fwd (mean)");
   return dt_scratch_free_(row_loss, s);
 }
@@ -106,8 +107,8 @@ DT_EXPORT dt_status dt_crossentropy_bwd(float* dlogits, const float* probs, cons
   DT_TRY_(dt_cuda_stream_(stream, &s));
   int64_t valid = 0;
   DT_TRY_(dt_check_targets_("dt_crossentropy_bwd", targets, rows, V, ignore_index, s, &valid));
-  dt_ce_bwd_k_<<<dt_row_grid_(rows), DT_BLOCK * 2, 0, s>>>(dlogits, probs, targets, dloss, rows, V, ignore_index,
-                                                           (float)valid);
+  DT_LAUNCH(dt_ce_bwd_k_, dt_row_grid_(rows), DT_BLOCK * 2, 0, s,
+            dlogits, probs, targets, dloss, rows, V, ignore_index, (float)valid);
   DT_CHECK_LAUNCH(s, "dt_crossentropy_bwd");
   return DT_OK;
 }

@@ -36,7 +36,7 @@ DT_EXPORT dt_status dt_adamw(float* p, const float* g, float* m, float* v, int64
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   dt_adamw_scalars sc = dt_adamw_make_scalars(lr, beta1, beta2, eps, weight_decay, step);
-  dt_adamw_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(p, g, m, v, n, sc);
+  DT_LAUNCH(dt_adamw_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, p, g, m, v, n, sc);
   DT_CHECK_LAUNCH(s, "dt_adamw");
   return DT_OK;
 }
@@ -48,7 +48,7 @@ DT_EXPORT dt_status dt_sgd(float* p, const float* g, float* buf, int64_t n, doub
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   dt_sgd_scalars sc = dt_sgd_make_scalars(lr, momentum, dampening, weight_decay, nesterov, first);
-  dt_sgd_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(p, g, buf, n, sc);
+  DT_LAUNCH(dt_sgd_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, p, g, buf, n, sc);
   DT_CHECK_LAUNCH(s, "dt_sgd");
   return DT_OK;
 }
@@ -58,7 +58,7 @@ DT_EXPORT dt_status dt_unscale_check(float* g, int64_t n, float inv_scale, float
   if (n == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  dt_unscale_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(g, n, inv_scale, found_inf);
+  DT_LAUNCH(dt_unscale_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, g, n, inv_scale, found_inf);
   DT_CHECK_LAUNCH(s, "dt_unscale_check");
   return DT_OK;
 }

@@ -125,7 +125,7 @@ __global__ void dt_argmax_rows_k_(int32_t* out, const float* inp, int64_t rows, 
     snan[threadIdx.x] = nan;
     __syncthreads();
     for (int half = blockDim.x / 2; half > 0; half >>= 1) {
-      if (threadIdx.x < half) {
+      if ((int)threadIdx.x < half) {
         float mv = sv[threadIdx.x];
         int64_t mat = sat[threadIdx.x];
         int mnan = snan[threadIdx.x];
@@ -157,9 +157,9 @@ static dt_status dt_reduce_cols_(float* out, const float* inp, int64_t n, int64_
   double* partial = NULL;
   DT_TRY_(dt_scratch_alloc_((void**)&partial, (size_t)(chunks * bn) * sizeof(double), s, "dt_reduce_bcast"));
   dim3 grid((unsigned)((bn + COLS - 1) / COLS), (unsigned)chunks);
-  dt_col_partial_k_<<<grid, dim3(COLS, COL_THREADS), 0, s>>>(partial, inp, n, bn, rows, chunk_rows);
+  DT_LAUNCH(dt_col_partial_k_, grid, dim3(COLS, COL_THREADS), 0, s, partial, inp, n, bn, rows, chunk_rows);
   DT_CHECK_LAUNCH(s, "dt_reduce_bcast (column sums)");
-  dt_fold_k_<<<dt_grid_for_(bn, DT_BLOCK), DT_BLOCK, 0, s>>>(out, partial, bn, chunks, bn, 1);
+  DT_LAUNCH(dt_fold_k_, dt_grid_for_(bn, DT_BLOCK), DT_BLOCK, 0, s, out, partial, bn, chunks, bn, 1);
   DT_CHECK_LAUNCH(s, "dt_reduce_bcast (fold)");
   return dt_scratch_free_(partial, s);
 }
@@ -173,10 +173,10 @@ static dt_status dt_reduce_runs_(float* out, const float* inp, int64_t n, int64_
   double* partial = NULL;
   DT_TRY_(dt_scratch_alloc_((void**)&partial, (size_t)(chunks * bn) * sizeof(double), s, "dt_reduce_bcast"));
   int threads = inner >= DT_BLOCK ? DT_BLOCK : (int)((inner + 31) / 32 * 32);
-  unsigned gx = (unsigned)(bn < 65535 * 16 ? bn : 65535 * 16);
-  dt_runs_partial_k_<<<dim3(gx, (unsigned)chunks), threads, 0, s>>>(partial, inp, n, bn, inner, chunks);
+  unsigned gx = dt_row_grid_(bn);
+  DT_LAUNCH(dt_runs_partial_k_, dim3(gx, (unsigned)chunks), threads, 0, s, partial, inp, n, bn, inner, chunks);
   DT_CHECK_LAUNCH(s, "dt_reduce_bcast (run sums)");
-  dt_fold_k_<<<dt_grid_for_(bn, DT_BLOCK), DT_BLOCK, 0, s>>>(out, partial, bn, chunks, 1, chunks);
+  DT_LAUNCH(dt_fold_k_, dt_grid_for_(bn, DT_BLOCK), DT_BLOCK, 0, s, out, partial, bn, chunks, 1, chunks);
   DT_CHECK_LAUNCH(s, "dt_reduce_bcast (fold)");
   return dt_scratch_free_(partial, s);
 }
@@ -206,9 +206,9 @@ DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* str
   int64_t per_block = (n + blocks - 1) / blocks;
   double* partial = NULL;
   DT_TRY_(dt_scratch_alloc_((void**)&partial, (size_t)blocks * sizeof(double), s, "dt_sumsq"));
-  dt_sumsq_partial_k_<<<(unsigned)blocks, DT_BLOCK, 0, s>>>(partial, inp, n, per_block);
+  DT_LAUNCH(dt_sumsq_partial_k_, (unsigned)blocks, DT_BLOCK, 0, s, partial, inp, n, per_block);
   DT_CHECK_LAUNCH(s, "dt_sumsq (blocks)");
-  dt_sum_partials_k_<<<1, 1024, 0, s>>>(out, partial, blocks);
+  DT_LAUNCH(dt_sum_partials_k_, 1, 1024, 0, s, out, partial, blocks);
   DT_CHECK_LAUNCH(s, "dt_sumsq (fold)");
   return dt_scratch_free_(partial, s);
 }
@@ -218,7 +218,7 @@ DT_EXPORT dt_status dt_argmax_rows(int32_t* out, const float* inp, int64_t rows,
   if (rows == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  dt_argmax_rows_k_<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, inp, rows, cols);
+  DT_LAUNCH(dt_argmax_rows_k_, dt_row_grid_(rows), DT_BLOCK, 0, s, out, inp, rows, cols);
   DT_CHECK_LAUNCH(s, "dt_argmax_rows");
   return DT_OK;
 }

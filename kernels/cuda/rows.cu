@@ -245,7 +245,7 @@ DT_EXPORT dt_status dt_softmax_fwd(float* out, const float* inp, int64_t rows, i
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   auto kernel = dt_row_cached_(cols) ? dt_softmax_fwd_k_<true> : dt_softmax_fwd_k_<false>;
-  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, inp, rows, cols, causal_t, scale);
+  DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, out, inp, rows, cols, causal_t, scale);
   DT_CHECK_LAUNCH(s, "dt_softmax_fwd");
   return DT_OK;
 }
@@ -257,7 +257,7 @@ DT_EXPORT dt_status dt_softmax_bwd(float* dinp, const float* dout, const float* 
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   auto kernel = dt_row_cached_(cols) ? dt_softmax_bwd_k_<true> : dt_softmax_bwd_k_<false>;
-  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(dinp, dout, out, rows, cols, scale);
+  DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, dinp, dout, out, rows, cols, scale);
   DT_CHECK_LAUNCH(s, "dt_softmax_bwd");
   return DT_OK;
 }
@@ -269,7 +269,7 @@ DT_EXPORT dt_status dt_layernorm_fwd(float* out, float* mean, float* rstd, const
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   auto kernel = dt_row_cached_(C) ? dt_layernorm_fwd_k_<true> : dt_layernorm_fwd_k_<false>;
-  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, mean, rstd, inp, weight, bias, rows, C, eps);
+  DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, out, mean, rstd, inp, weight, bias, rows, C, eps);
   DT_CHECK_LAUNCH(s, "dt_layernorm_fwd");
   return DT_OK;
 }
@@ -284,11 +284,11 @@ static dt_status dt_layernorm_param_grads_(float* dweight, float* dbias, const f
   double* partial = NULL;
   DT_TRY_(dt_scratch_alloc_((void**)&partial, (size_t)(2 * chunks * C) * sizeof(double), s, "dt_layernorm_bwd"));
   dim3 grid((unsigned)((C + COLS - 1) / COLS), (unsigned)chunks);
-  dt_layernorm_cols_k_<<<grid, dim3(COLS, COL_THREADS), 0, s>>>(partial, partial + chunks * C, dout, inp, mean, rstd,
-                                                                rows, C, chunk_rows);
+  DT_LAUNCH(dt_layernorm_cols_k_, grid, dim3(COLS, COL_THREADS), 0, s,
+            partial, partial + chunks * C, dout, inp, mean, rstd, rows, C, chunk_rows);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd (column sums)");
-  dt_layernorm_fold_k_<<<dt_grid_for_(C, DT_BLOCK), DT_BLOCK, 0, s>>>(dweight, dbias, partial, partial + chunks * C,
-                                                                     chunks, C);
+  DT_LAUNCH(dt_layernorm_fold_k_, dt_grid_for_(C, DT_BLOCK), DT_BLOCK, 0, s,
+            dweight, dbias, partial, partial + chunks * C, chunks, C);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd (fold)");
   return dt_scratch_free_(partial, s);
 }
@@ -305,7 +305,7 @@ DT_EXPORT dt_status dt_layernorm_bwd(float* dinp, float* dweight, float* dbias, 
     return DT_OK;
   }
   auto kernel = dt_row_cached_(C) ? dt_layernorm_bwd_k_<true> : dt_layernorm_bwd_k_<false>;
-  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(dinp, dout, inp, weight, mean, rstd, rows, C);
+  DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, dinp, dout, inp, weight, mean, rstd, rows, C);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd");
   if (dweight || dbias) DT_TRY_(dt_layernorm_param_grads_(dweight, dbias, dout, inp, mean, rstd, rows, C, s));
   return DT_OK;

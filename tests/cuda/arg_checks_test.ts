@@ -1,8 +1,9 @@
 /**
  * The CUDA library's host side, without a GPU: every argument check that runs
  * before the GPU is touched fails with the CPU library's status and exact
- * text, and a call that needs the GPU on a machine without a driver returns
- * DT_ERR_CUDA carrying the CUDA runtime's own error string and file:line.
+ * text (in the nvcc build and in the emulated device's), and a call that
+ * needs the GPU on a machine without a driver returns DT_ERR_CUDA carrying
+ * the CUDA runtime's own error string and file:line.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -13,6 +14,7 @@ import { findCudaLibrary } from "../../ffi/cuda_libs.ts";
 import { cString, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
 
 const HAVE_NVCC = hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0";
+const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
 buildNative({ quiet: true });
 
 const F = new Float32Array(64);
@@ -134,35 +136,40 @@ function gemm(
   );
 }
 
+/** Every BAD_CALL on the CPU library and on `name`: the same status and text. */
+function assertSameRefusals(name: string): void {
+  const cpu = openLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS, join(BUILD_DIR, "libdtrain_cpu.so"));
+  const gpu = openLibrary(name, CUDA_SYMBOLS, join(BUILD_DIR, name));
+  try {
+    for (const [label, call] of BAD_CALLS) {
+      const cpuStatus = call(cpu.symbols), cpuText = cString(cpu.symbols.dt_last_error());
+      const gpuStatus = call(gpu.symbols), gpuText = cString(gpu.symbols.dt_last_error());
+      assert.equal(cpuStatus, 1, `${label}: the CPU library returned ${cpuStatus} (${cpuText})`);
+      assert.equal(
+        gpuStatus,
+        cpuStatus,
+        `${label}: CUDA status ${gpuStatus} (${gpuText}) != CPU ${cpuStatus}`,
+      );
+      assert.equal(gpuText, cpuText, `${label}: texts differ`);
+    }
+    assert.equal(gpu.symbols.dt_alloc(-1n), null);
+    assert.equal(cString(gpu.symbols.dt_last_error()), "dt_alloc: negative size -1");
+  } finally {
+    cpu.close();
+    gpu.close();
+  }
+}
+
 Deno.test({
   name: "libdtrain_cuda.so rejects bad arguments with the CPU library's status and text",
   ignore: !HAVE_NVCC,
-  fn() {
-    const cpu = openLibrary(
-      "libdtrain_cpu.so",
-      KERNEL_SYMBOLS,
-      join(BUILD_DIR, "libdtrain_cpu.so"),
-    );
-    const gpu = openLibrary(CUDA_LIBRARY_NAME, CUDA_SYMBOLS, join(BUILD_DIR, CUDA_LIBRARY_NAME));
-    try {
-      for (const [label, call] of BAD_CALLS) {
-        const cpuStatus = call(cpu.symbols), cpuText = cString(cpu.symbols.dt_last_error());
-        const gpuStatus = call(gpu.symbols), gpuText = cString(gpu.symbols.dt_last_error());
-        assert.equal(cpuStatus, 1, `${label}: the CPU library returned ${cpuStatus} (${cpuText})`);
-        assert.equal(
-          gpuStatus,
-          cpuStatus,
-          `${label}: CUDA status ${gpuStatus} (${gpuText}) != CPU ${cpuStatus}`,
-        );
-        assert.equal(gpuText, cpuText, `${label}: texts differ`);
-      }
-      assert.equal(gpu.symbols.dt_alloc(-1n), null);
-      assert.equal(cString(gpu.symbols.dt_last_error()), "dt_alloc: negative size -1");
-    } finally {
-      cpu.close();
-      gpu.close();
-    }
-  },
+  fn: () => assertSameRefusals(CUDA_LIBRARY_NAME),
+});
+
+Deno.test({
+  name: "libdtrain_cuda_emu.so rejects bad arguments with the CPU library's status and text",
+  ignore: !HAVE_EMU,
+  fn: () => assertSameRefusals("libdtrain_cuda_emu.so"),
 });
 
 Deno.test({
