@@ -248,7 +248,38 @@ export const LIBRARIES: LibrarySpec[] = [
     ],
     available: haveEmuToolchain,
   },
+  // NCCL for the emulated device, over libdtrain_shm.so's collectives; and
+  // the same with AddressSanitizer for the communicator lifecycle tests.
+  ncclEmuSpec("libdtrain_nccl_emu.so", []),
+  ncclEmuSpec("libdtrain_nccl_emu_asan.so", [
+    "-fsanitize=address",
+    "-fno-omit-frame-pointer",
+    "-DDT_NCCL_EMU_ASAN",
+  ]),
 ];
+
+function ncclEmuSpec(name: string, extra: string[]): LibrarySpec {
+  return {
+    name,
+    dirs: ["kernels/nccl_emu", "kernels/cuda_emu"],
+    compileDirs: ["kernels/nccl_emu"],
+    compileExt: [".cpp"],
+    command: (out, _hash, sources) => [
+      "g++",
+      ...EMU_FLAGS,
+      ...extra,
+      "-Ikernels/cuda_emu/include",
+      "-Wl,--version-script=kernels/nccl_emu/nccl_emu.map",
+      "-o",
+      out,
+      ...sources,
+      `-L${BUILD_DIR}`,
+      "-ldtrain_shm", // first: its dt_last_error is the one this library reads
+      "-ldtrain_cudart_emu",
+    ],
+    available: haveEmuToolchain,
+  };
+}
 
 function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
   const h = createHash("sha256");
