@@ -423,6 +423,39 @@ static inline dt_status dt_fail_target_(const char* name, int64_t target, int64_
                   (long long)target, (long long)row, (long long)V, (long long)ignore_index);
 }
 
+/* ---- many tensors at once (gradient norm and clipping) -------------------------------- */
+
+/* ptrs[i] (counts[i] f32 elements) for i < num: host arrays describing device (or CPU) tensors. */
+static inline dt_status dt_check_tensor_list(const char* name, const void* const* ptrs, const int64_t* counts,
+                                             int64_t num) {
+  DT_REQUIRE_(num >= 0, "%s: negative tensor count %lld", name, (long long)num);
+  if (num == 0) return DT_OK;
+  DT_REQUIRE_(ptrs && counts, "%s: null tensor list (ptrs=%p counts=%p)", name, (const void*)ptrs,
+              (const void*)counts);
+  for (int64_t i = 0; i < num; i++) {
+    DT_REQUIRE_(counts[i] >= 0, "%s: tensor %lld has a negative size %lld", name, (long long)i, (long long)counts[i]);
+    DT_REQUIRE_(ptrs[i] || counts[i] == 0, "%s: tensor %lld of %lld elements is a null pointer", name, (long long)i,
+                (long long)counts[i]);
+  }
+  return DT_OK;
+}
+
+static inline dt_status dt_check_sumsq_many(const double* out, const void* const* ptrs, const int64_t* counts,
+                                            int64_t num) {
+  DT_TRY_(dt_check_tensor_list("dt_sumsq_many", ptrs, counts, num));
+  DT_REQUIRE_(out || num == 0, "dt_sumsq_many: null out");
+  return DT_OK;
+}
+
+static inline dt_status dt_check_clip_grad_norm(const float* total, const double* sumsq, const void* const* ptrs,
+                                                const int64_t* counts, int64_t num, double max_norm) {
+  DT_TRY_(dt_check_tensor_list("dt_clip_grad_norm", ptrs, counts, num));
+  DT_REQUIRE_(total && (sumsq || num == 0), "dt_clip_grad_norm: null pointer (total=%p sumsq=%p)",
+              (const void*)total, (const void*)sumsq);
+  DT_REQUIRE_(max_norm >= 0.0, "dt_clip_grad_norm: max_norm=%g must be >= 0 (+inf: no clipping)", max_norm);
+  return DT_OK;
+}
+
 /* Element `index` of a dt_cast input that the integer type out_dtype cannot
  * hold: fvalue for float inputs, ivalue for integer ones. */
 static inline dt_status dt_fail_cast_value_(int32_t inp_dtype, int32_t out_dtype, int64_t index, double fvalue,
@@ -432,4 +465,20 @@ static inline dt_status dt_fail_cast_value_(int32_t inp_dtype, int32_t out_dtype
                     fvalue, (long long)index, dt_dtype_name(out_dtype));
   return dt_fail_(DT_ERR_ARG, "dt_cast: %s value %lld at index %lld is outside the %s range", dt_dtype_name(inp_dtype),
                   (long long)ivalue, (long long)index, dt_dtype_name(out_dtype));
+}
+
+/* The CPU library's words for a data error the device recorded. */
+static inline dt_status dt_fail_data_error_(const dt_data_error_t* e) {
+  switch (e->op) {
+    case DT_DATA_EMBEDDING_FWD: return dt_fail_index_("dt_embedding_fwd", e->ivalue, e->position, e->limit);
+    case DT_DATA_EMBEDDING_BWD: return dt_fail_index_("dt_embedding_bwd", e->ivalue, e->position, e->limit);
+    case DT_DATA_GATHER_ROWS: return dt_fail_index_("dt_gather_rows", e->ivalue, e->position, e->limit);
+    case DT_DATA_CROSSENTROPY_FWD:
+      return dt_fail_target_("dt_crossentropy_fwd", e->ivalue, e->position, e->limit, e->ignore_index);
+    case DT_DATA_CROSSENTROPY_BWD:
+      return dt_fail_target_("dt_crossentropy_bwd", e->ivalue, e->position, e->limit, e->ignore_index);
+    case DT_DATA_CAST:
+      return dt_fail_cast_value_(e->value_dtype, (int32_t)e->limit, e->position, e->fvalue, e->ivalue);
+    default: return dt_fail_(DT_ERR_INTERNAL, "dt_deferred_error: unknown data error code %d", (int)e->op);
+  }
 }

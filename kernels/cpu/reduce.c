@@ -1,8 +1,10 @@
 /* reduce.c — CPU loops of the reductions: dt_reduce_bcast (the gradient of a
- * broadcast operand), dt_sumsq and dt_argmax_rows. Sums run in double in an
+ * broadcast operand), dt_sumsq (also of many tensors at once, and the
+ * gradient clipping built on it) and dt_argmax_rows. Sums run in double in an
  * order fixed by the data layout, so any thread count gives the same bits. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include <stdlib.h>
+#include "clip.h"
 #include "cpu_internal.h"
 #include "reduce.h"
 
@@ -96,9 +98,8 @@ DT_EXPORT dt_status dt_reduce_bcast(float* out, const float* inp, int64_t n, int
   return DT_OK;
 }
 
-DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* stream) {
-  (void)stream;
-  DT_TRY_(dt_check_sumsq(out, inp, n));
+/* *out = sum of inp[i]^2 in double: blocks in parallel, folded in block order. */
+static dt_status sumsq_(double* out, const float* inp, int64_t n) {
   int64_t blocks = (n + SUM_BLOCK - 1) / SUM_BLOCK;
   double stack_partial[64];
   double* partial = blocks <= 64 ? stack_partial : malloc((size_t)blocks * sizeof(double));
@@ -109,6 +110,38 @@ DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* str
   for (int64_t b = 0; b < blocks; b++) total += partial[b];
   if (partial != stack_partial) free(partial);
   *out = total;
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_sumsq(out, inp, n));
+  return sumsq_(out, inp, n);
+}
+
+/* out[i] = dt_sumsq of tensor i: the same sums, one call for every gradient. */
+DT_EXPORT dt_status dt_sumsq_many(double* out, const void* const* ptrs, const int64_t* counts, int64_t num,
+                                  void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_sumsq_many(out, ptrs, counts, num));
+  for (int64_t i = 0; i < num; i++) DT_TRY_(sumsq_(&out[i], (const float*)ptrs[i], counts[i]));
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_scale(float* out, const float* inp, int64_t n, float alpha, void* stream);
+
+/* Clipping to a global norm: sumsq = the tensors' sums of squares, *total the
+ * norm (clip.h), then every element multiplied by the coefficient, as dt_scale
+ * would (max_norm = +inf: the norm only). */
+DT_EXPORT dt_status dt_clip_grad_norm(float* total, double* sumsq, void* const* ptrs, const int64_t* counts,
+                                      int64_t num, double max_norm, void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_clip_grad_norm(total, sumsq, (const void* const*)ptrs, counts, num, max_norm));
+  for (int64_t i = 0; i < num; i++) DT_TRY_(sumsq_(&sumsq[i], (const float*)ptrs[i], counts[i]));
+  *total = dt_clip_total_f(sumsq, num);
+  if (isinf(max_norm)) return DT_OK;
+  float coef = dt_clip_coef_f(max_norm, *total);
+  for (int64_t i = 0; i < num; i++) DT_TRY_(dt_scale((float*)ptrs[i], (const float*)ptrs[i], counts[i], coef, NULL));
   return DT_OK;
 }
 

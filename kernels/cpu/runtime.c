@@ -53,6 +53,13 @@ DT_EXPORT dt_status dt_synchronize(void* stream) {
   return DT_OK;
 }
 
+/* Data errors (bad indices, values a cast cannot hold) are reported by the
+ * call that finds them here, so none is ever left for later. */
+DT_EXPORT dt_status dt_deferred_error(void* stream) {
+  (void)stream;
+  return DT_OK;
+}
+
 /* ---- thread pool -------------------------------------------------------------
  * A fixed set of workers that sleep on a condition variable between jobs. A job
  * splits [0, n) into one chunk per thread; the caller runs chunk 0 and waits. */

@@ -138,3 +138,24 @@ dt_status dt_scratch_free_(void* p, cudaStream_t stream);
 /* Copies `bytes` of device memory to host memory and waits for it (and for
  * everything queued before it on the stream). */
 dt_status dt_read_back_(void* host, const void* dev, size_t bytes, cudaStream_t stream);
+
+/* ---- data errors found on the device ------------------------------------------------
+ * A kernel that meets a bad index or a value an integer cast cannot hold does
+ * not stop: it poisons what it cannot compute and marks the element in a
+ * scratch word (dt_mark_bad_); after the launch, dt_bad_end_ records the first
+ * marked element in the device's dt_data_error_t unless an earlier error is
+ * recorded there, and dt_deferred_error reports it with the CPU library's
+ * words. So no call reads its data back, and the error still names the op,
+ * the position and the value. */
+
+/* One launch's scratch word, all ones (nothing marked). */
+dt_status dt_bad_begin_(unsigned long long** first, cudaStream_t s, const char* who);
+/* Queues the recording of the launch's first marked element (values[position]
+ * of dtype values_dtype is the bad value), then frees the word. */
+dt_status dt_bad_end_(unsigned long long* first, int32_t op, const void* values, int32_t values_dtype, int64_t limit,
+                      int64_t ignore_index, cudaStream_t s);
+
+/* Marks element i bad (the smallest index wins, whatever the thread order). */
+__device__ __forceinline__ void dt_mark_bad_(unsigned long long* first, int64_t i) {
+  atomicMin(first, (unsigned long long)i);
+}

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #define DT_ERROR_DEFINE /* this file owns dt_last_error()'s text */
+#include "convert.h"
 #include "cuda_internal.cuh"
 
 #ifndef DT_BUILD_HASH
@@ -49,6 +50,7 @@ static pthread_mutex_t dt_state_mu_ = PTHREAD_MUTEX_INITIALIZER;
 static int dt_device_ = -1;          /* chosen by dt_cuda_set_device (or the current one on first use) */
 static cudaStream_t dt_compute_ = 0; /* created on first use, on dt_device_ */
 static int dt_sm_count_ = 0;
+static dt_data_error_t* dt_data_error_ = NULL; /* device memory: the first data error, until reported */
 
 /* Creates the compute stream on the current device and makes the device's
  * memory pool keep freed scratch memory (its default gives it back at every
@@ -64,8 +66,12 @@ static dt_status dt_init_device_locked_(void) {
   DT_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, dev));
   uint64_t keep = UINT64_MAX;
   DT_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  dt_data_error_t* record = NULL;
+  DT_CHECK_CUDA(cudaMalloc((void**)&record, sizeof *record));
+  DT_CHECK_CUDA(cudaMemset(record, 0, sizeof *record));
   cudaStream_t s;
   DT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  dt_data_error_ = record;
   dt_compute_ = s;
   dt_device_ = dev;
   return DT_OK;
@@ -113,6 +119,47 @@ dt_status dt_read_back_(void* host, const void* dev, size_t bytes, cudaStream_t 
   DT_CHECK_CUDA(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
   DT_CHECK_CUDA(cudaStreamSynchronize(stream));
   return DT_OK;
+}
+
+/* ---- data errors ------------------------------------------------------------------------ */
+
+/* Records values[*first] unless nothing was marked or an earlier error is recorded. */
+__global__ void dt_record_bad_k_(dt_data_error_t* rec, const unsigned long long* first, int32_t op, const void* values,
+                                 int32_t values_dtype, int64_t limit, int64_t ignore_index) {
+  unsigned long long i = *first;
+  if (i == ~0ull || rec->op != DT_DATA_OK) return;
+  rec->position = (int64_t)i;
+  rec->value_dtype = values_dtype;
+  if (dt_dtype_is_float(values_dtype)) rec->fvalue = (double)dt_load_float(values, values_dtype, (int64_t)i);
+  else rec->ivalue = dt_load_int(values, values_dtype, (int64_t)i);
+  rec->limit = limit;
+  rec->ignore_index = ignore_index;
+  rec->op = op;
+}
+
+dt_status dt_bad_begin_(unsigned long long** first, cudaStream_t s, const char* who) {
+  DT_TRY_(dt_scratch_alloc_((void**)first, sizeof **first, s, who));
+  DT_CHECK_CUDA(cudaMemsetAsync(*first, 0xff, sizeof **first, s));
+  return DT_OK;
+}
+
+dt_status dt_bad_end_(unsigned long long* first, int32_t op, const void* values, int32_t values_dtype, int64_t limit,
+                      int64_t ignore_index, cudaStream_t s) {
+  DT_LAUNCH(dt_record_bad_k_, 1, 1, 0, s, dt_data_error_, first, op, values, values_dtype, limit, ignore_index);
+  DT_CHECK_LAUNCH(s, "recording a data error");
+  return dt_scratch_free_(first, s);
+}
+
+/* Reports (and forgets) the first data error that kernels recorded on the
+ * device, in the CPU library's words; DT_OK when there is none. */
+DT_EXPORT dt_status dt_deferred_error(void* stream) {
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  dt_data_error_t rec;
+  DT_TRY_(dt_read_back_(&rec, dt_data_error_, sizeof rec, s));
+  if (rec.op == DT_DATA_OK) return DT_OK;
+  DT_CHECK_CUDA(cudaMemsetAsync(dt_data_error_, 0, sizeof rec, s));
+  return dt_fail_data_error_(&rec);
 }
 
 /* ---- library identity ------------------------------------------------------------------ */

@@ -348,6 +348,10 @@ DT_EMU_API cudaError_t cudaEventQuery(cudaEvent_t event);
 DT_EMU_API cudaError_t cudaEventSynchronize(cudaEvent_t event);
 DT_EMU_API cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
 
+/* How many times the host has waited for the device (synchronisations, copies
+ * into pageable memory, frees) in this process. */
+DT_EMU_API uint64_t dt_emu_host_waits(void);
+
 /* ---- kernel launch --------------------------------------------------------------------- */
 
 /* Checks the geometry and queues `grid` blocks of `invoke(closure)` per CUDA

@@ -264,13 +264,19 @@ uint64_t enqueue_device_work(CUstream_st* s, std::function<void()> fn) {
   });
 }
 
+/* Times the host waited for the device (a synchronisation, a copy into
+ * pageable memory, a free): what dt_emu_host_waits reports. */
+std::atomic<uint64_t> host_waits{0};
+
 void wait_ticket(CUstream_st* s, uint64_t ticket) {
+  host_waits.fetch_add(1);
   std::unique_lock<std::mutex> lk(S().mu);
   S().progress.wait(lk, [&] { return s->completed >= ticket; });
 }
 
 /* Waits for everything queued so far on every stream of device d. */
 void wait_device(int d) {
+  host_waits.fetch_add(1);
   std::vector<std::pair<CUstream_st*, uint64_t>> targets;
   {
     std::lock_guard<std::mutex> lk(S().mu);
@@ -894,12 +900,19 @@ DT_EMU_API cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   cudaError_t e = check_event(event);
   if (e) return e;
   std::shared_ptr<Marker> m = latest(event);
+  host_waits.fetch_add(1);
   if (m) {
     std::unique_lock<std::mutex> lk(S().mu);
     S().progress.wait(lk, [&] { return m->done; });
   }
   return sticky(event->device);
 }
+
+/* ---- the emulator's own --------------------------------------------------------------------------- */
+
+/* How many times the host has waited for the device so far, in this process:
+ * tests hold calls that must not synchronise to it. */
+DT_EMU_API uint64_t dt_emu_host_waits(void) { return host_waits.load(); }
 
 /* ---- kernels ------------------------------------------------------------------------------------ */
 

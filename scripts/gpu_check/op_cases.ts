@@ -105,7 +105,11 @@ export const EMULATED_SIZES: SizeSet = {
   softmax: [[0, 5, 0], [1, 1, 0], [7, 33, 0], [130, 64, 32], [5, 1025, 0], [3, 3000, 3]],
   layernorm: [[0, 8], [1, 1], [7, 768], [33, 1025], [200, 64]],
   argmax: [[0, 5], [1, 1], [7, 1000], [150, 2001]],
-  embedding: [[0, 5, 4], [1, 1, 1], [300, 50_257, 8], [600, 1024, 64], [777, 13, 5]],
+  embedding: [[0, 5, 4], [1, 1, 1], [300, 50_257, 8], [600, 1024, 64], [777, 13, 5], [
+    40_000,
+    1000,
+    3,
+  ]],
   crossentropy: [[0, 5], [1, 1], [7, 50_257], [200, 100], [64, 1000]],
   gather: [[0, 4, 1], [1, 4, 1], [64, 4096, 300], [33, 3, 17], [200, 1026, 50]],
   cols: [[0, 10, 3, 4, 4], [7, 10, 3, 4, 4], [300, 230, 76, 77, 4], [33, 17, 5, 7, 2], [
@@ -291,6 +295,45 @@ export function buildOpCases(
       outputs: { out: [new Float64Array(1), "f64"] },
       call: (k, p, s) => k.dt_sumsq(p("out"), p("x"), n64(n), s),
     });
+  }
+  // many tensors in one reduction (empty ones among them), and clipping built on it
+  {
+    const sizes = [...S.sumsq, 3, 0, 77];
+    const names = sizes.map((_, i) => `g${i}`);
+    const grads = Object.fromEntries(names.map((g, i) => [g, rng.normals(sizes[i]!, 0.5)]));
+    /** Host arrays of the tensors' addresses (device ones on the GPU) and counts. */
+    const table = (p: (name: string) => Deno.PointerValue) => {
+      const ptrs = BigUint64Array.from(names, (g) => BigInt(Deno.UnsafePointer.value(p(g))));
+      const counts = BigInt64Array.from(sizes, BigInt);
+      return [Deno.UnsafePointer.of(ptrs), Deno.UnsafePointer.of(counts)] as const;
+    };
+    const total = sizes.reduce((a, b) => a + b, 0);
+    add({
+      op: "sumsq_many",
+      symbols: ["dt_sumsq_many"],
+      dtype: "f64",
+      size: `${sizes.length} tensors, ${total}`,
+      tol: 1e-12,
+      inputs: grads,
+      outputs: { out: [new Float64Array(sizes.length), "f64"] },
+      call: (k, p, s) => k.dt_sumsq_many(p("out"), ...table(p), n64(sizes.length), s),
+    });
+    for (const maxNorm of [Infinity, 1e6, 0.5]) {
+      add({
+        op: `clip_grad_norm max_norm=${maxNorm}`,
+        symbols: ["dt_clip_grad_norm"],
+        dtype: "f32",
+        size: `${sizes.length} tensors, ${total}`,
+        tol: TOL.f32,
+        inout: Object.fromEntries(names.map((g) => [g, [grads[g]!, "f32"]])) as Record<
+          string,
+          [Arr, "f32"]
+        >,
+        outputs: { total: [f32(1), "f32"], sumsq: [new Float64Array(sizes.length), "f64"] },
+        call: (k, p, s) =>
+          k.dt_clip_grad_norm(p("total"), p("sumsq"), ...table(p), n64(sizes.length), maxNorm, s),
+      });
+    }
   }
 
   // ---- conversions ------------------------------------------------------------------------

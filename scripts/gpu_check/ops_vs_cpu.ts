@@ -11,15 +11,15 @@
 import { parseArgs } from "node:util";
 import { KERNEL_SYMBOLS, type KernelSymbols } from "../../ffi/symbols.ts";
 import { cString } from "../../ffi/native.ts";
-import { type Arr, type Kernels, libraries, Rng, runCase, SELF_TEST } from "./_harness.ts";
-import { buildOpCases, DT, GPU_SIZES } from "./op_cases.ts";
+import { libraries, Rng, runCase, SELF_TEST } from "./_harness.ts";
+import { checkDataErrors } from "./data_errors.ts";
+import { buildOpCases, GPU_SIZES } from "./op_cases.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
   options: { seed: { type: "string", default: "1" } },
 });
 const n64 = BigInt;
-const f32 = (n: number) => new Float32Array(n);
 const cases = buildOpCases({
   rng: new Rng(Number(values.seed)),
   cpu: libraries().cpu,
@@ -38,6 +38,7 @@ const RUNTIME: (keyof KernelSymbols)[] = [
   "dt_free",
   "dt_memcpy",
   "dt_synchronize",
+  "dt_deferred_error",
 ];
 
 function runtimeChecks(): { ok: boolean; detail: string } {
@@ -76,44 +77,8 @@ function runtimeChecks(): { ok: boolean; detail: string } {
       problems.push(`dt_free: ${cString(k.dt_last_error())}`);
     }
   }
-  // bad indices and values: the same status and text as the CPU library
-  const idx = new Int32Array([0, 5, 99]),
-    table = f32(50 * 2),
-    out = f32(6),
-    big = new Float32Array([1, 3e9]);
-  const errCases: [
-    string,
-    (kk: Kernels, p: (a: Arr) => Deno.PointerValue, s: Deno.PointerValue) => number,
-  ][] = [
-    [
-      "embedding index 99 >= V",
-      (kk, p, s) => kk.dt_embedding_fwd(p(out), p(idx), p(table), 3n, 50n, 2n, s),
-    ],
-    [
-      "cross-entropy target 99 >= V",
-      (kk, p, s) => kk.dt_crossentropy_fwd(p(out), p(table), p(table), p(idx), 3n, 50n, -100n, s),
-    ],
-    [
-      "cast 3e9 to i32",
-      (kk, p, s) => kk.dt_cast(p(new Int32Array(2)), DT.I32, p(big), DT.F32, 2n, s),
-    ],
-  ];
-  for (const [label, call] of errCases) {
-    const cpuSt = call(cpu.symbols, (x) => Deno.UnsafePointer.of(x), null);
-    const cpuText = cString(cpu.symbols.dt_last_error());
-    const devPtrs: Deno.PointerObject[] = [];
-    const gpuSt = call(k, (x) => {
-      const d = k.dt_alloc(n64(x.byteLength))!;
-      devPtrs.push(d);
-      k.dt_memcpy(d, Deno.UnsafePointer.of(x), n64(x.byteLength), 1, stream);
-      return d;
-    }, stream);
-    const gpuText = cString(k.dt_last_error());
-    for (const d of devPtrs) k.dt_free(d);
-    if (cpuSt !== 1 || gpuSt !== cpuSt || gpuText !== cpuText) {
-      problems.push(`${label}: CPU ${cpuSt} "${cpuText}", GPU ${gpuSt} "${gpuText}"`);
-    }
-  }
+  // bad indices and values: the same status and text as the CPU library (maybe deferred)
+  problems.push(...checkDataErrors(cpu, gpu, stream));
   return { ok: problems.length === 0, detail: problems.join("; ") };
 }
 
