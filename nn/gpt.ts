@@ -8,7 +8,11 @@ import { Dropout, Embedding, GELU, LayerNorm, Linear } from "./layers.ts";
 import { getDefaultGenerator, normalTensor } from "./init.ts";
 import { fromArray, type Tensor } from "../tensor/tensor.ts";
 import { add } from "../tensor/ops/elementwise.ts";
-import { causalSelfAttention, crossEntropy } from "../tensor/ops/nn.ts";
+import {
+  causalSelfAttention,
+  composedCausalSelfAttention,
+  crossEntropy,
+} from "../tensor/ops/nn.ts";
 import { linear } from "../tensor/ops/linalg.ts";
 import { noGrad } from "../tensor/autograd.ts";
 import type { TorchGenerator } from "../random/torch_generator.ts";
@@ -27,6 +31,12 @@ export interface GPTConfig {
   bias?: boolean;
   /** register the causal-mask buffer "attn.bias" as old nanoGPT does (default true) */
   maskBuffer?: boolean;
+  /**
+   * "fused" (default): one kernel each way, no (B, nHead, T, T) matrix;
+   * "composed": scores, masked softmax and product as separate ops (nanoGPT's
+   * manual path, which stores the T x T probabilities), for comparisons
+   */
+  attention?: "fused" | "composed";
 }
 
 class CausalSelfAttention extends Module {
@@ -56,7 +66,10 @@ class CausalSelfAttention extends Module {
     }
   }
   forward(x: Tensor): Tensor {
-    const y = causalSelfAttention(this.c_attn.forward(x), this.cfg.nHead);
+    const attend = this.cfg.attention === "composed"
+      ? composedCausalSelfAttention
+      : causalSelfAttention;
+    const y = attend(this.c_attn.forward(x), this.cfg.nHead);
     return this.resid.forward(this.c_proj.forward(y));
   }
 }
@@ -156,6 +169,11 @@ export class GPT extends Module {
     super();
     if (cfg.nEmbd % cfg.nHead !== 0) {
       throw new RangeError(`GPT: nEmbd ${cfg.nEmbd} is not divisible by nHead ${cfg.nHead}`);
+    }
+    if (cfg.attention !== undefined && cfg.attention !== "fused" && cfg.attention !== "composed") {
+      throw new RangeError(
+        `GPT: attention ${JSON.stringify(cfg.attention)} is not "fused" or "composed"`,
+      );
     }
     this.cfg = cfg;
     const gen = opts.generator ?? getDefaultGenerator();

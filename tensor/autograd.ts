@@ -5,7 +5,7 @@
  * accumulating leaf gradients (parameters) into `tensor.grad`.
  */
 import { backend } from "./backend.ts";
-import { empty, full, type Tensor } from "./tensor.ts";
+import { castTensor, empty, full, type Tensor } from "./tensor.ts";
 
 /** One recorded op: given the gradient of its output, the gradients of its inputs. */
 export interface Node {
@@ -52,10 +52,11 @@ export function record(
   return out;
 }
 
-/** Adds `g` into `into` (same shape): into += g. */
+/** Adds `g` into `into` (same shape, f32): into += g (g of any float dtype). */
 export function accumulate(into: Tensor, g: Tensor): void {
   const b = backend();
-  b.call.dt_axpy(into.ptr, g.ptr, BigInt(into.numel), 1);
+  const src = g.dtype === "f32" ? g : castTensor(g, "f32");
+  b.call.dt_axpy(into.ptr, src.ptr, BigInt(into.numel), 1);
 }
 
 /**
@@ -172,7 +173,10 @@ export function backward(output: Tensor, opts: BackwardOptions = {}): void {
   for (const o of observers) o.onBackwardEnd?.(received);
 }
 
-function sumOf(a: Tensor, b: Tensor): Tensor {
+/** a + b for two gradients of one tensor (f32; a low-precision one is widened first). */
+function sumOf(a0: Tensor, b0: Tensor): Tensor {
+  const a = a0.dtype === "f32" ? a0 : castTensor(a0, "f32");
+  const b = b0.dtype === "f32" ? b0 : castTensor(b0, "f32");
   const out = empty(a.shape, "f32");
   const k = backend();
   const n = BigInt(a.numel);

@@ -12,6 +12,7 @@
  * end: the CPU library finds them during the call, the CUDA one on the device
  * and reports them later through dt_deferred_error, with the same words. */
 #pragma once
+#include "attention.h"
 #include "convert.h"
 #include "dt_common.h"
 #include "dt_error.h"
@@ -368,6 +369,53 @@ static inline dt_status dt_check_gemm(int32_t dtype, int32_t trans_a, int32_t tr
   if (K == 0 || alpha == 0.0f) return DT_OK;
   DT_REQUIRE_(A != NULL && B != NULL, "dt_gemm: %s is NULL for a product with M = %lld, N = %lld, K = %lld",
               A == NULL ? "A" : "B", (long long)M, (long long)N, (long long)K);
+  return DT_OK;
+}
+
+/* ---- attention ---------------------------------------------------------------------------------- */
+
+/* dt_attention_fwd and _bwd: qkv is (B, T, 3, H, D) of dtype; returns DT_OK
+ * with *empty = 1 when there is nothing to compute (B or T is 0). */
+static inline dt_status dt_check_attention_(const char* name, int32_t dtype, int64_t B, int64_t T, int64_t H,
+                                            int64_t D, int32_t causal, float scale, int* empty) {
+  *empty = 1;
+  DT_REQUIRE_(dtype == DT_F32 || dtype == DT_BF16 || dtype == DT_F16,
+              "%s: dtype %d is not supported: expected DT_F32 (0), DT_BF16 (1) or DT_F16 (2)", name, dtype);
+  DT_REQUIRE_(B >= 0 && T >= 0, "%s: negative size (B=%lld T=%lld)", name, (long long)B, (long long)T);
+  DT_REQUIRE_(H >= 1 && H <= INT32_MAX, "%s: H=%lld heads must be in [1, 2^31)", name, (long long)H);
+  DT_REQUIRE_(D >= 1 && D <= DT_ATTENTION_MAX_D, "%s: head dimension D=%lld must be in [1, %d]", name, (long long)D,
+              DT_ATTENTION_MAX_D);
+  DT_REQUIRE_(T <= INT32_MAX, "%s: T=%lld must be below 2^31", name, (long long)T);
+  DT_REQUIRE_(causal == 0 || causal == 1, "%s: causal=%d: expected 0 or 1", name, causal);
+  DT_REQUIRE_(scale == scale && scale != INFINITY && scale != -INFINITY, "%s: scale=%g is not finite", name,
+              (double)scale);
+  int64_t rows, width, total, bh;
+  DT_REQUIRE_(dt_mul_ok_(B, T, &rows) && dt_mul_ok_(3 * H, D, &width) && dt_mul_ok_(rows, width, &total) &&
+                  dt_mul_ok_(total, 4, &total) && dt_mul_ok_(B, H, &bh) && bh <= INT32_MAX,
+              "%s: size overflows (B=%lld T=%lld H=%lld D=%lld)", name, (long long)B, (long long)T, (long long)H,
+              (long long)D);
+  *empty = rows == 0;
+  return DT_OK;
+}
+
+static inline dt_status dt_check_attention_fwd(const void* out, const float* lse, const void* qkv, int32_t dtype,
+                                               int64_t B, int64_t T, int64_t H, int64_t D, int32_t causal,
+                                               float scale, int* empty) {
+  DT_TRY_(dt_check_attention_("dt_attention_fwd", dtype, B, T, H, D, causal, scale, empty));
+  if (*empty) return DT_OK;
+  DT_REQUIRE_(out && lse && qkv, "dt_attention_fwd: null pointer (out=%p lse=%p qkv=%p)", out, (const void*)lse, qkv);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_attention_bwd(const void* dqkv, const void* dout, const void* qkv, const void* out,
+                                               const float* lse, int32_t dtype, int64_t B, int64_t T, int64_t H,
+                                               int64_t D, int32_t causal, float scale, int* empty) {
+  DT_TRY_(dt_check_attention_("dt_attention_bwd", dtype, B, T, H, D, causal, scale, empty));
+  if (*empty) return DT_OK;
+  DT_REQUIRE_(dqkv && dout && qkv && out && lse,
+              "dt_attention_bwd: null pointer (dqkv=%p dout=%p qkv=%p out=%p lse=%p)", dqkv, dout, qkv, out,
+              (const void*)lse);
+  DT_REQUIRE_(dqkv != qkv && dqkv != dout && dqkv != out, "dt_attention_bwd: dqkv must not alias an input");
   return DT_OK;
 }
 

@@ -10,7 +10,7 @@
 
 static const dt_gemm_isa_* dt_gemm_isa_chosen_;
 
-static dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out) {
+dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out) {
   const dt_gemm_isa_* isa = __atomic_load_n(&dt_gemm_isa_chosen_, __ATOMIC_ACQUIRE);
   if (isa) {
     *out = isa;

@@ -57,6 +57,10 @@ typedef struct {
  * would be mostly padding there. */
 #define DT_GEMM_DOT_MAX 4
 
+/* The kernel for this CPU under DTRAIN_CPU_ISA (gemm.c), chosen once; other
+ * files use its micro-kernel for products of their own tiles (attention.c). */
+dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out);
+
 extern const dt_gemm_isa_ dt_gemm_isa_generic_;
 extern const dt_gemm_isa_ dt_gemm_isa_avx2_;
 extern const dt_gemm_isa_ dt_gemm_isa_avx512_;

@@ -65,6 +65,14 @@ int dt_cuda_sm_count_(void);
 #define DT_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
+/* Full unrolling of a loop with a constant trip count, so that the arrays it
+ * indexes stay in registers (nvcc; the emulated device's g++ ignores it). */
+#ifdef __CUDACC__
+#define DT_UNROLL _Pragma("unroll")
+#else
+#define DT_UNROLL
+#endif
+
 /* ---- launch geometry --------------------------------------------------------------- */
 
 #define DT_BLOCK 256

@@ -10,6 +10,12 @@
 import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
 import { type Arr, type Case, Rng, toBf16, toF16 } from "./_harness.ts";
+import {
+  attentionCases,
+  type AttentionShape,
+  EMULATED_ATTENTION,
+  GPU_ATTENTION,
+} from "./op_cases_attention.ts";
 
 /** dtype codes of kernels/common/dt_common.h. */
 export const DT = { F32: 0, BF16: 1, F16: 2, I32: 3, I64: 4, U8: 5 } as const;
@@ -54,6 +60,8 @@ export interface SizeSet {
   transpose: [number, number, number, number, number][];
   gemm: GemmShape[];
   optim: number[];
+  /** [B, T, H, D, causal] */
+  attention: AttentionShape[];
 }
 
 const GEMMS: GemmShape[] = [
@@ -88,6 +96,7 @@ export const GPU_SIZES: SizeSet = {
   ], [4, 1, 6, 8, 4]],
   gemm: GEMMS,
   optim: [1, 1001, 1_000_003],
+  attention: GPU_ATTENTION,
 };
 
 /** Sizes for the emulated device in CI (DTRAIN_CUDA_EMU_SMS = 2: a grid-stride pass covers
@@ -143,6 +152,7 @@ export const EMULATED_SIZES: SizeSet = {
     batch: 0,
   }],
   optim: [0, 1, 1001, 40_009],
+  attention: EMULATED_ATTENTION,
 };
 
 /**
@@ -624,6 +634,9 @@ export function buildOpCases(
   for (const g of S.gemm) {
     for (const dtype of [DT.F32, DT.BF16, DT.F16]) add(gemmCase(g, dtype));
   }
+
+  // ---- attention -------------------------------------------------------------------------------
+  for (const c of attentionCases(rng, cpu, S.attention)) add(c);
 
   // ---- optimizers ------------------------------------------------------------------------------
   for (const n of S.optim) {

@@ -10,6 +10,7 @@ import { needsGrad, record } from "../autograd.ts";
 import { asF32 } from "./_util.ts";
 import { matmul } from "./linalg.ts";
 import { reshape, splitLast, transpose12 } from "./shape.ts";
+import { MAX_FUSED_HEAD_DIM, selfAttention } from "./attention.ts";
 
 /** softmax(scale * x) over the last dim; causal masks column j > row position (mod T). */
 export function softmax(
@@ -184,10 +185,28 @@ export function crossEntropy(
 
 /**
  * Causal self-attention as in nanoGPT, from the fused qkv projection
- * (B, T, 3C) to (B, T, C) before the output projection:
- * q, k, v split; heads (B, nHead, T, C/nHead); softmax(q k^T / sqrt(d)) v.
+ * (B, T, 3C) to (B, T, C) before the output projection: per head,
+ * softmax(q k^T / sqrt(d)) v. Head dimensions up to 256 run the fused kernel
+ * (no T x T matrix); larger ones the composed ops: q, k, v split, heads
+ * (B, nHead, T, C/nHead), the scores, a masked softmax and a product.
  */
 export function causalSelfAttention(qkv: Tensor, nHead: number): Tensor {
+  if (qkv.shape.length !== 3 || qkv.shape[2]! % (3 * nHead) !== 0) {
+    throw new RangeError(
+      `causalSelfAttention: expected (B, T, 3C) with C divisible by ${nHead} heads, got [${qkv.shape}]`,
+    );
+  }
+  const D = qkv.shape[2]! / 3 / nHead;
+  if (D <= MAX_FUSED_HEAD_DIM) return selfAttention(qkv, nHead, { causal: true });
+  return composedCausalSelfAttention(qkv, nHead);
+}
+
+/**
+ * The same attention composed of separate ops (split, head transposes, the
+ * (B, nHead, T, T) scores, a causal softmax, the product): what nanoGPT's
+ * manual path computes, used above 256 head dims and for comparisons.
+ */
+export function composedCausalSelfAttention(qkv: Tensor, nHead: number): Tensor {
   if (qkv.shape.length !== 3 || qkv.shape[2]! % (3 * nHead) !== 0) {
     throw new RangeError(
       `causalSelfAttention: expected (B, T, 3C) with C divisible by ${nHead} heads, got [${qkv.shape}]`,

@@ -76,6 +76,14 @@ const BAD_CALLS: BadCall[] = [
     "dt_transpose_0213 with a negative dim",
     (k) => k.dt_transpose_0213(p(F), p(F), 1n, -2n, 3n, 1n, 4n, null),
   ],
+  [
+    "dt_attention_fwd with a head dimension of 257",
+    (k) => k.dt_attention_fwd(p(F), p(F), p(F), 0, 1n, 2n, 1n, 257n, 1, 1, null),
+  ],
+  [
+    "dt_attention_bwd with dqkv aliasing qkv",
+    (k) => k.dt_attention_bwd(p(F), p(F), p(F), p(I), p(F), 1, 1n, 2n, 1n, 4n, 1, 1, null),
+  ],
   ["dt_gather_rows with n = -1", (k) => k.dt_gather_rows(p(F), p(F), p(I), -1n, 4n, null)],
   ["dt_gemm with dtype 5", (k) => gemm(k, { dtype: 5 })],
   ["dt_gemm with transA = 2", (k) => gemm(k, { ta: 2 })],

@@ -1,0 +1,328 @@
+/* attention.c — CPU loops of dt_attention_fwd/bwd: self-attention without the
+ * T x T matrix. Each (batch, head) is one task for the thread pool; inside
+ * it, K and V are converted to f32 rows once, tiles of QT query rows meet
+ * tiles of KT keys (fully masked tiles are skipped), the scores of one tile
+ * pair live in a KT x QT scratch, and the online softmax of attention.h folds
+ * them into the output. Backward recomputes the probabilities from the saved
+ * log-sum-exp and accumulates dK and dV for the whole sequence in f32
+ * scratch. The tile products run on dt_gemm's micro-kernel for this CPU
+ * (gemm_internal.h); rows are padded to a multiple of 32 floats, and every
+ * sum is f32. Scratch grows with T (a few T x D rows), never with T^2. */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
+#include <stdlib.h>
+#include "attention.h"
+#include "convert.h"
+#include "gemm_internal.h"
+
+#define QT 64 /* query rows per tile */
+#define KT 64 /* keys per tile (a multiple of every micro-kernel's nr) */
+/* Multiply-adds below which a task does not wake another thread. */
+#define ATT_GRAIN_FLOPS 4e6
+
+/* ---- per-thread scratch ---------------------------------------------------------- */
+
+typedef struct {
+  float* ptr;
+  size_t cap;
+} att_buf_;
+
+static __thread att_buf_ att_scratch_;
+
+static float* att_reserve_(size_t floats) {
+  if (att_scratch_.cap >= floats) return att_scratch_.ptr;
+  void* p = NULL;
+  if (posix_memalign(&p, 64, floats * sizeof(float)) != 0) return NULL;
+  free(att_scratch_.ptr);
+  att_scratch_.ptr = p;
+  att_scratch_.cap = floats;
+  return att_scratch_.ptr;
+}
+
+/* Rows padded to a multiple of 32 floats: every micro-kernel's B sliver (nr
+ * <= 32 columns) stays inside the row. */
+static int64_t att_pad_(int64_t D) { return (D + 31) / 32 * 32; }
+
+/* ---- tiles --------------------------------------------------------------------------- */
+
+#if KT > QT
+#error "score tiles are KT x QT with rows of QT: the micro-kernel's B slivers need QT >= nr"
+#endif
+
+typedef struct {
+  void* out;       /* fwd: (B, T, H*D); bwd: dqkv (B, T, 3*H*D) */
+  float* lse;      /* (B, H, T) */
+  const void* qkv; /* (B, T, 3*H*D) */
+  const void* dout;
+  const void* fwd_out;
+  const dt_gemm_isa_* isa;
+  int32_t dtype, causal;
+  int64_t T, H, D;
+  float scale;
+  int failed; /* a scratch allocation failed (no text: this may be a worker thread) */
+} att_ctx_;
+
+/* n rows of D values at x (row stride `stride` elements, dtype) into dst
+ * (row stride ld >= D, the rest of each row 0) as f32. */
+DT_VEC_CLONES static void load_rows_(float* dst, int64_t ld, const void* x, int32_t dtype, int64_t n,
+                                     int64_t stride, int64_t D) {
+  for (int64_t i = 0; i < n; i++) {
+    float* d = dst + i * ld;
+    int64_t at = i * stride;
+    if (dtype == DT_F32) {
+      const float* s = (const float*)x + at;
+      for (int64_t e = 0; e < D; e++) d[e] = s[e];
+    } else {
+      for (int64_t e = 0; e < D; e++) d[e] = dt_load_float(x, dtype, at + e);
+    }
+    for (int64_t e = D; e < ld; e++) d[e] = 0.0f;
+  }
+}
+
+/* The same n rows transposed: dst[e * QT + i] for e < D, i < QT (zero past n). */
+DT_VEC_CLONES static void load_cols_(float* dst, const void* x, int32_t dtype, int64_t n, int64_t stride,
+                                     int64_t D) {
+  for (int64_t e = 0; e < D; e++)
+    for (int64_t i = n; i < QT; i++) dst[e * QT + i] = 0.0f;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t at = i * stride;
+    if (dtype == DT_F32) {
+      const float* s = (const float*)x + at;
+      for (int64_t e = 0; e < D; e++) dst[e * QT + i] = s[e];
+    } else {
+      for (int64_t e = 0; e < D; e++) dst[e * QT + i] = dt_load_float(x, dtype, at + e);
+    }
+  }
+}
+
+/* C (m x n, row stride ldc) = alpha * A @ B + beta * C on the micro-kernel:
+ * A is m x k with element (i, p) at a[i * rsa + p * csa]; B is k x n with
+ * element (p, j) at b[p * rsb + j] and its rows readable up to n rounded up
+ * to the kernel's nr. beta == 0 never reads C. */
+static void tile_gemm_(const dt_gemm_isa_* isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa,
+                       int64_t csa, const float* b, int64_t rsb, float* c, int64_t ldc, float alpha, float beta) {
+  for (int64_t j = 0; j < n; j += isa->nr) {
+    int nrr = n - j < isa->nr ? (int)(n - j) : isa->nr;
+    for (int64_t i = 0; i < m; i += isa->mr) {
+      int mrr = m - i < isa->mr ? (int)(m - i) : isa->mr;
+      isa->kernel(k, a + i * rsa, rsa, csa, b + j, rsb, c + i * ldc + j, ldc, alpha, beta, mrr, nrr);
+    }
+  }
+}
+
+/* Whether every key of [k0, k0 + nk) is visible to every row of [q0, q0 + nq). */
+static int tile_unmasked_(int64_t q0, int64_t k0, int64_t nk, int32_t causal) { return !causal || k0 + nk - 1 <= q0; }
+
+/* The online softmax step of a tile: st[j * QT + i] holds the scaled score of
+ * query row q0 + i and key k0 + j (j < nk, i < nq) and becomes its probability
+ * against the row's updated running maximum m[i]; l[i] takes the new sum and
+ * corr[i] the factor that rescales the row's earlier sum and output. */
+DT_VEC_CLONES static void online_tile_(float* st, int64_t nq, int64_t nk, int64_t q0, int64_t k0, int32_t causal,
+                                       float* m, float* l, float* corr) {
+  float mt[QT], sum[QT];
+  for (int64_t i = 0; i < QT; i++) mt[i] = -INFINITY, sum[i] = 0.0f;
+  if (!tile_unmasked_(q0, k0, nk, causal)) {
+    for (int64_t j = 0; j < nk; j++)
+      for (int64_t i = 0; i < nq; i++)
+        if (!dt_attention_visible(q0 + i, k0 + j, causal)) st[j * QT + i] = -INFINITY;
+  }
+  for (int64_t j = 0; j < nk; j++)
+    for (int64_t i = 0; i < QT; i++) mt[i] = st[j * QT + i] > mt[i] ? st[j * QT + i] : mt[i];
+  for (int64_t i = 0; i < QT; i++) {
+    float m_new = mt[i] > m[i] ? mt[i] : m[i];
+    corr[i] = dt_attention_rescale_f(m[i], m_new);
+    mt[i] = m_new; /* now the maximum to subtract */
+  }
+  for (int64_t j = 0; j < nk; j++)
+    for (int64_t i = 0; i < QT; i++) {
+      float p = dt_attention_p_f(st[j * QT + i], mt[i]);
+      st[j * QT + i] = p;
+      sum[i] += p;
+    }
+  for (int64_t i = 0; i < nq; i++) {
+    l[i] = l[i] * corr[i] + sum[i];
+    m[i] = mt[i];
+  }
+}
+
+/* One (batch, head): K and V rows converted once, then every query tile
+ * against the key tiles it sees. Scores are kept transposed (key-major), so
+ * Q is the one operand transposed, once per tile. */
+DT_VEC_CLONES static void att_fwd_head_(att_ctx_* c, int64_t bh, float* scratch) {
+  const int64_t T = c->T, H = c->H, D = c->D, C = H * D, b = bh / H, h = bh % H, Dp = att_pad_(D);
+  const int64_t es = (int64_t)dt_dtype_size(c->dtype);
+  float* kf = scratch;     /* T x Dp */
+  float* vf = kf + T * Dp; /* T x Dp */
+  float* qt = vf + T * Dp; /* D x QT */
+  float* st = qt + Dp * QT; /* KT x QT */
+  float* o = st + KT * QT;  /* QT x Dp */
+  float m[QT], l[QT], corr[QT];
+  const int64_t stride = 3 * C;
+  const char* base = (const char*)c->qkv + (b * T * stride + h * D) * es;
+  load_rows_(kf, Dp, base + C * es, c->dtype, T, stride, D);
+  load_rows_(vf, Dp, base + 2 * C * es, c->dtype, T, stride, D);
+  for (int64_t q0 = 0; q0 < T; q0 += QT) {
+    int64_t nq = T - q0 < QT ? T - q0 : QT;
+    load_cols_(qt, base + q0 * stride * es, c->dtype, nq, stride, D);
+    for (int64_t i = 0; i < QT; i++) m[i] = -INFINITY, l[i] = 0.0f;
+    for (int64_t e = 0; e < nq * Dp; e++) o[e] = 0.0f;
+    int64_t kend = dt_attention_key_end(q0 + nq, T, c->causal);
+    for (int64_t k0 = 0; k0 < kend; k0 += KT) {
+      int64_t nk = kend - k0 < KT ? kend - k0 : KT;
+      tile_gemm_(c->isa, nk, nq, D, kf + k0 * Dp, Dp, 1, qt, QT, st, QT, c->scale, 0.0f); /* S^T = scale K Q^T */
+      online_tile_(st, nq, nk, q0, k0, c->causal, m, l, corr);
+      for (int64_t i = 0; i < nq; i++)
+        if (corr[i] != 1.0f)
+          for (int64_t e = 0; e < D; e++) o[i * Dp + e] *= corr[i];
+      tile_gemm_(c->isa, nq, D, nk, st, 1, QT, vf + k0 * Dp, Dp, o, Dp, 1.0f, 1.0f); /* O += P V */
+    }
+    for (int64_t i = 0; i < nq; i++) {
+      float inv = 1.0f / l[i];
+      int64_t at = (b * T + q0 + i) * C + h * D;
+      for (int64_t e = 0; e < D; e++) dt_store_float(c->out, c->dtype, at + e, o[i * Dp + e] * inv);
+      c->lse[bh * T + q0 + i] = dt_attention_lse_f(m[i], l[i]);
+    }
+  }
+}
+
+static void att_fwd_range_(void* vctx, int64_t t0, int64_t t1) {
+  att_ctx_* c = vctx;
+  const int64_t Dp = att_pad_(c->D);
+  float* scratch = att_reserve_((size_t)(2 * c->T * Dp + Dp * QT + KT * QT + QT * Dp));
+  if (!scratch) {
+    __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  for (int64_t t = t0; t < t1; t++) att_fwd_head_(c, t, scratch);
+}
+
+/* In place, transposed (key-major, as the scores): P = exp(S - lse) (0 where
+ * masked) and dS = scale P (dP - delta). */
+DT_VEC_CLONES static void att_bwd_probs_(float* pt, float* dst, int64_t nk, int64_t q0, int64_t k0, int32_t causal,
+                                         const float* lse, const float* delta, float scale) {
+  int all = tile_unmasked_(q0, k0, nk, causal);
+  for (int64_t j = 0; j < nk; j++) {
+    float* p = pt + j * QT;
+    float* d = dst + j * QT;
+    for (int64_t i = 0; i < QT; i++) {
+      float pij = all || dt_attention_visible(q0 + i, k0 + j, causal) ? dt_attention_p_lse_f(p[i], lse[i]) : 0.0f;
+      p[i] = pij;
+      d[i] = dt_attention_ds_f(pij, d[i], delta[i]) * scale;
+    }
+  }
+}
+
+/* Backward of one (batch, head). */
+DT_VEC_CLONES static void att_bwd_head_(att_ctx_* c, int64_t bh, float* scratch) {
+  const int64_t T = c->T, H = c->H, D = c->D, C = H * D, b = bh / H, h = bh % H, Dp = att_pad_(D);
+  const int64_t es = (int64_t)dt_dtype_size(c->dtype);
+  float* kf = scratch;      /* T x Dp */
+  float* vf = kf + T * Dp;  /* T x Dp */
+  float* dk = vf + T * Dp;  /* T x Dp */
+  float* dv = dk + T * Dp;  /* T x Dp */
+  float* q = dv + T * Dp;   /* QT x Dp */
+  float* g = q + QT * Dp;   /* QT x Dp: dO */
+  float* qt = g + QT * Dp;  /* D x QT */
+  float* gt = qt + Dp * QT; /* D x QT */
+  float* dq = gt + Dp * QT; /* QT x Dp */
+  float* pt = dq + QT * Dp; /* KT x QT */
+  float* dst = pt + KT * QT; /* KT x QT */
+  float lse[QT], delta[QT];
+  const int64_t stride = 3 * C;
+  const char* base = (const char*)c->qkv + (b * T * stride + h * D) * es;
+  const char* gbase = (const char*)c->dout + (b * T * C + h * D) * es;
+  const char* obase = (const char*)c->fwd_out + (b * T * C + h * D) * es;
+  load_rows_(kf, Dp, base + C * es, c->dtype, T, stride, D);
+  load_rows_(vf, Dp, base + 2 * C * es, c->dtype, T, stride, D);
+  for (int64_t e = 0; e < T * Dp; e++) dk[e] = dv[e] = 0.0f;
+  for (int64_t q0 = 0; q0 < T; q0 += QT) {
+    int64_t nq = T - q0 < QT ? T - q0 : QT;
+    load_rows_(q, Dp, base + q0 * stride * es, c->dtype, nq, stride, D);
+    load_cols_(qt, base + q0 * stride * es, c->dtype, nq, stride, D);
+    load_rows_(g, Dp, gbase + q0 * C * es, c->dtype, nq, C, D);
+    load_cols_(gt, gbase + q0 * C * es, c->dtype, nq, C, D);
+    /* delta = rowsum(dO * O), O as the forward stored it */
+    load_rows_(dq, Dp, obase + q0 * C * es, c->dtype, nq, C, D);
+    for (int64_t i = 0; i < QT; i++) {
+      float acc = 0.0f;
+      if (i < nq)
+        for (int64_t e = 0; e < D; e++) acc += g[i * Dp + e] * dq[i * Dp + e];
+      delta[i] = acc;
+      lse[i] = i < nq ? c->lse[bh * T + q0 + i] : 0.0f;
+    }
+    for (int64_t e = 0; e < nq * Dp; e++) dq[e] = 0.0f;
+    int64_t kend = dt_attention_key_end(q0 + nq, T, c->causal);
+    for (int64_t k0 = 0; k0 < kend; k0 += KT) {
+      int64_t nk = kend - k0 < KT ? kend - k0 : KT;
+      const float* kk = kf + k0 * Dp;
+      tile_gemm_(c->isa, nk, QT, D, kk, Dp, 1, qt, QT, pt, QT, c->scale, 0.0f);         /* S^T = scale K Q^T */
+      tile_gemm_(c->isa, nk, QT, D, vf + k0 * Dp, Dp, 1, gt, QT, dst, QT, 1.0f, 0.0f); /* dP^T = V dO^T */
+      att_bwd_probs_(pt, dst, nk, q0, k0, c->causal, lse, delta, c->scale);
+      tile_gemm_(c->isa, nq, D, nk, dst, 1, QT, kk, Dp, dq, Dp, 1.0f, 1.0f);           /* dQ += dS K */
+      tile_gemm_(c->isa, nk, D, nq, dst, QT, 1, q, Dp, dk + k0 * Dp, Dp, 1.0f, 1.0f);  /* dK += dS^T Q */
+      tile_gemm_(c->isa, nk, D, nq, pt, QT, 1, g, Dp, dv + k0 * Dp, Dp, 1.0f, 1.0f);   /* dV += P^T dO */
+    }
+    for (int64_t i = 0; i < nq; i++) {
+      int64_t at = (b * T + q0 + i) * stride + h * D;
+      for (int64_t e = 0; e < D; e++) dt_store_float(c->out, c->dtype, at + e, dq[i * Dp + e]);
+    }
+  }
+  for (int64_t t = 0; t < T; t++) {
+    int64_t at = (b * T + t) * stride + h * D;
+    for (int64_t e = 0; e < D; e++) {
+      dt_store_float(c->out, c->dtype, at + C + e, dk[t * Dp + e]);
+      dt_store_float(c->out, c->dtype, at + 2 * C + e, dv[t * Dp + e]);
+    }
+  }
+}
+
+static void att_bwd_range_(void* vctx, int64_t t0, int64_t t1) {
+  att_ctx_* c = vctx;
+  const int64_t Dp = att_pad_(c->D);
+  float* scratch = att_reserve_((size_t)(4 * c->T * Dp + 3 * QT * Dp + 2 * Dp * QT + 2 * KT * QT));
+  if (!scratch) {
+    __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  for (int64_t t = t0; t < t1; t++) att_bwd_head_(c, t, scratch);
+}
+
+/* ---- launchers ------------------------------------------------------------------------ */
+
+/* (batch, head) tasks per thread chunk: enough multiply-adds to pay for a wake-up. */
+static int64_t att_grain_(int64_t T, int64_t D, int32_t causal) {
+  double per_head = 2.0 * (double)T * (double)T * (double)D * (causal ? 0.5 : 1.0);
+  int64_t g = (int64_t)(ATT_GRAIN_FLOPS / (per_head + 1.0));
+  return g < 1 ? 1 : g;
+}
+
+DT_EXPORT dt_status dt_attention_fwd(void* out, float* lse, const void* qkv, int32_t dtype, int64_t B, int64_t T,
+                                     int64_t H, int64_t D, int32_t causal, float scale, void* stream) {
+  (void)stream;
+  int empty = 1;
+  DT_TRY_(dt_check_attention_fwd(out, lse, qkv, dtype, B, T, H, D, causal, scale, &empty));
+  if (empty) return DT_OK;
+  att_ctx_ c = {.out = out, .lse = lse, .qkv = qkv, .dtype = dtype, .causal = causal, .T = T, .H = H, .D = D,
+                .scale = scale};
+  DT_TRY_(dt_gemm_pick_isa_(&c.isa));
+  dt_parallel_for_(B * H, att_grain_(T, D, causal), att_fwd_range_, &c);
+  if (c.failed)
+    return dt_fail_(DT_ERR_ALLOC, "dt_attention_fwd: cannot allocate the scratch of a tile (D=%lld)", (long long)D);
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_attention_bwd(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                     int32_t dtype, int64_t B, int64_t T, int64_t H, int64_t D, int32_t causal,
+                                     float scale, void* stream) {
+  (void)stream;
+  int empty = 1;
+  DT_TRY_(dt_check_attention_bwd(dqkv, dout, qkv, out, lse, dtype, B, T, H, D, causal, scale, &empty));
+  if (empty) return DT_OK;
+  att_ctx_ c = {.out = dqkv, .lse = (float*)lse, .qkv = qkv, .dout = dout, .fwd_out = out, .dtype = dtype,
+                .causal = causal, .T = T, .H = H, .D = D, .scale = scale};
+  DT_TRY_(dt_gemm_pick_isa_(&c.isa));
+  dt_parallel_for_(B * H, att_grain_(T, D, causal), att_bwd_range_, &c);
+  if (c.failed)
+    return dt_fail_(DT_ERR_ALLOC, "dt_attention_bwd: cannot allocate the scratch of a sequence (T=%lld D=%lld)",
+                    (long long)T, (long long)D);
+  return DT_OK;
+}
