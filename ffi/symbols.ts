@@ -241,15 +241,19 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
-  /** loss = mean over rows whose target != ignore_index of logsumexp(row) -
-   *  row[target]; probs = softmax(row), saved for backward. No valid row:
-   *  loss = NaN (as torch). A target outside [0, V) is a data error (CUDA:
-   *  its row's loss is NaN, reported by dt_deferred_error). */
+  /** The fused classifier's forward: loss = mean over rows whose target !=
+   *  ignore_index of logsumexp(row) - row[target], each row read once (in
+   *  chunks, f32 sums); only the rows' log-sum-exps are saved for backward (no
+   *  probabilities), with the count of valid rows. No valid row: loss = NaN
+   *  (as torch). A target outside [0, V) is a data error (CUDA: its row's loss
+   *  is NaN, reported by dt_deferred_error). */
   dt_crossentropy_fwd: {
     parameters: [
       P, // float* loss [1]
-      P, // float* probs [rows, V]
-      P, // const float* logits [rows, V]
+      P, // float* lse [rows]: each row's log-sum-exp (ignored rows too)
+      P, // float* valid_rows [1]: how many targets are not ignore_index
+      P, // const void* logits [rows, V] of dtype
+      I32, // int32_t dtype: DT_F32, DT_BF16 or DT_F16
       P, // const int32_t* targets [rows]
       I64, // int64_t rows
       I64, // int64_t V
@@ -258,14 +262,19 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
-  /** dlogits = (probs - onehot(target)) * dloss / valid_rows; 0 on ignored
-   *  rows; a target outside [0, V) is a data error (CUDA: a NaN row). */
+  /** dlogits = (softmax(row) - onehot(target)) * dloss / valid_rows, the
+   *  probabilities recomputed from the saved log-sum-exp, rounded once into
+   *  dtype; 0 on ignored rows; dlogits may be logits (in place). A target
+   *  outside [0, V) is a data error (CUDA: a NaN row). */
   dt_crossentropy_bwd: {
     parameters: [
-      P, // float* dlogits [rows, V]
-      P, // const float* probs [rows, V]: saved by the forward
+      P, // void* dlogits [rows, V] of dtype (may be logits)
+      P, // const void* logits [rows, V] of dtype
+      P, // const float* lse [rows]: saved by the forward
+      P, // const float* valid_rows [1]: saved by the forward
       P, // const int32_t* targets [rows]
       P, // const float* dloss [1]
+      I32, // int32_t dtype
       I64, // int64_t rows
       I64, // int64_t V
       I64, // int64_t ignore_index

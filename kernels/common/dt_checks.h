@@ -250,21 +250,29 @@ static inline dt_status dt_check_crossentropy_sizes(const char* name, const int3
 }
 
 /* Targets are checked after this (they are data). */
-static inline dt_status dt_check_crossentropy_fwd(const float* loss, const float* probs, const float* logits,
-                                                  const int32_t* targets, int64_t rows, int64_t V) {
+static inline dt_status dt_check_crossentropy_fwd(const float* loss, const float* lse, const float* valid_rows,
+                                                  const void* logits, int32_t dtype, const int32_t* targets,
+                                                  int64_t rows, int64_t V) {
+  DT_REQUIRE_(dtype == DT_F32 || dtype == DT_BF16 || dtype == DT_F16,
+              "dt_crossentropy_fwd: dtype %d is not supported: expected DT_F32 (0), DT_BF16 (1) or DT_F16 (2)", dtype);
   DT_TRY_(dt_check_crossentropy_sizes("dt_crossentropy_fwd", targets, rows, V));
-  DT_REQUIRE_(loss && ((probs && logits) || rows == 0),
-              "dt_crossentropy_fwd: null pointer (loss=%p probs=%p logits=%p)", (const void*)loss,
-              (const void*)probs, (const void*)logits);
+  DT_REQUIRE_(loss && valid_rows && ((lse && logits) || rows == 0),
+              "dt_crossentropy_fwd: null pointer (loss=%p lse=%p valid_rows=%p logits=%p)", (const void*)loss,
+              (const void*)lse, (const void*)valid_rows, logits);
   return DT_OK;
 }
 
-static inline dt_status dt_check_crossentropy_bwd(const float* dlogits, const float* probs, const int32_t* targets,
-                                                  const float* dloss, int64_t rows, int64_t V) {
+/* dlogits may be the logits themselves (computed in place). */
+static inline dt_status dt_check_crossentropy_bwd(const void* dlogits, const void* logits, const float* lse,
+                                                  const float* valid_rows, const int32_t* targets,
+                                                  const float* dloss, int32_t dtype, int64_t rows, int64_t V) {
+  DT_REQUIRE_(dtype == DT_F32 || dtype == DT_BF16 || dtype == DT_F16,
+              "dt_crossentropy_bwd: dtype %d is not supported: expected DT_F32 (0), DT_BF16 (1) or DT_F16 (2)", dtype);
   DT_TRY_(dt_check_crossentropy_sizes("dt_crossentropy_bwd", targets, rows, V));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(dlogits && probs && dloss, "dt_crossentropy_bwd: null pointer (dlogits=%p probs=%p dloss=%p)",
-              (const void*)dlogits, (const void*)probs, (const void*)dloss);
+  DT_REQUIRE_(dlogits && logits && lse && valid_rows && dloss,
+              "dt_crossentropy_bwd: null pointer (dlogits=%p logits=%p lse=%p valid_rows=%p dloss=%p)", dlogits,
+              logits, (const void*)lse, (const void*)valid_rows, (const void*)dloss);
   return DT_OK;
 }
 

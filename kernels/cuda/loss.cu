@@ -1,11 +1,18 @@
-/* loss.cu — CUDA launches of the softmax cross-entropy loss. One block per
- * row computes its probabilities and loss, one block folds the mean over the
- * rows whose target is not ignore_index (counted on the device, so nothing is
- * read back). A target outside [0, V) poisons its row (loss and gradient NaN)
- * and the first is recorded for dt_deferred_error, in the CPU library's
- * words. The gradient of a logit is crossentropy.h's. */
+/* loss.cu — CUDA launches of the fused classifier's softmax cross-entropy.
+ * One block per row reads the row's logits (f32, bf16 or f16) once, in
+ * 128-bit vectors, folding each thread's maximum and exp sum online, and
+ * keeps only the row's log-sum-exp; one block folds the mean over the rows
+ * whose target is not ignore_index and counts them (so nothing is read back,
+ * and the backward needs no count of its own). The backward recomputes each
+ * probability from the log-sum-exp and writes the gradient in the logits'
+ * dtype, in place if asked: no f32 probabilities are ever stored. A target
+ * outside [0, V) poisons its row (loss and gradient NaN) and the first is
+ * recorded for dt_deferred_error, in the CPU library's words. */
 #include "crossentropy.h"
 #include "cuda_internal.cuh"
+#include "vec128.cuh"
+
+#define CE_THREADS 512
 
 /* ---- kernels -------------------------------------------------------------------- */
 
@@ -14,46 +21,53 @@ __device__ __forceinline__ bool dt_bad_target_(int64_t t, int64_t V, int64_t ign
   return t != ignore_index && (t < 0 || t >= V);
 }
 
-/* probs of each row and its loss (0 on ignored rows), as dt_crossentropy_row. */
-__global__ void dt_ce_fwd_k_(float* row_loss, float* probs, const float* logits, const int32_t* targets, int64_t rows,
-                             int64_t V, int64_t ignore_index, unsigned long long* first_bad) {
+/* One value into a thread's running (max, sum). */
+__device__ __forceinline__ void dt_ce_fold_(float x, float* m, float* s) {
+  if (x > *m) {
+    *s = *m == -INFINITY ? 0.0f : *s * dt_expf(*m - x);
+    *m = x;
+  }
+  *s += dt_expf(x - *m);
+}
+
+/* Each row's log-sum-exp and loss (0 on ignored rows). */
+template <int DT>
+__global__ void __launch_bounds__(CE_THREADS)
+    dt_ce_fwd_k_(float* row_loss, float* lse, const void* logits, const int32_t* targets, int64_t rows, int64_t V,
+                 int64_t ignore_index, unsigned long long* first_bad) {
+  constexpr int N = dt_vec_<DT>::N;
+  constexpr int64_t es = DT == DT_F32 ? 4 : 2;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = logits + r * V;
-    float* p = probs + r * V;
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = x[j] > m ? x[j] : m;
-    m = dt_block_max_(m);
-    double sum = 0.0;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-      float e = dt_expf(x[j] - m);
-      p[j] = e;
-      sum += e;
+    const char* x = (const char*)logits + r * V * es;
+    dt_vec_split_<DT> split(x, V);
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t j = threadIdx.x; j < split.head; j += blockDim.x) dt_ce_fold_(dt_load_float(x, DT, j), &m, &s);
+    for (int64_t v = threadIdx.x; v < split.vecs; v += blockDim.x) {
+      float val[N];
+      dt_vec_load_<DT>(val, x + (split.head + v * N) * es);
+      DT_UNROLL
+      for (int i = 0; i < N; i++) dt_ce_fold_(val[i], &m, &s);
     }
-    sum = dt_block_sum_(sum);
-    float inv_sum = 1.0f / (float)sum;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) p[j] *= inv_sum;
+    for (int64_t j = split.head + split.vecs * N + threadIdx.x; j < V; j += blockDim.x)
+      dt_ce_fold_(dt_load_float(x, DT, j), &m, &s);
+    float M = dt_block_max_(m);
+    double S = dt_block_sum_(m == -INFINITY ? 0.0 : (double)s * (double)dt_expf(m - M));
     if (threadIdx.x == 0) {
+      float l = dt_crossentropy_lse_f(M, S);
+      lse[r] = l;
       int64_t t = targets[r];
       if (dt_bad_target_(t, V, ignore_index)) {
         dt_mark_bad_(first_bad, r);
         row_loss[r] = NAN;
       } else {
-        row_loss[r] = t == ignore_index ? 0.0f : dt_crossentropy_loss_f(x[t], dt_crossentropy_lse_f(m, sum));
+        row_loss[r] = t == ignore_index ? 0.0f : dt_crossentropy_loss_f(dt_load_float(x, DT, t), l);
       }
     }
   }
 }
 
-/* *valid = how many rows do not have target ignore_index (one block). */
-__global__ void dt_ce_count_k_(float* valid, const int32_t* targets, int64_t rows, int64_t ignore_index) {
-  double n = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) n += targets[r] != ignore_index;
-  n = dt_block_sum_(n);
-  if (threadIdx.x == 0) *valid = (float)n;
-}
-
-/* *loss = (sum of row_loss in double) / valid rows: NaN when no row is valid, as torch. */
-__global__ void dt_ce_mean_k_(float* loss, const float* row_loss, const int32_t* targets, int64_t rows,
+/* *loss = (sum of row_loss in double) / valid rows (NaN when none, as torch); *valid = their count. */
+__global__ void dt_ce_mean_k_(float* loss, float* valid, const float* row_loss, const int32_t* targets, int64_t rows,
                               int64_t ignore_index) {
   double s = 0.0, n = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -61,34 +75,76 @@ __global__ void dt_ce_mean_k_(float* loss, const float* row_loss, const int32_t*
     n += targets[r] != ignore_index;
   }
   double total = dt_block_sum_(s);
-  double valid = dt_block_sum_(n);
-  if (threadIdx.x == 0) *loss = (float)(total / valid);
+  double count = dt_block_sum_(n);
+  if (threadIdx.x == 0) {
+    *loss = (float)(total / count);
+    *valid = (float)count;
+  }
 }
 
-__global__ void dt_ce_bwd_k_(float* dlogits, const float* probs, const int32_t* targets, const float* dloss,
-                             const float* valid, int64_t rows, int64_t V, int64_t ignore_index,
-                             unsigned long long* first_bad) {
+template <int DT>
+__global__ void __launch_bounds__(CE_THREADS)
+    dt_ce_bwd_k_(void* dlogits, const void* logits, const float* lse, const float* valid, const int32_t* targets,
+                 const float* dloss, int64_t rows, int64_t V, int64_t ignore_index, unsigned long long* first_bad) {
+  constexpr int N = dt_vec_<DT>::N;
+  constexpr int64_t es = DT == DT_F32 ? 4 : 2;
   float w = *dloss / *valid;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     int64_t t = targets[r];
-    float* d = dlogits + r * V;
-    const float* p = probs + r * V;
-    if (t == ignore_index) {
-      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) d[j] = 0.0f;
-    } else if (dt_bad_target_(t, V, ignore_index)) {
-      if (threadIdx.x == 0) dt_mark_bad_(first_bad, r);
-      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) d[j] = NAN;
-    } else {
-      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) d[j] = dt_crossentropy_grad_f(p[j], j == t, w);
+    const char* x = (const char*)logits + r * V * es;
+    char* d = (char*)dlogits + r * V * es;
+    float l = lse[r];
+    bool ignored = t == ignore_index, bad = dt_bad_target_(t, V, ignore_index);
+    if (bad && threadIdx.x == 0) dt_mark_bad_(first_bad, r);
+    /* the value of logit j: 0 on ignored rows, NaN on bad ones */
+    auto grad = [&](float xj, int64_t j) -> float {
+      return ignored ? 0.0f : bad ? NAN : dt_crossentropy_grad_f(dt_crossentropy_p_f(xj, l), j == t, w);
+    };
+    dt_vec_split_<DT> split(x, V);
+    /* vectors only where the gradient's rows are aligned as the logits' */
+    int64_t vecs = ((uintptr_t)d - (uintptr_t)x) % 16 == 0 ? split.vecs : 0;
+    for (int64_t j = threadIdx.x; j < split.head; j += blockDim.x)
+      dt_store_float(d, DT, j, grad(dt_load_float(x, DT, j), j));
+    for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
+      int64_t j0 = split.head + v * N;
+      float val[N];
+      dt_vec_load_<DT>(val, x + j0 * es);
+      DT_UNROLL
+      for (int i = 0; i < N; i++) val[i] = grad(val[i], j0 + i);
+      dt_vec_store_<DT>(d + j0 * es, val);
     }
+    for (int64_t j = split.head + vecs * N + threadIdx.x; j < V; j += blockDim.x)
+      dt_store_float(d, DT, j, grad(dt_load_float(x, DT, j), j));
   }
 }
 
 /* ---- launchers ---------------------------------------------------------------------- */
 
-DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* logits, const int32_t* targets,
-                                        int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
-  DT_TRY_(dt_check_crossentropy_fwd(loss, probs, logits, targets, rows, V));
+template <int DT>
+static dt_status dt_ce_fwd_rows_(float* row_loss, float* lse, const void* logits, const int32_t* targets, int64_t rows,
+                                 int64_t V, int64_t ignore_index, unsigned long long* first_bad, cudaStream_t s) {
+  auto kernel = dt_ce_fwd_k_<DT>;
+  DT_LAUNCH(kernel, dt_row_grid_(rows), CE_THREADS, 0, s, row_loss, lse, logits, targets, rows, V, ignore_index,
+            first_bad);
+  DT_CHECK_LAUNCH(s, "dt_crossentropy_fwd (rows)");
+  return DT_OK;
+}
+
+template <int DT>
+static dt_status dt_ce_bwd_rows_(void* dlogits, const void* logits, const float* lse, const float* valid,
+                                 const int32_t* targets, const float* dloss, int64_t rows, int64_t V,
+                                 int64_t ignore_index, unsigned long long* first_bad, cudaStream_t s) {
+  auto kernel = dt_ce_bwd_k_<DT>;
+  DT_LAUNCH(kernel, dt_row_grid_(rows), CE_THREADS, 0, s, dlogits, logits, lse, valid, targets, dloss, rows, V,
+            ignore_index, first_bad);
+  DT_CHECK_LAUNCH(s, "dt_crossentropy_bwd");
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* lse, float* valid_rows, const void* logits,
+                                        int32_t dtype, const int32_t* targets, int64_t rows, int64_t V,
+                                        int64_t ignore_index, void* stream) {
+  DT_TRY_(dt_check_crossentropy_fwd(loss, lse, valid_rows, logits, dtype, targets, rows, V));
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   float* row_loss = NULL;
@@ -98,38 +154,37 @@ DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* 
     unsigned long long* first_bad = NULL;
     st = dt_bad_begin_(&first_bad, s, "dt_crossentropy_fwd");
     if (st == DT_OK) {
-      DT_LAUNCH(dt_ce_fwd_k_, dt_row_grid_(rows), DT_BLOCK * 2, 0, s, row_loss, probs, logits, targets, rows, V,
-                ignore_index, first_bad);
-      DT_CHECK_LAUNCH(s, "dt_crossentropy_fwd (rows)");
-      st = dt_bad_end_(first_bad, DT_DATA_CROSSENTROPY_FWD, targets, DT_I32, V, ignore_index, s);
+      if (dtype == DT_BF16) st = dt_ce_fwd_rows_<DT_BF16>(row_loss, lse, logits, targets, rows, V, ignore_index, first_bad, s);
+      else if (dtype == DT_F16) st = dt_ce_fwd_rows_<DT_F16>(row_loss, lse, logits, targets, rows, V, ignore_index, first_bad, s);
+      else st = dt_ce_fwd_rows_<DT_F32>(row_loss, lse, logits, targets, rows, V, ignore_index, first_bad, s);
+      dt_status ended = dt_bad_end_(first_bad, DT_DATA_CROSSENTROPY_FWD, targets, DT_I32, V, ignore_index, s);
+      if (st == DT_OK) st = ended;
     }
   }
   if (st == DT_OK) {
-    DT_LAUNCH(dt_ce_mean_k_, 1, 1024, 0, s, loss, row_loss, targets, rows, ignore_index);
+    DT_LAUNCH(dt_ce_mean_k_, 1, 1024, 0, s, loss, valid_rows, row_loss, targets, rows, ignore_index);
     DT_CHECK_LAUNCH(s, "dt_crossentropy_fwd (mean)");
   }
   dt_status freed = dt_scratch_free_(row_loss, s);
   return st != DT_OK ? st : freed;
 }
 
-DT_EXPORT dt_status dt_crossentropy_bwd(float* dlogits, const float* probs, const int32_t* targets, const float* dloss,
-                                        int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
-  DT_TRY_(dt_check_crossentropy_bwd(dlogits, probs, targets, dloss, rows, V));
+DT_EXPORT dt_status dt_crossentropy_bwd(void* dlogits, const void* logits, const float* lse, const float* valid_rows,
+                                        const int32_t* targets, const float* dloss, int32_t dtype, int64_t rows,
+                                        int64_t V, int64_t ignore_index, void* stream) {
+  DT_TRY_(dt_check_crossentropy_bwd(dlogits, logits, lse, valid_rows, targets, dloss, dtype, rows, V));
   if (rows == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  float* valid = NULL;
-  DT_TRY_(dt_scratch_alloc_((void**)&valid, sizeof(float), s, "dt_crossentropy_bwd"));
   unsigned long long* first_bad = NULL;
-  dt_status st = dt_bad_begin_(&first_bad, s, "dt_crossentropy_bwd");
-  if (st == DT_OK) {
-    DT_LAUNCH(dt_ce_count_k_, 1, 1024, 0, s, valid, targets, rows, ignore_index);
-    DT_CHECK_LAUNCH(s, "dt_crossentropy_bwd (valid rows)");
-    DT_LAUNCH(dt_ce_bwd_k_, dt_row_grid_(rows), DT_BLOCK * 2, 0, s, dlogits, probs, targets, dloss, valid, rows, V,
-              ignore_index, first_bad);
-    DT_CHECK_LAUNCH(s, "dt_crossentropy_bwd");
-    st = dt_bad_end_(first_bad, DT_DATA_CROSSENTROPY_BWD, targets, DT_I32, V, ignore_index, s);
-  }
-  dt_status freed = dt_scratch_free_(valid, s);
-  return st != DT_OK ? st : freed;
+  DT_TRY_(dt_bad_begin_(&first_bad, s, "dt_crossentropy_bwd"));
+  dt_status st;
+  if (dtype == DT_BF16)
+    st = dt_ce_bwd_rows_<DT_BF16>(dlogits, logits, lse, valid_rows, targets, dloss, rows, V, ignore_index, first_bad, s);
+  else if (dtype == DT_F16)
+    st = dt_ce_bwd_rows_<DT_F16>(dlogits, logits, lse, valid_rows, targets, dloss, rows, V, ignore_index, first_bad, s);
+  else
+    st = dt_ce_bwd_rows_<DT_F32>(dlogits, logits, lse, valid_rows, targets, dloss, rows, V, ignore_index, first_bad, s);
+  dt_status ended = dt_bad_end_(first_bad, DT_DATA_CROSSENTROPY_BWD, targets, DT_I32, V, ignore_index, s);
+  return st != DT_OK ? st : ended;
 }

@@ -18,7 +18,8 @@ const DT = { F32: 0, I32: 3, I64: 4 } as const;
 export const DATA_ERROR_CASES: [label: string, call: Call][] = (() => {
   const idx = new Int32Array([0, 5, 99, 7, 120]);
   const table = new Float32Array(50 * 3), dout = new Float32Array(5 * 3);
-  const out = new Float32Array(5 * 3), loss = new Float32Array(1), probs = new Float32Array(5 * 50);
+  const out = new Float32Array(5 * 3), loss = new Float32Array(1), lse = new Float32Array(5);
+  const valid = new Float32Array([5]), dlogits = new Float32Array(5 * 50);
   const logits = Float32Array.from({ length: 5 * 50 }, (_, i) => Math.sin(i));
   const neg = new Int32Array([2, -3, 1]), rows = new Uint8Array(3 * 8), dst = new Uint8Array(3 * 8);
   return [
@@ -40,16 +41,31 @@ export const DATA_ERROR_CASES: [label: string, call: Call][] = (() => {
     ],
     [
       "dt_crossentropy_fwd: target 99 >= V",
-      (k, p, s) => k.dt_crossentropy_fwd(p(loss), p(probs), p(logits), p(idx), 5n, 50n, -100n, s),
+      (k, p, s) =>
+        k.dt_crossentropy_fwd(
+          p(loss),
+          p(lse),
+          p(valid),
+          p(logits),
+          DT.F32,
+          p(idx),
+          5n,
+          50n,
+          -100n,
+          s,
+        ),
     ],
     [
       "dt_crossentropy_bwd: target 99 >= V",
       (k, p, s) =>
         k.dt_crossentropy_bwd(
-          p(probs),
+          p(dlogits),
           p(logits),
+          p(lse),
+          p(valid),
           p(idx),
           p(new Float32Array([1])),
+          DT.F32,
           5n,
           50n,
           7n,

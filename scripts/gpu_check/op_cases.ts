@@ -520,49 +520,59 @@ export function buildOpCases(
     });
   }
   for (const [rows, V] of S.crossentropy) {
-    const logits = rng.normals(rows * V, 2), targets = rng.ints(rows, 0, V);
+    const logits32 = rng.normals(rows * V, 2), targets = rng.ints(rows, 0, V);
     if (rows > 1) targets[1] = -100; // an ignored row
-    const probs = cpuSoftmax(logits, rows, V, 0, 1);
-    add({
-      op: "crossentropy fwd",
-      symbols: ["dt_crossentropy_fwd"],
-      dtype: "f32",
-      size: `${rows}x${V}`,
-      tol: TOL.f32,
-      inputs: { logits, targets },
-      outputs: { loss: [f32(1), "f32"], probs: [f32(rows * V), "f32"] },
-      call: (k, p, s) =>
-        k.dt_crossentropy_fwd(
-          p("loss"),
-          p("probs"),
-          p("logits"),
-          p("targets"),
-          n64(rows),
-          n64(V),
-          -100n,
-          s,
-        ),
-    });
-    add({
-      op: "crossentropy bwd",
-      symbols: ["dt_crossentropy_bwd"],
-      dtype: "f32",
-      size: `${rows}x${V}`,
-      tol: TOL.exact,
-      inputs: { probs, targets, dloss: new Float32Array([2.5]) },
-      outputs: { dx: [f32(rows * V), "f32"] },
-      call: (k, p, s) =>
-        k.dt_crossentropy_bwd(
-          p("dx"),
-          p("probs"),
-          p("targets"),
-          p("dloss"),
-          n64(rows),
-          n64(V),
-          -100n,
-          s,
-        ),
-    });
+    for (const [kind, code] of [["f32", DT.F32], ["bf16", DT.BF16]] as const) {
+      if (kind === "bf16" && rows * V > 400_000) continue; // one large case per dtype is enough
+      const logits = kind === "f32" ? logits32 : toBf16(logits32);
+      const [lse, valid] = cpuClassifier(logits, code, targets, rows, V);
+      const grad = (n: number): Arr => (kind === "f32" ? f32(n) : new Uint16Array(n));
+      add({
+        op: "crossentropy fwd",
+        symbols: ["dt_crossentropy_fwd"],
+        dtype: kind,
+        size: `${rows}x${V}`,
+        tol: TOL.f32,
+        inputs: { logits, targets },
+        outputs: { loss: [f32(1), "f32"], lse: [f32(rows), "f32"], valid: [f32(1), "f32"] },
+        call: (k, p, s) =>
+          k.dt_crossentropy_fwd(
+            p("loss"),
+            p("lse"),
+            p("valid"),
+            p("logits"),
+            code,
+            p("targets"),
+            n64(rows),
+            n64(V),
+            -100n,
+            s,
+          ),
+      });
+      add({
+        op: "crossentropy bwd",
+        symbols: ["dt_crossentropy_bwd"],
+        dtype: kind,
+        size: `${rows}x${V}`,
+        tol: TOL.exact,
+        inputs: { logits, lse, valid, targets, dloss: new Float32Array([2.5]) },
+        outputs: { dx: [grad(rows * V), kind] },
+        call: (k, p, s) =>
+          k.dt_crossentropy_bwd(
+            p("dx"),
+            p("logits"),
+            p("lse"),
+            p("valid"),
+            p("targets"),
+            p("dloss"),
+            code,
+            n64(rows),
+            n64(V),
+            -100n,
+            s,
+          ),
+      });
+    }
   }
   for (const [n, rowBytes, rowsIn] of S.gather) {
     const inp = Uint8Array.from({ length: rowsIn * rowBytes }, () => Math.floor(rng.next() * 256));
@@ -708,6 +718,33 @@ export function buildOpCases(
       "dt_softmax_fwd",
     );
     return y;
+  }
+
+  function cpuClassifier(
+    logits: Arr,
+    dtype: number,
+    targets: Int32Array,
+    rows: number,
+    V: number,
+  ): [Float32Array, Float32Array] {
+    const loss = f32(1), lse = f32(rows), valid = f32(1);
+    const P = (a: Arr) => Deno.UnsafePointer.of(a);
+    cpu.check(
+      cpu.symbols.dt_crossentropy_fwd(
+        P(loss),
+        P(lse),
+        P(valid),
+        P(logits),
+        dtype,
+        P(targets),
+        n64(rows),
+        n64(V),
+        -100n,
+        null,
+      ),
+      "dt_crossentropy_fwd",
+    );
+    return [lse, valid];
   }
 
   function cpuMoments(

@@ -7,7 +7,8 @@
 import { backend } from "../backend.ts";
 import { castTensor, empty, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
-import { asF32 } from "./_util.ts";
+import { asF32, requireFloat } from "./_util.ts";
+import { DTYPE_CODE } from "../dtype.ts";
 import { matmul } from "./linalg.ts";
 import { reshape, splitLast, transpose12 } from "./shape.ts";
 import { MAX_FUSED_HEAD_DIM, selfAttention } from "./attention.ts";
@@ -139,46 +140,58 @@ export function embedding(idx0: Tensor, table: Tensor): Tensor {
  * skipping targets equal to ignoreIndex (torch's F.cross_entropy).
  */
 export function crossEntropy(
-  logits0: Tensor,
+  logits: Tensor,
   targets0: Tensor,
   opts: { ignoreIndex?: number } = {},
 ): Tensor {
-  const logits = asF32(logits0);
+  requireFloat("crossEntropy", logits);
   const targets = asIndices(targets0);
   const V = logits.shape[logits.shape.length - 1]!;
   const rows = logits.numel / V;
   if (targets.numel !== rows) {
     throw new RangeError(
-      `crossEntropy: logits [${logits0.shape}] need ${rows} targets, got [${targets0.shape}]`,
+      `crossEntropy: logits [${logits.shape}] need ${rows} targets, got [${targets0.shape}]`,
     );
   }
   const ignore = BigInt(opts.ignoreIndex ?? -100);
+  const dtype = logits.dtype;
+  const code = DTYPE_CODE[dtype];
   const loss = empty([], "f32");
-  const probs = empty(logits.shape, "f32");
+  const lse = empty([rows], "f32");
+  const valid = empty([1], "f32");
   const k = backend();
+  const r = BigInt(rows), v = BigInt(V);
   k.call.dt_crossentropy_fwd(
     loss.ptr,
-    probs.ptr,
+    lse.ptr,
+    valid.ptr,
     logits.ptr,
+    code,
     targets.ptr,
-    BigInt(rows),
-    BigInt(V),
+    r,
+    v,
     ignore,
   );
   if (needsGrad(logits)) {
     record(loss, "crossEntropy", [logits], (g) => {
-      const gl = empty(logits.shape, "f32");
+      const gl = empty(logits.shape, dtype);
       k.call.dt_crossentropy_bwd(
         gl.ptr,
-        probs.ptr,
+        logits.ptr,
+        lse.ptr,
+        valid.ptr,
         targets.ptr,
         g.ptr,
-        BigInt(rows),
-        BigInt(V),
+        code,
+        r,
+        v,
         ignore,
       );
       return [gl];
     });
+  } else {
+    lse.dispose();
+    valid.dispose();
   }
   return loss;
 }

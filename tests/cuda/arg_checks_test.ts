@@ -58,11 +58,15 @@ const BAD_CALLS: BadCall[] = [
   ],
   [
     "dt_crossentropy_fwd with V = 0",
-    (k) => k.dt_crossentropy_fwd(p(F), p(F), p(F), p(I), 2n, 0n, -100n, null),
+    (k) => k.dt_crossentropy_fwd(p(F), p(F), p(F), p(F), 0, p(I), 2n, 0n, -100n, null),
+  ],
+  [
+    "dt_crossentropy_fwd of i32 logits",
+    (k) => k.dt_crossentropy_fwd(p(F), p(F), p(F), p(F), 3, p(I), 2n, 4n, -100n, null),
   ],
   [
     "dt_crossentropy_bwd with a null dloss",
-    (k) => k.dt_crossentropy_bwd(p(F), p(F), p(I), null, 2n, 4n, -100n, null),
+    (k) => k.dt_crossentropy_bwd(p(F), p(F), p(F), p(F), p(I), null, 0, 2n, 4n, -100n, null),
   ],
   [
     "dt_slice_cols past the last column",

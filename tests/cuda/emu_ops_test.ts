@@ -101,6 +101,7 @@ Deno.test({
     const dev = (bytes: number) => k.dt_alloc(BigInt(bytes))!;
     const idx = dev(64 * 4), table = dev(50 * 8 * 4), rows = dev(64 * 8 * 4), t2 = dev(50 * 8 * 4);
     const logits = dev(64 * 50 * 4), probs = dev(64 * 50 * 4), one = dev(4), ints = dev(64 * 4);
+    const lse = dev(64 * 4), valid = dev(4);
     const up = (d: Deno.PointerObject, a: ArrayBufferView<ArrayBuffer>) =>
       gpu.check(
         k.dt_memcpy(d, Deno.UnsafePointer.of(a), BigInt(a.byteLength), 1, stream),
@@ -123,11 +124,12 @@ Deno.test({
         ["dt_gather_rows", () => k.dt_gather_rows(rows, table, idx, 64n, 32n, stream)],
         [
           "dt_crossentropy_fwd",
-          () => k.dt_crossentropy_fwd(one, probs, logits, idx, 64n, 50n, -100n, stream),
+          () => k.dt_crossentropy_fwd(one, lse, valid, logits, 0, idx, 64n, 50n, -100n, stream),
         ],
         [
           "dt_crossentropy_bwd",
-          () => k.dt_crossentropy_bwd(logits, probs, idx, one, 64n, 50n, -100n, stream),
+          () =>
+            k.dt_crossentropy_bwd(probs, logits, lse, valid, idx, one, 0, 64n, 50n, -100n, stream),
         ],
         ["dt_sumsq_many", () => k.dt_sumsq_many(sums, p(ptrs), p(counts), 3n, stream)],
         [
@@ -145,7 +147,9 @@ Deno.test({
       gpu.check(k.dt_deferred_error(stream), "dt_deferred_error");
       assert.ok(rt.symbols.dt_emu_host_waits() > before, "dt_deferred_error read nothing back");
     } finally {
-      for (const d of [idx, table, rows, t2, logits, probs, one, ints, sums, total]) k.dt_free(d);
+      for (const d of [idx, table, rows, t2, logits, probs, one, ints, sums, total, lse, valid]) {
+        k.dt_free(d);
+      }
       rt.close();
     }
   },
