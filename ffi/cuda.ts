@@ -51,6 +51,8 @@ export const CUDA_EXTRA_SYMBOLS = {
   dt_cuda_load_cublaslt: { parameters: [B, B], ...STATUS },
   /** (0 or 1): let f32 GEMMs use TF32 tensor cores. */
   dt_cuda_gemm_allow_tf32: { parameters: [I32], ...STATUS },
+  /** (int64* out[3]): kernel launches, cuBLASLt matmuls, memsets and device copies queued so far. */
+  dt_cuda_work_count: { parameters: [B], ...STATUS },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** The dt_status extras (dt_cuda_get_device and dt_cuda_host_alloc return values). */
@@ -72,6 +74,7 @@ const CUDA_STATUS_EXTRAS = [
   "dt_cuda_host_free",
   "dt_cuda_load_cublaslt",
   "dt_cuda_gemm_allow_tf32",
+  "dt_cuda_work_count",
 ] as const satisfies readonly (keyof typeof CUDA_EXTRA_SYMBOLS)[];
 
 /** The whole symbol table of libdtrain_cuda.so. */
@@ -181,6 +184,13 @@ export class CudaRuntime {
     this.#call.dt_cuda_versions(out);
     const fmt = (v: number) => `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}`;
     return { driver: fmt(out[0]!), runtime: fmt(out[1]!) };
+  }
+
+  /** Device work this library has queued since it was loaded (DTRAIN_COUNT_CALLS). */
+  workCount(): { launches: number; matmuls: number; copies: number } {
+    const out = new BigInt64Array(3);
+    this.#call.dt_cuda_work_count(out);
+    return { launches: Number(out[0]), matmuls: Number(out[1]), copies: Number(out[2]) };
   }
 
   /** Free and total bytes of the library's GPU. */

@@ -94,9 +94,10 @@ class MLP extends Module {
     this.drop = this.registerModule("dropout", new Dropout(cfg.dropout ?? 0));
   }
   forward(x: Tensor): Tensor {
-    return this.drop.forward(
-      this.c_proj.forward(this.gelu.forward(this.c_fc.forward(x))),
-    );
+    // c_fc and GELU in one product (the GELU module keeps nanoGPT's module names)
+    const fc = this.c_fc;
+    const h = linear(x, fc.weight, fc.bias, { activation: "gelu" });
+    return this.drop.forward(this.c_proj.forward(h));
   }
 }
 

@@ -5,6 +5,7 @@
  * optimizer state reads like torch's optimizer.state_dict() flattened.
  */
 import type { Tensor } from "../tensor/tensor.ts";
+import { parametersChanged } from "../tensor/param_version.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
 export interface ParamGroup<H> {
@@ -86,6 +87,7 @@ export abstract class Optimizer<H extends { lr: number }> {
   step(): void {
     for (const hook of stepHooks) hook(this);
     this.update();
+    parametersChanged(); // autocast's low-precision copies are stale now
   }
 
   /** The update rule itself (step() without the step hooks). */

@@ -7,12 +7,22 @@
 import { backend } from "./backend.ts";
 import { castTensor, empty, full, type Tensor } from "./tensor.ts";
 
+/**
+ * What a backward function returns for an input whose gradient it has
+ * already added into the leaf's own `.grad` (see leafGradSink), e.g. a weight
+ * gradient written by the GEMM that computes it.
+ */
+export const ADDED_TO_LEAF: unique symbol = Symbol("added to the leaf's grad");
+
+/** The gradient of one input: a tensor, null (none), or ADDED_TO_LEAF. */
+export type InputGrad = Tensor | null | typeof ADDED_TO_LEAF;
+
 /** One recorded op: given the gradient of its output, the gradients of its inputs. */
 export interface Node {
   readonly name: string;
   readonly inputs: readonly Tensor[];
   /** Returns one gradient per input (null where an input needs none). */
-  backward(gradOut: Tensor): (Tensor | null)[];
+  backward(gradOut: Tensor): InputGrad[];
 }
 
 let gradEnabled = true;
@@ -50,6 +60,22 @@ export function record(
   out.requiresGrad = true;
   out.node = { name, inputs, backward };
   return out;
+}
+
+/**
+ * The f32 gradient buffer of a leaf that requires grad, for a backward
+ * function to add its gradient into directly (then it returns ADDED_TO_LEAF
+ * for that input): `fresh` when the buffer was just allocated and holds
+ * nothing yet (the caller must overwrite every element, e.g. a GEMM with beta
+ * = 0), else the caller adds to it. null when t is not such a leaf.
+ */
+export function leafGradSink(t: Tensor): { grad: Tensor; fresh: boolean } | null {
+  if (!t.requiresGrad || t.node !== null) return null;
+  if (t.grad === null) {
+    t.grad = empty(t.shape, "f32").keep();
+    return { grad: t.grad, fresh: true };
+  }
+  return { grad: t.grad, fresh: false };
 }
 
 /** Adds `g` into `into` (same shape, f32): into += g (g of any float dtype). */
@@ -146,6 +172,16 @@ export function backward(output: Tensor, opts: BackwardOptions = {}): void {
       const inp = node.inputs[j]!;
       const gi = inGrads[j];
       if (!inp.requiresGrad) continue;
+      if (gi === ADDED_TO_LEAF) {
+        if (inp.node) {
+          throw new Error(
+            `backward of ${node.name}: input ${j} is not a leaf, so its gradient cannot be added to its .grad`,
+          );
+        }
+        received.add(inp);
+        countDownLeaf(inp, leafPending, opts);
+        continue;
+      }
       if (!gi) {
         if (!inp.node) countDownLeaf(inp, leafPending, opts);
         continue;

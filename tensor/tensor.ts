@@ -9,6 +9,7 @@ import { backend, type Device } from "./backend.ts";
 import { allocBlock, type Block, releaseBlock } from "./allocator.ts";
 import { type DType, DTYPE_CODE, DTYPE_SIZE } from "./dtype.ts";
 import type { Node } from "./autograd.ts";
+import { parametersChanged } from "./param_version.ts";
 
 /** Reference-counted memory shared by a tensor and its views (reshape). */
 class Storage {
@@ -51,6 +52,11 @@ export class Tensor {
   grad: Tensor | null = null;
   /** The autograd node that produced this tensor, if any. */
   node: Node | null = null;
+  /**
+   * autocast's copy of this parameter in a low precision and the parameter
+   * generation it was made at (tensor/low_precision.ts); disposed with it.
+   */
+  lowPrecisionCopy: { copy: Tensor; generation: number } | null = null;
 
   /** @internal use empty(), zeros(), fromArray() or the ops. */
   constructor(
@@ -85,6 +91,8 @@ export class Tensor {
     this.#storage.release();
     this.#storage = null;
     this.node = null;
+    this.lowPrecisionCopy?.copy.dispose();
+    this.lowPrecisionCopy = null;
     scopes[scopes.length - 1]?.delete(this);
   }
 
@@ -194,6 +202,7 @@ export class Tensor {
       b.call.dt_memcpy(this.ptr, src, BigInt(this.bytes), 1);
       b.call.dt_synchronize();
     }
+    if (this.requiresGrad) parametersChanged();
     return this;
   }
 
@@ -207,6 +216,7 @@ export class Tensor {
     }
     const b = backend();
     b.call.dt_memcpy(this.ptr, src.ptr, BigInt(this.bytes), 3);
+    if (this.requiresGrad) parametersChanged();
     return this;
   }
 
@@ -215,6 +225,7 @@ export class Tensor {
     this.assertLive("fill");
     const b = backend();
     b.call.dt_fill(this.ptr, DTYPE_CODE[this.dtype], BigInt(this.numel), value);
+    if (this.requiresGrad) parametersChanged();
     return this;
   }
 

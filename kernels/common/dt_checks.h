@@ -17,6 +17,7 @@
 #include "dt_common.h"
 #include "dt_error.h"
 #include "elementwise.h"
+#include "gemm_epilogue.h"
 
 /* a * b into *out; 0 when the product overflows int64 or an operand is negative. */
 static inline int dt_mul_ok_(int64_t a, int64_t b, int64_t* out) {
@@ -331,19 +332,18 @@ static inline dt_status dt_check_transpose_0213(const void* out, const void* inp
 
 /* ld fits a rows x cols matrix, and the batch's byte span fits in int64 (so no
  * pointer arithmetic of either library can overflow). */
-static inline dt_status dt_check_gemm_matrix_(const char* name, const char* ld_name, int64_t rows, int64_t cols,
-                                              int64_t ld, int64_t batch, int64_t stride, const char* stride_name,
-                                              int64_t esize) {
-  DT_REQUIRE_(ld >= cols, "dt_gemm: %s = %lld is too small for %s stored as %lld x %lld: expected %s >= %lld", ld_name,
+static inline dt_status dt_check_gemm_matrix_(const char* fn, const char* name, const char* ld_name, int64_t rows,
+                                              int64_t cols, int64_t ld, int64_t batch, int64_t stride,
+                                              const char* stride_name, int64_t esize) {
+  DT_REQUIRE_(ld >= cols, "%s: %s = %lld is too small for %s stored as %lld x %lld: expected %s >= %lld", fn, ld_name,
               (long long)ld, name, (long long)rows, (long long)cols, ld_name, (long long)cols);
-  DT_REQUIRE_(stride >= 0, "dt_gemm: %s = %lld is negative: expected a stride >= 0 (in elements)", stride_name,
+  DT_REQUIRE_(stride >= 0, "%s: %s = %lld is negative: expected a stride >= 0 (in elements)", fn, stride_name,
               (long long)stride);
   int64_t span, tmp;
   int overflow = __builtin_mul_overflow(rows, ld, &span) || __builtin_mul_overflow(batch, stride, &tmp) ||
                  __builtin_add_overflow(span, tmp, &span) || __builtin_mul_overflow(span, esize, &span);
-  DT_REQUIRE_(!overflow,
-              "dt_gemm: %s of %lld x %lld (ld %lld) in %lld batches of stride %lld spans more than 2^63 bytes", name,
-              (long long)rows, (long long)cols, (long long)ld, (long long)batch, (long long)stride);
+  DT_REQUIRE_(!overflow, "%s: %s of %lld x %lld (ld %lld) in %lld batches of stride %lld spans more than 2^63 bytes",
+              fn, name, (long long)rows, (long long)cols, (long long)ld, (long long)batch, (long long)stride);
   return DT_OK;
 }
 
@@ -363,11 +363,11 @@ static inline dt_status dt_check_gemm(int32_t dtype, int32_t trans_a, int32_t tr
   DT_REQUIRE_(K >= 0, "dt_gemm: K = %lld is negative", (long long)K);
   DT_REQUIRE_(batch >= 0, "dt_gemm: batch = %lld is negative", (long long)batch);
   int64_t esize = (int64_t)dt_dtype_size(dtype);
-  DT_TRY_(dt_check_gemm_matrix_(trans_a ? "A (transA = 1)" : "A (transA = 0)", "lda", trans_a ? K : M,
+  DT_TRY_(dt_check_gemm_matrix_("dt_gemm", trans_a ? "A (transA = 1)" : "A (transA = 0)", "lda", trans_a ? K : M,
                                 trans_a ? M : K, lda, batch, stride_a, "strideA", esize));
-  DT_TRY_(dt_check_gemm_matrix_(trans_b ? "B (transB = 1)" : "B (transB = 0)", "ldb", trans_b ? N : K,
+  DT_TRY_(dt_check_gemm_matrix_("dt_gemm", trans_b ? "B (transB = 1)" : "B (transB = 0)", "ldb", trans_b ? N : K,
                                 trans_b ? K : N, ldb, batch, stride_b, "strideB", esize));
-  DT_TRY_(dt_check_gemm_matrix_("C", "ldc", M, N, ldc, batch, stride_c, "strideC", esize));
+  DT_TRY_(dt_check_gemm_matrix_("dt_gemm", "C", "ldc", M, N, ldc, batch, stride_c, "strideC", esize));
   if (M == 0 || N == 0 || batch == 0) return DT_OK;
   DT_REQUIRE_(C != NULL, "dt_gemm: C is NULL for a %lld x %lld output", (long long)M, (long long)N);
   DT_REQUIRE_(batch == 1 || stride_c >= (M - 1) * ldc + N,
@@ -377,6 +377,47 @@ static inline dt_status dt_check_gemm(int32_t dtype, int32_t trans_a, int32_t tr
   if (K == 0 || alpha == 0.0f) return DT_OK;
   DT_REQUIRE_(A != NULL && B != NULL, "dt_gemm: %s is NULL for a product with M = %lld, N = %lld, K = %lld",
               A == NULL ? "A" : "B", (long long)M, (long long)N, (long long)K);
+  return DT_OK;
+}
+
+/* Every check of dt_gemm_ex (one product, no batch). Valid calls with M == 0
+ * write nothing, with N == 0 only a bias gradient; K == 0 or alpha == 0 skips
+ * the product (C = beta C, then the epilogue; a bias gradient over no K is 0). */
+static inline dt_status dt_check_gemm_ex(int32_t ab_dtype, int32_t c_dtype, int32_t trans_a, int32_t trans_b,
+                                         int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
+                                         const void* B, int64_t ldb, const void* C, int64_t ldc, int32_t epilogue,
+                                         const void* bias, const void* aux, int64_t ldaux) {
+  DT_REQUIRE_(ab_dtype == DT_F32 || ab_dtype == DT_BF16 || ab_dtype == DT_F16,
+              "dt_gemm_ex: operand dtype %d is not supported: expected DT_F32 (0), DT_BF16 (1) or DT_F16 (2)",
+              ab_dtype);
+  DT_REQUIRE_(c_dtype == ab_dtype || c_dtype == DT_F32,
+              "dt_gemm_ex: C of %s with %s operands is not supported: expected %s or f32", dt_dtype_name(c_dtype),
+              dt_dtype_name(ab_dtype), dt_dtype_name(ab_dtype));
+  DT_REQUIRE_(trans_a == 0 || trans_a == 1, "dt_gemm_ex: transA = %d: expected 0 or 1", trans_a);
+  DT_REQUIRE_(trans_b == 0 || trans_b == 1, "dt_gemm_ex: transB = %d: expected 0 or 1", trans_b);
+  DT_REQUIRE_(dt_epilogue_valid(epilogue), "dt_gemm_ex: epilogue %d: expected 0 (none), 1 (bias), 2 (bias + gelu) "
+              "or 3 (bias gradient)", epilogue);
+  DT_REQUIRE_(M >= 0 && N >= 0 && K >= 0, "dt_gemm_ex: negative size (M = %lld, N = %lld, K = %lld)", (long long)M,
+              (long long)N, (long long)K);
+  int64_t es = (int64_t)dt_dtype_size(ab_dtype);
+  DT_TRY_(dt_check_gemm_matrix_("dt_gemm_ex", trans_a ? "A (transA = 1)" : "A (transA = 0)", "lda", trans_a ? K : M,
+                                trans_a ? M : K, lda, 1, 0, "strideA", es));
+  DT_TRY_(dt_check_gemm_matrix_("dt_gemm_ex", trans_b ? "B (transB = 1)" : "B (transB = 0)", "ldb", trans_b ? N : K,
+                                trans_b ? K : N, ldb, 1, 0, "strideB", es));
+  DT_TRY_(dt_check_gemm_matrix_("dt_gemm_ex", "C", "ldc", M, N, ldc, 1, 0, "strideC",
+                                (int64_t)dt_dtype_size(c_dtype)));
+  if (epilogue == DT_EPI_GELU_BIAS)
+    DT_TRY_(dt_check_gemm_matrix_("dt_gemm_ex", "aux", "ldaux", M, N, ldaux, 1, 0, "strideAux",
+                                  (int64_t)dt_dtype_size(c_dtype)));
+  if (M == 0 || (N == 0 && epilogue != DT_EPI_BGRAD)) return DT_OK;
+  DT_REQUIRE_(C != NULL || N == 0, "dt_gemm_ex: C is NULL for a %lld x %lld output", (long long)M, (long long)N);
+  DT_REQUIRE_(epilogue == DT_EPI_NONE || bias != NULL, "dt_gemm_ex: epilogue %d needs a bias vector", epilogue);
+  DT_REQUIRE_(epilogue != DT_EPI_GELU_BIAS || aux != NULL, "dt_gemm_ex: the gelu epilogue needs aux (the pre-activation)");
+  if (K == 0) return DT_OK;
+  int product = alpha != 0.0f && N > 0; /* A and B are read; a bias gradient reads A alone */
+  DT_REQUIRE_((A != NULL || (!product && epilogue != DT_EPI_BGRAD)) && (B != NULL || !product),
+              "dt_gemm_ex: %s is NULL for a product with M = %lld, N = %lld, K = %lld", A == NULL ? "A" : "B",
+              (long long)M, (long long)N, (long long)K);
   return DT_OK;
 }
 

@@ -3,10 +3,15 @@
  * cuBLASLt's signatures, status codes and column-major conventions. The
  * descriptors that kernels/cuda/gemm.cu builds are checked as cuBLASLt would
  * (types, transposes, leading dimensions, batch strides, alignments, C and
- * D in place) and a matmul is queued on its stream, where it runs the CPU
- * library's dt_gemm (libdtrain_cpu.so beside this file) on the row-major
- * problem the column-major one describes. So every line of gemm.cu's
- * descriptor building runs, and a wrong mapping gives a wrong product. */
+ * D in place, epilogues with their bias and aux attributes) and a matmul is
+ * queued on its stream, where it runs the CPU library's dt_gemm or dt_gemm_ex
+ * (libdtrain_cpu.so beside this file) on the row-major problem the
+ * column-major one describes. So every line of gemm.cu's descriptor building
+ * runs, and a wrong mapping gives a wrong product. Epilogues: BIAS,
+ * GELU_AUX_BIAS and BGRADB with bias and aux of D's type, as cuBLASLt takes
+ * them; like cuBLASLt, GELU_AUX_BIAS needs an aux leading dimension that is a
+ * multiple of 8 (otherwise no algorithm), which makes gemm.cu's fallback run
+ * in tests too. */
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +28,12 @@ struct dt_cublaslt_desc_ {
   int compute;
   cudaDataType_t scale;
   int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  void* bias = nullptr;
+  int32_t bias_type = -1; /* -1: D's type */
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+  int32_t aux_type = -1;
 };
 struct dt_cublaslt_layout_ {
   uint32_t magic;
@@ -45,8 +56,12 @@ constexpr uint64_t kAlgo = 0x756d652d74627563ull; /* "cubt-emu" */
 
 typedef int32_t (*dt_gemm_fn)(int32_t, int32_t, int32_t, int64_t, int64_t, int64_t, float, const void*, int64_t,
                               const void*, int64_t, float, void*, int64_t, int64_t, int64_t, int64_t, int64_t, void*);
+typedef int32_t (*dt_gemm_ex_fn)(int32_t, int32_t, int32_t, int32_t, int64_t, int64_t, int64_t, float, const void*,
+                                 int64_t, const void*, int64_t, float, void*, int64_t, int32_t, void*, void*, int64_t,
+                                 void*);
 
 dt_gemm_fn cpu_gemm = nullptr;
+dt_gemm_ex_fn cpu_gemm_ex = nullptr;
 /* set when a queued product failed; every later matmul then fails */
 int failed_status = 0;
 
@@ -62,7 +77,8 @@ cublasStatus_t load_cpu_gemm() {
   void* h = dlopen((dir + "/libdtrain_cpu.so").c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   cpu_gemm = (dt_gemm_fn)dlsym(h, "dt_gemm");
-  return cpu_gemm ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+  cpu_gemm_ex = (dt_gemm_ex_fn)dlsym(h, "dt_gemm_ex");
+  return cpu_gemm && cpu_gemm_ex ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
 size_t type_size(cudaDataType_t t) {
@@ -84,19 +100,23 @@ bool is_device(const void* p) {
 
 /* One matmul, as the stream runs it. */
 struct Job {
-  int32_t dtype, ta, tb;
-  int64_t M, N, K, lda, ldb, ldc, batch, sa, sb, sc;
+  int32_t dtype, c_dtype, ta, tb;
+  int32_t epilogue; /* DT_EPI_* of dt_gemm_ex: 0 none, 1 bias, 2 bias + gelu, 3 bias gradient */
+  int64_t M, N, K, lda, ldb, ldc, batch, sa, sb, sc, ldaux;
   float alpha, beta;
   const void *A, *B;
-  void* C;
+  void *C, *bias, *aux;
 };
 
 /* Every argument was checked before queueing, so only host memory can run
  * out; then the output is left as it is and the next matmul reports it. */
 void run_job(void* p) {
   Job* j = (Job*)p;
-  int32_t st = cpu_gemm(j->dtype, j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A, j->lda, j->B, j->ldb, j->beta,
-                        j->C, j->ldc, j->batch, j->sa, j->sb, j->sc, nullptr);
+  int32_t st = j->batch == 1 && (j->c_dtype != j->dtype || j->epilogue != 0)
+                   ? cpu_gemm_ex(j->dtype, j->c_dtype, j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A, j->lda, j->B,
+                                 j->ldb, j->beta, j->C, j->ldc, j->epilogue, j->bias, j->aux, j->ldaux, nullptr)
+                   : cpu_gemm(j->dtype, j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A, j->lda, j->B, j->ldb, j->beta,
+                              j->C, j->ldc, j->batch, j->sa, j->sb, j->sc, nullptr);
   if (st != 0) __atomic_store_n(&failed_status, st, __ATOMIC_RELAXED);
   delete j;
 }
@@ -111,7 +131,9 @@ cublasStatus_t plan(const dt_cublaslt_desc_* d, const dt_cublaslt_layout_* a, co
   if (!d || d->magic != kDesc || !a || a->magic != kLayout || !b || b->magic != kLayout || !c || c->magic != kLayout ||
       !dd || dd->magic != kLayout)
     return CUBLAS_STATUS_INVALID_VALUE;
-  if (a->type != b->type || a->type != c->type || a->type != dd->type || !type_size(a->type))
+  /* A and B of one type; C = D of that type or f32 (the mixed-precision row of cuBLASLt's table) */
+  if (a->type != b->type || c->type != dd->type || !type_size(a->type) || !type_size(c->type) ||
+      (c->type != a->type && c->type != CUDA_R_32F))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (d->compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a->type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (c->rows != dd->rows || c->cols != dd->cols || c->ld != dd->ld || c->batch != dd->batch ||
@@ -123,6 +145,22 @@ cublasStatus_t plan(const dt_cublaslt_desc_* d, const dt_cublaslt_layout_* a, co
   if (am != m || bk != k || bn != n) return CUBLAS_STATUS_INVALID_VALUE;
   if (a->batch != c->batch || b->batch != c->batch) return CUBLAS_STATUS_INVALID_VALUE;
   j->dtype = dt_dtype(a->type);
+  j->c_dtype = dt_dtype(c->type);
+  j->epilogue = 0;
+  j->ldaux = 0;
+  if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    /* bias (or its gradient) and aux in D's type, one matrix: what dt_gemm_ex implements */
+    int32_t dtype = (int32_t)dd->type;
+    if (c->batch != 1) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->bias_type != -1 && d->bias_type != dtype) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+      if (d->aux_type != -1 && d->aux_type != dtype) return CUBLAS_STATUS_NOT_SUPPORTED;
+      /* cuBLASLt: the GELU input's leading dimension is divisible by 8 and at least D's rows */
+      if (d->aux_ld < (int64_t)m || d->aux_ld % 8 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    j->epilogue = d->epilogue == CUBLASLT_EPILOGUE_BIAS ? 1 : d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? 2 : 3;
+    j->ldaux = d->aux_ld;
+  }
   j->M = (int64_t)n, j->N = (int64_t)m, j->K = (int64_t)k;
   j->ta = d->transb == CUBLAS_OP_T, j->lda = b->ld, j->sa = b->stride;
   j->tb = d->transa == CUBLAS_OP_T, j->ldb = a->ld, j->sb = a->stride;
@@ -183,6 +221,19 @@ DT_LT_API cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t des
   switch (attr) {
     case CUBLASLT_MATMUL_DESC_TRANSA: st = set_value(&desc->transa, buf, size); break;
     case CUBLASLT_MATMUL_DESC_TRANSB: st = set_value(&desc->transb, buf, size); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+      st = set_value(&desc->epilogue, buf, size);
+      uint32_t e = desc->epilogue;
+      if (st == CUBLAS_STATUS_SUCCESS && e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS &&
+          e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && e != CUBLASLT_EPILOGUE_BGRADB)
+        return CUBLAS_STATUS_NOT_SUPPORTED; /* the stand-in implements what dt_gemm_ex uses */
+      return st;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set_value(&desc->bias, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set_value(&desc->bias_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set_value(&desc->aux, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set_value(&desc->aux_ld, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return set_value(&desc->aux_type, buf, size);
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   if (st == CUBLAS_STATUS_SUCCESS && ((desc->transa != CUBLAS_OP_N && desc->transa != CUBLAS_OP_T) ||
@@ -284,7 +335,12 @@ DT_LT_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulD
   size_t esize = type_size(a->type);
   /* cuBLASLt reads and writes these from the GPU: they must be device memory */
   if (!is_device(A) || !is_device(B) || !is_device(D)) return CUBLAS_STATUS_INVALID_VALUE;
-  if ((uintptr_t)A % esize || (uintptr_t)B % esize || (uintptr_t)D % esize) return CUBLAS_STATUS_INVALID_VALUE;
+  if ((uintptr_t)A % esize || (uintptr_t)B % esize || (uintptr_t)D % type_size(d->type))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (j.epilogue != 0 && !is_device(desc->bias)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (j.epilogue == 2 && !is_device(desc->aux)) return CUBLAS_STATUS_INVALID_VALUE;
+  j.bias = desc->bias;
+  j.aux = desc->aux;
   memcpy(&j.alpha, alpha, 4); /* host pointer mode: read now */
   memcpy(&j.beta, beta, 4);
   j.A = B; /* the CPU's A is cuBLASLt's B (see plan) */

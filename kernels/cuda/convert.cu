@@ -70,7 +70,7 @@ DT_EXPORT dt_status dt_cast(void* out, int32_t out_dtype, const void* inp, int32
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (out_dtype == inp_dtype) {
-    DT_CHECK_CUDA(cudaMemcpyAsync(out, inp, (size_t)n * dt_dtype_size(inp_dtype), cudaMemcpyDeviceToDevice, s));
+    DT_CHECK_CUDA_WORK(cudaMemcpyAsync(out, inp, (size_t)n * dt_dtype_size(inp_dtype), cudaMemcpyDeviceToDevice, s));
     return DT_OK;
   }
   if (dt_dtype_is_float(out_dtype)) {

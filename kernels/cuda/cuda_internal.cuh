@@ -17,12 +17,29 @@
  * and returns DT_ERR_CUDA (DT_ERR_ALLOC for an out-of-memory error). */
 dt_status dt_cuda_fail_(cudaError_t err, const char* what, const char* file, int line);
 
+/* Counts the device work this library queues (dt_cuda_work_count): kind 0 a
+ * kernel launch, 1 a cuBLASLt matmul, 2 a memset or device copy. runtime.cu
+ * defines it; this weak no-op serves programs that use the header without
+ * the library (tests/cuda/emu_device_probe.cu). */
+void dt_cuda_count_work_(int kind);
+#ifndef DT_CUDA_RUNTIME_UNIT
+__attribute__((weak)) void dt_cuda_count_work_(int kind) { (void)kind; }
+#endif
+
 /* Every CUDA runtime call goes through this: on failure it returns from the
  * enclosing function with the runtime's own error text. */
 #define DT_CHECK_CUDA(call)                                                   \
   do {                                                                        \
     cudaError_t dt_err_ = (call);                                             \
     if (dt_err_ != cudaSuccess) return dt_cuda_fail_(dt_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+/* DT_CHECK_CUDA of a memset or copy queued on the device, counted as device
+ * work (dt_cuda_work_count). */
+#define DT_CHECK_CUDA_WORK(call)   \
+  do {                             \
+    dt_cuda_count_work_(2);        \
+    DT_CHECK_CUDA(call);           \
   } while (0)
 
 /* Like DT_CHECK_CUDA, but `allowed` is an answer rather than an error (e.g.
@@ -58,12 +75,14 @@ int dt_cuda_sm_count_(void);
  * the launch's dynamic shared memory (its smem bytes) as an array `name` of T. */
 #ifdef DT_CUDA_EMU
 #define DT_LAUNCH(kernel, grid, block, smem, stream, ...) \
-  dt_emu::launch(#kernel, __FILE__, __LINE__, kernel, (grid), (block), (smem), (stream), __VA_ARGS__)
+  (dt_cuda_count_work_(0),                                \
+   dt_emu::launch(#kernel, __FILE__, __LINE__, kernel, (grid), (block), (smem), (stream), __VA_ARGS__))
 #define DT_DYNAMIC_SHARED(T, name) T* const name = (T*)dt_emu_dynamic_shared()
 #else
-#define DT_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define DT_LAUNCH(kernel, grid, block, smem, stream, ...) (dt_cuda_count_work_(0), kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__))
 #define DT_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
+
 
 /* Full unrolling of a loop with a constant trip count, so that the arrays it
  * indexes stay in registers (nvcc; the emulated device's g++ ignores it). */

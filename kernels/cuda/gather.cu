@@ -194,14 +194,14 @@ static dt_status dt_radix_sort_(int32_t* keys, int32_t* pos, int32_t* keys2, int
     t = pos, pos = pos2, pos2 = t;
   }
   if (passes % 2) { /* the sorted run is in the second buffers */
-    DT_CHECK_CUDA(cudaMemcpyAsync(keys2, keys, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
-    DT_CHECK_CUDA(cudaMemcpyAsync(pos2, pos, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+    DT_CHECK_CUDA_WORK(cudaMemcpyAsync(keys2, keys, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+    DT_CHECK_CUDA_WORK(cudaMemcpyAsync(pos2, pos, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
   }
   return DT_OK;
 }
 
 static dt_status dt_zero_table_(float* table, int64_t elems, cudaStream_t s) {
-  if (elems > 0) DT_CHECK_CUDA(cudaMemsetAsync(table, 0, (size_t)elems * sizeof(float), s));
+  if (elems > 0) DT_CHECK_CUDA_WORK(cudaMemsetAsync(table, 0, (size_t)elems * sizeof(float), s));
   return DT_OK;
 }
 

@@ -41,6 +41,16 @@ static dt_status dt_cublas_fail_(cublasStatus_t st, const char* what, const char
     if (dt_cst_ != CUBLAS_STATUS_SUCCESS) return dt_cublas_fail_(dt_cst_, #call, __FILE__, __LINE__); \
   } while (0)
 
+/* Like DT_CHECK_CUBLAS, but `allowed` is an answer rather than an error; the
+ * call's status is left in *result. */
+#define DT_CHECK_CUBLAS_ALLOW(call, allowed, result)                                   \
+  do {                                                                                 \
+    cublasStatus_t dt_cst_ = (call);                                                   \
+    *(result) = dt_cst_;                                                               \
+    if (dt_cst_ != CUBLAS_STATUS_SUCCESS && dt_cst_ != (allowed))                      \
+      return dt_cublas_fail_(dt_cst_, #call, __FILE__, __LINE__);                      \
+  } while (0)
+
 static const char* dt_cublas_status_name_(cublasStatus_t st) {
   switch (st) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -150,14 +160,15 @@ DT_EXPORT dt_status dt_cuda_gemm_allow_tf32(int32_t allow) {
 /* ---- plans -------------------------------------------------------------------------- */
 
 typedef struct {
-  int32_t dtype, ta, tb, tf32;
-  int64_t M, N, K, lda, ldb, ldc, batch, sa, sb, sc;
-  uint32_t align_a, align_b, align_c;
+  int32_t dtype, c_dtype, ta, tb, tf32, epilogue; /* epilogue: DT_EPI_* */
+  int64_t M, N, K, lda, ldb, ldc, batch, sa, sb, sc, ldaux;
+  uint32_t align_a, align_b, align_c, align_bias, align_aux;
 } dt_gemm_key_;
 
 typedef struct {
   dt_gemm_key_ key;
   int used;
+  int supported; /* 0: cuBLASLt has no algorithm for this epilogue (dt_gemm_ex then runs its own kernels) */
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, c; /* cuBLASLt's A is our B and its B our A (see dt_gemm_plan_build_) */
   cublasLtMatmulAlgo_t algo;
@@ -209,23 +220,62 @@ static dt_status dt_gemm_pick_algo_(dt_gemm_plan_* p, const dt_gemm_key_* k, cub
   cublasLtMatmulHeuristicResult_t result;
   memset(&result, 0, sizeof result);
   int found = 0;
-  DT_CHECK_CUBLAS(lt_.cublasLtMatmulAlgoGetHeuristic(dt_lt_handle_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
-                                                     &found));
-  DT_REQUIRE_(found > 0, "dt_gemm: cuBLASLt has no algorithm for %s M=%lld N=%lld K=%lld (transA %d, transB %d, "
-              "lda %lld, ldb %lld, ldc %lld, batch %lld, alignments %u/%u/%u bytes)",
-              dt_dtype_name(k->dtype), (long long)k->M, (long long)k->N, (long long)k->K, k->ta, k->tb,
-              (long long)k->lda, (long long)k->ldb, (long long)k->ldc, (long long)k->batch, k->align_a, k->align_b,
-              k->align_c);
+  /* an epilogue cuBLASLt cannot fuse here (a type, layout or leading dimension it does not take) is
+   * not an error: dt_gemm_ex falls back to a plain product and its own epilogue kernels */
+  cublasStatus_t hs;
+  int allowed = k->epilogue != DT_EPI_NONE ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
+  DT_CHECK_CUBLAS_ALLOW(lt_.cublasLtMatmulAlgoGetHeuristic(dt_lt_handle_, p->desc, p->a, p->b, p->c, p->c, pref, 1,
+                                                           &result, &found),
+                        allowed, &hs);
+  if (k->epilogue != DT_EPI_NONE && (hs == CUBLAS_STATUS_NOT_SUPPORTED || !found)) {
+    p->supported = 0;
+    return DT_OK;
+  }
+  DT_REQUIRE_(found > 0, "dt_gemm: cuBLASLt has no algorithm for %s (C %s) M=%lld N=%lld K=%lld (transA %d, "
+              "transB %d, lda %lld, ldb %lld, ldc %lld, batch %lld, alignments %u/%u/%u bytes)",
+              dt_dtype_name(k->dtype), dt_dtype_name(k->c_dtype), (long long)k->M, (long long)k->N, (long long)k->K,
+              k->ta, k->tb, (long long)k->lda, (long long)k->ldb, (long long)k->ldc, (long long)k->batch,
+              k->align_a, k->align_b, k->align_c);
+  p->supported = 1;
   p->algo = result.algo;
   p->workspace = result.workspaceSize;
+  return DT_OK;
+}
+
+static cudaDataType_t dt_cuda_type_(int32_t dtype) {
+  return dtype == DT_F32 ? CUDA_R_32F : dtype == DT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+/* The epilogue's attributes on a plan's descriptor: its kind and types once,
+ * the bias and aux pointers of the call (set again before every matmul). */
+static dt_status dt_gemm_set_epilogue_(cublasLtMatmulDesc_t desc, const dt_gemm_key_* k, const void* bias,
+                                       const void* aux, int first) {
+  if (k->epilogue == DT_EPI_NONE) return DT_OK;
+  if (first) {
+    uint32_t epi = k->epilogue == DT_EPI_BIAS        ? CUBLASLT_EPILOGUE_BIAS
+                   : k->epilogue == DT_EPI_GELU_BIAS ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                     : CUBLASLT_EPILOGUE_BGRADB;
+    int32_t type = dt_cuda_type_(k->c_dtype); /* bias (or its gradient) and aux have C's type */
+    DT_CHECK_CUBLAS(lt_.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    DT_CHECK_CUBLAS(lt_.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type));
+    if (k->epilogue == DT_EPI_GELU_BIAS) {
+      DT_CHECK_CUBLAS(
+          lt_.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &k->ldaux, sizeof k->ldaux));
+      DT_CHECK_CUBLAS(
+          lt_.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof type));
+    }
+  }
+  DT_CHECK_CUBLAS(lt_.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  if (k->epilogue == DT_EPI_GELU_BIAS)
+    DT_CHECK_CUBLAS(lt_.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
   return DT_OK;
 }
 
 /* Row-major C (M x N) = op(A) op(B) is column-major C^T (N x M) = op(B)^T op(A)^T:
  * cuBLASLt's first operand is our B (stored N x K column-major when transB = 0,
  * K x N when 1), its second our A (K x M when transA = 0, M x K when 1). */
-static dt_status dt_gemm_plan_build_(dt_gemm_plan_* p, const dt_gemm_key_* k) {
-  cudaDataType_t type = k->dtype == DT_F32 ? CUDA_R_32F : k->dtype == DT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+static dt_status dt_gemm_plan_build_(dt_gemm_plan_* p, const dt_gemm_key_* k, const void* bias, const void* aux) {
+  cudaDataType_t type = dt_cuda_type_(k->dtype), ctype = dt_cuda_type_(k->c_dtype);
   int compute = k->dtype == DT_F32 && k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   DT_CHECK_CUBLAS(lt_.cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
   int32_t op_first = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -234,7 +284,8 @@ static dt_status dt_gemm_plan_build_(dt_gemm_plan_* p, const dt_gemm_key_* k) {
       lt_.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
   DT_TRY_(dt_gemm_layout_(&p->a, type, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->ldb, k->batch, k->sb));
   DT_TRY_(dt_gemm_layout_(&p->b, type, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->lda, k->batch, k->sa));
-  DT_TRY_(dt_gemm_layout_(&p->c, type, k->N, k->M, k->ldc, k->batch, k->sc));
+  DT_TRY_(dt_gemm_layout_(&p->c, ctype, k->N, k->M, k->ldc, k->batch, k->sc));
+  DT_TRY_(dt_gemm_set_epilogue_(p->desc, k, bias, aux, 1));
   cublasLtMatmulPreference_t pref = NULL;
   DT_CHECK_CUBLAS(lt_.cublasLtMatmulPreferenceCreate(&pref));
   dt_status st = dt_gemm_pick_algo_(p, k, pref);
@@ -243,7 +294,7 @@ static dt_status dt_gemm_plan_build_(dt_gemm_plan_* p, const dt_gemm_key_* k) {
 }
 
 /* The cached plan for key k, built on first use (the oldest plan makes room). */
-static dt_status dt_gemm_find_plan_(const dt_gemm_key_* k, dt_gemm_plan_** out) {
+static dt_status dt_gemm_find_plan_(const dt_gemm_key_* k, const void* bias, const void* aux, dt_gemm_plan_** out) {
   for (int i = 0; i < DT_GEMM_PLANS; i++) {
     if (dt_plans_[i].used && memcmp(&dt_plans_[i].key, k, sizeof *k) == 0) {
       *out = &dt_plans_[i];
@@ -253,7 +304,7 @@ static dt_status dt_gemm_find_plan_(const dt_gemm_key_* k, dt_gemm_plan_** out) 
   dt_gemm_plan_* p = &dt_plans_[dt_plan_next_];
   dt_plan_next_ = (dt_plan_next_ + 1) % DT_GEMM_PLANS;
   DT_TRY_(dt_gemm_plan_release_(p));
-  dt_status st = dt_gemm_plan_build_(p, k);
+  dt_status st = dt_gemm_plan_build_(p, k, bias, aux);
   if (st != DT_OK) {
     dt_gemm_plan_release_(p); /* the build's error is the one to report */
     return st;
@@ -273,6 +324,7 @@ static uint32_t dt_alignment_(const void* ptr, int64_t batch, int64_t stride, si
 /* C = alpha * op(A) op(B) + beta * C with a prepared plan (C is also cuBLASLt's D). */
 static dt_status dt_gemm_run_(const dt_gemm_plan_* p, float alpha, const void* A, const void* B, float beta, void* C,
                               cudaStream_t s) {
+  dt_cuda_count_work_(1);
   DT_CHECK_CUBLAS(lt_.cublasLtMatmul(dt_lt_handle_, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c, &p->algo,
                                      dt_lt_workspace_, DT_GEMM_WORKSPACE_BYTES, s));
   return DT_OK;
@@ -320,6 +372,7 @@ DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int
   dt_gemm_key_ key;
   memset(&key, 0, sizeof key); /* the key is compared bytewise: no stray padding */
   key.dtype = dtype;
+  key.c_dtype = dtype;
   key.ta = trans_a;
   key.tb = trans_b;
   key.tf32 = dtype == DT_F32 && dt_gemm_tf32_;
@@ -331,8 +384,89 @@ DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int
   pthread_mutex_lock(&dt_lt_mu_);
   dt_status st = dt_lt_prepare_locked_();
   dt_gemm_plan_* plan = NULL;
-  if (st == DT_OK) st = dt_gemm_find_plan_(&key, &plan);
+  if (st == DT_OK) st = dt_gemm_find_plan_(&key, NULL, NULL, &plan);
   if (st == DT_OK) st = dt_gemm_run_(plan, alpha, A, B, beta, C, s);
   pthread_mutex_unlock(&dt_lt_mu_);
   return st;
+}
+
+/* ---- dt_gemm_ex: C of another dtype, and epilogues ----------------------------------------- */
+
+/* dt_gemm_ex's own epilogue kernels (gemm_epilogue.cu), for the products
+ * cuBLASLt cannot fuse one into, and for the trivial products. */
+dt_status dt_gemm_epilogue_run_(const float* acc, int64_t lacc, void* C, int32_t c_dtype, int64_t M, int64_t N,
+                                int64_t ldc, float beta, int32_t epilogue, const void* bias, void* aux, int64_t ldaux,
+                                cudaStream_t s);
+dt_status dt_gemm_bgrad_run_(void* bias, int32_t c_dtype, const void* A, int32_t ab_dtype, int32_t trans_a,
+                             int64_t M, int64_t K, int64_t lda, cudaStream_t s);
+
+/* One product through cuBLASLt (epilogue fused when *fused comes back 1;
+ * with 0 nothing ran: cuBLASLt has no algorithm for that epilogue). */
+static dt_status dt_gemm_ex_lt_(int32_t ab_dtype, int32_t c_dtype, int32_t trans_a, int32_t trans_b, int64_t M,
+                                int64_t N, int64_t K, float alpha, const void* A, int64_t lda, const void* B,
+                                int64_t ldb, float beta, void* C, int64_t ldc, int32_t epilogue, void* bias, void* aux,
+                                int64_t ldaux, cudaStream_t s, int* fused) {
+  dt_gemm_key_ key;
+  memset(&key, 0, sizeof key);
+  key.dtype = ab_dtype;
+  key.c_dtype = c_dtype;
+  key.ta = trans_a;
+  key.tb = trans_b;
+  key.tf32 = ab_dtype == DT_F32 && dt_gemm_tf32_;
+  key.epilogue = epilogue;
+  key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb, key.ldc = ldc, key.batch = 1;
+  key.ldaux = epilogue == DT_EPI_GELU_BIAS ? ldaux : 0;
+  key.align_a = dt_alignment_(A, 1, 0, dt_dtype_size(ab_dtype));
+  key.align_b = dt_alignment_(B, 1, 0, dt_dtype_size(ab_dtype));
+  key.align_c = dt_alignment_(C, 1, 0, dt_dtype_size(c_dtype));
+  key.align_bias = epilogue != DT_EPI_NONE ? dt_alignment_(bias, 1, 0, dt_dtype_size(c_dtype)) : 0;
+  key.align_aux = epilogue == DT_EPI_GELU_BIAS ? dt_alignment_(aux, 1, 0, dt_dtype_size(c_dtype)) : 0;
+  pthread_mutex_lock(&dt_lt_mu_);
+  dt_status st = dt_lt_prepare_locked_();
+  dt_gemm_plan_* plan = NULL;
+  if (st == DT_OK) st = dt_gemm_find_plan_(&key, bias, aux, &plan);
+  *fused = st == DT_OK && plan->supported;
+  if (*fused) st = dt_gemm_set_epilogue_(plan->desc, &key, bias, aux, 0);
+  if (*fused && st == DT_OK) st = dt_gemm_run_(plan, alpha, A, B, beta, C, s);
+  pthread_mutex_unlock(&dt_lt_mu_);
+  return st;
+}
+
+DT_EXPORT dt_status dt_gemm_ex(int32_t ab_dtype, int32_t c_dtype, int32_t trans_a, int32_t trans_b, int64_t M,
+                               int64_t N, int64_t K, float alpha, const void* A, int64_t lda, const void* B,
+                               int64_t ldb, float beta, void* C, int64_t ldc, int32_t epilogue, void* bias, void* aux,
+                               int64_t ldaux, void* stream) {
+  DT_TRY_(dt_check_gemm_ex(ab_dtype, c_dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, epilogue, bias,
+                           aux, ldaux));
+  if (M == 0 || (N == 0 && epilogue != DT_EPI_BGRAD)) return DT_OK;
+  if (ab_dtype == c_dtype && epilogue == DT_EPI_NONE)
+    return dt_gemm(ab_dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, 0, 0, 0, stream);
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  int bgrad = epilogue == DT_EPI_BGRAD;
+  if (N == 0) return dt_gemm_bgrad_run_(bias, c_dtype, A, ab_dtype, trans_a, M, K, lda, s); /* no C, row sums only */
+  if (K == 0 || alpha == 0.0f) { /* no product: C = beta C, then the epilogue */
+    DT_TRY_(dt_gemm_epilogue_run_(NULL, 0, C, c_dtype, M, N, ldc, beta, bgrad ? DT_EPI_NONE : epilogue, bias, aux,
+                                  ldaux, s));
+    return bgrad ? dt_gemm_bgrad_run_(bias, c_dtype, A, ab_dtype, trans_a, M, K, lda, s) : DT_OK;
+  }
+  int fused = 0;
+  DT_TRY_(dt_gemm_ex_lt_(ab_dtype, c_dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue,
+                         bias, aux, ldaux, s, &fused));
+  if (fused) return DT_OK;
+  /* cuBLASLt cannot fuse this epilogue here: a plain product, then our kernels */
+  if (bgrad || c_dtype == DT_F32) {
+    DT_TRY_(dt_gemm_ex_lt_(ab_dtype, c_dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                           DT_EPI_NONE, NULL, NULL, 0, s, &fused));
+    if (bgrad) return dt_gemm_bgrad_run_(bias, c_dtype, A, ab_dtype, trans_a, M, K, lda, s);
+    return dt_gemm_epilogue_run_((const float*)C, ldc, C, c_dtype, M, N, ldc, 0.0f, epilogue, bias, aux, ldaux, s);
+  }
+  /* a low-precision C: the product in f32 scratch, rounded once by the epilogue kernel */
+  float* acc = NULL;
+  DT_TRY_(dt_scratch_alloc_((void**)&acc, (size_t)(M * N) * sizeof(float), s, "dt_gemm_ex"));
+  dt_status st = dt_gemm_ex_lt_(ab_dtype, DT_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, acc, N,
+                                DT_EPI_NONE, NULL, NULL, 0, s, &fused);
+  if (st == DT_OK) st = dt_gemm_epilogue_run_(acc, N, C, c_dtype, M, N, ldc, beta, epilogue, bias, aux, ldaux, s);
+  dt_status freed = dt_scratch_free_(acc, s);
+  return st != DT_OK ? st : freed;
 }

@@ -48,7 +48,7 @@ __global__ void dt_transpose_tiles_k_(W* out, const W* inp, int64_t A, int64_t B
 /* rows copies of `width` bytes between two pitched (strided) buffers. */
 static dt_status dt_copy_2d_(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width,
                              int64_t rows, cudaStream_t s) {
-  DT_CHECK_CUDA(cudaMemcpy2DAsync(dst, (size_t)dst_pitch, src, (size_t)src_pitch, (size_t)width, (size_t)rows,
+  DT_CHECK_CUDA_WORK(cudaMemcpy2DAsync(dst, (size_t)dst_pitch, src, (size_t)src_pitch, (size_t)width, (size_t)rows,
                                   cudaMemcpyDeviceToDevice, s));
   return DT_OK;
 }
@@ -103,7 +103,7 @@ DT_EXPORT dt_status dt_transpose_0213(void* out, const void* inp, int64_t A, int
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (B == 1 || C == 1) { /* nothing moves relative to anything else: a plain copy */
-    DT_CHECK_CUDA(cudaMemcpyAsync(out, inp, (size_t)total, cudaMemcpyDeviceToDevice, s));
+    DT_CHECK_CUDA_WORK(cudaMemcpyAsync(out, inp, (size_t)total, cudaMemcpyDeviceToDevice, s));
     return DT_OK;
   }
   uintptr_t bits = (uintptr_t)out | (uintptr_t)inp | (uintptr_t)row;

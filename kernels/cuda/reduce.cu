@@ -235,7 +235,7 @@ DT_EXPORT dt_status dt_reduce_bcast(float* out, const float* inp, int64_t n, int
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (n == 0) { /* every sum is empty */
-    DT_CHECK_CUDA(cudaMemsetAsync(out, 0, (size_t)bn * sizeof(float), s));
+    DT_CHECK_CUDA_WORK(cudaMemsetAsync(out, 0, (size_t)bn * sizeof(float), s));
     return DT_OK;
   }
   return inner == 1 ? dt_reduce_cols_(out, inp, n, bn, s) : dt_reduce_runs_(out, inp, n, bn, inner, s);
@@ -246,7 +246,7 @@ DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* str
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (n == 0) {
-    DT_CHECK_CUDA(cudaMemsetAsync(out, 0, sizeof(double), s));
+    DT_CHECK_CUDA_WORK(cudaMemsetAsync(out, 0, sizeof(double), s));
     return DT_OK;
   }
   int64_t blocks = (n + BLOCK_ELEMS - 1) / BLOCK_ELEMS;
@@ -276,7 +276,7 @@ typedef struct {
 
 /* A pageable source: the copy returns once it is staged, so the host table may go. */
 static dt_status dt_upload_(void* dev, const void* host, size_t bytes, cudaStream_t s) {
-  DT_CHECK_CUDA(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
+  DT_CHECK_CUDA_WORK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
   return DT_OK;
 }
 

@@ -300,8 +300,8 @@ DT_EXPORT dt_status dt_layernorm_bwd(float* dinp, float* dweight, float* dbias, 
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (rows == 0) { /* the parameter gradients of an empty batch are zero */
-    if (dweight && C > 0) DT_CHECK_CUDA(cudaMemsetAsync(dweight, 0, (size_t)C * sizeof(float), s));
-    if (dbias && C > 0) DT_CHECK_CUDA(cudaMemsetAsync(dbias, 0, (size_t)C * sizeof(float), s));
+    if (dweight && C > 0) DT_CHECK_CUDA_WORK(cudaMemsetAsync(dweight, 0, (size_t)C * sizeof(float), s));
+    if (dbias && C > 0) DT_CHECK_CUDA_WORK(cudaMemsetAsync(dbias, 0, (size_t)C * sizeof(float), s));
     return DT_OK;
   }
   auto kernel = dt_row_cached_(C) ? dt_layernorm_bwd_k_<true> : dt_layernorm_bwd_k_<false>;

@@ -2,6 +2,7 @@
  * library, plus its dt_cuda_* extras (devices, streams, events, versions)
  * that the CPU library does not have. One process drives one GPU: the
  * library keeps that device's compute stream. */
+#define DT_CUDA_RUNTIME_UNIT /* defines dt_cuda_count_work_ (cuda_internal.cuh) */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +117,7 @@ dt_status dt_scratch_free_(void* p, cudaStream_t stream) {
 }
 
 dt_status dt_read_back_(void* host, const void* dev, size_t bytes, cudaStream_t stream) {
-  DT_CHECK_CUDA(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
+  DT_CHECK_CUDA_WORK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream));
   DT_CHECK_CUDA(cudaStreamSynchronize(stream));
   return DT_OK;
 }
@@ -139,7 +140,7 @@ __global__ void dt_record_bad_k_(dt_data_error_t* rec, const unsigned long long*
 
 dt_status dt_bad_begin_(unsigned long long** first, cudaStream_t s, const char* who) {
   DT_TRY_(dt_scratch_alloc_((void**)first, sizeof **first, s, who));
-  DT_CHECK_CUDA(cudaMemsetAsync(*first, 0xff, sizeof **first, s));
+  DT_CHECK_CUDA_WORK(cudaMemsetAsync(*first, 0xff, sizeof **first, s));
   return DT_OK;
 }
 
@@ -158,7 +159,7 @@ DT_EXPORT dt_status dt_deferred_error(void* stream) {
   dt_data_error_t rec;
   DT_TRY_(dt_read_back_(&rec, dt_data_error_, sizeof rec, s));
   if (rec.op == DT_DATA_OK) return DT_OK;
-  DT_CHECK_CUDA(cudaMemsetAsync(dt_data_error_, 0, sizeof rec, s));
+  DT_CHECK_CUDA_WORK(cudaMemsetAsync(dt_data_error_, 0, sizeof rec, s));
   return dt_fail_data_error_(&rec);
 }
 
@@ -235,7 +236,7 @@ DT_EXPORT dt_status dt_memcpy(void* dst, const void* src, int64_t bytes, int32_t
                                           cudaMemcpyDeviceToDevice};
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  DT_CHECK_CUDA(cudaMemcpyAsync(dst, src, (size_t)bytes, kinds[kind], s));
+  DT_CHECK_CUDA_WORK(cudaMemcpyAsync(dst, src, (size_t)bytes, kinds[kind], s));
   /* the host must be able to read what it asked for as soon as this returns */
   if (kind == 2 || kind == 0) DT_CHECK_CUDA(cudaStreamSynchronize(s));
   return DT_OK;
@@ -311,6 +312,20 @@ DT_EXPORT dt_status dt_cuda_versions(int32_t* out) {
 }
 
 /* out[0] = free bytes, out[1] = total bytes of the current GPU. */
+/* ---- counting the device work (DTRAIN_COUNT_CALLS) -------------------------------------- */
+
+static unsigned long long dt_work_counts_[3];
+
+void dt_cuda_count_work_(int kind) { __atomic_fetch_add(&dt_work_counts_[kind], 1ull, __ATOMIC_RELAXED); }
+
+/* out[3] = kernel launches, cuBLASLt matmuls, memsets and device copies this
+ * library has queued since it was loaded (on any stream). */
+DT_EXPORT dt_status dt_cuda_work_count(int64_t* out) {
+  DT_REQUIRE_(out, "dt_cuda_work_count: null out");
+  for (int k = 0; k < 3; k++) out[k] = (int64_t)__atomic_load_n(&dt_work_counts_[k], __ATOMIC_RELAXED);
+  return DT_OK;
+}
+
 DT_EXPORT dt_status dt_cuda_mem_info(int64_t* out) {
   DT_REQUIRE_(out, "dt_cuda_mem_info: null out");
   cudaStream_t s;

@@ -16,6 +16,12 @@ import {
   EMULATED_ATTENTION,
   GPU_ATTENTION,
 } from "./op_cases_attention.ts";
+import {
+  EMULATED_GEMM_EX,
+  gemmExCases,
+  GPU_GEMM_EX,
+  type LinearShape,
+} from "./op_cases_gemm_ex.ts";
 
 /** dtype codes of kernels/common/dt_common.h. */
 export const DT = { F32: 0, BF16: 1, F16: 2, I32: 3, I64: 4, U8: 5 } as const;
@@ -62,6 +68,8 @@ export interface SizeSet {
   optim: number[];
   /** [B, T, H, D, causal] */
   attention: AttentionShape[];
+  /** [M, N, K] of a linear layer (dt_gemm_ex) */
+  gemmEx: LinearShape[];
 }
 
 const GEMMS: GemmShape[] = [
@@ -97,6 +105,7 @@ export const GPU_SIZES: SizeSet = {
   gemm: GEMMS,
   optim: [1, 1001, 1_000_003],
   attention: GPU_ATTENTION,
+  gemmEx: GPU_GEMM_EX,
 };
 
 /** Sizes for the emulated device in CI (DTRAIN_CUDA_EMU_SMS = 2: a grid-stride pass covers
@@ -153,6 +162,7 @@ export const EMULATED_SIZES: SizeSet = {
   }],
   optim: [0, 1, 1001, 40_009],
   attention: EMULATED_ATTENTION,
+  gemmEx: EMULATED_GEMM_EX,
 };
 
 /**
@@ -644,6 +654,8 @@ export function buildOpCases(
   for (const g of S.gemm) {
     for (const dtype of [DT.F32, DT.BF16, DT.F16]) add(gemmCase(g, dtype));
   }
+
+  for (const c of gemmExCases(rng, S.gemmEx)) add(c);
 
   // ---- attention -------------------------------------------------------------------------------
   for (const c of attentionCases(rng, cpu, S.attention)) add(c);

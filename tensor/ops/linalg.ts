@@ -6,11 +6,11 @@
  */
 import { backend } from "../backend.ts";
 import { castTensor, empty, type Tensor } from "../tensor.ts";
-import { needsGrad, record } from "../autograd.ts";
+import { ADDED_TO_LEAF, type InputGrad, leafGradSink, needsGrad, record } from "../autograd.ts";
+import { lowPrecisionOf } from "../low_precision.ts";
 import { type DType, DTYPE_CODE } from "../dtype.ts";
 import { matmulLowPrecision } from "../matmul_precision.ts";
 import { requireFloat } from "./_util.ts";
-import { add } from "./elementwise.ts";
 
 /** Low-level GEMM on row-major matrices: C = alpha op(A) op(B) + beta C, batched. */
 export function gemm(
@@ -164,14 +164,35 @@ export function matmul(
   return out;
 }
 
-/** torch.nn.functional.linear: x @ weight^T + bias. x: (..., in), weight: (out, in). */
+/** Options of linear(). */
+export interface LinearOptions {
+  /** "gelu": gelu(x W^T + b) (tanh approximation) in one product, the pre-activation kept for backward */
+  activation?: "gelu";
+}
+
+const EPI = { none: 0, bias: 1, gelu: 2, bgrad: 3 } as const;
+
+/**
+ * torch.nn.functional.linear: x @ weight^T + bias (x: (..., in), weight:
+ * (out, in)), optionally followed by GELU, as one product with the bias (and
+ * GELU) applied before a single rounding of each output (dt_gemm_ex's
+ * epilogues, cuBLASLt's on the GPU). Under autocast the operands are the
+ * low precision's — a parameter is cast once per optimizer step
+ * (tensor/low_precision.ts) — and so is the output. In backward the weight
+ * gradient is accumulated in f32 straight into the parameter's .grad by its
+ * GEMM, with the bias gradient from the same call.
+ */
 export function linear(
   x: Tensor,
   weight: Tensor,
   bias?: Tensor | null,
+  opts: LinearOptions = {},
 ): Tensor {
+  requireFloat("linear", x);
+  requireFloat("linear", weight);
   if (
-    weight.shape.length !== 2 || x.shape[x.shape.length - 1] !== weight.shape[1]
+    weight.shape.length !== 2 || x.shape.length < 1 ||
+    x.shape[x.shape.length - 1] !== weight.shape[1]
   ) {
     throw new RangeError(
       `linear: input [${x.shape}] does not match weight [${weight.shape}] (in_features ${
@@ -179,23 +200,200 @@ export function linear(
       })`,
     );
   }
-  const y = matmul(x, weight, { transB: true });
-  if (!bias) return y;
-  const low = matmulLowPrecision();
-  const sum = add(y, bias);
-  // Under autocast the whole linear (bias included) produces a low-precision output.
-  return low ? castLow(sum, low) : sum;
+  const N = weight.shape[0]!, K = weight.shape[1]!, M = x.numel / K;
+  if (bias && (bias.numel !== N || bias.shape.length !== 1)) {
+    throw new RangeError(`linear: bias [${bias.shape}] does not match ${N} out_features`);
+  }
+  if (opts.activation !== undefined && opts.activation !== "gelu") {
+    throw new RangeError(`linear: activation ${JSON.stringify(opts.activation)} is not "gelu"`);
+  }
+  const gelu = opts.activation === "gelu";
+  const dt: DType = matmulLowPrecision() ?? "f32";
+  const code = DTYPE_CODE[dt];
+  const xl = x.dtype === dt ? x : castTensor(x, dt);
+  const wl = lowPrecisionOf(weight, dt);
+  const bl = bias ? lowPrecisionOf(bias, dt) : null;
+  if (gelu && !bl) {
+    // the fused epilogue adds a bias: a zero one when there is none
+    return linear(x, weight, zerosBias(N, dt), opts);
+  }
+  const out = empty([...x.shape.slice(0, -1), N], dt);
+  const pre = gelu ? empty(out.shape, dt) : null;
+  const k = backend();
+  const m = BigInt(M), n = BigInt(N), kk = BigInt(K);
+  const epi = gelu ? EPI.gelu : bl ? EPI.bias : EPI.none;
+  k.call.dt_gemm_ex(
+    code,
+    code,
+    0,
+    1,
+    m,
+    n,
+    kk,
+    1,
+    xl.ptr,
+    kk,
+    wl.ptr,
+    kk,
+    0,
+    out.ptr,
+    n,
+    epi,
+    bl?.ptr ?? null,
+    pre?.ptr ?? null,
+    n,
+  );
+  const inputs = bias ? [x, weight, bias] : [x, weight];
+  if (!needsGrad(...inputs)) {
+    pre?.dispose();
+    return out;
+  }
+  record(out, gelu ? "linear+gelu" : "linear", inputs, (g0) => {
+    // the gradient of the product's output (before GELU)
+    let g = g0.dtype === dt ? g0 : castTensor(g0, dt);
+    if (pre) g = geluGrad(g, pre);
+    const grads: InputGrad[] = [null, null, null];
+    if (x.requiresGrad) {
+      // dx = g W: straight into x's dtype when that is f32 or the product's
+      const cdt: DType = x.dtype === dt || x.dtype === "f32" ? x.dtype : dt;
+      const gx = empty(x.shape, cdt);
+      k.call.dt_gemm_ex(
+        code,
+        DTYPE_CODE[cdt],
+        0,
+        0,
+        m,
+        kk,
+        n,
+        1,
+        g.ptr,
+        n,
+        wl.ptr,
+        kk,
+        0,
+        gx.ptr,
+        kk,
+        EPI.none,
+        null,
+        null,
+        0n,
+      );
+      grads[0] = cdt === x.dtype ? gx : castTensor(gx, x.dtype);
+    }
+    const wantW = weight.requiresGrad, wantB = bias?.requiresGrad ?? false;
+    if (dt === "f16" && (wantW || wantB)) {
+      // f16 keeps torch's rounding of the parameter gradients into f16, where a
+      // GradScaler expects an overflow to show as inf
+      const gw = empty(weight.shape, "f16"), gb = wantB ? empty([N], "f16") : null;
+      k.call.dt_gemm_ex(
+        code,
+        code,
+        1,
+        0,
+        n,
+        kk,
+        m,
+        1,
+        g.ptr,
+        n,
+        xl.ptr,
+        kk,
+        0,
+        gw.ptr,
+        kk,
+        wantB ? EPI.bgrad : EPI.none,
+        gb?.ptr ?? null,
+        null,
+        0n,
+      );
+      if (wantW) grads[1] = castTensor(gw, "f32");
+      if (gb) grads[2] = castTensor(gb, "f32");
+      return bias ? grads : grads.slice(0, 2);
+    }
+    // the bias gradient (f32, N): straight into a fresh .grad, else returned to be added
+    let bSink: Tensor | null = null;
+    if (wantB) {
+      const s = leafGradSink(bias!);
+      if (s?.fresh) {
+        bSink = s.grad;
+        grads[2] = ADDED_TO_LEAF;
+      } else {
+        bSink = empty([N], "f32");
+        grads[2] = bSink;
+      }
+    }
+    if (wantW) {
+      // dW (+)= g^T x in f32, with the bias gradient from the same call
+      const s = leafGradSink(weight);
+      const gw = s ? s.grad : empty(weight.shape, "f32");
+      const beta = s && !s.fresh ? 1 : 0;
+      k.call.dt_gemm_ex(
+        code,
+        DTYPE_CODE.f32,
+        1,
+        0,
+        n,
+        kk,
+        m,
+        1,
+        g.ptr,
+        n,
+        xl.ptr,
+        kk,
+        beta,
+        gw.ptr,
+        kk,
+        wantB ? EPI.bgrad : EPI.none,
+        bSink?.ptr ?? null,
+        null,
+        0n,
+      );
+      grads[1] = s ? ADDED_TO_LEAF : gw;
+    } else if (wantB) {
+      // the bias gradient alone: a product with no columns keeps only op(A)'s row sums
+      k.call.dt_gemm_ex(
+        code,
+        DTYPE_CODE.f32,
+        1,
+        0,
+        n,
+        0n,
+        m,
+        1,
+        g.ptr,
+        n,
+        xl.ptr,
+        1n,
+        0,
+        null,
+        1n,
+        EPI.bgrad,
+        bSink!.ptr,
+        null,
+        0n,
+      );
+    }
+    return bias ? grads : grads.slice(0, 2);
+  });
+  return out;
 }
 
-function castLow(t: Tensor, dt: DType): Tensor {
-  const out = castTensor(t, dt);
-  if (needsGrad(t)) {
-    record(
-      out,
-      "cast",
-      [t],
-      (g) => [g.dtype === "f32" ? g : castTensor(g, "f32")],
-    );
+/** A zero bias of n elements in dtype (for a GELU epilogue without a bias of its own). */
+function zerosBias(n: number, dtype: DType): Tensor {
+  return empty([n], dtype).fill(0);
+}
+
+/** dout * gelu'(pre), in pre's dtype. */
+function geluGrad(g: Tensor, pre: Tensor): Tensor {
+  const k = backend();
+  const n = BigInt(pre.numel);
+  if (pre.dtype === "f32" && g.dtype === "f32") {
+    const out = empty(pre.shape, "f32");
+    k.call.dt_gelu_bwd(out.ptr, g.ptr, pre.ptr, n);
+    return out;
   }
-  return out;
+  const g32 = castTensor(g, "f32"), p32 = castTensor(pre, "f32");
+  const out = empty(pre.shape, "f32");
+  k.call.dt_gelu_bwd(out.ptr, g32.ptr, p32.ptr, n);
+  return castTensor(out, pre.dtype);
 }

@@ -17,7 +17,7 @@ export const UNCHECKED_ALLOWED: Readonly<Record<string, string>> = {
   cublasLtGetVersion: "returns a version number",
 };
 
-const CHECK_MACROS = /\bDT_CHECK_(?:CUDA|CUDA_ALLOW|CUBLAS)\s*\(/g;
+const CHECK_MACROS = /\bDT_CHECK_(?:CUDA|CUDA_ALLOW|CUDA_WORK|CUBLAS|CUBLAS_ALLOW)\s*\(/g;
 const CALL = /\b((?:cuda|cublas)[A-Za-z0-9_]*)\s*\((?!\s*\*)/g;
 const LAUNCH = /\bDT_LAUNCH\s*\(/g;
 const RAW_LAUNCH = /<<</g;

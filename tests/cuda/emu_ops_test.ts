@@ -16,6 +16,7 @@ import { cString, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
 import { type CaseLibraries, Rng, runCase } from "../../scripts/gpu_check/_harness.ts";
 import { buildOpCases, EMULATED_SIZES } from "../../scripts/gpu_check/op_cases.ts";
 import { checkDataErrors } from "../../scripts/gpu_check/data_errors.ts";
+import { epilogueLaunches } from "../../scripts/gpu_check/op_cases_gemm_ex.ts";
 
 const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
 
@@ -166,5 +167,18 @@ Deno.test({
     gpu.check(gpu.symbols.dt_cuda_device_info(0, name, 256n, info), "dt_cuda_device_info");
     assert.equal(Number(info[2]), 2);
     assert.match(cString(gpu.symbols.dt_backend_name()), /^cuda sm_90 \(dtrain emulated GPU 0/);
+  },
+});
+
+Deno.test({
+  name:
+    "cuBLASLt fuses the bias + GELU epilogue where it can; dt_gemm_ex's own kernel runs where it cannot",
+  ignore: !HAVE_EMU,
+  fn() {
+    emulated();
+    // aux leading dimension 40 (a multiple of 8): one matmul, no kernel of our own
+    assert.deepEqual(epilogueLaunches(emu!, libs!.stream, 16, 40, 8), { launches: 0, matmuls: 1 });
+    // 37: cuBLASLt has no algorithm; a product into f32 scratch, then the epilogue kernel
+    assert.deepEqual(epilogueLaunches(emu!, libs!.stream, 16, 37, 8), { launches: 1, matmuls: 1 });
   },
 });

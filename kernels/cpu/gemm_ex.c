@@ -1,0 +1,203 @@
+/* gemm_ex.c — dt_gemm_ex on the CPU: one product whose C may be f32 under
+ * bf16/f16 operands, with cuBLASLt's epilogues (bias, bias + GELU keeping the
+ * pre-activation, bias gradient). The product is dt_gemm's in f32 (low
+ * precision operands widened exactly first), then each element gets its
+ * epilogue in f32 and one rounding into C, as cuBLASLt does. The emulated
+ * cuBLASLt (kernels/cublaslt_emu) runs this function, so the GPU library's
+ * descriptors are checked against these results. Epilogue arithmetic:
+ * kernels/common/gemm_epilogue.h. */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
+#include <stdlib.h>
+#include "convert.h"
+#include "cpu_internal.h"
+#include "gemm_epilogue.h"
+
+/* Element-wise work per thread chunk. */
+#define EPI_GRAIN (1 << 14)
+
+DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
+                            float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+                            int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+                            void* stream);
+
+/* ---- kernels ------------------------------------------------------------------------ */
+
+typedef struct {
+  const void* src;
+  float* dst;
+  int32_t dtype;
+  int64_t cols, ld;
+} widen_ctx_;
+
+/* Rows of a low-precision matrix (row stride ld) into dense f32 rows. */
+DT_VEC_CLONES static void widen_range_(void* vctx, int64_t r0, int64_t r1) {
+  const widen_ctx_* c = vctx;
+  for (int64_t r = r0; r < r1; r++)
+    for (int64_t j = 0; j < c->cols; j++) c->dst[r * c->cols + j] = dt_load_float(c->src, c->dtype, r * c->ld + j);
+}
+
+typedef struct {
+  const float* acc; /* the f32 product, row stride lacc */
+  int64_t lacc;
+  void* C;
+  int32_t c_dtype;
+  int64_t N, ldc;
+  float beta; /* applied here when C is not the accumulator */
+  int32_t epilogue;
+  const void* bias;
+  void* aux;
+  int64_t ldaux;
+} epi_ctx_;
+
+/* The f32 forms, written so that they vectorise: out = acc + bias (+ gelu). */
+DT_VEC_CLONES static void epi_f32_row_(float* out, const float* a, const float* bias, float* aux, int32_t epilogue,
+                                       int64_t N) {
+  if (epilogue == DT_EPI_BIAS) {
+    for (int64_t j = 0; j < N; j++) out[j] = dt_epilogue_pre_f(a[j], bias[j]);
+  } else if (epilogue == DT_EPI_GELU_BIAS) {
+    for (int64_t j = 0; j < N; j++) aux[j] = dt_epilogue_pre_f(a[j], bias[j]);
+    for (int64_t j = 0; j < N; j++) out[j] = dt_gelu_f(aux[j]);
+  } else if (out != a) {
+    for (int64_t j = 0; j < N; j++) out[j] = a[j];
+  }
+}
+
+DT_VEC_CLONES static void epi_range_(void* vctx, int64_t r0, int64_t r1) {
+  const epi_ctx_* c = vctx;
+  if (c->c_dtype == DT_F32 && c->beta == 0.0f) {
+    for (int64_t i = r0; i < r1; i++)
+      epi_f32_row_((float*)c->C + i * c->ldc, c->acc + i * c->lacc, c->bias, (float*)c->aux + i * c->ldaux,
+                   c->epilogue, c->N);
+    return;
+  }
+  for (int64_t i = r0; i < r1; i++) {
+    const float* a = c->acc + i * c->lacc;
+    for (int64_t j = 0; j < c->N; j++) {
+      float v = a[j];
+      if (c->beta != 0.0f) v += c->beta * dt_load_float(c->C, c->c_dtype, i * c->ldc + j);
+      if (c->epilogue == DT_EPI_BIAS || c->epilogue == DT_EPI_GELU_BIAS)
+        v = dt_epilogue_pre_f(v, dt_load_float(c->bias, c->c_dtype, j));
+      if (c->epilogue == DT_EPI_GELU_BIAS) {
+        dt_store_float(c->aux, c->c_dtype, i * c->ldaux + j, v);
+        v = dt_gelu_f(v);
+      }
+      dt_store_float(c->C, c->c_dtype, i * c->ldc + j, v);
+    }
+  }
+}
+
+typedef struct {
+  const void* A;
+  int32_t dtype, c_dtype, trans_a;
+  int64_t K, lda;
+  void* bias;
+} bgrad_ctx_;
+
+/* Columns whose sums one pass over the rows keeps (on the stack). */
+#define BGRAD_COLS 256
+
+/* bias[i] = sum over k of op(A)[i, k], in double (k in order), rounded once.
+ * op(A) = A^T (A stored K x M) sums columns: rows are read contiguously, a
+ * block of BGRAD_COLS columns at a time. */
+DT_VEC_CLONES static void bgrad_range_(void* vctx, int64_t i0, int64_t i1) {
+  const bgrad_ctx_* c = vctx;
+  if (!c->trans_a) {
+    for (int64_t i = i0; i < i1; i++) {
+      double s = 0.0;
+      for (int64_t k = 0; k < c->K; k++) s += (double)dt_load_float(c->A, c->dtype, i * c->lda + k);
+      dt_store_float(c->bias, c->c_dtype, i, (float)s);
+    }
+    return;
+  }
+  double acc[BGRAD_COLS];
+  for (int64_t j0 = i0; j0 < i1; j0 += BGRAD_COLS) {
+    int64_t n = i1 - j0 < BGRAD_COLS ? i1 - j0 : BGRAD_COLS;
+    for (int64_t j = 0; j < n; j++) acc[j] = 0.0;
+    for (int64_t k = 0; k < c->K; k++) {
+      if (c->dtype == DT_F32) {
+        const float* row = (const float*)c->A + k * c->lda + j0;
+        for (int64_t j = 0; j < n; j++) acc[j] += (double)row[j];
+      } else {
+        for (int64_t j = 0; j < n; j++) acc[j] += (double)dt_load_float(c->A, c->dtype, k * c->lda + j0 + j);
+      }
+    }
+    for (int64_t j = 0; j < n; j++) dt_store_float(c->bias, c->c_dtype, j0 + j, (float)acc[j]);
+  }
+}
+
+/* ---- launcher --------------------------------------------------------------------------- */
+
+/* A stored rows x cols (row stride ld) of a low-precision dtype, widened into a new dense f32 buffer. */
+static float* widen_(const void* src, int32_t dtype, int64_t rows, int64_t cols, int64_t ld) {
+  float* dst = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof(float));
+  if (!dst) return NULL;
+  widen_ctx_ w = {.src = src, .dst = dst, .dtype = dtype, .cols = cols, .ld = ld};
+  dt_parallel_for_(rows, cols >= EPI_GRAIN ? 1 : EPI_GRAIN / (cols + 1) + 1, widen_range_, &w);
+  return dst;
+}
+
+DT_EXPORT dt_status dt_gemm_ex(int32_t ab_dtype, int32_t c_dtype, int32_t trans_a, int32_t trans_b, int64_t M,
+                               int64_t N, int64_t K, float alpha, const void* A, int64_t lda, const void* B,
+                               int64_t ldb, float beta, void* C, int64_t ldc, int32_t epilogue, void* bias, void* aux,
+                               int64_t ldaux, void* stream) {
+  (void)stream;
+  float *Aw = NULL, *Bw = NULL, *acc = NULL;
+  dt_status st = DT_OK;
+  DT_TRY_(dt_check_gemm_ex(ab_dtype, c_dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, epilogue, bias,
+                           aux, ldaux));
+  if (M == 0 || (N == 0 && epilogue != DT_EPI_BGRAD)) return DT_OK;
+  if (N == 0) goto bias_gradient; /* no C, but op(A)'s row sums are still asked for */
+  if (ab_dtype == c_dtype && epilogue == DT_EPI_NONE)
+    return dt_gemm(ab_dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, 0, 0, 0, NULL);
+  int product = K > 0 && alpha != 0.0f;
+  /* operands in f32 (a bf16/f16 value widens exactly) */
+  const float *Af = A, *Bf = B;
+  int64_t ldaf = lda, ldbf = ldb;
+  if (ab_dtype != DT_F32 && product) {
+    Aw = widen_(A, ab_dtype, trans_a ? K : M, trans_a ? M : K, lda);
+    Bw = widen_(B, ab_dtype, trans_b ? N : K, trans_b ? K : N, ldb);
+    if (!Aw || !Bw) {
+      st = dt_fail_(DT_ERR_ALLOC, "dt_gemm_ex: cannot allocate f32 copies of the operands (M=%lld N=%lld K=%lld)",
+                    (long long)M, (long long)N, (long long)K);
+      goto done;
+    }
+    Af = Aw, Bf = Bw;
+    ldaf = trans_a ? M : K;
+    ldbf = trans_b ? K : N;
+  }
+  /* the f32 product: in C itself when it is f32 (beta applied by the product) */
+  int in_place = c_dtype == DT_F32;
+  int64_t lacc = in_place ? ldc : N;
+  if (in_place) {
+    acc = C;
+  } else {
+    acc = malloc((size_t)(M * N) * sizeof(float));
+    if (!acc) {
+      st = dt_fail_(DT_ERR_ALLOC, "dt_gemm_ex: cannot allocate the %lld x %lld f32 product", (long long)M,
+                    (long long)N);
+      goto done;
+    }
+  }
+  st = dt_gemm(DT_F32, trans_a, trans_b, M, N, product ? K : 0, product ? alpha : 0.0f, Af, ldaf, Bf, ldbf,
+               in_place ? beta : 0.0f, acc, lacc, 1, 0, 0, 0, NULL);
+  if (st != DT_OK) goto done;
+  if (!in_place || epilogue == DT_EPI_BIAS || epilogue == DT_EPI_GELU_BIAS) {
+    epi_ctx_ e = {.acc = acc, .lacc = lacc, .C = C, .c_dtype = c_dtype, .N = N, .ldc = ldc,
+                  .beta = in_place ? 0.0f : beta, .epilogue = epilogue == DT_EPI_BGRAD ? DT_EPI_NONE : epilogue,
+                  .bias = bias, .aux = aux, .ldaux = ldaux};
+    dt_parallel_for_(M, N >= EPI_GRAIN ? 1 : EPI_GRAIN / N + 1, epi_range_, &e);
+  }
+bias_gradient:
+  if (epilogue == DT_EPI_BGRAD && st == DT_OK) {
+    bgrad_ctx_ g = {.A = A, .dtype = ab_dtype, .c_dtype = c_dtype, .trans_a = trans_a, .K = K, .lda = lda,
+                    .bias = bias};
+    int64_t grain = K >= EPI_GRAIN ? 1 : EPI_GRAIN / (K + 1) + 1;
+    if (trans_a && grain < BGRAD_COLS) grain = BGRAD_COLS; /* whole column blocks per thread */
+    dt_parallel_for_(M, grain, bgrad_range_, &g);
+  }
+done:
+  free(Aw);
+  free(Bw);
+  if (acc != C) free(acc);
+  return st;
+}
