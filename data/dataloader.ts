@@ -8,6 +8,7 @@
 import type { Dataset } from "./dataset.ts";
 import type { Tensor } from "../tensor/tensor.ts";
 import { samplerOnlyStage } from "../check/probe.ts";
+import { enter, leave } from "../profile/profile.ts";
 
 /** What orders the indices of an epoch. */
 export interface Sampler {
@@ -159,14 +160,19 @@ export class DataLoader {
           this.#lastYield = performance.now();
         }
         const t0 = performance.now();
+        const prev = enter("data wait");
         let tensors: Tensor[];
-        if (useAsync) {
-          start(b);
-          for (let k = 1; k <= this.prefetch; k++) start(b + k);
-          tensors = await pending.get(b)!;
-          pending.delete(b);
-        } else {
-          tensors = this.dataset.getBatch(slice(b));
+        try {
+          if (useAsync) {
+            start(b);
+            for (let k = 1; k <= this.prefetch; k++) start(b + k);
+            tensors = await pending.get(b)!;
+            pending.delete(b);
+          } else {
+            tensors = this.dataset.getBatch(slice(b));
+          }
+        } finally {
+          leave(prev);
         }
         const waitMs = performance.now() - t0;
         this.#totalWaitMs += waitMs;

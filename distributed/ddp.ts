@@ -14,6 +14,7 @@ import { addBackwardObserver } from "../tensor/autograd.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./phase.ts";
 import { allGatherJson } from "./gather_json.ts";
+import { enter, leave } from "../profile/profile.ts";
 
 /** DDP options (torch's names in camelCase). */
 export interface DDPOptions {
@@ -44,6 +45,7 @@ export class DistributedDataParallel<M extends Module> {
 
   constructor(readonly module: M, readonly pg: ProcessGroup, opts: DDPOptions = {}) {
     this.#findUnused = opts.findUnusedParameters ?? false;
+    const profiled = enter("ddp setup");
     const named = module.namedParameters();
     for (const [n, p] of named) this.#names.set(p, n);
     phase("ddp: verify parameters");
@@ -58,6 +60,7 @@ export class DistributedDataParallel<M extends Module> {
       onLeafGrad: (leaf) => this.#onGrad(leaf),
       onBackwardEnd: (received) => this.#onEnd(received),
     });
+    leave(profiled);
   }
 
   /** The wrapped module's forward, typed by the module. */

@@ -11,6 +11,7 @@ import type { BufferLike, ReduceOp } from "./collective_buffer.ts";
 import { type ProcessGroupOptions, resolveProcessGroupConfig } from "./pg_config.ts";
 import { ShmProcessGroup } from "./shm_backend.ts";
 import { SingleProcessGroup } from "./single_process_group.ts";
+import { section } from "../profile/profile.ts";
 
 export type {
   BufferLike,
@@ -78,5 +79,5 @@ export interface ProcessGroup {
 export function initProcessGroup(options: ProcessGroupOptions = {}): ProcessGroup {
   const cfg = resolveProcessGroupConfig(options);
   if (cfg.size === 1) return new SingleProcessGroup(cfg.timeoutMs);
-  return ShmProcessGroup.open(cfg);
+  return section("rendezvous", () => ShmProcessGroup.open(cfg));
 }

@@ -12,6 +12,7 @@ import {
   shmLibrary,
 } from "../ffi/shm.ts";
 import { reportCollective } from "./phase.ts";
+import { enter, leave } from "../profile/profile.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -194,9 +195,11 @@ export class ShmProcessGroup implements ProcessGroup {
     }
     const rec = detail === undefined ? { seq, op, bytes } : { seq, op, bytes, detail };
     reportCollective(rec, "enter");
+    const prev = enter("reduction wait");
     try {
       shmLibrary().check(call(handle, BigInt(Math.ceil(timeoutMs))), SYMBOL_OF[op] ?? op);
     } finally {
+      leave(prev);
       reportCollective(rec, "exit");
     }
   }

@@ -4,6 +4,7 @@
  * (SIGTERM, then SIGKILL after a grace period). Node 0 also polls phases to diagnose hangs.
  */
 import { rankEnv } from "../distributed/env.ts";
+import { profiling } from "../profile/profile.ts";
 import { type RankView, toFailureNotice, toRankView } from "../distributed/rank_state.ts";
 import type { StoreClient } from "../distributed/store.ts";
 import { attemptKeys, runKeys } from "../distributed/store_keys.ts";
@@ -276,7 +277,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
           rank,
           script: ctx.script,
           scriptArgs: opts.scriptArgs,
-          env,
+          env: { ...env, ...profileClock() },
           logPath: join(ctx.runDir, `rank-${rank}.log`),
           logRanks: opts.logRanks,
         });
@@ -327,4 +328,13 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   run();
 
   return { signal, nodeLost, result };
+}
+
+/** With DTRAIN_PROFILE=1, when this launcher started and spawns a rank (epoch ms), for the rank's report. */
+function profileClock(): Record<string, string> {
+  if (!profiling) return {};
+  return {
+    DTRAIN_LAUNCH_MS: String(performance.timeOrigin),
+    DTRAIN_SPAWN_MS: String(performance.timeOrigin + performance.now()),
+  };
 }

@@ -10,6 +10,7 @@ import { type FailureNotice, StorePhaseSink } from "../distributed/rank_state.ts
 import { StoreClient } from "../distributed/store.ts";
 import { attemptKeys } from "../distributed/store_keys.ts";
 import { dieWithParent } from "./pdeathsig.ts";
+import { enter, leave } from "../profile/profile.ts";
 
 // Why --preload rather than `await import(script)`: the user's script stays the main module, so
 // import.meta.main is true, Deno.args holds only its own arguments, and the process ends when the
@@ -58,6 +59,7 @@ if (!watch.ok) {
 }
 
 let client: StoreClient;
+const profiled = enter("rendezvous");
 try {
   client = await StoreClient.connect({
     host: world.masterAddr,
@@ -69,6 +71,7 @@ try {
 } catch (e) {
   fatal(`rank ${me}: ${(e as Error).message}`);
 }
+leave(profiled);
 installRankStore(client);
 const keys = attemptKeys(getRankSettings().restartCount);
 const host = Deno.hostname();

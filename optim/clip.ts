@@ -8,6 +8,7 @@ import { backend, check } from "../tensor/backend.ts";
 import type { Tensor } from "../tensor/tensor.ts";
 import { allocBlock, releaseBlock } from "../tensor/allocator.ts";
 import { plainArithmetic } from "../check/probe.ts";
+import { section } from "../profile/profile.ts";
 
 const sumsqOut = new Float64Array(1);
 const sumsqPtr = Deno.UnsafePointer.of(sumsqOut)!;
@@ -33,9 +34,11 @@ export function sumOfSquares(t: Tensor): number {
 
 /** sqrt(sum over grads of sum(g^2)) in double (the fixtures' grad_norms). */
 export function gradNorm(params: Tensor[]): number {
-  let s = 0;
-  for (const p of params) if (p.grad) s += sumOfSquares(p.grad);
-  return Math.sqrt(s);
+  return section("optimizer", () => {
+    let s = 0;
+    for (const p of params) if (p.grad) s += sumOfSquares(p.grad);
+    return Math.sqrt(s);
+  });
 }
 
 /**
@@ -43,6 +46,10 @@ export function gradNorm(params: Tensor[]): number {
  * norm before clipping (f32, as torch returns it).
  */
 export function clipGradNorm(params: Tensor[], maxNorm: number): number {
+  return section("optimizer", () => clipInPlace(params, maxNorm));
+}
+
+function clipInPlace(params: Tensor[], maxNorm: number): number {
   const grads = params.map((p) => p.grad).filter((g): g is Tensor => g !== null);
   if (grads.length === 0) return 0;
   let totalSq = 0;

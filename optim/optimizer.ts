@@ -7,6 +7,7 @@
 import type { Tensor } from "../tensor/tensor.ts";
 import { probing, record } from "../check/probe.ts";
 import { gradNorm } from "./clip.ts";
+import { enter, leave, stepDone } from "../profile/profile.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
 export interface ParamGroup<H> {
@@ -58,7 +59,9 @@ export abstract class Optimizer<H extends { lr: number }> {
 
   /** Sets every gradient to zero (torch 1.13's default zero_grad, not None). */
   zeroGrad(): void {
+    const prev = enter("optimizer");
     for (const p of this.params()) p.grad?.fill(0);
+    leave(prev);
   }
 
   /** Learning rate of the first group (schedules set every group's). */
@@ -72,7 +75,13 @@ export abstract class Optimizer<H extends { lr: number }> {
   /** Applies one update from the current gradients (parameters without a grad are skipped). */
   step(): void {
     if (probing()) record({ kind: "step", gradNorm: gradNorm(this.params()) });
-    this.update();
+    const prev = enter("optimizer");
+    try {
+      this.update();
+    } finally {
+      leave(prev);
+    }
+    stepDone();
   }
 
   /** The update rule itself (step() without the check probe). */

@@ -37,6 +37,7 @@
  */
 import { record as recordProbe } from "../check/probe.ts";
 import { basename, join, resolve } from "node:path";
+import { section } from "../profile/profile.ts";
 import type { StTensor } from "../io/safetensors.ts";
 import { type CheckpointIO, denoCheckpointIO, describeError } from "./checkpoint_io.ts";
 import {
@@ -159,6 +160,10 @@ export class CheckpointManager {
    * earlier checkpoint and `latest` as they were.
    */
   save(payload: CheckpointPayload): string | null {
+    return section("checkpoint", () => this.#save(payload));
+  }
+
+  #save(payload: CheckpointPayload): string | null {
     if (this.#rank !== 0) return null;
     const dir = writeCheckpoint(this.#ctx, payload);
     recordProbe({ kind: "checkpoint", dir, step: payload.step });

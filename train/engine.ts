@@ -51,6 +51,7 @@ import {
 import { join } from "node:path";
 import { stateTensor } from "../nn/load.ts";
 import { checkOverrides } from "../check/probe.ts";
+import { section } from "../profile/profile.ts";
 
 /** What the user supplies to a Trainer. */
 export interface TrainerOptions<M extends Module> {
@@ -361,7 +362,8 @@ export class Trainer<M extends Module> {
       const run = () =>
         scope(() => {
           phase("forward", { frequent: true });
-          const loss = autocast(low, () => this.#opts.loss(this.model, batch));
+          const loss = section("forward", () =>
+            autocast(low, () => this.#opts.loss(this.model, batch)));
           total += loss.item() / k;
           phase("backward", { frequent: true });
           backward(this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss));

@@ -5,6 +5,7 @@
  */
 import { appendMetrics } from "../run/record.ts";
 import type { MetricsRecord } from "../run/format.ts";
+import { section } from "../profile/profile.ts";
 
 /** One optimizer step as metrics.jsonl records it (docs/RUN_DIR.md). */
 export type StepMetrics = MetricsRecord;
@@ -32,6 +33,10 @@ export class MetricsLogger {
 
   /** Appends one step; prints progress every logEvery steps. */
   log(m: StepMetrics): void {
+    section("bookkeeping", () => this.#log(m));
+  }
+
+  #log(m: StepMetrics): void {
     if (!this.enabled) return;
     if (this.#runDir) appendMetrics(this.#runDir, m);
     if (m.step % this.#every !== 0 && m.step !== this.totalSteps) return;

@@ -3,7 +3,9 @@
  * process_group*_test.ts with the launcher's environment set.
  *
  *   pg_rank.ts matrix <out file>   run the case matrix (_cases.ts; sizes from
- *                                  CASE_SIZES, dtypes from CASE_DTYPES) and
+ *                                  CASE_SIZES, dtypes from CASE_DTYPES, data
+ *                                  CASE_OFFSET bytes past an aligned address;
+ *                                  CASE_ALLREDUCE_ONLY=1: sum, avg, max only) and
  *                                  write every result, concatenated, to the file
  *   pg_rank.ts serve               join the group, print {"event":"ready"}, then
  *                                  run one command per stdin line (see below)
@@ -38,8 +40,18 @@ function asBuffer(bytes: Uint8Array, dtype: CollectiveDType): BufferLike {
   }
 }
 
+/** `bytes` copied to `offset` bytes past the start of a fresh (aligned) buffer. */
+function atOffset(bytes: Uint8Array, offset: number): Uint8Array {
+  if (offset === 0) return bytes;
+  const moved = new Uint8Array(bytes.length + offset).subarray(offset);
+  moved.set(bytes);
+  return moved;
+}
+
+const OFFSET = Number(Deno.env.get("CASE_OFFSET") ?? 0);
+
 function runCase(pg: ProcessGroup, c: CollectiveCase, index: number): Uint8Array {
-  const inp = makeInput(c, index, pg.rank, pg.size);
+  const inp = atOffset(makeInput(c, index, pg.rank, pg.size), OFFSET);
   switch (c.op) {
     case "allReduce":
       pg.allReduce(asBuffer(inp, c.dtype), c.redop);
@@ -49,7 +61,7 @@ function runCase(pg: ProcessGroup, c: CollectiveCase, index: number): Uint8Array
       return inp;
     case "allGather":
     case "reduceScatter": {
-      const out = new Uint8Array(outputCount(c, pg.size) * BYTES[c.dtype]);
+      const out = atOffset(new Uint8Array(outputCount(c, pg.size) * BYTES[c.dtype]), OFFSET);
       if (c.op === "allGather") pg.allGather(asBuffer(out, c.dtype), asBuffer(inp, c.dtype));
       else pg.reduceScatter(asBuffer(out, c.dtype), asBuffer(inp, c.dtype), c.redop);
       return out;
@@ -61,7 +73,8 @@ function matrix(outFile: string): void {
   const pg = initProcessGroup();
   const sizes = (Deno.env.get("CASE_SIZES") ?? "0,1,7,1000").split(",").map(Number);
   const dtypes = Deno.env.get("CASE_DTYPES")?.split(",") as CollectiveDType[] | undefined;
-  const results = buildCases(pg.size, sizes, dtypes).map((c, i) => {
+  const allReduceOnly = Deno.env.get("CASE_ALLREDUCE_ONLY") === "1";
+  const results = buildCases(pg.size, sizes, dtypes, allReduceOnly).map((c, i) => {
     const out = runCase(pg, c, i);
     if (i % 16 === 0) pg.barrier(`after case ${i}`);
     return out;
