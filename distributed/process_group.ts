@@ -30,7 +30,7 @@ export interface CallOptions {
 /**
  * The ranks of one job and the collectives between them. Every rank must call
  * the same collectives in the same order with the same sizes; a mismatch is
- * reported with both sides (op and size always; dtype, reduce op, root and
+ * reported with both sides (op, size, dtype, reduce op and root always; the
  * barrier name too under DTRAIN_DISTRIBUTED_DEBUG=DETAIL). A call that waits
  * longer than its timeout throws, naming the ranks that did not arrive; after
  * any failure the group is unusable on every rank. Calls block this thread.

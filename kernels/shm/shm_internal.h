@@ -18,7 +18,7 @@
 #define DT_SHM_TEXT_MAX 384
 
 /* open flags */
-#define DT_SHM_FLAG_DETAIL 1 /* compare every field of each collective across ranks */
+#define DT_SHM_FLAG_DETAIL 1 /* also compare barrier names across ranks */
 
 /* Status for "a peer aborted the group or is gone"; dt_common.h has no
  * DT_ERR_ABORTED yet, so the closest existing code. */

@@ -13,7 +13,7 @@
  * Every outcome is one JSON line on stdout, so the test can assert on it.
  */
 import { initProcessGroup, type ProcessGroup } from "../../../distributed/process_group.ts";
-import type { BufferLike, CollectiveDType } from "../../../distributed/process_group.ts";
+import type { BufferLike, CollectiveDType, ReduceOp } from "../../../distributed/process_group.ts";
 import { buildCases, BYTES, type CollectiveCase, makeInput, outputCount } from "./_cases.ts";
 
 function say(obj: Record<string, unknown>): void {
@@ -91,16 +91,16 @@ function matrix(outFile: string): void {
   say({ event: "done", rank: pg.rank, bytes: total });
 }
 
-/** Runs one stdin command: `allreduce <count> <dtype> <timeoutMs>`,
+/** Runs one stdin command: `allreduce <count> <dtype> <timeoutMs> [sum|avg|max|min]`,
  *  `broadcast <count> <root> <timeoutMs>`, `barrier <name> <timeoutMs>`, `close`. */
 function command(pg: ProcessGroup, words: string[]): Record<string, unknown> {
-  const [cmd, a = "", b = "", c = ""] = words;
+  const [cmd, a = "", b = "", c = "", d = "sum"] = words;
   const t0 = performance.now();
   try {
     if (cmd === "allreduce") {
       const dtype = b as CollectiveDType;
       const bytes = new Uint8Array(Number(a) * BYTES[dtype]);
-      pg.allReduce(asBuffer(bytes, dtype), "sum", { timeoutMs: Number(c) });
+      pg.allReduce(asBuffer(bytes, dtype), d as ReduceOp, { timeoutMs: Number(c) });
     } else if (cmd === "broadcast") {
       pg.broadcast(new Float32Array(Number(a)), Number(b), { timeoutMs: Number(c) });
     } else if (cmd === "barrier") {
