@@ -49,6 +49,9 @@ const ddp = new DistributedDataParallel(model, pg);
 const optimizer = new AdamW(ddp.parameters(), { lr: 3e-4 });
 const gen = new TorchGenerator(1000 + pg.rank);
 const lossBuf = new Float64Array(1);
+// scripts/bench_ddp.ts times this script side by side with PyTorch's w2_gpt.py: the same stamps.
+const bench = Deno.env.get("DTRAIN_BENCH") === "1";
+let tFirst = 0;
 
 try {
   const t0 = performance.now();
@@ -64,6 +67,7 @@ try {
     });
     lossBuf[0] = loss;
     pg.allReduce(lossBuf, "avg");
+    if (step === 1) tFirst = Date.now() / 1000;
     if (step === 10) tWarm = performance.now();
     if (pg.rank === 0 && (step === 1 || step % 10 === 0)) {
       console.log(`step ${step}: loss ${lossBuf[0]!.toFixed(4)}`);
@@ -92,6 +96,9 @@ try {
         Math.round(tokensPerS)
       } tokens/s (steps 11..${steps})`,
     );
+    if (bench) {
+      console.log("BENCH " + JSON.stringify({ t_first_step: tFirst, tokens_per_s: tokensPerS }));
+    }
     new CheckpointManager(`${world.runDir ?? "runs/char_gpt"}/checkpoints`, { rank: 0 })
       .save({ step: steps, files: [tensorFile("model", ddp.stateDict())], state: { steps } });
   }

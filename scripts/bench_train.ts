@@ -1,10 +1,12 @@
 /**
  * Single-process training steps/s (forward + backward + AdamW) of the toy
  * classifier (batch 64) and GPT-mini (vocab 256, block 128, 4 layers, 4
- * heads, width 128, batch 16), dtrain and PyTorch side by side in one run,
- * both on one thread, alternating trials; prints both and the ratio.
+ * heads, width 128, batch 16), in f32 and (gpt-bf16) with the forward under
+ * bf16 autocast, dtrain and PyTorch side by side in one run, both on one
+ * thread, alternating trials; prints both and the ratio, and for bf16 also
+ * the ratio to dtrain's own f32 GPT-mini of the same run.
  *
- *   deno run -A scripts/bench_train.ts [--trials 3] [--models toy,gpt]
+ *   deno run -A scripts/bench_train.ts [--trials 3] [--models toy,gpt,gpt-bf16]
  */
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
@@ -17,11 +19,15 @@ import { AdamW } from "../optim/adamw.ts";
 import { crossEntropy } from "../tensor/ops/nn.ts";
 import { backward } from "../tensor/autograd.ts";
 import { getDefaultGenerator, manualSeed } from "../nn/init.ts";
+import { autocast } from "../amp/autocast.ts";
+import { gemmKernel } from "../ffi/cpu_extras.ts";
+
+type Model = "toy" | "gpt" | "gpt-bf16";
 
 const PYTHON = "/usr/bin/python3";
 
 /** Times `steps` training steps of dtrain's model; returns steps/s. */
-function dtrainSteps(which: "toy" | "gpt", steps: number): number {
+function dtrainSteps(which: Model, steps: number): number {
   manualSeed(0);
   const gen = getDefaultGenerator();
   let stepFn: () => void;
@@ -64,10 +70,11 @@ function dtrainSteps(which: "toy" | "gpt", steps: number): number {
       ).keep();
     const xt = tok(), yt = tok();
     const opt = new AdamW(model.parameters(), { lr: 3e-4 });
+    const low = which === "gpt-bf16" ? "bf16" : null;
     stepFn = () =>
       scope(() => {
         opt.zeroGrad();
-        const loss = model.loss(xt, yt);
+        const loss = autocast(low, () => model.loss(xt, yt));
         backward(loss);
         opt.step();
         loss.item();
@@ -84,7 +91,7 @@ function dtrainSteps(which: "toy" | "gpt", steps: number): number {
 
 /** Times the same work in PyTorch; null when torch is not importable. */
 async function torchSteps(
-  which: "toy" | "gpt",
+  which: Model,
   steps: number,
 ): Promise<number | null> {
   const script = fileURLToPath(
@@ -118,7 +125,7 @@ if (import.meta.main) {
     args: Deno.args,
     options: {
       trials: { type: "string", default: "3" },
-      models: { type: "string", default: "toy,gpt" },
+      models: { type: "string", default: "toy,gpt,gpt-bf16" },
     },
   });
   buildNative({ quiet: true });
@@ -131,7 +138,16 @@ if (import.meta.main) {
     "ratio",
     "goal",
   ]];
-  for (const which of values.models!.split(",") as ("toy" | "gpt")[]) {
+  const NAMES: Record<Model, string> = {
+    toy: "toy (batch 64)",
+    gpt: "GPT-mini (batch 16x128)",
+    "gpt-bf16": "GPT-mini, bf16 autocast",
+  };
+  const dtrainMedian = new Map<Model, number>();
+  for (const which of values.models!.split(",") as Model[]) {
+    if (!(which in NAMES)) {
+      throw new Error(`unknown model ${which}: expected ${Object.keys(NAMES)}`);
+    }
     const steps = which === "toy" ? 2000 : 20;
     const ours: number[] = [], theirs: number[] = [];
     for (let t = 0; t < trials; t++) {
@@ -140,17 +156,32 @@ if (import.meta.main) {
       if (p !== null) theirs.push(p);
     }
     const o = median(ours), p = theirs.length ? median(theirs) : NaN;
+    dtrainMedian.set(which, o);
     rows.push([
-      which === "toy" ? "toy (batch 64)" : "GPT-mini (batch 16x128)",
+      NAMES[which],
       o.toFixed(1),
       Number.isNaN(p) ? "n/a" : p.toFixed(1),
       Number.isNaN(p) ? "n/a" : (o / p).toFixed(2) + "x",
-      which === "toy" ? ">= 3x" : ">= 1.0x",
+      which === "toy" ? ">= 3x" : which === "gpt" ? ">= 1.0x" : "",
+    ]);
+  }
+  const f32 = dtrainMedian.get("gpt"), bf16 = dtrainMedian.get("gpt-bf16");
+  if (f32 !== undefined && bf16 !== undefined) {
+    rows.push([
+      "GPT-mini bf16 / dtrain f32",
+      (bf16 / f32).toFixed(2) + "x",
+      "",
+      "",
+      ">= 1.5x",
     ]);
   }
   const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) {
     console.log(r.map((c, i) => c.padEnd(w[i]!)).join("  "));
   }
-  console.log(`(median of ${trials} alternating trials, one thread each)`);
+  console.log(
+    `(median of ${trials} alternating trials, one thread each; dtrain bf16 GEMM kernel: ${
+      gemmKernel("bf16")
+    })`,
+  );
 }

@@ -1,7 +1,8 @@
 """PyTorch peer of scripts/bench_train.ts: times single-process training steps
 (forward + backward + AdamW) of the toy classifier or GPT-mini, one thread.
 
-  /usr/bin/python3 scripts/peers/train_step.py toy|gpt STEPS
+  /usr/bin/python3 scripts/peers/train_step.py toy|gpt|gpt-bf16 STEPS
+(gpt-bf16: the forward under torch.autocast("cpu", dtype=torch.bfloat16).)
 Prints one JSON line: {"model", "steps", "seconds", "steps_per_s", "loss"}.
 """
 import json
@@ -59,6 +60,7 @@ class GPT(nn.Module):
 def main():
     which, steps = sys.argv[1], int(sys.argv[2])
     torch.manual_seed(0)
+    low = which == "gpt-bf16"
     if which == "toy":
         model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 2))
         x, y = torch.randn(64, 128), torch.randint(0, 2, (64,))
@@ -72,7 +74,8 @@ def main():
 
     def step():
         opt.zero_grad()
-        loss = step_loss()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
+            loss = step_loss()
         loss.backward()
         opt.step()
         return loss.item()
