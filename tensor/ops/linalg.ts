@@ -4,11 +4,11 @@
  * attention. Under autocast, inputs are rounded to bf16/f16 and the product
  * accumulates in f32, its output rounded to the low precision.
  */
-import { backend, check } from "../backend.ts";
+import { backend } from "../backend.ts";
 import { castTensor, empty, full, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { type DType, DTYPE_CODE } from "../dtype.ts";
-import { autocastDtype } from "../../amp/autocast.ts";
+import { matmulLowPrecision } from "../matmul_precision.ts";
 import { requireFloat } from "./_util.ts";
 import { add } from "./elementwise.ts";
 
@@ -34,35 +34,31 @@ export function gemm(
 ): void {
   const K = backend();
   const lda = transA ? m : k, ldb = transB ? k : n;
-  check(
-    K.k.dt_gemm(
-      DTYPE_CODE[dtype],
-      transA ? 1 : 0,
-      transB ? 1 : 0,
-      BigInt(m),
-      BigInt(n),
-      BigInt(k),
-      opts.alpha ?? 1,
-      a.ptr,
-      BigInt(lda),
-      b.ptr,
-      BigInt(ldb),
-      opts.beta ?? 0,
-      c.ptr,
-      BigInt(n),
-      BigInt(opts.batch ?? 1),
-      BigInt(opts.strideA ?? m * k),
-      BigInt(opts.strideB ?? k * n),
-      BigInt(opts.strideC ?? m * n),
-      K.stream,
-    ),
-    "dt_gemm",
+  K.call.dt_gemm(
+    DTYPE_CODE[dtype],
+    transA ? 1 : 0,
+    transB ? 1 : 0,
+    BigInt(m),
+    BigInt(n),
+    BigInt(k),
+    opts.alpha ?? 1,
+    a.ptr,
+    BigInt(lda),
+    b.ptr,
+    BigInt(ldb),
+    opts.beta ?? 0,
+    c.ptr,
+    BigInt(n),
+    BigInt(opts.batch ?? 1),
+    BigInt(opts.strideA ?? m * k),
+    BigInt(opts.strideB ?? k * n),
+    BigInt(opts.strideC ?? m * n),
   );
 }
 
 /** The dtype a product computes in, and its inputs converted to it. */
 function productInputs(a: Tensor, b: Tensor): [DType, Tensor, Tensor] {
-  const low = autocastDtype();
+  const low = matmulLowPrecision();
   if (low) {
     return [
       low,
@@ -183,7 +179,7 @@ export function linear(
       })`,
     );
   }
-  const low = autocastDtype();
+  const low = matmulLowPrecision();
   if (low && bias) return linearLow(x, weight, bias, low);
   const y = matmul(x, weight, { transB: true });
   if (!bias) return y;
@@ -232,10 +228,6 @@ function linearLow(x: Tensor, weight: Tensor, bias: Tensor, low: DType): Tensor 
 /** out[j] = sum over the M rows of g[i, j] (f64 accumulation), as add's bias gradient. */
 function sumRows(g: Tensor, M: number, N: number): Tensor {
   const out = empty([N], "f32");
-  const k = backend();
-  check(
-    k.k.dt_reduce_bcast(out.ptr, g.ptr, BigInt(M * N), BigInt(N), 1n, k.stream),
-    "dt_reduce_bcast",
-  );
+  backend().call.dt_reduce_bcast(out.ptr, g.ptr, BigInt(M * N), BigInt(N), 1n);
   return out;
 }

@@ -38,7 +38,11 @@ const opt = new AdamW(model.parameters(), { lr: 1e-3 });
 for await (const { tensors: [xb, yb] } of loader) {
   scope(() => {
     opt.zeroGrad();
-    backward(crossEntropy((ddp ?? model).forward(xb!), yb!));
+    const loss = crossEntropy((ddp ?? model).forward(xb!), yb!);
+    if (ddp) {
+      ddp.backward(loss);
+      ddp.finishGradSync();
+    } else backward(loss);
     clipGradNorm(model.parameters(), 1.0);
     opt.step();
   });
