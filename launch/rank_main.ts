@@ -136,3 +136,13 @@ if (Deno.env.get(CHECK_ENV.OUT)) {
   const { installProbeFromEnv } = await import("../check/probe.ts");
   installProbeFromEnv();
 }
+
+// The library the script is about to import, loaded here (once: the script's import finds it
+// evaluated), so that a rank's profile shows module loading apart from the script's own work.
+const loading = enter("module load");
+try {
+  await import("../mod.ts");
+} catch (e) {
+  await fail(e);
+}
+leave(loading);

@@ -22,6 +22,7 @@ export type Part =
   | "rendezvous"
   | "data generation"
   | "ddp setup"
+  | "module load"
   | "script";
 
 /** Parts that keep the clock for everything they call (a DDP set-up's broadcasts are its own). */

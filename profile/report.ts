@@ -1,7 +1,9 @@
 /**
  * The text of a DTRAIN_PROFILE=1 report: one block per process with its
- * start-up (launcher, spawn, module load, then the parts up to the end of the
- * first optimizer step) and the mean breakdown of the steps after it.
+ * start-up (launcher, spawn, bootstrap — the runtime's clock starts to the
+ * profiler's module evaluated —, then the parts up to the end of the first
+ * optimizer step: module load, rendezvous, data generation, …) and the mean
+ * breakdown of the steps after it.
  */
 import type { Breakdown, Part, Unclaimed } from "./profile.ts";
 
@@ -23,6 +25,7 @@ export interface ProfileInput {
 }
 
 const STARTUP_ORDER: (Part | Unclaimed)[] = [
+  "module load",
   "rendezvous",
   "data generation",
   "ddp setup",
@@ -62,7 +65,7 @@ export function formatProfile(p: ProfileInput): string[] {
     parts.push(`launcher ${ms(p.spawnEpochMs - p.launchEpochMs)}`);
     parts.push(`spawn ${ms(p.processStartEpochMs - p.spawnEpochMs)}`);
   }
-  parts.push(`module load ${ms(p.loadedAtMs)}`);
+  parts.push(`bootstrap ${ms(p.loadedAtMs)}`);
   for (const k of STARTUP_ORDER) {
     const v = p.startup.get(k);
     if (v !== undefined && v >= 0.005) parts.push(`${k} ${ms(v)}`);

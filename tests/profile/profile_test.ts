@@ -41,7 +41,7 @@ Deno.test("DTRAIN_PROFILE=1 breaks a single process's start-up and steps down by
       lines[0]!,
       /^\[profile\] process start-up, process start → first optimizer step [\d.]+ ms:$/,
     );
-    assert.match(lines[1]!, /module load [\d.]+ \| data generation [\d.]+ \|.* first step [\d.]+/);
+    assert.match(lines[1]!, /bootstrap [\d.]+ \| data generation [\d.]+ \|.* first step [\d.]+/);
     assert.match(lines[2]!, /^\[profile\] process 19 steps after the first, [\d.]+ µs per step:$/);
     const cells = stepCells(lines[3]!);
     for (
@@ -84,7 +84,7 @@ Deno.test("each launched rank reports the launcher, the spawn, the rendezvous, t
       );
       assert.match(
         mine[1]!,
-        /launcher [\d.]+ \| spawn [\d.]+ \| module load [\d.]+ \| rendezvous [\d.]+ \|/,
+        /launcher [\d.]+ \| spawn [\d.]+ \| bootstrap [\d.]+ \| module load [\d.]+ \| rendezvous [\d.]+ \|/,
       );
       assert.match(mine[1]!, /ddp setup [\d.]+/);
       assert.match(mine[2]!, new RegExp(`rank ${rank} 9 steps after the first`));
