@@ -6,12 +6,16 @@
  */
 import {
   DT_ERR_ARG,
+  DT_ERR_SYS,
+  DT_ERR_TIMEOUT,
   SHM_DTYPE_CODE,
   SHM_FLAG_DETAIL,
   SHM_REDUCE_CODE,
   shmLibrary,
 } from "../ffi/shm.ts";
+import { DtNativeError } from "../ffi/native.ts";
 import { reportCollective } from "./control/phase.ts";
+import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
 import { enter, leave } from "../profile/profile.ts";
 import {
   type BufferLike,
@@ -32,6 +36,19 @@ const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");
 const leaked = new FinalizationRegistry<Deno.PointerObject>((handle) => {
   shmLibrary().symbols.dt_shm_close(handle);
 });
+
+/**
+ * What a failed collective call tells the launcher: a wait past its deadline
+ * is a timeout; a system error inside a collective means a peer closed, left
+ * or aborted the group (the call makes no other system call that can fail),
+ * a consequence of that peer's failure; anything else (a mismatch) is this
+ * rank's own error.
+ */
+function shmFailureKind(e: unknown): FailureKind {
+  if (!(e instanceof DtNativeError)) return "error";
+  if (e.status === DT_ERR_TIMEOUT) return "timeout";
+  return e.status === DT_ERR_SYS ? "peer" : "error";
+}
 
 /** A native call of one collective, given the handle and the timeout. */
 type NativeCall = (handle: Deno.PointerObject, timeoutMs: bigint) => number;
@@ -205,6 +222,8 @@ export class ShmProcessGroup implements ProcessGroup {
     const prev = enter("reduction wait");
     try {
       shmLibrary().check(call(handle, BigInt(Math.ceil(timeoutMs))), SYMBOL_OF[op] ?? op);
+    } catch (e) {
+      throw withFailureKind(e as Error, shmFailureKind(e), { inCollective: true });
     } finally {
       leave(prev);
       reportCollective(rec, "exit");
