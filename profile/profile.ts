@@ -182,6 +182,7 @@ export function printProfile(): void {
     loadedAtMs,
     firstStepAtMs: t.firstStepAtMs,
     processStartEpochMs: performance.timeOrigin,
+    commandEpochMs: envNumber("DTRAIN_COMMAND_MS"),
     launchEpochMs: envNumber("DTRAIN_LAUNCH_MS"),
     spawnEpochMs: envNumber("DTRAIN_SPAWN_MS"),
   });

@@ -19,6 +19,8 @@ export interface ProfileInput {
   firstStepAtMs: number | null;
   /** epoch ms: this process started (performance.timeOrigin) */
   processStartEpochMs: number;
+  /** epoch ms: the `dtrain` command started (its wrapper script), when known */
+  commandEpochMs: number | null;
   /** epoch ms: the launcher started, and spawned this rank (absent outside a launch) */
   launchEpochMs: number | null;
   spawnEpochMs: number | null;
@@ -62,6 +64,7 @@ export function formatProfile(p: ProfileInput): string[] {
   const lines: string[] = [];
   const parts: string[] = [];
   if (p.launchEpochMs !== null && p.spawnEpochMs !== null) {
+    if (p.commandEpochMs !== null) parts.push(`command ${ms(p.launchEpochMs - p.commandEpochMs)}`);
     parts.push(`launcher ${ms(p.spawnEpochMs - p.launchEpochMs)}`);
     parts.push(`spawn ${ms(p.processStartEpochMs - p.spawnEpochMs)}`);
   }
@@ -70,12 +73,15 @@ export function formatProfile(p: ProfileInput): string[] {
     const v = p.startup.get(k);
     if (v !== undefined && v >= 0.005) parts.push(`${k} ${ms(v)}`);
   }
-  const origin = p.launchEpochMs ?? p.processStartEpochMs;
+  const origin = p.commandEpochMs ?? p.launchEpochMs ?? p.processStartEpochMs;
+  const from = p.commandEpochMs !== null
+    ? "command"
+    : p.launchEpochMs !== null
+    ? "launch"
+    : "process start";
   const end = p.firstStepAtMs === null
     ? "no optimizer step yet"
-    : `${p.launchEpochMs !== null ? "launch" : "process start"} → first optimizer step ${
-      ms(p.processStartEpochMs + p.firstStepAtMs - origin)
-    } ms`;
+    : `${from} → first optimizer step ${ms(p.processStartEpochMs + p.firstStepAtMs - origin)} ms`;
   lines.push(`[profile] ${p.who} start-up, ${end}:`);
   lines.push(`[profile]   ${parts.join(" | ")} (ms)`);
   if (p.stepCount > 0) {
