@@ -17,7 +17,7 @@ export interface ProcessGroupOptions {
    *  64). Default: DTRAIN_SHM_CHUNK_BYTES, else 1 MiB. Rank 0's value wins. */
   chunkBytes?: number;
   /** Microseconds a waiting rank spins before it sleeps on a futex. Default:
-   *  DTRAIN_SHM_SPIN_US, else 50. */
+   *  DTRAIN_SHM_SPIN_US, else 50, or 0 when this machine runs more ranks than it has cores. */
   spinUs?: number;
   /** The environment to read; default Deno.env (tests pass their own). */
   env?: Record<string, string | undefined>;
@@ -40,6 +40,18 @@ export interface ProcessGroupConfig {
 export const DEFAULT_CHUNK_BYTES = 1 << 20;
 /** Default spin before sleeping: a few barrier round trips. */
 export const DEFAULT_SPIN_US = 50;
+
+/**
+ * The spin before sleeping when nobody set one: DEFAULT_SPIN_US while every
+ * rank of this machine can have a core, none when there are more ranks than
+ * cores (a spinning rank would take the core the rank it waits for needs).
+ */
+export function defaultSpinUs(
+  localRanks: number,
+  cores = navigator.hardwareConcurrency || 1,
+): number {
+  return localRanks > cores ? 0 : DEFAULT_SPIN_US;
+}
 
 const RUN_ID = /^[A-Za-z0-9._-]{1,160}$/;
 
@@ -86,7 +98,7 @@ export function resolveProcessGroupConfig(opts: ProcessGroupOptions = {}): Proce
     timeoutMs,
     detail: debugDetail(get),
     chunkBytes: opts.chunkBytes ?? intVar(get, "DTRAIN_SHM_CHUNK_BYTES") ?? DEFAULT_CHUNK_BYTES,
-    spinUs: opts.spinUs ?? intVar(get, "DTRAIN_SHM_SPIN_US") ?? DEFAULT_SPIN_US,
+    spinUs: opts.spinUs ?? intVar(get, "DTRAIN_SHM_SPIN_US") ?? defaultSpinUs(world.localWorldSize),
   };
   const { rank, worldSize: size, localWorldSize: localSize, nnodes } = world;
   if (size === 1) return { rank: 0, size: 1, runId: world.runId, ...common };
