@@ -5,6 +5,7 @@
  */
 import { rankEnv } from "../distributed/control/env.ts";
 import { profiling } from "../profile/profile.ts";
+import { setImmediate } from "node:timers";
 import { type RankView, toFailureNotice, toRankView } from "../distributed/control/rank_state.ts";
 import type { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
@@ -400,7 +401,9 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       }
       ranks.push(p);
       p.exited.then((exit) => onRankExit(p, exit));
-      await new Promise((r) => setTimeout(r, 0));
+      // One turn of the event loop (signals, the store) between spawns: setImmediate takes a few
+      // microseconds, a setTimeout(0) waits for the timer clock's next millisecond.
+      await new Promise((r) => setImmediate(r));
     }
     if (ranks.length === 0) return; // stopped before any rank started: onAbort reports it
     log.info(
