@@ -1,8 +1,9 @@
-/* dt_vectorize.h — host-only helpers for the CPU loops: compile a hot loop
- * twice (x86-64-v3 and baseline x86-64, picked once at load time by an ifunc)
- * and check size arithmetic for overflow. Nothing here changes the arithmetic:
- * -ffp-contract=off holds in both clones, so they round identically. Include
- * it first in a .c file, so its pragma covers the headers' inline bodies. */
+/* dt_vectorize.h — how the CPU loops are compiled: a hot loop three times
+ * (x86-64-v4, x86-64-v3 and baseline x86-64, picked once at load time by an
+ * ifunc). CPU library only (the CUDA one never includes it). Nothing here
+ * changes the arithmetic: -ffp-contract=off holds in every clone, so they
+ * round identically. Include it first in a .c file, so its pragma covers the
+ * headers' inline bodies. */
 #pragma once
 #include <stdint.h>
 
@@ -14,14 +15,8 @@
 /* The x86-64-v3 clone (AVX2, FMA, BMI): 256-bit integer lanes too, which the
  * bit-level parts of the bodies (dt_expf's exponent, the bf16/f16 rounding)
  * need to vectorise at full width; with "fma" alone (AVX without AVX2) GCC
- * vectorised those loops two floats at a time. */
+ * vectorised those loops two floats at a time. x86-64-v4 adds AVX-512. */
 #define DT_VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DT_VEC_CLONES
 #endif
-
-/* a * b into *out; returns 0 when the product overflows int64 or an operand is negative. */
-static inline int dt_mul_ok_(int64_t a, int64_t b, int64_t* out) {
-  if (a < 0 || b < 0) return 0;
-  return !__builtin_mul_overflow(a, b, out);
-}
