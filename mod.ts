@@ -43,7 +43,12 @@ export { reshape, sliceLast, splitLast, transpose, transpose12 } from "./tensor/
 export { argmax, mean, sum } from "./tensor/ops/reduce.ts";
 
 // layers and models
-export { Module, StateDictError } from "./nn/module.ts";
+export {
+  Module,
+  StateDictError,
+  type StateDictSource,
+  type StateTensor,
+} from "./nn/module.ts";
 export {
   Dropout,
   Embedding,
@@ -56,6 +61,7 @@ export {
 } from "./nn/layers.ts";
 export { GPT, type GPTConfig } from "./nn/gpt.ts";
 export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
+export { getRngState, type RngState, setRngState } from "./nn/rng_state.ts";
 
 // optimizers, schedules, mixed precision
 export { AdamW, type AdamWOptions } from "./optim/adamw.ts";

@@ -4,7 +4,13 @@
  * Sequential (children named "0", "1", …).
  */
 import { Module } from "./module.ts";
-import { linearBiasBound, linearWeightBound, normalTensor, uniformTensor } from "./init.ts";
+import {
+  linearBiasBound,
+  linearWeightBound,
+  nextDropoutSeed,
+  normalTensor,
+  uniformTensor,
+} from "./init.ts";
 import { full, type Tensor } from "../tensor/tensor.ts";
 import { linear } from "../tensor/ops/linalg.ts";
 import { dropout, gelu, relu } from "../tensor/ops/elementwise.ts";
@@ -62,12 +68,14 @@ export class GELU extends Layer {
 
 /**
  * Dropout with a seeded, counter-based mask: each call uses the next offset,
- * so a run is reproducible from (seed, number of calls), which checkpoints save.
+ * so a run is reproducible from (seed, number of calls), which checkpoints
+ * save (getRngState). The seed defaults to one derived from manualSeed's seed
+ * and the layer's construction order (nextDropoutSeed), distinct per layer.
  */
 export class Dropout extends Layer {
   /** Mask stream position; advanced by the element count of each call. */
   offset = 0n;
-  constructor(readonly p: number, public seed: bigint = 0n) {
+  constructor(readonly p: number, public seed: bigint = nextDropoutSeed()) {
     super();
     if (!(p >= 0 && p < 1)) {
       throw new RangeError(`Dropout: p must be in [0, 1), got ${p}`);

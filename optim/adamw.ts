@@ -95,7 +95,7 @@ export class AdamW extends Optimizer<AdamWOptions> {
     return { tensors, paramGroups };
   }
 
-  loadStateDict(state: OptimizerState): void {
+  protected loadState(state: OptimizerState): void {
     this.restoreGroups(state, (saved, h) => {
       if (typeof saved.lr === "number") h.lr = saved.lr;
       const betas = saved.betas as number[] | undefined;

@@ -4,9 +4,12 @@
  * tensors under "state.<index>.<name>", param_groups as JSON), so a dtrain
  * optimizer state reads like torch's optimizer.state_dict() flattened.
  */
-import type { Tensor } from "../tensor/tensor.ts";
+import { scope, Tensor } from "../tensor/tensor.ts";
 import { probing, record } from "../check/probe.ts";
 import { gradNorm } from "./clip.ts";
+import { fromStTensor } from "../tensor/st_bridge.ts";
+import { isStTensor } from "../io/st_tensor.ts";
+import { type CheckpointLike, pickTensors, type TensorFileLike } from "../nn/state_source.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
 export interface ParamGroup<H> {
@@ -78,7 +81,53 @@ export abstract class Optimizer<H extends { lr: number }> {
   /** The update rule itself (step() without the check probe). */
   protected abstract update(): void;
   abstract stateDict(): OptimizerState;
-  abstract loadStateDict(state: OptimizerState): void;
+  /** Restores a state of this optimizer's own layout (what stateDict() returned). */
+  protected abstract loadState(state: OptimizerState): void;
+
+  /**
+   * Restores the state and the groups' hyperparameters from what stateDict()
+   * returned, from a checkpoint's "optimizer" file (tensors `state.<i>.<name>`,
+   * param_groups in its metadata, as optimizerFile() writes it), or from a
+   * whole loaded checkpoint: `optimizer.loadStateDict(checkpoints.loadLatest())`.
+   */
+  loadStateDict(source: OptimizerState | TensorFileLike | CheckpointLike | null | undefined): void {
+    const what = `${this.constructor.name}.loadStateDict`;
+    if (source && "paramGroups" in source && source.tensors instanceof Map) {
+      this.loadState(source as OptimizerState);
+      return;
+    }
+    const isFile = source && "tensors" in source && !("files" in source);
+    const file: TensorFileLike = isFile ? source : {
+      tensors: pickTensors(source as CheckpointLike | null | undefined, "optimizer", what),
+      metadata: (source as CheckpointLike).files.get("optimizer")!.metadata ?? {},
+    };
+    const groups = file.metadata?.param_groups;
+    if (groups === undefined) {
+      throw new Error(
+        `${what}: the optimizer file has no param_groups metadata (save it with optimizerFile(optimizer))`,
+      );
+    }
+    scope(() => {
+      const tensors = new Map<string, Tensor>();
+      for (const [k, t] of file.tensors) {
+        if (!k.startsWith("state.")) continue;
+        const key = k.slice("state.".length);
+        if (isStTensor(t)) tensors.set(key, fromStTensor(t, k));
+        else if (t instanceof Tensor) tensors.set(key, t);
+        else throw new TypeError(`${what}: entry "${k}" is not a tensor`);
+      }
+      let paramGroups: Record<string, unknown>[];
+      try {
+        paramGroups = JSON.parse(groups);
+      } catch (e) {
+        throw new Error(`${what}: param_groups metadata is not JSON: ${(e as Error).message}`);
+      }
+      if (!Array.isArray(paramGroups)) {
+        throw new Error(`${what}: param_groups metadata is not a list of groups`);
+      }
+      this.loadState({ tensors, paramGroups });
+    });
+  }
 
   /** The groups' hyperparameters as torch writes them, with parameter indices. */
   protected groupsJson(

@@ -86,7 +86,7 @@ export class SGD extends Optimizer<SGDOptions> {
     return { tensors, paramGroups };
   }
 
-  loadStateDict(state: OptimizerState): void {
+  protected loadState(state: OptimizerState): void {
     this.restoreGroups(state, (saved, h) => {
       if (typeof saved.lr === "number") h.lr = saved.lr;
       if (typeof saved.momentum === "number") h.momentum = saved.momentum;
