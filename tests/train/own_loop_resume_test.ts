@@ -88,7 +88,7 @@ async function train(
   return losses;
 }
 
-async function resumed(dir: string, restoreRng: boolean): Promise<number[]> {
+function resumed(dir: string, restoreRng: boolean): Promise<number[]> {
   const l = setup();
   const ck = new CheckpointManager(dir, { rank: 0, fsync: false }).loadLatest()!;
   l.model.loadStateDict(ck);
