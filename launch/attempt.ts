@@ -35,6 +35,12 @@ export interface RunContext {
   threads: number;
   /** absolute path of the user's script */
   script: string;
+  /**
+   * Attempts earlier launches into this run directory made (run.json): this
+   * launch's attempt k is the run's attempt attemptBase + k, the ranks'
+   * DTRAIN_RESTART_COUNT (default 0).
+   */
+  attemptBase?: number;
 }
 
 /** How an attempt ended. */
@@ -265,7 +271,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         numThreads: ctx.threads,
         hangWarnS: opts.hangWarnS,
         timeoutS: opts.timeoutS,
-        restartCount: k,
+        restartCount: (ctx.attemptBase ?? 0) + k,
         logRanks: opts.logRanks,
         launcherPid: Deno.pid,
         device: opts.device,
@@ -295,7 +301,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       p.exited.then((exit) => onRankExit(p, exit));
     }
     log.info(
-      `attempt ${k}: started ranks ${
+      `attempt ${(ctx.attemptBase ?? 0) + k}: started ranks ${
         rankList(ranks.map((p) => p.rank))
       } of ${worldSize} on node ${node} ` +
         `(pids ${ranks.map((p) => p.pid).join(",")}; ${ctx.threads} native thread(s) each)`,

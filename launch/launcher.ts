@@ -9,9 +9,11 @@ import {
   type AttemptEnd,
   beginAttempt,
   behaviourEnv,
+  continueRunRecord,
   finishAttempt,
   machineFacts,
   newRunRecord,
+  readRunRecord,
   sha256File,
   versions,
   writeRunRecord,
@@ -33,6 +35,7 @@ import {
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
+import type { RunRecord } from "../run/format.ts";
 
 /** Default store port with several nodes (torchrun's). */
 const MULTI_NODE_PORT = 29500;
@@ -47,6 +50,8 @@ interface RunInfo {
   nnodes: number;
   nproc: number;
   maxRestarts: number;
+  /** attempts that earlier launches into the run directory made (node 0 reads run.json) */
+  attemptBase?: number;
 }
 
 function checkScript(script: string): string {
@@ -88,12 +93,13 @@ function startStore(
   }
 }
 
-/** Meets every node's launcher in the store; returns the run's id (node 0's). */
+/** Meets every node's launcher in the store; returns node 0's run facts (its run id, attempt base). */
 async function rendezvous(
   client: StoreClient,
   opts: LaunchOptions,
   runId: string | null,
-): Promise<string> {
+  attemptBase = 0,
+): Promise<RunInfo> {
   const me = opts.nodeRank;
   const claims = await client.add(runKeys.nodeClaim(me), 1);
   if (claims > 1) {
@@ -106,6 +112,7 @@ async function rendezvous(
     nnodes: opts.nnodes,
     nproc: opts.nproc,
     maxRestarts: opts.maxRestarts,
+    attemptBase,
   };
   if (me === 0) await client.set(runKeys.info, JSON.stringify(mine));
   await client.set(
@@ -142,13 +149,21 @@ async function rendezvous(
       }
     }
   }
-  return info.runId;
+  return info;
 }
 
-/** run.json of this launch: written at start and rewritten as each attempt begins and ends. */
-async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
+/**
+ * run.json of this launch: written at start and rewritten as each attempt
+ * begins and ends; continued (not replaced) when the directory holds the
+ * record of an earlier launch.
+ */
+async function startRunRecord(
+  ctx: RunContext,
+  argv: readonly string[],
+  previous: RunRecord | null,
+) {
   const { opts, runDir, runId, threads, script } = ctx;
-  let rec = newRunRecord({
+  const input = {
     runId,
     name: basename(runDir),
     argv: ["dtrain", ...argv],
@@ -158,7 +173,8 @@ async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
     versions: versions(),
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
-  });
+  };
+  let rec = previous ? continueRunRecord(previous, input) : newRunRecord(input);
   writeRunRecord(runDir, rec);
   return {
     begin() {
@@ -219,9 +235,18 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     const proposed = opts.nodeRank === 0
       ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
       : null;
-    let runId: string;
+    // A run directory reused to resume keeps its run's id and record (run.json).
+    const previous = proposed ? readRunRecord(proposed.dir) : null;
+    let runId: string, attemptBase: number;
     try {
-      runId = await rendezvous(client, opts, proposed?.runId ?? null);
+      const info = await rendezvous(
+        client,
+        opts,
+        previous?.runId ?? proposed?.runId ?? null,
+        previous?.attempts.length ?? 0,
+      );
+      runId = info.runId;
+      attemptBase = info.attemptBase ?? 0;
     } catch (e) {
       // Nothing ran: leave no empty run directory behind.
       if (proposed) Deno.removeSync(proposed.dir);
@@ -259,6 +284,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       masterPort,
       threads,
       script,
+      attemptBase,
     };
     const record: LaunchRecord = {
       runId,
@@ -277,7 +303,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     const recordPath = launchRecordPath(runDir, opts.nodeRank);
     writeLaunchRecord(recordPath, record);
     // run.json: the job's rerun record (node 0 only), one entry per attempt.
-    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv) : null;
+    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
 
     let code = 1;
     let graceMs = 0;
@@ -308,7 +334,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       if (!restartable || preempted || k >= opts.maxRestarts) break;
       log.info(
         `restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${
-          k + 1
+          attemptBase + k + 1
         }`,
       );
     }
