@@ -43,12 +43,7 @@ export { reshape, sliceLast, splitLast, transpose, transpose12 } from "./tensor/
 export { argmax, mean, sum } from "./tensor/ops/reduce.ts";
 
 // layers and models
-export {
-  Module,
-  StateDictError,
-  type StateDictSource,
-  type StateTensor,
-} from "./nn/module.ts";
+export { Module, StateDictError, type StateDictSource, type StateTensor } from "./nn/module.ts";
 export {
   Dropout,
   Embedding,
@@ -72,7 +67,7 @@ export { autocast } from "./amp/autocast.ts";
 export { GradScaler } from "./amp/grad_scaler.ts";
 
 // data
-export { type Dataset, TensorDataset } from "./data/dataset.ts";
+export { type Dataset, Subset, TensorDataset } from "./data/dataset.ts";
 export { type Batch, DataLoader, type DataLoaderState } from "./data/dataloader.ts";
 export { DistributedSampler, shardIndices } from "./data/distributed_sampler.ts";
 export { type FashionMnist, loadFashionMnist } from "./data/fashion_mnist.ts";
@@ -81,6 +76,7 @@ export { CharWindows, loadCharCorpus } from "./data/char_corpus.ts";
 // training engine
 export { type FitResult, Trainer, type TrainerOptions } from "./train/engine.ts";
 export { resolveConfig, type TrainConfig, type TrainConfigInput } from "./train/config.ts";
+export { type EvalOptions, RunLog, type RunLogOptions, type StepInput } from "./train/run_log.ts";
 export {
   CheckpointManager,
   type CheckpointPayload,

@@ -15,6 +15,8 @@ export interface Sampler {
   indices(): Int32Array;
   /** The sampler's current epoch, when it tracks one (setEpoch called on the sampler directly). */
   readonly epoch?: number;
+  /** Told when an iteration went through `epoch`'s order to its end (DistributedSampler warns on repeats). */
+  passCompleted?(epoch: number): void;
 }
 
 /** Options of a DataLoader. */
@@ -65,6 +67,8 @@ export class DataLoader {
   readonly prefetch: number;
   #epoch = 0;
   #position = 0;
+  /** where the next iteration starts (set by loadState), or null: at the epoch's start */
+  #resumeAt: number | null = null;
   #totalWaitMs = 0;
   #lastYield = 0;
   #batches = 0;
@@ -88,7 +92,10 @@ export class DataLoader {
 
   /** Selects the epoch that the next iteration produces (and tells the sampler). */
   setEpoch(epoch: number): void {
-    if (epoch !== this.#epoch) this.#position = 0;
+    if (epoch !== this.#epoch) {
+      this.#position = 0;
+      this.#resumeAt = null;
+    }
     this.#epoch = epoch;
     this.sampler.setEpoch(epoch);
   }
@@ -98,7 +105,11 @@ export class DataLoader {
     return { epoch: this.#epoch, position: this.#position };
   }
 
-  /** Continues from a saved state: the next iteration starts at that batch. */
+  /**
+   * Continues from a saved state: the next iteration starts at that batch
+   * (a state saved after an epoch's last batch starts that epoch again; call
+   * setEpoch(epoch + 1) for the next one).
+   */
   loadState(s: DataLoaderState): void {
     if (
       !Number.isSafeInteger(s.epoch) || s.epoch < 0 ||
@@ -110,6 +121,7 @@ export class DataLoader {
     }
     this.#epoch = s.epoch;
     this.#position = s.position;
+    this.#resumeAt = s.position;
     this.sampler.setEpoch(s.epoch);
   }
 
@@ -119,21 +131,27 @@ export class DataLoader {
   }
 
   /**
-   * The batches of the current epoch from the current position. Tensors of a
-   * batch belong to the consumer (dispose them, or create them in a scope).
+   * The batches of the current epoch. As a new iterator of a PyTorch
+   * DataLoader, each iteration starts at the epoch's first batch (a peek at
+   * one batch in setup skips nothing), except the first one after
+   * loadState(), which starts at the saved position. Tensors of a batch
+   * belong to the consumer (dispose them, or create them in a scope).
    */
   async *[Symbol.asyncIterator](): AsyncGenerator<Batch> {
     // The user may call sampler.setEpoch() directly, as with torch: follow it.
     const samplerEpoch = this.sampler.epoch ?? this.#epoch;
     if (samplerEpoch !== this.#epoch) {
       this.#epoch = samplerEpoch;
-      this.#position = 0;
+      this.#resumeAt = null;
     }
+    const resumeAt = this.#resumeAt ?? 0;
+    this.#resumeAt = null;
     const order = this.sampler.indices();
     // `dtrain check` records the order (through the sampler) without computing anything.
     if (samplerOnlyStage()) return;
     const nBatches = this.batchesFor(order.length);
-    if (this.#position >= nBatches) this.#position = 0; // the last pass completed: a new pass
+    // A state saved after the epoch's last batch: the epoch again.
+    this.#position = resumeAt >= nBatches ? 0 : resumeAt;
     const epoch = this.#epoch;
     const slice = (b: number) =>
       order.subarray(
@@ -175,6 +193,7 @@ export class DataLoader {
         yield { tensors, indices: slice(b), epoch, position: b, waitMs };
       }
       if (this.#epoch === epoch) this.#position = nBatches;
+      this.sampler.passCompleted?.(epoch);
     } finally {
       // Batches prepared ahead but never consumed (the loop was left early).
       for (const p of pending.values()) {

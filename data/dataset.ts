@@ -132,3 +132,45 @@ export class TensorDataset implements Dataset {
     }
   }
 }
+
+/**
+ * The samples of `dataset` at `indices`, as a dataset of its own
+ * (torch.utils.data.Subset): sample i is dataset[indices[i]].
+ *
+ * @example
+ * ```ts
+ * const small = new Subset(train, Int32Array.from({ length: 2048 }, (_, i) => i)); // the first 2048
+ * ```
+ */
+export class Subset implements Dataset {
+  readonly length: number;
+  readonly #indices: Int32Array;
+
+  constructor(readonly dataset: Dataset, indices: Int32Array | readonly number[]) {
+    this.#indices = Int32Array.from(indices);
+    this.length = this.#indices.length;
+    for (const i of this.#indices) {
+      if (i < 0 || i >= dataset.length) {
+        throw new RangeError(`Subset: index ${i} is outside the dataset's [0, ${dataset.length})`);
+      }
+    }
+  }
+
+  getBatch(indices: Int32Array): Tensor[] {
+    return this.dataset.getBatch(this.#map(indices));
+  }
+
+  getBatchAsync(indices: Int32Array): Promise<Tensor[]> {
+    const mapped = this.#map(indices);
+    return this.dataset.getBatchAsync?.(mapped) ?? Promise.resolve(this.dataset.getBatch(mapped));
+  }
+
+  #map(indices: Int32Array): Int32Array {
+    return indices.map((i) => {
+      if (i < 0 || i >= this.length) {
+        throw new RangeError(`Subset: index ${i} is outside [0, ${this.length})`);
+      }
+      return this.#indices[i]!;
+    });
+  }
+}

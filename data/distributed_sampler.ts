@@ -128,9 +128,11 @@ export interface DistributedSamplerOptions {
 
 /**
  * torch's `DistributedSampler` for a dataset of `datasetLength` items. Call
- * `setEpoch(epoch)` at the start of every epoch (the Trainer does); asking a
- * shuffling sampler for the same epoch's order twice warns once, because
- * that is almost always a forgotten `setEpoch` that silently repeats the order.
+ * `setEpoch(epoch)` at the start of every epoch (the Trainer does); going
+ * through a shuffling sampler's order of one epoch to its end twice (by its
+ * own iterator or a DataLoader) warns once, because that is almost always a
+ * forgotten `setEpoch` that silently repeats the order. A pass left early (a
+ * peek at the first batch, as PyTorch's DDP tutorial does) does not count.
  *
  * @example
  * ```ts
@@ -154,7 +156,7 @@ export class DistributedSampler implements Iterable<number> {
   /** numSamples * numReplicas. */
   readonly totalSize: number;
   #epoch = 0;
-  #servedEpochs = new Set<number>();
+  #consumedEpochs = new Set<number>();
   #warned = false;
   #onWarning: (message: string) => void;
 
@@ -191,22 +193,9 @@ export class DistributedSampler implements Iterable<number> {
     this.#epoch = epoch;
   }
 
-  /**
-   * This rank's indices for the current epoch. With shuffle on, a second
-   * request for an epoch already served warns once (see the class doc).
-   */
+  /** This rank's indices for the current epoch (a pass over them starts). */
   indices(): Int32Array<ArrayBuffer> {
     const epoch = this.#epoch;
-    if (this.shuffle && this.#servedEpochs.has(epoch) && !this.#warned) {
-      this.#warned = true;
-      this.#onWarning(
-        `DistributedSampler (rank ${this.rank}): the order of epoch ${epoch} was requested again, ` +
-          `so this pass repeats the previous pass's sample order exactly. ` +
-          `Call sampler.setEpoch(epoch) at the start of each epoch ` +
-          `(the dtrain Trainer does this for you). This warning is shown once.`,
-      );
-    }
-    this.#servedEpochs.add(epoch);
     const out = this.indicesFor(epoch);
     if (probing()) {
       record({
@@ -231,8 +220,28 @@ export class DistributedSampler implements Iterable<number> {
     });
   }
 
+  /**
+   * Says that a pass over `epoch`'s order went to its end (the DataLoader
+   * calls it, and so does this sampler's own iterator). With shuffle on, a
+   * second complete pass over one epoch warns once (see the class doc).
+   */
+  passCompleted(epoch: number): void {
+    if (this.shuffle && this.#consumedEpochs.has(epoch) && !this.#warned) {
+      this.#warned = true;
+      this.#onWarning(
+        `DistributedSampler (rank ${this.rank}): the order of epoch ${epoch} was gone through ` +
+          `again, so this pass repeated the previous pass's sample order exactly. ` +
+          `Call sampler.setEpoch(epoch) at the start of each epoch ` +
+          `(the dtrain Trainer does this for you). This warning is shown once.`,
+      );
+    }
+    this.#consumedEpochs.add(epoch);
+  }
+
   /** Iterates indices() of the current epoch (computed when iteration starts). */
-  [Symbol.iterator](): IterableIterator<number> {
-    return this.indices()[Symbol.iterator]();
+  *[Symbol.iterator](): IterableIterator<number> {
+    const epoch = this.#epoch;
+    yield* this.indices();
+    this.passCompleted(epoch);
   }
 }
