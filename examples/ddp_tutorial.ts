@@ -84,7 +84,7 @@ class Trainer {
   async runEpoch(epoch: number): Promise<void> {
     const it = this.trainData[Symbol.asyncIterator]();
     const first = (await it.next()).value; // b_sz = len(next(iter(self.train_data))[0])
-    const bSz = first?.tensors[0]!.shape[0] ?? 0;
+    const bSz = first?.tensors[0]?.shape[0] ?? 0;
     for (const t of first?.tensors ?? []) t.dispose();
     await it.return(undefined);
     const sampler = this.trainData.sampler as DistributedSampler;
