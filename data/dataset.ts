@@ -25,6 +25,11 @@ export interface Column {
   data: Float32Array | Int32Array;
   /** shape of one sample (e.g. [128] for features, [] for a label) */
   sampleShape: number[];
+  /**
+   * The dataset may keep `data` itself instead of a copy (the caller gives
+   * the array up and must not change it); saves a copy of a large dataset.
+   */
+  owned?: boolean;
 }
 
 /** Batches smaller than this are gathered on the calling thread. */
@@ -56,11 +61,10 @@ export class TensorDataset implements Dataset {
     }
     this.#columns = columns.map((c) => {
       const dtype: DType = c.data instanceof Float32Array ? "f32" : "i32";
-      // A private copy, so the caller may reuse its array; its address is stable.
-      const host = new Uint8Array(c.data.byteLength);
-      host.set(
-        new Uint8Array(c.data.buffer, c.data.byteOffset, c.data.byteLength),
-      );
+      // A private copy, so the caller may reuse its array (unless it gave it up); its address is stable.
+      const bytes = new Uint8Array(c.data.buffer, c.data.byteOffset, c.data.byteLength);
+      const host = c.owned ? bytes : new Uint8Array(c.data.byteLength);
+      if (!c.owned) host.set(bytes);
       const per = c.sampleShape.reduce((a, b) => a * b, 1);
       return {
         host,

@@ -1,12 +1,15 @@
 /**
  * Fashion-MNIST as two TensorDatasets (train 60000, test 10000): images f32
  * [784] scaled to [0,1] then normalised with the training set's mean and std,
- * labels i32 in 0..9. Read from the IDX files of Debian's dataset-fashion-mnist.
+ * labels i32 in 0..9. Read from the IDX files of Debian's dataset-fashion-mnist,
+ * decompressed once into dtrain's cache folder (later loads read the copy).
  */
 import { join } from "node:path";
 import { cpuCalls } from "../ffi/cpu.ts";
+import { cacheFolder } from "../os/cache_folder.ts";
+import { Progress } from "../distributed/progress.ts";
 import { TensorDataset } from "./dataset.ts";
-import { type IdxArray, readIdx } from "./idx.ts";
+import { type IdxArray, readIdxCached } from "./idx.ts";
 
 /** Where Debian's package `dataset-fashion-mnist` installs the files. */
 export const FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist";
@@ -84,9 +87,18 @@ function checkDims(file: string, got: IdxArray, expected: string, ok: boolean): 
   }
 }
 
+/** Where the split loads report their progress, and where decompressed copies are kept. */
+interface LoadContext {
+  cacheDir: string;
+  progress: Progress;
+  /** bytes decompressed by earlier files */
+  base: number;
+}
+
 async function loadSplit(
   dir: string,
   files: { images: string; labels: string },
+  ctx: LoadContext,
 ): Promise<TensorDataset> {
   const paths = [files.images, files.labels].map((base) => findFile(dir, base));
   const missing = [files.images, files.labels].filter((_, i) => paths[i] === null);
@@ -99,7 +111,16 @@ async function loadSplit(
     );
   }
   const [imagePath, labelPath] = paths as [string, string];
-  const [images, labels] = await Promise.all([readIdx(imagePath), readIdx(labelPath)]);
+  const read = async (path: string) => {
+    const base = ctx.base;
+    const r = await readIdxCached(path, ctx.cacheDir, {
+      onProgress: (n) => ctx.progress.update(base + n, "decompressed"),
+    });
+    ctx.base += r.data.length;
+    return r;
+  };
+  const images = await read(imagePath);
+  const labels = await read(labelPath);
   const [count, rows, cols] = images.dims;
   checkDims(
     imagePath,
@@ -125,15 +146,18 @@ async function loadSplit(
     );
   }
   return new TensorDataset(
-    { data: normalizePixels(images.data), sampleShape: [FASHION_MNIST_PIXELS] },
-    { data: labelData, sampleShape: [] },
+    { data: normalizePixels(images.data), sampleShape: [FASHION_MNIST_PIXELS], owned: true },
+    { data: labelData, sampleShape: [], owned: true },
   );
 }
 
 /**
  * Loads both splits of Fashion-MNIST from `dir` (default: $DTRAIN_FASHION_MNIST,
- * else /usr/share/datasets/fashion-mnist). Each file may be plain or `.gz`.
- * A pixel p in 0..255 becomes `(p / 255 - 0.2860) / 0.3530` in f32.
+ * else /usr/share/datasets/fashion-mnist). Each file may be plain or `.gz`;
+ * a `.gz` file is decompressed once into `<dtrain cache>/datasets` (see
+ * os/cache_folder.ts) and read from there later. A pixel p in 0..255 becomes
+ * `(p / 255 - 0.2860) / 0.3530` in f32. A load that takes more than 2 s
+ * prints its progress on rank 0.
  *
  * @example
  * ```ts
@@ -141,9 +165,18 @@ async function loadSplit(
  * const [x, y] = train.getBatch(new Int32Array([0, 1])); // x f32 [2, 784], y i32 [2]
  * ```
  */
-export async function loadFashionMnist(dir?: string): Promise<FashionMnist> {
+export async function loadFashionMnist(
+  dir?: string,
+  opts: { cacheDir?: string } = {},
+): Promise<FashionMnist> {
   const folder = dir ?? Deno.env.get("DTRAIN_FASHION_MNIST") ?? FASHION_MNIST_DIR;
-  const train = await loadSplit(folder, SPLIT_FILES.train);
-  const test = await loadSplit(folder, SPLIT_FILES.test);
+  const ctx: LoadContext = {
+    cacheDir: opts.cacheDir ?? join(cacheFolder(), "datasets"),
+    progress: new Progress("loading Fashion-MNIST", { unit: "bytes" }),
+    base: 0,
+  };
+  const train = await loadSplit(folder, SPLIT_FILES.train, ctx);
+  const test = await loadSplit(folder, SPLIT_FILES.test, ctx);
+  ctx.progress.done(`${train.length} training and ${test.length} test images`);
   return { train, test };
 }

@@ -58,6 +58,7 @@ import {
 } from "./checkpoint_layout.ts";
 import { checkRotationPolicy, type RotationPolicy, stepsToDelete } from "./checkpoint_rotation.ts";
 import { removeQuietly, type SaveContext, writeCheckpoint } from "./checkpoint_save.ts";
+import { Progress, type ProgressOptions } from "../distributed/progress.ts";
 
 export type { CheckpointDirEntry, CheckpointIO } from "./checkpoint_io.ts";
 export type { CheckpointTensors } from "./checkpoint_format.ts";
@@ -110,6 +111,8 @@ export interface CheckpointManagerOptions {
   onWarning?: (message: string) => void;
   /** File operations; default the real file system. Tests inject faults here. */
   io?: CheckpointIO;
+  /** A save longer than 2 s prints progress lines; where they go and the clock (tests). */
+  progress?: Pick<ProgressOptions, "print" | "now">;
 }
 
 /**
@@ -127,6 +130,7 @@ export class CheckpointManager {
   readonly #rank: number;
   readonly #policy: RotationPolicy;
   readonly #ctx: SaveContext;
+  readonly #progress: Pick<ProgressOptions, "print" | "now">;
 
   /** Checks the options; nothing touches the disk until the first save or load. */
   constructor(dir: string, opts: CheckpointManagerOptions) {
@@ -148,6 +152,7 @@ export class CheckpointManager {
       fsync: opts.fsync ?? true,
       warn: opts.onWarning ?? ((message) => console.warn(message)),
     };
+    this.#progress = opts.progress ?? {};
   }
 
   /**
@@ -160,7 +165,19 @@ export class CheckpointManager {
    */
   save(payload: CheckpointPayload): string | null {
     if (this.#rank !== 0) return null;
-    const dir = writeCheckpoint(this.#ctx, payload);
+    const progress = new Progress(`saving checkpoint ${stepDirName(payload.step)}`, {
+      unit: "bytes",
+      enabled: true,
+      ...this.#progress,
+    });
+    const dir = writeCheckpoint({
+      ...this.#ctx,
+      progress: (stage, done, total) => {
+        progress.total = total;
+        progress.update(done, stage);
+      },
+    }, payload);
+    progress.done();
     recordProbe({ kind: "checkpoint", dir, step: payload.step });
     try {
       this.#rotate(payload.step);

@@ -91,7 +91,7 @@ function samples(ds: TensorDataset, indices: number[]): [Float32Array, Int32Arra
 Deno.test("loadFashionMnist() maps pixel p to f32 (p/255 - 0.2860)/0.3530 and widens labels to i32", async () => {
   const { dir, pixels } = await tinyDataset();
   try {
-    const { train, test } = await loadFashionMnist(dir);
+    const { train, test } = await loadFashionMnist(dir, { cacheDir: join(dir, "cache") });
     assert.equal(train.length, 3);
     assert.equal(test.length, 2);
     const [images, labels] = samples(train, [2, 0]);
@@ -113,12 +113,36 @@ Deno.test("loadFashionMnist() maps pixel p to f32 (p/255 - 0.2860)/0.3530 and wi
   }
 });
 
+Deno.test("loadFashionMnist() decompresses a .gz file once and later reads the cached copy", async () => {
+  const { dir, pixels } = await tinyDataset();
+  const cacheDir = join(dir, "cache");
+  try {
+    const first = await loadFashionMnist(dir, { cacheDir });
+    const kept = [...Deno.readDirSync(cacheDir)].map((e) => e.name).sort();
+    assert.equal(kept.length, 2, "the two .gz files");
+    assert.match(kept[0]!, /^t10k-labels-idx1-ubyte-[0-9a-f]{16}\.idx$/);
+    // The copy is what is read now: a changed copy shows (the source is untouched).
+    const copy = join(cacheDir, kept[1]!);
+    const bytes = Deno.readFileSync(copy);
+    bytes[16] = pixels[0]! ^ 0xff;
+    Deno.writeFileSync(copy, bytes);
+    const second = await loadFashionMnist(dir, { cacheDir });
+    assert.notDeepEqual(samples(second.train, [0])[0][0], samples(first.train, [0])[0][0]);
+    assert.deepEqual(samples(second.train, [1, 2]), samples(first.train, [1, 2]));
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
+
 Deno.test("loadFashionMnist() reads the folder named by DTRAIN_FASHION_MNIST when given no argument", async () => {
   const { dir } = await tinyDataset();
   const before = Deno.env.get("DTRAIN_FASHION_MNIST");
   try {
     Deno.env.set("DTRAIN_FASHION_MNIST", dir);
-    assert.equal((await loadFashionMnist()).train.length, 3);
+    assert.equal(
+      (await loadFashionMnist(undefined, { cacheDir: join(dir, "cache") })).train.length,
+      3,
+    );
   } finally {
     before === undefined
       ? Deno.env.delete("DTRAIN_FASHION_MNIST")
