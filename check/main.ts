@@ -42,6 +42,8 @@
 import { parseArgs } from "node:util";
 import { join, resolve } from "node:path";
 import { runCheck } from "./run_check.ts";
+import { checkScriptTypes } from "../launch/type_check.ts";
+import { dtrainRuntime } from "../sfx/runtime.ts";
 import { formatTable, summary } from "./verdict.ts";
 
 const DEFAULTS = { nproc: 2, steps: 5, timeoutS: 300 };
@@ -168,6 +170,21 @@ export async function checkMain(args: string[]): Promise<number> {
   } catch {
     console.error(`dtrain check: cannot read the script ${parsed.script}`);
     return 2;
+  }
+  // Type-checked once here (the stage runs then skip the launcher's check): a script with type
+  // errors is a script to fix before its migration can be judged.
+  const layout = dtrainRuntime();
+  if (layout?.kind === "checkout" && Deno.env.get("DTRAIN_NO_CHECK") !== "1") {
+    const types = await checkScriptTypes(parsed.script, {
+      config: layout.config,
+      onCheck: () => console.log(`dtrain check: type-checking ${parsed.script}`),
+    });
+    if (!types.ok) {
+      console.error(
+        `${types.output}\ndtrain check: ${parsed.script} does not type-check (the errors are above)`,
+      );
+      return 1;
+    }
   }
   Deno.mkdirSync(parsed.outDir, { recursive: true });
   console.log(

@@ -35,6 +35,8 @@ import {
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
+import { checkScriptTypes } from "./type_check.ts";
+import { dtrainRuntime } from "../sfx/runtime.ts";
 import type { RunRecord } from "../run/format.ts";
 
 /** Default store port with several nodes (torchrun's). */
@@ -91,6 +93,26 @@ function startStore(
       `Cannot start the control store on ${hostname}:${port}: ${(e as Error).message}${hint}`,
     );
   }
+}
+
+/**
+ * `deno check` of the script with the config the ranks run with, before
+ * anything starts (a checkout only: the single file carries dtrain as
+ * JavaScript, without its types). Throws after printing the type errors.
+ */
+async function typeCheck(given: string, script: string, log: LauncherLog): Promise<void> {
+  const layout = dtrainRuntime();
+  if (layout?.kind !== "checkout") return;
+  const r = await checkScriptTypes(script, {
+    config: layout.config,
+    onCheck: () =>
+      log.info(`type-checking ${given} (once per change of its files; --no-check skips it)`),
+  });
+  if (r.ok) return;
+  console.error(r.output);
+  throw new Error(
+    `${given} does not type-check (the errors are above): fix them, or start it unchecked with --no-check`,
+  );
 }
 
 /** Meets every node's launcher in the store; returns node 0's run facts (its run id, attempt base). */
@@ -199,6 +221,7 @@ async function startRunRecord(
 export async function launch(opts: LaunchOptions, argv: readonly string[]): Promise<number> {
   const log = new LauncherLog();
   const script = checkScript(opts.script);
+  if (!opts.noCheck) await typeCheck(opts.script, script, log);
   const token = resolveToken(opts);
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;

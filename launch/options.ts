@@ -28,9 +28,11 @@ export interface LaunchOptions {
   logRanks: string;
   /** "auto", "cpu" or "cuda" (DTRAIN_DEVICE for the ranks) */
   device: string;
+  /** start the ranks without type-checking the script */
+  noCheck: boolean;
 }
 
-type Kind = "int" | "seconds" | "string";
+type Kind = "int" | "seconds" | "string" | "flag";
 
 interface OptionSpec {
   name: string;
@@ -40,7 +42,7 @@ interface OptionSpec {
   /** shown in --help */
   defaultText: string;
   help: string;
-  /** placeholder for the value in --help */
+  /** placeholder for the value in --help ("" for a flag) */
   value: string;
   min?: number;
 }
@@ -77,6 +79,16 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
     topic: "Processes",
     defaultText: "auto: a GPU per local rank when CUDA works, else the CPU (said once)",
     help: "where ranks compute (DTRAIN_DEVICE)",
+  },
+  {
+    name: "no-check",
+    value: "",
+    key: "noCheck",
+    kind: "flag",
+    topic: "Processes",
+    defaultText:
+      "off (or $DTRAIN_NO_CHECK=1): `deno check` first, remembered by the files' content",
+    help: "start the ranks without type-checking the script",
   },
   {
     name: "nnodes",
@@ -217,6 +229,7 @@ const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
   graceS: 30,
   runDir: null,
   device: "auto",
+  noCheck: false,
 };
 
 function parseValue(spec: OptionSpec, raw: string): number | string {
@@ -262,7 +275,9 @@ export function parseLaunchArgs(
   env: (name: string) => string | undefined = (n) => Deno.env.get(n),
 ): LaunchOptions | "help" {
   const config = {
-    ...Object.fromEntries(LAUNCH_OPTIONS.map((o) => [o.name, { type: "string" as const }])),
+    ...Object.fromEntries(
+      LAUNCH_OPTIONS.map((o) => [o.name, { type: o.kind === "flag" ? "boolean" : "string" }]),
+    ) as Record<string, { type: "string" | "boolean" }>,
     help: { type: "boolean" as const, short: "h" },
   };
   // First pass, lenient, only to find where the script path is.
@@ -295,10 +310,13 @@ export function parseLaunchArgs(
     script,
     scriptArgs: argv.slice(scriptAt + 1),
     logRanks: env("DTRAIN_LOG_RANKS") || "0",
+    noCheck: env("DTRAIN_NO_CHECK") === "1",
   };
   for (const spec of LAUNCH_OPTIONS) {
     const raw = values[spec.name];
-    if (typeof raw === "string") {
+    if (spec.kind === "flag") {
+      if (raw === true) (out as unknown as Record<string, unknown>)[spec.key] = true;
+    } else if (typeof raw === "string") {
       (out as unknown as Record<string, unknown>)[spec.key] = parseValue(spec, raw);
     }
   }
@@ -336,7 +354,7 @@ export function launchHelp(): string {
   for (const topic of TOPICS) {
     lines.push("", `${topic}:`);
     for (const o of LAUNCH_OPTIONS.filter((x) => x.topic === topic)) {
-      const flag = `  --${o.name} ${o.value}`;
+      const flag = `  --${o.name}${o.value ? ` ${o.value}` : ""}`;
       lines.push(`${flag.padEnd(34)}${o.help} (default: ${o.defaultText})`);
     }
   }
