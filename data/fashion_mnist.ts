@@ -7,7 +7,7 @@
 import { join } from "node:path";
 import { cpuCalls } from "../ffi/cpu.ts";
 import { cacheFolder } from "../os/cache_folder.ts";
-import { Progress } from "../distributed/progress.ts";
+import { Progress } from "../distributed/control/progress.ts";
 import { TensorDataset } from "./dataset.ts";
 import { type IdxArray, readIdxCached } from "./idx.ts";
 

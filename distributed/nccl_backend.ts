@@ -5,7 +5,7 @@
  * every wait polls ncclCommGetAsyncError and a deadline (NCCL has no timeout
  * of its own) and aborts the communicator on an error, a timeout or the
  * launcher's abort record, so that no rank hangs. Calls are reported to
- * distributed/phase.ts like those of the shared-memory backend.
+ * distributed/control/phase.ts like those of the shared-memory backend.
  */
 import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
@@ -19,7 +19,7 @@ import {
 } from "../ffi/nccl.ts";
 import { DtNativeError } from "../ffi/native.ts";
 import { openCudaBackend } from "../tensor/cuda_backend.ts";
-import { reportCollective } from "./phase.ts";
+import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -29,10 +29,12 @@ import {
   resolveBuffer,
   type ResolvedBuffer,
 } from "./collective_buffer.ts";
-import { getRankSettings, getWorld } from "./env.ts";
-import { getStore, storeKey } from "./rank_runtime.ts";
-import { attemptKeys } from "./store_keys.ts";
+import { getRankSettings, getWorld } from "./control/env.ts";
+import { getStore, storeKey } from "./control/rank_runtime.ts";
+import { attemptKeys } from "./control/store_keys.ts";
+import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
+import { COMPLETED, type Work } from "./work.ts";
 
 /** What the host watches while a collective is in flight. */
 export interface CompletionProbe {
@@ -51,6 +53,13 @@ export interface CompletionProbe {
 }
 
 const sleeper = new Int32Array(new SharedArrayBuffer(4));
+
+/** ncclRemoteError: "a call failed possibly due to a network error or a remote process exiting". */
+const NCCL_REMOTE_ERROR = 6;
+
+function throwKind(e: Error, kind: FailureKind): never {
+  throw withFailureKind(e, kind, { inCollective: true });
+}
 
 /** Spins for the first polls (small collectives end in microseconds), then sleeps 1 ms at a time. */
 export function pauseBetweenPolls(polls: number): void {
@@ -78,17 +87,24 @@ export function waitForCollective(
     const err = probe.asyncError();
     if (err !== NCCL_SUCCESS && err !== NCCL_IN_PROGRESS) {
       probe.abort();
-      throw new Error(
-        `${what} failed: NCCL reported "${
-          probe.errorText(err)
-        }" (${err}); the communicator was aborted`,
+      // ncclRemoteError: a peer exited or aborted its communicator, a consequence of its failure.
+      return throwKind(
+        new Error(
+          `${what} failed: NCCL reported "${
+            probe.errorText(err)
+          }" (${err}); the communicator was aborted`,
+        ),
+        err === NCCL_REMOTE_ERROR ? "peer" : "error",
       );
     }
     if (probe.now() > deadline) {
       probe.abort();
-      throw new Error(
-        `${what} timed out after ${timeoutMs} ms (DTRAIN_TIMEOUT): some rank did not reach it; the communicator ` +
-          `was aborted so that no rank hangs`,
+      return throwKind(
+        new Error(
+          `${what} timed out after ${timeoutMs} ms (DTRAIN_TIMEOUT): some rank did not reach it; the communicator ` +
+            `was aborted so that no rank hangs`,
+        ),
+        "timeout",
       );
     }
     probe.pause(polls);
@@ -113,12 +129,6 @@ interface Plan {
   symbol: string;
   /** enqueues the call, given the device pointers of inputs then outputs */
   enqueue(ptrs: Deno.PointerValue[], stream: Deno.PointerObject): number;
-}
-
-/** An in-flight allReduceAsync; wait() before the compute stream uses the result. */
-export interface NcclWork {
-  /** Waits (polling for errors and the deadline), then orders the compute stream after the result. */
-  wait(): void;
 }
 
 let groups = 0; // groups opened by this process: every rank opens them in the same order
@@ -216,13 +226,14 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
   /**
    * Starts an in-place allReduce of device memory on the communication
    * stream and returns at once, so the compute stream keeps working (DDP
-   * buckets during backward); call wait() before using the result.
+   * buckets during backward); wait() polls for errors and the deadline, then
+   * orders the compute stream after the result. A host array is reduced
+   * before this returns (it is staged through device memory anyway).
    */
-  allReduceAsync(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): NcclWork {
+  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
     if (!(typeof buf === "object" && buf !== null && "ptr" in buf)) {
-      throw new TypeError(
-        "allReduceAsync: buf must be device memory ({ptr, count, dtype}), not a typed array",
-      );
+      this.allReduce(buf, op, opts);
+      return COMPLETED;
     }
     const event = this.#rt.createEvent();
     let finished = false;

@@ -2,16 +2,20 @@
  * The CPU process group for ranks on one machine: a thin class over
  * libdtrain_shm.so (kernels/shm), which keeps the segment, the barriers and
  * the arithmetic. This file checks arguments, reports every call to
- * distributed/phase.ts for the launcher's hang diagnosis, and owns the handle.
+ * distributed/control/phase.ts for the launcher's hang diagnosis, and owns the handle.
  */
 import {
   DT_ERR_ARG,
+  DT_ERR_SYS,
+  DT_ERR_TIMEOUT,
   SHM_DTYPE_CODE,
   SHM_FLAG_DETAIL,
   SHM_REDUCE_CODE,
   shmLibrary,
 } from "../ffi/shm.ts";
-import { reportCollective } from "./phase.ts";
+import { DtNativeError } from "../ffi/native.ts";
+import { reportCollective } from "./control/phase.ts";
+import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -22,6 +26,7 @@ import {
 } from "./collective_buffer.ts";
 import type { ProcessGroupConfig } from "./pg_config.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
+import { COMPLETED, type Work } from "./work.ts";
 
 const encoder = new TextEncoder();
 const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");
@@ -30,6 +35,19 @@ const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");
 const leaked = new FinalizationRegistry<Deno.PointerObject>((handle) => {
   shmLibrary().symbols.dt_shm_close(handle);
 });
+
+/**
+ * What a failed collective call tells the launcher: a wait past its deadline
+ * is a timeout; a system error inside a collective means a peer closed, left
+ * or aborted the group (the call makes no other system call that can fail),
+ * a consequence of that peer's failure; anything else (a mismatch) is this
+ * rank's own error.
+ */
+function shmFailureKind(e: unknown): FailureKind {
+  if (!(e instanceof DtNativeError)) return "error";
+  if (e.status === DT_ERR_TIMEOUT) return "timeout";
+  return e.status === DT_ERR_SYS ? "peer" : "error";
+}
 
 /** A native call of one collective, given the handle and the timeout. */
 type NativeCall = (handle: Deno.PointerObject, timeoutMs: bigint) => number;
@@ -100,6 +118,12 @@ export class ShmProcessGroup implements ProcessGroup {
       const args = [b.ptr, BigInt(b.count), SHM_DTYPE_CODE[b.dtype], SHM_REDUCE_CODE[op]] as const;
       return [b.bytes, (h, t) => shmLibrary().symbols.dt_shm_allreduce(h, ...args, t)];
     }, opts);
+  }
+
+  /** allReduce, completed before it returns (this thread does the reduction). */
+  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
+    this.allReduce(buf, op, opts);
+    return COMPLETED;
   }
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
@@ -196,6 +220,8 @@ export class ShmProcessGroup implements ProcessGroup {
     reportCollective(rec, "enter");
     try {
       shmLibrary().check(call(handle, BigInt(Math.ceil(timeoutMs))), SYMBOL_OF[op] ?? op);
+    } catch (e) {
+      throw withFailureKind(e as Error, shmFailureKind(e), { inCollective: true });
     } finally {
       reportCollective(rec, "exit");
     }

@@ -12,7 +12,6 @@
 import {
   AdamW,
   autocast,
-  backward,
   CharWindows,
   CheckpointManager,
   DistributedDataParallel,
@@ -79,7 +78,8 @@ try {
       const [x, y] = train.getBatch(offsets);
       optimizer.zeroGrad();
       const l = autocast(precision === "bf16" ? "bf16" : "f32", () => model.loss(x!, y!));
-      backward(l);
+      ddp.backward(l); // each gradient bucket's allReduce starts as soon as it is complete
+      ddp.finishGradSync();
       optimizer.step();
       return l.item();
     });

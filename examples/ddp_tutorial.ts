@@ -13,7 +13,6 @@
  */
 import {
   argmax,
-  backward,
   CheckpointManager,
   crossEntropy,
   DataLoader,
@@ -75,7 +74,8 @@ class Trainer {
     return scope(() => {
       this.optimizer.zeroGrad();
       const loss = crossEntropy(this.ddp.forward(source), targets);
-      backward(loss);
+      this.ddp.backward(loss); // loss.backward(): each bucket's allReduce starts when it is complete
+      this.ddp.finishGradSync(); // …and every one is done: the gradients are the mean over ranks
       this.optimizer.step();
       return loss.item();
     });

@@ -28,6 +28,8 @@ export interface LaunchOptions {
   logRanks: string;
   /** "auto", "cpu" or "cuda" (DTRAIN_DEVICE for the ranks) */
   device: string;
+  /** allow more CPU ranks than a few per core */
+  oversubscribe: boolean;
   /** start the ranks without type-checking the script */
   noCheck: boolean;
 }
@@ -70,6 +72,15 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
     topic: "Processes",
     defaultText: "cores ÷ nproc",
     help: "native kernel threads per rank (DTRAIN_NUM_THREADS)",
+  },
+  {
+    name: "oversubscribe",
+    value: "",
+    key: "oversubscribe",
+    kind: "flag",
+    topic: "Processes",
+    defaultText: `off: at most 4 CPU ranks per core`,
+    help: "allow more CPU ranks (up to 256, the CPU process group's limit)",
   },
   {
     name: "device",
@@ -229,6 +240,7 @@ const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
   graceS: 30,
   runDir: null,
   device: "auto",
+  oversubscribe: false,
   noCheck: false,
 };
 
@@ -360,8 +372,9 @@ export function launchHelp(): string {
   }
   lines.push(
     "",
-    "Exit status: 0 when every rank exited 0; otherwise the first failing rank's code, 124 after --timeout,",
-    "128+N after the launcher got signal N.",
+    "Exit status: 0 when every rank exited 0; 124 when a timeout ended the run (--timeout,",
+    "--rdzv-timeout, or a rank's own collective or barrier timeout); 128+N after the launcher got",
+    "signal N; 2 for a bad command line; otherwise the code of the rank that failed first.",
   );
   return lines.join("\n");
 }

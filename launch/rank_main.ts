@@ -1,15 +1,17 @@
 /**
  * The bootstrap of every rank process: ties the rank to its launcher, connects the control store,
- * publishes the rank's phases, and turns any uncaught error into a failure notice in the store and
- * exit code 1. The launcher loads it with `deno run --preload`, before the user's script.
+ * publishes the rank's phases, turns any uncaught error into a failure notice in the store and
+ * exit code 1, and installs `dtrain check`'s probe when the check asks for it. The launcher loads
+ * it with `deno run --preload`, before the user's script.
  */
-import { currentPhase, setPhaseSink } from "../distributed/phase.ts";
-import { getRankSettings, launcherPid, storeToken } from "../distributed/env.ts";
-import { getWorld, installRankStore } from "../distributed/rank_runtime.ts";
-import { type FailureNotice, StorePhaseSink } from "../distributed/rank_state.ts";
-import { StoreClient } from "../distributed/store.ts";
-import { attemptKeys } from "../distributed/store_keys.ts";
+import { currentPhase, setPhaseSink } from "../distributed/control/phase.ts";
+import { getRankSettings, getWorld, launcherPid, storeToken } from "../distributed/control/env.ts";
+import { installRankStore, publishFailure } from "../distributed/control/rank_runtime.ts";
+import { StorePhaseSink } from "../distributed/control/rank_state.ts";
+import { StoreClient } from "../distributed/control/store.ts";
+import { attemptKeys } from "../distributed/control/store_keys.ts";
 import { dieWithParent } from "./pdeathsig.ts";
+import { CHECK_ENV } from "../check/env.ts";
 
 // Why --preload rather than `await import(script)`: the user's script stays the main module, so
 // import.meta.main is true, Deno.args holds only its own arguments, and the process ends when the
@@ -17,19 +19,10 @@ import { dieWithParent } from "./pdeathsig.ts";
 
 /** How long a rank keeps trying to reach the store at start-up. */
 const CONNECT_TIMEOUT_MS = 60_000;
-/** How long a failing rank waits for its failure notice to be stored. */
-const NOTICE_TIMEOUT_MS = 2000;
 
 function fatal(message: string, code = 1): never {
   console.error(`[dtrain] ${message}`);
   Deno.exit(code);
-}
-
-function describe(err: unknown): { message: string; stack: string } {
-  if (err instanceof Error) {
-    return { message: `${err.name}: ${err.message}`, stack: err.stack ?? "" };
-  }
-  return { message: `Uncaught non-Error value: ${String(err)}`, stack: "" };
 }
 
 const token = storeToken();
@@ -86,21 +79,14 @@ sink.startHeartbeat();
 
 let failing = false;
 
-/** Prints the error, stores the failure notice, exits 1. */
+/** Prints the error, stores the failure notice (unless the Trainer already did), exits 1. */
 async function fail(err: unknown): Promise<void> {
   if (failing) return;
   failing = true;
   sink.stopHeartbeat();
-  sink.publish(); // the latest phase and collective, which may not have been sent yet
-  const { message, stack } = describe(err);
-  console.error(`Uncaught error in rank ${me}: ${stack || message}`);
-  const notice: FailureNotice = { rank: me, host, message, stack };
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  await Promise.race([
-    client.set(keys.rankFailure(me), JSON.stringify(notice)).catch(() => {}),
-    new Promise((r) => timer = setTimeout(r, NOTICE_TIMEOUT_MS)),
-  ]);
-  clearTimeout(timer);
+  const text = err instanceof Error ? (err.stack || `${err.name}: ${err.message}`) : String(err);
+  console.error(`Uncaught error in rank ${me}: ${text}`);
+  await publishFailure(err);
   Deno.exit(1);
 }
 
@@ -124,3 +110,10 @@ client.closed.then((info) => {
   }
 });
 client.unrefWhenIdle();
+
+// `dtrain check` runs the user's script with its probe: the library offers hook points, the probe
+// installs itself on them from here (loaded only when asked for).
+if (Deno.env.get(CHECK_ENV.OUT)) {
+  const { installProbeFromEnv } = await import("../check/probe.ts");
+  installProbeFromEnv();
+}

@@ -10,9 +10,9 @@ import {
   pickTensors,
   type StateDictSource,
   type StateTensor,
-} from "./state_source.ts";
+} from "../tensor/state_source.ts";
 
-export type { StateDictSource, StateTensor } from "./state_source.ts";
+export type { StateDictSource, StateTensor } from "../tensor/state_source.ts";
 
 /** Problems found when loading a state dict, each listed by name. */
 export class StateDictError extends Error {

@@ -9,7 +9,7 @@
  */
 import type { ProcessGroup } from "../distributed/process_group.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
-import { getRankSettings, getWorld } from "../distributed/env.ts";
+import { getRankSettings, getWorld } from "../distributed/control/env.ts";
 import { memoryStats } from "../tensor/allocator.ts";
 import { backend } from "../tensor/backend.ts";
 import type { Tensor } from "../tensor/tensor.ts";

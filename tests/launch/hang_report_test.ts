@@ -4,7 +4,7 @@
  * summary built from an abort record.
  */
 import assert from "node:assert/strict";
-import type { RankView } from "../../distributed/rank_state.ts";
+import type { RankView } from "../../distributed/control/rank_state.ts";
 import { findHang, rankList, rankTable, seconds } from "../../launch/hang_report.ts";
 import { failureSummary } from "../../launch/failure_report.ts";
 
@@ -122,6 +122,9 @@ Deno.test("failureSummary() prints the failing rank's error and stack, or its st
     notice: {
       rank: 1,
       host: "h",
+      pid: 42,
+      kind: "error",
+      at: 0,
       message: "Error: boom",
       stack: "Error: boom\n    at f (file:///x.ts:1:1)",
     },

@@ -59,9 +59,14 @@ Deno.test("parseLaunchArgs() fills documented defaults", () => {
       runDir: null,
       logRanks: "0",
       device: "auto",
+      oversubscribe: false,
       noCheck: false,
     },
   );
+  assert.equal(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).oversubscribe, true);
+  assert.deepEqual(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).scriptArgs, [
+    "--oversubscribe",
+  ]);
   assert.equal(parse(["--no-check", "run.ts", "--no-check"]).noCheck, true);
   assert.deepEqual(parse(["--no-check", "run.ts", "--no-check"]).scriptArgs, ["--no-check"]);
   const unchecked = parseLaunchArgs(["run.ts"], (n) => n === "DTRAIN_NO_CHECK" ? "1" : undefined);

@@ -10,7 +10,7 @@ import { Linear, ReLU, Sequential } from "../../nn/layers.ts";
 import { manualSeed } from "../../nn/init.ts";
 import { AdamW } from "../../optim/adamw.ts";
 import { SGD } from "../../optim/sgd.ts";
-import { CheckpointManager } from "../../train/checkpoint.ts";
+import { CheckpointManager } from "../../train/checkpoint/manager.ts";
 import { modelFile, optimizerFile } from "../../train/state.ts";
 import { backward } from "../../tensor/autograd.ts";
 import { fromArray, scope } from "../../tensor/tensor.ts";
