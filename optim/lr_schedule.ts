@@ -1,7 +1,10 @@
 /**
  * Learning-rate schedules: constant, linear warmup then cosine decay, and
  * step decay. A schedule is a pure function of the step, so its state dict
- * is just the step count; `step()` advances it and sets the optimizer's lr.
+ * is just the step count; `step()` advances it and sets the optimizer's lr:
+ * the first parameter group gets the schedule's value and every other group
+ * the same multiple of its own initial rate, so per-group rates are scaled,
+ * not overwritten (as PyTorch's schedulers scale each group's base lr).
  */
 import type { Optimizer } from "./optimizer.ts";
 
@@ -53,7 +56,17 @@ export function stepLr(
   return (step) => opts.lr * gamma ** Math.floor(step / opts.stepSize);
 }
 
-/** Drives an optimizer's lr from a schedule. */
+/**
+ * Drives an optimizer's learning rates from a schedule: the first group
+ * follows `fn`, the others keep their initial ratio to it.
+ *
+ * @example
+ * ```ts
+ * const opt = new AdamW([{ params: decay, weightDecay: 0.1 }, { params: rest, weightDecay: 0, lr: 5e-4 }], { lr: 1e-3 });
+ * const schedule = new LrScheduler(opt, warmupCosineLr({ maxLr: 1e-3, warmupSteps: 100, totalSteps: 5000 }));
+ * // after each opt.step(): schedule.step(); the second group runs at half the first group's rate
+ * ```
+ */
 export class LrScheduler {
   #step = 0;
   constructor(
@@ -66,7 +79,7 @@ export class LrScheduler {
   get stepCount(): number {
     return this.#step;
   }
-  /** Current learning rate. */
+  /** Current learning rate (the first group's). */
   get lr(): number {
     return this.fn(this.#step);
   }

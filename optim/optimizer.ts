@@ -13,7 +13,20 @@ import { type CheckpointLike, pickTensors, type TensorFileLike } from "../tensor
 export interface ParamGroup<H> {
   params: Tensor[];
   hyper: H;
+  /**
+   * The group's learning rate when the optimizer was built (torch's
+   * `initial_lr`): a schedule keeps each group's lr at this ratio to the
+   * first group's, so it scales per-group rates instead of overwriting them.
+   */
+  readonly initialLr: number;
 }
+
+/**
+ * A parameter group as given to an optimizer: its parameters and the
+ * hyperparameters it overrides, written as in PyTorch
+ * (`{ params, weightDecay: 0 }`) or under `hyper`.
+ */
+export type ParamGroupSpec<H> = { params: Tensor[]; hyper?: Partial<H> } & Partial<H>;
 
 /** An optimizer's state: tensors by "<index>.<name>" and the groups' hyperparameters. */
 export interface OptimizerState {
@@ -43,17 +56,28 @@ export abstract class Optimizer<H extends { lr: number }> {
   readonly groups: ParamGroup<H>[];
 
   constructor(
-    params: Tensor[] | { params: Tensor[]; hyper?: Partial<H> }[],
+    params: Tensor[] | ParamGroupSpec<H>[],
     defaults: H,
   ) {
     const groups = Array.isArray(params) && params.length > 0 &&
         "params" in (params[0] as object)
-      ? params as { params: Tensor[]; hyper?: Partial<H> }[]
-      : [{ params: params as Tensor[] }];
-    this.groups = groups.map((g) => ({
-      params: g.params,
-      hyper: { ...defaults, ...(g.hyper ?? {}) },
-    }));
+      ? params as ParamGroupSpec<H>[]
+      : [{ params: params as Tensor[] } as ParamGroupSpec<H>];
+    this.groups = groups.map((g, i) => {
+      const { params: ps, hyper, ...direct } = g;
+      if (!Array.isArray(ps)) {
+        throw new TypeError(`Optimizer: parameter group ${i} has no params list`);
+      }
+      const unknown = Object.keys(direct).filter((k) => !(k in defaults));
+      if (unknown.length > 0) {
+        throw new TypeError(
+          `Optimizer: parameter group ${i} sets ${unknown.join(", ")}, which this optimizer does ` +
+            `not have (it has ${Object.keys(defaults).join(", ")})`,
+        );
+      }
+      const h = { ...defaults, ...(hyper ?? {}), ...(direct as unknown as Partial<H>) };
+      return { params: ps, hyper: h, initialLr: h.lr };
+    });
     const seen = new Set<Tensor>();
     for (const g of this.groups) {
       for (const p of g.params) {
@@ -77,12 +101,21 @@ export abstract class Optimizer<H extends { lr: number }> {
     for (const p of this.params()) p.grad?.fill(0);
   }
 
-  /** Learning rate of the first group (schedules set every group's). */
+  /** Learning rate of the first group. */
   get lr(): number {
     return this.groups[0]!.hyper.lr;
   }
+  /**
+   * Sets the first group's learning rate to `v` and every other group's to
+   * the same multiple of its initial rate (a group built with half the first
+   * group's rate keeps half of it): how schedules drive the rates. Set
+   * `groups[i].hyper.lr` to change one group alone.
+   */
   set lr(v: number) {
-    for (const g of this.groups) g.hyper.lr = v;
+    const base = this.groups[0]!.initialLr;
+    for (const g of this.groups) {
+      g.hyper.lr = g.initialLr === base || base === 0 ? v : v * (g.initialLr / base);
+    }
   }
 
   /** Applies one update from the current gradients (parameters without a grad are skipped). */
