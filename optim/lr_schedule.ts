@@ -57,8 +57,9 @@ export function stepLr(
 }
 
 /**
- * Drives an optimizer's learning rates from a schedule: the first group
- * follows `fn`, the others keep their initial ratio to it.
+ * Drives an optimizer's learning rates from a schedule: `fn` gives the rate
+ * for a group that started at `baseLr` (default: the first group's initial
+ * rate), and every group gets that value times its own initial rate / baseLr.
  *
  * @example
  * ```ts
@@ -69,24 +70,28 @@ export function stepLr(
  */
 export class LrScheduler {
   #step = 0;
+  /** the rate the schedule's values are for (a group starting at it follows fn exactly) */
+  readonly baseLr: number;
   constructor(
     readonly optimizer: Optimizer<{ lr: number }>,
     readonly fn: LrFunction,
+    opts: { baseLr?: number } = {},
   ) {
-    optimizer.lr = fn(0);
+    this.baseLr = opts.baseLr ?? optimizer.groups[0]!.initialLr;
+    optimizer.setLrScaled(fn(0), this.baseLr);
   }
   /** Optimizer steps completed so far. */
   get stepCount(): number {
     return this.#step;
   }
-  /** Current learning rate (the first group's). */
+  /** The schedule's current value (the rate of a group that started at baseLr). */
   get lr(): number {
     return this.fn(this.#step);
   }
   /** Advances one optimizer step and applies the new lr. */
   step(): void {
     this.#step++;
-    this.optimizer.lr = this.fn(this.#step);
+    this.optimizer.setLrScaled(this.fn(this.#step), this.baseLr);
   }
   stateDict(): { step: number } {
     return { step: this.#step };
@@ -98,6 +103,6 @@ export class LrScheduler {
       );
     }
     this.#step = s.step;
-    this.optimizer.lr = this.fn(this.#step);
+    this.optimizer.setLrScaled(this.fn(this.#step), this.baseLr);
   }
 }

@@ -112,9 +112,17 @@ export abstract class Optimizer<H extends { lr: number }> {
    * `groups[i].hyper.lr` to change one group alone.
    */
   set lr(v: number) {
-    const base = this.groups[0]!.initialLr;
+    this.setLrScaled(v, this.groups[0]!.initialLr);
+  }
+
+  /**
+   * Sets every group's learning rate to `v` times its initial rate divided
+   * by `reference` (a group whose initial rate is `reference` gets exactly
+   * `v`): a schedule's value for the rate `reference`, applied to each group.
+   */
+  setLrScaled(v: number, reference: number): void {
     for (const g of this.groups) {
-      g.hyper.lr = g.initialLr === base || base === 0 ? v : v * (g.initialLr / base);
+      g.hyper.lr = g.initialLr === reference || reference === 0 ? v : v * (g.initialLr / reference);
     }
   }
 

@@ -35,6 +35,15 @@ export interface TrainState {
   config: TrainConfig;
   worldSize: number;
   runId: string;
+  /** the best evaluation so far (checkpoint.best), or null */
+  best?: BestEvaluation | null;
+}
+
+/** The best value of the metric checkpoint.best names, and the step it was reached after. */
+export interface BestEvaluation {
+  metric: string;
+  value: number;
+  step: number;
 }
 
 /** This rank's RNG state. */
@@ -92,6 +101,7 @@ export function trainState(parts: {
   config: TrainConfig;
   worldSize: number;
   runId: string;
+  best?: BestEvaluation | null;
 }): TrainState {
   return {
     format: "dtrain.train-state/1",
@@ -104,5 +114,6 @@ export function trainState(parts: {
     config: parts.config,
     worldSize: parts.worldSize,
     runId: parts.runId,
+    ...(parts.best !== undefined ? { best: parts.best } : {}),
   };
 }
