@@ -8,6 +8,12 @@ import { TorchGenerator } from "../random/torch_generator.ts";
 
 /** One pass a DistributedSampler served: a rank's indices of an epoch. */
 export interface SamplerPass {
+  /**
+   * Which sampler of this process: 0 for the first one built, 1 for the
+   * next, … (so a training and an evaluation sampler are told apart; the
+   * ranks build theirs in the same order)
+   */
+  sampler: number;
   rank: number;
   epoch: number;
   datasetLength: number;
@@ -20,6 +26,7 @@ export interface SamplerPass {
 export type SamplerPassHook = (pass: SamplerPass) => void;
 
 const passHooks = new Set<SamplerPassHook>();
+let samplersBuilt = 0;
 
 /** Adds a hook to every sampler pass; returns the function that removes it. */
 export function addSamplerPassHook(hook: SamplerPassHook): () => void {
@@ -176,6 +183,8 @@ export class DistributedSampler implements Iterable<number> {
   /** numSamples * numReplicas. */
   readonly totalSize: number;
   #epoch = 0;
+  /** this sampler's place in the process's construction order (SamplerPass.sampler) */
+  readonly #id = samplersBuilt++;
   #consumedEpochs = new Set<number>();
   #warned = false;
   #onWarning: (message: string) => void;
@@ -219,6 +228,7 @@ export class DistributedSampler implements Iterable<number> {
     const out = this.indicesFor(epoch);
     for (const hook of passHooks) {
       hook({
+        sampler: this.#id,
         rank: this.rank,
         epoch,
         datasetLength: this.datasetLength,

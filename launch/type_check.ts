@@ -130,6 +130,7 @@ export async function checkScriptTypes(
   if (!out.success) {
     const text = new TextDecoder().decode(out.stderr) + new TextDecoder().decode(out.stdout);
     const shown = text.replace(/\n*Stack backtrace:[\s\S]*$/, "").split("\n")
+      // deno-lint-ignore no-control-regex -- deno's own colour codes, stripped to read the line
       .filter((l) => !/^Check /.test(l.replace(/\x1b\[[0-9;]*m/g, "")));
     return { ok: false, output: shown.join("\n").trimEnd() };
   }

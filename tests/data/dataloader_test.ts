@@ -66,6 +66,12 @@ Deno.test("a new iteration starts the epoch again, as a new PyTorch iterator doe
   loader.loadState({ epoch: 0, position: 2 });
   assert.deepEqual(await labels(loader), [[8, 9, 10, 11]], "loadState: the next pass resumes");
   assert.deepEqual((await labels(loader)).length, 3, "…and only that one");
+  // A peek after resuming does not use the resume point up.
+  loader.loadState({ epoch: 0, position: 1 });
+  const it2 = loader[Symbol.asyncIterator]();
+  for (const t of (await it2.next()).value!.tensors) t.dispose();
+  await it2.return(undefined);
+  assert.deepEqual(await labels(loader), [[4, 5, 6, 7], [8, 9, 10, 11]]);
 });
 
 Deno.test("DataLoader prefetches large batches on a background thread with the same content", async () => {
