@@ -76,6 +76,7 @@ export { type Dataset, Subset, TensorDataset } from "./data/dataset.ts";
 export { type Batch, DataLoader, type DataLoaderState } from "./data/dataloader.ts";
 export { DistributedSampler, shardIndices } from "./data/distributed_sampler.ts";
 export { type FashionMnist, loadFashionMnist } from "./data/fashion_mnist.ts";
+export { ByteImageDataset } from "./data/byte_images.ts";
 export { CharWindows, loadCharCorpus } from "./data/char_corpus.ts";
 
 // training engine

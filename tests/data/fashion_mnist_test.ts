@@ -17,7 +17,7 @@ import {
   type FashionMnist,
   loadFashionMnist,
 } from "../../data/fashion_mnist.ts";
-import type { TensorDataset } from "../../data/dataset.ts";
+import type { Dataset } from "../../data/dataset.ts";
 import { scope } from "../../tensor/tensor.ts";
 
 buildNative({ quiet: true });
@@ -81,7 +81,7 @@ async function tinyDataset(labels = [9, 0, 4]): Promise<{ dir: string; pixels: U
 }
 
 /** Samples `indices` of a dataset as plain arrays: [images, labels]. */
-function samples(ds: TensorDataset, indices: number[]): [Float32Array, Int32Array] {
+function samples(ds: Dataset, indices: number[]): [Float32Array, Int32Array] {
   return scope(() => {
     const [x, y] = ds.getBatch(Int32Array.from(indices));
     return [x!.toArray() as Float32Array, y!.toArray() as Int32Array];
@@ -195,7 +195,7 @@ function real(): Promise<FashionMnist> {
 }
 
 /** The first `count` samples of a split, in order. */
-function head(ds: TensorDataset, count: number): [Float32Array, Int32Array] {
+function head(ds: Dataset, count: number): [Float32Array, Int32Array] {
   return samples(ds, Array.from({ length: count }, (_, i) => i));
 }
 
@@ -221,7 +221,7 @@ Deno.test({
 });
 
 /** sha256 of the first 10000 samples' normalised images and of their labels as int64. */
-function headDigests(ds: TensorDataset): { images: string; labels: string } {
+function headDigests(ds: Dataset): { images: string; labels: string } {
   const [x, y] = head(ds, 10000);
   const images = new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
   const labels = new Uint8Array(BigInt64Array.from(y, BigInt).buffer);
