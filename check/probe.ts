@@ -68,6 +68,12 @@ export type ProbeEvent =
 export const SAMPLER_TRAINING_PASSES = 2;
 /** See SAMPLER_TRAINING_PASSES. */
 export const SAMPLER_PASS_CAP = 6;
+/**
+ * The sampler stage also ends a process at its optimizer step after this
+ * many: a loop that draws no sampler (random windows) would otherwise run
+ * whole; one batch per loader pass makes an epoch a step or two.
+ */
+export const SAMPLER_STAGE_STEPS = 16;
 
 /** What one run's probe does (from the check's variables, CHECK_ENV). */
 export interface ProbeSettings {
@@ -191,6 +197,7 @@ export function installProbe(s: ProbeSettings): void {
   // after step K is complete.
   addOptimizerStepHook((optimizer) => {
     if (s.stopAfter !== null && steps >= s.stopAfter) finish();
+    if (s.samplerOnly && steps >= SAMPLER_STAGE_STEPS) finish();
     steps++;
     write({
       kind: "step",

@@ -79,6 +79,15 @@ export function checkSampler(byRank: RankEvents, nproc: number): Row[] {
   const count = (id: number) => bySampler.get(id)?.get(0)?.length ?? 0;
   const ids = [...bySampler.keys()].sort((a, b) => count(b) - count(a) || a - b);
   const main = bySampler.get(ids[0] ?? 0) ?? new Map<number, SamplerPass[]>();
+  if (ids.length === 0) {
+    // No DistributedSampler at all: what the ranks did instead decides between a bug and a design.
+    const loaded = [...byRank.values()].some((events) => events.some((e) => e.kind === "batch"));
+    if (!loaded) {
+      const why = "the script draws its data without a DataLoader or DistributedSampler (random " +
+        "windows, as nanoGPT does?), so how it splits the data among ranks cannot be checked";
+      return [skip("sampler", "ranks agree", "no DataLoader batch or sampler pass recorded", why)];
+    }
+  }
   const agree = agreementRow(main, nproc);
   const extra = [...skipped].filter(([, n]) => n > 0);
   if (extra.length > 0) {
@@ -104,8 +113,8 @@ function agreementRow(passes: Map<number, SamplerPass[]>, nproc: number): Row {
     return fail(
       "sampler",
       check,
-      "no sampler pass recorded",
-      "no rank drew data through a DistributedSampler: without one every rank trains on the " +
+      "DataLoader batches but no sampler pass recorded",
+      "the ranks' DataLoaders draw no DistributedSampler: without one every rank trains on the " +
         "whole dataset (wrap the data in new DistributedSampler(n, { numReplicas: pg.size, " +
         "rank: pg.rank }) and give it to the DataLoader)",
     );

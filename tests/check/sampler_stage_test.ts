@@ -148,10 +148,16 @@ Deno.test("checkSampler() finds overlapping shares and a wrong world size", () =
   );
 });
 
-Deno.test("checkSampler() fails when no rank drew data through a DistributedSampler", () => {
-  const rows = checkSampler(new Map([[0, [{ kind: "loss", value: 1 }]], [1, []]]), 2);
-  assertFailsWith(rows, "sampler", "ranks agree", "no rank drew data through a DistributedSampler");
+Deno.test("checkSampler() fails DataLoaders without a DistributedSampler, skips data drawn otherwise", () => {
+  const batch: ProbeEvent = { kind: "batch", indices: [0, 1] };
+  const loss: ProbeEvent = { kind: "loss", value: 1 };
+  const rows = checkSampler(new Map([[0, [batch, loss]], [1, [batch, loss]]]), 2);
+  assertFailsWith(rows, "sampler", "ranks agree", "DataLoaders draw no DistributedSampler");
   assert.equal(rowOf(rows, "sampler", "epoch 0 coverage").outcome, "FAIL");
+  // Random windows without a DataLoader (nanoGPT's get_batch): nothing to judge, said so.
+  const own = checkSampler(new Map([[0, [loss]], [1, [loss]]]), 2);
+  assert.deepEqual(own.map((r) => [r.check, r.outcome]), [["ranks agree", "SKIP"]]);
+  assert.match(own[0]!.cause!, /without a DataLoader or DistributedSampler/);
   const oneSilent = recorded(200, 2);
   oneSilent.set(1, []);
   assertFailsWith(
