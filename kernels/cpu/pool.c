@@ -1,0 +1,257 @@
+/* pool.c — CPU loops of 2-D max, average and adaptive-average pooling,
+ * forward and backward, split across threads by image plane. The window
+ * arithmetic is kernels/common/pool.h's; backwards zero a plane and add each
+ * output's gradient in output order, so results are deterministic. */
+#include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
+#include "cpu_internal.h"
+#include "pool.h"
+
+#define POOL_GRAIN_ELEMS (1 << 14)
+
+/* ---- kernels ------------------------------------------------------------------ */
+
+typedef struct {
+  dt_pool_geom g;
+  float* out;         /* forward: out; backward: dinp */
+  const float* inp;   /* forward: inp; backward: dout */
+  int32_t* idx;       /* max pooling's saved indices */
+  const int32_t* cidx;
+  int count_include_pad;
+  int64_t divisor_override;
+} pool_ctx_;
+
+static void maxpool_fwd_range_(void* vctx, int64_t p0, int64_t p1) {
+  const pool_ctx_* c = vctx;
+  const dt_pool_geom* g = &c->g;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  for (int64_t p = p0; p < p1; p++)
+    for (int64_t oh = 0; oh < g->OH; oh++)
+      for (int64_t ow = 0; ow < g->OW; ow++) {
+        int64_t k = p * ohw + oh * g->OW + ow;
+        c->out[k] = dt_maxpool_window(c->inp + p * hw, g, oh, ow, &c->idx[k]);
+      }
+}
+
+static void maxpool_bwd_range_(void* vctx, int64_t p0, int64_t p1) {
+  const pool_ctx_* c = vctx;
+  const dt_pool_geom* g = &c->g;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  for (int64_t p = p0; p < p1; p++) {
+    float* dplane = c->out + p * hw;
+    memset(dplane, 0, (size_t)hw * sizeof(float));
+    for (int64_t k = p * ohw; k < (p + 1) * ohw; k++)
+      if (c->cidx[k] >= 0) dplane[c->cidx[k]] += c->inp[k];
+  }
+}
+
+static void avgpool_fwd_range_(void* vctx, int64_t p0, int64_t p1) {
+  const pool_ctx_* c = vctx;
+  const dt_pool_geom* g = &c->g;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  for (int64_t p = p0; p < p1; p++)
+    for (int64_t oh = 0; oh < g->OH; oh++)
+      for (int64_t ow = 0; ow < g->OW; ow++)
+        c->out[p * ohw + oh * g->OW + ow] =
+            dt_avgpool_value(c->inp + p * hw, g, oh, ow, c->count_include_pad, c->divisor_override);
+}
+
+static void avgpool_bwd_range_(void* vctx, int64_t p0, int64_t p1) {
+  const pool_ctx_* c = vctx;
+  const dt_pool_geom* g = &c->g;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  for (int64_t p = p0; p < p1; p++) {
+    float* dplane = c->out + p * hw;
+    memset(dplane, 0, (size_t)hw * sizeof(float));
+    for (int64_t oh = 0; oh < g->OH; oh++)
+      for (int64_t ow = 0; ow < g->OW; ow++) {
+        int64_t h0, h1, w0, w1, div;
+        dt_avgpool_window(g, oh, ow, c->count_include_pad, c->divisor_override, &h0, &h1, &w0, &w1, &div);
+        float delta = c->inp[p * ohw + oh * g->OW + ow] / (float)div;
+        for (int64_t ih = h0; ih < h1; ih++)
+          for (int64_t iw = w0; iw < w1; iw++) dplane[ih * g->W + iw] += delta;
+      }
+  }
+}
+
+static void adaptive_fwd_range_(void* vctx, int64_t p0, int64_t p1) {
+  const pool_ctx_* c = vctx;
+  const dt_pool_geom* g = &c->g;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  for (int64_t p = p0; p < p1; p++)
+    for (int64_t oh = 0; oh < g->OH; oh++)
+      for (int64_t ow = 0; ow < g->OW; ow++)
+        c->out[p * ohw + oh * g->OW + ow] = dt_adaptive_avgpool_value(c->inp + p * hw, g->H, g->W, g->OH, g->OW, oh, ow);
+}
+
+static void adaptive_bwd_range_(void* vctx, int64_t p0, int64_t p1) {
+  const pool_ctx_* c = vctx;
+  const dt_pool_geom* g = &c->g;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  for (int64_t p = p0; p < p1; p++) {
+    float* dplane = c->out + p * hw;
+    memset(dplane, 0, (size_t)hw * sizeof(float));
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+      int64_t h0 = dt_adaptive_start(oh, g->OH, g->H), h1 = dt_adaptive_end(oh, g->OH, g->H);
+      for (int64_t ow = 0; ow < g->OW; ow++) {
+        int64_t w0 = dt_adaptive_start(ow, g->OW, g->W), w1 = dt_adaptive_end(ow, g->OW, g->W);
+        float delta = c->inp[p * ohw + oh * g->OW + ow] / (float)(h1 - h0) / (float)(w1 - w0);
+        for (int64_t ih = h0; ih < h1; ih++)
+          for (int64_t iw = w0; iw < w1; iw++) dplane[ih * g->W + iw] += delta;
+      }
+    }
+  }
+}
+
+/* ---- launchers ---------------------------------------------------------------- */
+
+/* Reads and checks a pooling geometry; only max pooling (`max`) may dilate. */
+static dt_status read_geom_(const char* name, const int64_t* a, dt_pool_geom* g, int max) {
+  DT_REQUIRE_(a, "%s: null geometry", name);
+  *g = (dt_pool_geom){a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12]};
+  DT_REQUIRE_(g->P >= 0 && g->H >= 0 && g->W >= 0 && g->OH >= 0 && g->OW >= 0,
+              "%s: negative size (planes=%lld H=%lld W=%lld OH=%lld OW=%lld)", name, (long long)g->P,
+              (long long)g->H, (long long)g->W, (long long)g->OH, (long long)g->OW);
+  DT_REQUIRE_(g->KH >= 1 && g->KW >= 1 && g->SH >= 1 && g->SW >= 1 && g->DH >= 1 && g->DW >= 1,
+              "%s: kernel (%lld, %lld), stride (%lld, %lld) and dilation (%lld, %lld) must be >= 1", name,
+              (long long)g->KH, (long long)g->KW, (long long)g->SH, (long long)g->SW, (long long)g->DH,
+              (long long)g->DW);
+  DT_REQUIRE_(max || (g->DH == 1 && g->DW == 1), "%s: dilation (%lld, %lld) must be 1", name, (long long)g->DH,
+              (long long)g->DW);
+  DT_REQUIRE_(g->PH >= 0 && g->PW >= 0 && g->PH <= g->KH / 2 && g->PW <= g->KW / 2,
+              "%s: padding (%lld, %lld) must be in [0, kernel / 2] (kernel %lld x %lld)", name, (long long)g->PH,
+              (long long)g->PW, (long long)g->KH, (long long)g->KW);
+  int64_t hw, t;
+  DT_REQUIRE_(dt_mul_ok_(g->H, g->W, &hw) && hw <= INT32_MAX && dt_mul_ok_(g->P, hw, &t) && dt_mul_ok_(t, 4, &t) &&
+                  dt_mul_ok_(g->OH, g->OW, &t) && dt_mul_ok_(t, g->P, &t) && dt_mul_ok_(t, 4, &t),
+              "%s: sizes overflow (planes=%lld H=%lld W=%lld OH=%lld OW=%lld; a plane must have < 2^31 elements)",
+              name, (long long)g->P, (long long)g->H, (long long)g->W, (long long)g->OH, (long long)g->OW);
+  DT_REQUIRE_(g->OH <= (INT64_MAX / 4) / g->SH && g->OW <= (INT64_MAX / 4) / g->SW &&
+                  g->KH <= (INT64_MAX / 4) / g->DH && g->KW <= (INT64_MAX / 4) / g->DW,
+              "%s: stride, kernel or dilation too large", name);
+  return DT_OK;
+}
+
+static int64_t plane_grain_(const dt_pool_geom* g, int64_t per_output) {
+  int64_t per = g->OH * g->OW * per_output + g->H * g->W;
+  return per >= POOL_GRAIN_ELEMS ? 1 : POOL_GRAIN_ELEMS / (per > 0 ? per : 1);
+}
+
+DT_EXPORT dt_status dt_maxpool2d_fwd(float* out, int32_t* idx, const float* inp, const int64_t* geom, void* stream) {
+  (void)stream;
+  pool_ctx_ c = {0};
+  dt_status st = read_geom_("dt_maxpool2d_fwd", geom, &c.g, 1);
+  if (st != DT_OK || c.g.P * c.g.OH * c.g.OW == 0) return st;
+  DT_REQUIRE_(out && idx && inp, "dt_maxpool2d_fwd: null pointer (out=%p idx=%p inp=%p)", (void*)out, (void*)idx,
+              (const void*)inp);
+  c.out = out;
+  c.idx = idx;
+  c.inp = inp;
+  dt_parallel_for_(c.g.P, plane_grain_(&c.g, c.g.KH * c.g.KW), maxpool_fwd_range_, &c);
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_maxpool2d_bwd(float* dinp, const float* dout, const int32_t* idx, const int64_t* geom,
+                                     void* stream) {
+  (void)stream;
+  pool_ctx_ c = {0};
+  dt_status st = read_geom_("dt_maxpool2d_bwd", geom, &c.g, 1);
+  const dt_pool_geom* g = &c.g;
+  if (st != DT_OK || g->P * g->H * g->W == 0) return st;
+  int64_t n = g->P * g->OH * g->OW, hw = g->H * g->W;
+  DT_REQUIRE_(dinp && ((dout && idx) || n == 0), "dt_maxpool2d_bwd: null pointer (dinp=%p dout=%p idx=%p)",
+              (void*)dinp, (const void*)dout, (const void*)idx);
+  for (int64_t k = 0; k < n; k++) /* indices come from dt_maxpool2d_fwd, but a stale one must not write astray */
+    DT_REQUIRE_(idx[k] >= -1 && idx[k] < hw, "dt_maxpool2d_bwd: index %d at position %lld is outside [-1, %lld)",
+                idx[k], (long long)k, (long long)hw);
+  c.out = dinp;
+  c.inp = dout;
+  c.cidx = idx;
+  dt_parallel_for_(g->P, plane_grain_(g, 1), maxpool_bwd_range_, &c);
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_avgpool2d_fwd(float* out, const float* inp, const int64_t* geom, int32_t count_include_pad,
+                                     int64_t divisor_override, void* stream) {
+  (void)stream;
+  pool_ctx_ c = {0};
+  dt_status st = read_geom_("dt_avgpool2d_fwd", geom, &c.g, 0);
+  if (st != DT_OK) return st;
+  DT_REQUIRE_(divisor_override >= 0, "dt_avgpool2d_fwd: divisor_override=%lld must be >= 0 (0: none)",
+              (long long)divisor_override);
+  if (c.g.P * c.g.OH * c.g.OW == 0) return DT_OK;
+  DT_REQUIRE_(out && inp, "dt_avgpool2d_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
+  c.out = out;
+  c.inp = inp;
+  c.count_include_pad = count_include_pad != 0;
+  c.divisor_override = divisor_override;
+  dt_parallel_for_(c.g.P, plane_grain_(&c.g, c.g.KH * c.g.KW), avgpool_fwd_range_, &c);
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_avgpool2d_bwd(float* dinp, const float* dout, const int64_t* geom, int32_t count_include_pad,
+                                     int64_t divisor_override, void* stream) {
+  (void)stream;
+  pool_ctx_ c = {0};
+  dt_status st = read_geom_("dt_avgpool2d_bwd", geom, &c.g, 0);
+  if (st != DT_OK) return st;
+  DT_REQUIRE_(divisor_override >= 0, "dt_avgpool2d_bwd: divisor_override=%lld must be >= 0 (0: none)",
+              (long long)divisor_override);
+  if (c.g.P * c.g.H * c.g.W == 0) return DT_OK;
+  DT_REQUIRE_(dinp && (dout || c.g.OH * c.g.OW == 0), "dt_avgpool2d_bwd: null pointer (dinp=%p dout=%p)",
+              (void*)dinp, (const void*)dout);
+  c.out = dinp;
+  c.inp = dout;
+  c.count_include_pad = count_include_pad != 0;
+  c.divisor_override = divisor_override;
+  dt_parallel_for_(c.g.P, plane_grain_(&c.g, c.g.KH * c.g.KW), avgpool_bwd_range_, &c);
+  return DT_OK;
+}
+
+/* Adaptive pooling takes plain sizes; its windows follow from them. */
+static dt_status adaptive_geom_(const char* name, pool_ctx_* c, int64_t P, int64_t H, int64_t W, int64_t OH,
+                                int64_t OW) {
+  DT_REQUIRE_(P >= 0 && H >= 0 && W >= 0 && OH >= 0 && OW >= 0,
+              "%s: negative size (planes=%lld H=%lld W=%lld OH=%lld OW=%lld)", name, (long long)P, (long long)H,
+              (long long)W, (long long)OH, (long long)OW);
+  DT_REQUIRE_((OH >= 1 && OW >= 1) || P == 0, "%s: output size (%lld, %lld) must be >= 1", name, (long long)OH,
+              (long long)OW);
+  DT_REQUIRE_((H >= 1 && W >= 1) || P == 0, "%s: input size (%lld, %lld) must be >= 1", name, (long long)H,
+              (long long)W);
+  int64_t t;
+  DT_REQUIRE_(dt_mul_ok_(H, W, &t) && dt_mul_ok_(t, P, &t) && dt_mul_ok_(t, 4, &t) && dt_mul_ok_(OH, OW, &t) &&
+                  dt_mul_ok_(t, P, &t) && dt_mul_ok_(t, 4, &t) && OH <= INT64_MAX / (H + 1) &&
+                  OW <= INT64_MAX / (W + 1),
+              "%s: sizes overflow (planes=%lld H=%lld W=%lld OH=%lld OW=%lld)", name, (long long)P, (long long)H,
+              (long long)W, (long long)OH, (long long)OW);
+  c->g = (dt_pool_geom){P, H, W, 1, 1, 1, 1, 0, 0, 1, 1, OH, OW};
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_adaptive_avgpool2d_fwd(float* out, const float* inp, int64_t P, int64_t H, int64_t W,
+                                              int64_t OH, int64_t OW, void* stream) {
+  (void)stream;
+  pool_ctx_ c = {0};
+  dt_status st = adaptive_geom_("dt_adaptive_avgpool2d_fwd", &c, P, H, W, OH, OW);
+  if (st != DT_OK || P == 0) return st;
+  DT_REQUIRE_(out && inp, "dt_adaptive_avgpool2d_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
+  c.out = out;
+  c.inp = inp;
+  int64_t win = (H / OH + 2) * (W / OW + 2);
+  dt_parallel_for_(P, plane_grain_(&c.g, win), adaptive_fwd_range_, &c);
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_adaptive_avgpool2d_bwd(float* dinp, const float* dout, int64_t P, int64_t H, int64_t W,
+                                              int64_t OH, int64_t OW, void* stream) {
+  (void)stream;
+  pool_ctx_ c = {0};
+  dt_status st = adaptive_geom_("dt_adaptive_avgpool2d_bwd", &c, P, H, W, OH, OW);
+  if (st != DT_OK || P == 0) return st;
+  DT_REQUIRE_(dinp && dout, "dt_adaptive_avgpool2d_bwd: null pointer (dinp=%p dout=%p)", (void*)dinp,
+              (const void*)dout);
+  c.out = dinp;
+  c.inp = dout;
+  int64_t win = (H / OH + 2) * (W / OW + 2);
+  dt_parallel_for_(P, plane_grain_(&c.g, win), adaptive_bwd_range_, &c);
+  return DT_OK;
+}
