@@ -7,6 +7,7 @@
  * launcher's abort record, so that no rank hangs. Calls are reported to
  * distributed/phase.ts like those of the shared-memory backend.
  */
+import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import {
   NCCL_DTYPE,
@@ -134,6 +135,8 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
   readonly #compute: Deno.PointerObject;
   readonly #comm: Deno.PointerObject;
   readonly #stream: Deno.PointerObject;
+  /** Kernel calls on the communication stream (staging copies). */
+  readonly #onStream: KernelCalls;
   readonly #ready: Deno.PointerObject;
   readonly #done: Deno.PointerObject;
   readonly #timeoutMs: number;
@@ -162,6 +165,7 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     this.#timeoutMs = timeoutMs;
     this.#compute = rt.computeStream();
     this.#stream = rt.createStream();
+    this.#onStream = kernelCalls(cudaKernels(), this.#stream);
     this.#ready = rt.createEvent();
     this.#done = rt.createEvent();
   }
@@ -329,14 +333,13 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     if (this.#closed) return;
     this.#closed = true;
     if (this.#abortWatch !== null) clearInterval(this.#abortWatch);
-    const k = cudaKernels().symbols;
     if (this.#failed) {
       this.#lib.symbols.ncclCommAbort(this.#comm); // already aborted: a second abort is harmless
     } else {
       this.#lib.check(this.#lib.symbols.ncclCommDestroy(this.#comm), "ncclCommDestroy", this.#comm);
     }
     for (const p of [this.#staging?.ptr, this.#barrierBuf]) {
-      if (p) cudaKernels().check(k.dt_free(p), "dt_free");
+      if (p) this.#onStream.dt_free(p);
     }
     this.#rt.destroyEvent(this.#ready);
     this.#rt.destroyEvent(this.#done);
@@ -475,7 +478,6 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     if (host.length === 0) return all.map((b) => b.ptr);
     const total = host.reduce((n, b) => n + align256(b.bytes), 0);
     const base = this.#stagingArea(total);
-    const k = cudaKernels().symbols;
     let offset = 0;
     const at = new Map<ResolvedBuffer, Deno.PointerValue>();
     for (const b of all) {
@@ -485,26 +487,23 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
       at.set(b, dev);
       offset += align256(b.bytes);
       if (plan.inputs.includes(b) && b.bytes > 0) {
-        cudaKernels().check(k.dt_memcpy(dev, b.ptr, BigInt(b.bytes), 1, this.#stream), "dt_memcpy");
+        this.#onStream.dt_memcpy(dev, b.ptr, BigInt(b.bytes), 1);
       }
     }
     return all.map((b) => at.get(b) ?? b.ptr);
   }
 
   #copyOutputsBack(plan: Plan, ptrs: Deno.PointerValue[]): void {
-    const k = cudaKernels().symbols;
     plan.outputs.forEach((b, i) => {
       if (!isHostArray(b) || b.bytes === 0) return;
       const dev = ptrs[plan.inputs.length + i]!;
-      cudaKernels().check(k.dt_memcpy(b.ptr, dev, BigInt(b.bytes), 2, this.#stream), "dt_memcpy");
+      this.#onStream.dt_memcpy(b.ptr, dev, BigInt(b.bytes), 2);
     });
   }
 
   #stagingArea(bytes: number): Deno.PointerObject {
     if (!this.#staging || this.#staging.bytes < bytes) {
-      if (this.#staging) {
-        cudaKernels().check(cudaKernels().symbols.dt_free(this.#staging.ptr), "dt_free");
-      }
+      if (this.#staging) this.#onStream.dt_free(this.#staging.ptr);
       this.#staging = null;
       this.#staging = { ptr: this.#alloc(bytes), bytes };
     }

@@ -17,6 +17,7 @@ import {
   toBytes,
   WAIT_FOREVER,
 } from "./store_protocol.ts";
+import { peerText } from "./store_refusals.ts";
 
 /** Where the store is and how to prove membership of the run. */
 export interface StoreConnectOptions {
@@ -281,7 +282,8 @@ export class StoreClient {
     if (r.status === Status.ERROR) {
       let message: string;
       try {
-        message = new BodyReader(r.body).string("message", 64 * 1024);
+        // Whatever answers on the store's port is not authenticated to us: escape its text.
+        message = peerText(new BodyReader(r.body).string("message", 64 * 1024), 400);
       } catch {
         message = "(unreadable error text)";
       }

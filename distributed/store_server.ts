@@ -1,7 +1,8 @@
 /**
  * The control store's server, hosted by node 0's launcher: an authenticated TCP key-value store
  * (set, get with optional wait, wait for keys, atomic add, delete, list by prefix). A connection
- * that does not authenticate first, or sends a malformed or oversized frame, is logged and closed.
+ * that does not authenticate first, or sends a malformed or oversized frame, is closed and logged
+ * (peer text escaped and capped; a flood of refusals summarised once per interval).
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import {
@@ -21,6 +22,7 @@ import {
   Status,
   WAIT_FOREVER,
 } from "./store_protocol.ts";
+import { peerText, REFUSAL_INTERVAL_MS, RefusalLog } from "./store_refusals.ts";
 
 /** How a StoreServer listens and what it tolerates. */
 export interface StoreServerOptions {
@@ -42,6 +44,8 @@ export interface StoreServerOptions {
   maxQueuedBytes?: number;
   /** Pending waits per connection (default 4096). */
   maxWaitsPerConnection?: number;
+  /** Refused connections after the first are summarised once per this many ms (default 10 s; 0: a line each). */
+  refusalIntervalMs?: number;
 }
 
 interface Entry {
@@ -75,6 +79,7 @@ export class StoreServer {
   readonly #entries = new Map<string, Entry>();
   readonly #waiters = new Map<string, Set<Waiter>>();
   readonly #conns = new Set<Deno.Conn>();
+  readonly #refusals: RefusalLog;
   #storedBytes = 0;
   #closed = false;
   readonly #acceptLoop: Promise<void>;
@@ -88,8 +93,10 @@ export class StoreServer {
       maxStoredBytes: 1024 ** 3,
       maxQueuedBytes: 64 * 1024 ** 2,
       maxWaitsPerConnection: 4096,
+      refusalIntervalMs: REFUSAL_INTERVAL_MS,
       ...opts,
     };
+    this.#refusals = new RefusalLog(this.#opts.log, this.#opts.refusalIntervalMs);
     this.#acceptLoop = this.#accept();
   }
 
@@ -126,6 +133,7 @@ export class StoreServer {
     }
     this.#waiters.clear();
     await this.#acceptLoop;
+    this.#refusals.close();
   }
 
   async #accept(): Promise<void> {
@@ -140,10 +148,10 @@ export class StoreServer {
         continue;
       }
       if (this.#conns.size >= MAX_CONNECTIONS) {
-        this.#opts.log(
-          `store: refused connection from ${
-            peerOf(conn)
-          }: ${MAX_CONNECTIONS} connections already open`,
+        this.#refusals.refused(
+          peerOf(conn),
+          "too many connections",
+          `${MAX_CONNECTIONS} connections already open`,
         );
         closeQuietly(conn);
         continue;
@@ -151,7 +159,7 @@ export class StoreServer {
       conn.setNoDelay(true);
       this.#conns.add(conn);
       this.#serve(conn).catch((e) =>
-        this.#opts.log(`store: connection error: ${(e as Error).message}`)
+        this.#opts.log(`store: connection error: ${peerText((e as Error).message, 200)}`)
       )
         .finally(() => this.#conns.delete(conn));
     }
@@ -164,8 +172,10 @@ export class StoreServer {
     let identity: string | null = null;
     const authTimer = setTimeout(() => {
       if (identity === null) {
-        this.#opts.log(
-          `store: refused connection from ${peer}: no authentication within ${this.#opts.authTimeoutMs} ms`,
+        this.#refusals.refused(
+          peer,
+          "no authentication",
+          `no authentication within ${this.#opts.authTimeoutMs} ms`,
         );
         session.close();
       }
@@ -194,11 +204,14 @@ export class StoreServer {
         }
       }
     } catch (e) {
-      const who = identity === null ? peer : `${peer} (${identity})`;
       const reason = e instanceof ProtocolError
-        ? `malformed frame: ${e.message}`
-        : `internal error: ${(e as Error).message}`;
-      this.#opts.log(`store: closed connection from ${who}: ${reason}`);
+        ? `malformed frame: ${peerText(e.message, 200)}`
+        : `internal error: ${peerText((e as Error).message, 200)}`;
+      if (identity === null) {
+        this.#refusals.refused(peer, "malformed frame before authentication", reason);
+      } else {
+        this.#opts.log(`store: closed connection from ${peer} (${peerText(identity)}): ${reason}`);
+      }
     } finally {
       clearTimeout(authTimer);
       session.close();
@@ -209,8 +222,8 @@ export class StoreServer {
 
   /** Returns the client's identity, or null after refusing it. */
   #authenticate(frame: Frame, session: Session, peer: string): string | null {
-    const refuse = (reason: string) => {
-      this.#opts.log(`store: refused connection from ${peer}: ${reason}`);
+    const refuse = (reason: string, kind = reason) => {
+      this.#refusals.refused(peer, kind, reason);
       session.send(
         encodeFrame(Status.ERROR, frame.id, [{ str: `store refused the connection: ${reason}` }]),
       );
@@ -218,7 +231,10 @@ export class StoreServer {
       return null;
     };
     if (frame.code !== Op.AUTH) {
-      return refuse(`first frame is op ${frame.code}, expected AUTH (${Op.AUTH})`);
+      return refuse(
+        `first frame is op ${frame.code}, expected AUTH (${Op.AUTH})`,
+        "not AUTH first",
+      );
     }
     let token: Uint8Array, identity: string;
     try {
@@ -227,10 +243,14 @@ export class StoreServer {
       identity = r.string("identity", MAX_IDENTITY_BYTES);
       r.end("AUTH");
     } catch (e) {
-      return refuse(`malformed AUTH frame: ${(e as Error).message}`);
+      return refuse(
+        `malformed AUTH frame: ${peerText((e as Error).message, 200)}`,
+        "malformed AUTH",
+      );
     }
     if (!timingSafeEqual(digest(token), this.#tokenDigest)) {
-      return refuse(`wrong token (client says it is "${identity}")`);
+      // The identity is the peer's own claim: escaped, and capped well below its protocol limit.
+      return refuse(`wrong token (client says it is "${peerText(identity)}")`, "wrong token");
     }
     session.send(encodeFrame(Status.OK, frame.id));
     return identity;

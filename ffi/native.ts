@@ -73,11 +73,13 @@ export function cString(ptr: Deno.PointerValue): string {
   return ptr === null ? "" : Deno.UnsafePointerView.getCString(ptr);
 }
 
-/** An opened library with a status-checking call helper. */
+/** An opened library with status checking (ffi/calls.ts builds wrappers on it). */
 export interface NativeLibrary<S extends Deno.ForeignLibraryInterface> {
   readonly path: string;
   readonly symbols: Deno.DynamicLibrary<S>["symbols"];
-  /** Throws DtNativeError with the library's text when status != 0. */
+  /** Throws DtNativeError for `symbol` with the library's text for this thread's last error. */
+  fail(symbol: string, status: number): never;
+  /** Throws as `fail` does when status != 0 (for calls whose symbol is chosen at run time). */
   check(status: number, symbol: string): void;
   close(): void;
 }
@@ -113,13 +115,15 @@ export function openLibrary<S extends Deno.ForeignLibraryInterface>(
   const lastError = typeof sym.dt_last_error === "function"
     ? () => cString(sym.dt_last_error())
     : () => "(no error text)";
+  const fail = (symbol: string, status: number): never => {
+    throw new DtNativeError(name, symbol, status, lastError());
+  };
   return {
     path,
     symbols: lib.symbols,
+    fail,
     check(status: number, symbol: string) {
-      if (status !== 0) {
-        throw new DtNativeError(name, symbol, status, lastError());
-      }
+      if (status !== 0) fail(symbol, status);
     },
     close: () => lib.close(),
   };

@@ -4,7 +4,7 @@
  * sorts the nodes topologically from the loss and sweeps them in reverse,
  * accumulating leaf gradients (parameters) into `tensor.grad`.
  */
-import { backend, check } from "./backend.ts";
+import { backend } from "./backend.ts";
 import { empty, full, type Tensor } from "./tensor.ts";
 import { probing, record as recordProbe } from "../check/probe.ts";
 
@@ -56,10 +56,7 @@ export function record(
 /** Adds `g` into `into` (same shape): into += g. */
 export function accumulate(into: Tensor, g: Tensor): void {
   const b = backend();
-  check(
-    b.k.dt_axpy(into.ptr, g.ptr, BigInt(into.numel), 1, b.stream),
-    "dt_axpy",
-  );
+  b.call.dt_axpy(into.ptr, g.ptr, BigInt(into.numel), 1);
 }
 
 /**
@@ -176,10 +173,7 @@ function sumOf(a: Tensor, b: Tensor): Tensor {
   const out = empty(a.shape, "f32");
   const k = backend();
   const n = BigInt(a.numel);
-  check(
-    k.k.dt_binary(0, out.ptr, a.ptr, b.ptr, n, n, 1n, k.stream),
-    "dt_binary",
-  );
+  k.call.dt_binary(0, out.ptr, a.ptr, b.ptr, n, n, 1n);
   return out;
 }
 

@@ -1,11 +1,12 @@
 /**
  * The device a process computes on and the kernel library behind it. The CPU
  * and CUDA libraries export the same symbols (ffi/symbols.ts), so the
- * backend is just which library was opened plus the stream argument.
+ * backend is just which library was opened plus the stream argument, which
+ * its status-checked calls append.
  */
-import { cpuKernels } from "../ffi/cpu.ts";
+import { cpuCalls, cpuKernels } from "../ffi/cpu.ts";
 import type { KernelSymbols } from "../ffi/symbols.ts";
-import { DtNativeError } from "../ffi/native.ts";
+import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
 import type { NativeLibrary } from "../ffi/native.ts";
 
 /** Where a tensor's memory lives. */
@@ -14,10 +15,31 @@ export type Device = "cpu" | "cuda";
 /** An opened kernel library and the stream its calls go on. */
 export interface Backend {
   readonly device: Device;
+  /** The library; its raw `symbols` only for calls that return a value (dt_alloc, dt_last_error). */
   readonly lib: NativeLibrary<KernelSymbols>;
-  readonly k: NativeLibrary<KernelSymbols>["symbols"];
+  /**
+   * Every dt_status kernel, stream appended, throwing DtNativeError naming
+   * the symbol on failure: `backend().call.dt_scale(out, inp, n, alpha)`.
+   */
+  readonly call: KernelCalls;
   /** Stream passed as the last argument of every kernel (null on the CPU). */
   readonly stream: Deno.PointerValue;
+}
+
+/** The backend of an opened kernel library whose calls go on `stream`. */
+export function makeBackend(
+  device: Device,
+  lib: NativeLibrary<KernelSymbols>,
+  stream: Deno.PointerValue,
+): Backend {
+  return { device, lib, call: kernelCalls(lib, stream), stream };
+}
+
+let cpuBackend: Backend | undefined;
+
+function openCpuBackend(): Backend {
+  cpuBackend ??= { device: "cpu", lib: cpuKernels(), call: cpuCalls(), stream: null };
+  return cpuBackend;
 }
 
 let current: Backend | undefined;
@@ -30,17 +52,14 @@ export function registerCudaBackend(open: () => Backend): void {
 
 /** The active backend (the CPU unless setDevice("cuda") was called). */
 export function backend(): Backend {
-  if (current) return current;
-  const lib = cpuKernels();
-  current = { device: "cpu", lib, k: lib.symbols, stream: null };
+  current ??= openCpuBackend();
   return current;
 }
 
 /** Chooses the device for tensors created from now on. */
 export function setDevice(device: Device): Backend {
   if (device === "cpu") {
-    const lib = cpuKernels();
-    current = { device: "cpu", lib, k: lib.symbols, stream: null };
+    current = openCpuBackend();
   } else {
     if (!cudaLoader) {
       throw new Error(
@@ -50,13 +69,4 @@ export function setDevice(device: Device): Backend {
     current = cudaLoader();
   }
   return current;
-}
-
-/** Throws the native error text when a kernel returned a non-zero status. */
-export function check(status: number, symbol: string): void {
-  if (status !== 0) {
-    const b = backend();
-    b.lib.check(status, symbol);
-    throw new DtNativeError(b.device, symbol, status, "unknown error");
-  }
 }

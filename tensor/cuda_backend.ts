@@ -6,7 +6,7 @@
  * itself) with the library's compute stream. Importing this module registers
  * the backend with tensor/backend.ts.
  */
-import { type Backend, type Device, registerCudaBackend } from "./backend.ts";
+import { type Backend, type Device, makeBackend, registerCudaBackend } from "./backend.ts";
 import { CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import { describeMissing, findCudaLibrary, type LibrarySearchOptions } from "../ffi/cuda_libs.ts";
 import { findLibrary } from "../ffi/native.ts";
@@ -193,7 +193,7 @@ export function openCudaBackend(): Backend {
   rt.setDevice(localRank % a.deviceCount); // first: everything after lives on this GPU
   rt.loadCublasLt(a.libraries.cublasLt);
   rt.allowTf32(Deno.env.get("DTRAIN_ALLOW_TF32") === "1");
-  opened = { device: "cuda", lib, k: lib.symbols, stream: rt.computeStream() };
+  opened = makeBackend("cuda", lib, rt.computeStream());
   return opened;
 }
 

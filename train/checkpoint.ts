@@ -174,11 +174,12 @@ export class CheckpointManager {
   /**
    * The checkpoint `latest` names, verified; when it is missing, partial or
    * corrupt, warns (naming each checkpoint and why) and returns the newest
-   * older one that verifies. Null when the directory holds no checkpoint;
-   * throws when checkpoints exist but none verifies, rather than silently
-   * starting over. Any rank can call it.
+   * older one that verifies. `accept` may check what was read (the state's
+   * schema, say) and throw to have a checkpoint treated as corrupt too. Null
+   * when the directory holds no checkpoint; throws when checkpoints exist but
+   * none verifies, rather than silently starting over. Any rank can call it.
    */
-  loadLatest(): LoadedCheckpoint | null {
+  loadLatest(opts: { accept?: (loaded: LoadedCheckpoint) => void } = {}): LoadedCheckpoint | null {
     const { io, warn } = this.#ctx;
     const pointer = readPointer(io, this.dir);
     const candidates = scanCandidates(io, this.dir);
@@ -201,6 +202,7 @@ export class CheckpointManager {
       const dir = join(this.dir, c.name);
       try {
         const loaded = { dir, ...readCheckpointDir(io, dir, c.step), skipped };
+        opts.accept?.(loaded);
         if (skipped.length > 0) {
           warn(`Resuming from checkpoint ${dir} (step ${loaded.step}) instead`);
         }

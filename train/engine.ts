@@ -30,7 +30,7 @@ import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/phase.ts";
 import { getWorld } from "../distributed/env.ts";
 import { manualSeed } from "../nn/init.ts";
-import { CheckpointManager } from "./checkpoint.ts";
+import { CheckpointManager, type LoadedCheckpoint } from "./checkpoint.ts";
 import {
   microBatchSize,
   resolveConfig,
@@ -38,9 +38,9 @@ import {
   type TrainConfigInput,
 } from "./config.ts";
 import { MetricsLogger } from "./metrics.ts";
-import { appendDataOrder, orderDigest, writeConfigRecord } from "../run/record.ts";
+import { checkTrainState } from "./state_schema.ts";
+import { appendDataOrder, orderDigest } from "../run/record.ts";
 import {
-  asTrainState,
   captureRng,
   modelFile,
   optimizerFile,
@@ -228,14 +228,10 @@ export class Trainer<M extends Module> {
       preempted: false,
     };
     result.resumedFrom = this.#resume(log);
-    if (this.pg.rank === 0 && this.runDir) {
-      writeConfigRecord(this.runDir, {
-        config: cfg,
-        seed: cfg.seed,
-        worldSize: this.pg.size,
-        device: backend().device,
-      });
-    }
+    log.begin({
+      config: { config: cfg, seed: cfg.seed, worldSize: this.pg.size, device: backend().device },
+      step: this.#step,
+    });
     const k = cfg.data.gradAccumulation;
     const params = this.model.parameters();
     const tokens = this.#opts.tokensPerSample ?? null;
@@ -294,6 +290,7 @@ export class Trainer<M extends Module> {
           dataWaitMs: waitMs,
           memBytes: mem.liveBytes + mem.cachedBytes,
           stepMsByRank: byRank,
+          samples: samples * this.pg.size,
         });
         result.losses.push(loss);
         epochLossSum += loss;
@@ -330,11 +327,12 @@ export class Trainer<M extends Module> {
         phase("evaluate");
         const ev = this.#opts.evaluate(this.model, epoch);
         result.evaluations.push(ev);
-        log.print(
-          `epoch ${epoch}: ${
-            Object.entries(ev).map(([n, v]) => `${n} ${v.toFixed(4)}`).join(", ")
-          }`,
-        );
+        log.logEval({
+          step: this.#step,
+          epoch,
+          attempt: Number(Deno.env.get("DTRAIN_RESTART_COUNT") ?? 0),
+          metrics: ev,
+        });
       }
       const last = this.#step >= this.totalSteps;
       if ((cfg.checkpoint.everyEpoch && exhausted) || last) this.#save();
@@ -419,22 +417,38 @@ export class Trainer<M extends Module> {
   #resume(log: MetricsLogger): number | null {
     const mode = this.config.checkpoint.resume;
     if (mode === "never") return null;
-    let loaded;
+    // Checked before anything is loaded; under "auto" a bad state counts as a corrupt checkpoint.
+    const check = (loaded: LoadedCheckpoint) => {
+      const st = checkTrainState(loaded.state, {
+        datasetLength: this.#opts.data.length,
+        dropLast: this.config.data.dropLast,
+      });
+      for (const name of ["model", "optimizer"]) {
+        if (!loaded.files.has(name)) {
+          throw new Error(`a training checkpoint needs a ${name} file, and it has none`);
+        }
+      }
+      return st;
+    };
+    let loaded: LoadedCheckpoint;
     if (mode === "auto") {
       if (!this.checkpoints) return null;
-      loaded = this.checkpoints.loadLatest();
-      if (!loaded) return null;
+      const latest = this.checkpoints.loadLatest({ accept: check });
+      if (!latest) return null;
+      loaded = latest;
       for (const s of loaded.skipped) log.print(`skipped checkpoint ${s.dir}: ${s.reason}`);
     } else {
       loaded = (this.checkpoints ?? new CheckpointManager(mode, { rank: this.pg.rank })).load(mode);
+      try {
+        check(loaded);
+      } catch (e) {
+        throw new Error(`Cannot resume from ${loaded.dir}: ${(e as Error).message}`, { cause: e });
+      }
     }
     phase("checkpoint load");
-    const st = asTrainState(loaded.state, join(loaded.dir, "state.json"));
-    const model = loaded.files.get("model");
-    const opt = loaded.files.get("optimizer");
-    if (!model || !opt) {
-      throw new Error(`${loaded.dir}: a training checkpoint needs model and optimizer files`);
-    }
+    const st = check(loaded);
+    const model = loaded.files.get("model")!;
+    const opt = loaded.files.get("optimizer")!;
     this.model.loadStateDict(new Map([...model.tensors].map(([k, t]) => [k, stateTensor(t)])));
     restoreOptimizer(this.optimizer, opt);
     this.schedule.loadStateDict(st.schedule);

@@ -139,15 +139,3 @@ export function trainState(parts: {
     runId: parts.runId,
   };
 }
-
-/** Checks that a loaded JSON state has the fields this version reads. */
-export function asTrainState(v: Record<string, unknown>, where: string): TrainState {
-  const s = v as unknown as TrainState;
-  const ok = s.format === "dtrain.train-state/1" && Number.isSafeInteger(s.epoch) &&
-    Number.isSafeInteger(s.step) &&
-    s.data && Number.isSafeInteger(s.data.consumed) && Array.isArray(s.rng) && s.rng.length > 0;
-  if (!ok) {
-    throw new Error(`${where}: not a dtrain training state (format ${JSON.stringify(s.format)})`);
-  }
-  return s;
-}

@@ -4,7 +4,7 @@
  * attention. Under autocast, inputs are rounded to bf16/f16 and the product
  * accumulates in f32, its output rounded to the low precision.
  */
-import { backend, check } from "../backend.ts";
+import { backend } from "../backend.ts";
 import { castTensor, empty, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { type DType, DTYPE_CODE } from "../dtype.ts";
@@ -34,29 +34,25 @@ export function gemm(
 ): void {
   const K = backend();
   const lda = transA ? m : k, ldb = transB ? k : n;
-  check(
-    K.k.dt_gemm(
-      DTYPE_CODE[dtype],
-      transA ? 1 : 0,
-      transB ? 1 : 0,
-      BigInt(m),
-      BigInt(n),
-      BigInt(k),
-      opts.alpha ?? 1,
-      a.ptr,
-      BigInt(lda),
-      b.ptr,
-      BigInt(ldb),
-      opts.beta ?? 0,
-      c.ptr,
-      BigInt(n),
-      BigInt(opts.batch ?? 1),
-      BigInt(opts.strideA ?? m * k),
-      BigInt(opts.strideB ?? k * n),
-      BigInt(opts.strideC ?? m * n),
-      K.stream,
-    ),
-    "dt_gemm",
+  K.call.dt_gemm(
+    DTYPE_CODE[dtype],
+    transA ? 1 : 0,
+    transB ? 1 : 0,
+    BigInt(m),
+    BigInt(n),
+    BigInt(k),
+    opts.alpha ?? 1,
+    a.ptr,
+    BigInt(lda),
+    b.ptr,
+    BigInt(ldb),
+    opts.beta ?? 0,
+    c.ptr,
+    BigInt(n),
+    BigInt(opts.batch ?? 1),
+    BigInt(opts.strideA ?? m * k),
+    BigInt(opts.strideB ?? k * n),
+    BigInt(opts.strideC ?? m * n),
   );
 }
 

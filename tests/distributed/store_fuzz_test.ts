@@ -170,6 +170,7 @@ Deno.test("StoreServer survives thousands of random, malformed and oversized fra
     port: 0,
     token: TOKEN,
     log: (l) => logs.push(l),
+    refusalIntervalMs: 0, // a line per refused connection, to count them
   });
   const rand = rng(SEED);
   let sent = 0;
