@@ -217,7 +217,7 @@ export function max(x: Tensor, dim: number, opts?: ReduceOptions): ValuesIndices
 export function max(x: Tensor, dim?: number, opts: ReduceOptions = {}): Tensor | ValuesIndices {
   const r = extreme("max", x, dim, opts);
   if (dim !== undefined) return r;
-  r.indices.dispose();
+  if (!r.values.node) r.indices.dispose(); // else the backward reads them
   return r.values;
 }
 
@@ -227,7 +227,7 @@ export function min(x: Tensor, dim: number, opts?: ReduceOptions): ValuesIndices
 export function min(x: Tensor, dim?: number, opts: ReduceOptions = {}): Tensor | ValuesIndices {
   const r = extreme("min", x, dim, opts);
   if (dim !== undefined) return r;
-  r.indices.dispose();
+  if (!r.values.node) r.indices.dispose(); // else the backward reads them
   return r.values;
 }
 
