@@ -15,6 +15,10 @@ typedef struct {
   int64_t P, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW;
 } dt_pool_geom;
 
+/* Whether a window element v replaces the best so far: a larger value, or
+ * any NaN (torch's `val > maxval || isnan(val)`: the last NaN wins). */
+DT_HD int dt_maxpool_takes(float v, float best) { return (v > best) | (v != v); }
+
 /* Max over the window of output (oh, ow) of one plane; *at gets the index
  * (ih * W + iw) of the element taken, -1 for a window wholly in the padding. */
 DT_HD float dt_maxpool_window(const float* plane, const dt_pool_geom* g, int64_t oh, int64_t ow, int32_t* at) {
@@ -29,10 +33,9 @@ DT_HD float dt_maxpool_window(const float* plane, const dt_pool_geom* g, int64_t
   for (int64_t ih = ih0; ih < ih1; ih += g->DH) {
     for (int64_t iw = iw0; iw < iw1; iw += g->DW) {
       float v = plane[ih * g->W + iw];
-      if (v > best || v != v) {
-        best = v;
-        idx = (int32_t)(ih * g->W + iw);
-      }
+      int take = dt_maxpool_takes(v, best); /* selects, not branches: data-dependent */
+      best = take ? v : best;
+      idx = take ? (int32_t)(ih * g->W + iw) : idx;
     }
   }
   if (idx < 0 && ih0 < ih1 && iw0 < iw1) idx = (int32_t)(ih0 * g->W + iw0); /* all -inf: torch's first element */

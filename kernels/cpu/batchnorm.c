@@ -60,13 +60,13 @@ DT_VEC_CLONES static void bwd_apply_range_(void* vctx, int64_t c0, int64_t c1) {
   const bn_ctx_* c = vctx;
   for (int64_t ch = c0; ch < c1; ch++) {
     float w = c->weight ? c->weight[ch] : 1.0f, rstd = c->rstd[ch], mean = c->mean[ch];
+    float k = 0.0f, grad_mean = 0.0f;
+    if (c->cacc) dt_bn_bwd_factors(c->cacc[ch], c->cacc[c->C + ch], c->count, rstd, &k, &grad_mean);
     for (int64_t n = 0; n < c->N; n++) {
       int64_t off = (n * c->C + ch) * c->HW;
       const float *dy = c->dy + off, *x = c->x + off;
       float* dx = c->out + off;
       if (c->cacc) {
-        float k, grad_mean;
-        dt_bn_bwd_factors(c->cacc[ch], c->cacc[c->C + ch], c->count, rstd, &k, &grad_mean);
         for (int64_t i = 0; i < c->HW; i++) dx[i] = dt_bn_dx_train_f(dy[i], x[i], mean, k, grad_mean, rstd, w);
       } else {
         for (int64_t i = 0; i < c->HW; i++) dx[i] = dt_bn_dx_eval_f(dy[i], rstd, w);

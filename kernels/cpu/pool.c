@@ -32,6 +32,78 @@ static void maxpool_fwd_range_(void* vctx, int64_t p0, int64_t p1) {
       }
 }
 
+/* The common 2x2, stride 2 pooling with every window inside the plane:
+ * straight-line selects per output, in window order (the same result as
+ * dt_maxpool_window). */
+DT_VEC_CLONES static void maxpool_2x2_range_(void* vctx, int64_t p0, int64_t p1) {
+  const pool_ctx_* c = vctx;
+  const dt_pool_geom* g = &c->g;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  for (int64_t p = p0; p < p1; p++) {
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+      const float* r0 = c->inp + p * hw + 2 * oh * g->W;
+      const float* r1 = r0 + g->W;
+      float* out = c->out + p * ohw + oh * g->OW;
+      int32_t* idx = c->idx + p * ohw + oh * g->OW;
+      int32_t base = (int32_t)(2 * oh * g->W), w = (int32_t)g->W;
+      for (int64_t ow = 0; ow < g->OW; ow++) {
+        float v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+        int32_t at[4] = {0, 1, w, w + 1};
+        float best = -INFINITY;
+        int32_t pick = 0; /* all -inf: the first element */
+        for (int k = 0; k < 4; k++) {
+          int take = dt_maxpool_takes(v[k], best);
+          best = take ? v[k] : best;
+          pick = take ? at[k] : pick;
+        }
+        out[ow] = best;
+        idx[ow] = base + 2 * (int32_t)ow + pick;
+      }
+    }
+  }
+}
+
+/* Every window wholly inside its plane (no padding reached, no clipping):
+ * one output row at a time, each window element in window order across the
+ * row's outputs, so the loop over outputs vectorises. Same result as
+ * dt_maxpool_window (the first element when a window is all -inf). */
+#define MAXPOOL_ROW_MAX 1024
+DT_VEC_CLONES static void maxpool_inside_range_(void* vctx, int64_t p0, int64_t p1) {
+  const pool_ctx_* c = vctx;
+  const dt_pool_geom* g = &c->g;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  float best[MAXPOOL_ROW_MAX];
+  int32_t at[MAXPOOL_ROW_MAX];
+  for (int64_t p = p0; p < p1; p++) {
+    const float* plane = c->inp + p * hw;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+      for (int64_t ow = 0; ow < g->OW; ow++) {
+        best[ow] = -INFINITY;
+        at[ow] = -1;
+      }
+      for (int64_t ki = 0; ki < g->KH; ki++) {
+        int64_t ih = oh * g->SH + ki * g->DH;
+        const float* row = plane + ih * g->W;
+        for (int64_t kj = 0; kj < g->KW; kj++) {
+          int32_t pos0 = (int32_t)(ih * g->W + kj * g->DW);
+          for (int64_t ow = 0; ow < g->OW; ow++) {
+            float v = row[ow * g->SW + kj * g->DW];
+            int take = dt_maxpool_takes(v, best[ow]);
+            best[ow] = take ? v : best[ow];
+            at[ow] = take ? pos0 + (int32_t)(ow * g->SW) : at[ow];
+          }
+        }
+      }
+      float* out = c->out + p * ohw + oh * g->OW;
+      int32_t* idx = c->idx + p * ohw + oh * g->OW;
+      for (int64_t ow = 0; ow < g->OW; ow++) {
+        out[ow] = best[ow];
+        idx[ow] = at[ow] >= 0 ? at[ow] : (int32_t)((oh * g->SH) * g->W + ow * g->SW);
+      }
+    }
+  }
+}
+
 static void maxpool_bwd_range_(void* vctx, int64_t p0, int64_t p1) {
   const pool_ctx_* c = vctx;
   const dt_pool_geom* g = &c->g;
@@ -146,7 +218,12 @@ DT_EXPORT dt_status dt_maxpool2d_fwd(float* out, int32_t* idx, const float* inp,
   c.out = out;
   c.idx = idx;
   c.inp = inp;
-  dt_parallel_for_(c.g.P, plane_grain_(&c.g, c.g.KH * c.g.KW), maxpool_fwd_range_, &c);
+  const dt_pool_geom* g = &c.g;
+  int inside = g->PH == 0 && g->PW == 0 && g->OW <= MAXPOOL_ROW_MAX &&
+               (g->OH - 1) * g->SH + (g->KH - 1) * g->DH < g->H && (g->OW - 1) * g->SW + (g->KW - 1) * g->DW < g->W;
+  int two_by_two = inside && g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->DH == 1 && g->DW == 1;
+  dt_range_fn_ fn = two_by_two ? maxpool_2x2_range_ : inside ? maxpool_inside_range_ : maxpool_fwd_range_;
+  dt_parallel_for_(g->P, plane_grain_(g, g->KH * g->KW), fn, &c);
   return DT_OK;
 }
 

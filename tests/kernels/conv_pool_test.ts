@@ -156,12 +156,19 @@ const POOLS: Pool[] = [
   { P: 4, H: 5, W: 5, KH: 3, KW: 3, SH: 1, SW: 1, PH: 1, PW: 1, DH: 1, DW: 1, OH: 5, OW: 5 },
 ];
 
+/** Windows wholly inside the plane take a separate, vectorised path: cover it with dilation and strides. */
+const INSIDE_POOLS: Pool[] = [
+  { P: 3, H: 9, W: 7, KH: 3, KW: 2, SH: 1, SW: 2, PH: 0, PW: 0, DH: 2, DW: 1, OH: 5, OW: 3 },
+  { P: 2, H: 8, W: 11, KH: 2, KW: 3, SH: 3, SW: 1, PH: 0, PW: 0, DH: 1, DW: 2, OH: 3, OW: 7 },
+];
+
 Deno.test("dt_maxpool2d_fwd/bwd() follow torch's window, NaN and index rules", () => {
   const rng = new Rng(3);
-  for (const g of POOLS) {
+  for (const g of [...POOLS, ...INSIDE_POOLS]) {
     const x = Float32Array.from(rng.normals(g.P * g.H * g.W), (v) => Math.round(v * 2) / 2);
     x[5] = NaN;
     x[g.H * g.W + 1] = -Infinity;
+    x.fill(-Infinity, 2 * g.H * g.W, 2 * g.H * g.W + 2 * g.W + 3); // windows of -inf only
     const n = g.P * g.OH * g.OW;
     const out = new Float32Array(n).fill(7), idx = new Int32Array(n).fill(-9);
     ok(K.dt_maxpool2d_fwd(ptr(out), ptr(idx), ptr(x), poolArr(g), null));

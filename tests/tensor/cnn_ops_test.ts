@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
 import { gradCheck, rand } from "./_gradcheck.ts";
 import { fromArray, full, scope, zeros } from "../../tensor/tensor.ts";
-import { conv2d } from "../../tensor/ops/conv.ts";
+import { conv2d, withColumnChunk } from "../../tensor/ops/conv.ts";
 import { adaptiveAvgPool2d, avgPool2d, maxPool2d } from "../../tensor/ops/pool.ts";
 import { batchNorm } from "../../tensor/ops/batchnorm.ts";
 import {
@@ -81,6 +81,24 @@ Deno.test("conv2d gradients: stride, padding, dilation, groups, bias", () => {
     [inp([3, 5, 5]), inp([2, 3, 2, 2])],
     "unbatched, even kernel 'same'",
   );
+});
+
+Deno.test("conv2d in chunks of images (large batches) gives the unchunked gradients", () => {
+  for (
+    const [chunk, cfg] of [[1, {}], [2 * 4 * 9 * 30, { padding: 1 }], [4 * 9 * 25, {
+      stride: 2,
+      groups: 2,
+    }]] as const
+  ) {
+    withColumnChunk(chunk, () => {
+      const g = (cfg as { groups?: number }).groups ?? 1;
+      ok(
+        (x, w, b) => conv2d(x, w, b, cfg),
+        [inp([5, 4, 6, 5]), inp([6, 4 / g, 3, 3]), inp([6])],
+        `chunk ${chunk} ${JSON.stringify(cfg)}`,
+      );
+    });
+  }
 });
 
 Deno.test("conv2d output shapes follow PyTorch's formula; bad shapes name what differs", () => {
