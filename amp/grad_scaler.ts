@@ -9,7 +9,7 @@ import { backend } from "../tensor/backend.ts";
 import { empty, type Tensor } from "../tensor/tensor.ts";
 import { scale as scaleOp } from "../tensor/ops/elementwise.ts";
 import type { Optimizer } from "../optim/optimizer.ts";
-import { plainArithmetic } from "../check/probe.ts";
+import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
 /** Options, with torch's defaults. */
 export interface GradScalerOptions {
@@ -55,7 +55,7 @@ export class GradScaler {
       enabled: true,
       ...opts,
     };
-    if (plainArithmetic()) this.opts.enabled = false; // `dtrain check` compares unscaled runs
+    if (plainArithmetic()) this.opts.enabled = false; // tensor/plain_arithmetic.ts
     this.#scale = this.opts.initScale;
   }
 

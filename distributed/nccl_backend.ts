@@ -5,7 +5,7 @@
  * every wait polls ncclCommGetAsyncError and a deadline (NCCL has no timeout
  * of its own) and aborts the communicator on an error, a timeout or the
  * launcher's abort record, so that no rank hangs. Calls are reported to
- * distributed/phase.ts like those of the shared-memory backend.
+ * distributed/control/phase.ts like those of the shared-memory backend.
  */
 import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
@@ -19,7 +19,7 @@ import {
 } from "../ffi/nccl.ts";
 import { DtNativeError } from "../ffi/native.ts";
 import { openCudaBackend } from "../tensor/cuda_backend.ts";
-import { reportCollective } from "./phase.ts";
+import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -29,10 +29,11 @@ import {
   resolveBuffer,
   type ResolvedBuffer,
 } from "./collective_buffer.ts";
-import { getRankSettings, getWorld } from "./env.ts";
-import { getStore, storeKey } from "./rank_runtime.ts";
-import { attemptKeys } from "./store_keys.ts";
+import { getRankSettings, getWorld } from "./control/env.ts";
+import { getStore, storeKey } from "./control/rank_runtime.ts";
+import { attemptKeys } from "./control/store_keys.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
+import { COMPLETED, type Work } from "./work.ts";
 
 /** What the host watches while a collective is in flight. */
 export interface CompletionProbe {
@@ -113,12 +114,6 @@ interface Plan {
   symbol: string;
   /** enqueues the call, given the device pointers of inputs then outputs */
   enqueue(ptrs: Deno.PointerValue[], stream: Deno.PointerObject): number;
-}
-
-/** An in-flight allReduceAsync; wait() before the compute stream uses the result. */
-export interface NcclWork {
-  /** Waits (polling for errors and the deadline), then orders the compute stream after the result. */
-  wait(): void;
 }
 
 let groups = 0; // groups opened by this process: every rank opens them in the same order
@@ -216,13 +211,14 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
   /**
    * Starts an in-place allReduce of device memory on the communication
    * stream and returns at once, so the compute stream keeps working (DDP
-   * buckets during backward); call wait() before using the result.
+   * buckets during backward); wait() polls for errors and the deadline, then
+   * orders the compute stream after the result. A host array is reduced
+   * before this returns (it is staged through device memory anyway).
    */
-  allReduceAsync(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): NcclWork {
+  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
     if (!(typeof buf === "object" && buf !== null && "ptr" in buf)) {
-      throw new TypeError(
-        "allReduceAsync: buf must be device memory ({ptr, count, dtype}), not a typed array",
-      );
+      this.allReduce(buf, op, opts);
+      return COMPLETED;
     }
     const event = this.#rt.createEvent();
     let finished = false;

@@ -1,10 +1,10 @@
 /**
- * The process group's settings: the world as distributed/env.ts reads it from
+ * The process group's settings: the world as distributed/control/env.ts reads it from
  * the launcher's environment, plus DTRAIN_TIMEOUT, DTRAIN_DISTRIBUTED_DEBUG
  * and the shared-memory tuning variables, checked; CPU groups that would span
  * machines are refused here.
  */
-import { getRankSettings, getWorld } from "./env.ts";
+import { getRankSettings, getWorld } from "./control/env.ts";
 
 type Lookup = (name: string) => string | undefined;
 

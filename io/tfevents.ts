@@ -72,7 +72,8 @@ export function frameRecord(data: Uint8Array): Uint8Array {
 
 /** An append-only protobuf message encoder (fields must be added in field-number order). */
 class ProtoWriter {
-  #buf = new Uint8Array(64);
+  #buf = new Uint8Array(256);
+  #view = new DataView(this.#buf.buffer);
   #len = 0;
 
   #reserve(n: number): void {
@@ -80,33 +81,43 @@ class ProtoWriter {
     const next = new Uint8Array(Math.max(this.#buf.length * 2, this.#len + n));
     next.set(this.#buf.subarray(0, this.#len));
     this.#buf = next;
+    this.#view = new DataView(next.buffer);
   }
 
-  #varint(v: bigint): void {
+  /** A varint of a safe integer; a negative one is its 64-bit two's complement (ten bytes). */
+  #varint(v: number): void {
     this.#reserve(10);
-    let x = BigInt.asUintN(64, v);
-    do {
-      const low = Number(x & 0x7fn);
-      x >>= 7n;
-      this.#buf[this.#len++] = x > 0n ? low | 0x80 : low;
-    } while (x > 0n);
+    if (v < 0) {
+      let x = BigInt.asUintN(64, BigInt(v));
+      while (x > 0x7fn) {
+        this.#buf[this.#len++] = Number(x & 0x7fn) | 0x80;
+        x >>= 7n;
+      }
+      this.#buf[this.#len++] = Number(x);
+      return;
+    }
+    while (v > 0x7f) {
+      this.#buf[this.#len++] = (v % 128) | 0x80;
+      v = Math.floor(v / 128);
+    }
+    this.#buf[this.#len++] = v;
   }
 
   #key(field: number, wire: number): void {
-    this.#varint(BigInt((field << 3) | wire));
+    this.#varint((field << 3) | wire);
   }
 
   /** int64 / enum field (negative numbers take ten bytes, as protobuf writes them). */
   int(field: number, v: number): this {
     this.#key(field, WIRE.varint);
-    this.#varint(BigInt(v));
+    this.#varint(v);
     return this;
   }
 
   double(field: number, v: number): this {
     this.#key(field, WIRE.fixed64);
     this.#reserve(8);
-    new DataView(this.#buf.buffer).setFloat64(this.#len, v, true);
+    this.#view.setFloat64(this.#len, v, true);
     this.#len += 8;
     return this;
   }
@@ -114,7 +125,7 @@ class ProtoWriter {
   float(field: number, v: number): this {
     this.#key(field, WIRE.fixed32);
     this.#reserve(4);
-    new DataView(this.#buf.buffer).setFloat32(this.#len, v, true);
+    this.#view.setFloat32(this.#len, v, true);
     this.#len += 4;
     return this;
   }
@@ -122,11 +133,22 @@ class ProtoWriter {
   /** bytes, string (already UTF-8) or embedded message field. */
   bytes(field: number, b: Uint8Array): this {
     this.#key(field, WIRE.bytes);
-    this.#varint(BigInt(b.length));
+    this.#varint(b.length);
     this.#reserve(b.length);
     this.#buf.set(b, this.#len);
     this.#len += b.length;
     return this;
+  }
+
+  /**
+   * A Summary.Value holding a scalar, as embedded message `field`, written in
+   * place: {tag (1): tag, simple_value (2): v}.
+   */
+  scalarValue(field: number, tag: Uint8Array, v: number): this {
+    this.#key(field, WIRE.bytes);
+    this.#varint(1 + varintSize(tag.length) + tag.length + 5);
+    this.bytes(VALUE.tag, tag);
+    return this.float(VALUE.simpleValue, v);
   }
 
   finish(): Uint8Array {
@@ -135,6 +157,13 @@ class ProtoWriter {
 }
 
 const utf8 = new TextEncoder();
+
+/** Bytes of the varint of a non-negative safe integer. */
+function varintSize(n: number): number {
+  let size = 1;
+  for (; n > 0x7f; size++) n = Math.floor(n / 128);
+  return size;
+}
 
 // ---- events ------------------------------------------------------------------------------
 
@@ -166,22 +195,32 @@ function preview(s: string): string {
   return JSON.stringify(s.length > 40 ? `${s.slice(0, 40)}…` : s);
 }
 
+/** Checked tags by their text: a run logs the same few tags every step. */
+const tagCache = new Map<string, Uint8Array>();
+const TAG_CACHE_SIZE = 4096;
+
 function tagBytes(tag: unknown): Uint8Array {
+  const cached = typeof tag === "string" ? tagCache.get(tag) : undefined;
+  if (cached !== undefined) return cached;
   const what = typeof tag === "string" ? `TensorBoard tag ${preview(tag)}` : "TensorBoard tag";
   const b = checkedUtf8(tag, what, MAX_TAG_BYTES);
   if (b.length === 0) throw new RangeError("TensorBoard tag must not be empty");
+  if (tagCache.size >= TAG_CACHE_SIZE) tagCache.clear();
+  tagCache.set(tag as string, b);
   return b;
 }
 
-function encodeValue(v: SummaryValue): Uint8Array {
-  const w = new ProtoWriter().bytes(VALUE.tag, tagBytes(v.tag));
+/** Writes summary value `v` as field `field` of `w`. */
+function writeValue(w: ProtoWriter, field: number, v: SummaryValue): void {
+  const tag = tagBytes(v.tag);
   if ("scalar" in v) {
     if (typeof v.scalar !== "number") {
       throw new TypeError(
         `TensorBoard scalar ${preview(v.tag)} must be a number, got ${typeof v.scalar}`,
       );
     }
-    return w.float(VALUE.simpleValue, v.scalar).finish();
+    w.scalarValue(field, tag, v.scalar);
+    return;
   }
   // A rank-0 DT_STRING tensor with the text plugin's metadata, as TensorBoard's own
   // text summary writes it (the plugin's content, TextPluginData{version: 0}, is empty).
@@ -196,7 +235,12 @@ function encodeValue(v: SummaryValue): Uint8Array {
     .bytes(METADATA.pluginData, plugin)
     .int(METADATA.dataClass, DATA_CLASS_TENSOR)
     .finish();
-  return w.bytes(VALUE.tensor, tensor).bytes(VALUE.metadata, metadata).finish();
+  const value = new ProtoWriter()
+    .bytes(VALUE.tag, tag)
+    .bytes(VALUE.tensor, tensor)
+    .bytes(VALUE.metadata, metadata)
+    .finish();
+  w.bytes(field, value);
 }
 
 /**
@@ -226,7 +270,7 @@ export function encodeEvent(wallTime: number, step: number, body: EventBody): Ui
     return w.bytes(EVENT.sessionLog, log).finish();
   }
   const summary = new ProtoWriter();
-  for (const v of body.summary) summary.bytes(SUMMARY.value, encodeValue(v));
+  for (const v of body.summary) writeValue(summary, SUMMARY.value, v);
   return w.bytes(EVENT.summary, summary.finish()).finish();
 }
 

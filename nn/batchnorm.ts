@@ -10,7 +10,16 @@ import { Layer } from "./layers.ts";
 import type { Module } from "./module.ts";
 import { full, type Tensor, zeros } from "../tensor/tensor.ts";
 import { batchNorm, type StatsBuffer } from "../tensor/ops/batchnorm.ts";
-import type { ProcessGroup } from "../distributed/process_group.ts";
+/**
+ * What SyncBatchNorm needs of a process group (distributed/'s ProcessGroup
+ * is one; nn/ sits below distributed/, so it names only this much).
+ */
+export interface StatsGroup {
+  /** Ranks in the group. */
+  readonly size: number;
+  /** Sums `count` f64 values at `ptr` across the ranks, in place. */
+  allReduce(buf: { ptr: Deno.PointerObject; count: number; dtype: "f64" }, op: "sum"): void;
+}
 
 /** Options of the batch-norm layers (PyTorch's keyword arguments and defaults). */
 export interface BatchNormLayerOptions {
@@ -162,7 +171,7 @@ export class BatchNorm2d extends BatchNormBase {
 /** Options of SyncBatchNorm: the batch-norm options and the group whose ranks share statistics. */
 export interface SyncBatchNormOptions extends BatchNormLayerOptions {
   /** The ranks whose batches are normalised together; absent: this process alone. */
-  processGroup?: ProcessGroup | null;
+  processGroup?: StatsGroup | null;
 }
 
 /**
@@ -179,7 +188,7 @@ export interface SyncBatchNormOptions extends BatchNormLayerOptions {
  * ```
  */
 export class SyncBatchNorm extends BatchNormBase {
-  processGroup: ProcessGroup | null;
+  processGroup: StatsGroup | null;
 
   constructor(numFeatures: number, opts: SyncBatchNormOptions = {}, shared?: BatchNormState) {
     super(numFeatures, opts, shared);
@@ -201,7 +210,7 @@ export class SyncBatchNorm extends BatchNormBase {
   }
 
   /** A SyncBatchNorm sharing `bn`'s parameters, buffers, options and mode. */
-  static fromBatchNorm(bn: BatchNormBase, processGroup: ProcessGroup | null = null): SyncBatchNorm {
+  static fromBatchNorm(bn: BatchNormBase, processGroup: StatsGroup | null = null): SyncBatchNorm {
     const s = new SyncBatchNorm(bn.numFeatures, {
       eps: bn.eps,
       momentum: bn.momentum,
@@ -225,7 +234,7 @@ export class SyncBatchNorm extends BatchNormBase {
  */
 export function convertSyncBatchNorm<M extends Module>(
   module: M,
-  processGroup: ProcessGroup | null = null,
+  processGroup: StatsGroup | null = null,
 ): M | SyncBatchNorm {
   if (module instanceof BatchNormBase && !(module instanceof SyncBatchNorm)) {
     return SyncBatchNorm.fromBatchNorm(module, processGroup);

@@ -7,7 +7,7 @@
 import { backend } from "../tensor/backend.ts";
 import type { Tensor } from "../tensor/tensor.ts";
 import { allocBlock, releaseBlock } from "../tensor/allocator.ts";
-import { plainArithmetic } from "../check/probe.ts";
+import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
 const sumsqOut = new Float64Array(1);
 const sumsqPtr = Deno.UnsafePointer.of(sumsqOut)!;
@@ -51,7 +51,7 @@ export function clipGradNorm(params: Tensor[], maxNorm: number): number {
     totalSq = Math.fround(totalSq + Math.fround(n * n));
   }
   const total = Math.fround(Math.sqrt(totalSq));
-  if (plainArithmetic()) return total; // `dtrain check` compares unclipped runs
+  if (plainArithmetic()) return total; // measured, not clipped (tensor/plain_arithmetic.ts)
   const coef = Math.min(Math.fround(maxNorm / Math.fround(total + 1e-6)), 1);
   const b = backend();
   for (const g of grads) {

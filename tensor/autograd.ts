@@ -6,7 +6,6 @@
  */
 import { backend } from "./backend.ts";
 import { empty, full, type Tensor } from "./tensor.ts";
-import { probing, record as recordProbe } from "../check/probe.ts";
 
 /** One recorded op: given the gradient of its output, the gradients of its inputs. */
 export interface Node {
@@ -60,14 +59,18 @@ export function accumulate(into: Tensor, g: Tensor): void {
 }
 
 /**
- * Watches every backward pass (DDP uses it to all-reduce gradient buckets as
- * soon as they are complete, and to find parameters that got no gradient).
+ * Watches every backward pass: a hook point for tools built on the library
+ * (`dtrain check`'s probe records each loss and the parameters it saw) and
+ * for DDP (which all-reduces gradient buckets as soon as they are complete
+ * and finds parameters that got no gradient).
  */
 export interface BackwardObserver {
+  /** A pass starts from `output` (before any gradient is computed). */
+  onBackwardStart?(output: Tensor): void;
   /** A leaf's gradient for this pass is complete (called once per reached leaf). */
-  onLeafGrad(leaf: Tensor): void;
+  onLeafGrad?(leaf: Tensor): void;
   /** The pass ended; `received` holds the leaves that got a gradient. */
-  onBackwardEnd(received: ReadonlySet<Tensor>): void;
+  onBackwardEnd?(received: ReadonlySet<Tensor>): void;
 }
 
 const observers = new Set<BackwardObserver>();
@@ -97,7 +100,7 @@ export function backward(output: Tensor, opts: BackwardOptions = {}): void {
       `backward(): the tensor of shape [${output.shape}] does not require grad (no recorded op)`,
     );
   }
-  if (probing() && output.numel === 1) recordProbe({ kind: "loss", value: output.item() });
+  for (const o of observers) o.onBackwardStart?.(output);
   // Topological order of the tensors that carry nodes.
   const order: Tensor[] = [];
   const visited = new Set<Tensor>();
@@ -166,7 +169,7 @@ export function backward(output: Tensor, opts: BackwardOptions = {}): void {
       }
     }
   }
-  for (const o of observers) o.onBackwardEnd(received);
+  for (const o of observers) o.onBackwardEnd?.(received);
 }
 
 function sumOf(a: Tensor, b: Tensor): Tensor {
@@ -186,5 +189,5 @@ function countDownLeaf(
   pending.set(leaf, left);
   if (left !== 0) return;
   opts.onLeafGrad?.(leaf);
-  for (const o of observers) o.onLeafGrad(leaf);
+  for (const o of observers) o.onLeafGrad?.(leaf);
 }

@@ -6,8 +6,9 @@
  */
 import { cpuCalls, cpuKernels } from "../ffi/cpu.ts";
 import type { KernelSymbols } from "../ffi/symbols.ts";
-import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
+import type { KernelCalls } from "../ffi/calls.ts";
 import type { NativeLibrary } from "../ffi/native.ts";
+import { openCudaBackend } from "./cuda_backend.ts";
 
 /** Where a tensor's memory lives. */
 export type Device = "cpu" | "cuda";
@@ -26,15 +27,6 @@ export interface Backend {
   readonly stream: Deno.PointerValue;
 }
 
-/** The backend of an opened kernel library whose calls go on `stream`. */
-export function makeBackend(
-  device: Device,
-  lib: NativeLibrary<KernelSymbols>,
-  stream: Deno.PointerValue,
-): Backend {
-  return { device, lib, call: kernelCalls(lib, stream), stream };
-}
-
 let cpuBackend: Backend | undefined;
 
 function openCpuBackend(): Backend {
@@ -43,12 +35,6 @@ function openCpuBackend(): Backend {
 }
 
 let current: Backend | undefined;
-let cudaLoader: (() => Backend) | undefined;
-
-/** Registers how to open the CUDA backend (done by the CUDA module). */
-export function registerCudaBackend(open: () => Backend): void {
-  cudaLoader = open;
-}
 
 /** The active backend (the CPU unless setDevice("cuda") was called). */
 export function backend(): Backend {
@@ -56,17 +42,11 @@ export function backend(): Backend {
   return current;
 }
 
-/** Chooses the device for tensors created from now on. */
+/**
+ * Chooses the device for tensors created from now on. "cuda" opens this
+ * rank's GPU, or throws naming what is missing (`dtrain doctor` says more).
+ */
 export function setDevice(device: Device): Backend {
-  if (device === "cpu") {
-    current = openCpuBackend();
-  } else {
-    if (!cudaLoader) {
-      throw new Error(
-        'Cannot use device "cuda": the CUDA backend is not available in this build (see `dtrain doctor`)',
-      );
-    }
-    current = cudaLoader();
-  }
+  current = device === "cpu" ? openCpuBackend() : openCudaBackend();
   return current;
 }

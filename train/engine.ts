@@ -1,8 +1,9 @@
 /**
  * The Trainer: owns the loop of a (distributed) training run. Each epoch it
  * calls setEpoch; each optimizer step it runs k micro-batches (forward under
- * autocast, scaled loss, backward, noSync on all but the last), unscales,
- * clips to a global norm, steps the optimizer unless gradients hold inf/NaN,
+ * autocast, scaled loss, backward; DDP's gradient sync starts in the last
+ * one's backward), waits for the gradient sync, unscales, clips to a global
+ * norm, steps the optimizer unless gradients hold inf/NaN,
  * updates the scaler and the schedule, logs, and checkpoints on rank 0. It
  * resumes from the latest good checkpoint, also on another world size, and
  * stops cleanly on SIGTERM/SIGINT after the current step with a checkpoint.
@@ -27,10 +28,10 @@ import { ResumableSampler } from "../data/resumable_sampler.ts";
 import { initProcessGroup, type ProcessGroup } from "../distributed/process_group.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
-import { phase } from "../distributed/phase.ts";
-import { getWorld } from "../distributed/env.ts";
+import { phase } from "../distributed/control/phase.ts";
+import { getWorld } from "../distributed/control/env.ts";
 import { manualSeed } from "../nn/init.ts";
-import { CheckpointManager, type LoadedCheckpoint } from "./checkpoint.ts";
+import { CheckpointManager, type LoadedCheckpoint } from "./checkpoint/manager.ts";
 import {
   microBatchSize,
   resolveConfig,
@@ -50,7 +51,23 @@ import {
 } from "./state.ts";
 import { join } from "node:path";
 import { stateTensor } from "../nn/load.ts";
-import { checkOverrides } from "../check/probe.ts";
+
+/**
+ * Called with every Trainer's resolved config, before the Trainer uses it: a
+ * hook point for tools that run a user's script under other settings
+ * (`dtrain check` stops after K steps, checkpoints every step, and turns
+ * autocast, loss scaling and clipping off). What a hook changes is what the
+ * run records in config.json.
+ */
+export type TrainerConfigHook = (config: TrainConfig) => void;
+
+const configHooks = new Set<TrainerConfigHook>();
+
+/** Adds a hook to every Trainer's config; returns the function that removes it. */
+export function addTrainerConfigHook(hook: TrainerConfigHook): () => void {
+  configHooks.add(hook);
+  return () => configHooks.delete(hook);
+}
 
 /** What the user supplies to a Trainer. */
 export interface TrainerOptions<M extends Module> {
@@ -114,9 +131,7 @@ export class Trainer<M extends Module> {
     this.#opts = opts;
     this.config = resolveConfig(opts.config ?? {});
     const cfg = this.config;
-    const check = checkOverrides();
-    if (check.maxSteps !== null) cfg.maxSteps = Math.min(cfg.maxSteps ?? Infinity, check.maxSteps);
-    if (check.checkpointEvery !== null) cfg.checkpoint.everySteps = check.checkpointEvery;
+    for (const hook of configHooks) hook(cfg);
     const world = getWorld();
     this.pg = opts.processGroup ?? initProcessGroup();
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;
@@ -263,6 +278,7 @@ export class Trainer<M extends Module> {
         const samples = micro.reduce((a, b) => a + b[0]!.shape[0]!, 0);
         for (const b of micro) for (const t of b) t.dispose();
         micro = [];
+        this.ddp?.finishGradSync(); // every gradient bucket averaged over ranks
         const norm = this.#clipAndStep(params);
         this.#step++;
         this.#consumed += samples * this.pg.size;
@@ -350,23 +366,29 @@ export class Trainer<M extends Module> {
     return [...all];
   }
 
-  /** Forward and backward of k micro-batches; returns the step's loss (mean of micro-batch losses). */
+  /**
+   * Forward and backward of k micro-batches; returns the step's loss (mean
+   * of micro-batch losses). Under DDP the last backward starts the gradient
+   * sync (each bucket's allReduce as its gradients complete); the ones
+   * before accumulate locally.
+   */
   #forwardBackward(micro: Tensor[][]): number {
     const k = micro.length;
     const low = this.config.precision.autocast;
+    const ddp = this.ddp;
     let total = 0;
-    micro.forEach((batch, i) => {
-      const run = () =>
-        scope(() => {
-          phase("forward", { frequent: true });
-          const loss = autocast(low, () => this.#opts.loss(this.model, batch));
-          total += loss.item() / k;
-          phase("backward", { frequent: true });
-          backward(this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss));
-        });
-      if (this.ddp && i < k - 1) this.ddp.noSync(run);
-      else run();
-    });
+    micro.forEach((batch, i) =>
+      scope(() => {
+        phase("forward", { frequent: true });
+        const loss = autocast(low, () => this.#opts.loss(this.model, batch));
+        total += loss.item() / k;
+        phase("backward", { frequent: true });
+        const scaled = this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss);
+        if (!ddp) backward(scaled);
+        else if (i === k - 1) ddp.backward(scaled);
+        else ddp.noSync(() => ddp.backward(scaled));
+      })
+    );
     return total;
   }
 

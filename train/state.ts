@@ -16,7 +16,7 @@ import { getDefaultGenerator } from "../nn/init.ts";
 import { fromStTensor, toStTensor } from "../tensor/st_bridge.ts";
 import { scope, type Tensor } from "../tensor/tensor.ts";
 import type { ResumePoint } from "../data/resumable_sampler.ts";
-import type { CheckpointFile } from "./checkpoint.ts";
+import type { CheckpointFile } from "./checkpoint/manager.ts";
 import type { TrainConfig } from "./config.ts";
 
 /** One rank's random state: the default generator and every Dropout's mask position. */

@@ -2,7 +2,7 @@
  * gpu-check step 4a: the NCCL process group in a world of one GPU rank, end
  * to end: the communicator starts (the unique id passed by value), every
  * collective runs on the communication stream on device memory and on host
- * arrays (staged), allReduceAsync overlaps a kernel on the compute stream, a
+ * arrays (staged), allReduceStart overlaps a kernel on the compute stream, a
  * bad call aborts the group, and close() releases it. Exits 1 on a failure.
  *
  *   deno run -A scripts/gpu_check/nccl_one_rank.ts
@@ -86,10 +86,10 @@ check("broadcast, allGather, reduceScatter, barrier", () => {
     call.dt_free(o);
   }
 });
-check("allReduceAsync overlaps a compute-stream kernel, wait() orders them", () => {
+check("allReduceStart overlaps a compute-stream kernel, wait() orders them", () => {
   const d = toDevice(x), other = toDevice(x);
   try {
-    const work = pg.allReduceAsync({ ptr: d, count: n, dtype: "f32" }, "sum");
+    const work = pg.allReduceStart({ ptr: d, count: n, dtype: "f32" }, "sum");
     call.dt_scale(other, other, BigInt(n), 2); // runs meanwhile
     work.wait();
     call.dt_axpy(other, d, BigInt(n), 1); // sees the reduced d

@@ -8,7 +8,7 @@ import { backend } from "../backend.ts";
 import { castTensor, empty, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { type DType, DTYPE_CODE } from "../dtype.ts";
-import { autocastDtype } from "../../amp/autocast.ts";
+import { matmulLowPrecision } from "../matmul_precision.ts";
 import { requireFloat } from "./_util.ts";
 import { add } from "./elementwise.ts";
 
@@ -58,7 +58,7 @@ export function gemm(
 
 /** The dtype a product computes in, and its inputs converted to it. */
 function productInputs(a: Tensor, b: Tensor): [DType, Tensor, Tensor] {
-  const low = autocastDtype();
+  const low = matmulLowPrecision();
   if (low) {
     return [
       low,
@@ -181,7 +181,7 @@ export function linear(
   }
   const y = matmul(x, weight, { transB: true });
   if (!bias) return y;
-  const low = autocastDtype();
+  const low = matmulLowPrecision();
   const sum = add(y, bias);
   // Under autocast the whole linear (bias included) produces a low-precision output.
   return low ? castLow(sum, low) : sum;

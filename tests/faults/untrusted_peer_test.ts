@@ -6,8 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { StoreServer } from "../../distributed/store_server.ts";
-import { encodeFrame, Op } from "../../distributed/store_protocol.ts";
+import { StoreServer } from "../../distributed/control/store_server.ts";
+import { encodeFrame, Op } from "../../distributed/control/store_protocol.ts";
 import { onlyRunDir, REPO, TestRun, waitUntil } from "../launch/launch_helpers.ts";
 
 const HOLD = join(REPO, "tests/faults/scripts/hold.ts");

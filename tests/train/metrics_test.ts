@@ -288,3 +288,11 @@ Deno.test({
     });
   },
 });
+
+Deno.test("docs/RUN_DIR.md names the TensorBoard tag of every field of the step line", () => {
+  const doc = Deno.readTextFileSync(new URL("../../docs/RUN_DIR.md", import.meta.url));
+  for (const [field, tag] of Object.entries(STEP_TAGS)) {
+    assert.ok(doc.includes(`\`${field}\``), `docs/RUN_DIR.md mentions field ${field}`);
+    assert.ok(doc.includes(`\`${tag}\``), `docs/RUN_DIR.md mentions tag ${tag}`);
+  }
+});
