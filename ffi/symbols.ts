@@ -495,6 +495,49 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
+  /** Direct convolution for few taps per output (C/groups·KH·KW <= 64): out[n, co] =
+   *  bias[co] + the taps (ci, ki, kj) in order (common/conv.h). */
+  dt_conv2d_direct_fwd: {
+    parameters: [
+      P, // float* out (N, Cout, OH, OW)
+      P, // const float* inp (N, C, H, W)
+      P, // const float* weight (Cout, C/groups, KH, KW)
+      P, // const float* bias (Cout) or NULL
+      B, // const int64* geom[14] (host), as dt_im2col
+      I64, // int64 Cout
+      I64, // int64 groups, dividing C and Cout
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its weight and bias gradients: per tap, the sum over images and output
+   *  positions (rows in eight float lanes, rows added in double). */
+  dt_conv2d_direct_bwd_weight: {
+    parameters: [
+      P, // float* dweight (Cout, C/groups, KH, KW), overwritten
+      P, // float* dbias (Cout), overwritten, or NULL
+      P, // const float* dout (N, Cout, OH, OW)
+      P, // const float* inp (N, C, H, W)
+      B, // const int64* geom[14] (host)
+      I64, // int64 Cout
+      I64, // int64 groups
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its input gradient: each input's taps summed in (co, ki, kj) order. */
+  dt_conv2d_direct_bwd_input: {
+    parameters: [
+      P, // float* dinp (N, C, H, W), overwritten
+      P, // const float* dout (N, Cout, OH, OW)
+      P, // const float* weight (Cout, C/groups, KH, KW)
+      B, // const int64* geom[14] (host)
+      I64, // int64 Cout
+      I64, // int64 groups
+      P, // stream
+    ],
+    ...STATUS,
+  },
   /** 2-D max pooling of P planes; padding counts as -inf, a NaN always wins. */
   dt_maxpool2d_fwd: {
     parameters: [
@@ -769,6 +812,9 @@ export const CUDA_PENDING_SYMBOLS: ReadonlySet<keyof KernelSymbols> = new Set<ke
   "dt_index_add",
   "dt_im2col",
   "dt_col2im",
+  "dt_conv2d_direct_fwd",
+  "dt_conv2d_direct_bwd_weight",
+  "dt_conv2d_direct_bwd_input",
   "dt_maxpool2d_fwd",
   "dt_maxpool2d_bwd",
   "dt_avgpool2d_fwd",

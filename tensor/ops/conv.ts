@@ -1,6 +1,7 @@
 /**
- * 2-D convolution with autograd (torch.nn.functional.conv2d) as im2col and
- * one GEMM per group, a chunk of images at a time: the chunk is laid out as
+ * 2-D convolution with autograd (torch.nn.functional.conv2d). Layers with
+ * few taps per output (a first layer) use direct kernels; the others im2col
+ * and one GEMM per group, a chunk of images at a time: the chunk is laid out as
  * columns (C·KH·KW, n·OH·OW), the weight (Cout, C/g·KH·KW) multiplies them,
  * and the (Cout, n, OH·OW) product is permuted into the NCHW output. The
  * backward rebuilds each chunk's columns for the weight gradient and folds
@@ -28,6 +29,15 @@ export interface Conv2dOptions {
 }
 
 const OP_ADD = 0; // dt_binary's DT_OP_ADD
+
+/**
+ * Layers with at most this many taps per output (C/groups·KH·KW: a 3x3 first
+ * layer on 1-3 channels) convolve directly: their GEMM would have a K of a
+ * few dozen, all data movement (im2col, transposes, a bias pass). On the
+ * benchmark CNN's first layer (1 -> 32 channels, 28x28) the direct kernels
+ * take a fraction of the GEMM path's time.
+ */
+let directMaxTaps = 32;
 const RED_SUM = 0; // dt_reduce_dim's DT_RED_SUM
 
 /**
@@ -39,14 +49,22 @@ const RED_SUM = 0; // dt_reduce_dim's DT_RED_SUM
  */
 let colChunkFloats = 1 << 24;
 
-/** @internal Runs fn with another chunk bound (tests exercise the chunked path on small inputs). */
-export function withColumnChunk<T>(floats: number, fn: () => T): T {
-  const before = colChunkFloats;
-  colChunkFloats = floats;
+/**
+ * @internal Runs fn with other path choices, so tests reach every path on
+ * small inputs: `chunkFloats` bounds the column matrix, `directMaxTaps` the
+ * taps per output of the direct kernels (0: never direct).
+ */
+export function withConvPaths<T>(
+  paths: { chunkFloats?: number; directMaxTaps?: number },
+  fn: () => T,
+): T {
+  const before = [colChunkFloats, directMaxTaps] as const;
+  colChunkFloats = paths.chunkFloats ?? colChunkFloats;
+  directMaxTaps = paths.directMaxTaps ?? directMaxTaps;
   try {
     return fn();
   } finally {
-    colChunkFloats = before;
+    [colChunkFloats, directMaxTaps] = before;
   }
 }
 
@@ -126,6 +144,10 @@ export function conv2d(
     );
   }
   const x = asF32(x0), weight = asF32(weight0), bias = bias0 ? asF32(bias0) : null;
+  if (Cg * KH * KW <= directMaxTaps) {
+    const geom = BigInt64Array.from([N, C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW], BigInt);
+    return directConv(x, weight, bias, geom, [N, Cout, OH, OW], groups);
+  }
   const k = backend();
   const ohw = OH * OW, Kg = Cg * KH * KW, Mg = Cout / groups;
   const imgIn = C * H * W, imgOut = Cout * ohw;
@@ -263,6 +285,42 @@ export function conv2d(
     });
   } else {
     kept?.dispose();
+  }
+  return out;
+}
+
+/** The direct convolution (few taps per output) with its backward. */
+function directConv(
+  x: Tensor,
+  weight: Tensor,
+  bias: Tensor | null,
+  geom: BigInt64Array<ArrayBuffer>,
+  outShape: [number, number, number, number],
+  groups: number,
+): Tensor {
+  const k = backend();
+  const Cout = BigInt(outShape[1]), g = BigInt(groups);
+  const out = empty(outShape, "f32");
+  k.call.dt_conv2d_direct_fwd(out.ptr, x.ptr, weight.ptr, bias?.ptr ?? null, geom, Cout, g);
+  const inputs = bias ? [x, weight, bias] : [x, weight];
+  if (needsGrad(...inputs)) {
+    record(out, "conv2d", inputs, (dout) => {
+      let gx: Tensor | null = null, gw: Tensor | null = null, gb: Tensor | null = null;
+      if (weight.requiresGrad || bias?.requiresGrad) {
+        gw = empty(weight.shape, "f32");
+        gb = bias?.requiresGrad ? empty([outShape[1]], "f32") : null;
+        k.call.dt_conv2d_direct_bwd_weight(gw.ptr, gb?.ptr ?? null, dout.ptr, x.ptr, geom, Cout, g);
+        if (!weight.requiresGrad) {
+          gw.dispose();
+          gw = null;
+        }
+      }
+      if (x.requiresGrad) {
+        gx = empty(x.shape, "f32");
+        k.call.dt_conv2d_direct_bwd_input(gx.ptr, dout.ptr, weight.ptr, geom, Cout, g);
+      }
+      return bias ? [gx, gw, gb] : [gx, gw];
+    });
   }
   return out;
 }

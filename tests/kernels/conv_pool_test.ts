@@ -129,6 +129,30 @@ Deno.test("dt_im2col() and dt_col2im() refuse bad geometry", () => {
   failsWith(K.dt_im2col(ptr(x), ptr(x), bad({ C: 2 ** 40, H: 2 ** 20 }), null), "sizes overflow");
 });
 
+Deno.test("direct convolution kernels refuse too many taps, bad groups and null pointers", () => {
+  const x = new Float32Array(64);
+  const g = (over: Partial<Conv>) => {
+    const c = { ...CONVS[0]!, ...over };
+    return i64([c.N, c.C, c.H, c.W, c.KH, c.KW, c.SH, c.SW, c.PH, c.PW, c.DH, c.DW, 2, 2]);
+  };
+  failsWith(
+    K.dt_conv2d_direct_fwd(ptr(x), ptr(x), ptr(x), null, g({ C: 8 }), 4n, 1n, null),
+    "dt_conv2d_direct_fwd: 72 taps per output (C/groups x KH x KW) exceed 64",
+  );
+  failsWith(
+    K.dt_conv2d_direct_bwd_weight(ptr(x), null, ptr(x), ptr(x), g({}), 4n, 2n, null),
+    "groups=2 must divide C=3",
+  );
+  failsWith(
+    K.dt_conv2d_direct_bwd_input(null, ptr(x), ptr(x), g({}), 4n, 1n, null),
+    "dt_conv2d_direct_bwd_input: null pointer",
+  );
+  failsWith(
+    K.dt_conv2d_direct_fwd(ptr(x), ptr(x), ptr(x), null, g({ DW: 0 }), 4n, 1n, null),
+    "must be >= 1",
+  );
+});
+
 // ---- pooling -------------------------------------------------------------------
 
 interface Pool {

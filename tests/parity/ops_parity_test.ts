@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { buildNative } from "../../scripts/build_native.ts";
 import { FixtureDir, repoFixtureDir } from "../../parity/fixtures.ts";
 import { opsParityRows } from "../../parity/ops.ts";
+import { withConvPaths } from "../../tensor/ops/conv.ts";
 import { cnnParityRows } from "../../parity/cnn.ts";
 import { syncbnParityRows } from "../../parity/syncbn.ts";
 import type { ParityRow } from "../../parity/report.ts";
@@ -59,6 +60,15 @@ Deno.test("every op case of fixtures/ops.json matches PyTorch: outputs and gradi
     assert.ok(cases.some((c) => c.op === op), `fixtures cover ${op}`);
   }
   assert.deepEqual(failures(rows), []);
+});
+
+Deno.test("the convolution cases also match PyTorch on the GEMM path and on the direct path", () => {
+  for (const directMaxTaps of [0, 64]) {
+    const rows = withConvPaths({ directMaxTaps }, () => opsParityRows(new FixtureDir(DIR)))
+      .filter((r) => r.case.startsWith("conv2d"));
+    assert.ok(rows.length >= 15);
+    assert.deepEqual(failures(rows), [], `directMaxTaps ${directMaxTaps}`);
+  }
 });
 
 Deno.test("the CNN of fixtures/cnn.json matches PyTorch through a training step and an eval forward", () => {

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
 import { gradCheck, rand } from "./_gradcheck.ts";
 import { fromArray, full, scope, zeros } from "../../tensor/tensor.ts";
-import { conv2d, withColumnChunk } from "../../tensor/ops/conv.ts";
+import { conv2d, withConvPaths } from "../../tensor/ops/conv.ts";
 import { adaptiveAvgPool2d, avgPool2d, maxPool2d } from "../../tensor/ops/pool.ts";
 import { batchNorm } from "../../tensor/ops/batchnorm.ts";
 import {
@@ -55,32 +55,55 @@ const ok = (
   assert.ok(err < TOL, `${what}: gradient error ${err}`);
 };
 
-Deno.test("conv2d gradients: stride, padding, dilation, groups, bias", () => {
-  const cfgs = [
-    { stride: 1, padding: 1 },
-    { stride: 2, padding: 0 },
-    { stride: [2, 1], padding: [1, 2], dilation: [1, 2] },
-    { padding: 2, dilation: 2, groups: 2 },
-    { padding: "same" as const },
-  ];
-  for (const cfg of cfgs) {
-    const g = cfg.groups ?? 1;
-    ok(
-      (x, w, b) => conv2d(x, w, b, cfg),
-      [inp([2, 4, 6, 5]), inp([6, 4 / g, 3, 2]), inp([6])],
-      JSON.stringify(cfg),
-    );
-  }
-  ok(
-    (x, w) => conv2d(x, w, null, { stride: 2 }),
-    [inp([1, 3, 7, 7]), inp([2, 3, 3, 3])],
-    "no bias, N = 1",
-  );
-  ok(
-    (x, w) => conv2d(x, w, null, { padding: "same" }),
-    [inp([3, 5, 5]), inp([2, 3, 2, 2])],
-    "unbatched, even kernel 'same'",
-  );
+for (const [path, directMaxTaps] of [["GEMM", 0], ["direct", 64]] as const) {
+  Deno.test(`conv2d gradients (${path} path): stride, padding, dilation, groups, bias`, () => {
+    withConvPaths({ directMaxTaps }, () => {
+      const cfgs = [
+        { stride: 1, padding: 1 },
+        { stride: 2, padding: 0 },
+        { stride: [2, 1], padding: [1, 2], dilation: [1, 2] },
+        { padding: 2, dilation: 2, groups: 2 },
+        { padding: "same" as const },
+      ];
+      for (const cfg of cfgs) {
+        const g = cfg.groups ?? 1;
+        ok(
+          (x, w, b) => conv2d(x, w, b, cfg),
+          [inp([2, 4, 6, 5]), inp([6, 4 / g, 3, 2]), inp([6])],
+          JSON.stringify(cfg),
+        );
+      }
+      ok(
+        (x, w) => conv2d(x, w, null, { stride: 2 }),
+        [inp([1, 3, 7, 7]), inp([2, 3, 3, 3])],
+        "no bias, N = 1",
+      );
+      ok(
+        (x, w) => conv2d(x, w, null, { padding: "same" }),
+        [inp([3, 5, 5]), inp([2, 3, 2, 2])],
+        "unbatched, even kernel 'same'",
+      );
+    });
+  });
+}
+
+Deno.test("conv2d's GEMM and direct paths agree", () => {
+  scope(() => {
+    const x = fromArray(rand(3 * 4 * 9 * 8, 7), [3, 4, 9, 8]),
+      w = fromArray(rand(6 * 2 * 9, 8), [6, 2, 3, 3]);
+    const b = fromArray(rand(6, 9), [6]);
+    const cfg = { stride: [2, 1], padding: [1, 2], dilation: [1, 2], groups: 2 };
+    const viaGemm = withConvPaths({ directMaxTaps: 0 }, () => conv2d(x, w, b, cfg))
+      .toArray() as Float32Array;
+    const direct = withConvPaths({ directMaxTaps: 64 }, () => conv2d(x, w, b, cfg))
+      .toArray() as Float32Array;
+    for (let i = 0; i < direct.length; i++) {
+      assert.ok(
+        Math.abs(direct[i]! - viaGemm[i]!) <= 1e-5 * (1 + Math.abs(viaGemm[i]!)),
+        `element ${i}`,
+      );
+    }
+  });
 });
 
 Deno.test("conv2d in chunks of images (large batches) gives the unchunked gradients", () => {
@@ -90,7 +113,7 @@ Deno.test("conv2d in chunks of images (large batches) gives the unchunked gradie
       groups: 2,
     }]] as const
   ) {
-    withColumnChunk(chunk, () => {
+    withConvPaths({ chunkFloats: chunk, directMaxTaps: 0 }, () => {
       const g = (cfg as { groups?: number }).groups ?? 1;
       ok(
         (x, w, b) => conv2d(x, w, b, cfg),
