@@ -116,6 +116,35 @@ static void maxpool_bwd_range_(void* vctx, int64_t p0, int64_t p1) {
   }
 }
 
+/* The 2x2, stride 2 backward with every window inside the plane: windows do
+ * not overlap, so each input element is written once — 0 + dout where it was
+ * its window's maximum (the bits of zeroing then adding), 0 elsewhere. */
+DT_VEC_CLONES static void maxpool_bwd_2x2_range_(void* vctx, int64_t p0, int64_t p1) {
+  const pool_ctx_* c = vctx;
+  const dt_pool_geom* g = &c->g;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  for (int64_t p = p0; p < p1; p++) {
+    float* dplane = c->out + p * hw;
+    const float* d = c->inp + p * ohw;
+    const int32_t* idx = c->cidx + p * ohw;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+      float* r0 = dplane + 2 * oh * g->W;
+      float* r1 = r0 + g->W;
+      int32_t base = (int32_t)(2 * oh * g->W), w = (int32_t)g->W;
+      for (int64_t ow = 0; ow < g->OW; ow++) {
+        int32_t at = idx[oh * g->OW + ow] - base - 2 * (int32_t)ow;
+        float v = 0.0f + d[oh * g->OW + ow];
+        r0[2 * ow] = at == 0 ? v : 0.0f;
+        r0[2 * ow + 1] = at == 1 ? v : 0.0f;
+        r1[2 * ow] = at == w ? v : 0.0f;
+        r1[2 * ow + 1] = at == w + 1 ? v : 0.0f;
+      }
+      for (int64_t iw = 2 * g->OW; iw < g->W; iw++) r0[iw] = r1[iw] = 0.0f; /* an odd last column */
+    }
+    for (int64_t i = 2 * g->OH * g->W; i < hw; i++) dplane[i] = 0.0f; /* an odd last row */
+  }
+}
+
 static void avgpool_fwd_range_(void* vctx, int64_t p0, int64_t p1) {
   const pool_ctx_* c = vctx;
   const dt_pool_geom* g = &c->g;
@@ -203,6 +232,17 @@ static dt_status read_geom_(const char* name, const int64_t* a, dt_pool_geom* g,
   return DT_OK;
 }
 
+/* Every window wholly inside its plane (no padding reached, no clipping). */
+static int maxpool_inside_(const dt_pool_geom* g) {
+  return g->PH == 0 && g->PW == 0 && g->OW <= MAXPOOL_ROW_MAX && g->OH >= 1 && g->OW >= 1 &&
+         (g->OH - 1) * g->SH + (g->KH - 1) * g->DH < g->H && (g->OW - 1) * g->SW + (g->KW - 1) * g->DW < g->W;
+}
+
+/* ... and 2x2 windows, stride 2, no dilation: the common pooling. */
+static int maxpool_2x2_inside_(const dt_pool_geom* g) {
+  return maxpool_inside_(g) && g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->DH == 1 && g->DW == 1;
+}
+
 static int64_t plane_grain_(const dt_pool_geom* g, int64_t per_output) {
   int64_t per = g->OH * g->OW * per_output + g->H * g->W;
   return per >= POOL_GRAIN_ELEMS ? 1 : POOL_GRAIN_ELEMS / (per > 0 ? per : 1);
@@ -219,10 +259,8 @@ DT_EXPORT dt_status dt_maxpool2d_fwd(float* out, int32_t* idx, const float* inp,
   c.idx = idx;
   c.inp = inp;
   const dt_pool_geom* g = &c.g;
-  int inside = g->PH == 0 && g->PW == 0 && g->OW <= MAXPOOL_ROW_MAX &&
-               (g->OH - 1) * g->SH + (g->KH - 1) * g->DH < g->H && (g->OW - 1) * g->SW + (g->KW - 1) * g->DW < g->W;
-  int two_by_two = inside && g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->DH == 1 && g->DW == 1;
-  dt_range_fn_ fn = two_by_two ? maxpool_2x2_range_ : inside ? maxpool_inside_range_ : maxpool_fwd_range_;
+  dt_range_fn_ fn = maxpool_2x2_inside_(g) ? maxpool_2x2_range_ : maxpool_inside_(g) ? maxpool_inside_range_
+                                                                                      : maxpool_fwd_range_;
   dt_parallel_for_(g->P, plane_grain_(g, g->KH * g->KW), fn, &c);
   return DT_OK;
 }
@@ -243,7 +281,7 @@ DT_EXPORT dt_status dt_maxpool2d_bwd(float* dinp, const float* dout, const int32
   c.out = dinp;
   c.inp = dout;
   c.cidx = idx;
-  dt_parallel_for_(g->P, plane_grain_(g, 1), maxpool_bwd_range_, &c);
+  dt_parallel_for_(g->P, plane_grain_(g, 1), maxpool_2x2_inside_(g) ? maxpool_bwd_2x2_range_ : maxpool_bwd_range_, &c);
   return DT_OK;
 }
 
