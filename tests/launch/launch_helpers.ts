@@ -90,11 +90,19 @@ export class TestRun {
     Deno.mkdirSync(this.pidDir);
   }
 
-  /** Starts `dtrain <args>` (cli.ts) with cwd = the temp dir. */
-  launch(args: string[], opts: { env?: Record<string, string>; cwd?: string } = {}): Launched {
+  /**
+   * Starts `dtrain <args>` (cli.ts) with cwd = the temp dir; `prefix` is a
+   * command that execs the launcher in the end (e.g. a mount namespace).
+   */
+  launch(
+    args: string[],
+    opts: { env?: Record<string, string>; cwd?: string; prefix?: string[] } = {},
+  ): Launched {
     const t0 = performance.now();
-    const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", "--config", CONFIG, CLI, ...args],
+    const command = [Deno.execPath(), "run", "-A", "--config", CONFIG, CLI, ...args];
+    const [program, ...rest] = [...(opts.prefix ?? []), ...command];
+    const child = new Deno.Command(program!, {
+      args: rest,
       cwd: opts.cwd ?? this.dir,
       env: { TEST_PID_DIR: this.pidDir, NO_COLOR: "1", ...opts.env },
       stdin: "null",
