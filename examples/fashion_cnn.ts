@@ -13,7 +13,6 @@
 import {
   AdamW,
   argmax,
-  backward,
   BatchNorm2d,
   Conv2d,
   convertSyncBatchNorm,
@@ -92,7 +91,8 @@ for (let epoch = 0; epoch < epochs; epoch++) {
     lossSum += scope(() => {
       optimizer.zeroGrad();
       const loss = crossEntropy(ddp.forward(images(x!)), y!);
-      backward(loss); // SyncBatchNorm's backward and DDP's gradient buckets all-reduce here
+      ddp.backward(loss); // SyncBatchNorm's statistics and DDP's gradient buckets all-reduce here
+      ddp.finishGradSync(); // every bucket done: gradients are the mean over ranks
       optimizer.step();
       schedule.step();
       return loss.item() * x!.shape[0]!;

@@ -6,6 +6,7 @@
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
 #include "batchnorm.h"
+#include "ops_checks.h"
 
 #define BN_GRAIN_ELEMS (1 << 14)
 
@@ -77,25 +78,13 @@ DT_VEC_CLONES static void bwd_apply_range_(void* vctx, int64_t c0, int64_t c1) {
 
 /* ---- launchers ---------------------------------------------------------------- */
 
-static dt_status check_sizes_(const char* name, int64_t N, int64_t C, int64_t HW) {
-  DT_REQUIRE_(N >= 0 && C >= 0 && HW >= 0, "%s: negative size (N=%lld C=%lld HW=%lld)", name, (long long)N,
-              (long long)C, (long long)HW);
-  int64_t t;
-  DT_REQUIRE_(dt_mul_ok_(N, C, &t) && dt_mul_ok_(t, HW, &t) && dt_mul_ok_(t, 4, &t) && dt_mul_ok_(C, 16, &t),
-              "%s: size overflows (N=%lld C=%lld HW=%lld)", name, (long long)N, (long long)C, (long long)HW);
-  return DT_OK;
-}
-
 static int64_t channel_grain_(int64_t per_channel) {
   return per_channel >= BN_GRAIN_ELEMS ? 1 : BN_GRAIN_ELEMS / (per_channel > 0 ? per_channel : 1);
 }
 
 DT_EXPORT dt_status dt_bn_sum(double* acc, const float* inp, int64_t N, int64_t C, int64_t HW, void* stream) {
   (void)stream;
-  dt_status st = check_sizes_("dt_bn_sum", N, C, HW);
-  if (st != DT_OK) return st;
-  DT_REQUIRE_(acc && (inp || N * C * HW == 0), "dt_bn_sum: null pointer (acc=%p inp=%p)", (void*)acc,
-              (const void*)inp);
+  DT_TRY_(dt_check_bn_sum(acc, inp, N, C, HW));
   bn_ctx_ c = {.N = N, .C = C, .HW = HW, .x = inp, .acc = acc};
   dt_parallel_for_(C, channel_grain_(N * HW), sum_range_, &c);
   acc[C] = (double)(N * HW);
@@ -105,11 +94,9 @@ DT_EXPORT dt_status dt_bn_sum(double* acc, const float* inp, int64_t N, int64_t 
 DT_EXPORT dt_status dt_bn_sqdev(double* sq, const float* inp, const double* acc, int64_t N, int64_t C, int64_t HW,
                                 void* stream) {
   (void)stream;
-  dt_status st = check_sizes_("dt_bn_sqdev", N, C, HW);
-  if (st != DT_OK || C == 0) return st;
-  DT_REQUIRE_(sq && acc && (inp || N * C * HW == 0), "dt_bn_sqdev: null pointer (sq=%p inp=%p acc=%p)", (void*)sq,
-              (const void*)inp, (const void*)acc);
-  DT_REQUIRE_(acc[C] >= 1.0, "dt_bn_sqdev: the element count acc[C]=%g must be >= 1", acc[C]);
+  DT_TRY_(dt_check_bn_sqdev(sq, inp, acc, N, C, HW));
+  if (C == 0) return DT_OK;
+  DT_TRY_(dt_check_bn_count_("dt_bn_sqdev", acc[C]));
   bn_ctx_ c = {.N = N, .C = C, .HW = HW, .x = inp, .acc = sq, .cacc = acc, .count = acc[C]};
   dt_parallel_for_(C, channel_grain_(N * HW), sqdev_range_, &c);
   return DT_OK;
@@ -119,14 +106,9 @@ DT_EXPORT dt_status dt_bn_finalize(float* mean, float* rstd, float* running_mean
                                    int64_t* num_batches, const double* acc, const double* sq, int64_t C, double eps,
                                    double momentum, void* stream) {
   (void)stream;
-  DT_REQUIRE_(C >= 0, "dt_bn_finalize: negative C=%lld", (long long)C);
-  DT_REQUIRE_(eps >= 0.0, "dt_bn_finalize: eps=%g must be >= 0", eps);
-  DT_REQUIRE_(momentum == -1.0 || (momentum >= 0.0 && momentum <= 1.0),
-              "dt_bn_finalize: momentum=%g must be in [0, 1] (or -1: cumulative average)", momentum);
-  DT_REQUIRE_(mean && rstd && acc && sq, "dt_bn_finalize: null pointer (mean=%p rstd=%p acc=%p sq=%p)", (void*)mean,
-              (void*)rstd, (const void*)acc, (const void*)sq);
+  DT_TRY_(dt_check_bn_finalize(mean, rstd, acc, sq, C, eps, momentum));
   double count = acc[C];
-  DT_REQUIRE_(count >= 1.0, "dt_bn_finalize: the element count acc[C]=%g must be >= 1", count);
+  DT_TRY_(dt_check_bn_count_("dt_bn_finalize", count));
   double factor = momentum;
   if (num_batches) {
     *num_batches += 1;
@@ -146,10 +128,8 @@ DT_EXPORT dt_status dt_bn_finalize(float* mean, float* rstd, float* running_mean
 DT_EXPORT dt_status dt_bn_eval_stats(float* mean, float* rstd, const float* running_mean, const float* running_var,
                                      int64_t C, double eps, void* stream) {
   (void)stream;
-  DT_REQUIRE_(C >= 0, "dt_bn_eval_stats: negative C=%lld", (long long)C);
-  DT_REQUIRE_(eps >= 0.0, "dt_bn_eval_stats: eps=%g must be >= 0", eps);
+  DT_TRY_(dt_check_bn_eval_stats(mean, rstd, running_mean, running_var, C, eps));
   if (C == 0) return DT_OK;
-  DT_REQUIRE_(mean && rstd && running_mean && running_var, "dt_bn_eval_stats: null pointer");
   for (int64_t ch = 0; ch < C; ch++) {
     mean[ch] = running_mean[ch];
     rstd[ch] = dt_bn_eval_rstd_f(running_var[ch], (float)eps);
@@ -161,10 +141,8 @@ DT_EXPORT dt_status dt_bn_apply(float* out, const float* inp, const float* mean,
                                 const float* weight, const float* bias, int64_t N, int64_t C, int64_t HW,
                                 void* stream) {
   (void)stream;
-  dt_status st = check_sizes_("dt_bn_apply", N, C, HW);
-  if (st != DT_OK || N * C * HW == 0) return st;
-  DT_REQUIRE_(out && inp && mean && rstd, "dt_bn_apply: null pointer (out=%p inp=%p mean=%p rstd=%p)", (void*)out,
-              (const void*)inp, (const void*)mean, (const void*)rstd);
+  DT_TRY_(dt_check_bn_apply(out, inp, mean, rstd, N, C, HW));
+  if (N * C * HW == 0) return DT_OK;
   bn_ctx_ c = {.N = N, .C = C, .HW = HW, .x = inp, .mean = mean, .rstd = rstd, .weight = weight, .bias = bias,
                .out = out};
   dt_parallel_for_(C, channel_grain_(N * HW), apply_range_, &c);
@@ -175,11 +153,8 @@ DT_EXPORT dt_status dt_bn_bwd_reduce(double* acc, float* dweight, float* dbias, 
                                      const float* mean, const float* rstd, int64_t N, int64_t C, int64_t HW,
                                      void* stream) {
   (void)stream;
-  dt_status st = check_sizes_("dt_bn_bwd_reduce", N, C, HW);
-  if (st != DT_OK || C == 0) return st;
-  DT_REQUIRE_(acc && mean && rstd && ((dout && inp) || N * HW == 0),
-              "dt_bn_bwd_reduce: null pointer (acc=%p dout=%p inp=%p mean=%p rstd=%p)", (void*)acc,
-              (const void*)dout, (const void*)inp, (const void*)mean, (const void*)rstd);
+  DT_TRY_(dt_check_bn_bwd_reduce(acc, dout, inp, mean, rstd, N, C, HW));
+  if (C == 0) return DT_OK;
   bn_ctx_ c = {.N = N, .C = C, .HW = HW, .x = inp, .dy = dout, .mean = mean, .rstd = rstd, .dweight = dweight,
                .dbias = dbias, .acc = acc};
   dt_parallel_for_(C, channel_grain_(2 * N * HW), bwd_reduce_range_, &c);
@@ -190,13 +165,9 @@ DT_EXPORT dt_status dt_bn_bwd_apply(float* dinp, const float* dout, const float*
                                     const float* rstd, const float* weight, const double* acc, const double* count,
                                     int64_t N, int64_t C, int64_t HW, void* stream) {
   (void)stream;
-  dt_status st = check_sizes_("dt_bn_bwd_apply", N, C, HW);
-  if (st != DT_OK || N * C * HW == 0) return st;
-  DT_REQUIRE_(dinp && dout && inp && mean && rstd,
-              "dt_bn_bwd_apply: null pointer (dinp=%p dout=%p inp=%p mean=%p rstd=%p)", (void*)dinp,
-              (const void*)dout, (const void*)inp, (const void*)mean, (const void*)rstd);
-  DT_REQUIRE_(!acc || count, "dt_bn_bwd_apply: acc needs the element count (count is NULL)");
-  DT_REQUIRE_(!acc || *count >= 1.0, "dt_bn_bwd_apply: the element count %g must be >= 1", acc ? *count : 0.0);
+  DT_TRY_(dt_check_bn_bwd_apply(dinp, dout, inp, mean, rstd, acc, count, N, C, HW));
+  if (N * C * HW == 0) return DT_OK;
+  if (acc) DT_TRY_(dt_check_bn_count_("dt_bn_bwd_apply", *count));
   bn_ctx_ c = {.N = N, .C = C, .HW = HW, .x = inp, .dy = dout, .mean = mean, .rstd = rstd, .weight = weight,
                .out = dinp, .cacc = acc, .count = acc ? *count : 0.0};
   dt_parallel_for_(C, channel_grain_(2 * N * HW), bwd_apply_range_, &c);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include "cpu_internal.h"
 #include "conv.h"
+#include "ops_checks.h"
 #include "reduce.h"
 
 #define CONV_GRAIN_ELEMS (1 << 14)
@@ -279,44 +280,13 @@ DT_VEC_CLONES static void direct_bwd_input_range_(void* vctx, int64_t p0, int64_
 
 /* ---- launchers ---------------------------------------------------------------- */
 
-/* Reads and checks the geometry array: positive kernel, stride and dilation,
- * non-negative sizes and padding, and sizes whose products fit int64. */
-static dt_status read_geom_(const char* name, const int64_t* a, dt_conv_geom* g) {
-  DT_REQUIRE_(a, "%s: null geometry", name);
-  *g = (dt_conv_geom){a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13]};
-  DT_REQUIRE_(g->N >= 0 && g->C >= 0 && g->H >= 0 && g->W >= 0 && g->OH >= 0 && g->OW >= 0,
-              "%s: negative size (N=%lld C=%lld H=%lld W=%lld OH=%lld OW=%lld)", name, (long long)g->N,
-              (long long)g->C, (long long)g->H, (long long)g->W, (long long)g->OH, (long long)g->OW);
-  DT_REQUIRE_(g->KH >= 1 && g->KW >= 1 && g->SH >= 1 && g->SW >= 1 && g->DH >= 1 && g->DW >= 1,
-              "%s: kernel (%lld, %lld), stride (%lld, %lld) and dilation (%lld, %lld) must be >= 1", name,
-              (long long)g->KH, (long long)g->KW, (long long)g->SH, (long long)g->SW, (long long)g->DH,
-              (long long)g->DW);
-  DT_REQUIRE_(g->PH >= 0 && g->PW >= 0, "%s: negative padding (%lld, %lld)", name, (long long)g->PH,
-              (long long)g->PW);
-  int64_t t, rows, cols;
-  DT_REQUIRE_(dt_mul_ok_(g->C, g->KH, &rows) && dt_mul_ok_(rows, g->KW, &rows) && dt_mul_ok_(g->N, g->OH, &cols) &&
-                  dt_mul_ok_(cols, g->OW, &cols) && dt_mul_ok_(rows, cols, &t) && dt_mul_ok_(t, 4, &t) &&
-                  dt_mul_ok_(g->N, g->C, &t) && dt_mul_ok_(t, g->H, &t) && dt_mul_ok_(t, g->W, &t) &&
-                  dt_mul_ok_(t, 4, &t),
-              "%s: sizes overflow (N=%lld C=%lld H=%lld W=%lld, kernel %lldx%lld, output %lldx%lld)", name,
-              (long long)g->N, (long long)g->C, (long long)g->H, (long long)g->W, (long long)g->KH, (long long)g->KW,
-              (long long)g->OH, (long long)g->OW);
-  /* taps and output positions index with these products; keep them far from overflow */
-  DT_REQUIRE_(g->OH <= (INT64_MAX / 4) / g->SH && g->OW <= (INT64_MAX / 4) / g->SW &&
-                  g->KH <= (INT64_MAX / 4) / g->DH && g->KW <= (INT64_MAX / 4) / g->DW,
-              "%s: stride or dilation too large", name);
-  return DT_OK;
-}
-
 DT_EXPORT dt_status dt_im2col(float* col, const float* inp, const int64_t* geom, void* stream) {
   (void)stream;
   conv_ctx_ c = {0};
-  dt_status st = read_geom_("dt_im2col", geom, &c.g);
+  DT_TRY_(dt_check_im2col(col, inp, geom, &c.g));
   const dt_conv_geom* g = &c.g;
   int64_t items = g->C * g->KH * g->KW * g->N;
-  if (st != DT_OK || items == 0 || g->OH * g->OW == 0) return st;
-  DT_REQUIRE_(col && (inp || g->H * g->W == 0), "dt_im2col: null pointer (col=%p inp=%p)", (void*)col,
-              (const void*)inp);
+  if (items == 0 || g->OH * g->OW == 0) return DT_OK;
   c.col = col;
   c.inp = inp;
   c.ld = g->N * g->OH * g->OW;
@@ -328,34 +298,15 @@ DT_EXPORT dt_status dt_im2col(float* col, const float* inp, const int64_t* geom,
 DT_EXPORT dt_status dt_col2im(float* dinp, const float* col, const int64_t* geom, void* stream) {
   (void)stream;
   conv_ctx_ c = {0};
-  dt_status st = read_geom_("dt_col2im", geom, &c.g);
+  DT_TRY_(dt_check_col2im(dinp, col, geom, &c.g));
   const dt_conv_geom* g = &c.g;
   int64_t planes = g->N * g->C;
-  if (st != DT_OK || planes == 0 || g->H * g->W == 0) return st;
-  DT_REQUIRE_(dinp && (col || g->OH * g->OW == 0), "dt_col2im: null pointer (dinp=%p col=%p)", (void*)dinp,
-              (const void*)col);
+  if (planes == 0 || g->H * g->W == 0) return DT_OK;
   c.dinp = dinp;
   c.dcol = col;
   c.ld = g->N * g->OH * g->OW;
   int64_t per = g->KH * g->KW * g->OH * g->OW + g->H * g->W;
   dt_parallel_for_(planes, per >= CONV_GRAIN_ELEMS ? 1 : CONV_GRAIN_ELEMS / per, col2im_range_, &c);
-  return DT_OK;
-}
-
-/* Checks shared by the direct launchers: the geometry, Cout and groups, and the tap count. */
-static dt_status direct_setup_(const char* name, direct_ctx_* c, const int64_t* geom, int64_t Cout, int64_t groups) {
-  dt_status st = read_geom_(name, geom, &c->g);
-  if (st != DT_OK) return st;
-  DT_REQUIRE_(groups >= 1 && Cout >= 1 && c->g.C % groups == 0 && Cout % groups == 0,
-              "%s: groups=%lld must divide C=%lld and Cout=%lld (both >= 1)", name, (long long)groups,
-              (long long)c->g.C, (long long)Cout);
-  int64_t taps = c->g.C / groups * c->g.KH * c->g.KW, t;
-  DT_REQUIRE_(taps <= DT_CONV_DIRECT_MAX_TAPS, "%s: %lld taps per output (C/groups x KH x KW) exceed %d", name,
-              (long long)taps, DT_CONV_DIRECT_MAX_TAPS);
-  DT_REQUIRE_(dt_mul_ok_(c->g.N, Cout, &t) && dt_mul_ok_(t, c->g.OH * c->g.OW, &t) && dt_mul_ok_(t, 4, &t),
-              "%s: output size overflows", name);
-  c->Cout = Cout;
-  c->groups = groups;
   return DT_OK;
 }
 
@@ -376,13 +327,10 @@ static void pad_images_(direct_ctx_* c, int64_t n0, int64_t cnt) {
 DT_EXPORT dt_status dt_conv2d_direct_fwd(float* out, const float* inp, const float* weight, const float* bias,
                                          const int64_t* geom, int64_t Cout, int64_t groups, void* stream) {
   (void)stream;
-  direct_ctx_ c = {0};
-  dt_status st = direct_setup_("dt_conv2d_direct_fwd", &c, geom, Cout, groups);
+  direct_ctx_ c = {.Cout = Cout, .groups = groups};
+  DT_TRY_(dt_check_conv2d_direct_fwd(out, inp, weight, geom, Cout, groups, &c.g));
   int64_t ohw = c.g.OH * c.g.OW;
-  if (st != DT_OK || c.g.N * Cout * ohw == 0) return st;
-  DT_REQUIRE_(out && weight && (inp || c.g.H * c.g.W == 0 || c.g.C == 0),
-              "dt_conv2d_direct_fwd: null pointer (out=%p inp=%p weight=%p)", (void*)out, (const void*)inp,
-              (const void*)weight);
+  if (c.g.N * Cout * ohw == 0) return DT_OK;
   int64_t chunk = pad_chunk_(&c.g);
   float* pad = malloc((size_t)(chunk * c.g.C * dt_conv_padded_h(&c.g) * dt_conv_padded_w(&c.g) + 1) * sizeof(float));
   if (!pad) return dt_fail_(DT_ERR_ALLOC, "dt_conv2d_direct_fwd: cannot allocate the padded input");
@@ -404,12 +352,8 @@ DT_EXPORT dt_status dt_conv2d_direct_fwd(float* out, const float* inp, const flo
 DT_EXPORT dt_status dt_conv2d_direct_bwd_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                                 const int64_t* geom, int64_t Cout, int64_t groups, void* stream) {
   (void)stream;
-  direct_ctx_ c = {0};
-  dt_status st = direct_setup_("dt_conv2d_direct_bwd_weight", &c, geom, Cout, groups);
-  if (st != DT_OK) return st;
-  DT_REQUIRE_(dweight && (dout || c.g.N * c.g.OH * c.g.OW == 0) && (inp || c.g.N * c.g.H * c.g.W == 0),
-              "dt_conv2d_direct_bwd_weight: null pointer (dweight=%p dout=%p inp=%p)", (void*)dweight,
-              (const void*)dout, (const void*)inp);
+  direct_ctx_ c = {.Cout = Cout, .groups = groups};
+  DT_TRY_(dt_check_conv2d_direct_bwd_weight(dweight, dout, inp, geom, Cout, groups, &c.g));
   int64_t taps = c.g.C / groups * c.g.KH * c.g.KW, N = c.g.N, ohw = c.g.OH * c.g.OW;
   int64_t rows = c.g.C * c.g.KH * c.g.KW;
   /* images per chunk so the chunk's column matrix holds at most ~4M floats */
@@ -455,13 +399,10 @@ DT_EXPORT dt_status dt_conv2d_direct_bwd_weight(float* dweight, float* dbias, co
 DT_EXPORT dt_status dt_conv2d_direct_bwd_input(float* dinp, const float* dout, const float* weight, const int64_t* geom,
                                                int64_t Cout, int64_t groups, void* stream) {
   (void)stream;
-  direct_ctx_ c = {0};
-  dt_status st = direct_setup_("dt_conv2d_direct_bwd_input", &c, geom, Cout, groups);
+  direct_ctx_ c = {.Cout = Cout, .groups = groups};
+  DT_TRY_(dt_check_conv2d_direct_bwd_input(dinp, dout, weight, geom, Cout, groups, &c.g));
   int64_t planes = c.g.N * c.g.C;
-  if (st != DT_OK || planes * c.g.H * c.g.W == 0) return st;
-  DT_REQUIRE_(dinp && weight && (dout || c.g.OH * c.g.OW == 0),
-              "dt_conv2d_direct_bwd_input: null pointer (dinp=%p dout=%p weight=%p)", (void*)dinp, (const void*)dout,
-              (const void*)weight);
+  if (planes * c.g.H * c.g.W == 0) return DT_OK;
   c.out = dinp;
   c.dout = dout;
   c.weight = weight;

@@ -4,6 +4,7 @@
  * output's gradient in output order, so results are deterministic. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
+#include "ops_checks.h"
 #include "pool.h"
 
 #define POOL_GRAIN_ELEMS (1 << 14)
@@ -205,33 +206,6 @@ static void adaptive_bwd_range_(void* vctx, int64_t p0, int64_t p1) {
 
 /* ---- launchers ---------------------------------------------------------------- */
 
-/* Reads and checks a pooling geometry; only max pooling (`max`) may dilate. */
-static dt_status read_geom_(const char* name, const int64_t* a, dt_pool_geom* g, int max) {
-  DT_REQUIRE_(a, "%s: null geometry", name);
-  *g = (dt_pool_geom){a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12]};
-  DT_REQUIRE_(g->P >= 0 && g->H >= 0 && g->W >= 0 && g->OH >= 0 && g->OW >= 0,
-              "%s: negative size (planes=%lld H=%lld W=%lld OH=%lld OW=%lld)", name, (long long)g->P,
-              (long long)g->H, (long long)g->W, (long long)g->OH, (long long)g->OW);
-  DT_REQUIRE_(g->KH >= 1 && g->KW >= 1 && g->SH >= 1 && g->SW >= 1 && g->DH >= 1 && g->DW >= 1,
-              "%s: kernel (%lld, %lld), stride (%lld, %lld) and dilation (%lld, %lld) must be >= 1", name,
-              (long long)g->KH, (long long)g->KW, (long long)g->SH, (long long)g->SW, (long long)g->DH,
-              (long long)g->DW);
-  DT_REQUIRE_(max || (g->DH == 1 && g->DW == 1), "%s: dilation (%lld, %lld) must be 1", name, (long long)g->DH,
-              (long long)g->DW);
-  DT_REQUIRE_(g->PH >= 0 && g->PW >= 0 && g->PH <= g->KH / 2 && g->PW <= g->KW / 2,
-              "%s: padding (%lld, %lld) must be in [0, kernel / 2] (kernel %lld x %lld)", name, (long long)g->PH,
-              (long long)g->PW, (long long)g->KH, (long long)g->KW);
-  int64_t hw, t;
-  DT_REQUIRE_(dt_mul_ok_(g->H, g->W, &hw) && hw <= INT32_MAX && dt_mul_ok_(g->P, hw, &t) && dt_mul_ok_(t, 4, &t) &&
-                  dt_mul_ok_(g->OH, g->OW, &t) && dt_mul_ok_(t, g->P, &t) && dt_mul_ok_(t, 4, &t),
-              "%s: sizes overflow (planes=%lld H=%lld W=%lld OH=%lld OW=%lld; a plane must have < 2^31 elements)",
-              name, (long long)g->P, (long long)g->H, (long long)g->W, (long long)g->OH, (long long)g->OW);
-  DT_REQUIRE_(g->OH <= (INT64_MAX / 4) / g->SH && g->OW <= (INT64_MAX / 4) / g->SW &&
-                  g->KH <= (INT64_MAX / 4) / g->DH && g->KW <= (INT64_MAX / 4) / g->DW,
-              "%s: stride, kernel or dilation too large", name);
-  return DT_OK;
-}
-
 /* Every window wholly inside its plane (no padding reached, no clipping). */
 static int maxpool_inside_(const dt_pool_geom* g) {
   return g->PH == 0 && g->PW == 0 && g->OW <= MAXPOOL_ROW_MAX && g->OH >= 1 && g->OW >= 1 &&
@@ -251,10 +225,8 @@ static int64_t plane_grain_(const dt_pool_geom* g, int64_t per_output) {
 DT_EXPORT dt_status dt_maxpool2d_fwd(float* out, int32_t* idx, const float* inp, const int64_t* geom, void* stream) {
   (void)stream;
   pool_ctx_ c = {0};
-  dt_status st = read_geom_("dt_maxpool2d_fwd", geom, &c.g, 1);
-  if (st != DT_OK || c.g.P * c.g.OH * c.g.OW == 0) return st;
-  DT_REQUIRE_(out && idx && inp, "dt_maxpool2d_fwd: null pointer (out=%p idx=%p inp=%p)", (void*)out, (void*)idx,
-              (const void*)inp);
+  DT_TRY_(dt_check_maxpool2d_fwd(out, idx, inp, geom, &c.g));
+  if (c.g.P * c.g.OH * c.g.OW == 0) return DT_OK;
   c.out = out;
   c.idx = idx;
   c.inp = inp;
@@ -269,15 +241,9 @@ DT_EXPORT dt_status dt_maxpool2d_bwd(float* dinp, const float* dout, const int32
                                      void* stream) {
   (void)stream;
   pool_ctx_ c = {0};
-  dt_status st = read_geom_("dt_maxpool2d_bwd", geom, &c.g, 1);
+  DT_TRY_(dt_check_maxpool2d_bwd(dinp, dout, idx, geom, &c.g));
   const dt_pool_geom* g = &c.g;
-  if (st != DT_OK || g->P * g->H * g->W == 0) return st;
-  int64_t n = g->P * g->OH * g->OW, hw = g->H * g->W;
-  DT_REQUIRE_(dinp && ((dout && idx) || n == 0), "dt_maxpool2d_bwd: null pointer (dinp=%p dout=%p idx=%p)",
-              (void*)dinp, (const void*)dout, (const void*)idx);
-  for (int64_t k = 0; k < n; k++) /* indices come from dt_maxpool2d_fwd, but a stale one must not write astray */
-    DT_REQUIRE_(idx[k] >= -1 && idx[k] < hw, "dt_maxpool2d_bwd: index %d at position %lld is outside [-1, %lld)",
-                idx[k], (long long)k, (long long)hw);
+  if (g->P * g->H * g->W == 0) return DT_OK;
   c.out = dinp;
   c.inp = dout;
   c.cidx = idx;
@@ -289,12 +255,8 @@ DT_EXPORT dt_status dt_avgpool2d_fwd(float* out, const float* inp, const int64_t
                                      int64_t divisor_override, void* stream) {
   (void)stream;
   pool_ctx_ c = {0};
-  dt_status st = read_geom_("dt_avgpool2d_fwd", geom, &c.g, 0);
-  if (st != DT_OK) return st;
-  DT_REQUIRE_(divisor_override >= 0, "dt_avgpool2d_fwd: divisor_override=%lld must be >= 0 (0: none)",
-              (long long)divisor_override);
+  DT_TRY_(dt_check_avgpool2d_fwd(out, inp, geom, divisor_override, &c.g));
   if (c.g.P * c.g.OH * c.g.OW == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_avgpool2d_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   c.out = out;
   c.inp = inp;
   c.count_include_pad = count_include_pad != 0;
@@ -307,13 +269,8 @@ DT_EXPORT dt_status dt_avgpool2d_bwd(float* dinp, const float* dout, const int64
                                      int64_t divisor_override, void* stream) {
   (void)stream;
   pool_ctx_ c = {0};
-  dt_status st = read_geom_("dt_avgpool2d_bwd", geom, &c.g, 0);
-  if (st != DT_OK) return st;
-  DT_REQUIRE_(divisor_override >= 0, "dt_avgpool2d_bwd: divisor_override=%lld must be >= 0 (0: none)",
-              (long long)divisor_override);
+  DT_TRY_(dt_check_avgpool2d_bwd(dinp, dout, geom, divisor_override, &c.g));
   if (c.g.P * c.g.H * c.g.W == 0) return DT_OK;
-  DT_REQUIRE_(dinp && (dout || c.g.OH * c.g.OW == 0), "dt_avgpool2d_bwd: null pointer (dinp=%p dout=%p)",
-              (void*)dinp, (const void*)dout);
   c.out = dinp;
   c.inp = dout;
   c.count_include_pad = count_include_pad != 0;
@@ -322,33 +279,12 @@ DT_EXPORT dt_status dt_avgpool2d_bwd(float* dinp, const float* dout, const int64
   return DT_OK;
 }
 
-/* Adaptive pooling takes plain sizes; its windows follow from them. */
-static dt_status adaptive_geom_(const char* name, pool_ctx_* c, int64_t P, int64_t H, int64_t W, int64_t OH,
-                                int64_t OW) {
-  DT_REQUIRE_(P >= 0 && H >= 0 && W >= 0 && OH >= 0 && OW >= 0,
-              "%s: negative size (planes=%lld H=%lld W=%lld OH=%lld OW=%lld)", name, (long long)P, (long long)H,
-              (long long)W, (long long)OH, (long long)OW);
-  DT_REQUIRE_((OH >= 1 && OW >= 1) || P == 0, "%s: output size (%lld, %lld) must be >= 1", name, (long long)OH,
-              (long long)OW);
-  DT_REQUIRE_((H >= 1 && W >= 1) || P == 0, "%s: input size (%lld, %lld) must be >= 1", name, (long long)H,
-              (long long)W);
-  int64_t t;
-  DT_REQUIRE_(dt_mul_ok_(H, W, &t) && dt_mul_ok_(t, P, &t) && dt_mul_ok_(t, 4, &t) && dt_mul_ok_(OH, OW, &t) &&
-                  dt_mul_ok_(t, P, &t) && dt_mul_ok_(t, 4, &t) && OH <= INT64_MAX / (H + 1) &&
-                  OW <= INT64_MAX / (W + 1),
-              "%s: sizes overflow (planes=%lld H=%lld W=%lld OH=%lld OW=%lld)", name, (long long)P, (long long)H,
-              (long long)W, (long long)OH, (long long)OW);
-  c->g = (dt_pool_geom){P, H, W, 1, 1, 1, 1, 0, 0, 1, 1, OH, OW};
-  return DT_OK;
-}
-
 DT_EXPORT dt_status dt_adaptive_avgpool2d_fwd(float* out, const float* inp, int64_t P, int64_t H, int64_t W,
                                               int64_t OH, int64_t OW, void* stream) {
   (void)stream;
-  pool_ctx_ c = {0};
-  dt_status st = adaptive_geom_("dt_adaptive_avgpool2d_fwd", &c, P, H, W, OH, OW);
-  if (st != DT_OK || P == 0) return st;
-  DT_REQUIRE_(out && inp, "dt_adaptive_avgpool2d_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
+  DT_TRY_(dt_check_adaptive_avgpool2d_fwd(out, inp, P, H, W, OH, OW));
+  if (P == 0) return DT_OK;
+  pool_ctx_ c = {.g = {P, H, W, 1, 1, 1, 1, 0, 0, 1, 1, OH, OW}};
   c.out = out;
   c.inp = inp;
   int64_t win = (H / OH + 2) * (W / OW + 2);
@@ -359,11 +295,9 @@ DT_EXPORT dt_status dt_adaptive_avgpool2d_fwd(float* out, const float* inp, int6
 DT_EXPORT dt_status dt_adaptive_avgpool2d_bwd(float* dinp, const float* dout, int64_t P, int64_t H, int64_t W,
                                               int64_t OH, int64_t OW, void* stream) {
   (void)stream;
-  pool_ctx_ c = {0};
-  dt_status st = adaptive_geom_("dt_adaptive_avgpool2d_bwd", &c, P, H, W, OH, OW);
-  if (st != DT_OK || P == 0) return st;
-  DT_REQUIRE_(dinp && dout, "dt_adaptive_avgpool2d_bwd: null pointer (dinp=%p dout=%p)", (void*)dinp,
-              (const void*)dout);
+  DT_TRY_(dt_check_adaptive_avgpool2d_bwd(dinp, dout, P, H, W, OH, OW));
+  if (P == 0) return DT_OK;
+  pool_ctx_ c = {.g = {P, H, W, 1, 1, 1, 1, 0, 0, 1, 1, OH, OW}};
   c.out = dinp;
   c.inp = dout;
   int64_t win = (H / OH + 2) * (W / OW + 2);

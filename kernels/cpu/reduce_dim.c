@@ -7,6 +7,7 @@
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
 #include "reduce.h"
+#include "ops_checks.h"
 #include "reduce_dim.h"
 
 #define REDUCE_GRAIN_ELEMS (1 << 15)
@@ -90,25 +91,13 @@ DT_VEC_CLONES static void tiles_range_(void* vctx, int64_t t0, int64_t t1) {
 DT_EXPORT dt_status dt_reduce_dim(int32_t op, float* out, int32_t* idx, const float* inp, int64_t outer, int64_t D,
                                   int64_t inner, void* stream) {
   (void)stream;
-  DT_REQUIRE_(dt_reduce_op_valid(op), "dt_reduce_dim: unknown op %d (expected DT_RED_SUM..DT_RED_MIN, 0..3)", op);
-  DT_REQUIRE_(outer >= 0 && D >= 0 && inner >= 0, "dt_reduce_dim: negative size (outer=%lld D=%lld inner=%lld)",
-              (long long)outer, (long long)D, (long long)inner);
-  int64_t rows, total;
-  DT_REQUIRE_(dt_mul_ok_(outer, inner, &rows) && dt_mul_ok_(rows, D, &total),
-              "dt_reduce_dim: size overflows (outer=%lld D=%lld inner=%lld)", (long long)outer, (long long)D,
-              (long long)inner);
-  int extreme = op == DT_RED_MAX || op == DT_RED_MIN;
-  DT_REQUIRE_(!extreme || D >= 1 || rows == 0,
-              "dt_reduce_dim: max/min of an empty dimension (D=0) has no value: expected D >= 1");
-  DT_REQUIRE_(D <= INT32_MAX || !extreme, "dt_reduce_dim: D=%lld does not fit the i32 indices", (long long)D);
+  int64_t rows = 0;
+  DT_TRY_(dt_check_reduce_dim(op, out, idx, inp, outer, D, inner, &rows));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(out || (extreme && idx), "dt_reduce_dim: null out%s", extreme ? " and idx" : "");
-  DT_REQUIRE_(idx == NULL || extreme, "dt_reduce_dim: idx is only written by max and min (op=%d)", op);
   if (D == 0) { /* torch: the sum of nothing is 0, the mean NaN */
     for (int64_t r = 0; r < rows; r++) out[r] = op == DT_RED_MEAN ? NAN : 0.0f;
     return DT_OK;
   }
-  DT_REQUIRE_(inp, "dt_reduce_dim: null inp");
   reduce_ctx_ c = {op, out, idx, inp, D, inner, (inner + COL_TILE - 1) / COL_TILE};
   if (inner == 1) {
     dt_parallel_for_(outer, D >= REDUCE_GRAIN_ELEMS ? 1 : REDUCE_GRAIN_ELEMS / D, rows_range_, &c);

@@ -4,6 +4,7 @@
  * dt_softmax_fwd —, other dims its column bodies, one column at a time. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
+#include "ops_checks.h"
 #include "softmax.h"
 
 #define SOFTMAX_GRAIN_ELEMS (1 << 14)
@@ -54,17 +55,6 @@ static void bwd_cols_range_(void* vctx, int64_t k0, int64_t k1) {
 
 /* ---- launchers ---------------------------------------------------------------- */
 
-static dt_status check_sizes_(const char* name, int64_t outer, int64_t D, int64_t inner, int32_t is_log) {
-  DT_REQUIRE_(outer >= 0 && D >= 0 && inner >= 0, "%s: negative size (outer=%lld D=%lld inner=%lld)", name,
-              (long long)outer, (long long)D, (long long)inner);
-  int64_t t;
-  DT_REQUIRE_(dt_mul_ok_(outer, D, &t) && dt_mul_ok_(t, inner, &t),
-              "%s: size overflows (outer=%lld D=%lld inner=%lld)", name, (long long)outer, (long long)D,
-              (long long)inner);
-  DT_REQUIRE_(is_log == 0 || is_log == 1, "%s: is_log=%d must be 0 or 1", name, is_log);
-  return DT_OK;
-}
-
 static void run_(softmax_dim_ctx_* c, int64_t outer, dt_range_fn_ rows, dt_range_fn_ cols) {
   if (c->inner == 1) {
     dt_parallel_for_(outer, c->D >= SOFTMAX_GRAIN_ELEMS ? 1 : SOFTMAX_GRAIN_ELEMS / c->D, rows, c);
@@ -76,9 +66,8 @@ static void run_(softmax_dim_ctx_* c, int64_t outer, dt_range_fn_ rows, dt_range
 DT_EXPORT dt_status dt_softmax_dim_fwd(float* out, const float* inp, int64_t outer, int64_t D, int64_t inner,
                                        int32_t is_log, void* stream) {
   (void)stream;
-  dt_status st = check_sizes_("dt_softmax_dim_fwd", outer, D, inner, is_log);
-  if (st != DT_OK || outer == 0 || D == 0 || inner == 0) return st;
-  DT_REQUIRE_(out && inp, "dt_softmax_dim_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
+  DT_TRY_(dt_check_softmax_dim_fwd(out, inp, outer, D, inner, is_log));
+  if (outer == 0 || D == 0 || inner == 0) return DT_OK;
   softmax_dim_ctx_ c = {out, inp, NULL, D, inner, is_log};
   run_(&c, outer, fwd_rows_range_, fwd_cols_range_);
   return DT_OK;
@@ -87,10 +76,8 @@ DT_EXPORT dt_status dt_softmax_dim_fwd(float* out, const float* inp, int64_t out
 DT_EXPORT dt_status dt_softmax_dim_bwd(float* dinp, const float* dout, const float* out, int64_t outer, int64_t D,
                                        int64_t inner, int32_t is_log, void* stream) {
   (void)stream;
-  dt_status st = check_sizes_("dt_softmax_dim_bwd", outer, D, inner, is_log);
-  if (st != DT_OK || outer == 0 || D == 0 || inner == 0) return st;
-  DT_REQUIRE_(dinp && dout && out, "dt_softmax_dim_bwd: null pointer (dinp=%p dout=%p out=%p)", (void*)dinp,
-              (const void*)dout, (const void*)out);
+  DT_TRY_(dt_check_softmax_dim_bwd(dinp, dout, out, outer, D, inner, is_log));
+  if (outer == 0 || D == 0 || inner == 0) return DT_OK;
   softmax_dim_ctx_ c = {dinp, dout, out, D, inner, is_log};
   run_(&c, outer, bwd_rows_range_, bwd_cols_range_);
   return DT_OK;

@@ -6,6 +6,7 @@
  * element by element. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
+#include "ops_checks.h"
 #include "strided.h"
 
 /* Bytes per thread chunk: copying is memory-bound, so chunks are large. */
@@ -119,33 +120,10 @@ DT_EXPORT dt_status dt_strided_copy(void* out, const void* inp, int32_t ndim, co
                                     const int64_t* out_strides, const int64_t* inp_strides, int64_t elem_bytes,
                                     void* stream) {
   (void)stream;
-  DT_REQUIRE_(ndim >= 0 && ndim <= DT_MAX_DIMS, "dt_strided_copy: ndim=%d must be in [0, %d]", ndim, DT_MAX_DIMS);
-  DT_REQUIRE_(elem_bytes >= 1 && elem_bytes <= 64, "dt_strided_copy: elem_bytes=%lld must be in [1, 64]",
-              (long long)elem_bytes);
-  DT_REQUIRE_(ndim == 0 || (sizes && out_strides && inp_strides), "dt_strided_copy: null sizes or strides");
   strided_ctx_ c = {.out = out, .inp = inp, .elem = elem_bytes};
-  c.box.ndim = ndim;
-  int64_t total = 1, out_span = 1, inp_span = 1;
-  for (int32_t d = 0; d < ndim; d++) {
-    DT_REQUIRE_(sizes[d] >= 0, "dt_strided_copy: size %lld of dim %d is negative", (long long)sizes[d], d);
-    DT_REQUIRE_(out_strides[d] >= 0 && inp_strides[d] >= 0,
-                "dt_strided_copy: negative stride in dim %d (out %lld, inp %lld)", d, (long long)out_strides[d],
-                (long long)inp_strides[d]);
-    DT_REQUIRE_(dt_mul_ok_(total, sizes[d], &total), "dt_strided_copy: element count overflows at dim %d", d);
-    c.box.sizes[d] = sizes[d];
-    c.box.out_strides[d] = out_strides[d];
-    c.box.inp_strides[d] = inp_strides[d];
-  }
+  int64_t total = 0;
+  DT_TRY_(dt_check_strided_copy(out, inp, ndim, sizes, out_strides, inp_strides, elem_bytes, &c.box, &total));
   if (total == 0) return DT_OK;
-  for (int32_t d = 0; d < ndim; d++) { /* the last element's offsets must be addressable */
-    int64_t step;
-    DT_REQUIRE_(dt_mul_ok_(sizes[d] - 1, out_strides[d], &step) && !__builtin_add_overflow(out_span, step, &out_span) &&
-                    dt_mul_ok_(sizes[d] - 1, inp_strides[d], &step) && !__builtin_add_overflow(inp_span, step, &inp_span),
-                "dt_strided_copy: offsets overflow at dim %d", d);
-  }
-  DT_REQUIRE_(dt_mul_ok_(out_span, elem_bytes, &out_span) && dt_mul_ok_(inp_span, elem_bytes, &inp_span),
-              "dt_strided_copy: byte offsets overflow");
-  DT_REQUIRE_(out && inp, "dt_strided_copy: null pointer (out=%p inp=%p)", out, inp);
   if (dt_strided_coalesce(&c.box) == 0) { /* a single element */
     copy_elem_(out, inp, elem_bytes);
     return DT_OK;

@@ -4,6 +4,7 @@
  * its own loop (the switch sits outside) so that every loop vectorises. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
+#include "ops_checks.h"
 #include "unary.h"
 
 /* Elements per thread chunk: transcendental ops cost tens of cycles each. */
@@ -76,10 +77,8 @@ DT_VEC_CLONES static void where_range_(void* vctx, int64_t begin, int64_t end) {
 DT_EXPORT dt_status dt_unary_fwd(int32_t op, float* out, const float* inp, int64_t n, double a, double b,
                                  void* stream) {
   (void)stream;
-  DT_REQUIRE_(dt_unary_op_valid(op), "dt_unary_fwd: unknown op %d (expected DT_UN_EXP..DT_UN_CLAMP, 0..6)", op);
-  DT_REQUIRE_(n >= 0, "dt_unary_fwd: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_unary_fwd(op, out, inp, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_unary_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   unary_ctx_ c = {op, out, inp, NULL, NULL, (float)a, (float)b};
   dt_parallel_for_(n, UNARY_GRAIN, unary_fwd_range_, &c);
   return DT_OK;
@@ -88,11 +87,8 @@ DT_EXPORT dt_status dt_unary_fwd(int32_t op, float* out, const float* inp, int64
 DT_EXPORT dt_status dt_unary_bwd(int32_t op, float* dinp, const float* dout, const float* inp, const float* out,
                                  int64_t n, double a, double b, void* stream) {
   (void)stream;
-  DT_REQUIRE_(dt_unary_op_valid(op), "dt_unary_bwd: unknown op %d (expected DT_UN_EXP..DT_UN_CLAMP, 0..6)", op);
-  DT_REQUIRE_(n >= 0, "dt_unary_bwd: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_unary_bwd(op, dinp, dout, inp, out, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(dinp && dout && inp && out, "dt_unary_bwd: null pointer (dinp=%p dout=%p inp=%p out=%p)", (void*)dinp,
-              (const void*)dout, (const void*)inp, (const void*)out);
   unary_ctx_ c = {op, dinp, inp, out, dout, (float)a, (float)b};
   dt_parallel_for_(n, UNARY_GRAIN, unary_bwd_range_, &c);
   return DT_OK;
@@ -101,9 +97,8 @@ DT_EXPORT dt_status dt_unary_bwd(int32_t op, float* dinp, const float* dout, con
 DT_EXPORT dt_status dt_where(float* out, const uint8_t* cond, const float* a, const float* b, int64_t n,
                              float a_value, float b_value, void* stream) {
   (void)stream;
-  DT_REQUIRE_(n >= 0, "dt_where: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_where(out, cond, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out && cond, "dt_where: null pointer (out=%p cond=%p)", (void*)out, (const void*)cond);
   where_ctx_ c = {out, cond, a, b, a_value, b_value};
   dt_parallel_for_(n, WHERE_GRAIN, where_range_, &c);
   return DT_OK;

@@ -311,7 +311,7 @@ Deno.test("batch-norm kernels refuse bad sizes, momentum, eps and counts", () =>
   failsWith(K.dt_bn_sum(ptr(acc), ptr(x), -1n, 4n, 4n, null), "dt_bn_sum: negative size");
   failsWith(
     K.dt_bn_sqdev(ptr(acc), ptr(x), ptr(acc), 1n, 4n, 4n, null),
-    "element count acc[C]=0 must be >= 1",
+    "dt_bn_sqdev: the element count 0 must be >= 1",
   );
   acc[4] = 4;
   failsWith(
