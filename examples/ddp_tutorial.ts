@@ -111,7 +111,7 @@ class Trainer {
       for await (const { tensors: [x, y] } of this.testData) {
         scope(() => {
           const logits = this.model.forward(x!);
-          const pred = argmax(logits).toArray() as Int32Array;
+          const pred = argmax(logits, 1).toArray() as Int32Array;
           const labels = y!.toArray() as Int32Array;
           correct += pred.reduce((n, p, i) => n + (p === labels[i] ? 1 : 0), 0);
           lossSum += crossEntropy(logits, y!).item() * labels.length;

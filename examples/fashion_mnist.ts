@@ -33,7 +33,7 @@ const trainer = new Trainer({
   // Every rank evaluates its share of the test set; the Trainer averages over all of it.
   evalData: test,
   evalStep: (model, [x, y]) => {
-    const pred = argmax(model.forward(x!)).toArray() as Int32Array;
+    const pred = argmax(model.forward(x!), 1).toArray() as Int32Array;
     const labels = y!.toArray() as Int32Array;
     return {
       "test accuracy": pred.reduce((n, p, i) => n + (p === labels[i] ? 1 : 0), 0) / labels.length,

@@ -47,6 +47,7 @@ const EXPECT: Record<string, RegExp> = {
   "DistributedDataParallel": /weights in sync: tensor\(/,
   "DistributedSampler": /rank 0 epoch 1: /,
   "Mixed precision: autocast and GradScaler": /f32 65536/,
+  "SyncBatchNorm": /running means equal on every rank: true/,
 };
 
 Deno.test("every dtrain snippet of docs/PYTORCH.md type-checks and runs as its section says", async () => {

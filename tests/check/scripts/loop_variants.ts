@@ -88,7 +88,7 @@ async function evaluate(): Promise<number> {
     let correct = 0, seen = 0;
     for await (const { tensors: [x, y] } of heldLoader) {
       scope(() => {
-        const pred = argmax(ddp.forward(x!)).toArray() as Int32Array;
+        const pred = argmax(ddp.forward(x!), 1).toArray() as Int32Array;
         const labels = y!.toArray() as Int32Array;
         correct += pred.reduce((a, p, i) => a + (p === labels[i] ? 1 : 0), 0);
         seen += labels.length;

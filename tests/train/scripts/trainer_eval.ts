@@ -34,7 +34,7 @@ function dataset(n: number, seed: number): TensorDataset {
 function metrics(model: Sequential, [x, y]: Tensor[]): Record<string, number> {
   return scope(() => {
     const logits = model.forward(x!);
-    const pred = argmax(logits).toArray() as Int32Array;
+    const pred = argmax(logits, 1).toArray() as Int32Array;
     const labels = y!.toArray() as Int32Array;
     const correct = pred.reduce((a, p, i) => a + (p === labels[i] ? 1 : 0), 0);
     return { loss: crossEntropy(logits, y!).item(), accuracy: correct / labels.length };
