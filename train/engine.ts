@@ -222,7 +222,9 @@ export class Trainer<M extends Module> {
       : null;
     if ((opts.evalData === undefined) !== (opts.evalStep === undefined)) {
       throw new TypeError(
-        `Trainer: evalData and evalStep go together (got only ${opts.evalData ? "evalData" : "evalStep"})`,
+        `Trainer: evalData and evalStep go together (got only ${
+          opts.evalData ? "evalData" : "evalStep"
+        })`,
       );
     }
     this.#evaluator = opts.evalData && opts.evalStep
@@ -451,7 +453,9 @@ export class Trainer<M extends Module> {
     this.#best = { metric: want.metric, value, step: this.#step };
     if (this.bestCheckpoints) {
       this.#save(this.bestCheckpoints);
-      log.print(`best ${want.metric} so far (${value.toFixed(4)}): saved in ${this.bestCheckpoints.dir}`);
+      log.print(
+        `best ${want.metric} so far (${value.toFixed(4)}): saved in ${this.bestCheckpoints.dir}`,
+      );
     }
   }
 

@@ -55,8 +55,12 @@ export function paramGroupsFromConfig(model: Module, rules: readonly Rule[]): Co
   const empty = groups.findIndex((g) => g.params.length === 0);
   if (empty >= 0) {
     throw new Error(
-      `optim.groups[${empty}] (${JSON.stringify(rules[empty])}) matches no parameter of the model ` +
-        `(its parameters: ${model.namedParameters().map(([n, p]) => `${n} [${p.shape}]`).join(", ")})`,
+      `optim.groups[${empty}] (${
+        JSON.stringify(rules[empty])
+      }) matches no parameter of the model ` +
+        `(its parameters: ${
+          model.namedParameters().map(([n, p]) => `${n} [${p.shape}]`).join(", ")
+        })`,
     );
   }
   return rest.params.length > 0 ? [...groups, rest] : groups;
