@@ -243,7 +243,6 @@ async function startRunRecord(
 export async function launch(opts: LaunchOptions, argv: readonly string[]): Promise<number> {
   const log = new LauncherLog();
   const script = checkScript(opts.script);
-  if (!opts.noCheck) await typeCheck(opts.script, script, log);
   const token = resolveToken(opts);
   // "auto" is resolved once here, so every rank gets the same answer and the notice prints once
   // (after the run directory exists, so that it is in launcher.log too).
@@ -253,6 +252,8 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   });
   // Refused before anything starts: no store, no run directory, no rank.
   checkNproc(opts.nproc, nodeCapacity(opts));
+  // After the cheap refusals: a bad option must not wait for seconds of type-checking.
+  if (!opts.noCheck) await typeCheck(opts.script, script, log);
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;
   const nodeLost = async (node: number, why: string) => {
