@@ -36,7 +36,22 @@ type Steps = (seq: bigint, timeoutMs: bigint) => void;
 
 const SIXTEEN_BIT: readonly CollectiveDType[] = ["bf16", "f16"];
 
-/** The Gloo process group; create it with initProcessGroup() on several machines. */
+/** The native parts of a joined group. */
+interface Joined {
+  world: GlooNativeGroup;
+  /** this node's shared-memory group and this local rank's column across nodes (hierarchical only) */
+  node: NodeShm | null;
+  column: GlooNativeGroup | null;
+}
+
+/**
+ * The Gloo process group; create it with initProcessGroup() on several
+ * machines. It joins its peers at its first collective, not in
+ * initProcessGroup(): that first call is then reported like any other, so
+ * the launcher's hang table shows who is waiting for whom even while the
+ * group forms (a report sent just before a long synchronous call can be held
+ * back behind it).
+ */
 export class GlooProcessGroup implements ProcessGroup {
   readonly rank: number;
   readonly size: number;
@@ -47,99 +62,94 @@ export class GlooProcessGroup implements ProcessGroup {
   readonly ranksPerNode: number;
   /** whether allReduce goes through shared memory within each node first */
   readonly hierarchical: boolean;
-  /** Gloo's description of this rank's TCP device (interface, address, speed) */
-  readonly device: string;
-  readonly #world: GlooNativeGroup;
-  readonly #column: GlooNativeGroup | null;
-  readonly #node: NodeShm | null;
+  readonly #cfg: ResolvedProcessGroupConfig;
+  readonly #settings: GlooSettings;
+  readonly #gen: number;
   readonly #timeoutMs: number;
+  #joined: Joined | null = null;
+  #failed: Error | null = null;
   #scratch = new Uint8Array(0);
   #scratchPtr: Deno.PointerValue = null;
   #seq = 0;
   #closed = false;
 
-  private constructor(
-    cfg: ResolvedProcessGroupConfig,
-    world: GlooNativeGroup,
-    node: NodeShm | null,
-    column: GlooNativeGroup | null,
-  ) {
+  private constructor(cfg: ResolvedProcessGroupConfig, settings: GlooSettings) {
     this.rank = cfg.rank;
     this.size = cfg.size;
     this.nnodes = cfg.world.nnodes;
     this.ranksPerNode = cfg.world.localWorldSize;
-    this.#world = world;
-    this.#node = node;
-    this.#column = column;
-    this.hierarchical = column !== null;
-    this.device = world.device;
+    this.hierarchical = settings.hierarchy !== "off" && this.ranksPerNode > 1 && this.nnodes > 1;
+    this.#cfg = cfg;
+    this.#settings = settings;
+    this.#gen = ++groups;
     this.#timeoutMs = cfg.timeoutMs;
   }
 
   /**
-   * Joins the group of this launch (blocking): every rank's pair addresses go
-   * through the run's control store, each connection proves it belongs to the
-   * run, and the call returns once every rank has joined — or throws after
-   * the timeout naming the ranks (and nodes) that did not.
+   * The group of this launch. Checks the settings and loads the library now;
+   * the rendezvous happens in the first collective: every rank's pair
+   * addresses go through the run's control store, each connection proves it
+   * belongs to the run, and a rank or node that does not join within the
+   * timeout is named.
    */
   static open(cfg: ResolvedProcessGroupConfig): GlooProcessGroup {
-    const s = glooSettings(cfg);
-    glooLibrary(); // a missing library is reported before anything waits on peers
-    const { world } = cfg;
-    const perNode = world.localWorldSize;
+    const settings = glooSettings(cfg);
+    glooLibrary(); // a missing library is reported at once, not at the first collective
+    return new GlooProcessGroup(cfg, settings);
+  }
+
+  /** Gloo's description of this rank's TCP device (interface, address, speed), once joined. */
+  get device(): string | null {
+    return this.#joined?.world.device ?? null;
+  }
+
+  /** Joins every part of the group (blocking), once, within `timeoutMs` (the first call's). */
+  #join(timeoutMs: number): Joined {
+    if (this.#joined) return this.#joined;
+    if (this.#failed) throw this.#failed;
+    const cfg = this.#cfg, s = this.#settings, world = cfg.world;
+    const perNode = this.ranksPerNode;
     const node = world.groupRank;
-    const gen = ++groups;
     const keys = attemptKeys(s.attempt);
     const label = (r: number) => `rank ${r} (node ${Math.floor(r / perNode)})`;
-    const common = {
-      attemptAbortKey: keys.abort,
-      detail: cfg.detail,
-      timeoutMs: cfg.timeoutMs,
-    };
-    const hierarchical = s.hierarchy !== "off" && perNode > 1 && world.nnodes > 1;
-    const rec = { seq: 0, op: "barrier", bytes: 0, detail: `Gloo process group ${gen} start` };
-    reportCollective(rec, "enter");
+    const common = { attemptAbortKey: keys.abort, detail: cfg.detail, timeoutMs };
     let all: GlooNativeGroup | null = null;
     let shm: NodeShm | null = null;
     try {
       all = GlooNativeGroup.open({
         ...common,
-        prefix: keys.user(`gloo/${gen}/world/`),
+        prefix: keys.user(`gloo/${this.#gen}/world/`),
         member: cfg.rank,
         labels: Array.from({ length: cfg.size }, (_, r) => label(r)),
         identity: `rank ${cfg.rank} gloo`,
       }, s);
-      if (!hierarchical) return new GlooProcessGroup(cfg, all, null, null);
+      if (!this.hierarchical) return this.#joined = { world: all, node: null, column: null };
       shm = NodeShm.open({
-        name: `/dtrain-${cfg.runId}-a${s.attempt}-n${node}-gloo${gen}`,
+        name: `/dtrain-${cfg.runId}-a${s.attempt}-n${node}-gloo${this.#gen}`,
         localRank: world.localRank,
         localSize: perNode,
         firstRank: node * perNode,
         chunkBytes: cfg.chunkBytes,
         spinUs: cfg.spinUs,
         detail: cfg.detail,
-        timeoutMs: cfg.timeoutMs,
+        timeoutMs,
       });
       const column = GlooNativeGroup.open({
         ...common,
-        prefix: keys.user(`gloo/${gen}/column${world.localRank}/`),
+        prefix: keys.user(`gloo/${this.#gen}/column${world.localRank}/`),
         member: node,
-        labels: Array.from(
-          { length: world.nnodes },
-          (_, n) => label(n * perNode + world.localRank),
-        ),
+        labels: Array.from({ length: this.nnodes }, (_, n) => label(n * perNode + world.localRank)),
         identity: `rank ${cfg.rank} gloo column`,
       }, s);
-      return new GlooProcessGroup(cfg, all, shm, column);
+      return this.#joined = { world: all, node: shm, column };
     } catch (e) {
       const why = `rank ${cfg.rank} could not join the Gloo process group: ${(e as Error).message}`;
       all?.abort(DT_ERR_ARG, why);
       shm?.abort(DT_ERR_ARG, why);
       all?.close();
       shm?.close();
+      this.#failed = e as Error;
       throw e;
-    } finally {
-      reportCollective(rec, "exit");
     }
   }
 
@@ -151,7 +161,7 @@ export class GlooProcessGroup implements ProcessGroup {
       const flat: Steps = (seq, t) =>
         this.#checked(
           glooLibrary().symbols.dt_gloo_allreduce(
-            this.#world.handle,
+            this.#parts().world.handle,
             b.ptr,
             BigInt(b.count),
             SHM_DTYPE_CODE[b.dtype],
@@ -162,7 +172,7 @@ export class GlooProcessGroup implements ProcessGroup {
           ),
           "dt_gloo_allreduce",
         );
-      const split = this.#node !== null && !SIXTEEN_BIT.includes(b.dtype) &&
+      const split = this.hierarchical && !SIXTEEN_BIT.includes(b.dtype) &&
         b.count >= this.ranksPerNode;
       const steps: Steps = split ? (seq, t) => this.#hierarchicalAllReduce(b, op, seq, t) : flat;
       return [b.bytes, record, steps];
@@ -181,7 +191,7 @@ export class GlooProcessGroup implements ProcessGroup {
       const steps: Steps = (seq, t) =>
         this.#checked(
           glooLibrary().symbols.dt_gloo_broadcast(
-            this.#world.handle,
+            this.#parts().world.handle,
             b.ptr,
             BigInt(b.count),
             SHM_DTYPE_CODE[b.dtype],
@@ -204,7 +214,7 @@ export class GlooProcessGroup implements ProcessGroup {
       const steps: Steps = (seq, t) =>
         this.#checked(
           glooLibrary().symbols.dt_gloo_allgather(
-            this.#world.handle,
+            this.#parts().world.handle,
             o.ptr,
             i.ptr,
             BigInt(i.count),
@@ -233,7 +243,7 @@ export class GlooProcessGroup implements ProcessGroup {
       const steps: Steps = (seq, t) =>
         this.#checked(
           glooLibrary().symbols.dt_gloo_reduce_scatter(
-            this.#world.handle,
+            this.#parts().world.handle,
             o.ptr,
             i.ptr,
             BigInt(o.count),
@@ -260,8 +270,10 @@ export class GlooProcessGroup implements ProcessGroup {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
+    const j = this.#joined;
+    if (!j) return;
     let first: unknown = null;
-    for (const part of [this.#column, this.#node, this.#world]) {
+    for (const part of [j.column, j.node, j.world]) {
       try {
         part?.close();
       } catch (e) {
@@ -290,10 +302,17 @@ export class GlooProcessGroup implements ProcessGroup {
     const scratch = this.#scratchOf(share * es);
     const timeoutMs = Number(t);
     const lib = glooLibrary().symbols;
-    this.#node!.reduceScatter(scratch, b.ptr, share, b.dtype, op === "avg" ? "sum" : op, timeoutMs);
+    this.#parts().node!.reduceScatter(
+      scratch,
+      b.ptr,
+      share,
+      b.dtype,
+      op === "avg" ? "sum" : op,
+      timeoutMs,
+    );
     this.#checked(
       lib.dt_gloo_allreduce(
-        this.#column!.handle,
+        this.#parts().column!.handle,
         scratch,
         BigInt(share),
         SHM_DTYPE_CODE[b.dtype],
@@ -304,12 +323,12 @@ export class GlooProcessGroup implements ProcessGroup {
       ),
       "dt_gloo_allreduce",
     );
-    this.#node!.allGather(b.ptr, scratch, share, b.dtype, timeoutMs);
+    this.#parts().node!.allGather(b.ptr, scratch, share, b.dtype, timeoutMs);
     const tail = b.count - share * per;
     if (tail > 0) {
       this.#checked(
         lib.dt_gloo_allreduce(
-          this.#world.handle,
+          this.#parts().world.handle,
           Deno.UnsafePointer.offset(b.ptr!, share * per * es),
           BigInt(tail),
           SHM_DTYPE_CODE[b.dtype],
@@ -321,6 +340,11 @@ export class GlooProcessGroup implements ProcessGroup {
         "dt_gloo_allreduce",
       );
     }
+  }
+
+  /** The joined parts (the steps run only after #join succeeded). */
+  #parts(): Joined {
+    return this.#joined!;
   }
 
   #scratchOf(bytes: number): Deno.PointerValue {
@@ -360,6 +384,10 @@ export class GlooProcessGroup implements ProcessGroup {
         throw new RangeError(`${op}: timeoutMs must be a positive number, got ${timeoutMs}`);
       }
     } catch (e) {
+      // Peers may be forming the group in this very call: join it first, so they hear why.
+      try {
+        this.#join(this.#timeoutMs);
+      } catch { /* they will time out naming this rank */ }
       this.#abortAll(
         `rank ${this.rank} called ${op} #${seq} with bad arguments: ${(e as Error).message}`,
       );
@@ -370,9 +398,10 @@ export class GlooProcessGroup implements ProcessGroup {
     try {
       const [code, dtype, count, redop, root, name] = record;
       const t = BigInt(Math.ceil(timeoutMs));
+      const { world } = this.#join(timeoutMs);
       this.#checked(
         glooLibrary().symbols.dt_gloo_check(
-          this.#world.handle,
+          world.handle,
           code,
           SHM_DTYPE_CODE[dtype],
           BigInt(count),
@@ -394,9 +423,10 @@ export class GlooProcessGroup implements ProcessGroup {
 
   /** Fails every part of the group, so no peer waits for this rank. */
   #abortAll(reason: string): void {
-    this.#world.abort(DT_ERR_ARG, reason);
-    this.#column?.abort(DT_ERR_ARG, reason);
-    this.#node?.abort(DT_ERR_ARG, reason);
+    const j = this.#joined;
+    j?.world.abort(DT_ERR_ARG, reason);
+    j?.column?.abort(DT_ERR_ARG, reason);
+    j?.node?.abort(DT_ERR_ARG, reason);
   }
 }
 

@@ -122,6 +122,24 @@ export function resolveProcessGroupConfig(
   return { rank, size, runId: world.runId, ...base };
 }
 
+/**
+ * The backend initProcessGroup() chooses for CPU ranks laid out as `nnodes` x
+ * `nprocPerNode` (the launcher records it in run.json before any rank runs).
+ *
+ * @example
+ * ```ts
+ * plannedCpuBackend(2, 4); // "gloo"
+ * ```
+ */
+export function plannedCpuBackend(
+  nnodes: number,
+  nprocPerNode: number,
+  requested?: string,
+): "single" | CpuBackend {
+  if (nnodes * nprocPerNode === 1) return "single";
+  return cpuBackend(requested, nnodes > 1);
+}
+
 /** The backend for `requested` ("" or undefined: choose), refusing shm across machines. */
 function cpuBackend(requested: string | undefined, spansMachines: boolean): CpuBackend {
   const want = (requested ?? "").trim().toLowerCase();

@@ -9,7 +9,7 @@
  *
  * @module
  */
-import { type NativeLibrary, openLibrary } from "./native.ts";
+import { cString, type NativeLibrary, openLibrary } from "./native.ts";
 
 const P = "pointer" as const;
 const BUF = "buffer" as const;
@@ -25,6 +25,8 @@ export const GLOO_SYMBOLS = {
   dt_last_error: { parameters: [], result: P },
   /** const char*: hash of the sources this library was built from. */
   dt_build_hash: { parameters: [], result: P },
+  /** const char*: the Gloo version it was built against ("0.5.0"). */
+  dt_gloo_version: { parameters: [], result: P },
   /** (store_host, store_port, token, identity, key prefix, attempt abort key,
    *  rank, size, labels (size NUL-terminated names back to back), iface,
    *  bind_host, proofs_out [size x 32], proofs_in [size x 32], flags,
@@ -79,4 +81,10 @@ let gloo: NativeLibrary<GlooSymbols> | undefined;
 export function glooLibrary(): NativeLibrary<GlooSymbols> {
   gloo ??= openLibrary("libdtrain_gloo.so", GLOO_SYMBOLS);
   return gloo;
+}
+
+/** The library's build hash and the Gloo version it was built against (for run records). */
+export function glooBuildInfo(): { buildHash: string; version: string } {
+  const s = glooLibrary().symbols;
+  return { buildHash: cString(s.dt_build_hash()), version: cString(s.dt_gloo_version()) };
 }

@@ -234,6 +234,7 @@ export class Trainer<M extends Module> {
         seed: cfg.seed,
         worldSize: this.pg.size,
         device: backend().device,
+        processGroup: this.pg.backend,
       });
     }
     const k = cfg.data.gradAccumulation;

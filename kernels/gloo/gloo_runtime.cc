@@ -32,3 +32,11 @@ int64_t dt_gloo_now_ms_() {
 DT_EXPORT int32_t dt_abi_version(void) { return DT_ABI_VERSION; }
 DT_EXPORT const char* dt_last_error(void) { return dt_gloo_error_; }
 DT_EXPORT const char* dt_build_hash(void) { return DT_BUILD_HASH; }
+
+#include <gloo/config.h>
+#define DT_GLOO_STR_(x) #x
+#define DT_GLOO_XSTR_(x) DT_GLOO_STR_(x)
+/** The version of Gloo this library was built against, e.g. "0.5.0". */
+DT_EXPORT const char* dt_gloo_version(void) {
+  return DT_GLOO_XSTR_(GLOO_VERSION_MAJOR) "." DT_GLOO_XSTR_(GLOO_VERSION_MINOR) "." DT_GLOO_XSTR_(GLOO_VERSION_PATCH);
+}

@@ -3,7 +3,7 @@
  * rank that never arrives (a timeout naming it and its node), a rank killed
  * or closed mid-job (peers fail within seconds, naming the cause), a bad
  * argument and mismatched calls (both sides reported on every rank), a rank
- * that never joins (the rendezvous names it), and a process outside the run
+ * that never joins (the rendezvous, in the first collective, names it), and a process outside the run
  * that takes a rank's Gloo connection (refused, with its address, and
  * logged). Every rank process is killed when its test ends.
  */
@@ -21,6 +21,15 @@ async function ready(procs: RankProcess[]): Promise<void> {
     const r = await p.next("ready", "init-failed");
     assert.equal(r.event, "ready", `rank ${p.rank} could not join: ${r.error}`);
     assert.equal(r.backend, "gloo");
+  }
+}
+
+/** Runs a first barrier on every rank: the group forms in its first collective. */
+async function formed(procs: RankProcess[]): Promise<void> {
+  for (const p of procs) await p.send("barrier formed 30000");
+  for (const p of procs) {
+    const r = await p.next("done");
+    assert.equal(r.ok, true, `rank ${p.rank} could not form the group: ${r.error}`);
   }
 }
 
@@ -53,12 +62,13 @@ Deno.test("Gloo barrier() returns on no rank before the last rank has entered it
 Deno.test("Gloo allReduce times out naming the rank and node that never arrived; the peer then fails at once", async () => {
   await withGlooRanks(serve(2, "gtimeout"), async ([r0, r1]) => {
     await ready([r0!, r1!]);
+    await formed([r0!, r1!]);
     const res = await run(r0!, "allreduce 10 f32 800");
     assert.equal(res.ok, false);
     assert.equal(res.status, DT_ERR_TIMEOUT);
     assert.match(
       res.error!,
-      /#1 allReduce\(sum, 10 x f32\) timed out on rank 0 \(node 0\) after 800 ms: rank 1 \(node 1\) has not arrived/,
+      /#2 allReduce\(sum, 10 x f32\) timed out on rank 0 \(node 0\) after 800 ms: rank 1 \(node 1\) has not arrived/,
     );
     assert.ok(res.ms >= 790 && res.ms < 5000, `timed out after ${res.ms} ms, expected about 800`);
     const late = await run(r1!, "barrier late 30000");
@@ -91,6 +101,8 @@ Deno.test("a Gloo rank SIGKILLed mid-job: the survivor's collective fails within
 Deno.test("a bad argument on one Gloo rank makes its peer's collective fail at once with that rank's error", async () => {
   await withGlooRanks(serve(2, "gbadarg"), async ([r0, r1]) => {
     await ready([r0!, r1!]);
+    // mid-job: the group has formed
+    await formed([r0!, r1!]);
     const bad = await run(r0!, "broadcast 10 5 30000");
     assert.equal(bad.ok, false);
     assert.match(bad.error!, /broadcast: root 5 is not a rank of this group \(size 2\)/);
@@ -98,15 +110,30 @@ Deno.test("a bad argument on one Gloo rank makes its peer's collective fail at o
     assert.equal(peer.ok, false);
     assert.match(
       peer.error!,
-      /rank 0 \(node 0\) aborted the process group: rank 0 called broadcast #1 with bad arguments/,
+      /rank 0 \(node 0\) aborted the process group: rank 0 called broadcast #2 with bad arguments/,
     );
     assert.ok(peer.ms < 5000, `rank 1 waited ${peer.ms} ms`);
+  });
+  await withGlooRanks(serve(2, "gbadfirst"), async ([r0, r1]) => {
+    await ready([r0!, r1!]);
+    // in the very first call, while the group forms: the bad rank joins, then aborts
+    await r0!.send("broadcast 10 5 30000");
+    await r1!.send("broadcast 10 0 30000");
+    const [bad, peer] = [await r0!.next("done"), await r1!.next("done")];
+    assert.equal(bad.ok, false);
+    assert.equal(peer.ok, false);
+    assert.match(
+      String(peer.error),
+      /rank 0 \(node 0\) aborted the process group: rank 0 called broadcast #1 with bad arguments/,
+    );
+    assert.ok(Number(peer.ms) < 5000, `rank 1 waited ${peer.ms} ms`);
   });
 });
 
 Deno.test("close() on one Gloo rank makes a peer's collective fail at once, naming it", async () => {
   await withGlooRanks(serve(2, "gclose"), async ([r0, r1]) => {
     await ready([r0!, r1!]);
+    await formed([r0!, r1!]);
     assert.equal((await run(r1!, "close")).ok, true);
     const res = await run(r0!, "allreduce 10 f32 30000");
     assert.equal(res.ok, false);
@@ -166,15 +193,17 @@ Deno.test("Gloo: dtypes and barrier names are compared only under DTRAIN_DISTRIB
 });
 
 Deno.test("a Gloo rendezvous without rank 1 times out naming it and its node", async () => {
-  const job = { ...serve(2, "gnorank1", { DTRAIN_TIMEOUT: "1" }), ranks: [0] };
+  const job = { ...serve(2, "gnorank1"), ranks: [0] };
   await withGlooRanks(job, async ([r0]) => {
-    const r = await r0!.next("ready", "init-failed");
-    assert.equal(r.event, "init-failed");
+    await ready([r0!]); // initProcessGroup() only checks the settings: the group forms in the first call
+    const r = await run(r0!, "barrier first 1000");
+    assert.equal(r.ok, false);
+    assert.equal(r.status, DT_ERR_TIMEOUT);
     assert.match(
       String(r.error),
       /Gloo rendezvous timed out on rank 0 \(node 0\) after 1000 ms: rank 1 \(node 1\) did not join/,
     );
-    assert.ok(Number(r.ms) < 6000, `gave up after ${r.ms} ms`);
+    assert.ok(r.ms < 6000, `gave up after ${r.ms} ms`);
   });
 });
 
@@ -202,9 +231,11 @@ Deno.test("a process outside the run that takes a rank's Gloo connection is refu
   const job: GlooJob = {
     ...serve(2, "gimpostor"),
     ranks: [0],
-    env: (r) => ({ DTRAIN_GLOO_HOST: r === 0 ? "127.0.0.1" : "127.0.0.2", DTRAIN_TIMEOUT: "20" }),
+    env: (r) => ({ DTRAIN_GLOO_HOST: r === 0 ? "127.0.0.1" : "127.0.0.2" }),
   };
   await withGlooRanks(job, async ([r0], ctx) => {
+    await ready([r0!]);
+    await r0!.send("barrier first 20000"); // the group forms in its first call
     const store = await StoreClient.connect({
       host: "127.0.0.1",
       port: ctx.store.port,
@@ -215,6 +246,8 @@ Deno.test("a process outside the run that takes a rank's Gloo connection is refu
       const raw = await store.get("dtrain/a0/user/gloo/1/world/0", { timeoutMs: 15_000 });
       conn = await Deno.connect(publishedAddress(raw!));
       const r1 = ctx.start(1); // joins only now: rank 0's port is taken
+      await ready([r1]);
+      await r1.send("barrier first 20000");
       // Rank 0 asks for the proof (NOTIFY_RECV_READY, opcode 3); send a wrong one.
       const head = new Uint8Array(48);
       for (;;) {
@@ -230,8 +263,8 @@ Deno.test("a process outside the run that takes a rank's Gloo connection is refu
         }
       }
       const local = conn.localAddr as Deno.NetAddr;
-      const r = await r0!.next("ready", "init-failed");
-      assert.equal(r.event, "init-failed");
+      const r = await r0!.next("done");
+      assert.equal(r.ok, false);
       assert.match(
         String(r.error),
         new RegExp(
@@ -239,14 +272,18 @@ Deno.test("a process outside the run that takes a rank's Gloo connection is refu
             `rank 1 \\(node 1\\): it did not prove it holds this run's token`,
         ),
       );
-      const log = await r0!.stderr();
+      // the real rank 1 found its connection taken and failed too, rather than joining
+      const r1Result = await r1.next("done");
+      assert.equal(r1Result.ok, false);
       assert.match(
-        log,
+        String(r1Result.error),
+        /Gloo rendezvous failed on rank 1 \(node 1\).*Connection refused/,
+      );
+      await r0!.kill();
+      assert.match(
+        await r0!.stderr(),
         /\[dtrain\] rank 0 \(node 0\) refused the Gloo connection from 127\.0\.0\.1/,
       );
-      // the real rank 1 found its connection taken and failed too, rather than joining
-      const r1Result = await r1.next("ready", "init-failed");
-      assert.equal(r1Result.event, "init-failed");
     } finally {
       conn?.close();
       store.close();

@@ -90,11 +90,16 @@ export class TestRun {
     Deno.mkdirSync(this.pidDir);
   }
 
-  /** Starts `dtrain <args>` (cli.ts) with cwd = the temp dir. */
-  launch(args: string[], opts: { env?: Record<string, string>; cwd?: string } = {}): Launched {
+  /** Starts `dtrain <args>` (cli.ts) with cwd = the temp dir; `prefix` runs it
+   *  through another command (e.g. `ip netns exec ns`), which must exec it. */
+  launch(
+    args: string[],
+    opts: { env?: Record<string, string>; cwd?: string; prefix?: string[] } = {},
+  ): Launched {
     const t0 = performance.now();
-    const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", "--config", CONFIG, CLI, ...args],
+    const command = [...(opts.prefix ?? []), Deno.execPath()];
+    const child = new Deno.Command(command[0]!, {
+      args: [...command.slice(1), "run", "-A", "--config", CONFIG, CLI, ...args],
       cwd: opts.cwd ?? this.dir,
       env: { TEST_PID_DIR: this.pidDir, NO_COLOR: "1", ...opts.env },
       stdin: "null",
