@@ -53,7 +53,7 @@ export const VERBS: Record<string, Verb> = {
   },
   doctor: {
     summary: "check this machine for a run: versions, native libraries, /dev/shm, GPUs, limits",
-    main: async (args) => (await import("./launch/doctor.ts")).doctorMain(args),
+    main: async (args) => (await import("./launch/doctor/main.ts")).doctorMain(args),
   },
 };
 

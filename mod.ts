@@ -27,7 +27,12 @@
 export { castTensor, empty, fromArray, full, scope, Tensor, zeros } from "./tensor/tensor.ts";
 export type { DType } from "./tensor/dtype.ts";
 export { backend, type Device, setDevice } from "./tensor/backend.ts";
-export { type DeviceRequest, resolveDevice, useDevice } from "./tensor/device_choice.ts";
+export {
+  type DeviceRequest,
+  resolveDevice,
+  type ResolveDeviceOptions,
+  useDevice,
+} from "./tensor/device_choice.ts";
 export { memoryStats } from "./tensor/allocator.ts";
 export { backward, isGradEnabled, noGrad } from "./tensor/autograd.ts";
 export { add, cast, dropout, gelu, mul, relu, scale, sub } from "./tensor/ops/elementwise.ts";
@@ -79,7 +84,7 @@ export {
   CheckpointManager,
   type CheckpointPayload,
   type LoadedCheckpoint,
-} from "./train/checkpoint.ts";
+} from "./train/checkpoint/manager.ts";
 export { optimizerFile, restoreOptimizer, tensorFile } from "./train/state.ts";
 export { fromStTensor, toStTensor } from "./tensor/st_bridge.ts";
 export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
@@ -89,13 +94,12 @@ export { initProcessGroup, type ProcessGroup } from "./distributed/process_group
 export { DistributedDataParallel } from "./distributed/ddp.ts";
 export {
   getStore,
-  getWorld,
   rankZeroFirst,
   storeBarrier,
   storeKey,
-} from "./distributed/rank_runtime.ts";
-export type { World } from "./distributed/env.ts";
+} from "./distributed/control/rank_runtime.ts";
+export { getWorld, type World } from "./distributed/control/env.ts";
 
 // random numbers and data order
 export { TorchGenerator } from "./random/torch_generator.ts";
-export { phase } from "./distributed/phase.ts";
+export { phase } from "./distributed/control/phase.ts";

@@ -6,13 +6,12 @@
  * master weights stay f32. As torch.autocast.
  */
 import type { DType } from "../tensor/dtype.ts";
-import { plainArithmetic } from "../check/probe.ts";
-
-let lowPrecision: DType | null = null;
+import { matmulLowPrecision, setMatmulLowPrecision } from "../tensor/matmul_precision.ts";
+import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
 /** The dtype matmul-class ops use now, or null outside autocast. */
 export function autocastDtype(): DType | null {
-  return lowPrecision;
+  return matmulLowPrecision();
 }
 
 /** Runs fn with autocast to `dtype` ("bf16" or "f16"); null or "f32" disables it. */
@@ -20,12 +19,11 @@ export function autocast<T>(
   dtype: "bf16" | "f16" | "f32" | null,
   fn: () => T,
 ): T {
-  const prev = lowPrecision;
-  // `dtrain check` compares plain f32 runs.
-  lowPrecision = dtype === "f32" || plainArithmetic() ? null : dtype;
+  // Plain arithmetic (tensor/plain_arithmetic.ts) computes in f32.
+  const prev = setMatmulLowPrecision(dtype === "f32" || plainArithmetic() ? null : dtype);
   try {
     return fn();
   } finally {
-    lowPrecision = prev;
+    setMatmulLowPrecision(prev);
   }
 }

@@ -5,11 +5,11 @@
  * optimizer step when any gradient was not finite; update() halves the scale
  * after a skipped step and doubles it after growthInterval good steps.
  */
-import { backend, check } from "../tensor/backend.ts";
+import { backend } from "../tensor/backend.ts";
 import { empty, type Tensor } from "../tensor/tensor.ts";
 import { scale as scaleOp } from "../tensor/ops/elementwise.ts";
 import type { Optimizer } from "../optim/optimizer.ts";
-import { plainArithmetic } from "../check/probe.ts";
+import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
 /** Options, with torch's defaults. */
 export interface GradScalerOptions {
@@ -55,7 +55,7 @@ export class GradScaler {
       enabled: true,
       ...opts,
     };
-    if (plainArithmetic()) this.opts.enabled = false; // `dtrain check` compares unscaled runs
+    if (plainArithmetic()) this.opts.enabled = false; // tensor/plain_arithmetic.ts
     this.#scale = this.opts.initScale;
   }
 
@@ -82,16 +82,7 @@ export class GradScaler {
     const flag = empty([1], "f32").fill(0);
     for (const p of opt.params()) {
       if (!p.grad) continue;
-      check(
-        b.k.dt_unscale_check(
-          p.grad.ptr,
-          BigInt(p.grad.numel),
-          inv,
-          flag.ptr,
-          b.stream,
-        ),
-        "dt_unscale_check",
-      );
+      b.call.dt_unscale_check(p.grad.ptr, BigInt(p.grad.numel), inv, flag.ptr);
     }
     const found = flag.item();
     flag.dispose();

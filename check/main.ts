@@ -4,9 +4,10 @@
  * runs the stages (check/run_check.ts) and prints the verdict table.
  *
  * The protocol. Every run of the script gets DTRAIN_CHECK_OUT=<folder>, so
- * the library's probe (check/probe.ts) records, per rank, each
- * DistributedSampler pass, each backward's loss and the parameters it saw,
- * each optimizer step's gradient norm and each checkpoint.
+ * the probe (check/probe.ts) — installed on the library's hook points by the
+ * rank bootstrap, or preloaded into a run without the launcher — records,
+ * per rank, each DistributedSampler pass, each backward's loss and the
+ * parameters it saw, each optimizer step's gradient norm and each checkpoint.
  *
  * 1. sampler — `launcher --nproc N` with DTRAIN_CHECK_STAGE=sampler:
  *    DataLoaders yield nothing, so the epoch loop runs without compute, and
@@ -17,7 +18,8 @@
  *    trim (≤ N-1); and the order changes between the two epochs.
  * 2. gradients — K steps (DTRAIN_CHECK_MAX_STEPS=K stops a Trainer; the probe
  *    ends any other loop at its (K+1)-th optimizer step, DTRAIN_CHECK_STOP_AFTER)
- *    with DTRAIN_CHECK_PLAIN=1 (no autocast, loss scaling or clipping), three
+ *    with DTRAIN_CHECK_PLAIN=1 (no autocast, loss scaling or clipping: the
+ *    library's plain arithmetic, and a Trainer's config says so), three
  *    times: (a) a single process without the launcher, (b) `launcher
  *    --nproc 1`, (c) `launcher --nproc N`. A step's loss is the sum of the
  *    backward losses since the previous step, averaged over ranks; its
@@ -53,7 +55,7 @@ export function checkHelp(): string {
 Runs the staged single-process → DDP migration check on a training script and prints a verdict
 table (one row per check, with the measured numbers); exits 0 when nothing failed, 1 otherwise.
 
-Stages (each run of the script is recorded by the library's probe, DTRAIN_CHECK_OUT):
+Stages (each run of the script is recorded by the check's probe, DTRAIN_CHECK_OUT):
   1 sampler    launcher --nproc N, no compute (DTRAIN_CHECK_STAGE=sampler; loaders yield nothing, each
                rank stops after 2 sampler passes): ranks agree on the dataset; every epoch covers it with
                no overlap or omission beyond torch's padding (or dropLast); the order changes per epoch.

@@ -1,16 +1,26 @@
 /**
- * The probe `dtrain check` puts into a user's script: when DTRAIN_CHECK_OUT
- * names a folder, the library's parts record what the staged migration
- * check compares — each sampler pass (epoch, rank, indices), each backward
- * loss and the parameters it saw, each optimizer step's gradient norm, each
- * checkpoint (kept aside from rotation) — as JSON lines in
- * <folder>/rank-<r>.jsonl, and ends the process once a stage has what it
- * needs. DTRAIN_CHECK_PLAIN=1 turns autocast, loss scaling and gradient
- * clipping off. Without DTRAIN_CHECK_OUT every hook is a no-op.
+ * The probe `dtrain check` puts into a run of the user's script. The library
+ * knows nothing of it: the probe installs itself on the library's hook
+ * points (backward observer, optimizer-step, sampler-pass and loader-pass
+ * hooks, the Trainer's config and checkpoint-saved hooks) and records what
+ * the staged migration check compares — each sampler pass (epoch, rank,
+ * indices), each backward loss and the parameters it saw, each optimizer
+ * step's gradient norm, each checkpoint (kept aside from rotation) — as JSON
+ * lines in <out>/rank-<r>.jsonl, and ends the process once a stage has what
+ * it needs. Plain arithmetic turns autocast, loss scaling and clipping off,
+ * for a Trainer through its config (so config.json shows it).
  */
 import { createHash } from "node:crypto";
 import { basename, join } from "node:path";
 import { addBackwardObserver } from "../tensor/autograd.ts";
+import { setPlainArithmetic } from "../tensor/plain_arithmetic.ts";
+import { addOptimizerStepHook } from "../optim/optimizer.ts";
+import { gradNorm } from "../optim/clip.ts";
+import { addSamplerPassHook } from "../data/distributed_sampler.ts";
+import { addLoaderPassHook } from "../data/dataloader.ts";
+import { addCheckpointSavedHook } from "../train/checkpoint/manager.ts";
+import { addTrainerConfigHook } from "../train/engine.ts";
+import { CHECK_ENV } from "./env.ts";
 
 /** One recorded event. */
 export type ProbeEvent =
@@ -29,65 +39,46 @@ export type ProbeEvent =
   /** `copy` is where the probe hard-linked the checkpoint's files, out of the reach of rotation. */
   | { kind: "checkpoint"; dir: string; step: number; copy?: string };
 
-/** The environment variables through which `dtrain check` drives a run of the user's script. */
-export const CHECK_ENV = {
-  /** folder for rank-<r>.jsonl and the kept checkpoints; turns the probe on */
-  OUT: "DTRAIN_CHECK_OUT",
-  /** "sampler" (loaders yield nothing; the process ends after 2 sampler passes) or a label for the logs */
-  STAGE: "DTRAIN_CHECK_STAGE",
-  /** "1": no autocast, no loss scaling, no clipping */
-  PLAIN: "DTRAIN_CHECK_PLAIN",
-  /** the Trainer stops after this many optimizer steps in total */
-  MAX_STEPS: "DTRAIN_CHECK_MAX_STEPS",
-  /** the Trainer checkpoints every this many steps */
-  CKPT_EVERY: "DTRAIN_CHECK_CKPT_EVERY",
-  /** the probe ends the process at the next optimizer step after this many steps of this process */
-  STOP_AFTER: "DTRAIN_CHECK_STOP_AFTER",
-} as const;
-
 /** Sampler passes each rank records in the sampler stage before the probe ends the process. */
 export const SAMPLER_PASSES = 2;
 
-interface ProbeState {
-  file: Deno.FsFile;
+/** What one run's probe does (from the check's variables, CHECK_ENV). */
+export interface ProbeSettings {
+  /** folder for rank-<r>.jsonl and the kept checkpoints */
   out: string;
+  /** this process's rank (names its event file) */
+  rank: number;
+  /** no autocast, no loss scaling, no clipping */
   plain: boolean;
+  /** the sampler stage: loaders yield nothing; the process ends after SAMPLER_PASSES passes */
   samplerOnly: boolean;
+  /** the process ends at the optimizer step after this many of its steps */
   stopAfter: number | null;
-  samplerPasses: number;
-  steps: number;
+  /** a Trainer stops after this many optimizer steps in total */
+  maxSteps: number | null;
+  /** a Trainer checkpoints every this many steps */
+  checkpointEvery: number | null;
 }
 
-const encoder = new TextEncoder();
-let state: ProbeState | null | undefined;
-
-function probe(): ProbeState | null {
-  if (state !== undefined) return state;
-  const out = Deno.env.get(CHECK_ENV.OUT);
-  if (!out) return (state = null);
-  const rank = Number(Deno.env.get("RANK") ?? 0);
-  const file = Deno.openSync(join(out, `rank-${rank}.jsonl`), { append: true, create: true });
-  state = {
-    file,
+/** The probe settings the check asked for, or null when it did not (DTRAIN_CHECK_OUT unset). */
+export function probeSettingsFromEnv(
+  get: (name: string) => string | undefined = (n) => Deno.env.get(n),
+): ProbeSettings | null {
+  const out = get(CHECK_ENV.OUT);
+  if (!out) return null;
+  return {
     out,
-    plain: Deno.env.get(CHECK_ENV.PLAIN) === "1",
-    samplerOnly: Deno.env.get(CHECK_ENV.STAGE) === "sampler",
-    stopAfter: positiveIntVar(CHECK_ENV.STOP_AFTER),
-    samplerPasses: 0,
-    steps: 0,
+    rank: Number(get("RANK") ?? 0),
+    plain: get(CHECK_ENV.PLAIN) === "1",
+    samplerOnly: get(CHECK_ENV.STAGE) === "sampler",
+    stopAfter: positiveIntVar(get, CHECK_ENV.STOP_AFTER),
+    maxSteps: positiveIntVar(get, CHECK_ENV.MAX_STEPS),
+    checkpointEvery: positiveIntVar(get, CHECK_ENV.CKPT_EVERY),
   };
-  // Parameters are read when a backward ends: after the forward that used them, before any update.
-  addBackwardObserver({
-    onLeafGrad() {},
-    onBackwardEnd(received) {
-      write({ kind: "params", tensors: [...received].map((t) => tensorDigest(t.toBytes())) });
-    },
-  });
-  return state;
 }
 
-function positiveIntVar(name: string): number | null {
-  const v = Deno.env.get(name);
+function positiveIntVar(get: (name: string) => string | undefined, name: string): number | null {
+  const v = get(name);
   if (v === undefined || v === "") return null;
   const n = Number(v);
   if (!Number.isSafeInteger(n) || n <= 0) {
@@ -96,14 +87,73 @@ function positiveIntVar(name: string): number | null {
   return n;
 }
 
-function write(e: ProbeEvent): void {
-  probe()?.file.writeSync(encoder.encode(JSON.stringify(e) + "\n"));
+let installed = false;
+
+/** Installs the probe when the check asked for it (DTRAIN_CHECK_OUT); returns whether it did. */
+export function installProbeFromEnv(): boolean {
+  const settings = probeSettingsFromEnv();
+  if (settings) installProbe(settings);
+  return settings !== null;
 }
 
-/** Ends the process the way a finished script ends (exit code 0); peers end at the same point. */
-function finish(p: ProbeState): never {
-  p.file.close();
-  Deno.exit(0);
+/** Puts the probe on the library's hook points for the rest of this process (once). */
+export function installProbe(s: ProbeSettings): void {
+  if (installed) throw new Error("the dtrain check probe is already installed in this process");
+  installed = true;
+  const encoder = new TextEncoder();
+  const file = Deno.openSync(join(s.out, `rank-${s.rank}.jsonl`), { append: true, create: true });
+  const write = (e: ProbeEvent) => file.writeSync(encoder.encode(JSON.stringify(e) + "\n"));
+  /** Ends the process the way a finished script ends (exit code 0); peers end at the same point. */
+  const finish = (): never => {
+    file.close();
+    Deno.exit(0);
+  };
+  let samplerPasses = 0, steps = 0;
+
+  if (s.plain) setPlainArithmetic(true);
+  addTrainerConfigHook((cfg) => {
+    if (s.maxSteps !== null) cfg.maxSteps = Math.min(cfg.maxSteps ?? Infinity, s.maxSteps);
+    if (s.checkpointEvery !== null) cfg.checkpoint.everySteps = s.checkpointEvery;
+    if (s.plain) {
+      cfg.precision.autocast = "f32";
+      cfg.precision.gradScaler = false;
+      cfg.clipGradNorm = null;
+    }
+  });
+  addSamplerPassHook((pass) => {
+    write({
+      kind: "sampler",
+      rank: pass.rank,
+      epoch: pass.epoch,
+      datasetLength: pass.datasetLength,
+      numReplicas: pass.numReplicas,
+      indices: [...pass.indices],
+    });
+    if (s.samplerOnly && ++samplerPasses >= SAMPLER_PASSES) finish();
+  });
+  // The sampler stage records the order (through the sampler) without computing anything.
+  if (s.samplerOnly) addLoaderPassHook(() => false);
+  addBackwardObserver({
+    onBackwardStart(output) {
+      if (output.numel === 1) write({ kind: "loss", value: output.item() });
+    },
+    // Parameters are read when a backward ends: after the forward that used them, before any update.
+    onBackwardEnd(received) {
+      write({ kind: "params", tensors: [...received].map((t) => tensorDigest(t.toBytes())) });
+    },
+  });
+  // The (K+1)-th step ends the process before it is recorded or applied, so a checkpoint saved
+  // after step K is complete.
+  addOptimizerStepHook((optimizer) => {
+    if (s.stopAfter !== null && steps >= s.stopAfter) finish();
+    steps++;
+    write({ kind: "step", gradNorm: gradNorm(optimizer.params()) });
+  });
+  // Checkpoint files are hard-linked into <out>/checkpoints so rotation cannot delete the one the
+  // check resumes from.
+  addCheckpointSavedHook(({ dir, step }) => {
+    write({ kind: "checkpoint", dir, step, copy: keepCheckpoint(s.out, dir) });
+  });
 }
 
 /**
@@ -113,35 +163,6 @@ function finish(p: ProbeState): never {
  */
 export function tensorDigest(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex").slice(0, 32);
-}
-
-/** True while `dtrain check` records this process. */
-export function probing(): boolean {
-  return probe() !== null;
-}
-
-/** True when the check asked for plain arithmetic (no autocast, no clipping). */
-export function plainArithmetic(): boolean {
-  return probe()?.plain ?? false;
-}
-
-/**
- * Records one event (no-op outside `dtrain check`). In the sampler stage the
- * second sampler pass ends the process; with DTRAIN_CHECK_STOP_AFTER=K the
- * (K+1)-th optimizer step ends it before it is recorded or applied (so a
- * checkpoint saved after step K is complete); a checkpoint's files are
- * hard-linked into <DTRAIN_CHECK_OUT>/checkpoints so rotation cannot delete
- * the one the check resumes from.
- */
-export function record(e: ProbeEvent): void {
-  const p = probe();
-  if (!p) return;
-  if (e.kind === "step") {
-    if (p.stopAfter !== null && p.steps >= p.stopAfter) finish(p);
-    p.steps++;
-  }
-  write(e.kind === "checkpoint" ? { ...e, copy: keepCheckpoint(p.out, e.dir) } : e);
-  if (e.kind === "sampler" && p.samplerOnly && ++p.samplerPasses >= SAMPLER_PASSES) finish(p);
 }
 
 /** Hard-links (or copies, across file systems) every file of a checkpoint directory into <out>/checkpoints. */
@@ -170,25 +191,4 @@ export function linkTree(from: string, to: string): void {
       }
     }
   }
-}
-
-/** Settings `dtrain check` imposes on a Trainer run through the environment. */
-export interface CheckOverrides {
-  /** stop after this many optimizer steps (DTRAIN_CHECK_MAX_STEPS) */
-  maxSteps: number | null;
-  /** checkpoint every N steps (DTRAIN_CHECK_CKPT_EVERY) */
-  checkpointEvery: number | null;
-}
-
-/** The overrides of the current `dtrain check` stage (all null outside a check). */
-export function checkOverrides(): CheckOverrides {
-  return {
-    maxSteps: positiveIntVar(CHECK_ENV.MAX_STEPS),
-    checkpointEvery: positiveIntVar(CHECK_ENV.CKPT_EVERY),
-  };
-}
-
-/** True in the sampler stage of `dtrain check` (DTRAIN_CHECK_STAGE=sampler): loaders yield nothing. */
-export function samplerOnlyStage(): boolean {
-  return probe()?.samplerOnly ?? false;
 }

@@ -5,7 +5,7 @@
  * the N-rank run's checkpoint), and the rows each stage's analysis returns.
  */
 import { readRankEvents, stepsOf } from "./events.ts";
-import { CHECK_ENV } from "./probe.ts";
+import { CHECK_ENV } from "./env.ts";
 import {
   describeExit,
   type RunContext,
@@ -18,7 +18,7 @@ import { checkSampler } from "./sampler_stage.ts";
 import { checkGradients, combineSteps, type RunSteps } from "./gradient_stage.ts";
 import { checkSaved, planResume, savedCheckpoints, stageResume } from "./state_stage.ts";
 import { checkResumeInOneProcess, checkResumeOnRanks } from "./resume_check.ts";
-import { ENV as WORLD_ENV } from "../distributed/env.ts";
+import { ENV as WORLD_ENV } from "../distributed/control/env.ts";
 import { fail, type Row } from "./verdict.ts";
 
 /** What one `dtrain check` compares. */

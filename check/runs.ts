@@ -5,13 +5,17 @@
  * wall-clock limit, and no process left behind.
  */
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { ENV as WORLD_ENV } from "../distributed/env.ts";
-import { signalExitCode } from "../launch/rank_process.ts";
-import { CHECK_ENV } from "./probe.ts";
+import { ENV as WORLD_ENV } from "../distributed/control/env.ts";
+import { signalExitCode } from "../os/exit_status.ts";
+import { installLayout } from "../os/install_layout.ts";
+import { CHECK_ENV } from "./env.ts";
 
-const CONFIG = fileURLToPath(new URL("../deno.json", import.meta.url));
-const CLI = fileURLToPath(new URL("../cli.ts", import.meta.url));
+/** This dtrain's files: the config every run uses, the command, the probe's preload. */
+const LAYOUT = (() => {
+  const layout = installLayout();
+  if (!layout) throw new Error("dtrain check needs dtrain's own files on disk (a file: URL)");
+  return layout;
+})();
 /** Output lines kept for the verdict when a run fails. */
 const TAIL_LINES = 12;
 /** Seconds the launcher gives its ranks after SIGTERM before SIGKILL (a check run has nothing to save). */
@@ -107,14 +111,24 @@ export function stageEnv(
 export async function runStage(spec: RunSpec, ctx: RunContext): Promise<RunResult> {
   const { dir, probeDir, runDir } = runFolders(ctx.outDir, spec.name);
   Deno.mkdirSync(probeDir, { recursive: true });
+  // Alone, the script gets the probe preloaded; under the launcher, the rank bootstrap installs it.
   const args = spec.nproc === null
-    ? ["run", "-A", "--config", CONFIG, ctx.script, ...ctx.scriptArgs]
+    ? [
+      "run",
+      "-A",
+      "--config",
+      LAYOUT.config,
+      "--preload",
+      LAYOUT.probeMain,
+      ctx.script,
+      ...ctx.scriptArgs,
+    ]
     : [
       "run",
       "-A",
       "--config",
-      CONFIG,
-      CLI,
+      LAYOUT.config,
+      LAYOUT.cli,
       "--nproc",
       String(spec.nproc),
       "--run-dir",

@@ -6,7 +6,7 @@
  * trained with. (The resumed runs are judged in check/resume_check.ts.)
  */
 import { basename, dirname, isAbsolute, join, relative } from "node:path";
-import { CheckpointManager, LATEST_FILE } from "../train/checkpoint.ts";
+import { CheckpointManager, LATEST_FILE } from "../train/checkpoint/manager.ts";
 import { linkTree, type ProbeEvent, tensorDigest } from "./probe.ts";
 import { fail, pass, type Row, skip } from "./verdict.ts";
 

@@ -7,7 +7,6 @@
  */
 import type { Dataset } from "./dataset.ts";
 import type { Tensor } from "../tensor/tensor.ts";
-import { samplerOnlyStage } from "../check/probe.ts";
 
 /** What orders the indices of an epoch. */
 export interface Sampler {
@@ -44,6 +43,28 @@ export interface Batch {
 export interface DataLoaderState {
   epoch: number;
   position: number;
+}
+
+/** What a loader pass hook sees: the epoch and its index order, drawn before any batch. */
+export interface LoaderPass {
+  epoch: number;
+  order: Int32Array;
+}
+
+/**
+ * Called at the start of every loader pass, after the sampler drew the
+ * order; returning false makes the pass yield no batch. A hook point for
+ * tools: `dtrain check`'s sampler stage records every rank's order without
+ * computing anything.
+ */
+export type LoaderPassHook = (pass: LoaderPass) => boolean;
+
+const passHooks = new Set<LoaderPassHook>();
+
+/** Adds a hook to every loader pass; returns the function that removes it. */
+export function addLoaderPassHook(hook: LoaderPassHook): () => void {
+  passHooks.add(hook);
+  return () => passHooks.delete(hook);
 }
 
 /** How often iteration lets timers, signals and sockets run (ms). */
@@ -130,8 +151,7 @@ export class DataLoader {
       this.#position = 0;
     }
     const order = this.sampler.indices();
-    // `dtrain check` records the order (through the sampler) without computing anything.
-    if (samplerOnlyStage()) return;
+    for (const hook of passHooks) if (!hook({ epoch: this.#epoch, order })) return;
     const nBatches = this.batchesFor(order.length);
     if (this.#position >= nBatches) this.#position = 0; // the last pass completed: a new pass
     const epoch = this.#epoch;

@@ -5,8 +5,7 @@
  * memory and gathers rows with one kernel call per column, which can also
  * run on a background thread (the DataLoader's prefetch).
  */
-import { cpuKernels } from "../ffi/cpu.ts";
-import { KERNEL_SYMBOLS } from "../ffi/symbols.ts";
+import { cpuCalls, gatherRowsInBackground } from "../ffi/cpu.ts";
 import { backend } from "../tensor/backend.ts";
 import { type DType, DTYPE_SIZE } from "../tensor/dtype.ts";
 import { empty, type Tensor } from "../tensor/tensor.ts";
@@ -26,18 +25,6 @@ export interface Column {
   data: Float32Array | Int32Array;
   /** shape of one sample (e.g. [128] for features, [] for a label) */
   sampleShape: number[];
-}
-
-const NONBLOCKING_GATHER = {
-  dt_gather_rows: { ...KERNEL_SYMBOLS.dt_gather_rows, nonblocking: true },
-} as const satisfies Deno.ForeignLibraryInterface;
-
-let background: Deno.DynamicLibrary<typeof NONBLOCKING_GATHER> | undefined;
-
-/** dt_gather_rows bound as a nonblocking call (runs on Deno's FFI thread pool). */
-function backgroundGather() {
-  background ??= Deno.dlopen(cpuKernels().path, NONBLOCKING_GATHER);
-  return background.symbols.dt_gather_rows;
 }
 
 /** Batches smaller than this are gathered on the calling thread. */
@@ -88,35 +75,16 @@ export class TensorDataset implements Dataset {
   getBatch(indices: Int32Array): Tensor[] {
     this.#checkIndices(indices);
     const idxPtr = Deno.UnsafePointer.of(indices);
-    const k = cpuKernels();
+    const gather = cpuCalls().dt_gather_rows;
     const onCpu = backend().device === "cpu";
     return this.#columns.map((c) => {
       const out = empty([indices.length, ...c.shape], c.dtype);
+      const n = BigInt(indices.length), rowBytes = BigInt(c.rowBytes);
       if (onCpu) {
-        k.check(
-          k.symbols.dt_gather_rows(
-            out.ptr,
-            c.ptr,
-            idxPtr,
-            BigInt(indices.length),
-            BigInt(c.rowBytes),
-            null,
-          ),
-          "dt_gather_rows",
-        );
+        gather(out.ptr, c.ptr, idxPtr, n, rowBytes);
       } else {
         const staging = new Uint8Array(indices.length * c.rowBytes);
-        k.check(
-          k.symbols.dt_gather_rows(
-            Deno.UnsafePointer.of(staging),
-            c.ptr,
-            idxPtr,
-            BigInt(indices.length),
-            BigInt(c.rowBytes),
-            null,
-          ),
-          "dt_gather_rows",
-        );
+        gather(Deno.UnsafePointer.of(staging), c.ptr, idxPtr, n, rowBytes);
         out.copyFromArray(staging);
       }
       return out;
@@ -130,22 +98,19 @@ export class TensorDataset implements Dataset {
     this.#checkIndices(indices);
     const idx = indices.slice(); // owned by the background call until it resolves
     const idxPtr = Deno.UnsafePointer.of(idx);
-    const gather = backgroundGather();
     const outs = this.#columns.map((c) => empty([indices.length, ...c.shape], c.dtype).keep());
     try {
-      const statuses = await Promise.all(
+      await Promise.all(
         this.#columns.map((c, i) =>
-          gather(
+          gatherRowsInBackground(
             outs[i]!.ptr,
             c.ptr,
             idxPtr,
             BigInt(idx.length),
             BigInt(c.rowBytes),
-            null,
           )
         ),
       );
-      statuses.forEach((s: number) => cpuKernels().check(s, "dt_gather_rows"));
     } catch (e) {
       for (const o of outs) o.dispose();
       throw e;

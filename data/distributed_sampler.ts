@@ -5,7 +5,27 @@
  * numReplicas-th index from r). Unlike torch, reusing an epoch warns.
  */
 import { TorchGenerator } from "../random/torch_generator.ts";
-import { probing, record } from "../check/probe.ts";
+
+/** One pass a DistributedSampler served: a rank's indices of an epoch. */
+export interface SamplerPass {
+  rank: number;
+  epoch: number;
+  datasetLength: number;
+  numReplicas: number;
+  /** the indices served (the hook must not keep a reference past its call) */
+  indices: Int32Array;
+}
+
+/** Called after every pass a DistributedSampler serves: a hook point for tools (`dtrain check`'s probe). */
+export type SamplerPassHook = (pass: SamplerPass) => void;
+
+const passHooks = new Set<SamplerPassHook>();
+
+/** Adds a hook to every sampler pass; returns the function that removes it. */
+export function addSamplerPassHook(hook: SamplerPassHook): () => void {
+  passHooks.add(hook);
+  return () => passHooks.delete(hook);
+}
 
 /** How one epoch of a dataset is split across ranks (see shardIndices). */
 export interface ShardOptions {
@@ -208,14 +228,13 @@ export class DistributedSampler implements Iterable<number> {
     }
     this.#servedEpochs.add(epoch);
     const out = this.indicesFor(epoch);
-    if (probing()) {
-      record({
-        kind: "sampler",
+    for (const hook of passHooks) {
+      hook({
         rank: this.rank,
         epoch,
         datasetLength: this.datasetLength,
         numReplicas: this.numReplicas,
-        indices: [...out],
+        indices: out,
       });
     }
     return out;

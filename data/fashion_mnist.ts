@@ -4,7 +4,7 @@
  * labels i32 in 0..9. Read from the IDX files of Debian's dataset-fashion-mnist.
  */
 import { join } from "node:path";
-import { cpuKernels } from "../ffi/cpu.ts";
+import { cpuCalls } from "../ffi/cpu.ts";
 import { TensorDataset } from "./dataset.ts";
 import { type IdxArray, readIdx } from "./idx.ts";
 
@@ -52,7 +52,7 @@ function pixelTable(): Float32Array<ArrayBuffer> {
 
 /** Maps every byte through pixelTable() with the native row gather (4-byte rows). */
 function normalizePixels(bytes: Uint8Array): Float32Array<ArrayBuffer> {
-  const k = cpuKernels();
+  const gather = cpuCalls().dt_gather_rows;
   const table = pixelTable();
   const tablePtr = Deno.UnsafePointer.of(table);
   const out = new Float32Array(bytes.length);
@@ -61,17 +61,7 @@ function normalizePixels(bytes: Uint8Array): Float32Array<ArrayBuffer> {
   for (let at = 0; at < bytes.length; at += CONVERT_CHUNK) {
     const n = Math.min(CONVERT_CHUNK, bytes.length - at);
     index.set(bytes.subarray(at, at + n)); // u8 -> i32 widening, done by V8 in bulk
-    k.check(
-      k.symbols.dt_gather_rows(
-        Deno.UnsafePointer.of(out.subarray(at, at + n)),
-        tablePtr,
-        indexPtr,
-        BigInt(n),
-        4n,
-        null,
-      ),
-      "dt_gather_rows",
-    );
+    gather(Deno.UnsafePointer.of(out.subarray(at, at + n)), tablePtr, indexPtr, BigInt(n), 4n);
   }
   return out;
 }

@@ -2,17 +2,29 @@
  * DistributedDataParallel: the same model on every rank, kept identical.
  * At construction it checks that every rank has the same parameter names,
  * shapes and dtypes (the error lists the differences by rank) and copies
- * rank 0's parameters and buffers to all. During backward, gradients land in
- * flat buckets (gradient views, ~25 MiB each, filled in reverse parameter
- * order) and each bucket is averaged across ranks with one allReduce as soon
- * as its last gradient is complete. noSync() skips that for gradient
- * accumulation. state_dict keys never carry a "module." prefix.
+ * rank 0's parameters and buffers to all. Gradients land in flat buckets
+ * (gradient views, ~25 MiB each, filled in reverse parameter order), and the
+ * training step drives their averaging across ranks in plain view:
+ *
+ *     ddp.backward(loss);    // backward; each bucket's allReduce starts as soon as its last gradient is complete
+ *     ddp.finishGradSync();  // waits for every bucket: the gradients are the mean over ranks
+ *     optimizer.step();
+ *
+ * (`backward(loss, { onLeafGrad: ddp.gradReady })` is ddp.backward(loss).)
+ * A backend that overlaps collectives with compute (NCCL) reduces the first
+ * buckets while backward still computes the others. noSync() accumulates
+ * locally for gradient accumulation. DDP also checks every backward pass
+ * through the model: a parameter without a gradient, a plain backward()
+ * outside noSync() (which would leave the ranks apart) and a forward before
+ * the previous sync finished are errors that say what to do. state_dict
+ * keys never carry a "module." prefix.
  */
 import type { Module } from "../nn/module.ts";
 import type { ProcessGroup } from "./process_group.ts";
-import { addBackwardObserver } from "../tensor/autograd.ts";
+import type { Work } from "./work.ts";
+import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/autograd.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
-import { phase } from "./phase.ts";
+import { phase } from "./control/phase.ts";
 import { allGatherJson } from "./gather_json.ts";
 
 /** DDP options (torch's names in camelCase). */
@@ -28,8 +40,10 @@ export interface DDPOptions {
 interface Bucket {
   flat: Tensor;
   params: Tensor[];
+  /** gradients of this backward pass still to come */
   pending: number;
-  reduced: boolean;
+  /** the bucket's allReduce in this step, once started */
+  work: Work | null;
 }
 
 /** Wraps a module for data-parallel training over a process group. */
@@ -40,6 +54,12 @@ export class DistributedDataParallel<M extends Module> {
   readonly #findUnused: boolean;
   #sync = true;
   #step = 0;
+  /** gradReady() saw a parameter of this model in the current backward pass */
+  #passWired = false;
+  /** buckets whose allReduce this step started, in start order; finishGradSync() waits for them */
+  #started: Bucket[] = [];
+  /** a synced backward ran and finishGradSync() has not yet completed its step */
+  #syncPending = false;
   #removeObserver: () => void;
 
   constructor(readonly module: M, readonly pg: ProcessGroup, opts: DDPOptions = {}) {
@@ -54,17 +74,62 @@ export class DistributedDataParallel<M extends Module> {
       for (const [, b] of module.namedBuffers()) pg.broadcast(bufferOf(b), 0);
     }
     this.#makeBuckets(named.map(([, p]) => p).reverse(), (opts.bucketCapMb ?? 25) * 2 ** 20);
+    // Checks every backward pass through this model; the reduction itself is the step's (gradReady).
     this.#removeObserver = addBackwardObserver({
-      onLeafGrad: (leaf) => this.#onGrad(leaf),
-      onBackwardEnd: (received) => this.#onEnd(received),
+      onBackwardEnd: (received) => this.#endPass(received),
     });
   }
 
   /** The wrapped module's forward, typed by the module. */
   get forward(): M extends { forward: infer F } ? F : never {
+    this.#requireFinished("forward");
     // deno-lint-ignore no-explicit-any
     const m = this.module as any;
     return m.forward.bind(m);
+  }
+
+  /**
+   * backward(loss) with this model's gradient reduction wired in: each
+   * bucket's allReduce (mean over ranks) starts as soon as its last gradient
+   * is complete. Call finishGradSync() before reading the gradients (clipping,
+   * the optimizer step). Inside noSync() the gradients only accumulate.
+   */
+  backward(loss: Tensor, opts: Omit<BackwardOptions, "onLeafGrad"> = {}): void {
+    this.#requireFinished("backward");
+    backward(loss, { ...opts, onLeafGrad: this.gradReady });
+  }
+
+  /**
+   * backward()'s per-leaf callback for this model (`backward(loss, {
+   * onLeafGrad: ddp.gradReady })`): counts the parameter's bucket down and
+   * starts the bucket's allReduce when it is complete.
+   */
+  readonly gradReady = (leaf: Tensor): void => {
+    const b = this.#bucketOf.get(leaf);
+    if (!b) return;
+    this.#passWired = true;
+    b.pending--;
+    if (b.pending === 0 && this.#sync) this.#start(b);
+  };
+
+  /**
+   * Completes this step's gradient sync: starts the allReduce of every
+   * bucket the backward pass left incomplete (parameters without a gradient,
+   * with findUnusedParameters), then waits for every bucket. Afterwards every
+   * rank holds the same gradients, the mean over ranks. Does nothing when no
+   * synced backward ran since the last call.
+   */
+  finishGradSync(): void {
+    if (!this.#syncPending) return;
+    try {
+      for (const b of this.buckets) if (!b.work) this.#start(b);
+      for (const b of this.#started) b.work!.wait();
+    } finally {
+      for (const b of this.buckets) b.work = null;
+      this.#started = [];
+      this.#syncPending = false;
+      this.#step++;
+    }
   }
 
   /** The wrapped module's parameters. */
@@ -91,6 +156,8 @@ export class DistributedDataParallel<M extends Module> {
   /** Stops watching backward passes and frees the buckets (the module stays usable alone). */
   close(): void {
     this.#removeObserver();
+    this.#dropStarted(); // nothing may still write into the buckets
+    this.#syncPending = false;
     for (const b of this.buckets) {
       for (const p of b.params) {
         const g = zeros(p.shape).keep().copyFrom(p.grad!);
@@ -120,7 +187,7 @@ export class DistributedDataParallel<M extends Module> {
         p.grad = view;
         off += p.numel;
       }
-      const bucket: Bucket = { flat, params: group, pending: group.length, reduced: false };
+      const bucket: Bucket = { flat, params: group, pending: group.length, work: null };
       for (const p of group) this.#bucketOf.set(p, bucket);
       this.buckets.push(bucket);
       group = [];
@@ -139,42 +206,62 @@ export class DistributedDataParallel<M extends Module> {
     flush();
   }
 
-  #onGrad(leaf: Tensor): void {
-    const b = this.#bucketOf.get(leaf);
-    if (!b) return;
-    b.pending--;
-    if (b.pending === 0 && this.#sync) this.#reduce(b);
-  }
-
-  #reduce(b: Bucket): void {
+  #start(b: Bucket): void {
     phase(`allreduce bucket ${this.buckets.indexOf(b)} of step ${this.#step}`, { frequent: true });
-    this.pg.allReduce(bufferOf(b.flat), "avg");
-    b.reduced = true;
+    b.work = this.pg.allReduceStart(bufferOf(b.flat), "avg");
+    this.#started.push(b);
   }
 
-  #onEnd(received: ReadonlySet<Tensor>): void {
+  /** The end of a backward pass: which parameters got no gradient, and whether the pass was synced. */
+  #endPass(received: ReadonlySet<Tensor>): void {
+    const wired = this.#passWired;
+    this.#passWired = false;
+    for (const b of this.buckets) b.pending = b.params.length;
     const relevant = [...this.#bucketOf.keys()].some((p) => received.has(p));
     if (!relevant) return; // a backward pass over another model
     // In parameter order, as the user knows them.
     const unused = [...this.#names.keys()].filter((p) => this.#bucketOf.has(p) && !received.has(p));
-    try {
-      if (unused.length > 0 && !this.#findUnused) {
-        throw new Error(
-          `DDP: ${unused.length} trainable parameter(s) received no gradient in this backward pass: ` +
-            `${
-              unused.map((p) => this.#names.get(p)).join(", ")
-            }. Every rank must use every parameter ` +
-            `(or pass findUnusedParameters: true, or set requiresGrad = false on parameters you do not train).`,
-        );
-      }
-      if (this.#sync) { for (const b of this.buckets) if (!b.reduced) this.#reduce(b); }
-    } finally {
-      for (const b of this.buckets) {
-        b.pending = b.params.length;
-        b.reduced = false;
-      }
-      if (this.#sync) this.#step++;
+    if (unused.length > 0 && !this.#findUnused) {
+      this.#dropStarted();
+      throw new Error(
+        `DDP: ${unused.length} trainable parameter(s) received no gradient in this backward pass: ` +
+          `${
+            unused.map((p) => this.#names.get(p)).join(", ")
+          }. Every rank must use every parameter ` +
+          `(or pass findUnusedParameters: true, or set requiresGrad = false on parameters you do not train).`,
+      );
     }
+    if (!this.#sync) return;
+    if (!wired) {
+      this.#dropStarted();
+      throw new Error(
+        "DDP: backward() ran through the wrapped model without its gradient sync, so the ranks' " +
+          "gradients were not averaged: use ddp.backward(loss) (or backward(loss, { onLeafGrad: " +
+          "ddp.gradReady })) and ddp.finishGradSync() before the optimizer step, or ddp.noSync() to " +
+          "accumulate gradients locally.",
+      );
+    }
+    this.#syncPending = true;
+  }
+
+  /** After a failed pass: lets the reductions it started finish, and forgets them. */
+  #dropStarted(): void {
+    for (const b of this.#started) {
+      try {
+        b.work!.wait();
+      } catch { /* the pass already failed; its error is the one to report */ }
+    }
+    for (const b of this.buckets) b.work = null;
+    this.#started = [];
+  }
+
+  /** Throws when the previous synced backward's gradients were never finished. */
+  #requireFinished(what: string): void {
+    if (!this.#syncPending) return;
+    throw new Error(
+      `DDP: ${what} before the previous backward's gradient sync finished: call ` +
+        "ddp.finishGradSync() after ddp.backward(loss) and before the optimizer step.",
+    );
   }
 
   /** Every rank's parameter list equals rank 0's, or an error lists the differences by rank. */

@@ -10,7 +10,7 @@
 import { DT_ERR_ARG } from "../ffi/shm.ts";
 import { GLOO_OP, glooLibrary } from "../ffi/gloo.ts";
 import { SHM_DTYPE_CODE, SHM_REDUCE_CODE } from "../ffi/shm.ts";
-import { reportCollective } from "./phase.ts";
+import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -26,7 +26,8 @@ import { cString, GlooNativeGroup } from "./gloo_native_group.ts";
 import { NodeShm } from "./node_shm.ts";
 import type { ResolvedProcessGroupConfig } from "./pg_config.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
-import { attemptKeys } from "./store_keys.ts";
+import { COMPLETED, type Work } from "./work.ts";
+import { attemptKeys } from "./control/store_keys.ts";
 
 /** Groups opened by this process: every rank opens them in the same order. */
 let groups = 0;
@@ -177,6 +178,12 @@ export class GlooProcessGroup implements ProcessGroup {
       const steps: Steps = split ? (seq, t) => this.#hierarchicalAllReduce(b, op, seq, t) : flat;
       return [b.bytes, record, steps];
     });
+  }
+
+  /** Gloo's calls complete before they return (they block this thread): the Work is done. */
+  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
+    this.allReduce(buf, op, opts);
+    return COMPLETED;
   }
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {

@@ -5,7 +5,7 @@
  * or address to bind, and whether allReduce goes through shared memory
  * within each node first (DTRAIN_GLOO_HIERARCHY).
  */
-import { ENV } from "./env.ts";
+import { ENV } from "./control/env.ts";
 import type { ResolvedProcessGroupConfig } from "./pg_config.ts";
 
 /** How allReduce is split between shared memory and Gloo. */

@@ -5,8 +5,9 @@
  * every wait polls ncclCommGetAsyncError and a deadline (NCCL has no timeout
  * of its own) and aborts the communicator on an error, a timeout or the
  * launcher's abort record, so that no rank hangs. Calls are reported to
- * distributed/phase.ts like those of the shared-memory backend.
+ * distributed/control/phase.ts like those of the shared-memory backend.
  */
+import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import {
   NCCL_DTYPE,
@@ -18,7 +19,7 @@ import {
 } from "../ffi/nccl.ts";
 import { DtNativeError } from "../ffi/native.ts";
 import { openCudaBackend } from "../tensor/cuda_backend.ts";
-import { reportCollective } from "./phase.ts";
+import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -28,10 +29,11 @@ import {
   resolveBuffer,
   type ResolvedBuffer,
 } from "./collective_buffer.ts";
-import { getRankSettings, getWorld } from "./env.ts";
-import { getStore, storeKey } from "./rank_runtime.ts";
-import { attemptKeys } from "./store_keys.ts";
+import { getRankSettings, getWorld } from "./control/env.ts";
+import { getStore, storeKey } from "./control/rank_runtime.ts";
+import { attemptKeys } from "./control/store_keys.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
+import { COMPLETED, type Work } from "./work.ts";
 
 /** What the host watches while a collective is in flight. */
 export interface CompletionProbe {
@@ -114,12 +116,6 @@ interface Plan {
   enqueue(ptrs: Deno.PointerValue[], stream: Deno.PointerObject): number;
 }
 
-/** An in-flight allReduceAsync; wait() before the compute stream uses the result. */
-export interface NcclWork {
-  /** Waits (polling for errors and the deadline), then orders the compute stream after the result. */
-  wait(): void;
-}
-
 let groups = 0; // groups opened by this process: every rank opens them in the same order
 
 /** The NCCL process group; create it with `await NcclProcessGroup.open()`. */
@@ -134,6 +130,8 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
   readonly #compute: Deno.PointerObject;
   readonly #comm: Deno.PointerObject;
   readonly #stream: Deno.PointerObject;
+  /** Kernel calls on the communication stream (staging copies). */
+  readonly #onStream: KernelCalls;
   readonly #ready: Deno.PointerObject;
   readonly #done: Deno.PointerObject;
   readonly #timeoutMs: number;
@@ -162,6 +160,7 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     this.#timeoutMs = timeoutMs;
     this.#compute = rt.computeStream();
     this.#stream = rt.createStream();
+    this.#onStream = kernelCalls(cudaKernels(), this.#stream);
     this.#ready = rt.createEvent();
     this.#done = rt.createEvent();
   }
@@ -212,13 +211,14 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
   /**
    * Starts an in-place allReduce of device memory on the communication
    * stream and returns at once, so the compute stream keeps working (DDP
-   * buckets during backward); call wait() before using the result.
+   * buckets during backward); wait() polls for errors and the deadline, then
+   * orders the compute stream after the result. A host array is reduced
+   * before this returns (it is staged through device memory anyway).
    */
-  allReduceAsync(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): NcclWork {
+  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
     if (!(typeof buf === "object" && buf !== null && "ptr" in buf)) {
-      throw new TypeError(
-        "allReduceAsync: buf must be device memory ({ptr, count, dtype}), not a typed array",
-      );
+      this.allReduce(buf, op, opts);
+      return COMPLETED;
     }
     const event = this.#rt.createEvent();
     let finished = false;
@@ -329,14 +329,13 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     if (this.#closed) return;
     this.#closed = true;
     if (this.#abortWatch !== null) clearInterval(this.#abortWatch);
-    const k = cudaKernels().symbols;
     if (this.#failed) {
       this.#lib.symbols.ncclCommAbort(this.#comm); // already aborted: a second abort is harmless
     } else {
       this.#lib.check(this.#lib.symbols.ncclCommDestroy(this.#comm), "ncclCommDestroy", this.#comm);
     }
     for (const p of [this.#staging?.ptr, this.#barrierBuf]) {
-      if (p) cudaKernels().check(k.dt_free(p), "dt_free");
+      if (p) this.#onStream.dt_free(p);
     }
     this.#rt.destroyEvent(this.#ready);
     this.#rt.destroyEvent(this.#done);
@@ -475,7 +474,6 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     if (host.length === 0) return all.map((b) => b.ptr);
     const total = host.reduce((n, b) => n + align256(b.bytes), 0);
     const base = this.#stagingArea(total);
-    const k = cudaKernels().symbols;
     let offset = 0;
     const at = new Map<ResolvedBuffer, Deno.PointerValue>();
     for (const b of all) {
@@ -485,26 +483,23 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
       at.set(b, dev);
       offset += align256(b.bytes);
       if (plan.inputs.includes(b) && b.bytes > 0) {
-        cudaKernels().check(k.dt_memcpy(dev, b.ptr, BigInt(b.bytes), 1, this.#stream), "dt_memcpy");
+        this.#onStream.dt_memcpy(dev, b.ptr, BigInt(b.bytes), 1);
       }
     }
     return all.map((b) => at.get(b) ?? b.ptr);
   }
 
   #copyOutputsBack(plan: Plan, ptrs: Deno.PointerValue[]): void {
-    const k = cudaKernels().symbols;
     plan.outputs.forEach((b, i) => {
       if (!isHostArray(b) || b.bytes === 0) return;
       const dev = ptrs[plan.inputs.length + i]!;
-      cudaKernels().check(k.dt_memcpy(b.ptr, dev, BigInt(b.bytes), 2, this.#stream), "dt_memcpy");
+      this.#onStream.dt_memcpy(b.ptr, dev, BigInt(b.bytes), 2);
     });
   }
 
   #stagingArea(bytes: number): Deno.PointerObject {
     if (!this.#staging || this.#staging.bytes < bytes) {
-      if (this.#staging) {
-        cudaKernels().check(cudaKernels().symbols.dt_free(this.#staging.ptr), "dt_free");
-      }
+      if (this.#staging) this.#onStream.dt_free(this.#staging.ptr);
       this.#staging = null;
       this.#staging = { ptr: this.#alloc(bytes), bytes };
     }

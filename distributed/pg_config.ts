@@ -1,10 +1,10 @@
 /**
- * The process group's settings: the world as distributed/env.ts reads it from
+ * The process group's settings: the world as distributed/control/env.ts reads it from
  * the launcher's environment, plus DTRAIN_TIMEOUT, DTRAIN_DISTRIBUTED_DEBUG
  * and the shared-memory tuning variables, checked; and the CPU backend: shared
  * memory for ranks on one machine, Gloo for ranks on several.
  */
-import { getRankSettings, getWorld, type World } from "./env.ts";
+import { getRankSettings, getWorld, type World } from "./control/env.ts";
 
 type Lookup = (name: string) => string | undefined;
 

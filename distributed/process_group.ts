@@ -9,6 +9,7 @@
  * @module
  */
 import type { BufferLike, ReduceOp } from "./collective_buffer.ts";
+import type { Work } from "./work.ts";
 import { type ProcessGroupOptions, resolveProcessGroupConfig } from "./pg_config.ts";
 import { GlooProcessGroup } from "./gloo_backend.ts";
 import { ShmProcessGroup } from "./shm_backend.ts";
@@ -21,6 +22,7 @@ export type {
   ReduceOp,
 } from "./collective_buffer.ts";
 export type { ProcessGroupOptions } from "./pg_config.ts";
+export type { Work } from "./work.ts";
 
 /** Per-call options. */
 export interface CallOptions {
@@ -47,6 +49,15 @@ export interface ProcessGroup {
   /** In place: every element becomes `op` over the ranks' values, the same
    *  bits on every rank (floats are combined in rank order 0..size-1). */
   allReduce(buf: BufferLike, op?: ReduceOp, opts?: CallOptions): void;
+  /**
+   * Starts the same in-place allReduce and returns its Work: buf may be read
+   * or written only after wait(). A backend that can overlap the reduction
+   * with compute (NCCL, on its own stream) returns at once; the
+   * shared-memory and single-process groups complete it before returning.
+   * Started reductions complete in the order they were started; wait for
+   * each before any other collective of the group.
+   */
+  allReduceStart(buf: BufferLike, op?: ReduceOp, opts?: CallOptions): Work;
   /** Every rank's buf becomes a copy of rank `root`'s. */
   broadcast(buf: BufferLike, root: number, opts?: CallOptions): void;
   /** out (size × inp elements) = the ranks' inp, concatenated in rank order. */

@@ -2,7 +2,7 @@
  * The CPU process group for ranks on one machine: a thin class over
  * libdtrain_shm.so (kernels/shm), which keeps the segment, the barriers and
  * the arithmetic. This file checks arguments, reports every call to
- * distributed/phase.ts for the launcher's hang diagnosis, and owns the handle.
+ * distributed/control/phase.ts for the launcher's hang diagnosis, and owns the handle.
  */
 import {
   DT_ERR_ARG,
@@ -11,7 +11,7 @@ import {
   SHM_REDUCE_CODE,
   shmLibrary,
 } from "../ffi/shm.ts";
-import { reportCollective } from "./phase.ts";
+import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -22,6 +22,7 @@ import {
 } from "./collective_buffer.ts";
 import type { ProcessGroupConfig } from "./pg_config.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
+import { COMPLETED, type Work } from "./work.ts";
 
 const encoder = new TextEncoder();
 const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");
@@ -100,6 +101,12 @@ export class ShmProcessGroup implements ProcessGroup {
       const args = [b.ptr, BigInt(b.count), SHM_DTYPE_CODE[b.dtype], SHM_REDUCE_CODE[op]] as const;
       return [b.bytes, (h, t) => shmLibrary().symbols.dt_shm_allreduce(h, ...args, t)];
     }, opts);
+  }
+
+  /** allReduce, completed before it returns (this thread does the reduction). */
+  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
+    this.allReduce(buf, op, opts);
+    return COMPLETED;
   }
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {

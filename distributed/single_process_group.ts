@@ -4,7 +4,7 @@
  * reduceScatter copy inp to out), so single-process code runs the same
  * calls, with the same argument checks and phase reports, as a distributed one.
  */
-import { reportCollective } from "./phase.ts";
+import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -15,6 +15,7 @@ import {
   type ResolvedBuffer,
 } from "./collective_buffer.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
+import { COMPLETED, type Work } from "./work.ts";
 
 /** Copies `src` to `dst` (native memory; a no-op when they are the same). */
 function copyBuffer(dst: ResolvedBuffer, src: ResolvedBuffer): void {
@@ -46,6 +47,12 @@ export class SingleProcessGroup implements ProcessGroup {
       checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
       return [b.bytes, identity];
     });
+  }
+
+  /** allReduce, complete when it returns. */
+  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
+    this.allReduce(buf, op, opts);
+    return COMPLETED;
   }
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {

@@ -10,7 +10,6 @@
 import {
   AdamW,
   autocast,
-  backward,
   CharWindows,
   CheckpointManager,
   DistributedDataParallel,
@@ -58,7 +57,8 @@ try {
       const [x, y] = train.randomWindowBatch(gen, BATCH);
       optimizer.zeroGrad();
       const l = autocast(precision === "bf16" ? "bf16" : "f32", () => model.loss(x!, y!));
-      backward(l);
+      ddp.backward(l); // each gradient bucket's allReduce starts as soon as it is complete
+      ddp.finishGradSync();
       optimizer.step();
       return l.item();
     });

@@ -6,7 +6,6 @@
  */
 import {
   AdamW,
-  backward,
   CheckpointManager,
   clipGradNorm,
   crossEntropy,
@@ -58,7 +57,8 @@ try {
       const stepLoss = scope(() => {
         optimizer.zeroGrad();
         const loss = crossEntropy(ddp.forward(x!), y!);
-        backward(loss); // DDP averages gradients across ranks as they complete
+        ddp.backward(loss); // each gradient bucket's allReduce starts as soon as it is complete
+        ddp.finishGradSync(); // every bucket done: gradients are the mean over ranks
         clipGradNorm(ddp.parameters(), 1.0);
         optimizer.step();
         return loss.item();

@@ -7,6 +7,7 @@
  */
 import { KERNEL_SYMBOLS } from "./symbols.ts";
 import { cString, type NativeLibrary, openLibrary } from "./native.ts";
+import { type CheckedCalls, checkedCalls } from "./calls.ts";
 
 const P = "pointer" as const;
 const B = "buffer" as const;
@@ -51,6 +52,27 @@ export const CUDA_EXTRA_SYMBOLS = {
   /** (0 or 1): let f32 GEMMs use TF32 tensor cores. */
   dt_cuda_gemm_allow_tf32: { parameters: [I32], ...STATUS },
 } as const satisfies Deno.ForeignLibraryInterface;
+
+/** The dt_status extras (dt_cuda_get_device and dt_cuda_host_alloc return values). */
+const CUDA_STATUS_EXTRAS = [
+  "dt_cuda_device_count",
+  "dt_cuda_set_device",
+  "dt_cuda_device_info",
+  "dt_cuda_versions",
+  "dt_cuda_mem_info",
+  "dt_cuda_compute_stream",
+  "dt_cuda_stream_create",
+  "dt_cuda_stream_destroy",
+  "dt_cuda_event_create",
+  "dt_cuda_event_destroy",
+  "dt_cuda_event_record",
+  "dt_cuda_stream_wait_event",
+  "dt_cuda_event_query",
+  "dt_cuda_event_synchronize",
+  "dt_cuda_host_free",
+  "dt_cuda_load_cublaslt",
+  "dt_cuda_gemm_allow_tf32",
+] as const satisfies readonly (keyof typeof CUDA_EXTRA_SYMBOLS)[];
 
 /** The whole symbol table of libdtrain_cuda.so. */
 export const CUDA_SYMBOLS = {
@@ -103,31 +125,30 @@ export interface CudaDeviceInfo {
 /** Typed calls of the dt_cuda_* extras; every status is checked. */
 export class CudaRuntime {
   readonly #lib: NativeLibrary<CudaSymbols>;
+  readonly #call: CheckedCalls<CudaSymbols, (typeof CUDA_STATUS_EXTRAS)[number]>;
 
   constructor(lib: NativeLibrary<CudaSymbols>) {
     this.#lib = lib;
+    this.#call = checkedCalls(lib, CUDA_SYMBOLS, CUDA_STATUS_EXTRAS);
   }
 
   /** Visible GPUs (throws the driver's text when it cannot tell). */
   deviceCount(): number {
     const out = new Int32Array(1);
-    this.#lib.check(this.#lib.symbols.dt_cuda_device_count(out), "dt_cuda_device_count");
+    this.#call.dt_cuda_device_count(out);
     return out[0]!;
   }
 
   /** Chooses this process's GPU. */
   setDevice(index: number): void {
-    this.#lib.check(this.#lib.symbols.dt_cuda_set_device(index), "dt_cuda_set_device");
+    this.#call.dt_cuda_set_device(index);
   }
 
   /** The GPU's name and numbers. */
   deviceInfo(index: number): CudaDeviceInfo {
     const name = new Uint8Array(256);
     const out = new BigInt64Array(6);
-    this.#lib.check(
-      this.#lib.symbols.dt_cuda_device_info(index, name, 256n, out),
-      "dt_cuda_device_info",
-    );
+    this.#call.dt_cuda_device_info(index, name, 256n, out);
     const text = new TextDecoder().decode(
       name.subarray(0, name.indexOf(0) < 0 ? 256 : name.indexOf(0)),
     );
@@ -146,7 +167,7 @@ export class CudaRuntime {
   /** Driver and runtime versions as "major.minor". */
   versions(): { driver: string; runtime: string } {
     const out = new Int32Array(2);
-    this.#lib.check(this.#lib.symbols.dt_cuda_versions(out), "dt_cuda_versions");
+    this.#call.dt_cuda_versions(out);
     const fmt = (v: number) => `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}`;
     return { driver: fmt(out[0]!), runtime: fmt(out[1]!) };
   }
@@ -154,79 +175,67 @@ export class CudaRuntime {
   /** Free and total bytes of the library's GPU. */
   memInfo(): { freeBytes: number; totalBytes: number } {
     const out = new BigInt64Array(2);
-    this.#lib.check(this.#lib.symbols.dt_cuda_mem_info(out), "dt_cuda_mem_info");
+    this.#call.dt_cuda_mem_info(out);
     return { freeBytes: Number(out[0]), totalBytes: Number(out[1]) };
   }
 
   /** The library's compute stream. */
   computeStream(): Deno.PointerObject {
     const out = new BigUint64Array(1);
-    this.#lib.check(this.#lib.symbols.dt_cuda_compute_stream(out), "dt_cuda_compute_stream");
+    this.#call.dt_cuda_compute_stream(out);
     return pointerOut(out);
   }
 
   /** A new stream; destroy it with destroyStream. */
   createStream(): Deno.PointerObject {
     const out = new BigUint64Array(1);
-    this.#lib.check(this.#lib.symbols.dt_cuda_stream_create(out), "dt_cuda_stream_create");
+    this.#call.dt_cuda_stream_create(out);
     return pointerOut(out);
   }
 
   destroyStream(stream: Deno.PointerObject): void {
-    this.#lib.check(this.#lib.symbols.dt_cuda_stream_destroy(stream), "dt_cuda_stream_destroy");
+    this.#call.dt_cuda_stream_destroy(stream);
   }
 
   /** A new event; destroy it with destroyEvent. */
   createEvent(): Deno.PointerObject {
     const out = new BigUint64Array(1);
-    this.#lib.check(this.#lib.symbols.dt_cuda_event_create(out), "dt_cuda_event_create");
+    this.#call.dt_cuda_event_create(out);
     return pointerOut(out);
   }
 
   destroyEvent(event: Deno.PointerObject): void {
-    this.#lib.check(this.#lib.symbols.dt_cuda_event_destroy(event), "dt_cuda_event_destroy");
+    this.#call.dt_cuda_event_destroy(event);
   }
 
   /** Records `event` at the current end of `stream`. */
   record(event: Deno.PointerObject, stream: Deno.PointerValue): void {
-    this.#lib.check(this.#lib.symbols.dt_cuda_event_record(event, stream), "dt_cuda_event_record");
+    this.#call.dt_cuda_event_record(event, stream);
   }
 
   /** Makes `stream`'s later work wait for `event` (the host does not wait). */
   streamWait(stream: Deno.PointerValue, event: Deno.PointerObject): void {
-    this.#lib.check(
-      this.#lib.symbols.dt_cuda_stream_wait_event(stream, event),
-      "dt_cuda_stream_wait_event",
-    );
+    this.#call.dt_cuda_stream_wait_event(stream, event);
   }
 
   readonly #done = new Int32Array(1);
 
   /** Whether everything before the event's record has finished. */
   query(event: Deno.PointerObject): boolean {
-    this.#lib.check(
-      this.#lib.symbols.dt_cuda_event_query(event, this.#done),
-      "dt_cuda_event_query",
-    );
+    this.#call.dt_cuda_event_query(event, this.#done);
     return this.#done[0] === 1;
   }
 
   /** Opens cuBLASLt (from `path`, or by soname when null); returns its version. */
   loadCublasLt(path: string | null): number {
     const version = new BigInt64Array(1);
-    this.#lib.check(
-      this.#lib.symbols.dt_cuda_load_cublaslt(path === null ? null : cBytes(path), version),
-      "dt_cuda_load_cublaslt",
-    );
+    this.#call.dt_cuda_load_cublaslt(path === null ? null : cBytes(path), version);
     return Number(version[0]);
   }
 
   /** Lets f32 GEMMs use TF32 (faster, about 10 mantissa bits). */
   allowTf32(allow: boolean): void {
-    this.#lib.check(
-      this.#lib.symbols.dt_cuda_gemm_allow_tf32(allow ? 1 : 0),
-      "dt_cuda_gemm_allow_tf32",
-    );
+    this.#call.dt_cuda_gemm_allow_tf32(allow ? 1 : 0);
   }
 
   /** The library's text for the last failed call on this thread. */

@@ -1,12 +1,13 @@
 /**
  * Loads a native library of dtrain and turns its status codes into
- * exceptions. One function searches DTRAIN_LIB_DIR, the build/ folder of this
- * checkout and the single-file cache, and its failure lists every path tried
- * and the command that builds the library.
+ * exceptions. One function searches DTRAIN_LIB_DIR, then the library folder
+ * of this install (a checkout's build/, the single file's lib/), and its
+ * failure lists every path tried and the command that builds the library.
+ * (The single file's entries verify its extracted files before anything
+ * loads: sfx/entry.ts, sfx/rank_entry.ts.)
  */
 import { join } from "node:path";
-import { dtrainRuntime } from "../sfx/runtime.ts";
-import { checkExtractedFile } from "../sfx/manifest.ts";
+import { installLayout } from "../os/install_layout.ts";
 
 /** Must equal DT_ABI_VERSION in kernels/common/dt_common.h. */
 export const ABI_VERSION = 1;
@@ -34,17 +35,9 @@ export function libraryDirs(): string[] {
   const dirs: string[] = [];
   const env = Deno.env.get("DTRAIN_LIB_DIR");
   if (env) dirs.push(env);
-  const runtime = dtrainRuntime();
-  if (runtime) dirs.push(runtime.libDir);
+  const layout = installLayout();
+  if (layout) dirs.push(layout.libDir);
   return dirs;
-}
-
-/** A library unpacked from the single file must still match its sha256 (a stat check, usually). */
-function checkUnpacked(dir: string, name: string): void {
-  const runtime = dtrainRuntime();
-  if (runtime?.kind === "single-file" && dir === runtime.libDir) {
-    checkExtractedFile(runtime.root, `lib/${name}`);
-  }
 }
 
 /** Finds `name` in libraryDirs() or throws an error that lists where it looked. */
@@ -57,10 +50,7 @@ export function findLibrary(name: string): string {
     try {
       found = Deno.statSync(path).isFile;
     } catch { /* try the next folder */ }
-    if (found) {
-      checkUnpacked(dir, name);
-      return path;
-    }
+    if (found) return path;
   }
   throw new Error(
     `Cannot find native library ${name}: looked in ${tried.join(", ") || "(no folders)"}. ` +
@@ -73,11 +63,13 @@ export function cString(ptr: Deno.PointerValue): string {
   return ptr === null ? "" : Deno.UnsafePointerView.getCString(ptr);
 }
 
-/** An opened library with a status-checking call helper. */
+/** An opened library with status checking (ffi/calls.ts builds wrappers on it). */
 export interface NativeLibrary<S extends Deno.ForeignLibraryInterface> {
   readonly path: string;
   readonly symbols: Deno.DynamicLibrary<S>["symbols"];
-  /** Throws DtNativeError with the library's text when status != 0. */
+  /** Throws DtNativeError for `symbol` with the library's text for this thread's last error. */
+  fail(symbol: string, status: number): never;
+  /** Throws as `fail` does when status != 0 (for calls whose symbol is chosen at run time). */
   check(status: number, symbol: string): void;
   close(): void;
 }
@@ -113,13 +105,15 @@ export function openLibrary<S extends Deno.ForeignLibraryInterface>(
   const lastError = typeof sym.dt_last_error === "function"
     ? () => cString(sym.dt_last_error())
     : () => "(no error text)";
+  const fail = (symbol: string, status: number): never => {
+    throw new DtNativeError(name, symbol, status, lastError());
+  };
   return {
     path,
     symbols: lib.symbols,
+    fail,
     check(status: number, symbol: string) {
-      if (status !== 0) {
-        throw new DtNativeError(name, symbol, status, lastError());
-      }
+      if (status !== 0) fail(symbol, status);
     },
     close: () => lib.close(),
   };

@@ -6,7 +6,6 @@
  */
 import { describeMissing, findCudaLibrary, type LibrarySearchOptions } from "./cuda_libs.ts";
 import { cString, DtNativeError } from "./native.ts";
-import type { CollectiveDType, ReduceOp } from "../distributed/collective_buffer.ts";
 
 const P = "pointer" as const;
 const B = "buffer" as const;
@@ -50,8 +49,9 @@ export type NcclSymbols = typeof NCCL_SYMBOLS;
 export const NCCL_SUCCESS = 0;
 export const NCCL_IN_PROGRESS = 7;
 
-/** ncclDataType_t of each collective element type. */
-export const NCCL_DTYPE: Readonly<Record<CollectiveDType, number>> = {
+/** ncclDataType_t of each collective element type (distributed/nccl_backend.ts checks that
+ *  every CollectiveDType has one). */
+export const NCCL_DTYPE = {
   u8: 1, // ncclUint8
   i32: 2, // ncclInt32
   i64: 4, // ncclInt64
@@ -59,10 +59,10 @@ export const NCCL_DTYPE: Readonly<Record<CollectiveDType, number>> = {
   f32: 7, // ncclFloat32
   f64: 8, // ncclFloat64
   bf16: 9, // ncclBfloat16 (NCCL 2.10+)
-};
+} as const;
 
 /** ncclRedOp_t of each reduce op (avg needs NCCL 2.10+). */
-export const NCCL_OP: Readonly<Record<ReduceOp, number>> = { sum: 0, max: 2, min: 3, avg: 4 };
+export const NCCL_OP = { sum: 0, max: 2, min: 3, avg: 4 } as const;
 
 /** An opened NCCL with status checking. */
 export interface NcclLibrary {

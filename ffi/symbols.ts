@@ -6,10 +6,12 @@
  *
  * Conventions, shared by every entry:
  * - returns a dt_status (i32): 0 is success; otherwise dt_last_error() holds
- *   the library's own text (see ffi/native.ts `unwrap`).
+ *   the library's own text. Callers use the status-checked wrappers of
+ *   ffi/calls.ts (`backend().call.dt_scale(...)`), never the raw symbols.
  * - sizes and counts are i64 and must be passed as BigInt (a JS number there
  *   drops the call to Deno's slow FFI path).
- * - the last parameter is a stream (CUDA) that the CPU library ignores.
+ * - the last parameter is a stream (CUDA) that the CPU library ignores, except
+ *   for the symbols of KERNEL_UNSTREAMED; the wrappers append it.
  * - float tensors are f32 unless a dtype argument says otherwise; index
  *   tensors are i32.
  * - backward kernels overwrite their outputs (never accumulate), unless the
@@ -51,10 +53,22 @@ export const KERNEL_SYMBOLS = {
   dt_cast: { parameters: [P, I32, P, I32, I64, P], ...STATUS },
 
   // ---- elementwise ---------------------------------------------------------
-  /** (op DT_OP_*, out, a, b, n, bn, inner, stream): out[i] = a[i] op b[(i / inner) % bn].
-   *  bn = n, inner = 1 is same-shape; trailing-suffix broadcast is inner = 1;
-   *  a column vector (R,1) against (R,C) is bn = R, inner = C. out may alias a. */
-  dt_binary: { parameters: [I32, P, P, P, I64, I64, I64, P], ...STATUS },
+  /** out[i] = a[i] op b[(i / inner) % bn]. bn = n, inner = 1 is same-shape;
+   *  trailing-suffix broadcast is inner = 1; a column vector (R,1) against
+   *  (R,C) is bn = R, inner = C. out may alias a. */
+  dt_binary: {
+    parameters: [
+      I32, // int32_t op: DT_OP_ADD 0, SUB 1, MUL 2, DIV 3
+      P, // float* out [n]
+      P, // const float* a [n]
+      P, // const float* b [bn]
+      I64, // int64_t n
+      I64, // int64_t bn: elements of b
+      I64, // int64_t inner: consecutive elements of a that share one element of b
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
   /** (out, inp, n, bn, inner, stream): out[j] = sum of inp[i] over all i with
    *  (i / inner) % bn == j (the gradient of a broadcast operand); f64 accumulate. */
   dt_reduce_bcast: { parameters: [P, P, I64, I64, I64, P], ...STATUS },
@@ -70,69 +84,196 @@ export const KERNEL_SYMBOLS = {
   /** tanh-approximate GELU, as torch.nn.functional.gelu(approximate="tanh"). */
   dt_gelu_fwd: { parameters: [P, P, I64, P], ...STATUS },
   dt_gelu_bwd: { parameters: [P, P, P, I64, P], ...STATUS },
-  /** (out, inp, n, p, seed, offset, stream): element i is kept when
-   *  dt_hash_u32(seed, offset + i) >= p * 2^32, then scaled by 1 / (1 - p). */
-  dt_dropout_fwd: { parameters: [P, P, I64, F32, I64, I64, P], ...STATUS },
-  /** (dinp, dout, n, p, seed, offset, stream): the same mask, recomputed. */
-  dt_dropout_bwd: { parameters: [P, P, I64, F32, I64, I64, P], ...STATUS },
+  /** Element i is kept when dt_hash_u32(seed, offset + i) >= p * 2^32, then
+   *  scaled by 1 / (1 - p). */
+  dt_dropout_fwd: {
+    parameters: [
+      P, // float* out [n]
+      P, // const float* inp [n]
+      I64, // int64_t n
+      F32, // float p: drop probability in [0, 1)
+      I64, // int64_t seed
+      I64, // int64_t offset: counter of element 0 (distinct per call)
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** The same mask as dt_dropout_fwd, recomputed from (seed, offset). */
+  dt_dropout_bwd: {
+    parameters: [
+      P, // float* dinp [n]
+      P, // const float* dout [n]
+      I64, // int64_t n
+      F32, // float p
+      I64, // int64_t seed
+      I64, // int64_t offset
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
 
   // ---- rows: softmax, layer norm, embedding, cross-entropy ----------------
-  /** (out, inp, rows, cols, causal_t, scale, stream): out = softmax(scale * inp)
-   *  along the last dim. causal_t > 0 masks column j of row r when
-   *  j > r % causal_t (probability exactly 0), as masked_fill(-inf) does. */
-  dt_softmax_fwd: { parameters: [P, P, I64, I64, I64, F32, P], ...STATUS },
-  /** (dinp, dout, out, rows, cols, scale, stream):
-   *  dinp = scale * out * (dout - sum_j(dout * out)). */
-  dt_softmax_bwd: { parameters: [P, P, P, I64, I64, F32, P], ...STATUS },
-  /** (out, mean, rstd, inp, weight, bias, rows, C, eps, stream): mean and rstd
-   *  are f32[rows], saved for backward. weight/bias may be NULL (1 and 0). */
+  /** out = softmax(scale * inp) along the last dim. causal_t > 0 masks column
+   *  j of row r when j > r % causal_t (probability exactly 0), as
+   *  masked_fill(-inf) does. */
+  dt_softmax_fwd: {
+    parameters: [
+      P, // float* out [rows, cols]
+      P, // const float* inp [rows, cols]
+      I64, // int64_t rows
+      I64, // int64_t cols
+      I64, // int64_t causal_t: 0 = no mask, else the sequence length T
+      F32, // float scale
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** dinp = scale * out * (dout - sum_j(dout * out)). */
+  dt_softmax_bwd: {
+    parameters: [
+      P, // float* dinp [rows, cols]
+      P, // const float* dout [rows, cols]
+      P, // const float* out [rows, cols]: the forward's output
+      I64, // int64_t rows
+      I64, // int64_t cols
+      F32, // float scale
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** Layer norm over the last dim; mean and rstd are saved for backward. */
   dt_layernorm_fwd: {
-    parameters: [P, P, P, P, P, P, I64, I64, F32, P],
+    parameters: [
+      P, // float* out [rows, C]
+      P, // float* mean [rows]
+      P, // float* rstd [rows]
+      P, // const float* inp [rows, C]
+      P, // const float* weight [C], or NULL (all 1)
+      P, // const float* bias [C], or NULL (all 0)
+      I64, // int64_t rows
+      I64, // int64_t C
+      F32, // float eps
+      P, // void* stream
+    ],
     ...STATUS,
   },
-  /** (dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, C, stream):
-   *  all three outputs overwritten; dweight/dbias may be NULL. */
+  /** All three outputs are overwritten. */
   dt_layernorm_bwd: {
-    parameters: [P, P, P, P, P, P, P, P, I64, I64, P],
+    parameters: [
+      P, // float* dinp [rows, C]
+      P, // float* dweight [C], or NULL
+      P, // float* dbias [C], or NULL
+      P, // const float* dout [rows, C]
+      P, // const float* inp [rows, C]
+      P, // const float* weight [C], or NULL
+      P, // const float* mean [rows]: saved by the forward
+      P, // const float* rstd [rows]: saved by the forward
+      I64, // int64_t rows
+      I64, // int64_t C
+      P, // void* stream
+    ],
     ...STATUS,
   },
-  /** (out, idx i32[n], table, n, V, C, stream): out[i] = table[idx[i]];
-   *  an index outside [0, V) is DT_ERR_ARG naming it. */
-  dt_embedding_fwd: { parameters: [P, P, P, I64, I64, I64, P], ...STATUS },
-  /** (dtable, dout, idx, n, V, C, stream): dtable = 0, then dtable[idx[i]] += dout[i]
-   *  in index order (deterministic). */
-  dt_embedding_bwd: { parameters: [P, P, P, I64, I64, I64, P], ...STATUS },
-  /** (loss f32[1], probs f32[rows*V], logits, targets i32[rows], rows, V,
-   *  ignore_index, stream): loss = mean over rows whose target != ignore_index
-   *  of logsumexp(row) - row[target]; probs = softmax(row), saved for backward.
-   *  No valid row: loss = NaN (as torch). A target outside [0, V) is DT_ERR_ARG. */
+  /** out[i] = table[idx[i]]; an index outside [0, V) is DT_ERR_ARG naming it. */
+  dt_embedding_fwd: {
+    parameters: [
+      P, // float* out [n, C]
+      P, // const int32_t* idx [n]
+      P, // const float* table [V, C]
+      I64, // int64_t n
+      I64, // int64_t V
+      I64, // int64_t C
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** dtable = 0, then dtable[idx[i]] += dout[i] in index order (deterministic). */
+  dt_embedding_bwd: {
+    parameters: [
+      P, // float* dtable [V, C]
+      P, // const float* dout [n, C]
+      P, // const int32_t* idx [n]
+      I64, // int64_t n
+      I64, // int64_t V
+      I64, // int64_t C
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** loss = mean over rows whose target != ignore_index of logsumexp(row) -
+   *  row[target]; probs = softmax(row), saved for backward. No valid row:
+   *  loss = NaN (as torch). A target outside [0, V) is DT_ERR_ARG. */
   dt_crossentropy_fwd: {
-    parameters: [P, P, P, P, I64, I64, I64, P],
+    parameters: [
+      P, // float* loss [1]
+      P, // float* probs [rows, V]
+      P, // const float* logits [rows, V]
+      P, // const int32_t* targets [rows]
+      I64, // int64_t rows
+      I64, // int64_t V
+      I64, // int64_t ignore_index
+      P, // void* stream
+    ],
     ...STATUS,
   },
-  /** (dlogits, probs, targets, dloss f32[1], rows, V, ignore_index, stream):
-   *  dlogits = (probs - onehot(target)) * dloss / valid_rows; 0 on ignored rows. */
+  /** dlogits = (probs - onehot(target)) * dloss / valid_rows; 0 on ignored rows. */
   dt_crossentropy_bwd: {
-    parameters: [P, P, P, P, I64, I64, I64, P],
+    parameters: [
+      P, // float* dlogits [rows, V]
+      P, // const float* probs [rows, V]: saved by the forward
+      P, // const int32_t* targets [rows]
+      P, // const float* dloss [1]
+      I64, // int64_t rows
+      I64, // int64_t V
+      I64, // int64_t ignore_index
+      P, // void* stream
+    ],
     ...STATUS,
   },
   /** (out i32[rows], inp, rows, cols, stream): index of the first maximum. */
   dt_argmax_rows: { parameters: [P, P, I64, I64, P], ...STATUS },
 
   // ---- layout ---------------------------------------------------------------
-  /** (out, inp, rows, in_cols, start, len, elem_bytes, stream):
-   *  out[r, :] = inp[r, start : start + len]. */
-  dt_slice_cols: { parameters: [P, P, I64, I64, I64, I64, I64, P], ...STATUS },
-  /** (dst, src, rows, dst_cols, start, len, elem_bytes, stream):
-   *  dst[r, start : start + len] = src[r, :]; other columns untouched. */
-  dt_scatter_cols: {
-    parameters: [P, P, I64, I64, I64, I64, I64, P],
+  /** out[r, :] = inp[r, start : start + len]. */
+  dt_slice_cols: {
+    parameters: [
+      P, // void* out [rows, len]
+      P, // const void* inp [rows, in_cols]
+      I64, // int64_t rows
+      I64, // int64_t in_cols
+      I64, // int64_t start
+      I64, // int64_t len
+      I64, // int64_t elem_bytes
+      P, // void* stream
+    ],
     ...STATUS,
   },
-  /** (out, inp, A, B, C, D, elem_bytes, stream): (A,B,C,D) -> (A,C,B,D).
-   *  A = D = 1 is a 2-D transpose. */
+  /** dst[r, start : start + len] = src[r, :]; other columns untouched. */
+  dt_scatter_cols: {
+    parameters: [
+      P, // void* dst [rows, dst_cols]
+      P, // const void* src [rows, len]
+      I64, // int64_t rows
+      I64, // int64_t dst_cols
+      I64, // int64_t start
+      I64, // int64_t len
+      I64, // int64_t elem_bytes
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** (A,B,C,D) -> (A,C,B,D); A = D = 1 is a 2-D transpose. */
   dt_transpose_0213: {
-    parameters: [P, P, I64, I64, I64, I64, I64, P],
+    parameters: [
+      P, // void* out [A, C, B, D]
+      P, // const void* inp [A, B, C, D]
+      I64, // int64_t A
+      I64, // int64_t B
+      I64, // int64_t C
+      I64, // int64_t D
+      I64, // int64_t elem_bytes
+      P, // void* stream
+    ],
     ...STATUS,
   },
   /** (out, inp, idx i32[n], n, row_bytes, stream): out row i = inp row idx[i]
@@ -140,48 +281,69 @@ export const KERNEL_SYMBOLS = {
   dt_gather_rows: { parameters: [P, P, P, I64, I64, P], ...STATUS },
 
   // ---- GEMM -------------------------------------------------------------------
-  /** (dtype, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-   *   batch, strideA, strideB, strideC, stream), row-major:
-   *  C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], op(A) is MxK, op(B) KxN.
-   *  dtype (DT_F32, DT_BF16, DT_F16) is that of A, B and C; accumulation is f32.
-   *  beta = 0 never reads C (NaN in C does not leak). */
+  /** Row-major C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], op(A) is
+   *  MxK, op(B) KxN; accumulation is f32. beta = 0 never reads C (NaN in C
+   *  does not leak). */
   dt_gemm: {
     parameters: [
-      I32,
-      I32,
-      I32,
-      I64,
-      I64,
-      I64,
-      F32,
-      P,
-      I64,
-      P,
-      I64,
-      F32,
-      P,
-      I64,
-      I64,
-      I64,
-      I64,
-      I64,
-      P,
+      I32, // int32_t dtype of A, B and C: DT_F32 0, DT_BF16 1, DT_F16 2
+      I32, // int32_t trans_a: 1 = A is stored KxM
+      I32, // int32_t trans_b: 1 = B is stored NxK
+      I64, // int64_t M
+      I64, // int64_t N
+      I64, // int64_t K
+      F32, // float alpha
+      P, // const void* A
+      I64, // int64_t lda: elements between rows of A as stored
+      P, // const void* B
+      I64, // int64_t ldb
+      F32, // float beta
+      P, // void* C [M, N]
+      I64, // int64_t ldc
+      I64, // int64_t batch: number of matrices
+      I64, // int64_t stride_a: elements between A[b] and A[b+1] (0 = shared)
+      I64, // int64_t stride_b
+      I64, // int64_t stride_c
+      P, // void* stream
     ],
     ...STATUS,
   },
 
   // ---- optimizers and loss scaling ----------------------------------------
-  /** (p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step, stream):
-   *  torch 1.13 AdamW (single-tensor path) for step >= 1; scalars are Python
+  /** torch 1.13 AdamW (single-tensor path) for step >= 1; scalars are Python
    *  doubles there, so they are f64 here. */
   dt_adamw: {
-    parameters: [P, P, P, P, I64, F64, F64, F64, F64, F64, I64, P],
+    parameters: [
+      P, // float* p [n]: parameters, updated
+      P, // const float* g [n]: gradients
+      P, // float* m [n]: first moment, updated
+      P, // float* v [n]: second moment, updated
+      I64, // int64_t n
+      F64, // double lr
+      F64, // double beta1
+      F64, // double beta2
+      F64, // double eps
+      F64, // double weight_decay
+      I64, // int64_t step: 1 for the first step
+      P, // void* stream
+    ],
     ...STATUS,
   },
-  /** (p, g, buf, n, lr, momentum, dampening, weight_decay, nesterov, first, stream):
-   *  torch 1.13 SGD; first != 0 initialises buf = d (a copy). */
+  /** torch 1.13 SGD. */
   dt_sgd: {
-    parameters: [P, P, P, I64, F64, F64, F64, F64, I32, I32, P],
+    parameters: [
+      P, // float* p [n]: parameters, updated
+      P, // const float* g [n]: gradients
+      P, // float* buf [n]: momentum buffer, updated
+      I64, // int64_t n
+      F64, // double lr
+      F64, // double momentum
+      F64, // double dampening
+      F64, // double weight_decay
+      I32, // int32_t nesterov (0 or 1)
+      I32, // int32_t first: != 0 initialises buf = d (a copy)
+      P, // void* stream
+    ],
     ...STATUS,
   },
   /** (g, n, inv_scale, found_inf f32[1], stream): g *= inv_scale; found_inf = 1
@@ -190,3 +352,28 @@ export const KERNEL_SYMBOLS = {
 } as const satisfies Deno.ForeignLibraryInterface;
 
 export type KernelSymbols = typeof KERNEL_SYMBOLS;
+
+/** Symbols that return a value, not a dt_status: called directly through `lib.symbols`. */
+export const KERNEL_VALUE_SYMBOLS = [
+  "dt_abi_version",
+  "dt_last_error",
+  "dt_backend_name",
+  "dt_build_hash",
+  "dt_get_num_threads",
+  "dt_alloc",
+] as const;
+
+/** dt_status symbols without a trailing stream parameter. */
+export const KERNEL_UNSTREAMED = ["dt_set_num_threads", "dt_free"] as const;
+
+/** dt_status symbols whose last parameter is the stream. */
+export type KernelStreamed = Exclude<
+  keyof KernelSymbols,
+  (typeof KERNEL_VALUE_SYMBOLS)[number] | (typeof KERNEL_UNSTREAMED)[number]
+>;
+
+/** The names of KernelStreamed, in table order. */
+export const KERNEL_STREAMED = Object.keys(KERNEL_SYMBOLS).filter((name) =>
+  !(KERNEL_VALUE_SYMBOLS as readonly string[]).includes(name) &&
+  !(KERNEL_UNSTREAMED as readonly string[]).includes(name)
+) as KernelStreamed[];

@@ -1,7 +1,9 @@
 /**
  * A restricted unpickler for the binary opcodes (protocols 2–5) torch.save
  * writes: GLOBAL asks the caller's allow-list, REDUCE calls only what it
- * returned, every read is bounds-checked and the work is linear in the input.
+ * returned, every read is bounds-checked and the work is linear in the input:
+ * memo entries are shared references, never copies, and the elements put
+ * into containers are counted against a cap.
  */
 
 import { OPCODE_NAMES, REFUSED_OPCODES } from "./_pickle_opcodes.ts";
@@ -28,7 +30,12 @@ export interface UnpickleOptions {
   persistentLoad?: (pid: unknown) => unknown;
   /** Applies BUILD's state to `target`; without it BUILD is an error. */
   build?: (target: unknown, state: unknown) => void;
+  /** Most elements all lists, tuples and dicts may hold together (default MAX_ELEMENTS). */
+  maxElements?: number;
 }
+
+/** Default cap on container elements: far above any state dict, far below memory exhaustion. */
+export const MAX_ELEMENTS = 1 << 24;
 
 /** The unpickled value and the offset just after its STOP opcode. */
 export interface UnpickleResult {
@@ -75,9 +82,12 @@ class Unpickler {
   memo = new Map<number, unknown>();
   readonly view: DataView;
   readonly source: string;
+  /** Container elements still allowed. */
+  elementsLeft: number;
 
   constructor(readonly bytes: Uint8Array, readonly options: UnpickleOptions) {
     this.pos = options.start ?? 0;
+    this.elementsLeft = options.maxElements ?? MAX_ELEMENTS;
     this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     this.source = options.source ?? "<buffer>";
   }
@@ -138,6 +148,14 @@ class Unpickler {
   push(v: unknown): void {
     this.stack.push(v);
   }
+  /** Counts `n` elements going into containers; fails past the cap. */
+  count(n: number): void {
+    this.elementsLeft -= n;
+    if (this.elementsLeft < 0) {
+      const cap = this.options.maxElements ?? MAX_ELEMENTS;
+      this.fail(`more than ${cap} elements in lists, tuples and dicts together (the limit)`);
+    }
+  }
   pop(): unknown {
     if (this.stack.length === 0) this.fail("stack underflow");
     return this.stack.pop();
@@ -168,6 +186,7 @@ class Unpickler {
     if (items.length % 2 !== 0) {
       this.fail(`odd number of items (${items.length}) for key/value pairs`);
     }
+    this.count(items.length / 2);
     for (let i = 0; i < items.length; i += 2) map.set(this.key(items[i]), items[i + 1]);
   }
   key(k: unknown): unknown {
@@ -177,6 +196,7 @@ class Unpickler {
     return k;
   }
   tuple(items: unknown[]): readonly unknown[] {
+    this.count(items.length);
     return Object.freeze(items);
   }
   global(module: string, name: string): void {
@@ -289,16 +309,21 @@ class Unpickler {
       }
       case 0x5d: // EMPTY_LIST
         return this.push([]);
-      case 0x6c: // LIST
-        return this.push(this.popMark());
+      case 0x6c: { // LIST
+        const items = this.popMark();
+        this.count(items.length);
+        return this.push(items);
+      }
       case 0x61: { // APPEND
         const v = this.pop();
         this.list().push(v);
+        this.count(1);
         return;
       }
       case 0x65: { // APPENDS
         const items = this.popMark();
         const list = this.list();
+        this.count(items.length);
         for (const v of items) list.push(v);
         return;
       }
@@ -313,6 +338,7 @@ class Unpickler {
         const v = this.pop();
         const k = this.pop();
         this.dict().set(this.key(k), v);
+        this.count(1);
         return;
       }
       case 0x75: { // SETITEMS

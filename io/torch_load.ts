@@ -22,6 +22,8 @@ export interface TorchLoadOptions {
    * exceeds unless it saved expanded (stride-0) tensors.
    */
   maxMaterializedBytes?: number;
+  /** Most elements the pickle's lists, tuples and dicts may hold together (default 2^24). */
+  maxElements?: number;
 }
 
 type Fail = (problem: string) => never;
@@ -46,7 +48,10 @@ export function loadTorchFile(
   const budget = options.maxMaterializedBytes ?? 4 * bytes.length + (1 << 20);
   const assembler = new TensorAssembler(source, budget);
   const isZip = ZIP_MAGICS.some((magic) => magic.every((b, i) => bytes[i] === b));
-  const value = isZip ? loadZip(bytes, source, assembler) : loadLegacy(bytes, source, assembler);
+  const limits = options.maxElements === undefined ? {} : { maxElements: options.maxElements };
+  const value = isZip
+    ? loadZip(bytes, source, assembler, limits)
+    : loadLegacy(bytes, source, assembler, limits);
   assembler.finish();
   return value;
 }
@@ -98,7 +103,15 @@ function internStorage(
   return known;
 }
 
-function loadZip(bytes: Uint8Array, source: string, assembler: TensorAssembler): unknown {
+/** Limits passed to every unpickling of one file. */
+type Limits = Pick<UnpickleOptions, "maxElements">;
+
+function loadZip(
+  bytes: Uint8Array,
+  source: string,
+  assembler: TensorAssembler,
+  limits: Limits,
+): unknown {
   const fail: Fail = (problem) => assembler.fail(problem);
   const entries = readZipDirectory(bytes, source);
   // Like torch's reader: the first entry's top-level folder names the archive.
@@ -149,6 +162,7 @@ function loadZip(bytes: Uint8Array, source: string, assembler: TensorAssembler):
     return storage;
   };
   return unpickle(pickle, {
+    ...limits,
     ...pickleHooks(assembler, source),
     source: `${source} [${printable(`${prefix}/data.pkl`)}]`,
     persistentLoad,
@@ -159,7 +173,12 @@ function pickleHooks(assembler: TensorAssembler, source: string): UnpickleOption
   return { findGlobal: torchGlobals(assembler, source), build: torchBuild(assembler) };
 }
 
-function loadLegacy(bytes: Uint8Array, source: string, assembler: TensorAssembler): unknown {
+function loadLegacy(
+  bytes: Uint8Array,
+  source: string,
+  assembler: TensorAssembler,
+  limits: Limits,
+): unknown {
   const fail: Fail = (problem) => assembler.fail(problem);
   const noGlobals = (module: string, name: string): never =>
     fail(`the legacy header references ${module}.${name}`);
@@ -194,6 +213,7 @@ function loadLegacy(bytes: Uint8Array, source: string, assembler: TensorAssemble
     return internStorage(storages, id, fail);
   };
   const object = unpickle(bytes, {
+    ...limits,
     ...pickleHooks(assembler, source),
     source,
     start: sysInfo.end,

@@ -3,15 +3,16 @@
  * first failure, timeout, signal or lost node (the abort record in the store) stop every rank
  * (SIGTERM, then SIGKILL after a grace period). Node 0 also polls phases to diagnose hangs.
  */
-import { rankEnv } from "../distributed/env.ts";
-import { type RankView, toFailureNotice, toRankView } from "../distributed/rank_state.ts";
-import type { StoreClient } from "../distributed/store.ts";
-import { attemptKeys, runKeys } from "../distributed/store_keys.ts";
+import { rankEnv } from "../distributed/control/env.ts";
+import { type RankView, toFailureNotice, toRankView } from "../distributed/control/rank_state.ts";
+import type { StoreClient } from "../distributed/control/store.ts";
+import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
 import { type AbortRecord, failureSummary, TIMEOUT_EXIT_CODE } from "./failure_report.ts";
 import { findHang, rankList, rankTable, seconds } from "./hang_report.ts";
 import type { LaunchOptions } from "./options.ts";
 import type { LauncherLog } from "./output.ts";
-import { type RankExit, RankProcess, signalExitCode } from "./rank_process.ts";
+import { type RankExit, RankProcess } from "./rank_process.ts";
+import { signalExitCode } from "../os/exit_status.ts";
 import { join } from "node:path";
 
 /** Ranks stopped because of a failure get this long between SIGTERM and SIGKILL (the whole stop must take < 5 s). */

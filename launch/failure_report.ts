@@ -4,7 +4,7 @@
  * rank failed, how it ended, its error and stack (from its failure notice,
  * or the tail of its stderr), and what every other rank was doing.
  */
-import type { FailureNotice } from "../distributed/rank_state.ts";
+import type { FailureNotice } from "../distributed/control/rank_state.ts";
 
 /** What stopped an attempt. */
 export type AbortReason =

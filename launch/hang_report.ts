@@ -4,7 +4,7 @@
  * are elsewhere and what they are doing, and renders the table of every
  * rank's phase, time in it and last collective.
  */
-import type { RankView } from "../distributed/rank_state.ts";
+import type { RankView } from "../distributed/control/rank_state.ts";
 
 /** A detected hang: ranks stuck in one collective while others are elsewhere. */
 export interface Hang {

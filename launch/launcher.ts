@@ -19,13 +19,13 @@ import {
 import { resolve } from "node:path";
 import { glooBuildInfo } from "../ffi/gloo.ts";
 import { plannedCpuBackend } from "../distributed/pg_config.ts";
-import { StoreClient } from "../distributed/store.ts";
-import { StoreServer } from "../distributed/store_server.ts";
-import { runKeys } from "../distributed/store_keys.ts";
+import { StoreClient } from "../distributed/control/store.ts";
+import { StoreServer } from "../distributed/control/store_server.ts";
+import { runKeys } from "../distributed/control/store_keys.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
 import type { LaunchOptions } from "./options.ts";
 import { LauncherLog } from "./output.ts";
-import { signalExitCode } from "./rank_process.ts";
+import { signalExitCode } from "../os/exit_status.ts";
 import {
   createRunDir,
   type LaunchRecord,
@@ -264,10 +264,9 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
 
     // "auto" is resolved once here, so every rank gets the same answer and the notice prints once.
-    opts.device = await resolveDevice(
-      opts.device,
-      (line) => log.info(line.replace(/^dtrain: /, "")),
-    );
+    opts.device = resolveDevice(opts.device, {
+      notice: (line) => log.info(line.replace(/^dtrain: /, "")),
+    });
     const threads = opts.threads ??
       Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
     const ctx: RunContext = {

@@ -1,15 +1,17 @@
 /**
  * The bootstrap of every rank process: ties the rank to its launcher, connects the control store,
- * publishes the rank's phases, and turns any uncaught error into a failure notice in the store and
- * exit code 1. The launcher loads it with `deno run --preload`, before the user's script.
+ * publishes the rank's phases, turns any uncaught error into a failure notice in the store and
+ * exit code 1, and installs `dtrain check`'s probe when the check asks for it. The launcher loads
+ * it with `deno run --preload`, before the user's script.
  */
-import { currentPhase, setPhaseSink } from "../distributed/phase.ts";
-import { getRankSettings, launcherPid, storeToken } from "../distributed/env.ts";
-import { getWorld, installRankStore } from "../distributed/rank_runtime.ts";
-import { type FailureNotice, StorePhaseSink } from "../distributed/rank_state.ts";
-import { StoreClient } from "../distributed/store.ts";
-import { attemptKeys } from "../distributed/store_keys.ts";
+import { currentPhase, setPhaseSink } from "../distributed/control/phase.ts";
+import { getRankSettings, getWorld, launcherPid, storeToken } from "../distributed/control/env.ts";
+import { installRankStore } from "../distributed/control/rank_runtime.ts";
+import { type FailureNotice, StorePhaseSink } from "../distributed/control/rank_state.ts";
+import { StoreClient } from "../distributed/control/store.ts";
+import { attemptKeys } from "../distributed/control/store_keys.ts";
 import { dieWithParent } from "./pdeathsig.ts";
+import { CHECK_ENV } from "../check/env.ts";
 
 // Why --preload rather than `await import(script)`: the user's script stays the main module, so
 // import.meta.main is true, Deno.args holds only its own arguments, and the process ends when the
@@ -124,3 +126,10 @@ client.closed.then((info) => {
   }
 });
 client.unrefWhenIdle();
+
+// `dtrain check` runs the user's script with its probe: the library offers hook points, the probe
+// installs itself on them from here (loaded only when asked for).
+if (Deno.env.get(CHECK_ENV.OUT)) {
+  const { installProbeFromEnv } = await import("../check/probe.ts");
+  installProbeFromEnv();
+}

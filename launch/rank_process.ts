@@ -5,11 +5,12 @@
  * then SIGKILL after a grace period.
  */
 import { LogFile, pumpLines, showsStdout } from "./output.ts";
-import { dtrainRuntime } from "../sfx/runtime.ts";
+import { installLayout } from "../os/install_layout.ts";
+import { signalExitCode } from "../os/exit_status.ts";
 
 // The rank bootstrap and config: launch/rank_main.ts and deno.json in a
 // checkout, their bundled copies in the single file's extraction folder.
-const RUNTIME = dtrainRuntime();
+const RUNTIME = installLayout();
 /** stderr lines kept for the failure summary when a rank leaves no notice */
 const TAIL_LINES = 40;
 
@@ -29,29 +30,6 @@ export interface RankSpawnOptions {
   env: Record<string, string>;
   logPath: string;
   logRanks: string;
-}
-
-const SIGNAL_NUMBERS: Partial<Record<Deno.Signal, number>> = {
-  SIGHUP: 1,
-  SIGINT: 2,
-  SIGQUIT: 3,
-  SIGILL: 4,
-  SIGTRAP: 5,
-  SIGABRT: 6,
-  SIGBUS: 7,
-  SIGFPE: 8,
-  SIGKILL: 9,
-  SIGUSR1: 10,
-  SIGSEGV: 11,
-  SIGUSR2: 12,
-  SIGPIPE: 13,
-  SIGALRM: 14,
-  SIGTERM: 15,
-};
-
-/** 128 + the signal's number (the shell's convention for "killed by"). */
-export function signalExitCode(signal: Deno.Signal): number {
-  return 128 + (SIGNAL_NUMBERS[signal] ?? 0);
 }
 
 /** A running (or finished) rank. */

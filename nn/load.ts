@@ -16,7 +16,15 @@ export function readWeights(path: string, opts: { key?: string } = {}): Map<stri
   if (path.endsWith(".safetensors")) {
     for (const [k, t] of readSafetensorsFile(path).tensors) tensors.set(k, t);
   } else {
-    for (const [k, v] of flattenStateDict(readTorchFile(path))) {
+    let flat: Map<string, unknown>;
+    try {
+      flat = flattenStateDict(readTorchFile(path));
+    } catch (e) {
+      const message = (e as Error).message;
+      // readTorchFile's errors name the file already; flattening's do not.
+      throw message.includes(path) ? e : new Error(`${path}: ${message}`, { cause: e });
+    }
+    for (const [k, v] of flat) {
       if (isStTensor(v)) tensors.set(k, v);
     }
   }

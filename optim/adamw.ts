@@ -2,7 +2,7 @@
  * AdamW as torch 1.13 runs it (decoupled weight decay, bias corrections in
  * double), one fused native kernel per parameter.
  */
-import { backend, check } from "../tensor/backend.ts";
+import { backend } from "../tensor/backend.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { Optimizer, type OptimizerState } from "./optimizer.ts";
 
@@ -56,22 +56,18 @@ export class AdamW extends Optimizer<AdamWOptions> {
           this.#state.set(p, s);
         }
         s.step++;
-        check(
-          b.k.dt_adamw(
-            p.ptr,
-            p.grad.ptr,
-            s.expAvg.ptr,
-            s.expAvgSq.ptr,
-            BigInt(p.numel),
-            h.lr,
-            h.beta1,
-            h.beta2,
-            h.eps,
-            h.weightDecay,
-            BigInt(s.step),
-            b.stream,
-          ),
-          "dt_adamw",
+        b.call.dt_adamw(
+          p.ptr,
+          p.grad.ptr,
+          s.expAvg.ptr,
+          s.expAvgSq.ptr,
+          BigInt(p.numel),
+          h.lr,
+          h.beta1,
+          h.beta2,
+          h.eps,
+          h.weightDecay,
+          BigInt(s.step),
         );
       }
     }

@@ -4,10 +4,10 @@
  * every gradient multiplied by coef. Also the f64 gradient norm used for
  * logging and for comparing runs.
  */
-import { backend, check } from "../tensor/backend.ts";
+import { backend } from "../tensor/backend.ts";
 import type { Tensor } from "../tensor/tensor.ts";
 import { allocBlock, releaseBlock } from "../tensor/allocator.ts";
-import { plainArithmetic } from "../check/probe.ts";
+import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
 const sumsqOut = new Float64Array(1);
 const sumsqPtr = Deno.UnsafePointer.of(sumsqOut)!;
@@ -16,15 +16,15 @@ const sumsqPtr = Deno.UnsafePointer.of(sumsqOut)!;
 export function sumOfSquares(t: Tensor): number {
   const b = backend();
   if (b.device === "cpu") {
-    check(b.k.dt_sumsq(sumsqPtr, t.ptr, BigInt(t.numel), b.stream), "dt_sumsq");
+    b.call.dt_sumsq(sumsqPtr, t.ptr, BigInt(t.numel));
     return sumsqOut[0]!;
   }
   // Device memory from the caching allocator: a cudaFree per call would synchronise the device.
   const dev = allocBlock(8);
   try {
-    check(b.k.dt_sumsq(dev.ptr, t.ptr, BigInt(t.numel), b.stream), "dt_sumsq");
-    check(b.k.dt_memcpy(sumsqPtr, dev.ptr, 8n, 2, b.stream), "dt_memcpy");
-    check(b.k.dt_synchronize(b.stream), "dt_synchronize");
+    b.call.dt_sumsq(dev.ptr, t.ptr, BigInt(t.numel));
+    b.call.dt_memcpy(sumsqPtr, dev.ptr, 8n, 2);
+    b.call.dt_synchronize();
   } finally {
     releaseBlock(dev);
   }
@@ -51,14 +51,11 @@ export function clipGradNorm(params: Tensor[], maxNorm: number): number {
     totalSq = Math.fround(totalSq + Math.fround(n * n));
   }
   const total = Math.fround(Math.sqrt(totalSq));
-  if (plainArithmetic()) return total; // `dtrain check` compares unclipped runs
+  if (plainArithmetic()) return total; // measured, not clipped (tensor/plain_arithmetic.ts)
   const coef = Math.min(Math.fround(maxNorm / Math.fround(total + 1e-6)), 1);
   const b = backend();
   for (const g of grads) {
-    check(
-      b.k.dt_scale(g.ptr, g.ptr, BigInt(g.numel), coef, b.stream),
-      "dt_scale",
-    );
+    b.call.dt_scale(g.ptr, g.ptr, BigInt(g.numel), coef);
   }
   return total;
 }

@@ -5,8 +5,6 @@
  * optimizer state reads like torch's optimizer.state_dict() flattened.
  */
 import type { Tensor } from "../tensor/tensor.ts";
-import { probing, record } from "../check/probe.ts";
-import { gradNorm } from "./clip.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
 export interface ParamGroup<H> {
@@ -20,6 +18,21 @@ export interface OptimizerState {
   tensors: Map<string, Tensor>;
   /** JSON-able: the groups' hyperparameters plus "params": [indices] */
   paramGroups: Record<string, unknown>[];
+}
+
+/**
+ * Called by every optimizer's step() before it updates the parameters: a
+ * hook point for tools built on the library (`dtrain check`'s probe records
+ * the gradient norm of each step there, and may end the process).
+ */
+export type OptimizerStepHook = (optimizer: Optimizer<{ lr: number }>) => void;
+
+const stepHooks = new Set<OptimizerStepHook>();
+
+/** Adds a hook to every optimizer step; returns the function that removes it. */
+export function addOptimizerStepHook(hook: OptimizerStepHook): () => void {
+  stepHooks.add(hook);
+  return () => stepHooks.delete(hook);
 }
 
 /** Base of SGD and AdamW. */
@@ -71,11 +84,11 @@ export abstract class Optimizer<H extends { lr: number }> {
 
   /** Applies one update from the current gradients (parameters without a grad are skipped). */
   step(): void {
-    if (probing()) record({ kind: "step", gradNorm: gradNorm(this.params()) });
+    for (const hook of stepHooks) hook(this);
     this.update();
   }
 
-  /** The update rule itself (step() without the check probe). */
+  /** The update rule itself (step() without the step hooks). */
   protected abstract update(): void;
   abstract stateDict(): OptimizerState;
   abstract loadStateDict(state: OptimizerState): void;

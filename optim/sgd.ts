@@ -1,5 +1,5 @@
 /** SGD with momentum, dampening, Nesterov and weight decay, as torch 1.13 (fused native kernel). */
-import { backend, check } from "../tensor/backend.ts";
+import { backend } from "../tensor/backend.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { Optimizer, type OptimizerState } from "./optimizer.ts";
 
@@ -52,21 +52,17 @@ export class SGD extends Optimizer<SGDOptions> {
           buf = zeros(p.shape).keep();
           this.#buf.set(p, buf);
         }
-        check(
-          b.k.dt_sgd(
-            p.ptr,
-            p.grad.ptr,
-            buf?.ptr ?? null,
-            BigInt(p.numel),
-            h.lr,
-            h.momentum,
-            h.dampening,
-            h.weightDecay,
-            h.nesterov ? 1 : 0,
-            first ? 1 : 0,
-            b.stream,
-          ),
-          "dt_sgd",
+        b.call.dt_sgd(
+          p.ptr,
+          p.grad.ptr,
+          buf?.ptr ?? null,
+          BigInt(p.numel),
+          h.lr,
+          h.momentum,
+          h.dampening,
+          h.weightDecay,
+          h.nesterov ? 1 : 0,
+          first ? 1 : 0,
         );
       }
     }

@@ -4,10 +4,10 @@
  * randperm, generator) and, when the folder has them, checkpoint imports.
  */
 import { FixtureDir } from "./fixtures.ts";
-import { type ParityRow, row } from "./report.ts";
+import type { ParityRow } from "./report.ts";
 import { toyParityRows } from "./toy_mlp.ts";
 import { gptParityRows } from "./gpt_mini.ts";
-import { checkRandpermFixtures, checkSamplerFixtures } from "../data/sampler_parity.ts";
+import { checkRandpermFixtures, checkSamplerFixtures } from "./sampler.ts";
 
 /** Which groups of comparisons to run (all by default). */
 export type ParityGroup = "toy" | "gpt" | "sampler" | "checkpoint";
@@ -23,28 +23,8 @@ export async function parityRows(
   if (want("toy") && fx.has("toy_mlp.json")) rows.push(...toyParityRows(fx));
   if (want("gpt") && fx.has("gpt_mini.json")) rows.push(...gptParityRows(fx));
   if (want("sampler")) {
-    const exact = (
-      r: { case: string; ok: boolean; detail: string },
-      quantity: string,
-    ) =>
-      row(
-        r.case,
-        quantity,
-        "mismatches",
-        r.ok ? 0 : 1,
-        0,
-        r.ok ? undefined : r.detail,
-      );
-    if (fx.has("sampler.json")) {
-      for (const r of checkSamplerFixtures(dir)) {
-        rows.push(exact(r, "indices per rank"));
-      }
-    }
-    if (fx.has("randperm.json")) {
-      for (const r of checkRandpermFixtures(dir)) {
-        rows.push(exact(r, "values"));
-      }
-    }
+    if (fx.has("sampler.json")) rows.push(...checkSamplerFixtures(dir));
+    if (fx.has("randperm.json")) rows.push(...checkRandpermFixtures(dir));
   }
   if (want("checkpoint")) {
     const { checkpointParityRows } = await import("./checkpoints.ts");

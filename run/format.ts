@@ -1,6 +1,6 @@
 /**
  * The run directory format, `dtrain.run/1`: zod schemas of run.json,
- * config.json, metrics.jsonl and data_order.jsonl, the line encoders writers
+ * config.json, metrics.jsonl (step and evaluation lines) and data_order.jsonl, the line encoders writers
  * use, and `readRunDir()`, whose errors name the file, line and field.
  * docs/RUN_DIR.md describes the same format for people.
  */
@@ -145,6 +145,49 @@ export const MetricsRecordSchema = z.object({
   memBytes: count,
   /** this step's wall time on each rank, index = rank */
   stepMsByRank: z.array(z.number().nonnegative()).optional(),
+  /** samples the step trained on, all ranks (absent in files of older writers) */
+  samples: count.optional(),
+});
+
+/** Longest evaluation metric name, in characters. */
+export const MAX_EVAL_NAME = 200;
+
+/** Why `name` cannot name an evaluation metric (it becomes a TensorBoard tag), or null. */
+function badEvalName(name: string): string | null {
+  if (name.length === 0 || name.length > MAX_EVAL_NAME) {
+    return `must be 1 to ${MAX_EVAL_NAME} characters, got ${name.length}`;
+  }
+  if (!name.isWellFormed() || /\p{Cc}/u.test(name)) {
+    return "must be printable text (no control characters or lone surrogates)";
+  }
+  return null;
+}
+
+/**
+ * One evaluation line of metrics.jsonl: the results of evaluating the model
+ * after optimizer step `step`. Told from step lines by `kind`.
+ */
+export const EvalRecordSchema = z.object({
+  kind: z.literal("eval"),
+  step: count,
+  epoch: count,
+  attempt: count,
+  /** metric name -> value; may be non-finite */
+  metrics: z.record(z.string(), real).superRefine((m, ctx) => {
+    const names = Object.keys(m);
+    if (names.length === 0) {
+      ctx.addIssue({ code: "custom", message: "an evaluation needs at least one metric" });
+    }
+    for (const name of names) {
+      const why = badEvalName(name);
+      if (why) {
+        ctx.addIssue({
+          code: "custom",
+          message: `evaluation metric name ${JSON.stringify(name.slice(0, 40))} ${why}`,
+        });
+      }
+    }
+  }),
 });
 
 /** One data_order.jsonl line: one rank's index order for one epoch, appended by rank 0. */
@@ -168,6 +211,7 @@ export type Machine = z.output<typeof MachineSchema>;
 export type RunRecord = z.output<typeof RunRecordSchema>;
 export type ConfigRecord = z.output<typeof ConfigRecordSchema>;
 export type MetricsRecord = z.output<typeof MetricsRecordSchema>;
+export type EvalRecord = z.output<typeof EvalRecordSchema>;
 export type DataOrderRecord = z.output<typeof DataOrderRecordSchema>;
 
 /** Describes zod issues as `field.path: message`, the first three of them. */
@@ -215,6 +259,14 @@ function encodeLine<S extends z.ZodType>(schema: S, value: z.output<S>, file: st
  */
 export function metricsLine(m: MetricsRecord): string {
   return encodeLine(MetricsRecordSchema, m, RUN_FILES.metrics);
+}
+
+/**
+ * One evaluation line of metrics.jsonl (with its newline), checked against
+ * the format; non-finite values are written as "NaN"/"Infinity".
+ */
+export function evalLine(e: EvalRecord): string {
+  return encodeLine(EvalRecordSchema, e, RUN_FILES.metrics);
 }
 
 /** One data_order.jsonl line (with its newline), checked against the format. */
@@ -279,10 +331,11 @@ export interface JsonLines<T> {
  * warning and the complete lines before it are kept. Blank lines are skipped.
  */
 export function parseJsonLines<S extends z.ZodType>(
-  schema: S,
+  schema: S | ((value: unknown) => S),
   text: string,
   path: string,
 ): JsonLines<z.output<S>> {
+  const schemaOf = typeof schema === "function" ? schema : () => schema;
   const lines = text.split("\n");
   const unterminated = lines.pop() ?? "";
   const records: z.output<S>[] = [];
@@ -296,7 +349,7 @@ export function parseJsonLines<S extends z.ZodType>(
         `${path}:${n}: not valid JSON (${(e as Error).message}): ${preview(line)}`,
       );
     }
-    records.push(validate(schema, value, `${path}:${n}`));
+    records.push(validate(schemaOf(value), value, `${path}:${n}`));
   };
   lines.forEach((line, i) => {
     if (line.trim() !== "") parse(line, i + 1);
@@ -325,8 +378,10 @@ export interface RunDir {
   run: RunRecord;
   /** null when config.json is missing */
   config: ConfigRecord | null;
-  /** in file order; empty when metrics.jsonl is missing */
+  /** step lines, in file order; empty when metrics.jsonl is missing */
   metrics: MetricsRecord[];
+  /** evaluation lines of metrics.jsonl, in file order */
+  evals: EvalRecord[];
   /** in file order; empty when data_order.jsonl is missing */
   dataOrder: DataOrderRecord[];
   /** optional files that are absent, by name */
@@ -367,16 +422,29 @@ export function readRunDir(dir: string): RunDir {
   const config = configText === null
     ? null
     : parseJsonFile(ConfigRecordSchema, configText, configPath);
-  const lines = <S extends z.ZodType>(schema: S, name: string): z.output<S>[] => {
+  const lines = <S extends z.ZodType>(
+    schema: S | ((value: unknown) => S),
+    name: string,
+  ): z.output<S>[] => {
     const [path, text] = optional(name);
     if (text === null) return [];
     const parsed = parseJsonLines(schema, text, path);
     warnings.push(...parsed.warnings);
     return parsed.records;
   };
-  const metrics = lines(MetricsRecordSchema, RUN_FILES.metrics);
+  const all = lines(metricsLineSchema, RUN_FILES.metrics);
+  const metrics = all.filter((m): m is MetricsRecord => !("kind" in m));
+  const evals = all.filter((m): m is EvalRecord => "kind" in m);
   const dataOrder = lines(DataOrderRecordSchema, RUN_FILES.dataOrder);
-  return { dir, run, config, metrics, dataOrder, missing, warnings };
+  return { dir, run, config, metrics, evals, dataOrder, missing, warnings };
+}
+
+/** The schema of one metrics.jsonl line: an evaluation when it has a `kind`, else a step. */
+function metricsLineSchema(
+  value: unknown,
+): typeof MetricsRecordSchema | typeof EvalRecordSchema {
+  const kind = typeof value === "object" && value !== null && "kind" in value;
+  return kind ? EvalRecordSchema : MetricsRecordSchema;
 }
 
 /**
@@ -390,4 +458,36 @@ export function finalSteps(metrics: readonly MetricsRecord[]): MetricsRecord[] {
     if (seen === undefined || m.attempt >= seen.attempt) byStep.set(m.step, m);
   }
   return [...byStep.values()].sort((a, b) => a.step - b.step);
+}
+
+/**
+ * Each evaluation metric's final series, by name in order of first
+ * appearance: for each step, the value of the latest attempt that evaluated
+ * it there (the last one in file order among equals), sorted by step.
+ *
+ * @example
+ * ```ts
+ * finalEvals(readRunDir("runs/a").evals).get("accuracy"); // → [[120, 0.81], [240, 0.86]]
+ * ```
+ */
+export function finalEvals(
+  evals: readonly EvalRecord[],
+): Map<string, Array<readonly [number, number]>> {
+  const latest = new Map<string, Map<number, { attempt: number; value: number }>>();
+  for (const e of evals) {
+    for (const [name, value] of Object.entries(e.metrics)) {
+      let byStep = latest.get(name);
+      if (byStep === undefined) latest.set(name, byStep = new Map());
+      const seen = byStep.get(e.step);
+      if (seen === undefined || e.attempt >= seen.attempt) {
+        byStep.set(e.step, { attempt: e.attempt, value });
+      }
+    }
+  }
+  return new Map(
+    [...latest].map(([name, byStep]) => [
+      name,
+      [...byStep].sort((a, b) => a[0] - b[0]).map(([step, v]) => [step, v.value] as const),
+    ]),
+  );
 }

@@ -15,6 +15,8 @@ import {
   ConfigRecordSchema,
   dataOrderLine,
   type DataOrderRecord,
+  evalLine,
+  type EvalRecord,
   jsonFileText,
   type Machine,
   metricsLine,
@@ -344,6 +346,11 @@ export function writeConfigRecord(runDir: string, record: ConfigRecord): boolean
  */
 export function appendMetrics(runDir: string, m: MetricsRecord): void {
   Deno.writeTextFileSync(join(runDir, RUN_FILES.metrics), metricsLine(m), { append: true });
+}
+
+/** Appends one evaluation line to metrics.jsonl (rank 0, after each evaluation). */
+export function appendEval(runDir: string, e: EvalRecord): void {
+  Deno.writeTextFileSync(join(runDir, RUN_FILES.metrics), evalLine(e), { append: true });
 }
 
 /** Appends one line to data_order.jsonl (rank 0, for every rank's digest). */

@@ -2,12 +2,17 @@
  * `dtrain report <run-dir>`: a self-contained HTML page (inline CSS and SVG,
  * no scripts, fonts or network) with the run's record, one plot per
  * quantity per step, and the data-order digests; the plots also go to a
- * standalone SVG file beside it.
+ * standalone SVG file beside it. With several run directories it writes
+ * their comparison instead (report_compare.ts).
  */
 import { basename, dirname, extname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { finalSteps, readRunDir, type RunDir } from "./format.ts";
 import { type Panel, reportPanels } from "./report_panels.ts";
+import { compareHtml } from "./report_compare.ts";
+import { comparePanels, labelRuns } from "./report_compare_panels.ts";
+import { DEFAULT_LOSS_TOL } from "./diff.ts";
+import { tolText } from "./findings.ts";
 import { escapeXml, stackPlots } from "./svg_plot.ts";
 
 const CSS = `body{font-family:sans-serif;margin:24px;color:#222;max-width:1000px}
@@ -172,10 +177,27 @@ export function reportHtml(r: RunDir, panels: readonly Panel[]): string {
   ].join("\n");
 }
 
-const USAGE = `usage: dtrain report <run-dir> [--out report.html] [--loss-scale auto|log|linear]
+/** The smoothing control's initial weight when --smoothing is not given (TensorBoard's default). */
+export const DEFAULT_SMOOTHING = 0.6;
+/** Where a comparison is written when --out is not given (in the current directory). */
+export const DEFAULT_COMPARE_OUT = "report-compare.html";
 
-Writes a self-contained HTML report of a run (default <run-dir>/report.html)
-and the same plots as a standalone SVG beside it (report.svg).`;
+const USAGE = `usage: dtrain report <run-dir> [--out report.html] [--loss-scale auto|log|linear]
+       dtrain report <run-a> <run-b> [<run-c> …] [--out ${DEFAULT_COMPARE_OUT}]
+              [--smoothing ${DEFAULT_SMOOTHING}] [--loss-tol ${
+  tolText(DEFAULT_LOSS_TOL)
+}] [--loss-scale auto|log|linear]
+
+One run: a self-contained HTML report (default <run-dir>/report.html) and the
+same plots as a standalone SVG beside it (report.svg).
+Several runs: one page (default ./${DEFAULT_COMPARE_OUT}, and an SVG beside it)
+with what \`dtrain diff\` finds between the first run and each other one, and
+their curves laid over each other: loss by step and by samples seen, learning
+rate, gradient norm, throughput and evaluation metrics.
+  --smoothing W   initial weight of the page's smoothing control, 0 <= W < 1 (default ${DEFAULT_SMOOTHING})
+  --loss-tol X    relative loss tolerance of the diff findings (default ${
+  tolText(DEFAULT_LOSS_TOL)
+})`;
 
 /**
  * Runs `dtrain report` with the arguments after the verb; resolves to the
@@ -184,6 +206,7 @@ and the same plots as a standalone SVG beside it (report.svg).`;
  * @example
  * ```ts
  * Deno.exit(await reportMain(["runs/20251129-093000-train-3fa2", "--out", "/tmp/r.html"]));
+ * Deno.exit(await reportMain(["runs/a", "runs/b", "--smoothing", "0.9"]));
  * ```
  */
 export function reportMain(
@@ -193,6 +216,21 @@ export function reportMain(
 ): Promise<number> {
   // Synchronous inside; the Promise is the shape every dtrain verb has.
   return Promise.resolve(report(args, print, printError));
+}
+
+/** The value of a number option that passes `ok`, `fallback` when absent, or an error text. */
+function numberOption(
+  raw: string | undefined,
+  name: string,
+  fallback: number,
+  ok: (v: number) => boolean,
+  range: string,
+): number | string {
+  if (raw === undefined) return fallback;
+  const v = Number(raw);
+  return raw.trim() !== "" && Number.isFinite(v) && ok(v)
+    ? v
+    : `--${name} must be a number ${range}, got ${JSON.stringify(raw)}`;
 }
 
 function report(
@@ -207,6 +245,8 @@ function report(
       options: {
         out: { type: "string" },
         "loss-scale": { type: "string" },
+        smoothing: { type: "string" },
+        "loss-tol": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
       allowPositionals: true,
@@ -219,8 +259,8 @@ function report(
     print(USAGE);
     return 0;
   }
-  if (positionals.length !== 1) {
-    printError(`dtrain report: expected one run directory, got ${positionals.length}\n${USAGE}`);
+  if (positionals.length === 0) {
+    printError(`dtrain report: expected one or more run directories, got none\n${USAGE}`);
     return 2;
   }
   const scale = values["loss-scale"] ?? "auto";
@@ -230,27 +270,64 @@ function report(
     );
     return 2;
   }
-  const dir = positionals[0]!;
-  let r: RunDir;
-  try {
-    r = readRunDir(dir);
-  } catch (e) {
-    printError(`dtrain report: ${(e as Error).message}`);
+  const smoothing = numberOption(
+    values.smoothing,
+    "smoothing",
+    DEFAULT_SMOOTHING,
+    (v) => v >= 0 && v < 1,
+    ">= 0 and < 1",
+  );
+  if (typeof smoothing === "string") {
+    printError(`dtrain report: ${smoothing}`);
     return 2;
   }
-  const out = values.out ?? join(dir, "report.html");
+  const lossTol = numberOption(
+    values["loss-tol"],
+    "loss-tol",
+    DEFAULT_LOSS_TOL,
+    (v) => v >= 0,
+    ">= 0",
+  );
+  if (typeof lossTol === "string") {
+    printError(`dtrain report: ${lossTol}`);
+    return 2;
+  }
+  if (positionals.length === 1 && (values.smoothing ?? values["loss-tol"]) !== undefined) {
+    printError(
+      "dtrain report: --smoothing and --loss-tol apply to a comparison: give two or more run directories",
+    );
+    return 2;
+  }
+  const runs: Array<{ dir: string; r: RunDir }> = [];
+  for (const dir of positionals) {
+    try {
+      runs.push({ dir, r: readRunDir(dir) });
+    } catch (e) {
+      printError(`dtrain report: ${(e as Error).message}`);
+      return 2;
+    }
+  }
+  const out = values.out ??
+    (runs.length === 1 ? join(runs[0]!.dir, "report.html") : DEFAULT_COMPARE_OUT);
   const svgOut = join(dirname(out), `${basename(out, extname(out))}.svg`);
   if (svgOut === out) {
     printError(`dtrain report: --out ${out} would be overwritten by the SVG: give an .html path`);
     return 2;
   }
-  const panels = reportPanels(r, scale);
+  let html: string, svgs: string[];
+  if (runs.length === 1) {
+    const panels = reportPanels(runs[0]!.r, scale);
+    html = reportHtml(runs[0]!.r, panels);
+    svgs = panels.flatMap((p) => p.svg === null ? [] : [p.svg]);
+  } else {
+    const labeled = labelRuns(runs);
+    const panels = comparePanels(labeled, { lossScale: scale, smoothing });
+    html = compareHtml(labeled, panels, { lossTol, smoothing });
+    svgs = panels.flatMap((p) => p.svg === null ? [] : [p.svg]);
+  }
   try {
-    Deno.writeTextFileSync(out, reportHtml(r, panels));
-    Deno.writeTextFileSync(
-      svgOut,
-      stackPlots(panels.flatMap((p) => p.svg === null ? [] : [p.svg])),
-    );
+    Deno.writeTextFileSync(out, html);
+    Deno.writeTextFileSync(svgOut, stackPlots(svgs));
   } catch (e) {
     printError(`dtrain report: cannot write the report: ${(e as Error).message}`);
     return 2;

@@ -1,7 +1,8 @@
 /**
  * The per-step panels of `dtrain report`: one plot per quantity (loss,
  * learning rate, grad norm, loss scale, throughput, step-time spread across
- * ranks) with one line per attempt, or a note saying why a plot is absent.
+ * ranks, each evaluation metric) with one line per attempt, or a note
+ * saying why a plot is absent.
  */
 import { finalSteps, type MetricsRecord, type RunDir } from "./format.ts";
 import { linePlot, type Series } from "./svg_plot.ts";
@@ -45,9 +46,38 @@ function useLogLoss(metrics: readonly MetricsRecord[], scale: LossScale): boolea
   return Math.max(...losses) / Math.min(...losses) >= 10;
 }
 
+/** One panel per evaluation metric (one line per attempt, a dot per evaluation), or a note when there are none. */
+function evalPanels(r: RunDir): Panel[] {
+  const names = [...new Set(r.evals.flatMap((e) => Object.keys(e.metrics)))];
+  if (names.length === 0) {
+    const note = r.missing.includes("metrics.jsonl")
+      ? "metrics.jsonl is missing"
+      : "no evaluation lines in metrics.jsonl";
+    return [{ id: "eval", title: "Evaluation", svg: null, note }];
+  }
+  const attempts = [...new Set(r.evals.map((e) => e.attempt))].sort((p, q) => p - q);
+  return names.map((name, i) => {
+    const series: Series[] = attempts.map((k) => ({
+      name: attempts.length === 1 ? name : `${name}, attempt ${k}`,
+      points: r.evals.filter((e) => e.attempt === k && name in e.metrics).map((e) =>
+        [e.step, e.metrics[name]!] as const
+      ),
+    })).filter((s) => s.points.length > 0);
+    const id = `eval-${i}`;
+    const title = `Evaluation: ${name}`;
+    return {
+      id,
+      title,
+      svg: linePlot({ id, title, xLabel: "step", yLabel: name, series, markers: true }),
+      note: null,
+    };
+  });
+}
+
 /**
  * The report's panels, in order: loss, learning rate, grad norm, loss
- * scale, throughput and the spread of step time across ranks.
+ * scale, throughput, the spread of step time across ranks, and the
+ * evaluation metrics.
  */
 export function reportPanels(r: RunDir, lossScale: LossScale = "auto"): Panel[] {
   const m = r.metrics;
@@ -119,6 +149,7 @@ export function reportPanels(r: RunDir, lossScale: LossScale = "auto"): Panel[] 
       { name: "median", points: spread(median) },
       { name: "min", points: spread((s) => s[0]!) },
     ], "step time per rank not recorded (no stepMsByRank in metrics.jsonl)"),
+    ...evalPanels(r),
   ];
 }
 

@@ -1,13 +1,19 @@
 /**
  * A small SVG line-plot builder for `dtrain report`: nice axis ticks (linear
  * or log), one polyline per series, broken where a value is missing or
- * cannot be drawn, a legend, and stacking of plots into one standalone SVG.
+ * cannot be drawn, optionally smoothed over a faded raw line, a legend, and
+ * stacking of plots into one standalone SVG.
  */
+import { smoothEma } from "./smoothing.ts";
 
 /** One line: (x, y) points in x order; a non-finite y leaves a gap. */
 export interface Series {
   name: string;
   points: ReadonlyArray<readonly [number, number]>;
+  /** its colour (default: COLORS by position) */
+  color?: string;
+  /** an SVG stroke-dasharray, e.g. "6 3" (default: solid) */
+  dash?: string;
 }
 
 /** What to draw. */
@@ -20,8 +26,37 @@ export interface PlotOptions {
   series: readonly Series[];
   /** log10 y axis; points with y <= 0 leave a gap */
   logY?: boolean;
+  /**
+   * Draw each series twice: its raw values faded, and smoothed with this
+   * TensorBoard EMA weight in [0, 1) on top (run/smoothing.ts).
+   */
+  smoothing?: number;
+  /** a dot at every point (for sparse series such as evaluations) */
+  markers?: boolean;
   width?: number;
   height?: number;
+}
+
+/**
+ * Where a plot's data land in its SVG: x = [min, max, left px, right px],
+ * y = [min, max, bottom px, top px]. Written into the plot's data-scale
+ * attribute, so the page's script (and a test) can place new points.
+ */
+export interface PlotScale {
+  x: [number, number, number, number];
+  y: [number, number, number, number];
+  logY: boolean;
+}
+
+/**
+ * The pixel position of data point (x, y) in a plot of scale `s`.
+ * Self-contained: its source text also runs in the report page.
+ */
+export function pixelOf(s: PlotScale, x: number, y: number): [number, number] {
+  const f = (v: number) => s.logY ? Math.log10(v) : v;
+  const px = s.x[2] + ((x - s.x[0]) / (s.x[1] - s.x[0] || 1)) * (s.x[3] - s.x[2]);
+  const py = s.y[2] - ((f(y) - f(s.y[0])) / (f(s.y[1]) - f(s.y[0]) || 1)) * (s.y[2] - s.y[3]);
+  return [Math.round(px * 100) / 100, Math.round(py * 100) / 100];
 }
 
 /** Line colours, in series order (colour-blind-safe Okabe–Ito palette). */
@@ -83,9 +118,12 @@ export function formatTick(v: number): string {
   return String(Number(v.toPrecision(6)));
 }
 
-/** Splits points into runs of drawable points (finite, and > 0 on a log axis). */
-function segments(
-  points: Series["points"],
+/**
+ * Splits points into runs of drawable points (finite, and > 0 on a log
+ * axis). Self-contained: its source text also runs in the report page.
+ */
+export function segments(
+  points: ReadonlyArray<readonly [number, number]>,
   logY: boolean,
 ): Array<Array<readonly [number, number]>> {
   const out: Array<Array<readonly [number, number]>> = [];
@@ -115,10 +153,21 @@ function extent(values: number[], logY: boolean): [number, number] {
 
 const px = (v: number) => String(Math.round(v * 100) / 100);
 
+/** The points of `s` smoothed with weight `w` (x unchanged). */
+export function smoothed(
+  s: ReadonlyArray<readonly [number, number]>,
+  w: number,
+): Array<readonly [number, number]> {
+  const ys = smoothEma(s.map((p) => p[1]), w);
+  return s.map((p, i) => [p[0], ys[i]!] as const);
+}
+
 /**
  * One line plot as an `<svg>` element (with xmlns, so it also stands alone).
  * Each drawable run of a series is one `<polyline data-series="name">`
  * (an isolated point is a `<circle>`); a plot with nothing drawable says so.
+ * With `smoothing`, the raw runs are `data-role="raw"` and faded, and the
+ * smoothed runs `data-role="smooth"` are drawn on top.
  *
  * @example
  * ```ts
@@ -132,17 +181,19 @@ export function linePlot(opts: PlotOptions): string {
   const logY = opts.logY ?? false;
   const drawn = opts.series.map((s) => segments(s.points, logY));
   const pts = drawn.flat(2);
-  const out = [
+  const head = (scale: string) =>
     `<svg xmlns="http://www.w3.org/2000/svg" data-plot="${
       escapeXml(opts.id)
     }" width="${width}" height="${height}" ` +
-    `viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="11">`,
+    `viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="11"${scale}>`;
+  const out = [
     `<rect width="${width}" height="${height}" fill="#fff"/>`,
     `<text x="${MARGIN.left}" y="18" font-size="13" font-weight="bold">${
       escapeXml(opts.title)
     }</text>`,
   ];
   if (pts.length === 0) {
+    out.unshift(head(""));
     out.push(
       `<text x="${width / 2}" y="${
         height / 2
@@ -158,13 +209,19 @@ export function linePlot(opts: PlotOptions): string {
   // The axes span the ticks, so every tick lies on the plot.
   const xMin = Math.min(x0, xTicks[0]!), xMax = Math.max(x1, xTicks.at(-1)!);
   const yMin = Math.min(yLo, yTicks[0]!), yMax = Math.max(yHi, yTicks.at(-1)!);
-  const f = logY ? Math.log10 : (v: number) => v;
   const left = MARGIN.left,
     right = width - MARGIN.right,
     top = MARGIN.top,
     bottom = height - MARGIN.bottom;
-  const sx = (x: number) => left + ((x - xMin) / (xMax - xMin || 1)) * (right - left);
-  const sy = (y: number) => bottom - ((f(y) - f(yMin)) / (f(yMax) - f(yMin) || 1)) * (bottom - top);
+  const scale: PlotScale = {
+    x: [xMin, xMax, left, right],
+    y: [yMin, yMax, bottom, top],
+    logY,
+  };
+  const smoothingAttr = opts.smoothing === undefined ? "" : ` data-smoothed="${opts.smoothing}"`;
+  out.unshift(head(` data-scale="${escapeXml(JSON.stringify(scale))}"${smoothingAttr}`));
+  const sx = (x: number) => pixelOf(scale, x, yMin)[0];
+  const sy = (y: number) => pixelOf(scale, xMin, y)[1];
 
   out.push(`<g class="axes" stroke="#999" stroke-width="1">`);
   out.push(`<line x1="${left}" y1="${bottom}" x2="${right}" y2="${bottom}"/>`);
@@ -201,20 +258,32 @@ export function linePlot(opts: PlotOptions): string {
       `${escapeXml(opts.yLabel)}${logY ? " (log)" : ""}</text>`,
   );
 
+  const smoothing = opts.smoothing;
   opts.series.forEach((s, i) => {
-    const color = COLORS[i % COLORS.length];
+    const color = s.color ?? COLORS[i % COLORS.length]!;
     const name = escapeXml(s.name);
-    for (const seg of drawn[i]!) {
+    const dash = s.dash ? ` stroke-dasharray="${escapeXml(s.dash)}"` : "";
+    const line = (seg: ReadonlyArray<readonly [number, number]>, role: string, style: string) => {
       if (seg.length === 1) {
+        const [cx, cy] = pixelOf(scale, seg[0]![0], seg[0]![1]);
+        return `<circle data-series="${name}"${role} cx="${cx}" cy="${cy}" r="2" fill="${color}"${style}/>`;
+      }
+      const points = seg.map(([x, y]) => pixelOf(scale, x, y).join(",")).join(" ");
+      return `<polyline data-series="${name}"${role} fill="none" stroke="${color}" stroke-width="1.5"${dash}${style} points="${points}"/>`;
+    };
+    if (smoothing === undefined) {
+      for (const seg of drawn[i]!) out.push(line(seg, "", ""));
+    } else {
+      for (const seg of drawn[i]!) out.push(line(seg, ` data-role="raw"`, ` opacity="0.25"`));
+      for (const seg of segments(smoothed(s.points, smoothing), logY)) {
+        out.push(line(seg, ` data-role="smooth"`, ""));
+      }
+    }
+    if (opts.markers) {
+      for (const [x, y] of drawn[i]!.flat()) {
+        const [cx, cy] = pixelOf(scale, x, y);
         out.push(
-          `<circle data-series="${name}" cx="${px(sx(seg[0]![0]))}" cy="${
-            px(sy(seg[0]![1]))
-          }" r="2" fill="${color}"/>`,
-        );
-      } else {
-        const points = seg.map(([x, y]) => `${px(sx(x))},${px(sy(y))}`).join(" ");
-        out.push(
-          `<polyline data-series="${name}" fill="none" stroke="${color}" stroke-width="1.5" points="${points}"/>`,
+          `<circle data-series="${name}" data-role="marker" cx="${cx}" cy="${cy}" r="2.5" fill="${color}"/>`,
         );
       }
     }
@@ -231,9 +300,10 @@ function legend(series: readonly Series[], right: number): string {
   for (let i = series.length - 1; i >= 0; i--) {
     const name = series[i]!.name;
     x -= 22 + Math.ceil(6.5 * name.length);
-    const color = COLORS[i % COLORS.length];
+    const color = series[i]!.color ?? COLORS[i % COLORS.length];
+    const dash = series[i]!.dash ? ` stroke-dasharray="${escapeXml(series[i]!.dash!)}"` : "";
     out.push(
-      `<line x1="${x}" y1="14" x2="${x + 14}" y2="14" stroke="${color}" stroke-width="2"/>`,
+      `<line x1="${x}" y1="14" x2="${x + 14}" y2="14" stroke="${color}" stroke-width="2"${dash}/>`,
       `<text x="${x + 18}" y="18">${escapeXml(name)}</text>`,
     );
   }

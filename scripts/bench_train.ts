@@ -9,7 +9,7 @@
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { buildNative } from "./build_native.ts";
-import { cpuKernels } from "../ffi/cpu.ts";
+import { cpuCalls } from "../ffi/cpu.ts";
 import { fromArray, scope } from "../tensor/tensor.ts";
 import { Linear, ReLU, Sequential } from "../nn/layers.ts";
 import { GPT } from "../nn/gpt.ts";
@@ -122,7 +122,7 @@ if (import.meta.main) {
     },
   });
   buildNative({ quiet: true });
-  cpuKernels().symbols.dt_set_num_threads(1);
+  cpuCalls().dt_set_num_threads(1);
   const trials = Number(values.trials);
   const rows: string[][] = [[
     "model",

@@ -2,14 +2,14 @@
  * kill -9 reliability check of checkpoint saves: a writer process saves
  * checkpoints in a loop; each trial SIGKILLs it at a random (seeded) moment
  * and checks that the latest loadable checkpoint verifies and holds exactly
- * what its step wrote. tests/train/checkpoint_kill_test.ts runs a short version.
+ * what its step wrote. tests/train/checkpoint/kill_test.ts runs a short version.
  *
  *   deno run -A scripts/checkpoint_killtest.ts [--trials 50] [--seed 1] [--max-delay-ms 300]
  *     [--scale 16] [--dir D] [--keep]
  */
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { CheckpointManager } from "../train/checkpoint.ts";
+import { CheckpointManager } from "../train/checkpoint/manager.ts";
 import { assertHoldsPayload, payloadForStep } from "../tests/train/scripts/checkpoint_payloads.ts";
 
 const WRITER = fileURLToPath(

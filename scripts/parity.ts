@@ -28,7 +28,7 @@ if (import.meta.main) {
   }
   buildNative({ quiet: true });
   // gpu-check runs the same comparisons on the GPU with DTRAIN_DEVICE=cuda.
-  if (Deno.env.get("DTRAIN_DEVICE")) console.log(`device: ${await useDevice()}`);
+  if (Deno.env.get("DTRAIN_DEVICE")) console.log(`device: ${useDevice()}`);
   const dir = positionals[0] ?? defaultFixtureDir();
   const groups = values.only?.split(",").map((s) => s.trim()) as
     | ParityGroup[]

@@ -11,8 +11,10 @@ import { join } from "node:path";
 export const BUNDLE_ENTRIES = {
   /** the `dtrain` command: checks the extraction, then runs cli.ts */
   dtrain: "sfx/entry.ts",
-  /** the rank bootstrap, loaded with --preload */
-  rank_main: "launch/rank_main.ts",
+  /** the rank bootstrap, loaded with --preload: checks the extraction, then runs launch/rank_main.ts */
+  rank_main: "sfx/rank_entry.ts",
+  /** `dtrain check`'s probe, preloaded into a run without the launcher */
+  probe_main: "check/probe_main.ts",
   /** the library; deno.json maps "dtrain" to it */
   mod: "mod.ts",
   /** run once after unpacking: the full sha256 check */

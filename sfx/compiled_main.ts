@@ -8,8 +8,8 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensureUnpacked, type PayloadInfo } from "./unpack.ts";
-import { SFX_FILE_ENV } from "./runtime.ts";
-import { signalExitCode } from "../launch/rank_process.ts";
+import { SFX_FILE_ENV } from "../os/install_layout.ts";
+import { signalExitCode } from "../os/exit_status.ts";
 
 // Why a second runtime inside: ranks must run the user's TypeScript with
 // `deno run --preload` (the script stays the main module) and a config that

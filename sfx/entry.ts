@@ -3,14 +3,7 @@
  * extraction folder against its verification stamp, then runs `dtrain`.
  */
 import { main } from "../cli.ts";
-import { checkExtraction } from "./manifest.ts";
-import { dtrainRuntime } from "./runtime.ts";
+import { checkOwnExtractionOrExit } from "./manifest.ts";
 
-const runtime = dtrainRuntime();
-try {
-  if (runtime?.kind === "single-file") checkExtraction(runtime.root);
-} catch (e) {
-  console.error(`dtrain: ${(e as Error).message}`);
-  Deno.exit(1);
-}
+checkOwnExtractionOrExit();
 Deno.exit(await main(Deno.args));

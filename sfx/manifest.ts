@@ -7,6 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { join } from "node:path";
+import { installLayout } from "../os/install_layout.ts";
 
 /** The manifest's name inside the extraction folder. */
 export const MANIFEST_FILE = "manifest.json";
@@ -173,4 +174,21 @@ export function checkExtractedFile(root: string, rel: string): void {
 /** checkExtractedFile() for every file of the manifest. */
 export function checkExtraction(root: string): void {
   for (const file of readManifest(root).files) checkExtractedFile(root, file.path);
+}
+
+/**
+ * What the single file's entries (sfx/entry.ts, sfx/rank_entry.ts) run
+ * before anything else: when this dtrain runs from an extraction folder,
+ * checkExtraction() of it, or the reason printed and exit code 1. A checkout
+ * has nothing to check.
+ */
+export function checkOwnExtractionOrExit(): void {
+  const layout = installLayout();
+  if (layout?.kind !== "single-file") return;
+  try {
+    checkExtraction(layout.root);
+  } catch (e) {
+    console.error(`dtrain: ${(e as Error).message}`);
+    Deno.exit(1);
+  }
 }

@@ -4,7 +4,7 @@
  * training step that allocates the same shapes every time stops calling the
  * system allocator after its first step and its resident memory stays flat.
  */
-import { backend, check } from "./backend.ts";
+import { backend } from "./backend.ts";
 import { cString } from "../ffi/native.ts";
 
 /** Sizes are rounded up to 256 bytes, or to 1/8 of their power of two above 64 KiB. */
@@ -34,14 +34,16 @@ export function allocBlock(bytes: number): Block {
     cachedBytes -= capacity;
   } else {
     const b = backend();
-    const p = b.k.dt_alloc(BigInt(capacity));
+    const p = b.lib.symbols.dt_alloc(BigInt(capacity));
     if (p === null) {
       // Memory may be held in the cache: give it back and try once more.
       emptyCache();
-      const q = b.k.dt_alloc(BigInt(capacity));
+      const q = b.lib.symbols.dt_alloc(BigInt(capacity));
       if (q === null) {
         throw new Error(
-          `Cannot allocate ${capacity} bytes on ${b.device}: ${cString(b.k.dt_last_error())}`,
+          `Cannot allocate ${capacity} bytes on ${b.device}: ${
+            cString(b.lib.symbols.dt_last_error())
+          }`,
         );
       }
       ptr = q;
@@ -67,7 +69,7 @@ export function releaseBlock(block: Block): void {
 export function emptyCache(): void {
   const b = backend();
   for (const list of free.values()) {
-    for (const p of list) check(b.k.dt_free(p), "dt_free");
+    for (const p of list) b.call.dt_free(p);
   }
   free.clear();
   cachedBytes = 0;

@@ -4,9 +4,8 @@
  * sorts the nodes topologically from the loss and sweeps them in reverse,
  * accumulating leaf gradients (parameters) into `tensor.grad`.
  */
-import { backend, check } from "./backend.ts";
+import { backend } from "./backend.ts";
 import { empty, full, type Tensor } from "./tensor.ts";
-import { probing, record as recordProbe } from "../check/probe.ts";
 
 /** One recorded op: given the gradient of its output, the gradients of its inputs. */
 export interface Node {
@@ -56,21 +55,22 @@ export function record(
 /** Adds `g` into `into` (same shape): into += g. */
 export function accumulate(into: Tensor, g: Tensor): void {
   const b = backend();
-  check(
-    b.k.dt_axpy(into.ptr, g.ptr, BigInt(into.numel), 1, b.stream),
-    "dt_axpy",
-  );
+  b.call.dt_axpy(into.ptr, g.ptr, BigInt(into.numel), 1);
 }
 
 /**
- * Watches every backward pass (DDP uses it to all-reduce gradient buckets as
- * soon as they are complete, and to find parameters that got no gradient).
+ * Watches every backward pass: a hook point for tools built on the library
+ * (`dtrain check`'s probe records each loss and the parameters it saw) and
+ * for DDP (which all-reduces gradient buckets as soon as they are complete
+ * and finds parameters that got no gradient).
  */
 export interface BackwardObserver {
+  /** A pass starts from `output` (before any gradient is computed). */
+  onBackwardStart?(output: Tensor): void;
   /** A leaf's gradient for this pass is complete (called once per reached leaf). */
-  onLeafGrad(leaf: Tensor): void;
+  onLeafGrad?(leaf: Tensor): void;
   /** The pass ended; `received` holds the leaves that got a gradient. */
-  onBackwardEnd(received: ReadonlySet<Tensor>): void;
+  onBackwardEnd?(received: ReadonlySet<Tensor>): void;
 }
 
 const observers = new Set<BackwardObserver>();
@@ -100,7 +100,7 @@ export function backward(output: Tensor, opts: BackwardOptions = {}): void {
       `backward(): the tensor of shape [${output.shape}] does not require grad (no recorded op)`,
     );
   }
-  if (probing() && output.numel === 1) recordProbe({ kind: "loss", value: output.item() });
+  for (const o of observers) o.onBackwardStart?.(output);
   // Topological order of the tensors that carry nodes.
   const order: Tensor[] = [];
   const visited = new Set<Tensor>();
@@ -169,17 +169,14 @@ export function backward(output: Tensor, opts: BackwardOptions = {}): void {
       }
     }
   }
-  for (const o of observers) o.onBackwardEnd(received);
+  for (const o of observers) o.onBackwardEnd?.(received);
 }
 
 function sumOf(a: Tensor, b: Tensor): Tensor {
   const out = empty(a.shape, "f32");
   const k = backend();
   const n = BigInt(a.numel);
-  check(
-    k.k.dt_binary(0, out.ptr, a.ptr, b.ptr, n, n, 1n, k.stream),
-    "dt_binary",
-  );
+  k.call.dt_binary(0, out.ptr, a.ptr, b.ptr, n, n, 1n);
   return out;
 }
 
@@ -192,5 +189,5 @@ function countDownLeaf(
   pending.set(leaf, left);
   if (left !== 0) return;
   opts.onLeafGrad?.(leaf);
-  for (const o of observers) o.onLeafGrad(leaf);
+  for (const o of observers) o.onLeafGrad?.(leaf);
 }

@@ -1,12 +1,14 @@
 /**
  * The device a process computes on and the kernel library behind it. The CPU
  * and CUDA libraries export the same symbols (ffi/symbols.ts), so the
- * backend is just which library was opened plus the stream argument.
+ * backend is just which library was opened plus the stream argument, which
+ * its status-checked calls append.
  */
-import { cpuKernels } from "../ffi/cpu.ts";
+import { cpuCalls, cpuKernels } from "../ffi/cpu.ts";
 import type { KernelSymbols } from "../ffi/symbols.ts";
-import { DtNativeError } from "../ffi/native.ts";
+import type { KernelCalls } from "../ffi/calls.ts";
 import type { NativeLibrary } from "../ffi/native.ts";
+import { openCudaBackend } from "./cuda_backend.ts";
 
 /** Where a tensor's memory lives. */
 export type Device = "cpu" | "cuda";
@@ -14,49 +16,37 @@ export type Device = "cpu" | "cuda";
 /** An opened kernel library and the stream its calls go on. */
 export interface Backend {
   readonly device: Device;
+  /** The library; its raw `symbols` only for calls that return a value (dt_alloc, dt_last_error). */
   readonly lib: NativeLibrary<KernelSymbols>;
-  readonly k: NativeLibrary<KernelSymbols>["symbols"];
+  /**
+   * Every dt_status kernel, stream appended, throwing DtNativeError naming
+   * the symbol on failure: `backend().call.dt_scale(out, inp, n, alpha)`.
+   */
+  readonly call: KernelCalls;
   /** Stream passed as the last argument of every kernel (null on the CPU). */
   readonly stream: Deno.PointerValue;
 }
 
-let current: Backend | undefined;
-let cudaLoader: (() => Backend) | undefined;
+let cpuBackend: Backend | undefined;
 
-/** Registers how to open the CUDA backend (done by the CUDA module). */
-export function registerCudaBackend(open: () => Backend): void {
-  cudaLoader = open;
+function openCpuBackend(): Backend {
+  cpuBackend ??= { device: "cpu", lib: cpuKernels(), call: cpuCalls(), stream: null };
+  return cpuBackend;
 }
+
+let current: Backend | undefined;
 
 /** The active backend (the CPU unless setDevice("cuda") was called). */
 export function backend(): Backend {
-  if (current) return current;
-  const lib = cpuKernels();
-  current = { device: "cpu", lib, k: lib.symbols, stream: null };
+  current ??= openCpuBackend();
   return current;
 }
 
-/** Chooses the device for tensors created from now on. */
+/**
+ * Chooses the device for tensors created from now on. "cuda" opens this
+ * rank's GPU, or throws naming what is missing (`dtrain doctor` says more).
+ */
 export function setDevice(device: Device): Backend {
-  if (device === "cpu") {
-    const lib = cpuKernels();
-    current = { device: "cpu", lib, k: lib.symbols, stream: null };
-  } else {
-    if (!cudaLoader) {
-      throw new Error(
-        'Cannot use device "cuda": the CUDA backend is not available in this build (see `dtrain doctor`)',
-      );
-    }
-    current = cudaLoader();
-  }
+  current = device === "cpu" ? openCpuBackend() : openCudaBackend();
   return current;
-}
-
-/** Throws the native error text when a kernel returned a non-zero status. */
-export function check(status: number, symbol: string): void {
-  if (status !== 0) {
-    const b = backend();
-    b.lib.check(status, symbol);
-    throw new DtNativeError(b.device, symbol, status, "unknown error");
-  }
 }

@@ -1,12 +1,12 @@
 /**
  * The CUDA backend: whether this process can compute on a GPU (and, if not,
- * exactly what is missing), the choice between "auto", "cpu" and "cuda", and
- * the opening of the GPU backend — one GPU per local rank (LOCAL_RANK modulo
- * the visible GPUs; CUDA_VISIBLE_DEVICES is applied by the CUDA runtime
- * itself) with the library's compute stream. Importing this module registers
- * the backend with tensor/backend.ts.
+ * exactly what is missing), and the opening of the GPU backend — one GPU per
+ * local rank (LOCAL_RANK modulo the visible GPUs; CUDA_VISIBLE_DEVICES is
+ * applied by the CUDA runtime itself) with the library's compute stream.
+ * tensor/backend.ts opens it on setDevice("cuda").
  */
-import { type Backend, type Device, registerCudaBackend } from "./backend.ts";
+import type { Backend } from "./backend.ts";
+import { kernelCalls } from "../ffi/calls.ts";
 import { CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import { describeMissing, findCudaLibrary, type LibrarySearchOptions } from "../ffi/cuda_libs.ts";
 import { findLibrary } from "../ffi/native.ts";
@@ -131,47 +131,6 @@ export function cudaAvailability(opts?: LibrarySearchOptions): CudaAvailability 
   return cached;
 }
 
-/** What chooseDevice accepts (the --device flag). */
-export type DeviceChoice = "auto" | "cpu" | "cuda";
-
-/** Options of chooseDevice. */
-export interface ChooseDeviceOptions {
-  /** receives the one-line notice of an automatic fallback (default: console.error) */
-  notice?: (line: string) => void;
-  /** the availability to decide on (default: cudaAvailability()) */
-  availability?: CudaAvailability;
-}
-
-/**
- * Resolves a device choice: "cuda" throws when no GPU is usable, naming what
- * is missing; "auto" takes the GPU when it can and otherwise falls back to
- * the CPU with a one-line notice.
- *
- * @example
- * ```ts
- * setDevice(chooseDevice(args.device ?? "auto"));
- * ```
- */
-export function chooseDevice(choice: DeviceChoice, opts: ChooseDeviceOptions = {}): Device {
-  if (choice === "cpu") return "cpu";
-  if (choice !== "cuda" && choice !== "auto") {
-    throw new TypeError(
-      `Unknown device ${JSON.stringify(choice)}: expected "auto", "cpu" or "cuda"`,
-    );
-  }
-  const a = opts.availability ?? cudaAvailability();
-  if (a.ok) return "cuda";
-  if (choice === "cuda") {
-    throw new Error(
-      `Cannot use --device cuda: ${a.reason}. Run \`dtrain doctor\` for details, or use --device cpu.`,
-    );
-  }
-  (opts.notice ?? console.error)(
-    `dtrain: no usable GPU (${a.summary}; \`dtrain doctor\` says more); running on the CPU`,
-  );
-  return "cpu";
-}
-
 let opened: Backend | undefined;
 
 /**
@@ -193,8 +152,7 @@ export function openCudaBackend(): Backend {
   rt.setDevice(localRank % a.deviceCount); // first: everything after lives on this GPU
   rt.loadCublasLt(a.libraries.cublasLt);
   rt.allowTf32(Deno.env.get("DTRAIN_ALLOW_TF32") === "1");
-  opened = { device: "cuda", lib, k: lib.symbols, stream: rt.computeStream() };
+  const stream = rt.computeStream();
+  opened = { device: "cuda", lib, call: kernelCalls(lib, stream), stream };
   return opened;
 }
-
-registerCudaBackend(openCudaBackend);

@@ -4,10 +4,19 @@
  * NVIDIA device node is answered in microseconds; only where a GPU may exist
  * are the CUDA libraries searched (tensor/cuda_backend.ts).
  */
-import type { Device } from "./backend.ts";
+import { type Device, setDevice } from "./backend.ts";
+import { type CudaAvailability, cudaAvailability } from "./cuda_backend.ts";
 
-/** What a user may ask for. */
+/** What a user may ask for (the --device flag). */
 export type DeviceRequest = "auto" | "cpu" | "cuda";
+
+/** Options of resolveDevice. */
+export interface ResolveDeviceOptions {
+  /** receives the one-line notice of an automatic fallback (default: console.error) */
+  notice?: (line: string) => void;
+  /** the availability to decide on (default: this machine's, searched on first need) */
+  availability?: CudaAvailability;
+}
 
 /** True when this machine has the NVIDIA driver's control device. */
 function nvidiaDeviceNode(): boolean {
@@ -20,25 +29,36 @@ function nvidiaDeviceNode(): boolean {
 }
 
 /**
- * Resolves a request to a device; "cuda" that cannot work throws saying what
- * is missing, "auto" falls back to the CPU and calls `notice` once with why.
+ * Resolves a request to a device: "cuda" that cannot work throws naming what
+ * is missing; "auto" takes the GPU when it can and otherwise falls back to
+ * the CPU, calling `notice` once with why.
+ *
+ * @example
+ * ```ts
+ * const device = resolveDevice(args.device ?? "auto", { notice: (l) => log.info(l) });
+ * ```
  */
-export async function resolveDevice(
-  request: string,
-  notice: (line: string) => void = console.error,
-): Promise<Device> {
+export function resolveDevice(request: string, opts: ResolveDeviceOptions = {}): Device {
   if (request === "cpu") return "cpu";
   if (request !== "auto" && request !== "cuda") {
     throw new TypeError(
       `Unknown device ${JSON.stringify(request)}: expected "auto", "cpu" or "cuda"`,
     );
   }
-  if (request === "auto" && !nvidiaDeviceNode()) {
+  const notice = opts.notice ?? console.error;
+  if (!opts.availability && request === "auto" && !nvidiaDeviceNode()) {
     notice("dtrain: no NVIDIA GPU on this machine (/dev/nvidiactl is absent); running on the CPU");
     return "cpu";
   }
-  const { chooseDevice } = await import("./cuda_backend.ts");
-  return chooseDevice(request, { notice });
+  const a = opts.availability ?? cudaAvailability();
+  if (a.ok) return "cuda";
+  if (request === "cuda") {
+    throw new Error(
+      `Cannot use --device cuda: ${a.reason}. Run \`dtrain doctor\` for details, or use --device cpu.`,
+    );
+  }
+  notice(`dtrain: no usable GPU (${a.summary}; \`dtrain doctor\` says more); running on the CPU`);
+  return "cpu";
 }
 
 /**
@@ -46,14 +66,8 @@ export async function resolveDevice(
  * sets from --device, else "auto") the one tensors are created on from now
  * on; call it before building the model. Returns the device chosen.
  */
-export async function useDevice(
-  request = Deno.env.get("DTRAIN_DEVICE") ?? "auto",
-): Promise<Device> {
-  const device = await resolveDevice(request);
-  if (device === "cuda") {
-    await import("./cuda_backend.ts"); // registers the CUDA backend
-    const { setDevice } = await import("./backend.ts");
-    setDevice("cuda");
-  }
+export function useDevice(request = Deno.env.get("DTRAIN_DEVICE") ?? "auto"): Device {
+  const device = resolveDevice(request);
+  if (device === "cuda") setDevice("cuda");
   return device;
 }

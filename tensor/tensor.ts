@@ -5,7 +5,7 @@
  * TypeScript never touches the elements: reads and writes copy through the
  * backend's dt_memcpy.
  */
-import { backend, check, type Device } from "./backend.ts";
+import { backend, type Device } from "./backend.ts";
 import { allocBlock, type Block, releaseBlock } from "./allocator.ts";
 import { type DType, DTYPE_CODE, DTYPE_SIZE } from "./dtype.ts";
 import type { Node } from "./autograd.ts";
@@ -147,17 +147,8 @@ export class Tensor {
       : new Uint8Array(this.numel);
     if (this.numel > 0) {
       const b = backend();
-      check(
-        b.k.dt_memcpy(
-          Deno.UnsafePointer.of(out),
-          this.ptr,
-          BigInt(this.bytes),
-          2,
-          b.stream,
-        ),
-        "dt_memcpy",
-      );
-      check(b.k.dt_synchronize(b.stream), "dt_synchronize");
+      b.call.dt_memcpy(Deno.UnsafePointer.of(out), this.ptr, BigInt(this.bytes), 2);
+      b.call.dt_synchronize();
     }
     return out;
   }
@@ -168,17 +159,8 @@ export class Tensor {
     const out = new Uint8Array(this.bytes);
     if (out.length > 0) {
       const b = backend();
-      check(
-        b.k.dt_memcpy(
-          Deno.UnsafePointer.of(out),
-          this.ptr,
-          BigInt(this.bytes),
-          2,
-          b.stream,
-        ),
-        "dt_memcpy",
-      );
-      check(b.k.dt_synchronize(b.stream), "dt_synchronize");
+      b.call.dt_memcpy(Deno.UnsafePointer.of(out), this.ptr, BigInt(this.bytes), 2);
+      b.call.dt_synchronize();
     }
     return out;
   }
@@ -205,11 +187,8 @@ export class Tensor {
     if (this.bytes > 0) {
       const b = backend();
       const src = Deno.UnsafePointer.of(data as unknown as BufferSource);
-      check(
-        b.k.dt_memcpy(this.ptr, src, BigInt(this.bytes), 1, b.stream),
-        "dt_memcpy",
-      );
-      check(b.k.dt_synchronize(b.stream), "dt_synchronize");
+      b.call.dt_memcpy(this.ptr, src, BigInt(this.bytes), 1);
+      b.call.dt_synchronize();
     }
     return this;
   }
@@ -223,10 +202,7 @@ export class Tensor {
       );
     }
     const b = backend();
-    check(
-      b.k.dt_memcpy(this.ptr, src.ptr, BigInt(this.bytes), 3, b.stream),
-      "dt_memcpy",
-    );
+    b.call.dt_memcpy(this.ptr, src.ptr, BigInt(this.bytes), 3);
     return this;
   }
 
@@ -234,16 +210,7 @@ export class Tensor {
   fill(value: number): this {
     this.assertLive("fill");
     const b = backend();
-    check(
-      b.k.dt_fill(
-        this.ptr,
-        DTYPE_CODE[this.dtype],
-        BigInt(this.numel),
-        value,
-        b.stream,
-      ),
-      "dt_fill",
-    );
+    b.call.dt_fill(this.ptr, DTYPE_CODE[this.dtype], BigInt(this.numel), value);
     return this;
   }
 
@@ -317,17 +284,7 @@ export function fromArray(
 export function castTensor(t: Tensor, dtype: DType): Tensor {
   const out = empty(t.shape, dtype);
   const b = backend();
-  check(
-    b.k.dt_cast(
-      out.ptr,
-      DTYPE_CODE[dtype],
-      t.ptr,
-      DTYPE_CODE[t.dtype],
-      BigInt(t.numel),
-      b.stream,
-    ),
-    "dt_cast",
-  );
+  b.call.dt_cast(out.ptr, DTYPE_CODE[dtype], t.ptr, DTYPE_CODE[t.dtype], BigInt(t.numel));
   return out;
 }
 

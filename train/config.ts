@@ -1,21 +1,23 @@
 /**
  * The training configuration: one typed object in plain sections, every
  * field with a default and a one-line doc, validated with zod so that a bad
- * value is an error naming the field, the value and what is allowed.
+ * value is an error naming the field, the value and what is allowed. Every
+ * section is strict: a misspelled key is an error, never silently ignored.
  */
 import { z } from "zod";
+import { describeConfigIssues } from "./config_errors.ts";
 
 const positiveInt = z.number().int().positive();
 
 /** Schema of the training configuration (see TrainConfig for the docs). */
-export const TrainConfigSchema = z.object({
+export const TrainConfigSchema = z.strictObject({
   /** Passes over the training data. */
   epochs: positiveInt.default(1),
   /** Stop after this many optimizer steps in total (null: run every epoch). */
   maxSteps: positiveInt.nullable().default(null),
   /** Seed of parameter init (manualSeed), data order and dropout. */
   seed: z.number().int().min(0).default(0),
-  data: z.object({
+  data: z.strictObject({
     /** Samples per optimizer step over all ranks and micro-batches. */
     globalBatchSize: positiveInt.default(64),
     /** Micro-batches accumulated per optimizer step (noSync on all but the last). */
@@ -27,7 +29,7 @@ export const TrainConfigSchema = z.object({
     /** Batches prepared ahead in the background. */
     prefetch: z.number().int().min(0).default(2),
   }).prefault({}),
-  optim: z.object({
+  optim: z.strictObject({
     /** "adamw" or "sgd". */
     name: z.enum(["adamw", "sgd"]).default("adamw"),
     /** Peak learning rate. */
@@ -43,7 +45,7 @@ export const TrainConfigSchema = z.object({
     /** SGD Nesterov momentum. */
     nesterov: z.boolean().default(false),
   }).prefault({}),
-  schedule: z.object({
+  schedule: z.strictObject({
     /** "constant", "cosine" (linear warmup then cosine decay) or "step". */
     kind: z.enum(["constant", "cosine", "step"]).default("constant"),
     /** Warmup steps of the cosine schedule. */
@@ -55,7 +57,7 @@ export const TrainConfigSchema = z.object({
     /** Decay factor of the step schedule. */
     gamma: z.number().positive().default(0.1),
   }).prefault({}),
-  precision: z.object({
+  precision: z.strictObject({
     /** Low precision of matmul-class ops under autocast ("f32": autocast off). */
     autocast: z.enum(["f32", "bf16", "f16"]).default("f32"),
     /** Dynamic loss scaling (default: on for f16 only). */
@@ -63,7 +65,7 @@ export const TrainConfigSchema = z.object({
   }).prefault({}),
   /** Clip the global gradient L2 norm to this value (null: no clipping). */
   clipGradNorm: z.number().positive().nullable().default(null),
-  checkpoint: z.object({
+  checkpoint: z.strictObject({
     /** Folder of checkpoints (null: <run dir>/checkpoints, or none outside a run). */
     dir: z.string().nullable().default(null),
     /** Save every N optimizer steps (null: only at epoch ends). */
@@ -77,7 +79,7 @@ export const TrainConfigSchema = z.object({
     /** "auto": continue from the latest good checkpoint when there is one; "never"; or a checkpoint path. */
     resume: z.string().default("auto"),
   }).prefault({}),
-  ddp: z.object({
+  ddp: z.strictObject({
     /** Gradient bucket size in MiB. */
     bucketCapMb: z.number().positive().default(25),
     /** Allow parameters without a gradient in a step. */
@@ -85,7 +87,7 @@ export const TrainConfigSchema = z.object({
   }).prefault({}),
   /** Print a progress line every N steps (rank 0). */
   logEvery: positiveInt.default(10),
-}).strict();
+});
 
 /** The validated configuration with every default filled in. */
 export type TrainConfig = z.infer<typeof TrainConfigSchema>;
@@ -94,33 +96,16 @@ export type TrainConfigInput = z.input<typeof TrainConfigSchema>;
 
 /**
  * Validates a configuration and fills defaults. Errors name each bad field
- * with its value and what is allowed, e.g.
- * `Invalid training config: optim.lr = -1: Too small: expected number to be >0`.
+ * by its full path with its value and what is allowed, and each unknown one
+ * with the nearest valid field, e.g. `Invalid training config: optim.lr = -1:
+ * Too small: expected number to be >0; optim.learningRate is not a field;
+ * did you mean optim.lr?`.
  */
 export function resolveConfig(input: unknown): TrainConfig {
   const r = TrainConfigSchema.safeParse(input ?? {});
   if (r.success) return r.data;
-  const lines = r.error.issues.map((iss) => {
-    const path = iss.path.join(".") || "(root)";
-    if (iss.code === "unrecognized_keys") {
-      return `${path === "(root)" ? "" : path + ": "}unknown field(s) ${
-        iss.keys.map((k) => JSON.stringify(k)).join(", ")
-      }`;
-    }
-    const value = valueAt(input, iss.path);
-    const shown = value === undefined ? "" : ` = ${JSON.stringify(value)}`;
-    return `${path}${shown}: ${iss.message}`;
-  });
+  const lines = describeConfigIssues(TrainConfigSchema, input, r.error.issues);
   throw new TypeError(`Invalid training config: ${lines.join("; ")}`);
-}
-
-function valueAt(obj: unknown, path: readonly PropertyKey[]): unknown {
-  let v: unknown = obj;
-  for (const k of path) {
-    if (v === null || typeof v !== "object") return undefined;
-    v = (v as Record<PropertyKey, unknown>)[k];
-  }
-  return v;
 }
 
 /** Per-rank micro-batch size; throws unless the global batch splits evenly. */

@@ -1,8 +1,9 @@
 /**
  * The Trainer: owns the loop of a (distributed) training run. Each epoch it
  * calls setEpoch; each optimizer step it runs k micro-batches (forward under
- * autocast, scaled loss, backward, noSync on all but the last), unscales,
- * clips to a global norm, steps the optimizer unless gradients hold inf/NaN,
+ * autocast, scaled loss, backward; DDP's gradient sync starts in the last
+ * one's backward), waits for the gradient sync, unscales, clips to a global
+ * norm, steps the optimizer unless gradients hold inf/NaN,
  * updates the scaler and the schedule, logs, and checkpoints on rank 0. It
  * resumes from the latest good checkpoint, also on another world size, and
  * stops cleanly on SIGTERM/SIGINT after the current step with a checkpoint.
@@ -27,10 +28,10 @@ import { ResumableSampler } from "../data/resumable_sampler.ts";
 import { initProcessGroup, type ProcessGroup } from "../distributed/process_group.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
-import { phase } from "../distributed/phase.ts";
-import { getWorld } from "../distributed/env.ts";
+import { phase } from "../distributed/control/phase.ts";
+import { getWorld } from "../distributed/control/env.ts";
 import { manualSeed } from "../nn/init.ts";
-import { CheckpointManager } from "./checkpoint.ts";
+import { CheckpointManager, type LoadedCheckpoint } from "./checkpoint/manager.ts";
 import {
   microBatchSize,
   resolveConfig,
@@ -38,9 +39,9 @@ import {
   type TrainConfigInput,
 } from "./config.ts";
 import { MetricsLogger } from "./metrics.ts";
-import { appendDataOrder, orderDigest, writeConfigRecord } from "../run/record.ts";
+import { checkTrainState } from "./state_schema.ts";
+import { appendDataOrder, orderDigest } from "../run/record.ts";
 import {
-  asTrainState,
   captureRng,
   modelFile,
   optimizerFile,
@@ -50,7 +51,23 @@ import {
 } from "./state.ts";
 import { join } from "node:path";
 import { stateTensor } from "../nn/load.ts";
-import { checkOverrides } from "../check/probe.ts";
+
+/**
+ * Called with every Trainer's resolved config, before the Trainer uses it: a
+ * hook point for tools that run a user's script under other settings
+ * (`dtrain check` stops after K steps, checkpoints every step, and turns
+ * autocast, loss scaling and clipping off). What a hook changes is what the
+ * run records in config.json.
+ */
+export type TrainerConfigHook = (config: TrainConfig) => void;
+
+const configHooks = new Set<TrainerConfigHook>();
+
+/** Adds a hook to every Trainer's config; returns the function that removes it. */
+export function addTrainerConfigHook(hook: TrainerConfigHook): () => void {
+  configHooks.add(hook);
+  return () => configHooks.delete(hook);
+}
 
 /** What the user supplies to a Trainer. */
 export interface TrainerOptions<M extends Module> {
@@ -114,9 +131,7 @@ export class Trainer<M extends Module> {
     this.#opts = opts;
     this.config = resolveConfig(opts.config ?? {});
     const cfg = this.config;
-    const check = checkOverrides();
-    if (check.maxSteps !== null) cfg.maxSteps = Math.min(cfg.maxSteps ?? Infinity, check.maxSteps);
-    if (check.checkpointEvery !== null) cfg.checkpoint.everySteps = check.checkpointEvery;
+    for (const hook of configHooks) hook(cfg);
     const world = getWorld();
     this.pg = opts.processGroup ?? initProcessGroup();
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;
@@ -228,15 +243,16 @@ export class Trainer<M extends Module> {
       preempted: false,
     };
     result.resumedFrom = this.#resume(log);
-    if (this.pg.rank === 0 && this.runDir) {
-      writeConfigRecord(this.runDir, {
+    log.begin({
+      config: {
         config: cfg,
         seed: cfg.seed,
         worldSize: this.pg.size,
         device: backend().device,
         processGroup: this.pg.backend,
-      });
-    }
+      },
+      step: this.#step,
+    });
     const k = cfg.data.gradAccumulation;
     const params = this.model.parameters();
     const tokens = this.#opts.tokensPerSample ?? null;
@@ -268,6 +284,7 @@ export class Trainer<M extends Module> {
         const samples = micro.reduce((a, b) => a + b[0]!.shape[0]!, 0);
         for (const b of micro) for (const t of b) t.dispose();
         micro = [];
+        this.ddp?.finishGradSync(); // every gradient bucket averaged over ranks
         const norm = this.#clipAndStep(params);
         this.#step++;
         this.#consumed += samples * this.pg.size;
@@ -295,6 +312,7 @@ export class Trainer<M extends Module> {
           dataWaitMs: waitMs,
           memBytes: mem.liveBytes + mem.cachedBytes,
           stepMsByRank: byRank,
+          samples: samples * this.pg.size,
         });
         result.losses.push(loss);
         epochLossSum += loss;
@@ -331,11 +349,12 @@ export class Trainer<M extends Module> {
         phase("evaluate");
         const ev = this.#opts.evaluate(this.model, epoch);
         result.evaluations.push(ev);
-        log.print(
-          `epoch ${epoch}: ${
-            Object.entries(ev).map(([n, v]) => `${n} ${v.toFixed(4)}`).join(", ")
-          }`,
-        );
+        log.logEval({
+          step: this.#step,
+          epoch,
+          attempt: Number(Deno.env.get("DTRAIN_RESTART_COUNT") ?? 0),
+          metrics: ev,
+        });
       }
       const last = this.#step >= this.totalSteps;
       if ((cfg.checkpoint.everyEpoch && exhausted) || last) this.#save();
@@ -353,23 +372,29 @@ export class Trainer<M extends Module> {
     return [...all];
   }
 
-  /** Forward and backward of k micro-batches; returns the step's loss (mean of micro-batch losses). */
+  /**
+   * Forward and backward of k micro-batches; returns the step's loss (mean
+   * of micro-batch losses). Under DDP the last backward starts the gradient
+   * sync (each bucket's allReduce as its gradients complete); the ones
+   * before accumulate locally.
+   */
   #forwardBackward(micro: Tensor[][]): number {
     const k = micro.length;
     const low = this.config.precision.autocast;
+    const ddp = this.ddp;
     let total = 0;
-    micro.forEach((batch, i) => {
-      const run = () =>
-        scope(() => {
-          phase("forward", { frequent: true });
-          const loss = autocast(low, () => this.#opts.loss(this.model, batch));
-          total += loss.item() / k;
-          phase("backward", { frequent: true });
-          backward(this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss));
-        });
-      if (this.ddp && i < k - 1) this.ddp.noSync(run);
-      else run();
-    });
+    micro.forEach((batch, i) =>
+      scope(() => {
+        phase("forward", { frequent: true });
+        const loss = autocast(low, () => this.#opts.loss(this.model, batch));
+        total += loss.item() / k;
+        phase("backward", { frequent: true });
+        const scaled = this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss);
+        if (!ddp) backward(scaled);
+        else if (i === k - 1) ddp.backward(scaled);
+        else ddp.noSync(() => ddp.backward(scaled));
+      })
+    );
     return total;
   }
 
@@ -420,22 +445,38 @@ export class Trainer<M extends Module> {
   #resume(log: MetricsLogger): number | null {
     const mode = this.config.checkpoint.resume;
     if (mode === "never") return null;
-    let loaded;
+    // Checked before anything is loaded; under "auto" a bad state counts as a corrupt checkpoint.
+    const check = (loaded: LoadedCheckpoint) => {
+      const st = checkTrainState(loaded.state, {
+        datasetLength: this.#opts.data.length,
+        dropLast: this.config.data.dropLast,
+      });
+      for (const name of ["model", "optimizer"]) {
+        if (!loaded.files.has(name)) {
+          throw new Error(`a training checkpoint needs a ${name} file, and it has none`);
+        }
+      }
+      return st;
+    };
+    let loaded: LoadedCheckpoint;
     if (mode === "auto") {
       if (!this.checkpoints) return null;
-      loaded = this.checkpoints.loadLatest();
-      if (!loaded) return null;
+      const latest = this.checkpoints.loadLatest({ accept: check });
+      if (!latest) return null;
+      loaded = latest;
       for (const s of loaded.skipped) log.print(`skipped checkpoint ${s.dir}: ${s.reason}`);
     } else {
       loaded = (this.checkpoints ?? new CheckpointManager(mode, { rank: this.pg.rank })).load(mode);
+      try {
+        check(loaded);
+      } catch (e) {
+        throw new Error(`Cannot resume from ${loaded.dir}: ${(e as Error).message}`, { cause: e });
+      }
     }
     phase("checkpoint load");
-    const st = asTrainState(loaded.state, join(loaded.dir, "state.json"));
-    const model = loaded.files.get("model");
-    const opt = loaded.files.get("optimizer");
-    if (!model || !opt) {
-      throw new Error(`${loaded.dir}: a training checkpoint needs model and optimizer files`);
-    }
+    const st = check(loaded);
+    const model = loaded.files.get("model")!;
+    const opt = loaded.files.get("optimizer")!;
     this.model.loadStateDict(new Map([...model.tensors].map(([k, t]) => [k, stateTensor(t)])));
     restoreOptimizer(this.optimizer, opt);
     this.schedule.loadStateDict(st.schedule);

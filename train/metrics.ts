@@ -1,39 +1,84 @@
 /**
- * Rank 0's step log: one JSON line per optimizer step appended to
- * metrics.jsonl in the run directory (the format of docs/RUN_DIR.md), and on
- * a terminal a progress line with rate and ETA, plain lines otherwise.
+ * Rank 0's run log: the config (config.json), one line per optimizer step
+ * and one per evaluation in metrics.jsonl (docs/RUN_DIR.md), the same as
+ * TensorBoard events in tb/ (train/tensorboard.ts), and on a terminal a
+ * progress line with rate and ETA, plain lines otherwise.
  */
-import { appendMetrics } from "../run/record.ts";
-import type { MetricsRecord } from "../run/format.ts";
+import { appendEval, appendMetrics, writeConfigRecord } from "../run/record.ts";
+import type { ConfigRecord, EvalRecord, MetricsRecord } from "../run/format.ts";
+import { TensorBoardLog } from "./tensorboard.ts";
 
 /** One optimizer step as metrics.jsonl records it (docs/RUN_DIR.md). */
 export type StepMetrics = MetricsRecord;
 
-/** Writes the step log; a null run directory keeps only the console output. */
+/** One evaluation as metrics.jsonl records it, without its `kind`. */
+export type EvalMetrics = Omit<EvalRecord, "kind">;
+
+/** Options of MetricsLogger. */
+export interface MetricsLoggerOptions {
+  /** print a progress line every this many steps */
+  logEvery: number;
+  /** false on every rank but 0: the logger then does nothing */
+  enabled: boolean;
+  /** for the ETA; null when unknown */
+  totalSteps: number | null;
+  /** write TensorBoard event files in <runDir>/tb (default true) */
+  tensorboard?: boolean;
+}
+
+/**
+ * Writes the run log; a null run directory keeps only the console output.
+ *
+ * @example
+ * ```ts
+ * const log = new MetricsLogger(runDir, { logEvery: 10, enabled: rank === 0, totalSteps: 500 });
+ * log.begin({ config: { config: cfg, seed: 1, worldSize: 2, device: "cpu" }, step: 0 });
+ * log.log({ step: 1, epoch: 0, attempt: 0, loss: 2.3, lr: 1e-3, … });
+ * log.logEval({ step: 100, epoch: 0, attempt: 0, metrics: { accuracy: 0.81 } });
+ * log.close();
+ * ```
+ */
 export class MetricsLogger {
   readonly #runDir: string | null;
+  readonly #tb: TensorBoardLog | null;
   readonly #tty: boolean;
   readonly #every: number;
   readonly #encoder = new TextEncoder();
   #lastLine = "";
 
-  constructor(
-    runDir: string | null,
-    opts: { logEvery: number; enabled: boolean; totalSteps: number | null },
-  ) {
+  constructor(runDir: string | null, opts: MetricsLoggerOptions) {
     this.#every = opts.logEvery;
     this.totalSteps = opts.totalSteps;
     this.#tty = opts.enabled && Deno.stdout.isTerminal();
     this.enabled = opts.enabled;
     this.#runDir = opts.enabled ? runDir : null;
+    this.#tb = this.#runDir && (opts.tensorboard ?? true) ? new TensorBoardLog(this.#runDir) : null;
   }
   readonly enabled: boolean;
   totalSteps: number | null;
+
+  /** The TensorBoard event file being written, or null (none yet, disabled, or off after an error). */
+  get tensorboardFile(): string | null {
+    return this.#tb?.path ?? null;
+  }
+
+  /**
+   * Starts an attempt that continues after `step` completed steps (0 for a
+   * fresh run): writes config.json (once per run; a restart keeps the first)
+   * and tells TensorBoard that what an earlier attempt logged past `step` is
+   * superseded, and what the config is.
+   */
+  begin(start: { config: ConfigRecord | null; step: number }): void {
+    if (!this.#runDir) return;
+    if (start.config) writeConfigRecord(this.#runDir, start.config);
+    this.#tb?.begin(start.step, start.config);
+  }
 
   /** Appends one step; prints progress every logEvery steps. */
   log(m: StepMetrics): void {
     if (!this.enabled) return;
     if (this.#runDir) appendMetrics(this.#runDir, m);
+    this.#tb?.step(m);
     if (m.step % this.#every !== 0 && m.step !== this.totalSteps) return;
     const eta = this.totalSteps ? ((this.totalSteps - m.step) * m.stepMs) / 1000 : null;
     const parts = [
@@ -58,6 +103,21 @@ export class MetricsLogger {
     }
   }
 
+  /**
+   * Records an evaluation (metrics.jsonl and TensorBoard's `eval/<name>`)
+   * and prints its values. Names must be printable text of at most 200
+   * characters; values may be non-finite. An evaluation without metrics
+   * records nothing.
+   */
+  logEval(e: EvalMetrics): void {
+    if (!this.enabled || Object.keys(e.metrics).length === 0) return;
+    const record: EvalRecord = { kind: "eval", ...e };
+    if (this.#runDir) appendEval(this.#runDir, record);
+    this.#tb?.eval(record);
+    const values = Object.entries(e.metrics).map(([n, v]) => `${n} ${v.toFixed(4)}`);
+    this.print(`epoch ${e.epoch}: ${values.join(", ")}`);
+  }
+
   /** Prints a line of its own (ends a progress line first). */
   print(line: string): void {
     if (!this.enabled) return;
@@ -68,7 +128,9 @@ export class MetricsLogger {
     console.log(line);
   }
 
+  /** Ends the progress line and closes the TensorBoard file. */
   close(): void {
+    this.#tb?.close();
     if (this.#tty && this.#lastLine) Deno.stdout.writeSync(this.#encoder.encode("\n"));
   }
 }

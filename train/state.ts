@@ -16,7 +16,7 @@ import { getDefaultGenerator } from "../nn/init.ts";
 import { fromStTensor, toStTensor } from "../tensor/st_bridge.ts";
 import { scope, type Tensor } from "../tensor/tensor.ts";
 import type { ResumePoint } from "../data/resumable_sampler.ts";
-import type { CheckpointFile } from "./checkpoint.ts";
+import type { CheckpointFile } from "./checkpoint/manager.ts";
 import type { TrainConfig } from "./config.ts";
 
 /** One rank's random state: the default generator and every Dropout's mask position. */
@@ -138,16 +138,4 @@ export function trainState(parts: {
     worldSize: parts.worldSize,
     runId: parts.runId,
   };
-}
-
-/** Checks that a loaded JSON state has the fields this version reads. */
-export function asTrainState(v: Record<string, unknown>, where: string): TrainState {
-  const s = v as unknown as TrainState;
-  const ok = s.format === "dtrain.train-state/1" && Number.isSafeInteger(s.epoch) &&
-    Number.isSafeInteger(s.step) &&
-    s.data && Number.isSafeInteger(s.data.consumed) && Array.isArray(s.rng) && s.rng.length > 0;
-  if (!ok) {
-    throw new Error(`${where}: not a dtrain training state (format ${JSON.stringify(s.format)})`);
-  }
-  return s;
 }

@@ -6,7 +6,6 @@
  */
 import {
   AdamW,
-  backward,
   crossEntropy,
   DataLoader,
   DistributedDataParallel,
@@ -49,7 +48,8 @@ try {
     for await (const { tensors: [x, y] } of loader) {
       scope(() => {
         optimizer.zeroGrad();
-        backward(crossEntropy(ddp.forward(x!), y!));
+        ddp.backward(crossEntropy(ddp.forward(x!), y!));
+        ddp.finishGradSync();
         optimizer.step();
       });
       x!.dispose();

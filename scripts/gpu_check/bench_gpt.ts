@@ -11,7 +11,6 @@
  * `--device cpu --tiny` (2 layers, width 64, 32 tokens) checks the script itself without a GPU.
  */
 import { parseArgs } from "node:util";
-import "../../tensor/cuda_backend.ts"; // registers the CUDA backend
 import { setDevice } from "../../tensor/backend.ts";
 import { GPT } from "../../nn/gpt.ts";
 import { manualSeed } from "../../nn/init.ts";

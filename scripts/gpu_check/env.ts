@@ -23,7 +23,7 @@ const rt = new CudaRuntime(cudaKernels());
 const cublasLt = rt.loadCublasLt(a.libraries.cublasLt);
 const info = rt.deviceInfo(0);
 const mem = rt.memInfo();
-console.log(`backend   ${cString(b.k.dt_backend_name())}`);
+console.log(`backend   ${cString(b.lib.symbols.dt_backend_name())}`);
 console.log(
   `GPU 0     ${info.name}, sm_${info.capability.join("")}, ${info.multiprocessors} SMs, ` +
     `${(info.totalBytes / 2 ** 30).toFixed(1)} GiB (${

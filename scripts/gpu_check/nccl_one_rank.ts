@@ -2,7 +2,7 @@
  * gpu-check step 4a: the NCCL process group in a world of one GPU rank, end
  * to end: the communicator starts (the unique id passed by value), every
  * collective runs on the communication stream on device memory and on host
- * arrays (staged), allReduceAsync overlaps a kernel on the compute stream, a
+ * arrays (staged), allReduceStart overlaps a kernel on the compute stream, a
  * bad call aborts the group, and close() releases it. Exits 1 on a failure.
  *
  *   deno run -A scripts/gpu_check/nccl_one_rank.ts
@@ -12,7 +12,8 @@ import { cString } from "../../ffi/native.ts";
 import { openCudaBackend } from "../../tensor/cuda_backend.ts";
 
 const b = openCudaBackend();
-const k = b.k;
+const k = b.lib.symbols;
+const call = b.call;
 const results: [string, boolean, string][] = [];
 function check(name: string, fn: () => string | void): void {
   try {
@@ -26,16 +27,13 @@ function check(name: string, fn: () => string | void): void {
 function toDevice(a: Float32Array): Deno.PointerObject {
   const p = k.dt_alloc(BigInt(a.byteLength));
   if (!p) throw new Error(`dt_alloc: ${cString(k.dt_last_error())}`);
-  b.lib.check(
-    k.dt_memcpy(p, Deno.UnsafePointer.of(a), BigInt(a.byteLength), 1, b.stream),
-    "dt_memcpy",
-  );
+  call.dt_memcpy(p, Deno.UnsafePointer.of(a), BigInt(a.byteLength), 1);
   return p;
 }
 
 function fromDevice(p: Deno.PointerObject, n: number): Float32Array {
   const out = new Float32Array(n);
-  b.lib.check(k.dt_memcpy(Deno.UnsafePointer.of(out), p, BigInt(n * 4), 2, b.stream), "dt_memcpy");
+  call.dt_memcpy(Deno.UnsafePointer.of(out), p, BigInt(n * 4), 2);
   return out;
 }
 
@@ -65,7 +63,7 @@ check("allReduce sum/avg/max/min on device memory", () => {
     }
     same(fromDevice(d, n), x, "allReduce of one rank");
   } finally {
-    k.dt_free(d);
+    call.dt_free(d);
   }
 });
 check("allReduce on a host array (staged through the GPU)", () => {
@@ -79,30 +77,30 @@ check("broadcast, allGather, reduceScatter, barrier", () => {
     pg.broadcast({ ptr: d, count: n, dtype: "f32" }, 0);
     pg.allGather({ ptr: o, count: n, dtype: "f32" }, { ptr: d, count: n, dtype: "f32" });
     same(fromDevice(o, n), x, "allGather");
-    b.lib.check(k.dt_fill(o, 0, BigInt(n), 0, b.stream), "dt_fill");
+    call.dt_fill(o, 0, BigInt(n), 0);
     pg.reduceScatter({ ptr: o, count: n, dtype: "f32" }, { ptr: d, count: n, dtype: "f32" }, "sum");
     same(fromDevice(o, n), x, "reduceScatter");
     pg.barrier("gpu-check");
   } finally {
-    k.dt_free(d);
-    k.dt_free(o);
+    call.dt_free(d);
+    call.dt_free(o);
   }
 });
-check("allReduceAsync overlaps a compute-stream kernel, wait() orders them", () => {
+check("allReduceStart overlaps a compute-stream kernel, wait() orders them", () => {
   const d = toDevice(x), other = toDevice(x);
   try {
-    const work = pg.allReduceAsync({ ptr: d, count: n, dtype: "f32" }, "sum");
-    b.lib.check(k.dt_scale(other, other, BigInt(n), 2, b.stream), "dt_scale"); // runs meanwhile
+    const work = pg.allReduceStart({ ptr: d, count: n, dtype: "f32" }, "sum");
+    call.dt_scale(other, other, BigInt(n), 2); // runs meanwhile
     work.wait();
-    b.lib.check(k.dt_axpy(other, d, BigInt(n), 1, b.stream), "dt_axpy"); // sees the reduced d
+    call.dt_axpy(other, d, BigInt(n), 1); // sees the reduced d
     same(
       fromDevice(other, n),
       Float32Array.from(x, (v) => Math.fround(Math.fround(2 * v) + v)),
       "after wait",
     );
   } finally {
-    k.dt_free(d);
-    k.dt_free(other);
+    call.dt_free(d);
+    call.dt_free(other);
   }
 });
 check("a bad call fails the group; later calls fail at once", () => {

@@ -2,7 +2,7 @@
  * Elementwise ops with autograd: add/sub/mul with bias-style broadcasting,
  * scale, relu, gelu (tanh approximation), dropout (seeded) and cast.
  */
-import { backend, check } from "../backend.ts";
+import { backend } from "../backend.ts";
 import { castTensor, empty, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { asF32, requireFloat } from "./_util.ts";
@@ -56,19 +56,7 @@ function binary(op: keyof typeof OP, a0: Tensor, b0: Tensor): Tensor {
   const out = empty(a.shape, "f32");
   const k = backend();
   const n = BigInt(a.numel);
-  check(
-    k.k.dt_binary(
-      OP[op],
-      out.ptr,
-      a.ptr,
-      b.ptr,
-      n,
-      BigInt(bn),
-      BigInt(inner),
-      k.stream,
-    ),
-    "dt_binary",
-  );
+  k.call.dt_binary(OP[op], out.ptr, a.ptr, b.ptr, n, BigInt(bn), BigInt(inner));
   if (needsGrad(a, b)) {
     const A = a, B = b;
     record(out, op, swapped ? [B, A] : [A, B], (g) => {
@@ -81,34 +69,16 @@ function binary(op: keyof typeof OP, a0: Tensor, b0: Tensor): Tensor {
         if (B.requiresGrad) {
           const r = reduceTo(g, B, bn, inner);
           gb = empty(r.shape, "f32");
-          check(
-            k.k.dt_scale(gb.ptr, r.ptr, BigInt(r.numel), -1, k.stream),
-            "dt_scale",
-          );
+          k.call.dt_scale(gb.ptr, r.ptr, BigInt(r.numel), -1);
         }
       } else if (op === "mul") {
         if (A.requiresGrad) {
           ga = empty(A.shape, "f32");
-          check(
-            k.k.dt_binary(
-              OP.mul,
-              ga.ptr,
-              g.ptr,
-              B.ptr,
-              n,
-              BigInt(bn),
-              BigInt(inner),
-              k.stream,
-            ),
-            "dt_binary",
-          );
+          k.call.dt_binary(OP.mul, ga.ptr, g.ptr, B.ptr, n, BigInt(bn), BigInt(inner));
         }
         if (B.requiresGrad) {
           const prod = empty(A.shape, "f32");
-          check(
-            k.k.dt_binary(OP.mul, prod.ptr, g.ptr, A.ptr, n, n, 1n, k.stream),
-            "dt_binary",
-          );
+          k.call.dt_binary(OP.mul, prod.ptr, g.ptr, A.ptr, n, n, 1n);
           gb = reduceTo(prod, B, bn, inner);
         }
       } else {
@@ -125,17 +95,7 @@ function reduceTo(g: Tensor, b: Tensor, bn: number, inner: number): Tensor {
   if (b.numel === g.numel) return g;
   const out = empty(b.shape, "f32");
   const k = backend();
-  check(
-    k.k.dt_reduce_bcast(
-      out.ptr,
-      g.ptr,
-      BigInt(g.numel),
-      BigInt(bn),
-      BigInt(inner),
-      k.stream,
-    ),
-    "dt_reduce_bcast",
-  );
+  k.call.dt_reduce_bcast(out.ptr, g.ptr, BigInt(g.numel), BigInt(bn), BigInt(inner));
   return out;
 }
 
@@ -157,17 +117,11 @@ export function scale(x0: Tensor, alpha: number): Tensor {
   const x = asF32(x0);
   const out = empty(x.shape, "f32");
   const k = backend();
-  check(
-    k.k.dt_scale(out.ptr, x.ptr, BigInt(x.numel), alpha, k.stream),
-    "dt_scale",
-  );
+  k.call.dt_scale(out.ptr, x.ptr, BigInt(x.numel), alpha);
   if (needsGrad(x)) {
     record(out, "scale", [x], (g) => {
       const gx = empty(x.shape, "f32");
-      check(
-        k.k.dt_scale(gx.ptr, g.ptr, BigInt(g.numel), alpha, k.stream),
-        "dt_scale",
-      );
+      k.call.dt_scale(gx.ptr, g.ptr, BigInt(g.numel), alpha);
       return [gx];
     });
   }
@@ -180,11 +134,11 @@ export function relu(x0: Tensor): Tensor {
   const out = empty(x.shape, "f32");
   const k = backend();
   const n = BigInt(x.numel);
-  check(k.k.dt_relu_fwd(out.ptr, x.ptr, n, k.stream), "dt_relu_fwd");
+  k.call.dt_relu_fwd(out.ptr, x.ptr, n);
   if (needsGrad(x)) {
     record(out, "relu", [x], (g) => {
       const gx = empty(x.shape, "f32");
-      check(k.k.dt_relu_bwd(gx.ptr, g.ptr, x.ptr, n, k.stream), "dt_relu_bwd");
+      k.call.dt_relu_bwd(gx.ptr, g.ptr, x.ptr, n);
       return [gx];
     });
   }
@@ -197,11 +151,11 @@ export function gelu(x0: Tensor): Tensor {
   const out = empty(x.shape, "f32");
   const k = backend();
   const n = BigInt(x.numel);
-  check(k.k.dt_gelu_fwd(out.ptr, x.ptr, n, k.stream), "dt_gelu_fwd");
+  k.call.dt_gelu_fwd(out.ptr, x.ptr, n);
   if (needsGrad(x)) {
     record(out, "gelu", [x], (g) => {
       const gx = empty(x.shape, "f32");
-      check(k.k.dt_gelu_bwd(gx.ptr, g.ptr, x.ptr, n, k.stream), "dt_gelu_bwd");
+      k.call.dt_gelu_bwd(gx.ptr, g.ptr, x.ptr, n);
       return [gx];
     });
   }
@@ -227,17 +181,11 @@ export function dropout(
   const out = empty(x.shape, "f32");
   const k = backend();
   const n = BigInt(x.numel);
-  check(
-    k.k.dt_dropout_fwd(out.ptr, x.ptr, n, p, seed, offset, k.stream),
-    "dt_dropout_fwd",
-  );
+  k.call.dt_dropout_fwd(out.ptr, x.ptr, n, p, seed, offset);
   if (needsGrad(x)) {
     record(out, "dropout", [x], (g) => {
       const gx = empty(x.shape, "f32");
-      check(
-        k.k.dt_dropout_bwd(gx.ptr, g.ptr, n, p, seed, offset, k.stream),
-        "dt_dropout_bwd",
-      );
+      k.call.dt_dropout_bwd(gx.ptr, g.ptr, n, p, seed, offset);
       return [gx];
     });
   }

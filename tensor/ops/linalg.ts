@@ -4,11 +4,11 @@
  * attention. Under autocast, inputs are rounded to bf16/f16 and the product
  * accumulates in f32, its output rounded to the low precision.
  */
-import { backend, check } from "../backend.ts";
+import { backend } from "../backend.ts";
 import { castTensor, empty, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { type DType, DTYPE_CODE } from "../dtype.ts";
-import { autocastDtype } from "../../amp/autocast.ts";
+import { matmulLowPrecision } from "../matmul_precision.ts";
 import { requireFloat } from "./_util.ts";
 import { add } from "./elementwise.ts";
 
@@ -34,35 +34,31 @@ export function gemm(
 ): void {
   const K = backend();
   const lda = transA ? m : k, ldb = transB ? k : n;
-  check(
-    K.k.dt_gemm(
-      DTYPE_CODE[dtype],
-      transA ? 1 : 0,
-      transB ? 1 : 0,
-      BigInt(m),
-      BigInt(n),
-      BigInt(k),
-      opts.alpha ?? 1,
-      a.ptr,
-      BigInt(lda),
-      b.ptr,
-      BigInt(ldb),
-      opts.beta ?? 0,
-      c.ptr,
-      BigInt(n),
-      BigInt(opts.batch ?? 1),
-      BigInt(opts.strideA ?? m * k),
-      BigInt(opts.strideB ?? k * n),
-      BigInt(opts.strideC ?? m * n),
-      K.stream,
-    ),
-    "dt_gemm",
+  K.call.dt_gemm(
+    DTYPE_CODE[dtype],
+    transA ? 1 : 0,
+    transB ? 1 : 0,
+    BigInt(m),
+    BigInt(n),
+    BigInt(k),
+    opts.alpha ?? 1,
+    a.ptr,
+    BigInt(lda),
+    b.ptr,
+    BigInt(ldb),
+    opts.beta ?? 0,
+    c.ptr,
+    BigInt(n),
+    BigInt(opts.batch ?? 1),
+    BigInt(opts.strideA ?? m * k),
+    BigInt(opts.strideB ?? k * n),
+    BigInt(opts.strideC ?? m * n),
   );
 }
 
 /** The dtype a product computes in, and its inputs converted to it. */
 function productInputs(a: Tensor, b: Tensor): [DType, Tensor, Tensor] {
-  const low = autocastDtype();
+  const low = matmulLowPrecision();
   if (low) {
     return [
       low,
@@ -185,7 +181,7 @@ export function linear(
   }
   const y = matmul(x, weight, { transB: true });
   if (!bias) return y;
-  const low = autocastDtype();
+  const low = matmulLowPrecision();
   const sum = add(y, bias);
   // Under autocast the whole linear (bias included) produces a low-precision output.
   return low ? castLow(sum, low) : sum;

@@ -4,7 +4,7 @@
  * lookup, cross-entropy over logits, and causal self-attention composed from
  * them.
  */
-import { backend, check } from "../backend.ts";
+import { backend } from "../backend.ts";
 import { castTensor, empty, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { asF32 } from "./_util.ts";
@@ -28,33 +28,11 @@ export function softmax(
   const scale = opts.scale ?? 1;
   const out = empty(x.shape, "f32");
   const k = backend();
-  check(
-    k.k.dt_softmax_fwd(
-      out.ptr,
-      x.ptr,
-      BigInt(rows),
-      BigInt(cols),
-      BigInt(causalT),
-      scale,
-      k.stream,
-    ),
-    "dt_softmax_fwd",
-  );
+  k.call.dt_softmax_fwd(out.ptr, x.ptr, BigInt(rows), BigInt(cols), BigInt(causalT), scale);
   if (needsGrad(x)) {
     record(out, "softmax", [x], (g) => {
       const gx = empty(x.shape, "f32");
-      check(
-        k.k.dt_softmax_bwd(
-          gx.ptr,
-          g.ptr,
-          out.ptr,
-          BigInt(rows),
-          BigInt(cols),
-          scale,
-          k.stream,
-        ),
-        "dt_softmax_bwd",
-      );
+      k.call.dt_softmax_bwd(gx.ptr, g.ptr, out.ptr, BigInt(rows), BigInt(cols), scale);
       return [gx];
     });
   }
@@ -85,20 +63,16 @@ export function layerNorm(
   const mean = empty([rows], "f32");
   const rstd = empty([rows], "f32");
   const k = backend();
-  check(
-    k.k.dt_layernorm_fwd(
-      out.ptr,
-      mean.ptr,
-      rstd.ptr,
-      x.ptr,
-      weight?.ptr ?? null,
-      bias?.ptr ?? null,
-      BigInt(rows),
-      BigInt(C),
-      eps,
-      k.stream,
-    ),
-    "dt_layernorm_fwd",
+  k.call.dt_layernorm_fwd(
+    out.ptr,
+    mean.ptr,
+    rstd.ptr,
+    x.ptr,
+    weight?.ptr ?? null,
+    bias?.ptr ?? null,
+    BigInt(rows),
+    BigInt(C),
+    eps,
   );
   const inputs = [x, weight, bias].filter((t): t is Tensor => t !== null);
   if (needsGrad(...inputs)) {
@@ -106,21 +80,17 @@ export function layerNorm(
       const gx = empty(x.shape, "f32");
       const gw = weight ? empty(weight.shape, "f32") : null;
       const gb = bias ? empty(bias.shape, "f32") : null;
-      check(
-        k.k.dt_layernorm_bwd(
-          gx.ptr,
-          gw?.ptr ?? null,
-          gb?.ptr ?? null,
-          g.ptr,
-          x.ptr,
-          weight?.ptr ?? null,
-          mean.ptr,
-          rstd.ptr,
-          BigInt(rows),
-          BigInt(C),
-          k.stream,
-        ),
-        "dt_layernorm_bwd",
+      k.call.dt_layernorm_bwd(
+        gx.ptr,
+        gw?.ptr ?? null,
+        gb?.ptr ?? null,
+        g.ptr,
+        x.ptr,
+        weight?.ptr ?? null,
+        mean.ptr,
+        rstd.ptr,
+        BigInt(rows),
+        BigInt(C),
       );
       const res: (Tensor | null)[] = [gx];
       if (weight) res.push(gw);
@@ -152,33 +122,11 @@ export function embedding(idx0: Tensor, table: Tensor): Tensor {
   const n = idx.numel;
   const out = empty([...idx.shape, C], "f32");
   const k = backend();
-  check(
-    k.k.dt_embedding_fwd(
-      out.ptr,
-      idx.ptr,
-      table.ptr,
-      BigInt(n),
-      BigInt(V),
-      BigInt(C),
-      k.stream,
-    ),
-    "dt_embedding_fwd",
-  );
+  k.call.dt_embedding_fwd(out.ptr, idx.ptr, table.ptr, BigInt(n), BigInt(V), BigInt(C));
   if (needsGrad(table)) {
     record(out, "embedding", [table], (g) => {
       const gt = empty(table.shape, "f32");
-      check(
-        k.k.dt_embedding_bwd(
-          gt.ptr,
-          g.ptr,
-          idx.ptr,
-          BigInt(n),
-          BigInt(V),
-          BigInt(C),
-          k.stream,
-        ),
-        "dt_embedding_bwd",
-      );
+      k.call.dt_embedding_bwd(gt.ptr, g.ptr, idx.ptr, BigInt(n), BigInt(V), BigInt(C));
       return [gt];
     });
   }
@@ -207,34 +155,26 @@ export function crossEntropy(
   const loss = empty([], "f32");
   const probs = empty(logits.shape, "f32");
   const k = backend();
-  check(
-    k.k.dt_crossentropy_fwd(
-      loss.ptr,
-      probs.ptr,
-      logits.ptr,
-      targets.ptr,
-      BigInt(rows),
-      BigInt(V),
-      ignore,
-      k.stream,
-    ),
-    "dt_crossentropy_fwd",
+  k.call.dt_crossentropy_fwd(
+    loss.ptr,
+    probs.ptr,
+    logits.ptr,
+    targets.ptr,
+    BigInt(rows),
+    BigInt(V),
+    ignore,
   );
   if (needsGrad(logits)) {
     record(loss, "crossEntropy", [logits], (g) => {
       const gl = empty(logits.shape, "f32");
-      check(
-        k.k.dt_crossentropy_bwd(
-          gl.ptr,
-          probs.ptr,
-          targets.ptr,
-          g.ptr,
-          BigInt(rows),
-          BigInt(V),
-          ignore,
-          k.stream,
-        ),
-        "dt_crossentropy_bwd",
+      k.call.dt_crossentropy_bwd(
+        gl.ptr,
+        probs.ptr,
+        targets.ptr,
+        g.ptr,
+        BigInt(rows),
+        BigInt(V),
+        ignore,
       );
       return [gl];
     });

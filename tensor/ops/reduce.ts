@@ -1,5 +1,5 @@
 /** Reductions with autograd: sum and mean of all elements (f32 result, f64 accumulation). */
-import { backend, check } from "../backend.ts";
+import { backend } from "../backend.ts";
 import { empty, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { asF32 } from "./_util.ts";
@@ -9,10 +9,7 @@ export function sum(x0: Tensor): Tensor {
   const x = asF32(x0);
   const out = empty([], "f32");
   const k = backend();
-  check(
-    k.k.dt_reduce_bcast(out.ptr, x.ptr, BigInt(x.numel), 1n, 1n, k.stream),
-    "dt_reduce_bcast",
-  );
+  k.call.dt_reduce_bcast(out.ptr, x.ptr, BigInt(x.numel), 1n, 1n);
   if (needsGrad(x)) {
     record(out, "sum", [x], (g) => [broadcastScalar(g, x.shape, 1)]);
   }
@@ -24,11 +21,8 @@ export function mean(x0: Tensor): Tensor {
   const x = asF32(x0);
   const out = empty([], "f32");
   const k = backend();
-  check(
-    k.k.dt_reduce_bcast(out.ptr, x.ptr, BigInt(x.numel), 1n, 1n, k.stream),
-    "dt_reduce_bcast",
-  );
-  check(k.k.dt_scale(out.ptr, out.ptr, 1n, 1 / x.numel, k.stream), "dt_scale");
+  k.call.dt_reduce_bcast(out.ptr, x.ptr, BigInt(x.numel), 1n, 1n);
+  k.call.dt_scale(out.ptr, out.ptr, 1n, 1 / x.numel);
   if (needsGrad(x)) {
     record(out, "mean", [x], (g) => [broadcastScalar(g, x.shape, 1 / x.numel)]);
   }
@@ -45,13 +39,10 @@ function broadcastScalar(
   const k = backend();
   const n = BigInt(out.numel);
   // out = 0 * anything + g broadcast: fill with 0 then add g as a 1-element operand.
-  check(k.k.dt_fill(out.ptr, 0, n, 0, k.stream), "dt_fill");
-  check(
-    k.k.dt_binary(0, out.ptr, out.ptr, g.ptr, n, 1n, 1n, k.stream),
-    "dt_binary",
-  );
+  k.call.dt_fill(out.ptr, 0, n, 0);
+  k.call.dt_binary(0, out.ptr, out.ptr, g.ptr, n, 1n, 1n);
   if (alpha !== 1) {
-    check(k.k.dt_scale(out.ptr, out.ptr, n, alpha, k.stream), "dt_scale");
+    k.call.dt_scale(out.ptr, out.ptr, n, alpha);
   }
   return out;
 }
@@ -63,6 +54,6 @@ export function argmax(x0: Tensor): Tensor {
   const rows = x.numel / cols;
   const out = empty(x.shape.slice(0, -1), "i32");
   const k = backend();
-  check(k.k.dt_argmax_rows(out.ptr, x.ptr, BigInt(rows), BigInt(cols), k.stream), "dt_argmax_rows");
+  k.call.dt_argmax_rows(out.ptr, x.ptr, BigInt(rows), BigInt(cols));
   return out;
 }

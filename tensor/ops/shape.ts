@@ -3,7 +3,7 @@
  * two of four dims (the (B,T,H,D) <-> (B,H,T,D) of attention), 2-D
  * transpose, and split along the last dim.
  */
-import { backend, check } from "../backend.ts";
+import { backend } from "../backend.ts";
 import { empty, numelOf, type Tensor, zeros } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { DTYPE_SIZE } from "../dtype.ts";
@@ -71,18 +71,14 @@ function permute0213(
   D: number,
 ): void {
   const k = backend();
-  check(
-    k.k.dt_transpose_0213(
-      out.ptr,
-      x.ptr,
-      BigInt(A),
-      BigInt(B),
-      BigInt(C),
-      BigInt(D),
-      BigInt(DTYPE_SIZE[x.dtype]),
-      k.stream,
-    ),
-    "dt_transpose_0213",
+  k.call.dt_transpose_0213(
+    out.ptr,
+    x.ptr,
+    BigInt(A),
+    BigInt(B),
+    BigInt(C),
+    BigInt(D),
+    BigInt(DTYPE_SIZE[x.dtype]),
   );
 }
 
@@ -98,34 +94,18 @@ export function sliceLast(x: Tensor, start: number, len: number): Tensor {
   const out = empty([...x.shape.slice(0, -1), len], x.dtype);
   const k = backend();
   const es = BigInt(DTYPE_SIZE[x.dtype]);
-  check(
-    k.k.dt_slice_cols(
-      out.ptr,
-      x.ptr,
-      BigInt(rows),
-      BigInt(cols),
-      BigInt(start),
-      BigInt(len),
-      es,
-      k.stream,
-    ),
-    "dt_slice_cols",
-  );
+  k.call.dt_slice_cols(out.ptr, x.ptr, BigInt(rows), BigInt(cols), BigInt(start), BigInt(len), es);
   if (needsGrad(x)) {
     record(out, "slice", [x], (g) => {
       const gx = zeros(x.shape, "f32");
-      check(
-        k.k.dt_scatter_cols(
-          gx.ptr,
-          g.ptr,
-          BigInt(rows),
-          BigInt(cols),
-          BigInt(start),
-          BigInt(len),
-          4n,
-          k.stream,
-        ),
-        "dt_scatter_cols",
+      k.call.dt_scatter_cols(
+        gx.ptr,
+        g.ptr,
+        BigInt(rows),
+        BigInt(cols),
+        BigInt(start),
+        BigInt(len),
+        4n,
       );
       return [gx];
     });

@@ -1,17 +1,21 @@
 /**
  * Tests of check/probe.ts in a real process (the probe ends processes, so
- * each case runs tests/check/scripts/probe_loop.ts as a child): what it
- * records, where it stops a run, the plain arithmetic switch, the
- * checkpoints it keeps from rotation, and that it is silent when off.
+ * each case runs tests/check/scripts/probe_loop.ts as a child with the
+ * probe preloaded, as `dtrain check` runs a script without the launcher):
+ * what it records, where it stops a run, the plain arithmetic switch (in a
+ * Trainer visible in config.json), the checkpoints it keeps from rotation,
+ * and that it is silent when off.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parseEvents } from "../../check/events.ts";
-import { CHECK_ENV, type ProbeEvent, tensorDigest } from "../../check/probe.ts";
-import { CheckpointManager } from "../../train/checkpoint.ts";
+import { type ProbeEvent, tensorDigest } from "../../check/probe.ts";
+import { CHECK_ENV } from "../../check/env.ts";
+import { CheckpointManager } from "../../train/checkpoint/manager.ts";
 import { REPO } from "./_helpers.ts";
 
 const SCRIPT = join(REPO, "tests/check/scripts/probe_loop.ts");
+const PROBE_MAIN = join(REPO, "check/probe_main.ts");
 
 interface ProbeRun {
   code: number;
@@ -36,7 +40,16 @@ async function probeRun(
     Deno.mkdirSync(out);
     const checkpoints = join(tmp, "ckpt");
     const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", "--config", join(REPO, "deno.json"), SCRIPT, checkpoints],
+      args: [
+        "run",
+        "-A",
+        "--config",
+        join(REPO, "deno.json"),
+        "--preload",
+        PROBE_MAIN,
+        SCRIPT,
+        checkpoints,
+      ],
       env: { ...env, ...(probe ? { [CHECK_ENV.OUT]: out } : {}) },
       stdout: "piped",
       stderr: "piped",
@@ -145,4 +158,48 @@ Deno.test("probe is silent without DTRAIN_CHECK_OUT: the script runs to its end 
     assert.equal(lines(r.stdout, "finished"), 1);
     assert.equal(r.events.length, 0);
   }, false);
+});
+
+Deno.test("probe with plain arithmetic and a step limit rewrites a Trainer's config, which config.json shows", async () => {
+  const tmp = Deno.makeTempDirSync({ prefix: "dtrain-probe-trainer-" });
+  try {
+    const [out, runDir] = [join(tmp, "probe"), join(tmp, "run")];
+    Deno.mkdirSync(out);
+    Deno.mkdirSync(runDir);
+    const r = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        "--config",
+        join(REPO, "deno.json"),
+        "--preload",
+        PROBE_MAIN,
+        join(REPO, "tests/check/scripts/trainer_ok.ts"),
+      ],
+      env: {
+        [CHECK_ENV.OUT]: out,
+        [CHECK_ENV.PLAIN]: "1",
+        [CHECK_ENV.MAX_STEPS]: "2",
+        [CHECK_ENV.CKPT_EVERY]: "1",
+        DTRAIN_RUN_DIR: runDir,
+      },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(r.code, 0, new TextDecoder().decode(r.stderr));
+    const config = JSON.parse(Deno.readTextFileSync(join(runDir, "config.json"))).config;
+    assert.equal(config.maxSteps, 2);
+    assert.equal(config.checkpoint.everySteps, 1);
+    assert.equal(config.precision.autocast, "f32");
+    assert.equal(config.precision.gradScaler, false);
+    assert.equal(config.clipGradNorm, null, "the script asked for 1.0; the check turned it off");
+    const file = join(out, "rank-0.jsonl");
+    const events = parseEvents(Deno.readTextFileSync(file), file);
+    assert.equal(count(events, "step"), 2);
+    // Every step is saved (the last one again at the run's end).
+    const saved = events.filter((e) => e.kind === "checkpoint").map((c) => c.step);
+    assert.deepEqual([...new Set(saved)], [1, 2]);
+  } finally {
+    Deno.removeSync(tmp, { recursive: true });
+  }
 });

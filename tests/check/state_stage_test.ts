@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { CheckpointManager } from "../../train/checkpoint.ts";
+import { CheckpointManager } from "../../train/checkpoint/manager.ts";
 import type { StTensor } from "../../io/st_tensor.ts";
 import { tensorDigest } from "../../check/probe.ts";
 import {

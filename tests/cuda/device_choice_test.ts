@@ -1,17 +1,14 @@
 /**
- * Device choice (tensor/cuda_backend.ts): "auto" falls back to the CPU with a
+ * Device choice (tensor/device_choice.ts): "auto" falls back to the CPU with a
  * one-line notice when no GPU is usable, "cuda" throws naming what is
- * missing, "cpu" is always the CPU; and setDevice("cuda") through the
- * registered loader gives the same clear error. The machine-dependent cases
- * run where there is no usable GPU (as on the build machines).
+ * missing, "cpu" is always the CPU; and setDevice("cuda"), which opens the
+ * CUDA backend, gives the same clear error. The machine-dependent cases run
+ * where there is no usable GPU (as on the build machines).
  */
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
-import {
-  chooseDevice,
-  type CudaAvailability,
-  cudaAvailability,
-} from "../../tensor/cuda_backend.ts";
+import { type CudaAvailability, cudaAvailability } from "../../tensor/cuda_backend.ts";
+import { resolveDevice } from "../../tensor/device_choice.ts";
 import { setDevice } from "../../tensor/backend.ts";
 
 buildNative({ quiet: true });
@@ -43,10 +40,10 @@ const FOUND: CudaAvailability = {
   runtimeVersion: "13.0",
 };
 
-Deno.test("chooseDevice() falls back to the CPU for auto with one notice line, and throws for cuda", () => {
+Deno.test("resolveDevice() falls back to the CPU for auto with one notice line, and throws for cuda", () => {
   const lines: string[] = [];
   assert.equal(
-    chooseDevice("auto", { availability: NOT_FOUND, notice: (l) => lines.push(l) }),
+    resolveDevice("auto", { availability: NOT_FOUND, notice: (l) => lines.push(l) }),
     "cpu",
   );
   assert.equal(lines.length, 1);
@@ -55,19 +52,22 @@ Deno.test("chooseDevice() falls back to the CPU for auto with one notice line, a
     "dtrain: no usable GPU (NVIDIA driver (libcuda.so.1) not found; `dtrain doctor` says more); running on the CPU",
   );
   assert.throws(
-    () => chooseDevice("cuda", { availability: NOT_FOUND }),
+    () => resolveDevice("cuda", { availability: NOT_FOUND }),
     /^Error: Cannot use --device cuda: the NVIDIA driver is missing: libcuda\.so\.1 .* looked in \/x, \/y\. Run `dtrain doctor`/,
   );
 });
 
-Deno.test("chooseDevice() takes the GPU when one is usable, and cpu whatever the GPU", () => {
+Deno.test("resolveDevice() takes the GPU when one is usable, and cpu whatever the GPU", () => {
   const lines: string[] = [];
-  assert.equal(chooseDevice("auto", { availability: FOUND, notice: (l) => lines.push(l) }), "cuda");
-  assert.equal(chooseDevice("cuda", { availability: FOUND }), "cuda");
-  assert.equal(chooseDevice("cpu", { availability: NOT_FOUND }), "cpu");
+  assert.equal(
+    resolveDevice("auto", { availability: FOUND, notice: (l) => lines.push(l) }),
+    "cuda",
+  );
+  assert.equal(resolveDevice("cuda", { availability: FOUND }), "cuda");
+  assert.equal(resolveDevice("cpu", { availability: NOT_FOUND }), "cpu");
   assert.deepEqual(lines, []);
   assert.throws(
-    () => chooseDevice("gpu" as "cuda"),
+    () => resolveDevice("gpu"),
     /Unknown device "gpu": expected "auto", "cpu" or "cuda"/,
   );
 });
@@ -80,12 +80,12 @@ Deno.test({
   fn() {
     assert.ok(!MACHINE.ok);
     const lines: string[] = [];
-    assert.equal(chooseDevice("auto", { notice: (l) => lines.push(l) }), "cpu");
+    assert.equal(resolveDevice("auto", { notice: (l) => lines.push(l) }), "cpu");
     assert.equal(lines.length, 1);
     assert.ok(!lines[0]!.includes("\n"));
     let message = "";
     try {
-      chooseDevice("cuda");
+      resolveDevice("cuda");
     } catch (e) {
       message = (e as Error).message;
     }
@@ -104,7 +104,7 @@ Deno.test({
 });
 
 Deno.test({
-  name: 'setDevice("cuda") without a usable GPU throws the reason from the registered CUDA backend',
+  name: 'setDevice("cuda") without a usable GPU throws the reason from the CUDA backend',
   ignore: MACHINE.ok,
   fn() {
     assert.throws(() => setDevice("cuda"), /^Error: Cannot use device "cuda": /);

@@ -1,8 +1,13 @@
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
 import { TensorDataset } from "../../data/dataset.ts";
-import { DataLoader } from "../../data/dataloader.ts";
-import { DistributedSampler, shardIndices } from "../../data/distributed_sampler.ts";
+import { addLoaderPassHook, DataLoader } from "../../data/dataloader.ts";
+import {
+  addSamplerPassHook,
+  DistributedSampler,
+  type SamplerPass,
+  shardIndices,
+} from "../../data/distributed_sampler.ts";
 import { globalOrder, remainderIndices, ResumableSampler } from "../../data/resumable_sampler.ts";
 
 buildNative({ quiet: true });
@@ -99,4 +104,36 @@ Deno.test("ResumableSampler: same world size continues exactly; fewer ranks cove
   // The next epoch is torch's order for the new world size again.
   one.setEpoch(3);
   assert.deepEqual([...one.indices()], [...shardIndices(n, 1, 0, { seed: 1, epoch: 3 })]);
+});
+
+Deno.test("tool hook points: sampler passes are reported, a loader pass hook can suppress a pass's batches", async () => {
+  // Hooks are per module instance: this test file's, removed before it ends.
+  const passes: SamplerPass[] = [];
+  const removeSampler = addSamplerPassHook((p) =>
+    passes.push({ ...p, indices: p.indices.slice() })
+  );
+  const seen: number[] = [];
+  const removeLoader = addLoaderPassHook((p) => {
+    seen.push(p.epoch, p.order.length);
+    return false;
+  });
+  try {
+    const sampler = new DistributedSampler(10, { numReplicas: 2, rank: 1, seed: 7 });
+    const loader = new DataLoader(indexDataset(10), { batchSize: 2, sampler });
+    loader.setEpoch(3);
+    assert.deepEqual(await labels(loader), [], "the hook suppressed every batch");
+    assert.deepEqual(seen, [3, 5]);
+    assert.equal(passes.length, 1);
+    assert.deepEqual(
+      [passes[0]!.rank, passes[0]!.epoch, passes[0]!.numReplicas, passes[0]!.datasetLength],
+      [1, 3, 2, 10],
+    );
+    assert.deepEqual([...passes[0]!.indices], [...sampler.indicesFor(3)]);
+  } finally {
+    removeSampler();
+    removeLoader();
+  }
+  const loader = new DataLoader(indexDataset(4), { batchSize: 2 });
+  assert.deepEqual(await labels(loader), [[0, 1], [2, 3]], "removed hooks no longer act");
+  assert.equal(passes.length, 1, "a plain loader's order does not go through a DistributedSampler");
 });

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { DistributedSampler, samplerSizes, shardIndices } from "../../data/distributed_sampler.ts";
-import { checkSamplerFixtures } from "../../data/sampler_parity.ts";
+import { checkSamplerFixtures } from "../../parity/sampler.ts";
 import { fixturesDir, readJsonFixture } from "../random/_fixtures.ts";
 
 interface SamplerCase {
@@ -52,7 +52,7 @@ Deno.test("shardIndices() matches torch's DistributedSampler for every sampler.j
 Deno.test("checkSamplerFixtures() passes one row per case and flags a tampered fixture", () => {
   const rows = checkSamplerFixtures(fixturesDir());
   assert.equal(rows.length, fixture.cases.length);
-  assert.deepEqual(rows.filter((r) => !r.ok), []);
+  assert.deepEqual(rows.filter((r) => !r.pass), []);
 
   const tampered = structuredClone(fixture);
   const target = tampered.cases.findIndex((c) => c.shuffle && c.n >= 10 && c.num_replicas === 2);
@@ -65,10 +65,10 @@ Deno.test("checkSamplerFixtures() passes one row per case and flags a tampered f
       join(folder, "sampler.json"),
       JSON.stringify(tampered),
     );
-    const failed = checkSamplerFixtures(folder).filter((r) => !r.ok);
+    const failed = checkSamplerFixtures(folder).filter((r) => !r.pass);
     assert.equal(failed.length, 2);
-    assert.match(failed[0]!.detail, /^rank 1: element 0 is \d+, expected \d+$/);
-    assert.match(failed[1]!.detail, /^num_samples \d+, expected \d+$/);
+    assert.match(failed[0]!.note!, /^rank 1: element 0 is \d+, expected \d+$/);
+    assert.match(failed[1]!.note!, /^num_samples \d+, expected \d+$/);
   } finally {
     Deno.removeSync(folder, { recursive: true });
   }

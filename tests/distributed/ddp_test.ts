@@ -43,3 +43,30 @@ Deno.test("DDP names a trainable parameter that received no gradient", async () 
     /received no gradient in this backward pass: 3\.weight, 3\.bias/,
   );
 });
+
+Deno.test("DDP's step API: ddp.backward and backward with ddp.gradReady agree bit for bit; misuse is named", async () => {
+  const r = await runCase("api");
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  const [a, b] = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
+  assert.ok(a && b, r.stdout);
+  for (const key of ["ddpBackward", "gradReady", "bucketPerParamUnusedAllowed", "accumulated"]) {
+    assert.match(a[key], /^[0-9a-f]{64}$/, `${key}: ${a[key]}`);
+    assert.equal(a[key], b[key], `${key}: the ranks' weights differ after the step`);
+  }
+  assert.equal(a.gradReady, a.ddpBackward, "the two ways of wiring the sync are the same step");
+  assert.notEqual(
+    a.accumulated,
+    a.ddpBackward,
+    "two accumulated micro-batches are a different step",
+  );
+  for (const rank of [a, b]) {
+    assert.match(
+      rank.plainBackward,
+      /^error: DDP: backward\(\) ran through the wrapped model without its gradient sync/,
+    );
+    assert.match(
+      rank.unfinished,
+      /^error: DDP: forward before the previous backward's gradient sync finished: call ddp\.finishGradSync\(\)/,
+    );
+  }
+});

@@ -8,7 +8,7 @@
  * logged). Every rank process is killed when its test ends.
  */
 import assert from "node:assert/strict";
-import { StoreClient } from "../../distributed/store.ts";
+import { StoreClient } from "../../distributed/control/store.ts";
 import type { RankProcess } from "./scripts/_ranks.ts";
 import { type GlooJob, withGlooRanks } from "./scripts/_gloo_ranks.ts";
 

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { initProcessGroup } from "../../distributed/process_group.ts";
 import { resolveProcessGroupConfig } from "../../distributed/pg_config.ts";
 import { ShmProcessGroup } from "../../distributed/shm_backend.ts";
-import { type CollectiveRecord, setPhaseSink } from "../../distributed/phase.ts";
+import { type CollectiveRecord, setPhaseSink } from "../../distributed/control/phase.ts";
 import { SHM_DTYPE_CODE, shmLibrary } from "../../ffi/shm.ts";
 import { launcherEnv, shmEntries, uniqueRunId } from "./scripts/_ranks.ts";
 

@@ -4,7 +4,7 @@
  * summary built from an abort record.
  */
 import assert from "node:assert/strict";
-import type { RankView } from "../../distributed/rank_state.ts";
+import type { RankView } from "../../distributed/control/rank_state.ts";
 import { findHang, rankList, rankTable, seconds } from "../../launch/hang_report.ts";
 import { failureSummary } from "../../launch/failure_report.ts";
 

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { TorchGenerator, type TorchGeneratorState } from "../../random/torch_generator.ts";
-import { checkRandpermFixtures } from "../../data/sampler_parity.ts";
+import { checkRandpermFixtures } from "../../parity/sampler.ts";
 import { fixturesDir, readJsonFixture } from "./_fixtures.ts";
 
 interface GeneratorCase {
@@ -62,7 +62,7 @@ Deno.test("randperm() matches torch for every fixture case", () => {
 
 Deno.test("checkRandpermFixtures() passes every row, including exact full-range int64 draws", () => {
   const rows = checkRandpermFixtures(fixturesDir());
-  const failed = rows.filter((r) => !r.ok);
+  const failed = rows.filter((r) => !r.pass);
   assert.deepEqual(failed, []);
   // One row per randperm case, and four streams per generator seed.
   assert.equal(

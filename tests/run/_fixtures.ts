@@ -4,9 +4,16 @@
  * two-rank run; tests change one field of it and compare.
  */
 import { join } from "node:path";
-import type { ConfigRecord, DataOrderRecord, MetricsRecord, RunRecord } from "../../run/format.ts";
+import type {
+  ConfigRecord,
+  DataOrderRecord,
+  EvalRecord,
+  MetricsRecord,
+  RunRecord,
+} from "../../run/format.ts";
 import {
   appendDataOrder,
+  appendEval,
   appendMetrics,
   beginAttempt,
   finishAttempt,
@@ -39,6 +46,12 @@ export interface RunSpec {
   lossScale: boolean;
   stepMsByRank: boolean;
   tokens: boolean;
+  /** global samples of each step, or null to leave the field out (files of older writers) */
+  samplesPerStep: number | null;
+  /** an evaluation after every this many steps (0: none) */
+  evalEvery: number;
+  /** the evaluation metrics after `step` */
+  evalMetrics: (step: number, seed: number) => Record<string, number>;
 }
 
 /** The baseline spec: 12 steps, 3 epochs, 2 ranks on one node. */
@@ -62,6 +75,12 @@ export function baseSpec(): RunSpec {
     lossScale: false,
     stepMsByRank: true,
     tokens: false,
+    samplesPerStep: 10,
+    evalEvery: 0,
+    evalMetrics: (step, seed) => ({
+      accuracy: 0.5 + 0.4 * (1 - Math.exp(-step / 8)) + seed * 1e-3,
+      "val loss": 2 * Math.exp(-step / 12) + 0.2,
+    }),
   };
 }
 
@@ -115,7 +134,21 @@ export function metricsOf(spec: RunSpec, attempt = 0, from = 0, to = spec.steps)
     if (spec.stepMsByRank) {
       m.stepMsByRank = Array.from({ length: spec.worldSize }, (_, r) => 18 + r + (step % 3));
     }
+    if (spec.samplesPerStep !== null) m.samples = spec.samplesPerStep;
     out.push(m);
+  }
+  return out;
+}
+
+/** The evaluation lines of `attempt` for steps [from, to): after every evalEvery steps. */
+export function evalsOf(spec: RunSpec, attempt = 0, from = 0, to = spec.steps): EvalRecord[] {
+  if (spec.evalEvery <= 0) return [];
+  const perEpoch = Math.ceil(spec.steps / spec.epochs);
+  const out: EvalRecord[] = [];
+  for (let step = from; step < to; step++) {
+    if ((step + 1) % spec.evalEvery !== 0) continue;
+    const epoch = Math.floor(step / perEpoch);
+    out.push({ kind: "eval", step, epoch, attempt, metrics: spec.evalMetrics(step, spec.seed) });
   }
   return out;
 }
@@ -167,7 +200,11 @@ export function writeRun(root: string, sub: string, spec: RunSpec): string {
   Deno.mkdirSync(dir, { recursive: true });
   writeRunRecord(dir, runRecordOf(spec, dir));
   writeConfigRecord(dir, configOf(spec));
-  for (const m of metricsOf(spec)) appendMetrics(dir, m);
+  const evals = evalsOf(spec);
+  for (const m of metricsOf(spec)) {
+    appendMetrics(dir, m);
+    for (const e of evals.filter((e) => e.step === m.step)) appendEval(dir, e);
+  }
   for (const d of dataOrderOf(spec)) appendDataOrder(dir, d);
   Deno.writeTextFileSync(join(dir, "rank-0.log"), "step 0 loss 2.6\n");
   return dir;

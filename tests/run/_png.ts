@@ -87,14 +87,22 @@ export function decodePng(bytes: Uint8Array): Image {
   return { width, height, rgba };
 }
 
-/** How many pixels satisfy `test(r, g, b)`. */
+/**
+ * How many pixels satisfy `test(r, g, b)`, in the whole image or in `box`
+ * = [left, top, width, height] (CSS pixels at device pixel ratio 1).
+ */
 export function countPixels(
   img: Image,
   test: (r: number, g: number, b: number) => boolean,
+  box: readonly number[] = [0, 0, img.width, img.height],
 ): number {
+  const [x0, y0, w, h] = box.map(Math.round) as [number, number, number, number];
   let n = 0;
-  for (let p = 0; p < img.width * img.height; p++) {
-    if (test(img.rgba[4 * p]!, img.rgba[4 * p + 1]!, img.rgba[4 * p + 2]!)) n++;
+  for (let y = Math.max(0, y0); y < Math.min(img.height, y0 + h); y++) {
+    for (let x = Math.max(0, x0); x < Math.min(img.width, x0 + w); x++) {
+      const p = 4 * (y * img.width + x);
+      if (test(img.rgba[p]!, img.rgba[p + 1]!, img.rgba[p + 2]!)) n++;
+    }
   }
   return n;
 }

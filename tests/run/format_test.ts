@@ -9,6 +9,8 @@ import { join } from "node:path";
 import {
   dataOrderLine,
   describeIssues,
+  evalLine,
+  finalEvals,
   finalSteps,
   metricsLine,
   type MetricsRecord,
@@ -21,6 +23,7 @@ import {
   baseSpec,
   configOf,
   dataOrderOf,
+  evalsOf,
   metricsOf,
   runRecordOf,
   withTempDir,
@@ -48,6 +51,66 @@ Deno.test("readRunDir() reads back exactly what the writers wrote", async () => 
     assert.deepEqual(r.missing, []);
     assert.deepEqual(r.warnings, []);
   });
+});
+
+Deno.test("readRunDir() tells evaluation lines of metrics.jsonl from step lines", async () => {
+  await withTempDir((root) => {
+    const spec = baseSpec();
+    spec.evalEvery = 4;
+    const dir = writeRun(root, "a", spec);
+    const r = readRunDir(dir);
+    assert.deepEqual(r.metrics, metricsOf(spec));
+    assert.deepEqual(r.evals, evalsOf(spec));
+    assert.deepEqual(r.evals.map((e) => e.step), [3, 7, 11]);
+    const path = join(dir, "metrics.jsonl");
+    const text = Deno.readTextFileSync(path);
+    Deno.writeTextFileSync(path, text.replace(`"kind":"eval"`, `"kind":"test"`));
+    throwsType(
+      () => readRunDir(dir),
+      new RegExp(`^${path}:5: kind: Invalid input: expected "eval"`),
+    );
+    Deno.writeTextFileSync(path, text.replace(/"metrics":\{[^}]*\}/, `"metrics":{}`));
+    throwsType(() => readRunDir(dir), /:5: metrics: an evaluation needs at least one metric/);
+  });
+});
+
+Deno.test("evalLine() writes non-finite values as strings and refuses names a reader could not show", () => {
+  const e = {
+    kind: "eval" as const,
+    step: 3,
+    epoch: 0,
+    attempt: 0,
+    metrics: { acc: NaN, ppl: Infinity },
+  };
+  assert.equal(
+    evalLine(e),
+    `{"kind":"eval","step":3,"epoch":0,"attempt":0,"metrics":{"acc":"NaN","ppl":"Infinity"}}\n`,
+  );
+  throwsType(
+    () => evalLine({ ...e, metrics: { "a\tb": 1 } }),
+    /metrics: evaluation metric name "a\\tb" must be printable text/,
+  );
+  throwsType(() => evalLine({ ...e, metrics: { "\ud800": 1 } }), /must be printable text/);
+});
+
+Deno.test("finalEvals() keeps, per metric and step, the latest attempt's value", () => {
+  const ev = (step: number, attempt: number, metrics: Record<string, number>) => ({
+    kind: "eval" as const,
+    step,
+    epoch: 0,
+    attempt,
+    metrics,
+  });
+  const series = finalEvals([
+    ev(4, 0, { acc: 0.1, loss: 3 }),
+    ev(8, 0, { acc: 0.2 }),
+    ev(8, 0, { loss: 2 }), // another evaluation at the same step: both metrics are kept
+    ev(8, 1, { acc: 0.25 }), // the resumed attempt repeats step 8
+    ev(12, 1, { acc: 0.3, loss: 1 }),
+  ]);
+  assert.deepEqual([...series.keys()], ["acc", "loss"]);
+  assert.deepEqual(series.get("acc"), [[4, 0.1], [8, 0.25], [12, 0.3]]);
+  assert.deepEqual(series.get("loss"), [[4, 3], [8, 2], [12, 1]]);
 });
 
 Deno.test("metricsLine() writes non-finite losses and grad norms as strings that read back as numbers", () => {
@@ -134,7 +197,9 @@ function rng(seed: number): () => number {
 
 Deno.test("readRunDir() either reads or names file and line for 300 corrupted metrics and data-order files", async () => {
   await withTempDir((root) => {
-    const dir = writeRun(root, "a", baseSpec());
+    const spec = baseSpec();
+    spec.evalEvery = 3; // evaluation lines get corrupted too
+    const dir = writeRun(root, "a", spec);
     const random = rng(20251129);
     const junk = ['"', "{", "}", ",", "\n", "x", "1e999", "null", "]", "\u0000", "é"];
     for (const file of ["metrics.jsonl", "data_order.jsonl"]) {

@@ -5,14 +5,14 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
 import { readRunDir } from "../../run/format.ts";
-import { appendMetrics } from "../../run/record.ts";
+import { appendEval, appendMetrics } from "../../run/record.ts";
 import { reportHtml, reportMain } from "../../run/report.ts";
 import { reportPanels } from "../../run/report_panels.ts";
 import { COLORS } from "../../run/svg_plot.ts";
 import { countPixels, decodePng } from "./_png.ts";
-import { baseSpec, metricsOf, withTempDir, writeRun } from "./_fixtures.ts";
+import { chromiumMissing, near, probeResult, renderPage } from "./_chromium.ts";
+import { baseSpec, evalsOf, metricsOf, withTempDir, writeRun } from "./_fixtures.ts";
 
 const PLOTS = ["loss", "lr", "grad-norm", "loss-scale", "throughput", "step-time"];
 
@@ -41,8 +41,8 @@ Deno.test("reportPanels() plots every quantity per step, and notes the quantitie
     full.tokens = true;
     const r = readRunDir(writeRun(root, "full", full));
     const panels = reportPanels(r);
-    assert.deepEqual(panels.map((p) => p.id), PLOTS);
-    assert.ok(panels.every((p) => p.svg !== null && p.note === null));
+    assert.deepEqual(panels.map((p) => p.id), [...PLOTS, "eval"]);
+    assert.ok(panels.slice(0, -1).every((p) => p.svg !== null && p.note === null));
     assert.match(panels[4]!.svg!, /tokens\/s/);
     assert.match(panels[3]!.svg!, /loss scale \(log\)/);
     assert.deepEqual(pointsPerPlot(panels.map((p) => p.svg).join("\n"))["step-time"], [12, 12, 12]);
@@ -58,6 +58,7 @@ Deno.test("reportPanels() plots every quantity per step, and notes the quantitie
       "loss scale not recorded (null in every step: no mixed-precision scaler)",
       null,
       "step time per rank not recorded (no stepMsByRank in metrics.jsonl)",
+      "no evaluation lines in metrics.jsonl",
     ]);
   });
 });
@@ -71,6 +72,28 @@ Deno.test("reportPanels() draws one line per attempt for a resumed run, and a lo
     assert.deepEqual(pointsPerPlot(panels[0]!.svg!).loss, [12, 8]);
     assert.match(panels[0]!.svg!, />loss, attempt 1<\/text>/);
     assert.doesNotMatch(reportPanels(readRunDir(dir), "linear")[0]!.svg!, /\(log\)/);
+  });
+});
+
+Deno.test("reportPanels() plots each evaluation metric with a dot per evaluation, one line per attempt", async () => {
+  await withTempDir((root) => {
+    const spec = baseSpec();
+    spec.evalEvery = 4;
+    const dir = writeRun(root, "a", spec);
+    for (const e of evalsOf(spec, 1, 8, 16)) appendEval(dir, e);
+    const panels = reportPanels(readRunDir(dir)).filter((p) => p.id.startsWith("eval"));
+    assert.deepEqual(panels.map((p) => [p.id, p.title]), [
+      ["eval-0", "Evaluation: accuracy"],
+      ["eval-1", "Evaluation: val loss"],
+    ]);
+    const svg = panels[0]!.svg!;
+    assert.deepEqual(
+      pointsPerPlot(svg)["eval-0"],
+      [3, 2],
+      "attempt 0 at steps 3, 7, 11; attempt 1 at 11, 15",
+    );
+    assert.equal([...svg.matchAll(/data-role="marker"/g)].length, 5);
+    assert.match(svg, />accuracy, attempt 1<\/text>/);
   });
 });
 
@@ -131,18 +154,8 @@ Deno.test("reportMain exits 2 for bad arguments and a directory without run.json
   });
 });
 
-const CHROMIUM = "/usr/bin/chromium";
-const haveChromium = (() => {
-  try {
-    return Deno.statSync(CHROMIUM).isFile;
-  } catch {
-    return false;
-  }
-})();
-if (!haveChromium) {
-  console.warn(
-    `tests/run/report_test.ts: ${CHROMIUM} is absent (Debian package chromium), so the render test is skipped`,
-  );
+if (chromiumMissing) {
+  console.warn(`tests/run/report_test.ts: ${chromiumMissing}, so the render test is skipped`);
 }
 
 /**
@@ -165,7 +178,7 @@ document.body.append(pre);
 
 Deno.test({
   name: "dtrain report renders in headless Chromium with every plot drawn",
-  ignore: !haveChromium,
+  ignore: chromiumMissing !== null,
   async fn() {
     await withTempDir(async (root) => {
       const spec = baseSpec();
@@ -174,56 +187,14 @@ Deno.test({
       const dir = writeRun(root, "a", spec);
       const html = join(root, "report.html");
       assert.equal((await runReport([dir, "--out", html])).code, 0);
-      // The page under test plus the probe script, which the report itself never contains.
-      const probed = join(root, "probed.html");
-      Deno.writeTextFileSync(
-        probed,
-        Deno.readTextFileSync(html).replace("</body>", `${PROBE}</body>`),
-      );
-      const png = join(root, "shot.png");
-      const profile = Deno.makeTempDirSync({ dir: root, prefix: "chromium-" });
-      const child = new Deno.Command(CHROMIUM, {
-        args: [
-          "--headless",
-          "--no-sandbox",
-          "--disable-gpu",
-          "--disable-quic",
-          "--no-first-run",
-          "--disable-background-networking",
-          "--disable-component-update",
-          "--disable-sync",
-          `--user-data-dir=${profile}`,
-          "--window-size=1000,3200",
-          "--virtual-time-budget=2000",
-          `--screenshot=${png}`,
-          "--dump-dom",
-          pathToFileURL(probed).href,
-        ],
-        stdout: "piped",
-        stderr: "piped",
-        // Its own process group, so the browser's helper processes can be killed with it.
-        detached: true,
-      }).spawn();
-      const killGroup = () => {
-        try {
-          Deno.kill(-child.pid, "SIGKILL");
-        } catch { /* the group is already gone */ }
-      };
-      const timer = setTimeout(killGroup, 60_000);
-      const { code, stdout, stderr } = await child.output().finally(() => {
-        clearTimeout(timer);
-        killGroup();
+      const { dom, png } = await renderPage(html, PROBE, {
+        workDir: root,
+        width: 1000,
+        height: 3200,
       });
-      const dom = new TextDecoder().decode(stdout);
-      assert.equal(code, 0, new TextDecoder().decode(stderr).slice(-2000));
-
-      const probe = /<pre id="probe">(.*?)<\/pre>/s.exec(dom);
-      assert.ok(probe, `the probe ran: ${dom.slice(-500)}`);
       const plots: Array<
         { plot: string; lines: Array<{ n: number; width: number; height: number }> }
-      > = JSON.parse(
-        probe[1]!.replace(/&quot;/g, '"').replace(/&amp;/g, "&"),
-      );
+      > = probeResult(dom);
       assert.deepEqual(plots.map((p) => p.plot), PLOTS);
       for (const p of plots) {
         const expected = p.plot === "step-time" ? [30, 30, 30] : [30];
@@ -241,11 +212,6 @@ Deno.test({
       assert.deepEqual([img.width, img.height], [1000, 3200]);
       const inked = countPixels(img, (r, g, b) => r + g + b < 600);
       assert.ok(inked > 0.01 * img.width * img.height, `${inked} non-white pixels`);
-      const near = (hex: string) => {
-        const [R, G, B] = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
-        return (r: number, g: number, b: number) =>
-          Math.abs(r - R!) + Math.abs(g - G!) + Math.abs(b - B!) < 60;
-      };
       // Each of the 6 plots draws its first series in COLORS[0] across ~540 px.
       const blue = countPixels(img, near(COLORS[0]));
       assert.ok(blue > 6 * 400, `${blue} pixels of the first series colour`);

@@ -1,7 +1,7 @@
 /**
  * The extraction folder's verification (sfx/manifest.ts): the full sha256
  * pass that writes the stamp, the cheap stat check of later starts, and the
- * re-hash of a file whose stat changed; plus which layout sfx/runtime.ts
+ * re-hash of a file whose stat changed; plus which layout os/install_layout.ts
  * reports for a module URL.
  */
 import assert from "node:assert/strict";
@@ -15,7 +15,7 @@ import {
   verifyExtraction,
 } from "../../sfx/manifest.ts";
 import { writeManifest } from "../../sfx/pack.ts";
-import { dtrainRuntime } from "../../sfx/runtime.ts";
+import { installLayout } from "../../os/install_layout.ts";
 
 /** A small tree with a manifest, like a staged single file. */
 function tree(): string {
@@ -93,24 +93,26 @@ Deno.test("checkExtractedFile() re-hashes only a file whose stat changed, and ac
   }
 });
 
-Deno.test("dtrainRuntime() tells a checkout (TypeScript) from the single file's bundle (JavaScript)", () => {
-  assert.deepEqual(dtrainRuntime("file:///repo/sfx/runtime.ts"), {
+Deno.test("installLayout() tells a checkout (TypeScript) from the single file's bundle (JavaScript)", () => {
+  assert.deepEqual(installLayout("file:///repo/os/install_layout.ts"), {
     kind: "checkout",
     root: "/repo",
     config: "/repo/deno.json",
     rankMain: "/repo/launch/rank_main.ts",
+    probeMain: "/repo/check/probe_main.ts",
     cli: "/repo/cli.ts",
     libDir: "/repo/build",
   });
-  assert.deepEqual(dtrainRuntime("file:///cache/dtrain/0.1.0-ab/js/chunk-XYZ.js"), {
+  assert.deepEqual(installLayout("file:///cache/dtrain/0.1.0-ab/js/chunk-XYZ.js"), {
     kind: "single-file",
     root: "/cache/dtrain/0.1.0-ab",
     config: "/cache/dtrain/0.1.0-ab/deno.json",
     rankMain: "/cache/dtrain/0.1.0-ab/js/rank_main.js",
+    probeMain: "/cache/dtrain/0.1.0-ab/js/probe_main.js",
     cli: "/cache/dtrain/0.1.0-ab/js/dtrain.js",
     libDir: "/cache/dtrain/0.1.0-ab/lib",
   });
-  assert.equal(dtrainRuntime("https://example.com/dtrain/sfx/runtime.ts"), null);
+  assert.equal(installLayout("https://example.com/dtrain/os/install_layout.ts"), null);
   // this very checkout
-  assert.equal(dtrainRuntime()?.kind, "checkout");
+  assert.equal(installLayout()?.kind, "checkout");
 });

@@ -22,7 +22,7 @@ if (!MOUNTS_OK) {
 /** A toy model trained for a few steps with DDP over the CPU process group. */
 const USER_SCRIPT = `
 import {
-  AdamW, backward, crossEntropy, DistributedDataParallel, fromArray, initProcessGroup, Linear,
+  AdamW, crossEntropy, DistributedDataParallel, fromArray, initProcessGroup, Linear,
   manualSeed, ReLU, scope, Sequential,
 } from "dtrain";
 
@@ -38,7 +38,8 @@ for (let step = 0; step < steps; step++) {
   const loss = scope(() => {
     opt.zeroGrad();
     const l = crossEntropy(ddp.forward(x), y);
-    backward(l);
+    ddp.backward(l);
+    ddp.finishGradSync();
     opt.step();
     return l.item();
   });
@@ -266,6 +267,42 @@ test("a file altered in the extraction folder is refused, naming it and the fold
     assert.equal(r.code, 1);
     assert.match(r.stderr, /lib\/libdtrain_cpu\.so has sha256 [0-9a-f]{64}, the manifest says/);
     assert.ok(r.stderr.includes(`Delete ${root}`), r.stderr);
+  } finally {
+    box.remove();
+  }
+});
+
+test("the rank bootstrap checks the extraction first: a library altered after start-up is refused", async () => {
+  const box = await sandboxWithFile();
+  try {
+    const cache = join(box.dir, "cache");
+    assert.equal((await runIn(box.work, ["./dtrain", "--version"], box.env(cache))).code, 0);
+    const root = join(cache, cacheEntries(cache)[0]!);
+    // What the launcher preloads into every rank, started alone: it passes the check, then
+    // launch/rank_main.ts refuses to run without a launcher (exit code 2).
+    const rankMain = [
+      join(root, "bin", "deno"),
+      "run",
+      "-A",
+      "--config",
+      join(root, "deno.json"),
+      join(root, "js", "rank_main.js"),
+    ];
+    const env = { ...box.env(cache), DENO_DIR: join(root, "deno_dir") };
+    const intact = await runIn(box.work, rankMain, env);
+    assert.equal(intact.code, 2, intact.stderr);
+    assert.match(intact.stderr, /rank bootstrap of the dtrain launcher/);
+    const lib = join(root, "lib", "libdtrain_shm.so");
+    const bytes = Deno.readFileSync(lib);
+    bytes[bytes.length - 1] ^= 0xff;
+    Deno.writeFileSync(lib, bytes);
+    const altered = await runIn(box.work, rankMain, env);
+    assert.equal(altered.code, 1, altered.stderr);
+    assert.match(
+      altered.stderr,
+      /lib\/libdtrain_shm\.so has sha256 [0-9a-f]{64}, the manifest says/,
+    );
+    assert.doesNotMatch(altered.stderr, /rank bootstrap/);
   } finally {
     box.remove();
   }

@@ -17,7 +17,10 @@ Deno.test("resolveConfig() names each bad field, its value and what is allowed",
       assert.match(e.message, /epochs = 1\.5: .*expected int/);
       assert.match(e.message, /optim\.name = "adam": .*"adamw"\|"sgd"/);
       assert.match(e.message, /optim\.lr = -1: .*>0/);
-      assert.match(e.message, /unknown field\(s\) "bogus"/);
+      assert.match(
+        e.message,
+        /bogus is not a field; the fields of the config are epochs, maxSteps, /,
+      );
       return true;
     },
   );

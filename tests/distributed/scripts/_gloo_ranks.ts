@@ -5,7 +5,7 @@
  * the launcher of its node would set it. withGlooRanks() closes the store and
  * kills every rank when the test body ends, also when it throws.
  */
-import { StoreServer } from "../../../distributed/store_server.ts";
+import { StoreServer } from "../../../distributed/control/store_server.ts";
 import { RankProcess, TEST_DEFAULTS, uniqueRunId } from "./_ranks.ts";
 
 /** The job's layout and what each rank runs. */

@@ -3,7 +3,10 @@
  * - "mismatch": rank 1 builds a wider hidden layer → construction must fail naming the difference;
  * - "unused": a parameter gets no gradient → backward must fail naming it;
  * - "broadcast": ranks init with different seeds → after DDP construction all hold rank 0's weights,
- *   and after a step with different data per rank the weights are still identical.
+ *   and after a step with different data per rank the weights are still identical;
+ * - "api": the ways of writing the step (ddp.backward, backward with ddp.gradReady, noSync
+ *   accumulation, one bucket per parameter with an unused one allowed) print their weights' digests,
+ *   and the misuses (a plain backward, a forward before finishGradSync) print their errors.
  */
 import {
   AdamW,
@@ -17,11 +20,17 @@ import {
   ReLU,
   scope,
   Sequential,
+  type Tensor,
 } from "dtrain";
 import { createHash } from "node:crypto";
 
 const pg = initProcessGroup();
 const mode = Deno.env.get("CASE");
+if (mode === "api") {
+  apiCases();
+  pg.close();
+  Deno.exit(0);
+}
 manualSeed(pg.rank + 1);
 const hidden = mode === "mismatch" && pg.rank === 1 ? 16 : 8;
 const model = new Sequential(new Linear(4, hidden), new ReLU(), new Linear(hidden, 2));
@@ -40,8 +49,99 @@ const opt = new AdamW(ddp.parameters());
 scope(() => {
   const x = fromArray(new Float32Array(12).map((_, i) => (i + 1) * (pg.rank + 1) * 0.1), [3, 4]);
   const y = fromArray(new Int32Array([0, 1, pg.rank % 2]), [3]);
-  backward(crossEntropy(ddp.forward(x), y));
+  ddp.backward(crossEntropy(ddp.forward(x), y));
+  ddp.finishGradSync();
   opt.step();
 });
 console.log(JSON.stringify({ rank: pg.rank, atStart, afterStep: digest() }));
 pg.close();
+
+/** One step of each way of writing it, on fresh copies of the same model; prints a JSON line. */
+function apiCases(): void {
+  const batch = (): [Tensor, Tensor] => [
+    fromArray(new Float32Array(12).map((_, i) => (i + 1) * (pg.rank + 1) * 0.1), [3, 4]),
+    fromArray(new Int32Array([0, 1, pg.rank % 2]), [3]),
+  ];
+  const fresh = (extra = false, bucketCapMb = 25) => {
+    manualSeed(pg.rank + 1);
+    const m = new Sequential(new Linear(4, 8), new ReLU(), new Linear(8, 2));
+    if (extra) {
+      (m as unknown as { registerModule(n: string, m: unknown): void }).registerModule(
+        "3",
+        new Linear(2, 2),
+      );
+    }
+    const ddp = new DistributedDataParallel(m, pg, {
+      bucketCapMb,
+      findUnusedParameters: extra,
+    });
+    return { m, ddp, opt: new AdamW(ddp.parameters()) };
+  };
+  const digestOf = (m: Sequential) => {
+    const h = createHash("sha256");
+    for (const p of m.parameters().slice(0, 4)) h.update(p.toBytes()); // the shared layers
+    return h.digest("hex");
+  };
+  const out: Record<string, string> = { rank: String(pg.rank) };
+  const run = (
+    name: string,
+    step: (r: ReturnType<typeof fresh>) => void,
+    extra = false,
+    cap = 25,
+  ) => {
+    const r = fresh(extra, cap);
+    try {
+      scope(() => step(r));
+      out[name] = digestOf(r.m);
+    } catch (e) {
+      out[name] = `error: ${(e as Error).message}`;
+    } finally {
+      r.ddp.close();
+    }
+  };
+  run("ddpBackward", ({ ddp, opt }) => {
+    const [x, y] = batch();
+    ddp.backward(crossEntropy(ddp.forward(x), y));
+    ddp.finishGradSync();
+    opt.step();
+  });
+  run("gradReady", ({ ddp, opt }) => {
+    const [x, y] = batch();
+    backward(crossEntropy(ddp.forward(x), y), { onLeafGrad: ddp.gradReady });
+    ddp.finishGradSync();
+    opt.step();
+  });
+  run(
+    "bucketPerParamUnusedAllowed",
+    ({ ddp, opt }) => {
+      const [x, y] = batch();
+      ddp.backward(crossEntropy(ddp.forward(x), y));
+      ddp.finishGradSync();
+      opt.step();
+    },
+    true,
+    1e-6,
+  );
+  run("accumulated", ({ ddp, opt }) => {
+    const [x, y] = batch();
+    ddp.noSync(() => ddp.backward(crossEntropy(ddp.forward(x), y)));
+    ddp.backward(crossEntropy(ddp.forward(x), y));
+    ddp.finishGradSync();
+    opt.step();
+  });
+  run("plainBackward", ({ ddp, opt }) => {
+    const [x, y] = batch();
+    backward(crossEntropy(ddp.forward(x), y));
+    opt.step();
+  });
+  run("unfinished", ({ ddp }) => {
+    const [x, y] = batch();
+    ddp.backward(crossEntropy(ddp.forward(x), y));
+    try {
+      ddp.forward(x);
+    } finally {
+      ddp.finishGradSync();
+    }
+  });
+  console.log(JSON.stringify(out));
+}

@@ -5,7 +5,7 @@
  * failing rank writes the time it fails to $TEST_PID_DIR/failed-at. With
  * TEST_STUBBORN=1 the waiting ranks ignore SIGTERM and start a grandchild.
  */
-import { storeBarrier } from "../../../distributed/rank_runtime.ts";
+import { storeBarrier } from "../../../distributed/control/rank_runtime.ts";
 
 const rank = Number(Deno.env.get("RANK"));
 const [failRank = "1", how = "throw", delay = "300"] = Deno.args;

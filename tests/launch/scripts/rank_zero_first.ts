@@ -4,7 +4,7 @@
  * section; then ranks 1.. wait 500 ms at a barrier rank 0 reaches late, and
  * print the timeout error they get.
  */
-import { phase, rankZeroFirst, storeBarrier } from "../../../distributed/rank_runtime.ts";
+import { phase, rankZeroFirst, storeBarrier } from "../../../distributed/control/rank_runtime.ts";
 
 const rank = Number(Deno.env.get("RANK"));
 const dir = Deno.args[0]!;

@@ -3,7 +3,7 @@
  * while the others wait at a store barrier; on a restart every rank prints
  * DTRAIN_RESTART_COUNT, passes the same barrier, and exits 0.
  */
-import { storeBarrier } from "../../../distributed/rank_runtime.ts";
+import { storeBarrier } from "../../../distributed/control/rank_runtime.ts";
 
 const rank = Number(Deno.env.get("RANK"));
 const restart = Deno.env.get("DTRAIN_RESTART_COUNT");

@@ -4,7 +4,7 @@
  * phase("scan dataset"), walking it again and again, while every other rank
  * waits at the store barrier "after-scan". Then all pass the barrier.
  */
-import { phase, storeBarrier } from "../../../distributed/rank_runtime.ts";
+import { phase, storeBarrier } from "../../../distributed/control/rank_runtime.ts";
 
 const rank = Number(Deno.env.get("RANK"));
 const [dir = ".", secondsArg = "3"] = Deno.args;

@@ -3,7 +3,7 @@
  * SIGINT it "saves" (writes $TEST_PID_DIR/saved-<rank> after a short delay)
  * and exits 0. With TEST_IGNORE_TERM=1 it ignores both signals.
  */
-import { phase } from "../../../distributed/rank_runtime.ts";
+import { phase } from "../../../distributed/control/rank_runtime.ts";
 
 const rank = Number(Deno.env.get("RANK"));
 const pidDir = Deno.env.get("TEST_PID_DIR");

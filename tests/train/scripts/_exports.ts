@@ -1,5 +1,5 @@
 /** What the training test scripts import, plus a tensor-map serializer. */
-export { crossEntropy, TensorDataset, Trainer } from "../../../mod.ts";
+export { crossEntropy, fromArray, noGrad, scope, TensorDataset, Trainer } from "../../../mod.ts";
 import { serializeSafetensors } from "../../../io/safetensors.ts";
 import { toStTensor } from "../../../tensor/st_bridge.ts";
 import type { Tensor } from "../../../tensor/tensor.ts";

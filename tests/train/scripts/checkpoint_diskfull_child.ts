@@ -3,7 +3,7 @@
  * on a small tmpfs at --dir: saves a small checkpoint, then one too big for
  * the disk (a real ENOSPC), then a small one again; prints one JSON line.
  */
-import { CheckpointManager } from "../../../train/checkpoint.ts";
+import { CheckpointManager } from "../../../train/checkpoint/manager.ts";
 import { assertHoldsPayload, payloadForStep } from "./checkpoint_payloads.ts";
 
 const dir = Deno.args[0];

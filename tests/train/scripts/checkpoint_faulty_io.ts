@@ -3,7 +3,7 @@
  * disk that fills up (ENOSPC after a byte budget or on the n-th operation),
  * and one that freezes at the n-th changing operation, as a kill -9 would.
  */
-import { type CheckpointIO, denoCheckpointIO } from "../../../train/checkpoint.ts";
+import { type CheckpointIO, denoCheckpointIO } from "../../../train/checkpoint/manager.ts";
 
 /** The operations that change the disk, in the order a save may issue them. */
 export type ChangingOp = "writeFile" | "mkdir" | "rename" | "remove" | "fsyncDir";

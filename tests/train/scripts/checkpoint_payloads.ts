@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import type { StDType, StTensor } from "../../../io/safetensors.ts";
-import type { CheckpointPayload, LoadedCheckpoint } from "../../../train/checkpoint.ts";
+import type { CheckpointPayload, LoadedCheckpoint } from "../../../train/checkpoint/manager.ts";
 
 /** Knobs of payloadForStep(). */
 export interface PayloadOptions {

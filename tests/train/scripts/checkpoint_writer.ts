@@ -7,7 +7,7 @@
  *   deno run -A checkpoint_writer.ts --dir D [--saves N] [--scale K] [--keep-last L] [--keep-every E]
  */
 import { parseArgs } from "node:util";
-import { CheckpointManager } from "../../../train/checkpoint.ts";
+import { CheckpointManager } from "../../../train/checkpoint/manager.ts";
 import { payloadForStep } from "./checkpoint_payloads.ts";
 
 const encoder = new TextEncoder();

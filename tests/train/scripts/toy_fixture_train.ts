@@ -4,12 +4,21 @@
  * batch 64. Rank 0 writes per-step losses and final weights to $OUT_DIR.
  * Options (env): STEPS (maxSteps), EPOCHS, ACCUM, CLIP, CKPT_EVERY,
  * CRASH_AT_STEP (throw after that many steps on the first attempt),
- * RESUME ("auto" | "never").
+ * RESUME ("auto" | "never"), EVAL (evaluate the loss on the first 256
+ * samples at every epoch end).
  */
 import { join } from "node:path";
 import { defaultFixtureDir, FixtureDir, toFloat32 } from "../../../parity/fixtures.ts";
 import { toyModelFromInit } from "../../../parity/toy_mlp.ts";
-import { crossEntropy, serializeSafetensorsOf, TensorDataset, Trainer } from "./_exports.ts";
+import {
+  crossEntropy,
+  fromArray,
+  noGrad,
+  scope,
+  serializeSafetensorsOf,
+  TensorDataset,
+  Trainer,
+} from "./_exports.ts";
 
 const env = (k: string) => Deno.env.get(k);
 const fx = new FixtureDir(defaultFixtureDir());
@@ -19,6 +28,8 @@ const y = new Int32Array([...new BigInt64Array(data.get("y")!.data.slice().buffe
 const crashAt = Number(env("CRASH_AT_STEP") ?? 0);
 const attempt = Number(env("DTRAIN_RESTART_COUNT") ?? 0);
 let steps = 0;
+const features = X.length / y.length;
+const EVAL_N = 256;
 
 const trainer = new Trainer({
   model: () => toyModelFromInit(fx),
@@ -32,6 +43,16 @@ const trainer = new Trainer({
     }
     return crossEntropy(model.forward(xb!), yb!);
   },
+  evaluate: env("EVAL")
+    ? (model) =>
+      scope(() =>
+        noGrad(() => {
+          const xb = fromArray(X.slice(0, EVAL_N * features), [EVAL_N, features]);
+          const yb = fromArray(y.slice(0, EVAL_N), [EVAL_N]);
+          return { "loss on 256 samples": crossEntropy(model.forward(xb), yb).item() };
+        })
+      )
+    : undefined,
   config: {
     epochs: Number(env("EPOCHS") ?? 2),
     maxSteps: env("STEPS") ? Number(env("STEPS")) : null,

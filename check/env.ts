@@ -1,0 +1,20 @@
+/**
+ * The environment variables through which `dtrain check` drives a run of the
+ * user's script. Only the check's own code reads them: the probe
+ * (check/probe.ts), installed by the rank bootstrap (launch/rank_main.ts) or
+ * by check/probe_main.ts for a run without the launcher.
+ */
+export const CHECK_ENV = {
+  /** folder for rank-<r>.jsonl and the kept checkpoints; turns the probe on */
+  OUT: "DTRAIN_CHECK_OUT",
+  /** "sampler" (loaders yield nothing; the process ends after 2 sampler passes) or a label for the logs */
+  STAGE: "DTRAIN_CHECK_STAGE",
+  /** "1": no autocast, no loss scaling, no clipping */
+  PLAIN: "DTRAIN_CHECK_PLAIN",
+  /** the Trainer stops after this many optimizer steps in total */
+  MAX_STEPS: "DTRAIN_CHECK_MAX_STEPS",
+  /** the Trainer checkpoints every this many steps */
+  CKPT_EVERY: "DTRAIN_CHECK_CKPT_EVERY",
+  /** the probe ends the process at the next optimizer step after this many steps of this process */
+  STOP_AFTER: "DTRAIN_CHECK_STOP_AFTER",
+} as const;

@@ -1,0 +1,142 @@
+/**
+ * What a rank's code uses to take part in a launched job: its world, the control store (which
+ * launch/rank_main.ts connects before the script runs), named store barriers covered by the hang
+ * diagnosis, rank-zero-first sections and phases. Outside a launcher they serve a world of one.
+ */
+import { currentPhase, phase, reportCollective } from "./phase.ts";
+import { getRankSettings, getWorld } from "./env.ts";
+import { type StoreClient, StoreError } from "./store.ts";
+import { type AttemptKeys, attemptKeys } from "./store_keys.ts";
+import { toRankView } from "./rank_state.ts";
+
+export { phase } from "./phase.ts";
+
+let store: StoreClient | null = null;
+let keys: AttemptKeys | null = null;
+const barrierGenerations = new Map<string, number>();
+let barrierSeq = 0;
+
+/** Called once by launch/rank_main.ts after connecting; not for user code. */
+export function installRankStore(client: StoreClient): void {
+  store = client;
+  keys = attemptKeys(getRankSettings().restartCount);
+}
+
+/**
+ * The run's control store (for backend bootstrap data and the like). Keys
+ * written through `storeKey()` are private to the current launch attempt.
+ * Throws outside a dtrain launch.
+ */
+export function getStore(): StoreClient {
+  if (!store) {
+    throw new Error(
+      "No dtrain control store in this process: it was not started by the dtrain launcher " +
+        "(start it with `dtrain --nproc N script.ts`)",
+    );
+  }
+  return store;
+}
+
+/**
+ * A store key scoped to this launch attempt, so data from before a restart
+ * is never read after it.
+ *
+ * @example
+ * ```ts
+ * await getStore().set(storeKey("nccl-id"), idBytes);
+ * ```
+ */
+export function storeKey(name: string): string {
+  if (!keys) getStore();
+  return keys!.user(name);
+}
+
+/** Options of storeBarrier(). */
+export interface StoreBarrierOptions {
+  /** give up after this long (default: wait until the launcher's --timeout stops the run) */
+  timeoutMs?: number;
+}
+
+/**
+ * Waits until every rank has reached the barrier called `name`. While
+ * waiting, the rank's phase is `barrier "name"` and it counts as inside a
+ * collective, so the launcher's hang diagnosis names any rank that is
+ * elsewhere. Barriers of the same name may be repeated: every rank must
+ * pass them in the same order.
+ *
+ * @example
+ * ```ts
+ * phase("scan dataset");
+ * if (getWorld().rank === 0) await buildIndex();
+ * await storeBarrier("after-scan");
+ * ```
+ */
+export async function storeBarrier(name: string, opts: StoreBarrierOptions = {}): Promise<void> {
+  const { worldSize } = getWorld();
+  const gen = (barrierGenerations.get(name) ?? 0) + 1;
+  barrierGenerations.set(name, gen);
+  const rec = { seq: ++barrierSeq, op: "barrier", bytes: 0, detail: name };
+  const before = currentPhase().phase;
+  phase(`barrier "${name}"`);
+  reportCollective(rec, "enter");
+  try {
+    if (worldSize === 1) return;
+    const client = getStore();
+    const k = keys!;
+    const arrived = await client.add(k.barrierCount(name, gen), 1);
+    if (arrived === worldSize) {
+      await client.set(k.barrierDone(name, gen), "1");
+      // Everyone has left the previous generation, so its keys can go.
+      if (gen > 1) await client.delete(k.barrierDone(name, gen - 1));
+      await client.delete(k.barrierCount(name, gen));
+    }
+    try {
+      await client.wait([k.barrierDone(name, gen)], opts.timeoutMs);
+    } catch (e) {
+      if (e instanceof StoreError && e.kind === "timeout") {
+        throw await barrierTimeout(name, gen, opts.timeoutMs!);
+      }
+      throw e;
+    }
+  } finally {
+    reportCollective(rec, "exit");
+    phase(before);
+  }
+}
+
+async function barrierTimeout(name: string, gen: number, timeoutMs: number): Promise<Error> {
+  const client = getStore();
+  const k = keys!;
+  const count = Number(await client.getText(k.barrierCount(name, gen)) ?? 0);
+  const views = (await client.list(k.rankStatePrefix)).map(toRankView).filter((v) => v !== null);
+  // A rank whose last collective is this barrier arrived (it may have timed out and left already).
+  const elsewhere = views
+    .filter((v) => !(v.coll?.op === "barrier" && v.coll.detail === name))
+    .map((v) => `rank ${v.rank} in phase "${v.phase}"`);
+  return new Error(
+    `storeBarrier("${name}") timed out after ${timeoutMs} ms: ${count} of ${getWorld().worldSize} ranks arrived` +
+      (elsewhere.length ? `; elsewhere: ${elsewhere.join(", ")}` : ""),
+  );
+}
+
+/**
+ * Runs `fn` on rank 0 while every other rank waits at the barrier `name`,
+ * then runs `fn` on the other ranks. Use it for work that one rank must do
+ * first (download or preprocess a dataset) after which the others can use
+ * the result (load the cached files). Every rank returns its own fn's result.
+ * If fn throws on rank 0, that rank fails and the launcher stops the job.
+ *
+ * @example
+ * ```ts
+ * const index = await rankZeroFirst("prepare dataset", () => loadOrBuildIndex(dir));
+ * ```
+ */
+export async function rankZeroFirst<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
+  if (getWorld().rank === 0) {
+    const result = await fn();
+    await storeBarrier(name);
+    return result;
+  }
+  await storeBarrier(name);
+  return await fn();
+}

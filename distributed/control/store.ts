@@ -1,0 +1,339 @@
+/**
+ * The control store's client: connects (retrying until a deadline, since
+ * node 0's launcher may start after the others), authenticates with the
+ * run's token, and sends pipelined requests whose answers may arrive in any
+ * order. Used by ranks, launchers and the process groups' bootstrap.
+ */
+import {
+  BodyReader,
+  encodeFrame,
+  type Field,
+  FrameDecoder,
+  NO_REPLY,
+  Op,
+  ProtocolError,
+  SerialWriter,
+  Status,
+  toBytes,
+  WAIT_FOREVER,
+} from "./store_protocol.ts";
+import { peerText } from "./store_refusals.ts";
+
+/** Where the store is and how to prove membership of the run. */
+export interface StoreConnectOptions {
+  host: string;
+  port: number;
+  /** The run's secret (DTRAIN_STORE_TOKEN). */
+  token: string;
+  /** Keep retrying a refused or failed connection for this long (default 30 s). */
+  timeoutMs?: number;
+  /** Who is connecting, for the store's log ("rank 3"). */
+  identity?: string;
+}
+
+/** Why a store call failed. */
+export type StoreErrorKind = "timeout" | "closed" | "refused" | "server" | "protocol" | "connect";
+
+/** A failed store call; `kind` says how, `missingKeys` what a timed-out wait lacked. */
+export class StoreError extends Error {
+  readonly kind: StoreErrorKind;
+  readonly missingKeys: readonly string[];
+  constructor(kind: StoreErrorKind, message: string, missingKeys: readonly string[] = []) {
+    super(message);
+    this.name = "StoreError";
+    this.kind = kind;
+    this.missingKeys = missingKeys;
+  }
+}
+
+/** One key of a `list()` answer. */
+export interface StoreEntry {
+  key: string;
+  value: Uint8Array;
+  /** ms since the key was last written, by the store's clock */
+  ageMs: number;
+}
+
+/** How a client's connection ended. */
+export interface StoreCloseInfo {
+  /** true when close() was called; false when the store went away */
+  byClient: boolean;
+  reason: string;
+}
+
+interface Pending {
+  resolve(r: { status: number; body: Uint8Array }): void;
+  reject(e: Error): void;
+}
+
+const utf8 = new TextDecoder();
+const MAX_REQUEST_ID = 0xffff_ffff;
+
+/** An authenticated connection to the store. */
+export class StoreClient {
+  readonly #conn: Deno.Conn;
+  readonly #writer: SerialWriter;
+  readonly #pending = new Map<number, Pending>();
+  readonly #where: string;
+  #nextId = 1;
+  #closeInfo: StoreCloseInfo | null = null;
+  #unrefWhenIdle = false;
+  #resolveClosed!: (info: StoreCloseInfo) => void;
+  /** Resolves once the connection has ended, saying whether close() ended it. */
+  readonly closed: Promise<StoreCloseInfo> = new Promise((r) => this.#resolveClosed = r);
+
+  private constructor(conn: Deno.Conn, where: string) {
+    this.#conn = conn;
+    this.#writer = new SerialWriter(conn);
+    this.#where = where;
+    this.#readLoop();
+  }
+
+  /**
+   * Connects and authenticates, retrying with back-off until `timeoutMs`.
+   * A wrong token is not retried.
+   *
+   * @example
+   * ```ts
+   * const store = await StoreClient.connect({ host: "127.0.0.1", port, token });
+   * await store.set("greeting", "hello");
+   * ```
+   */
+  static async connect(opts: StoreConnectOptions): Promise<StoreClient> {
+    const where = `${opts.host}:${opts.port}`;
+    const deadline = Date.now() + (opts.timeoutMs ?? 30_000);
+    let delay = 50;
+    let lastError = "";
+    for (;;) {
+      let conn: Deno.TcpConn | null = null;
+      try {
+        conn = await Deno.connect({ hostname: opts.host, port: opts.port, transport: "tcp" });
+      } catch (e) {
+        lastError = (e as Error).message;
+      }
+      if (conn) {
+        conn.setNoDelay(true);
+        const client = new StoreClient(conn, where);
+        try {
+          await client.#request(Op.AUTH, [{ str: opts.token }, { str: opts.identity ?? "client" }]);
+          return client;
+        } catch (e) {
+          client.close();
+          if (e instanceof StoreError && e.kind === "server") {
+            throw new StoreError(
+              "refused",
+              `Cannot join the dtrain store at ${where}: ${e.message}`,
+            );
+          }
+          lastError = (e as Error).message;
+        }
+      }
+      if (Date.now() + delay > deadline) {
+        throw new StoreError(
+          "connect",
+          `Cannot connect to the dtrain store at ${where} within ${
+            opts.timeoutMs ?? 30_000
+          } ms: ${lastError}`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 1000);
+    }
+  }
+
+  /** Sets key to value (bytes, or a string stored as UTF-8). */
+  async set(key: string, value: Uint8Array | string): Promise<void> {
+    await this.#request(Op.SET, [{ str: key }, { bytes: toBytes(value) }]);
+  }
+
+  /**
+   * Sets key to value without waiting for (or receiving) an answer. Frequent
+   * status records use it; requests stay ordered, so a later awaited call
+   * on this client also confirms the posted ones arrived.
+   */
+  post(key: string, value: Uint8Array | string): void {
+    if (this.#closeInfo) return;
+    const frame = encodeFrame(Op.SET | NO_REPLY, 0, [{ str: key }, { bytes: toBytes(value) }]);
+    this.#writer.send(frame).catch(() => {/* the read loop reports the close */});
+  }
+
+  /**
+   * The value of key. Without `timeoutMs`, null when the key is absent; with
+   * it, waits up to that long for the key to appear and then throws a
+   * StoreError of kind "timeout".
+   */
+  async get(key: string, opts: { timeoutMs?: number } = {}): Promise<Uint8Array | null> {
+    const wait = opts.timeoutMs === undefined ? 0 : clampTimeout(opts.timeoutMs, "get");
+    // A timeout of 0 asks the store not to wait: null when absent, like no timeout.
+    const r = await this.#request(Op.GET, [{ str: key }, { u32: wait }], [
+      Status.NOT_FOUND,
+      Status.TIMEOUT,
+    ]);
+    if (r.status === Status.NOT_FOUND) return null;
+    if (r.status === Status.TIMEOUT) {
+      throw new StoreError(
+        "timeout",
+        `Timed out after ${opts.timeoutMs} ms waiting for store key "${key}"`,
+        [key],
+      );
+    }
+    return new BodyReader(r.body).bytes("value");
+  }
+
+  /** Like get(), decoding the value as UTF-8. */
+  async getText(key: string, opts: { timeoutMs?: number } = {}): Promise<string | null> {
+    const v = await this.get(key, opts);
+    return v === null ? null : utf8.decode(v);
+  }
+
+  /**
+   * Resolves when every key exists; throws a StoreError of kind "timeout"
+   * naming the missing keys after `timeoutMs` (default: wait forever).
+   */
+  async wait(keys: readonly string[], timeoutMs?: number): Promise<void> {
+    const t = timeoutMs === undefined ? WAIT_FOREVER : clampTimeout(timeoutMs, "wait");
+    const fields: Field[] = [{ u32: keys.length }, ...keys.map((k) => ({ str: k })), { u32: t }];
+    const r = await this.#request(Op.WAIT, fields, [Status.TIMEOUT]);
+    if (r.status === Status.TIMEOUT) {
+      const br = new BodyReader(r.body);
+      const n = br.u32("missing count");
+      const missing = Array.from({ length: n }, () => br.key());
+      const shown = missing.slice(0, 5).map((k) => `"${k}"`).join(", ") +
+        (n > 5 ? `, … (${n} in all)` : "");
+      throw new StoreError(
+        "timeout",
+        `Timed out after ${timeoutMs} ms waiting for store keys: missing ${shown}`,
+        missing,
+      );
+    }
+  }
+
+  /** Atomically adds delta to the integer at key (absent = 0); returns the new value. */
+  async add(key: string, delta: number): Promise<number> {
+    if (!Number.isSafeInteger(delta)) {
+      throw new RangeError(`Cannot add ${delta} to store key "${key}": not a safe integer`);
+    }
+    const r = await this.#request(Op.ADD, [{ str: key }, { i64: BigInt(delta) }]);
+    const v = new BodyReader(r.body).i64("value");
+    if (v > BigInt(Number.MAX_SAFE_INTEGER) || v < BigInt(Number.MIN_SAFE_INTEGER)) {
+      throw new RangeError(`Store key "${key}" holds ${v}, beyond the safe integer range`);
+    }
+    return Number(v);
+  }
+
+  /** Deletes key; returns whether it existed. */
+  async delete(key: string): Promise<boolean> {
+    const r = await this.#request(Op.DELETE, [{ str: key }]);
+    return new BodyReader(r.body).u8("existed") === 1;
+  }
+
+  /** Every key that starts with prefix, with its value and age. */
+  async list(prefix: string): Promise<StoreEntry[]> {
+    const r = await this.#request(Op.LIST, [{ str: prefix }]);
+    const br = new BodyReader(r.body);
+    const n = br.u32("entry count");
+    const out: StoreEntry[] = [];
+    for (let i = 0; i < n; i++) {
+      out.push({ key: br.key(), value: br.bytes("value"), ageMs: br.u32("age") });
+    }
+    return out;
+  }
+
+  /** Round trip to the store. */
+  async ping(): Promise<void> {
+    await this.#request(Op.PING, []);
+  }
+
+  /**
+   * Lets the process exit while no request is pending (the connection keeps
+   * the event loop alive only while an answer is awaited).
+   */
+  unrefWhenIdle(): void {
+    this.#unrefWhenIdle = true;
+    if (this.#pending.size === 0) this.#conn.unref();
+  }
+
+  /** Closes the connection; pending calls fail with kind "closed". */
+  close(): void {
+    this.#finish({ byClient: true, reason: "closed by the client" });
+  }
+
+  async #request(
+    op: number,
+    fields: Field[],
+    allowed: readonly number[] = [],
+  ): Promise<{ status: number; body: Uint8Array }> {
+    if (this.#closeInfo) {
+      throw new StoreError(
+        "closed",
+        `The dtrain store connection to ${this.#where} is closed: ${this.#closeInfo.reason}`,
+      );
+    }
+    const id = this.#nextId;
+    this.#nextId = id === MAX_REQUEST_ID ? 1 : id + 1;
+    const frame = encodeFrame(op, id, fields);
+    const answer = new Promise<{ status: number; body: Uint8Array }>((resolve, reject) => {
+      this.#pending.set(id, { resolve, reject });
+    });
+    if (this.#pending.size === 1) this.#conn.ref();
+    this.#writer.send(frame).catch(() => {/* the read loop reports the close */});
+    const r = await answer;
+    if (r.status === Status.OK || allowed.includes(r.status)) return r;
+    if (r.status === Status.ERROR) {
+      let message: string;
+      try {
+        // Whatever answers on the store's port is not authenticated to us: escape its text.
+        message = peerText(new BodyReader(r.body).string("message", 64 * 1024), 400);
+      } catch {
+        message = "(unreadable error text)";
+      }
+      throw new StoreError("server", message);
+    }
+    throw new StoreError("protocol", `Store answered status ${r.status} to op ${op}`);
+  }
+
+  async #readLoop(): Promise<void> {
+    const decoder = new FrameDecoder();
+    const buf = new Uint8Array(64 * 1024);
+    let reason = "the store closed the connection";
+    try {
+      for (;;) {
+        const n = await this.#conn.read(buf);
+        if (n === null) break;
+        decoder.push(buf.subarray(0, n));
+        for (let f = decoder.next(); f !== null; f = decoder.next()) {
+          const p = this.#pending.get(f.id);
+          if (!p) throw new ProtocolError(`answer to unknown request ${f.id}`);
+          this.#pending.delete(f.id);
+          if (this.#pending.size === 0 && this.#unrefWhenIdle) this.#conn.unref();
+          p.resolve({ status: f.code, body: f.body });
+        }
+      }
+    } catch (e) {
+      if (!this.#closeInfo) reason = `connection error: ${(e as Error).message}`;
+    }
+    this.#finish({ byClient: false, reason });
+  }
+
+  #finish(info: StoreCloseInfo): void {
+    if (this.#closeInfo) return;
+    this.#closeInfo = info;
+    try {
+      this.#conn.close();
+    } catch { /* already closed */ }
+    const err = new StoreError(
+      "closed",
+      `The dtrain store connection to ${this.#where} closed: ${info.reason}`,
+    );
+    for (const p of this.#pending.values()) p.reject(err);
+    this.#pending.clear();
+    this.#resolveClosed(info);
+  }
+}
+
+function clampTimeout(ms: number, what: string): number {
+  if (!Number.isFinite(ms) || ms < 0) {
+    throw new RangeError(`Cannot ${what} with timeout ${ms} ms: expected a finite number >= 0`);
+  }
+  return Math.min(Math.round(ms), WAIT_FOREVER);
+}

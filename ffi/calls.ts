@@ -1,0 +1,162 @@
+/**
+ * The one FFI call convention: a native symbol that returns a dt_status is
+ * called through a wrapper that appends the stream argument (where the symbol
+ * takes one) and throws DtNativeError naming the symbol when the status is
+ * not 0. Callers write `call.dt_scale(out, inp, n, alpha)`.
+ *
+ * Each wrapper has the symbol's fixed arity: a rest parameter spread into the
+ * FFI function drops the call off V8's fast path (about 25 times slower,
+ * `scripts/bench_ffi_call.ts`), so the wrappers come from one closure factory
+ * per argument count.
+ *
+ * @module
+ */
+import type { NativeLibrary } from "./native.ts";
+import {
+  KERNEL_STREAMED,
+  KERNEL_SYMBOLS,
+  KERNEL_UNSTREAMED,
+  type KernelStreamed,
+  type KernelSymbols,
+} from "./symbols.ts";
+
+// deno-lint-ignore no-explicit-any
+type Raw = (...args: any[]) => number;
+/** Throws the library's error for `symbol`; called only when status != 0. */
+type Fail = (symbol: string, status: number) => never;
+
+/** The JS parameters of symbol K of table S. */
+type Params<S extends Deno.ForeignLibraryInterface, K extends keyof S> =
+  Deno.DynamicLibrary<S>["symbols"][K] extends (...args: infer A) => unknown ? A : never;
+/** A tuple without its last element (the stream). */
+type DropLast<T extends readonly unknown[]> = T extends readonly [...infer Head, unknown] ? Head
+  : never;
+
+/** Status-checked wrappers of the symbols K of S, each taking every parameter. */
+export type CheckedCalls<S extends Deno.ForeignLibraryInterface, K extends keyof S> = {
+  readonly [N in K]: (...args: Params<S, N>) => void;
+};
+
+/** Status-checked wrappers of the symbols K of S, each taking every parameter but the stream. */
+export type StreamCalls<S extends Deno.ForeignLibraryInterface, K extends keyof S> = {
+  readonly [N in K]: (...args: DropLast<Params<S, N>>) => void;
+};
+
+/* Factories by argument count (the stream, when appended, is not counted).
+ * Written out so each wrapper has exactly the FFI function's arity. */
+// deno-fmt-ignore
+const WITH_STREAM: ((f: Raw, name: string, s: Deno.PointerValue, fail: Fail) => unknown)[] = [
+  (f, n, s, x) => () => { const r = f(s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown) => { const r = f(a, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown, b: unknown) => { const r = f(a, b, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown, b: unknown, c: unknown) => {
+    const r = f(a, b, c, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown) => {
+    const r = f(a, b, c, d, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown) => {
+    const r = f(a, b, c, d, e, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown) => {
+    const r = f(a, b, c, d, e, g, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown,
+    h: unknown) => { const r = f(a, b, c, d, e, g, h, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown,
+    h: unknown, i: unknown) => { const r = f(a, b, c, d, e, g, h, i, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown,
+    h: unknown, i: unknown, j: unknown) => {
+    const r = f(a, b, c, d, e, g, h, i, j, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown,
+    h: unknown, i: unknown, j: unknown, k: unknown) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown,
+    h: unknown, i: unknown, j: unknown, k: unknown, l: unknown) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, s); if (r !== 0) x(n, r); },
+];
+// dt_gemm: 18 arguments and the stream.
+// deno-fmt-ignore
+WITH_STREAM[18] = (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown,
+  g: unknown, h: unknown, i: unknown, j: unknown, k: unknown, l: unknown, m: unknown, o: unknown,
+  p: unknown, q: unknown, t: unknown, u: unknown, v: unknown) => {
+  const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, u, v, s); if (r !== 0) x(n, r); };
+
+// deno-fmt-ignore
+const PLAIN: ((f: Raw, name: string, fail: Fail) => unknown)[] = [
+  (f, n, x) => () => { const r = f(); if (r !== 0) x(n, r); },
+  (f, n, x) => (a: unknown) => { const r = f(a); if (r !== 0) x(n, r); },
+  (f, n, x) => (a: unknown, b: unknown) => { const r = f(a, b); if (r !== 0) x(n, r); },
+  (f, n, x) => (a: unknown, b: unknown, c: unknown) => {
+    const r = f(a, b, c); if (r !== 0) x(n, r); },
+  (f, n, x) => (a: unknown, b: unknown, c: unknown, d: unknown) => {
+    const r = f(a, b, c, d); if (r !== 0) x(n, r); },
+];
+
+/** The arity of symbol `name` in `table`, checked against what a factory exists for. */
+function arity(table: Deno.ForeignLibraryInterface, name: string, stream: boolean): number {
+  const def = table[name];
+  if (!def || !("parameters" in def)) throw new TypeError(`${name} is not a function symbol`);
+  if (def.nonblocking) throw new TypeError(`${name} is nonblocking: its status is a Promise`);
+  const n = def.parameters.length - (stream ? 1 : 0);
+  if (stream && def.parameters[def.parameters.length - 1] !== "pointer") {
+    throw new TypeError(`${name} does not end with a stream (pointer) parameter`);
+  }
+  if (!(stream ? WITH_STREAM : PLAIN)[n]) {
+    throw new TypeError(`no checked-call wrapper for ${n} arguments (${name}): add one`);
+  }
+  return n;
+}
+
+/**
+ * Wrappers of `names` that pass `stream` as the last argument and throw
+ * DtNativeError (symbol, library and the library's own text) on a non-zero
+ * status.
+ *
+ * @example
+ * ```ts
+ * const call = streamCalls(lib, KERNEL_SYMBOLS, ["dt_scale"], null);
+ * call.dt_scale(out, inp, BigInt(n), 0.5);
+ * ```
+ */
+export function streamCalls<S extends Deno.ForeignLibraryInterface, K extends keyof S & string>(
+  lib: NativeLibrary<S>,
+  table: S,
+  names: readonly K[],
+  stream: Deno.PointerValue,
+): StreamCalls<S, K> {
+  const fail: Fail = (symbol, status) => lib.fail(symbol, status);
+  const out: Record<string, unknown> = {};
+  for (const name of names) {
+    const f = (lib.symbols as unknown as Record<string, Raw>)[name]!;
+    out[name] = WITH_STREAM[arity(table, name, true)]!(f, name, stream, fail);
+  }
+  return out as StreamCalls<S, K>;
+}
+
+/** Wrappers of `names` (symbols without a stream) that throw DtNativeError on a non-zero status. */
+export function checkedCalls<S extends Deno.ForeignLibraryInterface, K extends keyof S & string>(
+  lib: NativeLibrary<S>,
+  table: S,
+  names: readonly K[],
+): CheckedCalls<S, K> {
+  const fail: Fail = (symbol, status) => lib.fail(symbol, status);
+  const out: Record<string, unknown> = {};
+  for (const name of names) {
+    const f = (lib.symbols as unknown as Record<string, Raw>)[name]!;
+    out[name] = PLAIN[arity(table, name, false)]!(f, name, fail);
+  }
+  return out as CheckedCalls<S, K>;
+}
+
+/** The status-checked kernel calls of a backend: every dt_status symbol of ffi/symbols.ts. */
+export type KernelCalls =
+  & StreamCalls<KernelSymbols, KernelStreamed>
+  & CheckedCalls<KernelSymbols, (typeof KERNEL_UNSTREAMED)[number]>;
+
+/** Binds every dt_status kernel symbol of `lib`, with `stream` appended where the symbol takes one. */
+export function kernelCalls(
+  lib: NativeLibrary<KernelSymbols>,
+  stream: Deno.PointerValue,
+): KernelCalls {
+  return {
+    ...streamCalls(lib, KERNEL_SYMBOLS, KERNEL_STREAMED, stream),
+    ...checkedCalls(lib, KERNEL_SYMBOLS, KERNEL_UNSTREAMED),
+  };
+}

@@ -1,0 +1,134 @@
+/**
+ * Everything `dtrain doctor` looks at, gathered into one plain object: the
+ * versions, how dtrain is installed, the native libraries, the CPU, memory,
+ * /dev/shm against what the chosen ranks need, the GPU stack and the limits.
+ */
+import pkg from "../../package.json" with { type: "json" };
+import { resolveProcessGroupConfig } from "../../distributed/pg_config.ts";
+import { checkExtraction } from "../../sfx/manifest.ts";
+import { installLayout, SFX_FILE_ENV } from "../../os/install_layout.ts";
+import { type GpuFacts, type LibraryFacts, probeCpuLibraries, probeGpu } from "./native.ts";
+import { shmSegmentBytes } from "./shm.ts";
+import {
+  type CpuFacts,
+  type FsSpace,
+  fsSpace,
+  type LimitFacts,
+  type MemoryFacts,
+  readCpu,
+  readLimits,
+  readMemory,
+} from "./system.ts";
+
+/** The run the doctor checks for. */
+export interface DoctorRequest {
+  /** ranks on this machine */
+  nproc: number;
+  device: "auto" | "cpu" | "cuda";
+}
+
+/** How dtrain is installed. */
+export interface InstallFacts {
+  version: string;
+  layout: "checkout" | "single-file" | "unknown";
+  /** the checkout, or the single file's extraction folder */
+  root: string | null;
+  /** the single file itself, when started from one */
+  singleFile: string | null;
+  /** a damaged extraction folder, else null */
+  damage: string | null;
+  /** DTRAIN_LIB_DIR, searched before dtrain's own libraries */
+  libDirOverride: string | null;
+}
+
+/** /dev/shm against the shared-memory process group's needs. */
+export interface ShmFacts {
+  space: FsSpace;
+  /** bytes of each rank's data buffers (DTRAIN_SHM_CHUNK_BYTES or the default) */
+  chunkBytes: number;
+  /** the segment of a CPU group of `nproc` ranks */
+  needBytes: number;
+  /** DTRAIN_SHM_CHUNK_BYTES was set but invalid */
+  chunkError: string | null;
+}
+
+/** Everything the doctor reports. */
+export interface DoctorFacts {
+  request: DoctorRequest;
+  install: InstallFacts;
+  versions: { dtrain: string; deno: string; v8: string; typescript: string };
+  libraries: LibraryFacts[];
+  cpu: CpuFacts;
+  memory: MemoryFacts;
+  shm: ShmFacts;
+  gpu: GpuFacts;
+  limits: LimitFacts;
+}
+
+function installFacts(): InstallFacts {
+  const runtime = installLayout();
+  const facts: InstallFacts = {
+    version: pkg.version,
+    layout: runtime?.kind ?? "unknown",
+    root: runtime?.root ?? null,
+    singleFile: null,
+    damage: null,
+    libDirOverride: Deno.env.get("DTRAIN_LIB_DIR") || null,
+  };
+  if (runtime?.kind === "single-file") {
+    facts.singleFile = Deno.env.get(SFX_FILE_ENV) ?? null;
+    try {
+      checkExtraction(runtime.root);
+    } catch (e) {
+      facts.damage = (e as Error).message;
+    }
+  }
+  return facts;
+}
+
+function shmFacts(nproc: number, shmPath: string): ShmFacts {
+  let chunkBytes: number;
+  let chunkError: string | null = null;
+  try {
+    const env = { DTRAIN_SHM_CHUNK_BYTES: Deno.env.get("DTRAIN_SHM_CHUNK_BYTES") };
+    chunkBytes = resolveProcessGroupConfig({ env }).chunkBytes;
+  } catch (e) {
+    chunkError = (e as Error).message;
+    chunkBytes = resolveProcessGroupConfig({ env: {} }).chunkBytes;
+  }
+  return {
+    space: fsSpace(shmPath),
+    chunkBytes,
+    needBytes: shmSegmentBytes(nproc, chunkBytes),
+    chunkError,
+  };
+}
+
+/**
+ * Gathers the facts for `request`. `shmPath` is where POSIX shared memory
+ * lives (glibc's shm_open uses /dev/shm).
+ *
+ * @example
+ * ```ts
+ * const facts = gatherFacts({ nproc: 8, device: "auto" });
+ * console.log(facts.shm.needBytes, facts.gpu.usable);
+ * ```
+ */
+export function gatherFacts(request: DoctorRequest, shmPath = "/dev/shm"): DoctorFacts {
+  return {
+    request,
+    install: installFacts(),
+    versions: {
+      dtrain: pkg.version,
+      deno: Deno.version.deno,
+      v8: Deno.version.v8,
+      typescript: Deno.version.typescript,
+    },
+    libraries: probeCpuLibraries(),
+    cpu: readCpu(),
+    memory: readMemory(),
+    shm: shmFacts(request.nproc, shmPath),
+    gpu: probeGpu(),
+    limits: readLimits(),
+  };
+}

@@ -1,0 +1,44 @@
+/**
+ * How much of /dev/shm a CPU run of N ranks takes: the shared-memory process
+ * group's one segment, sized as kernels/shm/shm_segment.c sizes it (a control
+ * area rounded up to a page, then two data buffers per rank).
+ */
+import { DEFAULT_CHUNK_BYTES } from "../../distributed/pg_config.ts";
+
+/** sizeof(dt_shm_header_t) in kernels/shm/shm_internal.h (without its rank records). */
+export const SHM_HEADER_BYTES = 128;
+/** sizeof(dt_shm_rank_t): one rank's record in the control area. */
+export const SHM_RANK_RECORD_BYTES = 576;
+/** The data buffers start at a page boundary. */
+const PAGE_BYTES = 4096;
+/** DT_SHM_MAX_RANKS: the most ranks a CPU process group takes. */
+export const SHM_MAX_RANKS = 256;
+/** DT_SHM_MAX_CHUNK in kernels/shm/shm_segment.c: the largest data buffer. */
+export const SHM_MAX_CHUNK_BYTES = 2 ** 30;
+
+/**
+ * Why dt_shm_open would refuse data buffers of `chunkBytes` for `world`
+ * ranks (the rule of kernels/shm/shm_segment.c), or null when it accepts them.
+ */
+export function shmChunkProblem(world: number, chunkBytes: number): string | null {
+  if (chunkBytes % 64 === 0 && chunkBytes >= 64 * world && chunkBytes <= SHM_MAX_CHUNK_BYTES) {
+    return null;
+  }
+  return `DTRAIN_SHM_CHUNK_BYTES=${chunkBytes} must be a multiple of 64 between 64 x ranks ` +
+    `(${64 * world}) and ${SHM_MAX_CHUNK_BYTES}`;
+}
+
+/**
+ * Bytes of the segment a group of `world` ranks creates (and reserves with
+ * posix_fallocate) with data buffers of `chunkBytes` each.
+ *
+ * @example
+ * ```ts
+ * shmSegmentBytes(2, 1 << 20); // 4096 + 2 * 2 * 1 MiB = 4198400
+ * ```
+ */
+export function shmSegmentBytes(world: number, chunkBytes: number = DEFAULT_CHUNK_BYTES): number {
+  const control = SHM_HEADER_BYTES + world * SHM_RANK_RECORD_BYTES;
+  const dataOffset = Math.ceil(control / PAGE_BYTES) * PAGE_BYTES;
+  return dataOffset + world * 2 * chunkBytes;
+}

@@ -1,0 +1,104 @@
+/**
+ * What ranks publish: the phase sink writes each phase change and collective
+ * enter/exit to the store, and a launcher reads it back as a RankView whose
+ * durations survive clock differences between machines.
+ */
+import assert from "node:assert/strict";
+import {
+  StorePhaseSink,
+  toFailureNotice,
+  toRankView,
+} from "../../../distributed/control/rank_state.ts";
+import { StoreClient } from "../../../distributed/control/store.ts";
+import { StoreServer } from "../../../distributed/control/store_server.ts";
+
+const TOKEN = "rank-state-test-token";
+
+Deno.test("StorePhaseSink publishes phases and collectives that toRankView() reads back", async () => {
+  const server = StoreServer.listen({
+    hostname: "127.0.0.1",
+    port: 0,
+    token: TOKEN,
+    log: () => {},
+  });
+  const rank = await StoreClient.connect({ host: "127.0.0.1", port: server.port, token: TOKEN });
+  const launcher = await StoreClient.connect({
+    host: "127.0.0.1",
+    port: server.port,
+    token: TOKEN,
+  });
+  try {
+    const sink = new StorePhaseSink(rank, "r/2", {
+      rank: 2,
+      host: "hostA",
+      pid: 77,
+      phase: "start",
+      phaseAt: Date.now(),
+    });
+    sink.phase("forward", Date.now() - 1500);
+    // A barrier's enter leaves at once (other collectives within ~100 ms).
+    sink.collective({ seq: 7, op: "barrier", bytes: 0, detail: "epoch-end" }, "enter");
+    await rank.ping(); // posted records are ordered before this answer
+    const [entry] = await launcher.list("r/");
+    const v = toRankView(entry!)!;
+    assert.equal(v.rank, 2);
+    assert.equal(v.host, "hostA");
+    assert.equal(v.pid, 77);
+    assert.equal(v.phase, "forward");
+    assert.ok(v.phaseS >= 1.5 && v.phaseS < 3, `in phase for ${v.phaseS} s`);
+    assert.deepEqual(v.coll, { seq: 7, op: "barrier", bytes: 0, detail: "epoch-end" });
+    assert.equal(v.inColl, true);
+    assert.equal(v.status, "running");
+
+    sink.collective({ seq: 7, op: "barrier", bytes: 0, detail: "epoch-end" }, "exit");
+    sink.exiting();
+    await rank.ping();
+    const after = toRankView((await launcher.list("r/"))[0]!)!;
+    assert.equal(after.inColl, false);
+    assert.equal(after.status, "exited");
+  } finally {
+    rank.close();
+    launcher.close();
+    await server.close();
+  }
+});
+
+Deno.test("toRankView() measures time on the rank's clock plus the record's age", () => {
+  // The rank's clock is an hour ahead; the record was written 4 s ago by the store's clock.
+  const skew = 3_600_000;
+  const now = Date.now() + skew;
+  const record = {
+    rank: 0,
+    host: "h",
+    pid: 1,
+    phase: "scan",
+    phaseAt: now - 6000,
+    coll: null,
+    inColl: false,
+    collAt: 0,
+    status: "running",
+    sentAt: now,
+  };
+  const v = toRankView({
+    key: "k",
+    value: new TextEncoder().encode(JSON.stringify(record)),
+    ageMs: 4000,
+  })!;
+  assert.equal(v.phaseS, 10);
+  assert.equal(v.heardS, 4);
+});
+
+Deno.test("toRankView() and toFailureNotice() return null for records that are not theirs", () => {
+  const enc = (s: string) => new TextEncoder().encode(s);
+  for (const bad of ["not json", "42", "{}", '{"rank":"0"}']) {
+    assert.equal(toRankView({ key: "k", value: enc(bad), ageMs: 0 }), null, bad);
+    assert.equal(toFailureNotice(enc(bad)), null, bad);
+  }
+  assert.equal(toFailureNotice(null), null);
+  assert.deepEqual(toFailureNotice(enc('{"rank":1,"host":"h","message":"m","stack":"s"}')), {
+    rank: 1,
+    host: "h",
+    message: "m",
+    stack: "s",
+  });
+});
