@@ -1,6 +1,6 @@
 /**
  * CPU training across two simulated hosts: two network namespaces joined by
- * a veth pair (tests/launch/netns.ts), one launcher in each, the Gloo
+ * a veth pair (scripts/netns.ts), one launcher in each, the Gloo
  * backend bound to the veth interface (GLOO_SOCKET_IFNAME). toy_ddp.ts on 2
  * hosts x 1 rank and 2 x 2 gives the single-host losses, its gradients cross
  * the veth pair, and a rank failing on the second host stops the first's
@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { alive, freePort, SCRIPTS, TestRun, tokenFile } from "./launch_helpers.ts";
 import { assertSameLosses, lossesOf, runRecord, TOY_DDP, twoGlooNodes } from "./gloo_helpers.ts";
-import { makeHosts, netnsProblem, removeHosts, sentBytes, type TwoHosts } from "./netns.ts";
+import { makeHosts, netnsProblem, removeHosts, sentBytes, type TwoHosts } from "../../scripts/netns.ts";
 
 const problem = netnsProblem();
 const skipped = problem ? ` (skipped: ${problem})` : "";

@@ -1,5 +1,5 @@
 /**
- * Two simulated hosts for the multi-node tests: two network namespaces
+ * Two simulated hosts for the multi-node tests and benchmarks: two network namespaces
  * joined by a veth pair (each end named "dtrain0" inside its namespace, with
  * 10.77.0.1 and 10.77.0.2), so traffic between them leaves neither
  * namespace's loopback. Needs root and iproute2; `netnsProblem()` says why
