@@ -135,7 +135,7 @@ function glooProblems(f: DoctorFacts): Problem[] {
       text:
         `${
           lib?.text ?? g.library.error
-        }. Install Debian's libgloo0 (apt-get install libgloo0), or ` +
+        }; install Debian's libgloo0 (apt-get install libgloo0), or ` +
         `use the single file, which carries it; build the library with libgloo-dev installed`,
     }];
   }
