@@ -13,6 +13,7 @@ import { buildCases, BYTES, caseName, outputCount } from "./scripts/_cases.ts";
 import { expected, firstDifferenceInAnyOrder } from "./scripts/_expected.ts";
 import { shmEntries } from "./scripts/_ranks.ts";
 import { withGlooRanks } from "./scripts/_gloo_ranks.ts";
+import { GLOO_MISSING } from "../launch/gloo_helpers.ts";
 
 async function runMatrix(
   nodes: number,
@@ -82,21 +83,34 @@ async function runMatrix(
   }
 }
 
-Deno.test("Gloo collectives match independent results for every op, dtype and size, 2 nodes x 1 rank", async () => {
+Deno.test({
+  name: "Gloo collectives match independent results for every op, dtype and size, 2 nodes x 1 rank",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   await runMatrix(2, 1, [0, 1, 7, 1000], {});
 });
 
-Deno.test("Gloo collectives match with 2 nodes x 2 ranks: shared memory within each node, Gloo between nodes", async () => {
+Deno.test({
+  name:
+    "Gloo collectives match with 2 nodes x 2 ranks: shared memory within each node, Gloo between nodes",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   // 1001 is odd: its last element takes the all-rank path beside the per-node shares
   await runMatrix(2, 2, [1, 3, 1001], { DTRAIN_SHM_CHUNK_BYTES: "1024" });
 });
 
-Deno.test("Gloo collectives match with 2 nodes x 2 ranks all over Gloo, and with 3 nodes", async () => {
+Deno.test({
+  name: "Gloo collectives match with 2 nodes x 2 ranks all over Gloo, and with 3 nodes",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   await runMatrix(2, 2, [5, 1001], { DTRAIN_GLOO_HIERARCHY: "off" }, ["f32", "bf16", "i64"]);
   await runMatrix(3, 1, [2, 1000], {}, ["f32", "f16", "i32", "u8"]);
 });
 
-Deno.test("Gloo collectives of many shared-memory buffers match, 2 nodes x 2 ranks", async () => {
+Deno.test({
+  name: "Gloo collectives of many shared-memory buffers match, 2 nodes x 2 ranks",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   // 280 KB per rank through 16 KiB shared-memory buffers; the odd element goes through Gloo alone
   await runMatrix(2, 2, [70_001], { DTRAIN_SHM_CHUNK_BYTES: "16384" }, ["f32"]);
 });

@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import { StoreClient } from "../../distributed/control/store.ts";
 import type { RankProcess } from "./scripts/_ranks.ts";
 import { type GlooJob, withGlooRanks } from "./scripts/_gloo_ranks.ts";
+import { GLOO_MISSING } from "../launch/gloo_helpers.ts";
 
 const DT_ERR_ARG = 1, DT_ERR_TIMEOUT = 7, DT_ERR_SYS = 8;
 
@@ -42,7 +43,10 @@ function serve(nodes: number, tag: string, env: Record<string, string> = {}): Gl
   return { nodes, perNode: 1, tag, args: ["serve"], env: () => env };
 }
 
-Deno.test("Gloo barrier() returns on no rank before the last rank has entered it", async () => {
+Deno.test({
+  name: "Gloo barrier() returns on no rank before the last rank has entered it",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   await withGlooRanks(serve(3, "gbarrier"), async (procs) => {
     await ready(procs);
     const [r0, r1, r2] = procs as [RankProcess, RankProcess, RankProcess];
@@ -59,7 +63,11 @@ Deno.test("Gloo barrier() returns on no rank before the last rank has entered it
   });
 });
 
-Deno.test("Gloo allReduce times out naming the rank and node that never arrived; the peer then fails at once", async () => {
+Deno.test({
+  name:
+    "Gloo allReduce times out naming the rank and node that never arrived; the peer then fails at once",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   await withGlooRanks(serve(2, "gtimeout"), async ([r0, r1]) => {
     await ready([r0!, r1!]);
     await formed([r0!, r1!]);
@@ -78,7 +86,11 @@ Deno.test("Gloo allReduce times out naming the rank and node that never arrived;
   });
 });
 
-Deno.test("a Gloo rank SIGKILLed mid-job: the survivor's collective fails within seconds, saying the peer is gone", async () => {
+Deno.test({
+  name:
+    "a Gloo rank SIGKILLed mid-job: the survivor's collective fails within seconds, saying the peer is gone",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   await withGlooRanks(serve(2, "gkill"), async ([r0, r1]) => {
     await ready([r0!, r1!]);
     for (const p of [r0!, r1!]) await p.send("allreduce 1000 f32 30000");
@@ -98,7 +110,11 @@ Deno.test("a Gloo rank SIGKILLed mid-job: the survivor's collective fails within
   });
 });
 
-Deno.test("a bad argument on one Gloo rank makes its peer's collective fail at once with that rank's error", async () => {
+Deno.test({
+  name:
+    "a bad argument on one Gloo rank makes its peer's collective fail at once with that rank's error",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   await withGlooRanks(serve(2, "gbadarg"), async ([r0, r1]) => {
     await ready([r0!, r1!]);
     // mid-job: the group has formed
@@ -130,7 +146,10 @@ Deno.test("a bad argument on one Gloo rank makes its peer's collective fail at o
   });
 });
 
-Deno.test("close() on one Gloo rank makes a peer's collective fail at once, naming it", async () => {
+Deno.test({
+  name: "close() on one Gloo rank makes a peer's collective fail at once, naming it",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   await withGlooRanks(serve(2, "gclose"), async ([r0, r1]) => {
     await ready([r0!, r1!]);
     await formed([r0!, r1!]);
@@ -158,7 +177,11 @@ async function mismatch(
   });
 }
 
-Deno.test("Gloo: allReduce of 10 floats on rank 0 and 12 on rank 1 is reported on both ranks with both calls", async () => {
+Deno.test({
+  name:
+    "Gloo: allReduce of 10 floats on rank 0 and 12 on rank 1 is reported on both ranks with both calls",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   const [a, b] = await mismatch({}, "allreduce 10 f32 10000", "allreduce 12 f32 10000");
   for (const [res, me, other] of [[a, "10", "12"], [b, "12", "10"]] as const) {
     assert.equal(res.ok, false);
@@ -172,7 +195,10 @@ Deno.test("Gloo: allReduce of 10 floats on rank 0 and 12 on rank 1 is reported o
   }
 });
 
-Deno.test("Gloo: dtypes and barrier names are compared only under DTRAIN_DISTRIBUTED_DEBUG=DETAIL", async () => {
+Deno.test({
+  name: "Gloo: dtypes and barrier names are compared only under DTRAIN_DISTRIBUTED_DEBUG=DETAIL",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   const [a, b] = await mismatch({}, "allreduce 10 f32 10000", "allreduce 10 i32 10000");
   assert.deepEqual([a.ok, b.ok], [true, true], "op and size match: only DETAIL compares dtypes");
   const [c, d] = await mismatch(
@@ -192,7 +218,10 @@ Deno.test("Gloo: dtypes and barrier names are compared only under DTRAIN_DISTRIB
   }
 });
 
-Deno.test("a Gloo rendezvous without rank 1 times out naming it and its node", async () => {
+Deno.test({
+  name: "a Gloo rendezvous without rank 1 times out naming it and its node",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   const job = { ...serve(2, "gnorank1"), ranks: [0] };
   await withGlooRanks(job, async ([r0]) => {
     await ready([r0!]); // initProcessGroup() only checks the settings: the group forms in the first call
@@ -224,7 +253,11 @@ function preamble(opcode: number, slot: bigint, length: number, withData: boolea
   return new Uint8Array(b.buffer);
 }
 
-Deno.test("a process outside the run that takes a rank's Gloo connection is refused, named by its address, and logged", async () => {
+Deno.test({
+  name:
+    "a process outside the run that takes a rank's Gloo connection is refused, named by its address, and logged",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   // Rank 0 binds 127.0.0.1 and rank 1 127.0.0.2, so rank 0 is the side that accepts (Gloo's
   // rule: the lower address listens). An outsider that learned rank 0's port (here from the
   // store; in life by scanning) connects first and answers like Gloo, with a made-up proof.

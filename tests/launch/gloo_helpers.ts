@@ -9,6 +9,21 @@ import { join } from "node:path";
 import type { Launched, TestRun } from "./launch_helpers.ts";
 import { REPO } from "./launch_helpers.ts";
 
+/**
+ * Why the Gloo tests cannot run here (the Gloo library was not built: Debian's
+ * libgloo-dev is missing), or null. Tests that need it are skipped with this
+ * reason in their name.
+ */
+export const GLOO_MISSING: string | null = (() => {
+  try {
+    Deno.statSync(join(REPO, "build/libdtrain_gloo.so"));
+    return null;
+  } catch {
+    return "build/libdtrain_gloo.so was not built: install Debian's libgloo-dev and libgloo0";
+  }
+})();
+if (GLOO_MISSING) console.log(`Gloo tests skipped: ${GLOO_MISSING}`);
+
 /** examples/toy_ddp.ts */
 export const TOY_DDP = join(REPO, "examples/toy_ddp.ts");
 

@@ -9,7 +9,14 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { alive, freePort, SCRIPTS, TestRun, tokenFile } from "./launch_helpers.ts";
-import { assertSameLosses, lossesOf, runRecord, TOY_DDP, twoGlooNodes } from "./gloo_helpers.ts";
+import {
+  assertSameLosses,
+  GLOO_MISSING,
+  lossesOf,
+  runRecord,
+  TOY_DDP,
+  twoGlooNodes,
+} from "./gloo_helpers.ts";
 
 const LOSSES = { DTRAIN_PRINT_LOSSES: "1" };
 
@@ -47,7 +54,11 @@ async function oneNodeToy(t: TestRun, nproc: number): Promise<number[]> {
   return lossesOf(r.stdout);
 }
 
-Deno.test("toy_ddp on 2 nodes x 1 rank over Gloo gives the single-node losses at world size 2; run.json names gloo", async () => {
+Deno.test({
+  name:
+    "toy_ddp on 2 nodes x 1 rank over Gloo gives the single-node losses at world size 2; run.json names gloo",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   const t = new TestRun();
   try {
     const { losses, record } = await twoNodeToy(t, 1);
@@ -61,7 +72,11 @@ Deno.test("toy_ddp on 2 nodes x 1 rank over Gloo gives the single-node losses at
   }
 });
 
-Deno.test("toy_ddp on 2 nodes x 2 ranks gives the single-node 4-rank losses, with and without the shared-memory step", async () => {
+Deno.test({
+  name:
+    "toy_ddp on 2 nodes x 2 ranks gives the single-node 4-rank losses, with and without the shared-memory step",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   const t = new TestRun();
   try {
     const reference = await oneNodeToy(t, 4);
@@ -80,7 +95,11 @@ Deno.test("toy_ddp on 2 nodes x 2 ranks gives the single-node 4-rank losses, wit
   }
 });
 
-Deno.test("a rank failing on node 1 stops node 0's ranks within 5 s, and both launchers name it and its error", async () => {
+Deno.test({
+  name:
+    "a rank failing on node 1 stops node 0's ranks within 5 s, and both launchers name it and its error",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   const t = new TestRun();
   try {
     const { node0, node1 } = await twoGlooNodes(t, {
@@ -109,7 +128,11 @@ Deno.test("a rank failing on node 1 stops node 0's ranks within 5 s, and both la
   }
 });
 
-Deno.test("a hang on node 1 is diagnosed by node 0 with every node's ranks, and --timeout stops both nodes", async () => {
+Deno.test({
+  name:
+    "a hang on node 1 is diagnosed by node 0 with every node's ranks, and --timeout stops both nodes",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   const t = new TestRun();
   try {
     const data = join(t.dir, "dataset");
@@ -157,7 +180,11 @@ Deno.test("a hang on node 1 is diagnosed by node 0 with every node's ranks, and 
   }
 });
 
-Deno.test("a third launcher with the wrong token is refused and logged while a Gloo job runs to the end", async () => {
+Deno.test({
+  name:
+    "a third launcher with the wrong token is refused and logged while a Gloo job runs to the end",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
   const t = new TestRun();
   try {
     const port = freePort();

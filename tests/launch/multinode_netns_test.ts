@@ -11,10 +11,23 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { alive, freePort, SCRIPTS, TestRun, tokenFile } from "./launch_helpers.ts";
-import { assertSameLosses, lossesOf, runRecord, TOY_DDP, twoGlooNodes } from "./gloo_helpers.ts";
-import { makeHosts, netnsProblem, removeHosts, sentBytes, type TwoHosts } from "../../scripts/netns.ts";
+import {
+  assertSameLosses,
+  GLOO_MISSING,
+  lossesOf,
+  runRecord,
+  TOY_DDP,
+  twoGlooNodes,
+} from "./gloo_helpers.ts";
+import {
+  makeHosts,
+  netnsProblem,
+  removeHosts,
+  sentBytes,
+  type TwoHosts,
+} from "../../scripts/netns.ts";
 
-const problem = netnsProblem();
+const problem = GLOO_MISSING ?? netnsProblem();
 const skipped = problem ? ` (skipped: ${problem})` : "";
 
 async function onTwoHosts(body: (t: TestRun, hosts: TwoHosts) => Promise<void>): Promise<void> {
