@@ -6,14 +6,15 @@
  * veth pair (scripts/netns.ts; needs root), or loopback with --loopback.
  *
  *   deno run -A scripts/bench_gloo.ts [--sizes 1,16,64] [--iters 20] [--warmup 5]
- *       [--layouts 2x1,2x2] [--loopback] [--json]
+ *       [--layouts 2x1,2x2] [--repeat 1] [--loopback] [--json]
  *
  * Layouts are hosts x ranks per host. With 2 ranks per host dtrain runs twice:
  * with its shared-memory step within each host (DTRAIN_GLOO_HIERARCHY=on) and
  * all over Gloo (off); PyTorch's gloo has no such step.
  * Method (as scripts/bench_allreduce.ts and w3_allreduce.py): per size,
  * `warmup` calls, then `iters` calls each preceded by a barrier; a call's time
- * is the slowest rank's; the median is reported. algbw = bytes / time; busbw =
+ * is the slowest rank's; the median is reported. With --repeat N the variants
+ * run N times in turn (so all see the same machine load) and the calls are pooled. algbw = bytes / time; busbw =
  * algbw x 2(n-1)/n for n ranks (GB = 1e9 bytes); ratio = dtrain busbw /
  * PyTorch busbw.
  */
@@ -33,6 +34,16 @@ interface SizeTimes {
   /** seconds per timed call, slowest rank */
   times: number[];
 }
+
+/** What one run of a variant measures. */
+interface Measured {
+  sizes: SizeTimes[];
+  /** µs per allReduce of one f32, back to back (rank 0's mean over TINY_CALLS) */
+  tinyUs: number;
+}
+
+/** Back-to-back calls timed for the one-float latency. */
+const TINY_CALLS = 500;
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -67,7 +78,14 @@ function worker(sizes: number[], warmup: number, iters: number): void {
       ),
     });
   }
-  if (pg.rank === 0) console.log(`BENCH ${JSON.stringify(out)}`);
+  const one = new Float32Array(1);
+  for (let i = 0; i < 50; i++) pg.allReduce(one);
+  pg.barrier("tiny");
+  const t0 = performance.now();
+  for (let i = 0; i < TINY_CALLS; i++) pg.allReduce(one);
+  const tinyUs = ((performance.now() - t0) * 1000) / TINY_CALLS;
+  const measured: Measured = { sizes: out, tinyUs };
+  if (pg.rank === 0) console.log(`BENCH ${JSON.stringify(measured)}`);
 }
 
 /** Where the two "hosts" are: namespaces, or loopback. */
@@ -107,7 +125,7 @@ async function benchDtrain(
   iters: number,
   env: Record<string, string>,
   port: number,
-): Promise<SizeTimes[]> {
+): Promise<Measured> {
   const dir = Deno.makeTempDirSync({ prefix: "dtrain-bench-gloo-" });
   try {
     const token = join(dir, "token");
@@ -184,9 +202,17 @@ for mib in sizes:
     want = float(world) ** (warmup + iters)
     assert t[0].item() == want and t[-1].item() == want, "wrong all_reduce result"
     out.append({"mib": mib, "times": [max(ts) for ts in zip(*gathered)]})
+one = torch.ones(1, dtype=torch.float32)
+for _ in range(50):
+    dist.all_reduce(one)
+dist.barrier()
+t0 = time.perf_counter()
+for _ in range(${TINY_CALLS}):
+    dist.all_reduce(one)
+tiny_us = (time.perf_counter() - t0) * 1e6 / ${TINY_CALLS}
 dist.destroy_process_group()
 if rank == 0:
-    print("BENCH " + json.dumps(out))
+    print("BENCH " + json.dumps({"sizes": out, "tinyUs": tiny_us}))
 `;
 
 /** Debian's python3 with python3-torch (a pyenv python3 on PATH may lack torch). */
@@ -213,7 +239,7 @@ async function benchTorch(
   warmup: number,
   iters: number,
   port: number,
-): Promise<SizeTimes[]> {
+): Promise<Measured> {
   const world = 2 * perHost;
   const outs = await Promise.all(Array.from({ length: world }, (_, r) => {
     const host = Math.floor(r / perHost) as 0 | 1;
@@ -252,6 +278,7 @@ async function main(): Promise<void> {
       iters: { type: "string", default: "20" },
       warmup: { type: "string", default: "5" },
       layouts: { type: "string", default: "2x1,2x2" },
+      repeat: { type: "string", default: "1" },
       loopback: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
     },
@@ -289,42 +316,46 @@ async function main(): Promise<void> {
   }
   const python = findTorchPython();
   const results: Record<string, Record<string, SizeTimes[]>> = {};
+  const tiny: Record<string, Record<string, number[]>> = {};
+  const add = (layout: string, name: string, got: Measured) => {
+    const into = (results[layout] ??= {})[name] ??= sizes.map((mib) => ({ mib, times: [] }));
+    for (const g of got.sizes) into.find((x) => x.mib === g.mib)!.times.push(...g.times);
+    ((tiny[layout] ??= {})[name] ??= []).push(got.tinyUs);
+  };
   let port = 29611;
   try {
-    for (const perHost of layouts) {
-      const key = `2x${perHost}`;
-      results[key] = {};
-      const variants: [string, Record<string, string>][] = perHost > 1
-        ? [["dtrain (shm + Gloo)", { DTRAIN_GLOO_HIERARCHY: "on" }], [
-          "dtrain (Gloo only)",
-          { DTRAIN_GLOO_HIERARCHY: "off" },
-        ]]
-        : [["dtrain", {}]];
-      for (const [name, env] of variants) {
-        results[key]![name] = await benchDtrain(place, perHost, sizes, warmup, iters, env, port++);
-      }
-      if (python) {
-        results[key]!["PyTorch gloo"] = await benchTorch(
-          python,
-          place,
-          perHost,
-          sizes,
-          warmup,
-          iters,
-          port++,
-        );
+    for (let rep = 0; rep < Number(values.repeat); rep++) {
+      for (const perHost of layouts) {
+        const key = `2x${perHost}`;
+        const variants: [string, Record<string, string>][] = perHost > 1
+          ? [["dtrain (shm + Gloo)", { DTRAIN_GLOO_HIERARCHY: "on" }], [
+            "dtrain (Gloo only)",
+            { DTRAIN_GLOO_HIERARCHY: "off" },
+          ]]
+          : [["dtrain", {}]];
+        for (const [name, env] of variants) {
+          add(key, name, await benchDtrain(place, perHost, sizes, warmup, iters, env, port++));
+        }
+        if (python) {
+          add(
+            key,
+            "PyTorch gloo",
+            await benchTorch(python, place, perHost, sizes, warmup, iters, port++),
+          );
+        }
       }
     }
   } finally {
     if (hosts) removeHosts(hosts);
   }
   if (values.json) {
-    console.log(JSON.stringify({ place: place.what, results, loadavg: Deno.loadavg() }));
+    console.log(JSON.stringify({ place: place.what, results, tiny, loadavg: Deno.loadavg() }));
     return;
   }
   console.log(
     `allReduce(sum) f32 between ${place.what}; 1 thread per rank; ${warmup} warm-up + ${iters} timed ` +
-      `calls, median of the slowest rank${python ? "" : "; PyTorch not found (no python3-torch)"}`,
+      `calls x ${values.repeat} run(s), median of the slowest rank` +
+      (python ? "" : "; PyTorch not found (no python3-torch)"),
   );
   for (const [layout, byName] of Object.entries(results)) {
     const n = 2 * Number(layout.slice(2));
@@ -350,6 +381,8 @@ async function main(): Promise<void> {
         }`,
       );
     }
+    const us = names.map((nm) => median(tiny[layout]![nm]!));
+    console.log(`| 1 f32: µs/call | ${us.map((u) => u.toFixed(0)).join(" | ")} |`);
   }
 }
 

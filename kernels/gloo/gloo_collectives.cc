@@ -1,5 +1,5 @@
 /* gloo_collectives.cc — the collectives of a Gloo group. dt_gloo_check runs
- * first for every call: each member sends every other a 64-byte record of
+ * first for every call: each member sends every other a 72-byte record of
  * its call (op, sizes, dtype, reduce op, root, barrier name), so mismatched
  * calls fail on every rank with both sides described and a timeout names
  * the members that did not arrive; it is also the barrier. The data moves
@@ -32,9 +32,11 @@ struct Call {
   int32_t dtype;
   int32_t redop;
   int32_t root;
-  char name[28];
+  uint32_t reserved;
+  /* a barrier's name; its first 31 bytes are compared, as the shm group does */
+  char name[32];
 };
-static_assert(sizeof(Call) == 64, "a call record is 64 bytes");
+static_assert(sizeof(Call) == 72, "a call record is 72 bytes");
 
 const char* op_name(int32_t op) {
   switch (op) {
@@ -148,6 +150,20 @@ void allreduce_typed(dt_gloo_group* g, T* buf, int64_t count, int32_t dtype, int
   gloo::allreduce(opts);
 }
 
+/* Posts the receives of call `seq`'s records from every peer into check_in[seq & 1]. */
+void post_check_receives(dt_gloo_group* g, uint64_t seq) {
+  std::vector<char>& in = g->check_in[seq & 1];
+  auto& buf = g->check_in_buf[seq & 1];
+  if (!buf) {
+    in.assign((size_t)g->size * sizeof(Call), 0);
+    buf = g->ctx->createUnboundBuffer(in.data(), in.size());
+  }
+  const uint64_t slot = kCheckSlot | (uint32_t)seq;
+  for (int p = 0; p < g->size; p++) {
+    if (p != g->rank) buf->recv(p, slot, (size_t)p * sizeof(Call), sizeof(Call));
+  }
+}
+
 }  // namespace
 
 /** Call #n (op, sizes, dtype, reduce op, root, barrier name) on every member:
@@ -170,19 +186,22 @@ DT_EXPORT dt_status dt_gloo_check(dt_gloo_group* g, int32_t op, int32_t dtype, i
   const std::string what = "#" + std::to_string(mine.seq) + " " + describe(mine);
   const int n = g->size;
   if (n == 1) return DT_OK;
-  std::vector<Call> theirs((size_t)n);
-  std::vector<Call> out((size_t)n, mine);
   std::vector<bool> got((size_t)n, false);
   const uint64_t slot = kCheckSlot | (uint32_t)mine.seq;
   const int64_t deadline = dt_gloo_now_ms_() + timeout_ms;
   try {
-    auto inb = g->ctx->createUnboundBuffer(theirs.data(), theirs.size() * sizeof(Call));
-    auto outb = g->ctx->createUnboundBuffer(out.data(), out.size() * sizeof(Call));
+    if (!g->check_posted) post_check_receives(g, mine.seq);
+    g->check_posted = false;
+    if (!g->check_out_buf) {
+      g->check_out.assign((size_t)n * sizeof(Call), 0);
+      g->check_out_buf = g->ctx->createUnboundBuffer(g->check_out.data(), g->check_out.size());
+    }
     for (int p = 0; p < n; p++) {
       if (p == g->rank) continue;
-      inb->recv(p, slot, (size_t)p * sizeof(Call), sizeof(Call));
-      outb->send(p, slot, (size_t)p * sizeof(Call), sizeof(Call));
+      memcpy(g->check_out.data() + (size_t)p * sizeof(Call), &mine, sizeof mine);
+      g->check_out_buf->send(p, slot, (size_t)p * sizeof(Call), sizeof(Call));
     }
+    auto& inb = g->check_in_buf[mine.seq & 1];
     for (int k = 0; k < n - 1; k++) {
       int src = -1;
       int64_t left = deadline - dt_gloo_now_ms_();
@@ -203,7 +222,7 @@ DT_EXPORT dt_status dt_gloo_check(dt_gloo_group* g, int32_t op, int32_t dtype, i
     }
     for (int k = 0; k < n - 1; k++) {
       int64_t left = deadline - dt_gloo_now_ms_();
-      outb->waitSend(nullptr, std::chrono::milliseconds(left > 1 ? left : 1));
+      g->check_out_buf->waitSend(nullptr, std::chrono::milliseconds(left > 1 ? left : 1));
     }
   } catch (const gloo::IoException& e) {
     return dt_gloo_peer_failure_(g, what, e.what(), timeout_ms);
@@ -212,10 +231,11 @@ DT_EXPORT dt_status dt_gloo_check(dt_gloo_group* g, int32_t op, int32_t dtype, i
                   e.what());
     return dt_gloo_abort_with_(g, DT_ERR_INTERNAL);
   }
+  const Call* theirs = (const Call*)g->check_in[mine.seq & 1].data();
   const bool detail = (g->flags & DT_GLOO_FLAG_DETAIL) != 0;
   for (int q = 0; q < n; q++) {
-    if (q == g->rank || !differ(mine, theirs[(size_t)q], detail)) continue;
-    const Call& t = theirs[(size_t)q];
+    if (q == g->rank || !differ(mine, theirs[q], detail)) continue;
+    const Call& t = theirs[q];
     dt_gloo_fail_(DT_ERR_ARG,
                   "Collective mismatch at #%llu: %s called %s but %s called #%llu %s. Every rank must call the same "
                   "collectives in the same order with the same sizes%s",
@@ -228,6 +248,12 @@ DT_EXPORT dt_status dt_gloo_check(dt_gloo_group* g, int32_t op, int32_t dtype, i
     g->dead = DT_ERR_ARG; /* every member finds the same mismatch: no abort record needed */
     g->dead_text = text;
     return DT_ERR_ARG;
+  }
+  try {
+    post_check_receives(g, mine.seq + 1); /* the next call's records go out at once */
+    g->check_posted = true;
+  } catch (const gloo::IoException& e) {
+    return dt_gloo_peer_failure_(g, what, e.what(), timeout_ms);
   }
   return DT_OK;
 }

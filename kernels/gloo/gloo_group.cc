@@ -380,6 +380,8 @@ DT_EXPORT dt_status dt_gloo_close(dt_gloo_group* g) {
     } catch (const std::exception&) { /* peers still see the connections close */
     }
   }
+  for (auto& b : g->check_in_buf) b.reset();
+  g->check_out_buf.reset();
   g->ctx.reset();
   g->device.reset();
   g->store.reset();

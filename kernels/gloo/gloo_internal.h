@@ -13,6 +13,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include "dt_common.h"
 
@@ -112,6 +113,16 @@ struct dt_gloo_group {
   std::string device_text;
   /* scratch for 16-bit widening and reduce-scatter, grown on demand */
   std::vector<char> scratch;
+  /* The call-record exchange (gloo_collectives.cc): the records of call n are
+   * received into check_in[n & 1], whose receives are posted as soon as call
+   * n-1's exchange completes, so a peer's record goes out without waiting for
+   * a receive notice; check_out holds this rank's record, once per peer. */
+  std::vector<char> check_in[2];
+  std::unique_ptr<gloo::transport::UnboundBuffer> check_in_buf[2];
+  std::vector<char> check_out;
+  std::unique_ptr<gloo::transport::UnboundBuffer> check_out_buf;
+  /* whether the receives of call seq+1 are posted */
+  bool check_posted = false;
 };
 
 /* Marks the group failed with `status` and this thread's error text, tells
