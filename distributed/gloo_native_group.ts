@@ -2,11 +2,12 @@
  * One Gloo group as libdtrain_gloo.so holds it (all ranks of the job, or one
  * rank per node): joining it through the control store with a membership
  * proof per pair, the native calls with their status checks, and the handle's
- * lifetime. It reports nothing and checks no arguments: distributed/
- * gloo_backend.ts does both before it calls in here.
+ * lifetime. It reports no phases and checks no arguments (distributed/
+ * gloo_backend.ts does both); it logs a refused connection, a security event.
  */
 import { createHmac } from "node:crypto";
-import { GLOO_FLAG_DETAIL, GLOO_PROOF_BYTES, glooLibrary } from "../ffi/gloo.ts";
+import { GLOO_ERR_REFUSED, GLOO_FLAG_DETAIL, GLOO_PROOF_BYTES, glooLibrary } from "../ffi/gloo.ts";
+import { cString as readCString } from "../ffi/native.ts";
 import type { GlooSettings } from "./gloo_config.ts";
 
 const encoder = new TextEncoder();
@@ -104,6 +105,11 @@ export class GlooNativeGroup {
       BigInt(Math.ceil(spec.timeoutMs)),
       out,
     );
+    if (status === GLOO_ERR_REFUSED) {
+      // A connection that is not the run's is a security event: logged whatever the caller does.
+      const text = readCString(lib.symbols.dt_last_error());
+      console.error(`[dtrain] ${text}`);
+    }
     lib.check(status, "dt_gloo_open");
     const handle = Deno.UnsafePointer.create(out[0]!);
     if (handle === null) throw new Error("dt_gloo_open returned success but no handle");

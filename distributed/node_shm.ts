@@ -25,6 +25,11 @@ export interface NodeShmSpec {
   timeoutMs: number;
 }
 
+/** Closes handles whose group was dropped without close(): a backstop only. */
+const leaked = new FinalizationRegistry<Deno.PointerObject>((handle) => {
+  shmLibrary().symbols.dt_shm_close(handle);
+});
+
 /** A node's shared-memory group, as the Gloo group uses it. */
 export class NodeShm {
   readonly #firstRank: number;
@@ -33,6 +38,7 @@ export class NodeShm {
   private constructor(handle: Deno.PointerObject, firstRank: number) {
     this.#handle = handle;
     this.#firstRank = firstRank;
+    leaked.register(this, handle, this);
   }
 
   /** Joins the node's segment; returns once every local rank has. */
@@ -114,6 +120,7 @@ export class NodeShm {
     const h = this.#handle;
     if (h === null) return;
     this.#handle = null;
+    leaked.unregister(this);
     checkShm(shmLibrary().symbols.dt_shm_close(h), "dt_shm_close", this.#firstRank);
   }
 

@@ -69,6 +69,9 @@ export const GLOO_OP = {
   barrier: 5,
 } as const;
 
+/** dt_gloo_open's status when a pair connection failed its membership proof. */
+export const GLOO_ERR_REFUSED = 9;
+
 /** dt_gloo_open flags. */
 export const GLOO_FLAG_DETAIL = 1;
 

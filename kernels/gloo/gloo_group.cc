@@ -198,13 +198,11 @@ dt_status verify_pairs(dt_gloo_group* g, const uint8_t* proofs_out, const uint8_
       }
       if (diff != 0) {
         std::string from = remote_of(g->ctx->getPair(src).get());
-        dt_gloo_fail_(DT_ERR_ARG,
-                      "%s refused the Gloo connection from %s that claimed to be %s: it did not prove it "
-                      "holds this run's token (a process outside the run, or a launcher with another token); "
-                      "the process group cannot start",
-                      g->labels[g->rank].c_str(), from.c_str(), g->labels[src].c_str());
-        fprintf(stderr, "[dtrain] %s\n", dt_gloo_error_text_());
-        return DT_ERR_ARG;
+        return dt_gloo_fail_(DT_GLOO_ERR_REFUSED,
+                             "%s refused the Gloo connection from %s that claimed to be %s: it did not prove it "
+                             "holds this run's token (a process outside the run, or a launcher with another "
+                             "token); the process group cannot start",
+                             g->labels[g->rank].c_str(), from.c_str(), g->labels[src].c_str());
       }
     }
     for (int k = 0; k < n - 1; k++) {
@@ -237,6 +235,7 @@ dt_status dt_gloo_abort_with_(dt_gloo_group* g, dt_status status) {
     g->dead = status;
     g->dead_text = text;
     try {
+      g->store->set_deadline(dt_gloo_now_ms_() + 5000);
       g->store->put_raw(g->store->prefix() + "abort/" + std::to_string(g->rank), text);
     } catch (const std::exception&) { /* the store is gone: the closed connections still stop the peers */
     }

@@ -21,6 +21,9 @@
 #define DT_GLOO_F64 6
 /* reduce ops, as the shared-memory library numbers them */
 enum { DT_GLOO_SUM = 0, DT_GLOO_AVG = 1, DT_GLOO_MAX = 2, DT_GLOO_MIN = 3 };
+/* dt_gloo_open's status when a pair connection failed its membership proof
+ * (a refusal the caller logs); the other statuses are dt_common.h's */
+#define DT_GLOO_ERR_REFUSED 9
 /* dt_gloo_open flags */
 enum { DT_GLOO_FLAG_DETAIL = 1 };
 /* bytes of a pair's membership proof (an HMAC-SHA256 computed by the caller) */
