@@ -5,6 +5,8 @@
 import pkg from "./package.json" with { type: "json" };
 import { launch } from "./launch/launcher.ts";
 import { launchHelp, parseLaunchArgs } from "./launch/options.ts";
+import { LaunchTimeout, TIMEOUT_EXIT_CODE } from "./launch/failure_report.ts";
+import { NprocLimitError } from "./launch/nproc_limit.ts";
 
 /** One sub-command of `dtrain`. */
 export interface Verb {
@@ -26,7 +28,17 @@ async function runLauncher(args: string[]): Promise<number> {
     console.log(launchHelp());
     return 0;
   }
-  return await launch(parsed, args);
+  try {
+    return await launch(parsed, args);
+  } catch (e) {
+    if (e instanceof NprocLimitError) {
+      console.error(`dtrain: ${e.message}\n(see \`dtrain --help\`)`);
+      return 2;
+    }
+    if (!(e instanceof LaunchTimeout)) throw e;
+    console.error(`dtrain: ${e.message}`);
+    return TIMEOUT_EXIT_CODE;
+  }
 }
 
 /** Every verb; the first word of the command line picks one, else the default. */

@@ -32,6 +32,7 @@ import {
 import { getRankSettings, getWorld } from "./control/env.ts";
 import { getStore, storeKey } from "./control/rank_runtime.ts";
 import { attemptKeys } from "./control/store_keys.ts";
+import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
 import { COMPLETED, type Work } from "./work.ts";
 
@@ -52,6 +53,13 @@ export interface CompletionProbe {
 }
 
 const sleeper = new Int32Array(new SharedArrayBuffer(4));
+
+/** ncclRemoteError: "a call failed possibly due to a network error or a remote process exiting". */
+const NCCL_REMOTE_ERROR = 6;
+
+function throwKind(e: Error, kind: FailureKind): never {
+  throw withFailureKind(e, kind, { inCollective: true });
+}
 
 /** Spins for the first polls (small collectives end in microseconds), then sleeps 1 ms at a time. */
 export function pauseBetweenPolls(polls: number): void {
@@ -79,17 +87,24 @@ export function waitForCollective(
     const err = probe.asyncError();
     if (err !== NCCL_SUCCESS && err !== NCCL_IN_PROGRESS) {
       probe.abort();
-      throw new Error(
-        `${what} failed: NCCL reported "${
-          probe.errorText(err)
-        }" (${err}); the communicator was aborted`,
+      // ncclRemoteError: a peer exited or aborted its communicator, a consequence of its failure.
+      return throwKind(
+        new Error(
+          `${what} failed: NCCL reported "${
+            probe.errorText(err)
+          }" (${err}); the communicator was aborted`,
+        ),
+        err === NCCL_REMOTE_ERROR ? "peer" : "error",
       );
     }
     if (probe.now() > deadline) {
       probe.abort();
-      throw new Error(
-        `${what} timed out after ${timeoutMs} ms (DTRAIN_TIMEOUT): some rank did not reach it; the communicator ` +
-          `was aborted so that no rank hangs`,
+      return throwKind(
+        new Error(
+          `${what} timed out after ${timeoutMs} ms (DTRAIN_TIMEOUT): some rank did not reach it; the communicator ` +
+            `was aborted so that no rank hangs`,
+        ),
+        "timeout",
       );
     }
     probe.pause(polls);

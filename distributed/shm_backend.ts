@@ -6,12 +6,16 @@
  */
 import {
   DT_ERR_ARG,
+  DT_ERR_SYS,
+  DT_ERR_TIMEOUT,
   SHM_DTYPE_CODE,
   SHM_FLAG_DETAIL,
   SHM_REDUCE_CODE,
   shmLibrary,
 } from "../ffi/shm.ts";
+import { DtNativeError } from "../ffi/native.ts";
 import { reportCollective } from "./control/phase.ts";
+import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -31,6 +35,19 @@ const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");
 const leaked = new FinalizationRegistry<Deno.PointerObject>((handle) => {
   shmLibrary().symbols.dt_shm_close(handle);
 });
+
+/**
+ * What a failed collective call tells the launcher: a wait past its deadline
+ * is a timeout; a system error inside a collective means a peer closed, left
+ * or aborted the group (the call makes no other system call that can fail),
+ * a consequence of that peer's failure; anything else (a mismatch) is this
+ * rank's own error.
+ */
+function shmFailureKind(e: unknown): FailureKind {
+  if (!(e instanceof DtNativeError)) return "error";
+  if (e.status === DT_ERR_TIMEOUT) return "timeout";
+  return e.status === DT_ERR_SYS ? "peer" : "error";
+}
 
 /** A native call of one collective, given the handle and the timeout. */
 type NativeCall = (handle: Deno.PointerObject, timeoutMs: bigint) => number;
@@ -203,6 +220,8 @@ export class ShmProcessGroup implements ProcessGroup {
     reportCollective(rec, "enter");
     try {
       shmLibrary().check(call(handle, BigInt(Math.ceil(timeoutMs))), SYMBOL_OF[op] ?? op);
+    } catch (e) {
+      throw withFailureKind(e as Error, shmFailureKind(e), { inCollective: true });
     } finally {
       reportCollective(rec, "exit");
     }

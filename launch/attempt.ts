@@ -7,6 +7,7 @@ import { rankEnv } from "../distributed/control/env.ts";
 import { type RankView, toFailureNotice, toRankView } from "../distributed/control/rank_state.ts";
 import type { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
+import { type FailedExit, firstFailure, type StoredNotice } from "./first_failure.ts";
 import { type AbortRecord, failureSummary, TIMEOUT_EXIT_CODE } from "./failure_report.ts";
 import { findHang, rankList, rankTable, seconds } from "./hang_report.ts";
 import type { LaunchOptions } from "./options.ts";
@@ -14,6 +15,7 @@ import type { LauncherLog } from "./output.ts";
 import { type RankExit, RankProcess } from "./rank_process.ts";
 import { signalExitCode } from "../os/exit_status.ts";
 import { join } from "node:path";
+import { removeAttemptSegments } from "./attempt_segments.ts";
 
 /** Ranks stopped because of a failure get this long between SIGTERM and SIGKILL (the whole stop must take < 5 s). */
 export const FAILURE_GRACE_MS = 2000;
@@ -23,6 +25,11 @@ const POLL_MS = 500;
 const NODE_SILENT_MS = 30_000;
 /** How long a launcher waits for a failed rank's last output before summarising. */
 const OUTPUT_DRAIN_MS = 500;
+/** How long a rank's "a peer closed its group" may wait for the failure behind it to show. */
+const PEER_SETTLE_MS = 1500;
+const PEER_POLL_MS = 100;
+/** How long a rank that reported its failure gets to exit, for its exit code. */
+const CAUSE_EXIT_WAIT_MS = 2000;
 
 /** Everything about the run that every attempt shares. */
 export interface RunContext {
@@ -66,6 +73,8 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   const nodes = Array.from({ length: opts.nnodes }, (_, i) => i);
   const worldSize = opts.nnodes * opts.nproc;
   const ranks: RankProcess[] = [];
+  /** local ranks that exited non-zero, in the order seen */
+  const failedExits: FailedExit[] = [];
   let abortRequested = false;
   let stopping = false;
   let finished = false;
@@ -76,8 +85,28 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   const finish = (r: AttemptResult) => {
     if (finished) return;
     finished = true;
+    // Every local rank has ended: nothing can attach to this attempt's segments any more.
+    const { failed } = removeAttemptSegments(ctx.runId, k);
+    if (failed.length > 0) {
+      log.info(`could not remove shared-memory segment(s) of attempt ${k}: ${failed.join("; ")}`);
+    }
     resolveResult(r);
   };
+
+  /** The /proc state letter ("T": stopped by a signal) of each of this node's running ranks, now. */
+  const processStates = (): Map<number, string> => {
+    const out = new Map<number, string>();
+    for (const p of ranks) {
+      if (p.exit) continue;
+      try {
+        const stat = Deno.readTextFileSync(`/proc/${p.pid}/stat`);
+        out.set(p.rank, stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3));
+      } catch { /* gone */ }
+    }
+    return out;
+  };
+  const stateOf = (states: Map<number, string>) => (rank: number, pid: number) =>
+    ranks.some((p) => p.rank === rank && p.pid === pid) ? states.get(rank) ?? null : null;
 
   const views = async (): Promise<RankView[]> =>
     (await client.list(keys.rankStatePrefix)).map(toRankView).filter((v): v is RankView =>
@@ -105,18 +134,28 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     if (stopping) return;
     stopping = true;
     let before: RankView[] | null = null;
+    const failedIn = new Map<number, number>();
     try {
       before = await views();
+      for (const { notice } of await readNotices()) {
+        if (notice.collective) failedIn.set(notice.rank, notice.collective.seq);
+      }
     } catch { /* the store is gone: nobody can say what the other ranks were doing */ }
+    const statesBefore = processStates();
     const signalled = rec.reason === "signal" && forwarded;
     const exits = await Promise.all(
       ranks.map((p) => p.stop(rec.graceMs, { alreadySignalled: signalled })),
     );
     await Promise.race([Promise.all(ranks.map((p) => p.outputDone)), sleep(OUTPUT_DRAIN_MS)]);
     const exitText = new Map(ranks.map((p, i) => [p.rank, describeExit(exits[i]!)]));
-    if (rec.rank !== undefined) exitText.set(rec.rank, rec.detail);
     const table = before
-      ? rankTable(before, { worldSize, nproc: opts.nproc, exits: exitText })
+      ? rankTable(before, {
+        worldSize,
+        nproc: opts.nproc,
+        exits: exitText,
+        processState: stateOf(statesBefore),
+        failedIn,
+      })
       : "(unknown: the control store is unreachable)";
     log.info(failureSummary(rec, table));
     log.info(
@@ -128,6 +167,17 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     finish({ ok: false, abort: rec });
   };
 
+  /** Every failure notice of this attempt, with its age by the store's clock. */
+  const readNotices = async (): Promise<StoredNotice[]> =>
+    (await client.list(keys.rankStatePrefix)).flatMap((e) => {
+      const notice = e.key.endsWith("/failure") ? toFailureNotice(e.value) : null;
+      return notice ? [{ notice, ageMs: e.ageMs }] : [];
+    });
+
+  /**
+   * A rank exited non-zero: find the attempt's first real failure (which may be another rank's:
+   * this one may only have seen a peer close its group) and have every rank stopped.
+   */
   const onRankExit = async (p: RankProcess, exit: RankExit) => {
     if (stopping || abortRequested) return;
     if (exit.code === 0) {
@@ -136,21 +186,52 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       }
       return;
     }
-    let notice = null;
-    try {
-      notice = toFailureNotice(await client.get(keys.rankFailure(p.rank)));
-    } catch { /* no store: summarise from stderr */ }
-    await Promise.race([p.outputDone, sleep(OUTPUT_DRAIN_MS)]);
+    failedExits.push({ rank: p.rank, order: failedExits.length });
+    let notices: StoredNotice[] = [];
+    const cause = async () => {
+      try {
+        notices = await readNotices();
+      } catch { /* no store: judge from this node's exits and what was read before */ }
+      return firstFailure(notices, failedExits)!;
+    };
+    let first = await cause();
+    // Only a consequence so far: the rank behind it reported its error before closing its group,
+    // or is dying without a word (its exit or another launcher's abort is moments away).
+    for (const until = Date.now() + PEER_SETTLE_MS; first.kind === "peer" && Date.now() < until;) {
+      await sleep(PEER_POLL_MS);
+      if (stopping || abortRequested) return;
+      first = await cause();
+    }
+    const mine = ranks.find((q) => q.rank === first.rank);
+    let firstExit = mine?.exit ?? null;
+    if (mine && !firstExit) {
+      // It reported its failure and is exiting: its exit code is what the launcher exits with.
+      firstExit = await Promise.race([mine.exited, sleep(CAUSE_EXIT_WAIT_MS).then(() => null)]);
+    }
+    if (mine) await Promise.race([mine.outputDone, sleep(OUTPUT_DRAIN_MS)]);
+    if (stopping || abortRequested) return;
+    const notice = first.kind === "died" ? null : first.notice;
+    const timedOut = first.kind === "timeout";
+    const code = timedOut
+      ? TIMEOUT_EXIT_CODE
+      : firstExit && firstExit.code !== 0
+      ? firstExit.code
+      : 1;
     await requestAbort({
-      reason: "rank-failed",
+      reason: timedOut ? "timeout" : "rank-failed",
       node,
-      rank: p.rank,
-      pid: p.pid,
-      code: exit.code,
-      ...(exit.signal ? { signal: exit.signal } : {}),
-      detail: describeExit(exit),
+      rank: first.rank,
+      rankNode: Math.floor(first.rank / opts.nproc),
+      ...(mine ?? notice ? { pid: mine?.pid ?? notice!.pid } : {}),
+      code,
+      ...(firstExit?.signal ? { signal: firstExit.signal } : {}),
+      detail: timedOut
+        ? `a timeout fired (exit code ${TIMEOUT_EXIT_CODE})`
+        : firstExit
+        ? describeExit(firstExit)
+        : "it reported an error",
       graceMs: FAILURE_GRACE_MS,
-      ...(notice ? { notice } : { stderrTail: p.stderrTail() }),
+      ...(notice ? { notice } : { stderrTail: mine?.stderrTail() ?? [] }),
     });
   };
 
@@ -168,7 +249,11 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       }
       const hang = findHang(current, worldSize, Math.min(opts.hangWarnS, opts.timeoutS));
       if (hang && hang.waitS >= opts.timeoutS) {
-        const table = rankTable(current, { worldSize, nproc: opts.nproc });
+        const table = rankTable(current, {
+          worldSize,
+          nproc: opts.nproc,
+          processState: stateOf(processStates()),
+        });
         await requestAbort({
           reason: "timeout",
           node,
@@ -183,7 +268,15 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       }
       if (hang && hang.waitS >= opts.hangWarnS && hang.signature !== reported) {
         reported = hang.signature;
-        log.info(`hang: ${hang.sentence}\n${rankTable(current, { worldSize, nproc: opts.nproc })}`);
+        log.info(
+          `hang: ${hang.sentence}\n${
+            rankTable(current, {
+              worldSize,
+              nproc: opts.nproc,
+              processState: stateOf(processStates()),
+            })
+          }`,
+        );
       } else if (!hang) {
         reported = null;
       }
@@ -230,10 +323,21 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   };
 
   const run = async () => {
+    // The abort record is watched from the start: a signal or a failure on another node while the
+    // nodes gather or while ranks are being started ends the attempt at once.
+    const aborted = client.wait([keys.abort]).then(async () => {
+      const raw = await client.getText(keys.abort);
+      onAbort(JSON.parse(raw ?? "{}") as AbortRecord);
+    });
+    aborted.catch(() => {/* the store closed: handled below */});
     try {
       await client.set(keys.nodeReady(node), "1");
-      await client.wait(nodes.map(keys.nodeReady), opts.rdzvTimeoutS * 1000);
+      await Promise.race([
+        client.wait(nodes.map(keys.nodeReady), opts.rdzvTimeoutS * 1000),
+        aborted,
+      ]);
     } catch (e) {
+      if (stopping || abortRequested) return;
       return finish({
         ok: false,
         abort: {
@@ -245,8 +349,9 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         },
       });
     }
-    if (stopping || abortRequested) return; // a signal arrived while the nodes gathered
     for (let local = 0; local < opts.nproc; local++) {
+      // A signal or an abort stops the loop between two ranks (their handlers run in the yield).
+      if (stopping || abortRequested) break;
       const rank = node * opts.nproc + local;
       const env = rankEnv({
         world: {
@@ -294,18 +399,17 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       }
       ranks.push(p);
       p.exited.then((exit) => onRankExit(p, exit));
+      await new Promise((r) => setTimeout(r, 0));
     }
+    if (ranks.length === 0) return; // stopped before any rank started: onAbort reports it
     log.info(
       `attempt ${k}: started ranks ${
         rankList(ranks.map((p) => p.rank))
       } of ${worldSize} on node ${node} ` +
         `(pids ${ranks.map((p) => p.pid).join(",")}; ${ctx.threads} native thread(s) each)`,
     );
+    if (stopping) return;
     if (node === 0) watch();
-    client.wait([keys.abort]).then(async () => {
-      const raw = await client.getText(keys.abort);
-      onAbort(JSON.parse(raw ?? "{}") as AbortRecord);
-    }).catch(() => {/* the store closed: handled below */});
     client.wait(nodes.map(keys.nodeDone)).then(async () => {
       if (stopping) return;
       await Promise.race([Promise.all(ranks.map((p) => p.outputDone)), sleep(OUTPUT_DRAIN_MS)]);

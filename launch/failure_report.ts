@@ -24,8 +24,10 @@ export interface AbortRecord {
   reason: AbortReason;
   /** the node whose launcher wrote the record */
   node: number;
-  /** the failed rank (rank-failed) */
+  /** the rank whose failure came first (rank-failed, or a timeout a rank reported) */
   rank?: number;
+  /** that rank's node */
+  rankNode?: number;
   pid?: number;
   /** the exit code every launcher exits with */
   code: number;
@@ -42,17 +44,23 @@ export interface AbortRecord {
   table?: string;
 }
 
-/** Exit code of a launcher whose run hit --timeout (as coreutils `timeout`). */
+/** Exit code of a launcher whose run ended because a timeout fired (as coreutils `timeout`). */
 export const TIMEOUT_EXIT_CODE = 124;
+
+/** A launch that could not go on because a timeout fired before any rank ran (rendezvous). */
+export class LaunchTimeout extends Error {
+  override name = "LaunchTimeout";
+}
 
 /** The summary printed by every launcher when an attempt is aborted. */
 export function failureSummary(abort: AbortRecord, table: string): string {
   const lines: string[] = [];
-  if (abort.reason === "rank-failed") {
+  if (abort.rank !== undefined && (abort.reason === "rank-failed" || abort.reason === "timeout")) {
+    const where = `rank ${abort.rank} (node ${abort.rankNode ?? abort.node}${
+      abort.pid ? `, pid ${abort.pid}` : ""
+    })`;
     lines.push(
-      `rank ${abort.rank} (node ${abort.node}${
-        abort.pid ? `, pid ${abort.pid}` : ""
-      }) failed first: ${abort.detail}`,
+      `${where} ${abort.reason === "timeout" ? "timed out" : "failed"} first: ${abort.detail}`,
     );
     if (abort.notice) {
       lines.push(`error: ${abort.notice.message}`);

@@ -53,7 +53,7 @@ function elsewhere(rank: number, v: RankView | undefined): string {
 }
 
 /** A running rank silent for this long is blocked in a synchronous call (its heartbeat is 1 s). */
-const SILENT_S = 3;
+export const SILENT_S = 3;
 
 /**
  * A rank that stopped reporting while running is blocked in native code; a
@@ -123,6 +123,15 @@ export function findHang(
   };
 }
 
+/** What the /proc state letter of a silent rank says about it. */
+const PROCESS_STATES: Record<string, string> = {
+  T: "stopped by a signal",
+  t: "stopped by a debugger",
+  R: "running code",
+  S: "waiting in a system call",
+  D: "waiting for the disk",
+};
+
 /** Options of rankTable(). */
 export interface TableOptions {
   worldSize: number;
@@ -130,6 +139,10 @@ export interface TableOptions {
   nproc: number;
   /** how finished ranks ended, when the launcher knows ("exit 1", "SIGKILL") */
   exits?: ReadonlyMap<number, string>;
+  /** the process state letter of a rank's pid on this machine (/proc), or null when unknown */
+  processState?: (rank: number, pid: number) => string | null;
+  /** ranks whose last collective call failed (from their failure notices): rank → its seq */
+  failedIn?: ReadonlyMap<number, number>;
 }
 
 /** A plain-text table: rank, node, host, pid, state, phase, time in phase, last collective, last heard. */
@@ -154,13 +167,24 @@ export function rankTable(views: readonly RankView[], opts: TableOptions): strin
       rows.push([String(r), node, "-", "-", exit ?? "no report", "-", "-", "-", "-"]);
       continue;
     }
+    // A running rank whose heartbeat stopped: its JS thread is blocked (a native call), or the
+    // process is stopped. Its last report is all that is known of where it is.
+    const silent = v.status === "running" && v.heardS >= SILENT_S;
     let coll = "-";
-    if (v.coll) {
-      coll = `${collName(v)} ${
-        v.inColl ? `waiting ${seconds(v.collS)}` : `done ${seconds(v.collS)} ago`
-      }`;
+    if (v.coll && opts.failedIn?.get(r) === v.coll.seq) {
+      coll = `${collName(v)} failed ${seconds(v.collS)} ago`;
+    } else if (v.coll) {
+      coll = v.inColl
+        ? `${collName(v)} ${silent ? "stuck" : "waiting"} ${seconds(v.collS)}`
+        : silent
+        ? `past ${collName(v)} (done ${seconds(v.collS)} ago)`
+        : `${collName(v)} done ${seconds(v.collS)} ago`;
     }
-    const state = exit ?? v.status;
+    let state = exit ?? v.status;
+    if (silent) {
+      const what = PROCESS_STATES[opts.processState?.(r, v.pid) ?? ""];
+      state = `not responding${what ? ` (${what})` : ""}${exit ? `, then ${exit}` : ""}`;
+    }
     rows.push([
       String(r),
       node,

@@ -4,6 +4,7 @@
  * forwards SIGINT/SIGTERM, records launch.json, and returns 0 only when every rank exited 0.
  */
 import { resolveDevice } from "../tensor/device_choice.ts";
+import { cudaAvailability } from "../tensor/cuda_backend.ts";
 import { basename } from "node:path";
 import {
   type AttemptEnd,
@@ -19,22 +20,26 @@ import {
 import { resolve } from "node:path";
 import { glooBuildInfo } from "../ffi/gloo.ts";
 import { plannedCpuBackend } from "../distributed/pg_config.ts";
-import { StoreClient } from "../distributed/control/store.ts";
+import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
 import { runKeys } from "../distributed/control/store_keys.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
 import type { LaunchOptions } from "./options.ts";
 import { LauncherLog } from "./output.ts";
 import { signalExitCode } from "../os/exit_status.ts";
+import { LaunchTimeout } from "./failure_report.ts";
 import {
   createRunDir,
   type LaunchRecord,
   launchRecordPath,
   makeRunId,
   redactToken,
+  removeEmptyRunDir,
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
+import { checkNproc, type NodeCapacity } from "./nproc_limit.ts";
+import { lockRunDir, type RunLock } from "./run_lock.ts";
 
 /** Default store port with several nodes (torchrun's). */
 const MULTI_NODE_PORT = 29500;
@@ -42,6 +47,8 @@ const MULTI_NODE_PORT = 29500;
 const BEAT_MS = 1000;
 /** Node 0 waits at most this long (plus the grace period) for other launchers to leave. */
 const EXIT_WAIT_MS = 10_000;
+/** Node 0's launcher reaching the store it serves itself: anything slower is a local fault. */
+const OWN_STORE_CONNECT_MS = 10_000;
 
 /** Run facts node 0 publishes and every node checks against its own options. */
 interface RunInfo {
@@ -49,6 +56,21 @@ interface RunInfo {
   nnodes: number;
   nproc: number;
   maxRestarts: number;
+}
+
+/** What bounds --nproc on this machine for the resolved device. */
+function nodeCapacity(opts: LaunchOptions): NodeCapacity {
+  const device = opts.device === "cuda" ? "cuda" : "cpu";
+  const cap: NodeCapacity = {
+    device,
+    cores: navigator.hardwareConcurrency || 1,
+    oversubscribe: opts.oversubscribe,
+  };
+  if (device === "cuda") {
+    const a = cudaAvailability();
+    cap.gpus = a.ok ? a.deviceCount : 0;
+  }
+  return cap;
 }
 
 function checkScript(script: string): string {
@@ -122,7 +144,7 @@ async function rendezvous(
     const missing = nodes.filter((n) =>
       (e as { missingKeys?: string[] }).missingKeys?.includes(runKeys.nodeInfo(n))
     );
-    throw new Error(
+    throw new LaunchTimeout(
       `Rendezvous failed: node(s) ${
         missing.join(",") || "?"
       } did not join within ${opts.rdzvTimeoutS} s (--rdzv-timeout)`,
@@ -205,6 +227,14 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   const log = new LauncherLog();
   const script = checkScript(opts.script);
   const token = resolveToken(opts);
+  // "auto" is resolved once here, so every rank gets the same answer and the notice prints once
+  // (after the run directory exists, so that it is in launcher.log too).
+  const deviceNotices: string[] = [];
+  opts.device = resolveDevice(opts.device, {
+    notice: (line) => deviceNotices.push(line.replace(/^dtrain: /, "")),
+  });
+  // Refused before anything starts: no store, no run directory, no rank.
+  checkNproc(opts.nproc, nodeCapacity(opts));
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;
   const nodeLost = async (node: number, why: string) => {
@@ -220,36 +250,59 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
 
   let beat: ReturnType<typeof setInterval> | undefined;
   let preempted = false;
+  let runLock: RunLock | null = null;
+  /** A run directory this launch created, removed again if nothing ran in it. */
+  let createdDir: string | null = null;
   const onSignal = (sig: "SIGINT" | "SIGTERM") => () => {
     preempted = true; // whatever the attempt's outcome, do not restart after this
     if (current) return current.signal(sig);
     log.info(`received ${sig} while no rank is running; exiting`);
+    runLock?.release();
+    if (createdDir) removeEmptyRunDir(createdDir);
     Deno.exit(signalExitCode(sig));
   };
   const handlers = { SIGINT: onSignal("SIGINT"), SIGTERM: onSignal("SIGTERM") };
   for (const [sig, fn] of Object.entries(handlers)) Deno.addSignalListener(sig as Deno.Signal, fn);
 
   try {
-    client = await StoreClient.connect({
-      host: storeHost,
-      port: masterPort,
-      token,
-      timeoutMs: opts.rdzvTimeoutS * 1000,
-      identity: `launcher node ${opts.nodeRank}`,
-    });
+    try {
+      client = await StoreClient.connect({
+        host: storeHost,
+        port: masterPort,
+        token,
+        timeoutMs: server ? OWN_STORE_CONNECT_MS : opts.rdzvTimeoutS * 1000,
+        identity: `launcher node ${opts.nodeRank}`,
+        onRetry: (why) =>
+          log.info(`waiting for node 0's control store at ${storeHost}:${masterPort}: ${why}`),
+      });
+    } catch (e) {
+      // Node 1.. waited --rdzv-timeout for node 0: a timeout that ended the run.
+      if (
+        !server && e instanceof StoreError && e.kind === "connect" && / within /.test(e.message)
+      ) {
+        throw new LaunchTimeout(`${e.message} (--rdzv-timeout ${opts.rdzvTimeoutS} s)`);
+      }
+      throw e;
+    }
     const proposed = opts.nodeRank === 0
       ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
       : null;
+    if (proposed?.created) createdDir = proposed.dir;
     let runId: string;
     try {
+      // Node 0 refuses a run directory another live launcher holds before anyone joins.
+      if (proposed) runLock = lockRunDir(proposed.dir, 0, proposed.runId);
       runId = await rendezvous(client, opts, proposed?.runId ?? null);
     } catch (e) {
-      // Nothing ran: leave no empty run directory behind.
-      if (proposed) Deno.removeSync(proposed.dir);
+      // Nothing ran: leave no run directory behind that this launch created.
+      runLock?.release();
+      runLock = null;
+      if (proposed?.created) removeEmptyRunDir(proposed.dir);
       throw e;
     }
     const { dir: runDir } = proposed ??
       createRunDir({ runDir: opts.runDir, runId, exclusive: false });
+    runLock ??= lockRunDir(runDir, opts.nodeRank, runId);
     log.attach(
       `${runDir}/${opts.nodeRank === 0 ? "launcher.log" : `launcher-node${opts.nodeRank}.log`}`,
     );
@@ -258,15 +311,19 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
         opts.nnodes > 1 ? `node ${opts.nodeRank} of ${opts.nnodes}, ` : ""
       }logs in ${runDir}`,
     );
+    const gone = runLock.previous;
+    if (gone) {
+      log.info(
+        `took over the run directory's lock from run ${gone.runId} (pid ${gone.pid} on ${gone.host}), ` +
+          `which ended without releasing it`,
+      );
+    }
 
     const c = client;
     beat = setInterval(() => c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now())), BEAT_MS);
     c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
 
-    // "auto" is resolved once here, so every rank gets the same answer and the notice prints once.
-    opts.device = resolveDevice(opts.device, {
-      notice: (line) => log.info(line.replace(/^dtrain: /, "")),
-    });
+    for (const line of deviceNotices) log.info(line);
     const threads = opts.threads ??
       Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
     const ctx: RunContext = {
@@ -351,6 +408,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     client?.close();
     await server?.close();
     log.close();
+    runLock?.release();
   }
 }
 

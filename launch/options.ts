@@ -28,9 +28,11 @@ export interface LaunchOptions {
   logRanks: string;
   /** "auto", "cpu" or "cuda" (DTRAIN_DEVICE for the ranks) */
   device: string;
+  /** allow more CPU ranks than a few per core */
+  oversubscribe: boolean;
 }
 
-type Kind = "int" | "seconds" | "string";
+type Kind = "int" | "seconds" | "string" | "flag";
 
 interface OptionSpec {
   name: string;
@@ -40,7 +42,7 @@ interface OptionSpec {
   /** shown in --help */
   defaultText: string;
   help: string;
-  /** placeholder for the value in --help */
+  /** placeholder for the value in --help ("" for a flag) */
   value: string;
   min?: number;
 }
@@ -68,6 +70,15 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
     topic: "Processes",
     defaultText: "cores ÷ nproc",
     help: "native kernel threads per rank (DTRAIN_NUM_THREADS)",
+  },
+  {
+    name: "oversubscribe",
+    value: "",
+    key: "oversubscribe",
+    kind: "flag",
+    topic: "Processes",
+    defaultText: `off: at most 4 CPU ranks per core`,
+    help: "allow more CPU ranks (up to 256, the CPU process group's limit)",
   },
   {
     name: "device",
@@ -217,6 +228,7 @@ const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
   graceS: 30,
   runDir: null,
   device: "auto",
+  oversubscribe: false,
 };
 
 function parseValue(spec: OptionSpec, raw: string): number | string {
@@ -262,7 +274,9 @@ export function parseLaunchArgs(
   env: (name: string) => string | undefined = (n) => Deno.env.get(n),
 ): LaunchOptions | "help" {
   const config = {
-    ...Object.fromEntries(LAUNCH_OPTIONS.map((o) => [o.name, { type: "string" as const }])),
+    ...Object.fromEntries(
+      LAUNCH_OPTIONS.map((o) => [o.name, { type: o.kind === "flag" ? "boolean" : "string" }]),
+    ) as Record<string, { type: "string" | "boolean" }>,
     help: { type: "boolean" as const, short: "h" },
   };
   // First pass, lenient, only to find where the script path is.
@@ -298,7 +312,9 @@ export function parseLaunchArgs(
   };
   for (const spec of LAUNCH_OPTIONS) {
     const raw = values[spec.name];
-    if (typeof raw === "string") {
+    if (spec.kind === "flag") {
+      if (raw === true) (out as unknown as Record<string, unknown>)[spec.key] = true;
+    } else if (typeof raw === "string") {
       (out as unknown as Record<string, unknown>)[spec.key] = parseValue(spec, raw);
     }
   }
@@ -336,14 +352,15 @@ export function launchHelp(): string {
   for (const topic of TOPICS) {
     lines.push("", `${topic}:`);
     for (const o of LAUNCH_OPTIONS.filter((x) => x.topic === topic)) {
-      const flag = `  --${o.name} ${o.value}`;
+      const flag = `  --${o.name}${o.value ? ` ${o.value}` : ""}`;
       lines.push(`${flag.padEnd(34)}${o.help} (default: ${o.defaultText})`);
     }
   }
   lines.push(
     "",
-    "Exit status: 0 when every rank exited 0; otherwise the first failing rank's code, 124 after --timeout,",
-    "128+N after the launcher got signal N.",
+    "Exit status: 0 when every rank exited 0; 124 when a timeout ended the run (--timeout,",
+    "--rdzv-timeout, or a rank's own collective or barrier timeout); 128+N after the launcher got",
+    "signal N; 2 for a bad command line; otherwise the code of the rank that failed first.",
   );
   return lines.join("\n");
 }

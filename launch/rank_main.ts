@@ -6,8 +6,8 @@
  */
 import { currentPhase, setPhaseSink } from "../distributed/control/phase.ts";
 import { getRankSettings, getWorld, launcherPid, storeToken } from "../distributed/control/env.ts";
-import { installRankStore } from "../distributed/control/rank_runtime.ts";
-import { type FailureNotice, StorePhaseSink } from "../distributed/control/rank_state.ts";
+import { installRankStore, publishFailure } from "../distributed/control/rank_runtime.ts";
+import { StorePhaseSink } from "../distributed/control/rank_state.ts";
 import { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys } from "../distributed/control/store_keys.ts";
 import { dieWithParent } from "./pdeathsig.ts";
@@ -19,19 +19,10 @@ import { CHECK_ENV } from "../check/env.ts";
 
 /** How long a rank keeps trying to reach the store at start-up. */
 const CONNECT_TIMEOUT_MS = 60_000;
-/** How long a failing rank waits for its failure notice to be stored. */
-const NOTICE_TIMEOUT_MS = 2000;
 
 function fatal(message: string, code = 1): never {
   console.error(`[dtrain] ${message}`);
   Deno.exit(code);
-}
-
-function describe(err: unknown): { message: string; stack: string } {
-  if (err instanceof Error) {
-    return { message: `${err.name}: ${err.message}`, stack: err.stack ?? "" };
-  }
-  return { message: `Uncaught non-Error value: ${String(err)}`, stack: "" };
 }
 
 const token = storeToken();
@@ -88,21 +79,14 @@ sink.startHeartbeat();
 
 let failing = false;
 
-/** Prints the error, stores the failure notice, exits 1. */
+/** Prints the error, stores the failure notice (unless the Trainer already did), exits 1. */
 async function fail(err: unknown): Promise<void> {
   if (failing) return;
   failing = true;
   sink.stopHeartbeat();
-  sink.publish(); // the latest phase and collective, which may not have been sent yet
-  const { message, stack } = describe(err);
-  console.error(`Uncaught error in rank ${me}: ${stack || message}`);
-  const notice: FailureNotice = { rank: me, host, message, stack };
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  await Promise.race([
-    client.set(keys.rankFailure(me), JSON.stringify(notice)).catch(() => {}),
-    new Promise((r) => timer = setTimeout(r, NOTICE_TIMEOUT_MS)),
-  ]);
-  clearTimeout(timer);
+  const text = err instanceof Error ? (err.stack || `${err.name}: ${err.message}`) : String(err);
+  console.error(`Uncaught error in rank ${me}: ${text}`);
+  await publishFailure(err);
   Deno.exit(1);
 }
 

@@ -31,29 +31,52 @@ export function makeRunId(script: string, now = new Date()): string {
  */
 export function createRunDir(
   opts: { runDir: string | null; runId: string; exclusive: boolean; cwd?: string },
-): { dir: string; runId: string } {
+): { dir: string; runId: string; created: boolean } {
   if (opts.runDir !== null) {
     const dir = resolve(opts.cwd ?? ".", opts.runDir);
-    Deno.mkdirSync(dir, { recursive: true });
-    return { dir, runId: opts.runId };
+    return { dir, runId: opts.runId, created: mkdirNew(dir) };
   }
   const parent = resolve(opts.cwd ?? ".", "runs");
   Deno.mkdirSync(parent, { recursive: true });
   if (!opts.exclusive) {
     const dir = join(parent, opts.runId);
-    Deno.mkdirSync(dir, { recursive: true });
-    return { dir, runId: opts.runId };
+    return { dir, runId: opts.runId, created: mkdirNew(dir) };
   }
   for (let n = 1;; n++) {
     const runId = n === 1 ? opts.runId : `${opts.runId}-${n}`;
     const dir = join(parent, runId);
     try {
       Deno.mkdirSync(dir);
-      return { dir, runId };
+      return { dir, runId, created: true };
     } catch (e) {
       if (!(e instanceof Deno.errors.AlreadyExists)) throw e;
     }
   }
+}
+
+/** Creates `dir` (and its parents); returns whether it did not exist before. */
+function mkdirNew(dir: string): boolean {
+  try {
+    Deno.statSync(dir);
+    return false;
+  } catch {
+    Deno.mkdirSync(dir, { recursive: true });
+    return true;
+  }
+}
+
+/**
+ * Removes a run directory this launch created when nothing ran in it: only
+ * its lock file may be there, and anything else keeps the directory.
+ */
+export function removeEmptyRunDir(dir: string): void {
+  try {
+    for (const e of Deno.readDirSync(dir)) {
+      if (!/^dtrain(-node\d+)?\.lock$/.test(e.name)) return;
+      Deno.removeSync(join(dir, e.name));
+    }
+    Deno.removeSync(dir);
+  } catch { /* already gone, or someone else's now */ }
 }
 
 /** What launch.json holds. */

@@ -2,9 +2,10 @@
  * kill -9 reliability check of checkpoint saves: a writer process saves
  * checkpoints in a loop; each trial SIGKILLs it at a random (seeded) moment
  * and checks that the latest loadable checkpoint verifies and holds exactly
- * what its step wrote. tests/train/checkpoint/kill_test.ts runs a short version.
+ * what its step wrote. A benchmark, not run in CI (200 trials by default, a
+ * few minutes); tests/train/checkpoint/kill_test.ts runs a short version.
  *
- *   deno run -A scripts/checkpoint_killtest.ts [--trials 50] [--seed 1] [--max-delay-ms 300]
+ *   deno run -A scripts/checkpoint_killtest.ts [--trials 200] [--seed 1] [--max-delay-ms 300]
  *     [--scale 16] [--dir D] [--keep]
  */
 import { fileURLToPath } from "node:url";
@@ -269,7 +270,7 @@ if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
     options: {
-      trials: { type: "string", default: "50" },
+      trials: { type: "string", default: "200" },
       seed: { type: "string", default: "1" },
       "max-delay-ms": { type: "string", default: "300" },
       scale: { type: "string", default: "16" },

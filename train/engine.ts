@@ -30,6 +30,7 @@ import { DistributedDataParallel } from "../distributed/ddp.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/control/phase.ts";
 import { getWorld } from "../distributed/control/env.ts";
+import { publishFailure } from "../distributed/control/rank_runtime.ts";
 import { manualSeed } from "../nn/init.ts";
 import { CheckpointManager, type LoadedCheckpoint } from "./checkpoint/manager.ts";
 import {
@@ -223,7 +224,9 @@ export class Trainer<M extends Module> {
     try {
       return await this.#fit(log);
     } catch (e) {
-      // Peers blocked in a collective with this rank fail at once instead of waiting for a timeout.
+      // First tell the launcher why this rank fails, then close the group: peers blocked in a
+      // collective with this rank fail at once, and their errors read as consequences of this one.
+      await publishFailure(e);
       this.pg.close();
       throw e;
     } finally {

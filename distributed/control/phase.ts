@@ -24,6 +24,8 @@ export interface PhaseSink {
   /** `frequent`: a library phase that changes many times a second (may be reported late). */
   phase(name: string, sinceMs: number, frequent?: boolean): void;
   collective(rec: CollectiveRecord, state: "enter" | "exit"): void;
+  /** Sends whatever is waiting to be sent now (before a failure is reported). */
+  flush?(): void;
 }
 
 interface PhaseState {
@@ -64,6 +66,11 @@ export function reportCollective(
 ): void {
   if (s === "enter") state.lastCollective = rec;
   sink?.collective(rec, s);
+}
+
+/** Sends phase reports still waiting to be sent (a failing rank's last phase and collective). */
+export function flushPhases(): void {
+  sink?.flush?.();
 }
 
 /** The current phase, when it started, and the last collective entered. */

@@ -1,13 +1,15 @@
 /**
  * What a rank's code uses to take part in a launched job: its world, the control store (which
  * launch/rank_main.ts connects before the script runs), named store barriers covered by the hang
- * diagnosis, rank-zero-first sections and phases. Outside a launcher they serve a world of one.
+ * diagnosis, rank-zero-first sections, phases, and the failure notice that tells the launcher why
+ * this rank failed. Outside a launcher they serve a world of one.
  */
-import { currentPhase, phase, reportCollective } from "./phase.ts";
+import { currentPhase, flushPhases, phase, reportCollective } from "./phase.ts";
 import { getRankSettings, getWorld } from "./env.ts";
 import { type StoreClient, StoreError } from "./store.ts";
 import { type AttemptKeys, attemptKeys } from "./store_keys.ts";
-import { toRankView } from "./rank_state.ts";
+import { type FailureNotice, toRankView } from "./rank_state.ts";
+import { failedInCollective, failureKind, withFailureKind } from "./failure_kind.ts";
 
 export { phase } from "./phase.ts";
 
@@ -15,6 +17,10 @@ let store: StoreClient | null = null;
 let keys: AttemptKeys | null = null;
 const barrierGenerations = new Map<string, number>();
 let barrierSeq = 0;
+let published: Promise<void> | null = null;
+
+/** How long a failing rank waits for its failure notice to be stored. */
+const NOTICE_TIMEOUT_MS = 2000;
 
 /** Called once by launch/rank_main.ts after connecting; not for user code. */
 export function installRankStore(client: StoreClient): void {
@@ -113,10 +119,60 @@ async function barrierTimeout(name: string, gen: number, timeoutMs: number): Pro
   const elsewhere = views
     .filter((v) => !(v.coll?.op === "barrier" && v.coll.detail === name))
     .map((v) => `rank ${v.rank} in phase "${v.phase}"`);
-  return new Error(
-    `storeBarrier("${name}") timed out after ${timeoutMs} ms: ${count} of ${getWorld().worldSize} ranks arrived` +
-      (elsewhere.length ? `; elsewhere: ${elsewhere.join(", ")}` : ""),
+  return withFailureKind(
+    new Error(
+      `storeBarrier("${name}") timed out after ${timeoutMs} ms: ${count} of ${getWorld().worldSize} ranks arrived` +
+        (elsewhere.length ? `; elsewhere: ${elsewhere.join(", ")}` : ""),
+    ),
+    "timeout",
+    { inCollective: true },
   );
+}
+
+function describe(err: unknown): { message: string; stack: string } {
+  if (err instanceof Error) {
+    return { message: `${err.name}: ${err.message}`, stack: err.stack ?? "" };
+  }
+  return { message: `Uncaught non-Error value: ${String(err)}`, stack: "" };
+}
+
+/**
+ * Tells the launcher why this rank is failing: stores a failure notice (the
+ * error, its stack, its kind — own error, timeout, or a consequence of
+ * another rank's failure — and the time) after this rank's latest phase.
+ * Call it before closing the process group or anything else peers would
+ * notice, so that their own failures read as consequences of this one. Only
+ * the first call of a process publishes; later ones return the same promise.
+ * Resolves once stored (or after 2 s); does nothing outside a launched job.
+ *
+ * @example
+ * ```ts
+ * try { await train(); } catch (e) { await publishFailure(e); pg.close(); throw e; }
+ * ```
+ */
+export function publishFailure(err: unknown): Promise<void> {
+  if (published) return published;
+  if (!store || !keys) return Promise.resolve();
+  flushPhases(); // the latest phase and collective, which may not have been sent yet
+  const { rank } = getWorld();
+  const { message, stack } = describe(err);
+  const last = currentPhase().lastCollective;
+  const notice: FailureNotice = {
+    rank,
+    host: Deno.hostname(),
+    pid: Deno.pid,
+    kind: failureKind(err),
+    at: Date.now(),
+    message,
+    stack,
+    ...(last && failedInCollective(err) ? { collective: { seq: last.seq, op: last.op } } : {}),
+  };
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  published = Promise.race([
+    store.set(keys.rankFailure(rank), JSON.stringify(notice)).catch(() => {}),
+    new Promise<void>((r) => timer = setTimeout(r, NOTICE_TIMEOUT_MS)),
+  ]).finally(() => clearTimeout(timer));
+  return published;
 }
 
 /**

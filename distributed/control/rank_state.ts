@@ -5,6 +5,7 @@
  */
 import type { CollectiveRecord, PhaseSink } from "./phase.ts";
 import type { StoreClient, StoreEntry } from "./store.ts";
+import { FAILURE_KINDS, type FailureKind } from "./failure_kind.ts";
 
 /** The record a rank writes to `rankState(r)` (JSON). */
 export interface RankState {
@@ -27,12 +28,19 @@ export interface RankState {
   sentAt: number;
 }
 
-/** Written by a rank that dies of an uncaught error (JSON at `rankFailure(r)`). */
+/** Written by a rank that fails, before it closes anything or exits (JSON at `rankFailure(r)`). */
 export interface FailureNotice {
   rank: number;
   host: string;
+  pid: number;
+  /** its own error, a timeout, or a consequence of another rank's failure */
+  kind: FailureKind;
+  /** the rank's clock (ms) when it failed */
+  at: number;
   message: string;
   stack: string;
+  /** the collective whose call failed, when the error is that call's */
+  collective?: { seq: number; op: string };
 }
 
 /** A rank's state as seen by a launcher now. */
@@ -132,6 +140,11 @@ export class StorePhaseSink implements PhaseSink {
     this.#store.post(this.#key, JSON.stringify(this.#state));
   }
 
+  /** Sends the latest state now if a change is waiting to be sent (PhaseSink.flush). */
+  flush(): void {
+    if (this.#flush !== undefined) this.publish();
+  }
+
   /** Re-publishes every HEARTBEAT_MS without keeping the process alive. */
   startHeartbeat(): void {
     this.stopHeartbeat();
@@ -201,11 +214,19 @@ export function toFailureNotice(value: Uint8Array | null): FailureNotice | null 
   try {
     const n = JSON.parse(new TextDecoder().decode(value));
     if (isObject(n) && typeof n.rank === "number" && typeof n.message === "string") {
+      const kind = FAILURE_KINDS.includes(n.kind as FailureKind) ? n.kind as FailureKind : "error";
       return {
         rank: n.rank,
         host: String(n.host ?? ""),
+        pid: typeof n.pid === "number" ? n.pid : 0,
+        kind,
+        at: typeof n.at === "number" ? n.at : 0,
         message: n.message,
         stack: String(n.stack ?? ""),
+        ...(isObject(n.collective) && typeof n.collective.seq === "number" &&
+            typeof n.collective.op === "string"
+          ? { collective: { seq: n.collective.seq, op: n.collective.op } }
+          : {}),
       };
     }
   } catch { /* fall through */ }

@@ -29,6 +29,43 @@ export interface StoreConnectOptions {
   timeoutMs?: number;
   /** Who is connecting, for the store's log ("rank 3"). */
   identity?: string;
+  /** Called once, with the last error, when the store has not answered for a few seconds. */
+  onRetry?: (lastError: string) => void;
+}
+
+/** One connection attempt is given up after this long (a host that drops packets never refuses). */
+const CONNECT_ATTEMPT_MS = 5000;
+/** After this long without success, onRetry is told (once). */
+const RETRY_NOTICE_MS = 3000;
+
+/** Deno.connect, given up after `ms` (a late connection is closed). */
+function connectWithin(hostname: string, port: number, ms: number): Promise<Deno.TcpConn> {
+  const attempt = Deno.connect({ hostname, port, transport: "tcp" });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      attempt.then((c) => c.close(), () => {});
+      reject(new Deno.errors.TimedOut(`no answer from ${hostname}:${port} within ${ms} ms`));
+    }, ms);
+  });
+  return Promise.race([attempt, late]).finally(() => clearTimeout(timer));
+}
+
+/** Errors that may pass if we wait: nobody listening yet, or no answer yet. */
+function transient(e: unknown): boolean {
+  return e instanceof Deno.errors.ConnectionRefused || e instanceof Deno.errors.TimedOut ||
+    e instanceof Deno.errors.ConnectionReset || e instanceof Deno.errors.ConnectionAborted;
+}
+
+/** This machine's loopback addresses, where only a local fault can stop a connection. */
+function isLoopback(host: string): boolean {
+  return /^127\.\d+\.\d+\.\d+$/.test(host) || host === "::1" || host === "localhost";
+}
+
+function loopbackHint(e: unknown): string {
+  return e instanceof Deno.errors.NetworkUnreachable || e instanceof Deno.errors.AddrNotAvailable
+    ? " (the loopback interface seems to be down: `ip link set lo up` brings it up)"
+    : "";
 }
 
 /** Why a store call failed. */
@@ -91,7 +128,11 @@ export class StoreClient {
 
   /**
    * Connects and authenticates, retrying with back-off until `timeoutMs`.
-   * A wrong token is not retried.
+   * A wrong token is not retried, and neither is an error that cannot pass
+   * on its own: any failure other than "refused" or a timeout when the store
+   * is on this machine's loopback (an interface that is down, say), so that
+   * fails within seconds naming the address and the OS error. Each attempt
+   * is cut off after CONNECT_ATTEMPT_MS.
    *
    * @example
    * ```ts
@@ -101,21 +142,42 @@ export class StoreClient {
    */
   static async connect(opts: StoreConnectOptions): Promise<StoreClient> {
     const where = `${opts.host}:${opts.port}`;
-    const deadline = Date.now() + (opts.timeoutMs ?? 30_000);
+    const timeoutMs = opts.timeoutMs ?? 30_000;
+    const start = Date.now();
+    const deadline = start + timeoutMs;
     let delay = 50;
     let lastError = "";
+    let told = false;
     for (;;) {
+      const attemptMs = Math.max(1, Math.min(CONNECT_ATTEMPT_MS, deadline - Date.now()));
       let conn: Deno.TcpConn | null = null;
       try {
-        conn = await Deno.connect({ hostname: opts.host, port: opts.port, transport: "tcp" });
+        conn = await connectWithin(opts.host, opts.port, attemptMs);
       } catch (e) {
         lastError = (e as Error).message;
+        if (!transient(e) && isLoopback(opts.host)) {
+          throw new StoreError(
+            "connect",
+            `Cannot connect to the dtrain store at ${where}: ${lastError}${loopbackHint(e)}`,
+          );
+        }
       }
       if (conn) {
         conn.setNoDelay(true);
         const client = new StoreClient(conn, where);
+        let timer: ReturnType<typeof setTimeout> | undefined;
         try {
-          await client.#request(Op.AUTH, [{ str: opts.token }, { str: opts.identity ?? "client" }]);
+          const auth = client.#request(Op.AUTH, [
+            { str: opts.token },
+            { str: opts.identity ?? "client" },
+          ]);
+          const late = new Promise<never>((_, reject) => {
+            timer = setTimeout(
+              () => reject(new Error(`no answer to authentication within ${attemptMs} ms`)),
+              attemptMs,
+            );
+          });
+          await Promise.race([auth, late]);
           return client;
         } catch (e) {
           client.close();
@@ -126,15 +188,19 @@ export class StoreClient {
             );
           }
           lastError = (e as Error).message;
+        } finally {
+          clearTimeout(timer);
         }
       }
       if (Date.now() + delay > deadline) {
         throw new StoreError(
           "connect",
-          `Cannot connect to the dtrain store at ${where} within ${
-            opts.timeoutMs ?? 30_000
-          } ms: ${lastError}`,
+          `Cannot connect to the dtrain store at ${where} within ${timeoutMs} ms: ${lastError}`,
         );
+      }
+      if (!told && opts.onRetry && Date.now() - start >= RETRY_NOTICE_MS) {
+        told = true;
+        opts.onRetry(`${lastError}; retrying for up to ${Math.round(timeoutMs / 1000)} s`);
       }
       await new Promise((r) => setTimeout(r, delay));
       delay = Math.min(delay * 2, 1000);

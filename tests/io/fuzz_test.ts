@@ -12,6 +12,11 @@ const SEED = Number(Deno.env.get("DTRAIN_FUZZ_SEED") ?? 20240611);
 const CASES = Number(Deno.env.get("DTRAIN_FUZZ_CASES") ?? 3000);
 /** No single case may run this long; a hang is reported with its case number. */
 const CASE_LIMIT_MS = 10_000;
+/**
+ * Before its first case the worker loads (and type-checks) the readers: on a loaded
+ * machine that alone can take tens of seconds, which says nothing about a reader.
+ */
+const LOAD_LIMIT_MS = 180_000;
 
 function fixtures(): FuzzFixtures {
   return {
@@ -30,13 +35,16 @@ function fuzz(worker: Worker, target: FuzzTarget): Promise<Done> {
     let current = -1;
     const arm = () => {
       clearTimeout(timer);
+      const limit = current < 0 ? LOAD_LIMIT_MS : CASE_LIMIT_MS;
       timer = setTimeout(() => {
         reject(
           new Error(
-            `${target} fuzz case ${current} (DTRAIN_FUZZ_SEED=${SEED}) ran longer than ${CASE_LIMIT_MS} ms: a hang`,
+            current < 0
+              ? `the ${target} fuzz worker did not start its first case within ${limit} ms`
+              : `${target} fuzz case ${current} (DTRAIN_FUZZ_SEED=${SEED}) ran longer than ${limit} ms: a hang`,
           ),
         );
-      }, CASE_LIMIT_MS);
+      }, limit);
     };
     worker.onmessage = (event: MessageEvent<FuzzMessage>) => {
       const m = event.data;

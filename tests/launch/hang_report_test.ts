@@ -122,6 +122,9 @@ Deno.test("failureSummary() prints the failing rank's error and stack, or its st
     notice: {
       rank: 1,
       host: "h",
+      pid: 42,
+      kind: "error",
+      at: 0,
       message: "Error: boom",
       stack: "Error: boom\n    at f (file:///x.ts:1:1)",
     },

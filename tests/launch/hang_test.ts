@@ -74,7 +74,11 @@ Deno.test("--timeout turns the hang into a clean failure that prints the table",
       r.stderr,
       /ranks 1,2 wait at barrier "after-scan" \(seq 1\) for [\d.]+ s; rank 0 is elsewhere: phase "scan dataset"/,
     );
-    assert.match(r.stderr, /^\[dtrain\] 0\s+0\s+\S+\s+\d+\s+running\s+scan dataset/m);
+    // Rank 0 scans synchronously: its heartbeat stops, and the table says so.
+    assert.match(
+      r.stderr,
+      /^\[dtrain\] 0\s+0\s+\S+\s+\d+\s+not responding \(running code\)\s+scan dataset/m,
+    );
     assert.ok(
       !r.stderr.includes("[dtrain] hang: "),
       "with the default --hang-warn 60 only the timeout prints",

@@ -59,8 +59,13 @@ Deno.test("parseLaunchArgs() fills documented defaults", () => {
       runDir: null,
       logRanks: "0",
       device: "auto",
+      oversubscribe: false,
     },
   );
+  assert.equal(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).oversubscribe, true);
+  assert.deepEqual(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).scriptArgs, [
+    "--oversubscribe",
+  ]);
   assert.throws(
     () => parse(["--device", "tpu", "run.ts"]),
     /--device tpu is not one of auto, cpu, cuda/,
@@ -116,7 +121,11 @@ Deno.test("launchHelp() lists every option under its topic with its default", ()
   for (const o of LAUNCH_OPTIONS) {
     assert.match(
       help,
-      new RegExp(`--${o.name} \\S+ .*\\(default: ${o.defaultText.replace(/[()$<>÷]/g, ".")}\\)`),
+      new RegExp(
+        `--${o.name}${o.value ? " \\S+" : ""} .*\\(default: ${
+          o.defaultText.replace(/[()$<>÷]/g, ".")
+        }\\)`,
+      ),
     );
   }
   assert.ok(help.indexOf("--nproc") < help.indexOf("Nodes and rendezvous:"));

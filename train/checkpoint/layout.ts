@@ -52,6 +52,39 @@ export function isLeftover(name: string): boolean {
   return LEFTOVER.test(name);
 }
 
+/** The pid of the process that made a `.tmp-*` or `.aside-*` name, or null for other names. */
+export function writerPid(name: string): number | null {
+  const m = /-(\d+)-[0-9a-f]{8}$/.exec(name);
+  return m && (LEFTOVER.test(name) || ASIDE.test(name)) ? Number(m[1]) : null;
+}
+
+/**
+ * Whether the writer of a temporary name may still be saving: another
+ * process of this machine with that pid is running (this process's own
+ * leftovers are done: its saves are synchronous). A reused pid errs on the
+ * side of keeping the folder.
+ */
+export function writerMayBeActive(pid: number): boolean {
+  if (pid === Deno.pid) return false;
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    return state !== "Z" && state !== "X";
+  } catch (e) {
+    // No /proc entry: the process is gone. Without /proc at all, keep the folder.
+    return !(e instanceof Deno.errors.NotFound) || !procMounted();
+  }
+}
+
+function procMounted(): boolean {
+  try {
+    Deno.statSync("/proc/self/stat");
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /**
  * A fresh temporary name for `what` ("step-00000042", "latest",
  * "deleting-step-00000042"), unique per process and call.

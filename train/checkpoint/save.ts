@@ -25,6 +25,8 @@ import {
   readPointer,
   stepDirName,
   tempName,
+  writerMayBeActive,
+  writerPid,
 } from "./layout.ts";
 
 /** Where and how a save writes. */
@@ -212,6 +214,8 @@ function describePrevious(previous: Pointer): string {
  * Removes the leftovers of interrupted saves (`.tmp-*` of this module's own
  * names) and settles aside copies: removed when their step's directory is in
  * place, otherwise renamed back to it (the save replacing it never finished).
+ * A name whose writer (the pid in it) is still running is left alone: that
+ * save may be in progress.
  */
 export function cleanLeftovers(ctx: SaveContext): void {
   const entries = ctx.io.readDir(ctx.root);
@@ -219,6 +223,8 @@ export function cleanLeftovers(ctx: SaveContext): void {
   for (const e of entries) {
     const path = join(ctx.root, e.name);
     const step = asideStep(e.name);
+    const pid = writerPid(e.name);
+    if (pid !== null && writerMayBeActive(pid)) continue;
     if (isLeftover(e.name)) {
       ctx.warn(`Removing ${path}, left by an interrupted checkpoint save`);
       removeQuietly(ctx, path, "a leftover of an interrupted save");

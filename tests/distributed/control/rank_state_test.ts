@@ -95,10 +95,26 @@ Deno.test("toRankView() and toFailureNotice() return null for records that are n
     assert.equal(toFailureNotice(enc(bad)), null, bad);
   }
   assert.equal(toFailureNotice(null), null);
+  // A notice without the newer fields reads as the rank's own error at an unknown time.
   assert.deepEqual(toFailureNotice(enc('{"rank":1,"host":"h","message":"m","stack":"s"}')), {
     rank: 1,
     host: "h",
+    pid: 0,
+    kind: "error",
+    at: 0,
     message: "m",
     stack: "s",
   });
+  const full = {
+    rank: 2,
+    host: "h",
+    pid: 9,
+    kind: "peer",
+    at: 5,
+    message: "m",
+    stack: "",
+    collective: { seq: 3, op: "allReduce" },
+  };
+  assert.deepEqual(toFailureNotice(enc(JSON.stringify(full))), full);
+  assert.equal(toFailureNotice(enc(JSON.stringify({ ...full, kind: "bogus" })))!.kind, "error");
 });

@@ -11,6 +11,14 @@ import { CheckpointManager } from "../../../train/checkpoint/manager.ts";
 import { FrozenDiskIO } from "../scripts/checkpoint_faulty_io.ts";
 import { assertHoldsPayload, payloadForStep } from "../scripts/checkpoint_payloads.ts";
 
+/** The pid of a process that has exited: leftovers named after it are an interrupted save's. */
+async function deadPid(): Promise<number> {
+  const child = new Deno.Command("true").spawn();
+  await child.status;
+  return child.pid;
+}
+const DEAD = await deadPid();
+
 interface Scenario {
   /** Saves made before the crashing one. */
   before: number[];
@@ -37,7 +45,7 @@ function crashAtEveryPoint(scenario: Scenario): CrashPoint[] {
     try {
       const setup = new CheckpointManager(root, { rank: 0, keepLast: 2, fsync: false });
       for (const s of scenario.before) setup.save(payloadForStep(s));
-      Deno.mkdirSync(join(root, ".tmp-step-00000099-1-00c0ffee"));
+      Deno.mkdirSync(join(root, `.tmp-step-00000099-${DEAD}-00c0ffee`));
       const io = new FrozenDiskIO(n);
       const crashing = new CheckpointManager(root, {
         rank: 0,

@@ -10,6 +10,14 @@ import { CheckpointManager } from "../../../train/checkpoint/manager.ts";
 import { FullDiskIO, type FullDiskOptions } from "../scripts/checkpoint_faulty_io.ts";
 import { assertHoldsPayload, payloadForStep } from "../scripts/checkpoint_payloads.ts";
 
+/** The pid of a process that has exited: leftovers named after it are an interrupted save's. */
+async function deadPid(): Promise<number> {
+  const child = new Deno.Command("true").spawn();
+  await child.status;
+  return child.pid;
+}
+const DEAD = await deadPid();
+
 /** A directory holding checkpoints for steps 1, 2 and 3 (latest = 3), removed after `fn`. */
 function withCheckpoints(fn: (root: string) => void): void {
   const root = Deno.makeTempDirSync({ prefix: "dtrain-ckpt-faults-" });
@@ -229,20 +237,20 @@ Deno.test("CheckpointManager.save() removes the leftovers of interrupted saves, 
   withCheckpoints((root) => {
     for (
       const leftover of [
-        ".tmp-step-00000004-4242-0badf00d",
-        ".tmp-deleting-step-00000001-7-01234567",
+        `.tmp-step-00000004-${DEAD}-0badf00d`,
+        `.tmp-deleting-step-00000001-${DEAD}-01234567`,
       ]
     ) {
       Deno.mkdirSync(join(root, leftover));
       Deno.writeTextFileSync(join(root, leftover, "model.safetensors"), "partial");
     }
-    Deno.writeTextFileSync(join(root, ".tmp-latest-4242-0badf00d"), "step-00000004\n");
+    Deno.writeTextFileSync(join(root, `.tmp-latest-${DEAD}-0badf00d`), "step-00000004\n");
     Deno.mkdirSync(join(root, ".tmp-not-ours"));
     const { manager, warnings } = watched(root);
     assertHoldsPayload(manager.loadLatest()!, payloadForStep(3));
     assert.deepEqual(warnings, [], "loading ignores .tmp entries");
     assert.ok(
-      names(root).includes(".tmp-step-00000004-4242-0badf00d"),
+      names(root).includes(`.tmp-step-00000004-${DEAD}-0badf00d`),
       "loading must not delete anything",
     );
     manager.save(payloadForStep(4));
@@ -266,7 +274,7 @@ Deno.test("CheckpointManager.save() removes the leftovers of interrupted saves, 
 Deno.test("CheckpointManager loads the aside copy of a step whose replacement was interrupted, and the next save restores it", () => {
   withCheckpoints((root) => {
     // The state a kill leaves between moving step 3 aside and renaming its replacement into place.
-    const aside = ".aside-step-00000003-4242-0badf00d";
+    const aside = `.aside-step-00000003-${DEAD}-0badf00d`;
     Deno.renameSync(step3(root), join(root, aside));
     const { manager, warnings } = watched(root);
     const loaded = manager.loadLatest()!;
