@@ -150,7 +150,9 @@ void allreduce_typed(dt_gloo_group* g, T* buf, int64_t count, int32_t dtype, int
   gloo::allreduce(opts);
 }
 
-/* Posts the receives of call `seq`'s records from every peer into check_in[seq & 1]. */
+/* Posts the receives of call `seq`'s records from every member not posted
+ * yet into check_in[seq & 1]; throws when a connection is gone (members
+ * posted so far stay recorded, so a later attempt never posts one twice). */
 void post_check_receives(dt_gloo_group* g, uint64_t seq) {
   std::vector<char>& in = g->check_in[seq & 1];
   auto& buf = g->check_in_buf[seq & 1];
@@ -158,9 +160,15 @@ void post_check_receives(dt_gloo_group* g, uint64_t seq) {
     in.assign((size_t)g->size * sizeof(Call), 0);
     buf = g->ctx->createUnboundBuffer(in.data(), in.size());
   }
+  if (g->check_posted_seq != seq) {
+    g->check_posted_seq = seq;
+    g->check_posted_from.assign((size_t)g->size, false);
+  }
   const uint64_t slot = kCheckSlot | (uint32_t)seq;
   for (int p = 0; p < g->size; p++) {
-    if (p != g->rank) buf->recv(p, slot, (size_t)p * sizeof(Call), sizeof(Call));
+    if (p == g->rank || g->check_posted_from[(size_t)p]) continue;
+    buf->recv(p, slot, (size_t)p * sizeof(Call), sizeof(Call));
+    g->check_posted_from[(size_t)p] = true;
   }
 }
 
@@ -190,8 +198,7 @@ DT_EXPORT dt_status dt_gloo_check(dt_gloo_group* g, int32_t op, int32_t dtype, i
   const uint64_t slot = kCheckSlot | (uint32_t)mine.seq;
   const int64_t deadline = dt_gloo_now_ms_() + timeout_ms;
   try {
-    if (!g->check_posted) post_check_receives(g, mine.seq);
-    g->check_posted = false;
+    post_check_receives(g, mine.seq); /* usually posted when the previous call completed */
     if (!g->check_out_buf) {
       g->check_out.assign((size_t)n * sizeof(Call), 0);
       g->check_out_buf = g->ctx->createUnboundBuffer(g->check_out.data(), g->check_out.size());
@@ -250,10 +257,9 @@ DT_EXPORT dt_status dt_gloo_check(dt_gloo_group* g, int32_t op, int32_t dtype, i
     return DT_ERR_ARG;
   }
   try {
-    post_check_receives(g, mine.seq + 1); /* the next call's records go out at once */
-    g->check_posted = true;
-  } catch (const gloo::IoException& e) {
-    return dt_gloo_peer_failure_(g, what, e.what(), timeout_ms);
+    post_check_receives(g, mine.seq + 1); /* the next call's records then go out at once */
+  } catch (const gloo::IoException&) {
+    /* this call is complete; a member that left after it fails the next call, which names it */
   }
   return DT_OK;
 }

@@ -270,7 +270,8 @@ dt_status dt_gloo_peer_failure_(dt_gloo_group* g, const std::string& what, const
       std::vector<int> who;
       for (const auto& e : closed) who.push_back(atoi(e.key.c_str() + g->store->prefix().size() + 7));
       if (!who.empty()) {
-        why = "cannot complete: " + join_labels(g, who) + " closed its process group";
+        why = "cannot complete: " + join_labels(g, who) +
+              (who.size() == 1 ? " closed its process group" : " closed their process groups");
       } else {
         std::string record;
         if (!g->attempt_abort_key.empty() && g->store->get_raw(g->attempt_abort_key, kCauseWaitMs, &record)) {

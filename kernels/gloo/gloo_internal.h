@@ -124,8 +124,9 @@ struct dt_gloo_group {
   std::unique_ptr<gloo::transport::UnboundBuffer> check_in_buf[2];
   std::vector<char> check_out;
   std::unique_ptr<gloo::transport::UnboundBuffer> check_out_buf;
-  /* whether the receives of call seq+1 are posted */
-  bool check_posted = false;
+  /* the call whose receives are (being) posted, and from which members they are */
+  uint64_t check_posted_seq = 0;
+  std::vector<bool> check_posted_from;
 };
 
 /* Marks the group failed with `status` and this thread's error text, tells

@@ -147,6 +147,26 @@ Deno.test({
 });
 
 Deno.test({
+  name:
+    "ranks that close right after a last barrier never fail a peer still finishing it (8 rounds)",
+  ignore: GLOO_MISSING !== null,
+}, async () => {
+  for (let round = 0; round < 8; round++) {
+    await withGlooRanks(serve(3, `glast${round}`), async (procs) => {
+      await ready(procs);
+      for (const p of procs) await p.send("barrier last 30000");
+      for (const p of procs) await p.send("close");
+      for (const p of procs) {
+        const barrier = await p.next("done");
+        assert.equal(barrier.ok, true, `round ${round}, rank ${p.rank}: ${barrier.error}`);
+        const close = await p.next("done");
+        assert.equal(close.ok, true, `round ${round}, rank ${p.rank} close: ${close.error}`);
+      }
+    });
+  }
+});
+
+Deno.test({
   name: "close() on one Gloo rank makes a peer's collective fail at once, naming it",
   ignore: GLOO_MISSING !== null,
 }, async () => {
