@@ -128,10 +128,10 @@ dt_status run(dt_gloo_group* g, const std::string& what, int64_t timeout_ms, F&&
     body();
     return DT_OK;
   } catch (const gloo::IoException& e) {
-    return dt_gloo_peer_failure_(g, what, e.what(), timeout_ms);
+    return dt_gloo_peer_failure_(g, what, dt_gloo_text_(e), timeout_ms);
   } catch (const std::exception& e) {
     dt_gloo_fail_(DT_ERR_INTERNAL, "%s on %s failed inside Gloo: %s", what.c_str(), g->labels[g->rank].c_str(),
-                  e.what());
+                  dt_gloo_text_(e).c_str());
     return dt_gloo_abort_with_(g, DT_ERR_INTERNAL);
   }
 }
@@ -232,10 +232,10 @@ DT_EXPORT dt_status dt_gloo_check(dt_gloo_group* g, int32_t op, int32_t dtype, i
       g->check_out_buf->waitSend(nullptr, std::chrono::milliseconds(left > 1 ? left : 1));
     }
   } catch (const gloo::IoException& e) {
-    return dt_gloo_peer_failure_(g, what, e.what(), timeout_ms);
+    return dt_gloo_peer_failure_(g, what, dt_gloo_text_(e), timeout_ms);
   } catch (const std::exception& e) {
     dt_gloo_fail_(DT_ERR_INTERNAL, "%s on %s failed inside Gloo: %s", what.c_str(), g->labels[g->rank].c_str(),
-                  e.what());
+                  dt_gloo_text_(e).c_str());
     return dt_gloo_abort_with_(g, DT_ERR_INTERNAL);
   }
   const Call* theirs = (const Call*)g->check_in[mine.seq & 1].data();

@@ -128,7 +128,7 @@ dt_status create_device(const std::string& iface, const std::string& host,
   } catch (const std::exception& e) {
     return dt_gloo_fail_(DT_ERR_SYS, "cannot open a Gloo TCP device on %s %s: %s",
                          iface.empty() ? "address" : "interface", iface.empty() ? host.c_str() : iface.c_str(),
-                         e.what());
+                         dt_gloo_text_(e).c_str());
   }
   return DT_OK;
 }
@@ -169,6 +169,14 @@ std::string json_string_field(const std::string& json, const std::string& field)
     }
   }
   return out;
+}
+
+/* Pulls "field":<integer> out of the same record; -1 when absent. */
+long json_int_field(const std::string& json, const std::string& field) {
+  std::string needle = "\"" + field + "\":";
+  size_t at = json.find(needle);
+  if (at == std::string::npos) return -1;
+  return strtol(json.c_str() + at + needle.size(), nullptr, 10);
 }
 
 /* Exchanges the membership proofs over every pair; any pair whose proof is
@@ -217,7 +225,7 @@ dt_status verify_pairs(dt_gloo_group* g, const uint8_t* proofs_out, const uint8_
     return dt_gloo_fail_(DT_ERR_SYS,
                          "the Gloo connection(s) with %s did not prove membership of this run (%s); the process "
                          "group cannot start",
-                         join_labels(g, missing).c_str(), e.what());
+                         join_labels(g, missing).c_str(), dt_gloo_text_(e).c_str());
   }
   return DT_OK;
 }
@@ -276,8 +284,13 @@ dt_status dt_gloo_peer_failure_(dt_gloo_group* g, const std::string& what, const
         std::string record;
         if (!g->attempt_abort_key.empty() && g->store->get_raw(g->attempt_abort_key, kCauseWaitMs, &record)) {
           std::string detail = json_string_field(record, "detail");
+          long rank = json_int_field(record, "rank"), node = json_int_field(record, "node");
+          if (detail.empty()) detail = record;
+          if (rank >= 0 && json_string_field(record, "reason") == "rank-failed") {
+            detail = "rank " + std::to_string(rank) + " (node " + std::to_string(node) + ") failed: " + detail;
+          }
           why = "stopped: lost its connection to a peer (gloo: " + what_failed +
-                "); the launcher is stopping the run: " + (detail.empty() ? record : detail);
+                "); the launcher is stopping the run: " + detail;
         }
       }
     }
@@ -357,7 +370,7 @@ DT_EXPORT dt_status dt_gloo_open(const char* store_host, int32_t store_port, con
                            g->labels[rank].c_str(), (long long)timeout_ms, join_labels(g.get(), missing).c_str());
     } catch (const std::exception& e) {
       return dt_gloo_fail_(DT_ERR_SYS, "Gloo rendezvous failed on %s (device %s): %s", g->labels[rank].c_str(),
-                           g->device_text.c_str(), e.what());
+                           g->device_text.c_str(), dt_gloo_text_(e).c_str());
     }
     st = verify_pairs(g.get(), proofs_out, proofs_in, deadline);
     if (st) {

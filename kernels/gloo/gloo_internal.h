@@ -38,6 +38,9 @@ const char* dt_gloo_error_text_();
 /* Milliseconds of a monotonic clock. */
 int64_t dt_gloo_now_ms_();
 
+/* Gloo's exception text without the "[file:line] " it starts with. */
+std::string dt_gloo_text_(const std::exception& e);
+
 /* ---- the control store's client (gloo_store.cc) ---- */
 
 /* A store call that ran past its deadline; `missing` lists the keys it lacked. */

@@ -23,6 +23,15 @@ dt_status dt_gloo_fail_(dt_status status, const char* fmt, ...) {
 
 const char* dt_gloo_error_text_() { return dt_gloo_error_; }
 
+std::string dt_gloo_text_(const std::exception& e) {
+  std::string text = e.what();
+  if (!text.empty() && text[0] == '[') {
+    size_t end = text.find("] ");
+    if (end != std::string::npos) text = text.substr(end + 2);
+  }
+  return text;
+}
+
 int64_t dt_gloo_now_ms_() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
