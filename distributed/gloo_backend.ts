@@ -7,9 +7,8 @@
  * first (hierarchical): reduce-scatter in the node, Gloo all-reduce of each
  * rank's share between nodes, all-gather in the node.
  */
-import { DT_ERR_ARG } from "../ffi/shm.ts";
-import { GLOO_OP, glooLibrary } from "../ffi/gloo.ts";
-import { SHM_DTYPE_CODE, SHM_REDUCE_CODE } from "../ffi/shm.ts";
+import { DT_ERR_ARG, SHM_DTYPE_CODE, SHM_REDUCE_CODE } from "../ffi/shm.ts";
+import { GLOO_OP, glooCalls, glooLibrary } from "../ffi/gloo.ts";
 import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
@@ -160,18 +159,15 @@ export class GlooProcessGroup implements ProcessGroup {
       checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
       const record = [GLOO_OP.allReduce, b.dtype, b.count, op, -1, ""] as const;
       const flat: Steps = (seq, t) =>
-        this.#checked(
-          glooLibrary().symbols.dt_gloo_allreduce(
-            this.#parts().world.handle,
-            b.ptr,
-            BigInt(b.count),
-            SHM_DTYPE_CODE[b.dtype],
-            SHM_REDUCE_CODE[op],
-            BigInt(this.size),
-            seq,
-            t,
-          ),
-          "dt_gloo_allreduce",
+        glooCalls().dt_gloo_allreduce(
+          this.#parts().world.handle,
+          b.ptr,
+          BigInt(b.count),
+          SHM_DTYPE_CODE[b.dtype],
+          SHM_REDUCE_CODE[op],
+          BigInt(this.size),
+          seq,
+          t,
         );
       const split = this.hierarchical && !SIXTEEN_BIT.includes(b.dtype) &&
         b.count >= this.ranksPerNode;
@@ -196,17 +192,14 @@ export class GlooProcessGroup implements ProcessGroup {
       }
       const record = [GLOO_OP.broadcast, b.dtype, b.count, "sum", root, ""] as const;
       const steps: Steps = (seq, t) =>
-        this.#checked(
-          glooLibrary().symbols.dt_gloo_broadcast(
-            this.#parts().world.handle,
-            b.ptr,
-            BigInt(b.count),
-            SHM_DTYPE_CODE[b.dtype],
-            root,
-            seq,
-            t,
-          ),
-          "dt_gloo_broadcast",
+        glooCalls().dt_gloo_broadcast(
+          this.#parts().world.handle,
+          b.ptr,
+          BigInt(b.count),
+          SHM_DTYPE_CODE[b.dtype],
+          root,
+          seq,
+          t,
         );
       return [b.bytes, record, steps];
     }, `root ${root}`);
@@ -219,17 +212,14 @@ export class GlooProcessGroup implements ProcessGroup {
       checkSizes(o, i, this.size, 1, "allGather");
       const record = [GLOO_OP.allGather, i.dtype, i.count, "sum", -1, ""] as const;
       const steps: Steps = (seq, t) =>
-        this.#checked(
-          glooLibrary().symbols.dt_gloo_allgather(
-            this.#parts().world.handle,
-            o.ptr,
-            i.ptr,
-            BigInt(i.count),
-            SHM_DTYPE_CODE[i.dtype],
-            seq,
-            t,
-          ),
-          "dt_gloo_allgather",
+        glooCalls().dt_gloo_allgather(
+          this.#parts().world.handle,
+          o.ptr,
+          i.ptr,
+          BigInt(i.count),
+          SHM_DTYPE_CODE[i.dtype],
+          seq,
+          t,
         );
       return [i.bytes, record, steps];
     });
@@ -248,19 +238,15 @@ export class GlooProcessGroup implements ProcessGroup {
       checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
       const record = [GLOO_OP.reduceScatter, o.dtype, o.count, op, -1, ""] as const;
       const steps: Steps = (seq, t) =>
-        this.#checked(
-          glooLibrary().symbols.dt_gloo_reduce_scatter(
-            this.#parts().world.handle,
-            o.ptr,
-            i.ptr,
-            BigInt(o.count),
-            SHM_DTYPE_CODE[o.dtype],
-            SHM_REDUCE_CODE[op],
-            BigInt(this.size),
-            seq,
-            t,
-          ),
-          "dt_gloo_reduce_scatter",
+        glooCalls().dt_gloo_reduce_scatter(
+          this.#parts().world.handle,
+          o.ptr,
+          i.ptr,
+          BigInt(o.count),
+          SHM_DTYPE_CODE[o.dtype],
+          SHM_REDUCE_CODE[op],
+          seq,
+          t,
         );
       return [o.bytes, record, steps];
     });
@@ -308,7 +294,6 @@ export class GlooProcessGroup implements ProcessGroup {
     const es = DTYPE_BYTES[b.dtype];
     const scratch = this.#scratchOf(share * es);
     const timeoutMs = Number(t);
-    const lib = glooLibrary().symbols;
     this.#parts().node!.reduceScatter(
       scratch,
       b.ptr,
@@ -317,34 +302,28 @@ export class GlooProcessGroup implements ProcessGroup {
       op === "avg" ? "sum" : op,
       timeoutMs,
     );
-    this.#checked(
-      lib.dt_gloo_allreduce(
-        this.#parts().column!.handle,
-        scratch,
-        BigInt(share),
+    glooCalls().dt_gloo_allreduce(
+      this.#parts().column!.handle,
+      scratch,
+      BigInt(share),
+      SHM_DTYPE_CODE[b.dtype],
+      SHM_REDUCE_CODE[op],
+      BigInt(this.size),
+      seq,
+      t,
+    );
+    this.#parts().node!.allGather(b.ptr, scratch, share, b.dtype, timeoutMs);
+    const tail = b.count - share * per;
+    if (tail > 0) {
+      glooCalls().dt_gloo_allreduce(
+        this.#parts().world.handle,
+        Deno.UnsafePointer.offset(b.ptr!, share * per * es),
+        BigInt(tail),
         SHM_DTYPE_CODE[b.dtype],
         SHM_REDUCE_CODE[op],
         BigInt(this.size),
         seq,
         t,
-      ),
-      "dt_gloo_allreduce",
-    );
-    this.#parts().node!.allGather(b.ptr, scratch, share, b.dtype, timeoutMs);
-    const tail = b.count - share * per;
-    if (tail > 0) {
-      this.#checked(
-        lib.dt_gloo_allreduce(
-          this.#parts().world.handle,
-          Deno.UnsafePointer.offset(b.ptr!, share * per * es),
-          BigInt(tail),
-          SHM_DTYPE_CODE[b.dtype],
-          SHM_REDUCE_CODE[op],
-          BigInt(this.size),
-          seq,
-          t,
-        ),
-        "dt_gloo_allreduce",
       );
     }
   }
@@ -360,10 +339,6 @@ export class GlooProcessGroup implements ProcessGroup {
       this.#scratchPtr = Deno.UnsafePointer.of(this.#scratch);
     }
     return this.#scratchPtr;
-  }
-
-  #checked(status: number, symbol: string): void {
-    glooLibrary().check(status, symbol);
   }
 
   /** Checks the arguments (`prepare` returns the payload bytes, the call
@@ -406,18 +381,15 @@ export class GlooProcessGroup implements ProcessGroup {
       const [code, dtype, count, redop, root, name] = record;
       const t = BigInt(Math.ceil(timeoutMs));
       const { world } = this.#join(timeoutMs);
-      this.#checked(
-        glooLibrary().symbols.dt_gloo_check(
-          world.handle,
-          code,
-          SHM_DTYPE_CODE[dtype],
-          BigInt(count),
-          SHM_REDUCE_CODE[redop],
-          root,
-          cString(name),
-          t,
-        ),
-        "dt_gloo_check",
+      glooCalls().dt_gloo_check(
+        world.handle,
+        code,
+        SHM_DTYPE_CODE[dtype],
+        BigInt(count),
+        SHM_REDUCE_CODE[redop],
+        root,
+        cString(name),
+        t,
       );
       steps(BigInt(seq), t);
     } catch (e) {

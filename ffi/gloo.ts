@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { type CheckedCalls, checkedCalls } from "./calls.ts";
 import { cString, type NativeLibrary, openLibrary } from "./native.ts";
 
 const P = "pointer" as const;
@@ -53,8 +54,8 @@ export const GLOO_SYMBOLS = {
   dt_gloo_broadcast: { parameters: [P, P, I64, I32, I32, U64, I64], ...STATUS },
   /** (handle, out [size x count], inp [count], count, dtype, seq, timeout_ms) */
   dt_gloo_allgather: { parameters: [P, P, P, I64, I32, U64, I64], ...STATUS },
-  /** (handle, out [count], inp [size x count], count, dtype, redop, divisor, seq, timeout_ms) */
-  dt_gloo_reduce_scatter: { parameters: [P, P, P, I64, I32, I32, I64, U64, I64], ...STATUS },
+  /** (handle, out [count], inp [size x count], count, dtype, redop, seq, timeout_ms); avg divides by size */
+  dt_gloo_reduce_scatter: { parameters: [P, P, P, I64, I32, I32, U64, I64], ...STATUS },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** The type of GLOO_SYMBOLS. */
@@ -84,6 +85,30 @@ let gloo: NativeLibrary<GlooSymbols> | undefined;
 export function glooLibrary(): NativeLibrary<GlooSymbols> {
   gloo ??= openLibrary("libdtrain_gloo.so", GLOO_SYMBOLS);
   return gloo;
+}
+
+/** The collectives, status-checked (ffi/calls.ts): they throw DtNativeError with the library's text. */
+export type GlooCalls = CheckedCalls<
+  GlooSymbols,
+  | "dt_gloo_check"
+  | "dt_gloo_allreduce"
+  | "dt_gloo_broadcast"
+  | "dt_gloo_allgather"
+  | "dt_gloo_reduce_scatter"
+>;
+
+let calls: GlooCalls | undefined;
+
+/** The status-checked collectives of the Gloo library, bound on first call. */
+export function glooCalls(): GlooCalls {
+  calls ??= checkedCalls(glooLibrary(), GLOO_SYMBOLS, [
+    "dt_gloo_check",
+    "dt_gloo_allreduce",
+    "dt_gloo_broadcast",
+    "dt_gloo_allgather",
+    "dt_gloo_reduce_scatter",
+  ]);
+  return calls;
 }
 
 /** The library's build hash and the Gloo version it was built against (for run records). */

@@ -350,14 +350,13 @@ DT_EXPORT dt_status dt_gloo_allgather(dt_gloo_group* g, void* out, const void* i
 
 /** out (count) = op over the members of block `rank` of their inp (size x
  *  count): blocks travel with Gloo's all-to-all and are combined here in
- *  member order (avg divides by `divisor`). */
+ *  member order (avg divides by the group's size). */
 DT_EXPORT dt_status dt_gloo_reduce_scatter(dt_gloo_group* g, void* out, const void* inp, int64_t count,
-                                           int32_t dtype, int32_t redop, int64_t divisor, uint64_t seq,
-                                           int64_t timeout_ms) {
+                                           int32_t dtype, int32_t redop, uint64_t seq, int64_t timeout_ms) {
   dt_status st = check_alive(g, "dt_gloo_reduce_scatter");
   if (st) return st;
   size_t es = dt_gloo_dtype_size_(dtype);
-  if (!dt_gloo_reduce_supported_(dtype, redop) || count < 0 || (count > 0 && (!out || !inp)) || divisor < 1) {
+  if (!dt_gloo_reduce_supported_(dtype, redop) || count < 0 || (count > 0 && (!out || !inp))) {
     return dt_gloo_fail_(DT_ERR_ARG, "dt_gloo_reduce_scatter: dtype %d, op %d, count %lld are not valid", dtype, redop,
                          (long long)count);
   }
@@ -376,6 +375,6 @@ DT_EXPORT dt_status dt_gloo_reduce_scatter(dt_gloo_group* g, void* out, const vo
     } else {
       memcpy(blocks, inp, block);
     }
-    dt_gloo_reduce_in_order_(dtype, redop, out, blocks, block, g->size, (size_t)count, divisor);
+    dt_gloo_reduce_in_order_(dtype, redop, out, blocks, block, g->size, (size_t)count, g->size);
   });
 }
