@@ -1,16 +1,20 @@
 /**
  * What the single file carries so that Gloo runs on a machine without
  * Debian's libgloo0: every shared library libdtrain_gloo.so needs (libgloo
- * and, through it, libhiredis, libibverbs, libnl, libstdc++), as the dynamic
- * linker resolves them here, except glibc's own and libgcc_s (which Deno
- * itself loads). They go beside libdtrain_gloo.so, whose RPATH is $ORIGIN,
+ * and, through it, libhiredis, libibverbs, libnl), as the dynamic linker
+ * resolves them here, except glibc's own, libgcc_s (which Deno itself loads)
+ * and libstdc++. They go beside libdtrain_gloo.so, whose RPATH is $ORIGIN,
  * with each package's copyright file in lib/licenses/.
+ *
+ * Why not libstdc++: every distribution installs one, and Debian 12's needs
+ * glibc 2.36 while libgloo needs only 2.34; the target's own libstdc++ (from
+ * GCC 12 or newer, as libgloo needs) keeps Ubuntu 22.04 (glibc 2.35) usable.
  */
 import { basename, join } from "node:path";
 
 /** Libraries every glibc machine has, or that the Deno runtime loads before dtrain: never carried. */
 const SYSTEM =
-  /^(linux-vdso|ld-linux[^ ]*|lib(c|m|dl|rt|pthread|util|resolv)\.so\.\d+|libgcc_s\.so\.1)$/;
+  /^(linux-vdso|ld-linux[^ ]*|lib(c|m|dl|rt|pthread|util|resolv)\.so\.\d+|libgcc_s\.so\.1|libstdc\+\+\.so\.6)$/;
 
 /** One library to carry: its file name (the SONAME) and where it is here. */
 export interface CarriedLibrary {

@@ -263,7 +263,6 @@ function systemGlooLibraries(): string[] {
     return [];
   }
   return glooRuntimeLibraries(join(REPO, "build/libdtrain_gloo.so"))
-    .filter((l) => l.name !== "libstdc++.so.6") // Debian's own tools need it: keep it visible
     .map((l) => Deno.realPathSync(l.path));
 }
 const GLOO_HIDDEN = systemGlooLibraries();
