@@ -10,14 +10,18 @@ import {
   type AttemptEnd,
   beginAttempt,
   behaviourEnv,
+  continueRunRecord,
   finishAttempt,
   machineFacts,
   newRunRecord,
+  readRunRecord,
   sha256File,
   versions,
   writeRunRecord,
 } from "../run/record.ts";
 import { resolve } from "node:path";
+import { glooBuildInfo } from "../ffi/gloo.ts";
+import { plannedCpuBackend } from "../distributed/pg_config.ts";
 import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
 import { runKeys } from "../distributed/control/store_keys.ts";
@@ -36,6 +40,9 @@ import {
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
+import { checkScriptTypes } from "./type_check.ts";
+import { installLayout } from "../os/install_layout.ts";
+import type { RunRecord } from "../run/format.ts";
 import { checkNproc, type NodeCapacity } from "./nproc_limit.ts";
 import { lockRunDir, type RunLock } from "./run_lock.ts";
 
@@ -54,6 +61,8 @@ interface RunInfo {
   nnodes: number;
   nproc: number;
   maxRestarts: number;
+  /** attempts that earlier launches into the run directory made (node 0 reads run.json) */
+  attemptBase?: number;
 }
 
 /** What bounds --nproc on this machine for the resolved device. */
@@ -110,12 +119,33 @@ function startStore(
   }
 }
 
-/** Meets every node's launcher in the store; returns the run's id (node 0's). */
+/**
+ * `deno check` of the script with the config the ranks run with, before
+ * anything starts (a checkout only: the single file carries dtrain as
+ * JavaScript, without its types). Throws after printing the type errors.
+ */
+async function typeCheck(given: string, script: string, log: LauncherLog): Promise<void> {
+  const layout = installLayout();
+  if (layout?.kind !== "checkout") return;
+  const r = await checkScriptTypes(script, {
+    config: layout.config,
+    onCheck: () =>
+      log.info(`type-checking ${given} (once per change of its files; --no-check skips it)`),
+  });
+  if (r.ok) return;
+  console.error(r.output);
+  throw new Error(
+    `${given} does not type-check (the errors are above): fix them, or start it unchecked with --no-check`,
+  );
+}
+
+/** Meets every node's launcher in the store; returns node 0's run facts (its run id, attempt base). */
 async function rendezvous(
   client: StoreClient,
   opts: LaunchOptions,
   runId: string | null,
-): Promise<string> {
+  attemptBase = 0,
+): Promise<RunInfo> {
   const me = opts.nodeRank;
   const claims = await client.add(runKeys.nodeClaim(me), 1);
   if (claims > 1) {
@@ -128,6 +158,7 @@ async function rendezvous(
     nnodes: opts.nnodes,
     nproc: opts.nproc,
     maxRestarts: opts.maxRestarts,
+    attemptBase,
   };
   if (me === 0) await client.set(runKeys.info, JSON.stringify(mine));
   await client.set(
@@ -164,23 +195,51 @@ async function rendezvous(
       }
     }
   }
-  return info.runId;
+  return info;
 }
 
-/** run.json of this launch: written at start and rewritten as each attempt begins and ends. */
-async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
+/**
+ * run.json of this launch: written at start and rewritten as each attempt
+ * begins and ends; continued (not replaced) when the directory holds the
+ * record of an earlier launch.
+ */
+async function startRunRecord(
+  ctx: RunContext,
+  argv: readonly string[],
+  previous: RunRecord | null,
+) {
   const { opts, runDir, runId, threads, script } = ctx;
-  let rec = newRunRecord({
+  // What CPU ranks' initProcessGroup() will choose (the same rule), and Gloo's versions when it is Gloo.
+  const backend = opts.device === "cpu"
+    ? plannedCpuBackend(opts.nnodes, opts.nproc, Deno.env.get("DTRAIN_CPU_BACKEND"))
+    : undefined;
+  const v = versions();
+  if (backend === "gloo") {
+    try {
+      const info = glooBuildInfo();
+      v.native.gloo = info.buildHash;
+      v.gloo = info.version;
+    } catch (e) {
+      v.native.gloo = `unavailable: ${(e as Error).message}`;
+    }
+  }
+  const input = {
     runId,
     name: basename(runDir),
     argv: ["dtrain", ...argv],
     cwd: Deno.cwd(),
     script: { path: script, sha256: await sha256File(script), args: opts.scriptArgs },
-    world: { nnodes: opts.nnodes, nprocPerNode: opts.nproc, hosts: [Deno.hostname()] },
-    versions: versions(),
+    world: {
+      nnodes: opts.nnodes,
+      nprocPerNode: opts.nproc,
+      hosts: [Deno.hostname()],
+      ...(backend ? { backend } : {}),
+    },
+    versions: v,
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
-  });
+  };
+  let rec = previous ? continueRunRecord(previous, input) : newRunRecord(input);
   writeRunRecord(runDir, rec);
   return {
     begin() {
@@ -214,6 +273,8 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   });
   // Refused before anything starts: no store, no run directory, no rank.
   checkNproc(opts.nproc, nodeCapacity(opts));
+  // After the cheap refusals: a bad option must not wait for seconds of type-checking.
+  if (!opts.noCheck) await typeCheck(opts.script, script, log);
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;
   const nodeLost = async (node: number, why: string) => {
@@ -267,11 +328,21 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
       : null;
     if (proposed?.created) createdDir = proposed.dir;
-    let runId: string;
+    let runId: string, attemptBase: number;
+    let previous: RunRecord | null = null;
     try {
       // Node 0 refuses a run directory another live launcher holds before anyone joins.
       if (proposed) runLock = lockRunDir(proposed.dir, 0, proposed.runId);
-      runId = await rendezvous(client, opts, proposed?.runId ?? null);
+      // A run directory reused to resume keeps its run's id and record (run.json).
+      previous = proposed ? readRunRecord(proposed.dir) : null;
+      const info = await rendezvous(
+        client,
+        opts,
+        previous?.runId ?? proposed?.runId ?? null,
+        previous?.attempts.length ?? 0,
+      );
+      runId = info.runId;
+      attemptBase = info.attemptBase ?? 0;
     } catch (e) {
       // Nothing ran: leave no run directory behind that this launch created.
       runLock?.release();
@@ -315,6 +386,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       masterPort,
       threads,
       script,
+      attemptBase,
     };
     const record: LaunchRecord = {
       runId,
@@ -333,7 +405,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     const recordPath = launchRecordPath(runDir, opts.nodeRank);
     writeLaunchRecord(recordPath, record);
     // run.json: the job's rerun record (node 0 only), one entry per attempt.
-    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv) : null;
+    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
 
     let code = 1;
     let graceMs = 0;
@@ -364,7 +436,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       if (!restartable || preempted || k >= opts.maxRestarts) break;
       log.info(
         `restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${
-          k + 1
+          attemptBase + k + 1
         }`,
       );
     }

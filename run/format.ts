@@ -43,9 +43,15 @@ export const VersionsSchema = z.object({
   v8: z.string(),
   typescript: z.string(),
   /** build hashes (dt_build_hash) of the native libraries that were loaded */
-  native: z.object({ cpu: z.string().optional(), cuda: z.string().optional() }),
+  native: z.object({
+    cpu: z.string().optional(),
+    cuda: z.string().optional(),
+    gloo: z.string().optional(),
+  }),
   cuda: z.object({ runtime: z.string(), driver: z.string(), gpus: z.array(z.string()) }).optional(),
   nccl: z.string().optional(),
+  /** Gloo's version (libgloo), on runs whose CPU ranks span machines */
+  gloo: z.string().optional(),
 });
 
 /** Facts about node 0's machine that can change results or speed. */
@@ -56,6 +62,25 @@ export const MachineSchema = z.object({
   cpuModel: z.string(),
   cpus: count,
   memBytes: count,
+});
+
+/**
+ * One launch of the run: present in run.json when its directory was reused
+ * (a resume with --run-dir), one entry per `dtrain` command, in order. The
+ * top-level command, script, world, versions and env are the latest launch's.
+ */
+export const LaunchSchema = z.object({
+  /** the first attempt this launch made */
+  firstAttempt: count,
+  startedAt: time,
+  command: z.object({ argv: z.array(z.string()).min(1), cwd: z.string() }),
+  script: z.object({ path: z.string(), sha256, args: z.array(z.string()) }),
+  world: z.object({
+    nnodes: z.int().positive(),
+    nprocPerNode: z.int().positive(),
+    worldSize: z.int().positive(),
+    hosts: z.array(z.string()),
+  }),
 });
 
 /** run.json: written by the launcher at start and rewritten at the end of every attempt. */
@@ -72,11 +97,15 @@ export const RunRecordSchema = z.object({
     nprocPerNode: z.int().positive(),
     worldSize: z.int().positive(),
     hosts: z.array(z.string()),
+    /** the process group CPU ranks use: "single", "shm" (one machine) or "gloo" (several) */
+    backend: z.enum(["single", "shm", "gloo"]).optional(),
   }),
   versions: VersionsSchema,
   machine: MachineSchema.optional(),
   env: z.record(z.string(), z.string()),
   attempts: z.array(AttemptSchema),
+  /** every launch, when the run directory was launched into more than once */
+  launches: z.array(LaunchSchema).optional(),
   status: z.enum(["running", "succeeded", "failed", "interrupted"]),
 }).superRefine((r, ctx) => {
   const { nnodes, nprocPerNode, worldSize } = r.world;
@@ -113,6 +142,8 @@ export const ConfigRecordSchema = z.object({
   worldSize: z.int().positive(),
   /** e.g. "cpu" or "cuda" */
   device: z.string(),
+  /** the process group's backend: "single", "shm", "gloo" (and "nccl" on GPUs) */
+  processGroup: z.string().optional(),
 });
 
 /** One metrics.jsonl line: one optimizer step, appended by rank 0. */
@@ -196,6 +227,7 @@ export const DataOrderRecordSchema = z.object({
 });
 
 export type Attempt = z.output<typeof AttemptSchema>;
+export type Launch = z.output<typeof LaunchSchema>;
 export type Versions = z.output<typeof VersionsSchema>;
 export type Machine = z.output<typeof MachineSchema>;
 export type RunRecord = z.output<typeof RunRecordSchema>;

@@ -1,12 +1,12 @@
 /**
- * `deno task parity [folder] [--only toy,gpt,sampler,checkpoint]`: runs every
+ * `deno task parity [folder] [--only toy,gpt,sampler,checkpoint,ops,cnn,syncbn]`: runs every
  * comparison a PyTorch fixture folder supports (default: DTRAIN_FIXTURES or
  * ../shared/fixtures/pytorch) and prints a row per case — case, quantity,
  * max error, tolerance, PASS/FAIL — exiting 1 on any FAIL.
  */
 import { parseArgs } from "node:util";
 import { defaultFixtureDir } from "../parity/fixtures.ts";
-import { type ParityGroup, parityRows } from "../parity/run.ts";
+import { groupsSkippedOnDevice, type ParityGroup, parityRows } from "../parity/run.ts";
 import { printRows } from "../parity/report.ts";
 import { buildNative } from "./build_native.ts";
 import { useDevice } from "../tensor/device_choice.ts";
@@ -22,7 +22,7 @@ if (import.meta.main) {
   });
   if (values.help) {
     console.log(
-      "usage: deno task parity [fixture-folder] [--only toy,gpt,sampler,checkpoint]",
+      "usage: deno task parity [fixture-folder] [--only toy,gpt,sampler,checkpoint,ops,cnn,syncbn]",
     );
     Deno.exit(0);
   }
@@ -33,6 +33,8 @@ if (import.meta.main) {
   const groups = values.only?.split(",").map((s) => s.trim()) as
     | ParityGroup[]
     | undefined;
+  const skipped = groupsSkippedOnDevice();
+  if (skipped) console.log(`skipped on this device: ${skipped.groups.join(", ")}: ${skipped.why}`);
   const rows = await parityRows(dir, groups);
   if (rows.length === 0) {
     console.error(`No parity fixtures found in ${dir}`);
