@@ -16,6 +16,12 @@
  *   tensors are i32.
  * - backward kernels overwrite their outputs (never accumulate), unless the
  *   comment says so; autograd accumulates with dt_axpy.
+ * - errors in the data rather than the arguments (an index outside its range,
+ *   a value an integer dt_cast cannot hold) are DT_ERR_ARG naming the op, the
+ *   position and the value. The CPU library returns them from the call; the
+ *   CUDA library finds them on the device without a read-back (the output is
+ *   poisoned) and returns the first from the next dt_deferred_error, which a
+ *   step calls once at its explicit synchronisation.
  *
  * @module
  */
@@ -46,10 +52,15 @@ export const KERNEL_SYMBOLS = {
   /** (dst, src, bytes, kind 0=h2h 1=h2d 2=d2h 3=d2d, stream) */
   dt_memcpy: { parameters: [P, P, I64, I32, P], ...STATUS },
   dt_synchronize: { parameters: [P], ...STATUS },
+  /** (stream): the first data error that kernels found on the device since the
+   *  last call (see the conventions above), then forgotten; 0 when none.
+   *  Synchronises the stream. Always 0 on the CPU library. */
+  dt_deferred_error: { parameters: [P], ...STATUS },
   /** (out, dtype, n, value, stream): every element = value (cast to dtype). */
   dt_fill: { parameters: [P, I32, I64, F64, P], ...STATUS },
   /** (out, out_dtype, inp, inp_dtype, n, stream): elementwise conversion; floats
-   *  round to nearest even; i64 -> i32 fails on values out of i32 range. */
+   *  round to nearest even; into an integer type, a value it cannot hold is a
+   *  data error (CUDA: written as 0, reported by dt_deferred_error). */
   dt_cast: { parameters: [P, I32, P, I32, I64, P], ...STATUS },
 
   // ---- elementwise ---------------------------------------------------------
@@ -78,6 +89,33 @@ export const KERNEL_SYMBOLS = {
   dt_axpy: { parameters: [P, P, I64, F32, P], ...STATUS },
   /** (out f64[1], inp, n, stream): sum of inp[i]^2 accumulated in double. */
   dt_sumsq: { parameters: [P, P, I64, P], ...STATUS },
+  /** out[i] = dt_sumsq of tensor i, for every tensor in one reduction (no read-back). */
+  dt_sumsq_many: {
+    parameters: [
+      P, // double* out [num]: device (CPU: host) memory
+      P, // const float* const* ptrs [num]: a host array of the tensors' addresses
+      P, // const int64_t* counts [num]: a host array of their element counts
+      I64, // int64_t num
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** torch 1.13's clip_grad_norm_ with one reduction and no read-back: sumsq[i]
+   *  = dt_sumsq of tensor i, *total = the f32 global norm (per-tensor f32 norms
+   *  folded in order), then every tensor *= min(max_norm / (total + 1e-6), 1).
+   *  max_norm = +inf computes the norm only. */
+  dt_clip_grad_norm: {
+    parameters: [
+      P, // float* total [1]: device (CPU: host) memory
+      P, // double* sumsq [num]: device (CPU: host) memory, written
+      P, // float* const* ptrs [num]: a host array of the gradients' addresses (scaled in place)
+      P, // const int64_t* counts [num]: a host array of their element counts
+      I64, // int64_t num
+      F64, // double max_norm (>= 0)
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
   dt_relu_fwd: { parameters: [P, P, I64, P], ...STATUS },
   /** (dinp, dout, inp, n, stream): dinp = inp > 0 ? dout : 0 */
   dt_relu_bwd: { parameters: [P, P, P, I64, P], ...STATUS },
@@ -174,7 +212,8 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
-  /** out[i] = table[idx[i]]; an index outside [0, V) is DT_ERR_ARG naming it. */
+  /** out[i] = table[idx[i]]; an index outside [0, V) is a data error (CUDA:
+   *  its row is NaN, reported by dt_deferred_error). */
   dt_embedding_fwd: {
     parameters: [
       P, // float* out [n, C]
@@ -187,7 +226,9 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
-  /** dtable = 0, then dtable[idx[i]] += dout[i] in index order (deterministic). */
+  /** dtable = 0, then dtable[idx[i]] += dout[i] in position order
+   *  (deterministic; on CUDA a device sort, no read-back). A bad index is a
+   *  data error (CUDA: its row is left out). */
   dt_embedding_bwd: {
     parameters: [
       P, // float* dtable [V, C]
@@ -202,7 +243,8 @@ export const KERNEL_SYMBOLS = {
   },
   /** loss = mean over rows whose target != ignore_index of logsumexp(row) -
    *  row[target]; probs = softmax(row), saved for backward. No valid row:
-   *  loss = NaN (as torch). A target outside [0, V) is DT_ERR_ARG. */
+   *  loss = NaN (as torch). A target outside [0, V) is a data error (CUDA:
+   *  its row's loss is NaN, reported by dt_deferred_error). */
   dt_crossentropy_fwd: {
     parameters: [
       P, // float* loss [1]
@@ -216,7 +258,8 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
-  /** dlogits = (probs - onehot(target)) * dloss / valid_rows; 0 on ignored rows. */
+  /** dlogits = (probs - onehot(target)) * dloss / valid_rows; 0 on ignored
+   *  rows; a target outside [0, V) is a data error (CUDA: a NaN row). */
   dt_crossentropy_bwd: {
     parameters: [
       P, // float* dlogits [rows, V]
@@ -277,7 +320,8 @@ export const KERNEL_SYMBOLS = {
     ...STATUS,
   },
   /** (out, inp, idx i32[n], n, row_bytes, stream): out row i = inp row idx[i]
-   *  (data-loader collation). */
+   *  (data-loader collation); a negative index is a data error (CUDA: its
+   *  row's bytes are all ones). */
   dt_gather_rows: { parameters: [P, P, P, I64, I64, P], ...STATUS },
 
   // ---- GEMM -------------------------------------------------------------------

@@ -1,10 +1,13 @@
 /**
  * Builds the native libraries from kernels/ into build/: the CPU kernel
- * library always, and the CUDA one when nvcc is present and DTRAIN_CUDA is
- * not "0". A library is rebuilt only when the hash of its sources and flags
- * changed; the hash is stamped into the library (dt_build_hash) and into a
- * .hash file beside it. Output is written under a temporary name and renamed,
- * so concurrent builds and readers never see half a file.
+ * library always, the CUDA one when nvcc is present and DTRAIN_CUDA is not
+ * "0", and, where g++ is present, the emulated CUDA device: the same CUDA
+ * sources compiled for the host (libdtrain_cuda_emu.so on
+ * libdtrain_cudart_emu.so), with stand-ins for cuBLASLt and NCCL. A library
+ * is rebuilt only when the hash of its sources and flags changed; the hash
+ * is stamped into the library (dt_build_hash) and into a .hash file beside
+ * it. Output is written under a temporary name and renamed, so concurrent
+ * builds and readers never see half a file.
  *
  *   deno run -A scripts/build_native.ts [--force] [--quiet]
  */
@@ -19,8 +22,10 @@ export const BUILD_DIR = Deno.env.get("DTRAIN_BUILD_DIR") ??
 export interface LibrarySpec {
   /** file name inside build/ */
   name: string;
-  /** source folders (relative to the repository root) hashed and compiled */
+  /** source folders (relative to the repository root) hashed */
   dirs: string[];
+  /** the folders whose files are compiled (default: dirs) */
+  compileDirs?: string[];
   /** file extensions compiled */
   compileExt: string[];
   /** the compiler and its flags, given the output path and build hash */
@@ -43,18 +48,21 @@ function listFiles(dir: string): string[] {
   return out.sort();
 }
 
+const commandsFound = new Map<string, boolean>();
+
+/** Whether `cmd --version` runs (asked once per process). */
 function hasCommand(cmd: string): boolean {
-  try {
-    const r = new Deno.Command(cmd, {
-      args: ["--version"],
-      stdout: "null",
-      stderr: "null",
-    })
-      .outputSync();
-    return r.success;
-  } catch {
-    return false;
+  let found = commandsFound.get(cmd);
+  if (found === undefined) {
+    try {
+      found = new Deno.Command(cmd, { args: ["--version"], stdout: "null", stderr: "null" })
+        .outputSync().success;
+    } catch {
+      found = false;
+    }
+    commandsFound.set(cmd, found);
   }
+  return found;
 }
 
 const CPU_FLAGS = [
@@ -78,6 +86,30 @@ const CPU_FLAGS = [
   // and the thread pool's workers live inside it.
   "-Wl,-z,nodelete",
 ];
+
+// The emulated device (host C++): flags of the kernel sources as nvcc's host
+// side sees them, no FMA contraction (nvcc builds with --fmad=false).
+const EMU_FLAGS = [
+  "-std=gnu++20",
+  "-O2",
+  "-fPIC",
+  "-shared",
+  "-pthread",
+  "-fvisibility=hidden",
+  "-fvisibility-inlines-hidden",
+  "-ffp-contract=off",
+  "-Wall",
+  "-Wno-format-truncation",
+  // found beside each other, also inside the single file's extraction cache
+  "-Wl,-rpath,$ORIGIN",
+  "-Wl,-z,nodelete",
+  "-Wl,--no-undefined",
+];
+
+/** g++ builds the emulated device unless DTRAIN_CUDA_EMU=0. */
+function haveEmuToolchain(): boolean {
+  return hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
+}
 
 export const LIBRARIES: LibrarySpec[] = [
   {
@@ -149,7 +181,105 @@ export const LIBRARIES: LibrarySpec[] = [
     ],
     available: () => hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0",
   },
+  {
+    // The emulated GPU's runtime: CUDA's runtime API, fibers for CUDA threads,
+    // streams as host threads. Its soname lets the libraries below find it
+    // beside themselves ($ORIGIN).
+    name: "libdtrain_cudart_emu.so",
+    dirs: ["kernels/cuda_emu"],
+    compileExt: [".cpp"],
+    command: (out, _hash, sources) => [
+      "g++",
+      ...EMU_FLAGS,
+      "-Ikernels/cuda_emu",
+      "-Wl,-soname,libdtrain_cudart_emu.so",
+      "-Wl,--version-script=kernels/cuda_emu/cudart_emu.map",
+      "-o",
+      out,
+      ...sources,
+    ],
+    available: haveEmuToolchain,
+  },
+  {
+    // kernels/cuda compiled by g++ for the emulated device: exactly the
+    // exports of libdtrain_cuda.so (tests/cuda/symbols_test.ts).
+    name: "libdtrain_cuda_emu.so",
+    dirs: ["kernels/common", "kernels/cuda", "kernels/cuda_emu"],
+    compileDirs: ["kernels/cuda"],
+    compileExt: [".cu"],
+    command: (out, hash, sources) => [
+      "g++",
+      ...EMU_FLAGS,
+      `-DDT_BUILD_HASH="${hash}"`,
+      "-Ikernels/cuda_emu/include",
+      "-Ikernels/common",
+      "-Wl,--version-script=kernels/cuda_emu/kernels_emu.map",
+      "-o",
+      out,
+      "-x",
+      "c++",
+      ...sources,
+      "-x",
+      "none",
+      `-L${BUILD_DIR}`,
+      "-ldtrain_cudart_emu",
+      "-ldl",
+    ],
+    available: haveEmuToolchain,
+  },
+  {
+    // cuBLASLt's calls for the emulated device; products run libdtrain_cpu.so's dt_gemm.
+    name: "libdtrain_cublaslt_emu.so",
+    dirs: ["kernels/cublaslt_emu", "kernels/cuda_emu"],
+    compileDirs: ["kernels/cublaslt_emu"],
+    compileExt: [".cpp"],
+    command: (out, _hash, sources) => [
+      "g++",
+      ...EMU_FLAGS,
+      "-Ikernels/cuda_emu/include",
+      "-Ikernels/cuda",
+      "-Wl,--version-script=kernels/cublaslt_emu/cublaslt_emu.map",
+      "-o",
+      out,
+      ...sources,
+      `-L${BUILD_DIR}`,
+      "-ldtrain_cudart_emu",
+      "-ldl",
+    ],
+    available: haveEmuToolchain,
+  },
+  // NCCL for the emulated device, over libdtrain_shm.so's collectives; and
+  // the same with AddressSanitizer for the communicator lifecycle tests.
+  ncclEmuSpec("libdtrain_nccl_emu.so", []),
+  ncclEmuSpec("libdtrain_nccl_emu_asan.so", [
+    "-fsanitize=address",
+    "-fno-omit-frame-pointer",
+    "-DDT_NCCL_EMU_ASAN",
+  ]),
 ];
+
+function ncclEmuSpec(name: string, extra: string[]): LibrarySpec {
+  return {
+    name,
+    dirs: ["kernels/nccl_emu", "kernels/cuda_emu"],
+    compileDirs: ["kernels/nccl_emu"],
+    compileExt: [".cpp"],
+    command: (out, _hash, sources) => [
+      "g++",
+      ...EMU_FLAGS,
+      ...extra,
+      "-Ikernels/cuda_emu/include",
+      "-Wl,--version-script=kernels/nccl_emu/nccl_emu.map",
+      "-o",
+      out,
+      ...sources,
+      `-L${BUILD_DIR}`,
+      "-ldtrain_shm", // first: its dt_last_error is the one this library reads
+      "-ldtrain_cudart_emu",
+    ],
+    available: haveEmuToolchain,
+  };
+}
 
 function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
   const h = createHash("sha256");
@@ -159,7 +289,8 @@ function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
     h.update(Deno.readFileSync(join(ROOT, f)));
   }
   h.update(spec.command("OUT", "HASH", []).join(" "));
-  const sources = files.filter((f) => spec.compileExt.some((ext) => f.endsWith(ext)));
+  const sources = (spec.compileDirs ?? spec.dirs).flatMap(listFiles)
+    .filter((f) => spec.compileExt.some((ext) => f.endsWith(ext)));
   return { hash: h.digest("hex").slice(0, 16), sources };
 }
 

@@ -149,6 +149,8 @@ export class Tensor {
       const b = backend();
       b.call.dt_memcpy(Deno.UnsafePointer.of(out), this.ptr, BigInt(this.bytes), 2);
       b.call.dt_synchronize();
+      // a bad index or cast value the device found since the last read is reported here
+      b.call.dt_deferred_error();
     }
     return out;
   }
@@ -161,6 +163,8 @@ export class Tensor {
       const b = backend();
       b.call.dt_memcpy(Deno.UnsafePointer.of(out), this.ptr, BigInt(this.bytes), 2);
       b.call.dt_synchronize();
+      // a bad index or cast value the device found since the last read is reported here
+      b.call.dt_deferred_error();
     }
     return out;
   }

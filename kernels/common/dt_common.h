@@ -21,7 +21,7 @@
 #define DT_EXPORT DT_EXTERN_C __attribute__((visibility("default")))
 
 /* Bump when any exported signature or semantics change; ffi/ checks it. */
-#define DT_ABI_VERSION 1
+#define DT_ABI_VERSION 2
 
 typedef int32_t dt_status;
 enum {
@@ -44,6 +44,30 @@ enum {
   DT_I64 = 4,
   DT_U8 = 5
 };
+
+/* Which call found an error in its data on the device (an index outside its
+ * range, a value an integer cast cannot hold); the CUDA library keeps the
+ * first in a dt_data_error_t until dt_deferred_error reports it. */
+enum {
+  DT_DATA_OK = 0,
+  DT_DATA_EMBEDDING_FWD = 1,
+  DT_DATA_EMBEDDING_BWD = 2,
+  DT_DATA_GATHER_ROWS = 3,
+  DT_DATA_CROSSENTROPY_FWD = 4,
+  DT_DATA_CROSSENTROPY_BWD = 5,
+  DT_DATA_CAST = 6
+};
+
+/* The first data error found on the device: enough to word it as the CPU library does. */
+typedef struct {
+  int32_t op;          /* DT_DATA_*; DT_DATA_OK: none */
+  int32_t value_dtype; /* dtype of the bad value (a cast's input dtype) */
+  int64_t position;    /* index of the bad element (row, for cross-entropy) */
+  int64_t ivalue;      /* the bad value, when value_dtype is an integer type */
+  double fvalue;       /* the bad value, when value_dtype is a float type */
+  int64_t limit;       /* indices: the exclusive bound (-1: only negatives are refused); casts: the output dtype */
+  int64_t ignore_index; /* cross-entropy's ignore_index */
+} dt_data_error_t;
 
 /* Binary elementwise op codes shared by dt_binary and the CUDA twin. */
 enum { DT_OP_ADD = 0, DT_OP_SUB = 1, DT_OP_MUL = 2, DT_OP_DIV = 3 };

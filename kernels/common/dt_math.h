@@ -39,6 +39,13 @@ DT_HD float dt_expf(float x) {
   return is_nan ? x : res;
 }
 
+/* The larger of a and b; a NaN in b never wins (as the CPU's `b > a ? b : a`
+ * row maxima), so a row's maximum is the same on both libraries. */
+DT_HD float dt_maxf(float a, float b) { return b > a ? b : a; }
+
+/* x is NaN (what isnan says, without relying on a libm macro's device form). */
+DT_HD int dt_isnan_f(float x) { return x != x; }
+
 /* tanh(x): an odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1) above
  * (which saturates to exactly 1), the sign restored last (tanh(-0) = -0). */
 DT_HD float dt_tanhf(float x) {

@@ -8,12 +8,15 @@
 #include "dt_common.h"
 #include "reduce.h"
 
+/* 1 / sqrt(var + eps): IEEE sqrt and division, the same bits on both libraries. */
+DT_HD float dt_layernorm_rstd_f(float var, float eps) { return 1.0f / sqrtf(var + eps); }
+
 /* mean and rstd = 1 / sqrt(var + eps) of x[0:C] (C >= 1). */
 DT_HD void dt_layernorm_moments(const float* x, int64_t C, float eps, float* mean_out, float* rstd_out) {
   double mean = dt_sum_f64(x, C) / (double)C;
   float var = (float)(dt_sumsq_dev_f64(x, C, mean) / (double)C);
   *mean_out = (float)mean;
-  *rstd_out = 1.0f / sqrtf(var + eps);
+  *rstd_out = dt_layernorm_rstd_f(var, eps);
 }
 
 /* The normalised value xhat = (x - mean) * rstd. torch computes the FMA

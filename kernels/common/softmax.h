@@ -17,6 +17,9 @@ DT_HD int64_t dt_softmax_visible_cols(int64_t r, int64_t cols, int64_t causal_t)
   return visible < cols ? visible : cols;
 }
 
+/* exp(z - max) of one visible column, z = scale * x rounded to float first. */
+DT_HD float dt_softmax_exp_f(float z, float max) { return dt_expf(z - max); }
+
 /* out[0:cols] = softmax(scale * inp[0:visible]), masked columns exactly 0. */
 DT_HD void dt_softmax_row(float* out, const float* inp, int64_t cols, int64_t visible, float scale) {
   float max = -INFINITY;
@@ -24,7 +27,7 @@ DT_HD void dt_softmax_row(float* out, const float* inp, int64_t cols, int64_t vi
     float z = scale * inp[j];
     max = z > max ? z : max;
   }
-  for (int64_t j = 0; j < visible; j++) out[j] = dt_expf(scale * inp[j] - max); /* vectorises */
+  for (int64_t j = 0; j < visible; j++) out[j] = dt_softmax_exp_f(scale * inp[j], max); /* vectorises */
   double sum = dt_sum_f64(out, visible);
   float inv_sum = 1.0f / (float)sum;
   for (int64_t j = 0; j < visible; j++) out[j] *= inv_sum;

@@ -9,18 +9,6 @@
 
 #define CAST_GRAIN (1 << 15)
 
-static const char* dtype_name_(int32_t dtype) {
-  switch (dtype) {
-    case DT_F32: return "f32";
-    case DT_BF16: return "bf16";
-    case DT_F16: return "f16";
-    case DT_I32: return "i32";
-    case DT_I64: return "i64";
-    case DT_U8: return "u8";
-    default: return "unknown";
-  }
-}
-
 /* ---- kernels ------------------------------------------------------------------ */
 
 typedef struct {
@@ -70,11 +58,8 @@ static void cast_generic_range_(void* vctx, int64_t begin, int64_t end) {
 
 DT_EXPORT dt_status dt_fill(void* out, int32_t dtype, int64_t n, double value, void* stream) {
   (void)stream;
-  size_t size = dt_dtype_size(dtype);
-  DT_REQUIRE_(size > 0, "dt_fill: unknown dtype %d", dtype);
-  DT_REQUIRE_(n >= 0, "dt_fill: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_fill(out, dtype, n, value));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out, "dt_fill: null pointer");
   if (dt_dtype_is_float(dtype)) {
     float v = (float)value; /* torch: double scalar -> float -> bf16/f16 */
     if (dtype == DT_F32) {
@@ -87,8 +72,6 @@ DT_EXPORT dt_status dt_fill(void* out, int32_t dtype, int64_t n, double value, v
     }
     return DT_OK;
   }
-  DT_REQUIRE_(dt_float_truncates_into(value, dtype), "dt_fill: value %.17g does not fit in %s", value,
-              dtype_name_(dtype));
   int64_t v = (int64_t)value;
   for (int64_t i = 0; i < n; i++) dt_store_int(out, dtype, i, v);
   return DT_OK;
@@ -110,11 +93,8 @@ static int64_t first_unrepresentable_(const void* inp, int32_t inp_dtype, int32_
 DT_EXPORT dt_status dt_cast(void* out, int32_t out_dtype, const void* inp, int32_t inp_dtype, int64_t n,
                             void* stream) {
   (void)stream;
-  DT_REQUIRE_(dt_dtype_size(out_dtype) > 0, "dt_cast: unknown output dtype %d", out_dtype);
-  DT_REQUIRE_(dt_dtype_size(inp_dtype) > 0, "dt_cast: unknown input dtype %d", inp_dtype);
-  DT_REQUIRE_(n >= 0, "dt_cast: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_cast(out, out_dtype, inp, inp_dtype, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_cast: null pointer (out=%p inp=%p)", out, inp);
   if (out_dtype == inp_dtype) {
     memmove(out, inp, (size_t)n * dt_dtype_size(inp_dtype));
     return DT_OK;
@@ -130,12 +110,9 @@ DT_EXPORT dt_status dt_cast(void* out, int32_t out_dtype, const void* inp, int32
   }
   int64_t bad = first_unrepresentable_(inp, inp_dtype, out_dtype, n);
   if (bad >= 0) {
-    if (dt_dtype_is_float(inp_dtype))
-      return dt_fail_(DT_ERR_ARG, "dt_cast: %s value %.9g at index %lld does not fit in %s", dtype_name_(inp_dtype),
-                      (double)dt_load_float(inp, inp_dtype, bad), (long long)bad, dtype_name_(out_dtype));
-    return dt_fail_(DT_ERR_ARG, "dt_cast: %s value %lld at index %lld is outside the %s range",
-                    dtype_name_(inp_dtype), (long long)dt_load_int(inp, inp_dtype, bad), (long long)bad,
-                    dtype_name_(out_dtype));
+    int in_float = dt_dtype_is_float(inp_dtype);
+    return dt_fail_cast_value_(inp_dtype, out_dtype, bad, in_float ? (double)dt_load_float(inp, inp_dtype, bad) : 0.0,
+                               in_float ? 0 : dt_load_int(inp, inp_dtype, bad));
   }
   cast_generic_range_(&c, 0, n);
   return DT_OK;

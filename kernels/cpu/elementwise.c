@@ -120,13 +120,8 @@ static void dropout_range_(void* vctx, int64_t begin, int64_t end) {
 DT_EXPORT dt_status dt_binary(int32_t op, float* out, const float* a, const float* b, int64_t n, int64_t bn,
                               int64_t inner, void* stream) {
   (void)stream;
-  DT_REQUIRE_(dt_binary_op_valid(op), "dt_binary: unknown op %d (expected DT_OP_ADD..DT_OP_DIV, 0..3)", op);
-  DT_REQUIRE_(n >= 0, "dt_binary: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_binary(op, out, a, b, n, bn, inner));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(bn >= 1 && inner >= 1, "dt_binary: broadcast bn=%lld inner=%lld must both be >= 1", (long long)bn,
-              (long long)inner);
-  DT_REQUIRE_(out && a && b, "dt_binary: null pointer (out=%p a=%p b=%p)", (void*)out, (const void*)a,
-              (const void*)b);
   binary_ctx_ c = {op, out, a, b, bn, inner};
   dt_parallel_for_(n, CHEAP_GRAIN, binary_range_, &c);
   return DT_OK;
@@ -134,9 +129,8 @@ DT_EXPORT dt_status dt_binary(int32_t op, float* out, const float* a, const floa
 
 DT_EXPORT dt_status dt_scale(float* out, const float* inp, int64_t n, float alpha, void* stream) {
   (void)stream;
-  DT_REQUIRE_(n >= 0, "dt_scale: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_scale(out, inp, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_scale: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   unary_ctx_ c = {out, inp, NULL, alpha};
   dt_parallel_for_(n, CHEAP_GRAIN, scale_range_, &c);
   return DT_OK;
@@ -144,20 +138,18 @@ DT_EXPORT dt_status dt_scale(float* out, const float* inp, int64_t n, float alph
 
 DT_EXPORT dt_status dt_axpy(float* y, const float* x, int64_t n, float alpha, void* stream) {
   (void)stream;
-  DT_REQUIRE_(n >= 0, "dt_axpy: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_axpy(y, x, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(y && x, "dt_axpy: null pointer (y=%p x=%p)", (void*)y, (const void*)x);
   unary_ctx_ c = {y, x, NULL, alpha};
   dt_parallel_for_(n, CHEAP_GRAIN, axpy_range_, &c);
   return DT_OK;
 }
 
-/* Shared argument checks of the unary forward/backward launchers. */
+/* The unary forward/backward launchers: checks, then the loop. */
 static dt_status unary_run_(const char* name, float* out, const float* x, const float* y, int needs_y, int64_t n,
                             int64_t grain, dt_range_fn_ fn) {
-  DT_REQUIRE_(n >= 0, "%s: negative size n=%lld", name, (long long)n);
+  DT_TRY_(dt_check_unary(name, out, x, y, needs_y, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out && x && (y || !needs_y), "%s: null pointer", name);
   unary_ctx_ c = {out, x, y, 0.0f};
   dt_parallel_for_(n, grain, fn, &c);
   return DT_OK;
@@ -185,11 +177,8 @@ DT_EXPORT dt_status dt_gelu_bwd(float* dinp, const float* dout, const float* inp
 
 static dt_status dropout_run_(const char* name, float* out, const float* inp, int64_t n, float p, int64_t seed,
                               int64_t offset) {
-  DT_REQUIRE_(n >= 0, "%s: negative size n=%lld", name, (long long)n);
-  DT_REQUIRE_(p >= 0.0f && p <= 1.0f, "%s: drop probability p=%g is outside [0, 1]", name, (double)p);
-  DT_REQUIRE_(offset >= 0, "%s: negative offset %lld", name, (long long)offset);
+  DT_TRY_(dt_check_dropout(name, out, inp, n, p, offset));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "%s: null pointer", name);
   dropout_ctx_ c = {out, inp, (uint64_t)seed, (uint64_t)offset, dt_dropout_threshold(p), dt_dropout_scale(p)};
   dt_parallel_for_(n, CHEAP_GRAIN / 4, dropout_range_, &c);
   return DT_OK;

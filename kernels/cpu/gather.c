@@ -50,35 +50,18 @@ DT_VEC_CLONES static void embed_bwd_cols_range_(void* vctx, int64_t j0, int64_t 
 static dt_status check_indices_(const char* name, const int32_t* idx, int64_t n, int64_t limit) {
   for (int64_t i = 0; i < n; i++) {
     int64_t v = idx[i];
-    if (v < 0 || (limit >= 0 && v >= limit)) {
-      if (limit >= 0)
-        return dt_fail_(DT_ERR_ARG, "%s: index %lld at position %lld is outside [0, %lld)", name, (long long)v,
-                        (long long)i, (long long)limit);
-      return dt_fail_(DT_ERR_ARG, "%s: index %lld at position %lld is negative", name, (long long)v, (long long)i);
-    }
+    if (v < 0 || (limit >= 0 && v >= limit)) return dt_fail_index_(name, v, i, limit);
   }
-  return DT_OK;
-}
-
-/* Size checks shared by the embedding launchers. */
-static dt_status check_embedding_(const char* name, int64_t n, int64_t V, int64_t C) {
-  DT_REQUIRE_(n >= 0 && V >= 0 && C >= 0, "%s: negative size (n=%lld V=%lld C=%lld)", name, (long long)n,
-              (long long)V, (long long)C);
-  int64_t elems, bytes;
-  DT_REQUIRE_(dt_mul_ok_(n > V ? n : V, C, &elems) && dt_mul_ok_(elems, (int64_t)sizeof(float), &bytes),
-              "%s: size overflows (n=%lld V=%lld C=%lld)", name, (long long)n, (long long)V, (long long)C);
   return DT_OK;
 }
 
 DT_EXPORT dt_status dt_embedding_fwd(float* out, const int32_t* idx, const float* table, int64_t n, int64_t V,
                                      int64_t C, void* stream) {
   (void)stream;
-  dt_status st = check_embedding_("dt_embedding_fwd", n, V, C);
-  if (st != DT_OK || n == 0) return st;
-  DT_REQUIRE_(idx, "dt_embedding_fwd: null idx");
-  st = check_indices_("dt_embedding_fwd", idx, n, V);
+  DT_TRY_(dt_check_embedding_fwd(out, idx, table, n, V, C));
+  if (n == 0) return DT_OK;
+  dt_status st = check_indices_("dt_embedding_fwd", idx, n, V);
   if (st != DT_OK || C == 0) return st;
-  DT_REQUIRE_(out && table, "dt_embedding_fwd: null pointer (out=%p table=%p)", (void*)out, (const void*)table);
   gather_ctx_ c = {(char*)out, (const char*)table, idx, C * (int64_t)sizeof(float)};
   dt_parallel_for_(n, grain_for_(c.row_bytes), gather_range_, &c);
   return DT_OK;
@@ -87,13 +70,9 @@ DT_EXPORT dt_status dt_embedding_fwd(float* out, const int32_t* idx, const float
 DT_EXPORT dt_status dt_embedding_bwd(float* dtable, const float* dout, const int32_t* idx, int64_t n, int64_t V,
                                      int64_t C, void* stream) {
   (void)stream;
-  dt_status st = check_embedding_("dt_embedding_bwd", n, V, C);
-  if (st != DT_OK) return st;
-  DT_REQUIRE_(idx || n == 0, "dt_embedding_bwd: null idx");
-  st = check_indices_("dt_embedding_bwd", idx, n, V);
+  DT_TRY_(dt_check_embedding_bwd(dtable, dout, idx, n, V, C));
+  dt_status st = check_indices_("dt_embedding_bwd", idx, n, V);
   if (st != DT_OK || V == 0 || C == 0) return st;
-  DT_REQUIRE_(dtable && (dout || n == 0), "dt_embedding_bwd: null pointer (dtable=%p dout=%p)", (void*)dtable,
-              (const void*)dout);
   memset(dtable, 0, (size_t)(V * C) * sizeof(float));
   embed_bwd_ctx_ c = {dtable, dout, idx, n, C};
   /* a column costs n additions; split columns so a chunk has ~64K of them */
@@ -105,17 +84,11 @@ DT_EXPORT dt_status dt_embedding_bwd(float* dtable, const float* dout, const int
 DT_EXPORT dt_status dt_gather_rows(void* out, const void* inp, const int32_t* idx, int64_t n, int64_t row_bytes,
                                    void* stream) {
   (void)stream;
-  DT_REQUIRE_(n >= 0 && row_bytes >= 0, "dt_gather_rows: negative size (n=%lld row_bytes=%lld)", (long long)n,
-              (long long)row_bytes);
-  int64_t total;
-  DT_REQUIRE_(dt_mul_ok_(n, row_bytes, &total), "dt_gather_rows: size overflows (n=%lld row_bytes=%lld)",
-              (long long)n, (long long)row_bytes);
+  DT_TRY_(dt_check_gather_rows(out, inp, idx, n, row_bytes));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(idx, "dt_gather_rows: null idx");
   /* The ABI passes no row count for inp, so only negative indices can be refused. */
   dt_status st = check_indices_("dt_gather_rows", idx, n, -1);
   if (st != DT_OK || row_bytes == 0) return st;
-  DT_REQUIRE_(out && inp, "dt_gather_rows: null pointer (out=%p inp=%p)", out, inp);
   gather_ctx_ c = {out, inp, idx, row_bytes};
   dt_parallel_for_(n, grain_for_(row_bytes), gather_range_, &c);
   return DT_OK;

@@ -267,60 +267,19 @@ static void dt_gemm_scale_c_(int32_t dtype, void* c, int64_t M, int64_t N, int64
   }
 }
 
-/* ---- argument checks ------------------------------------------------------------- */
-
-/* Checks that ld fits a rows x cols matrix and that the batch's byte offsets
- * fit in int64 (so no pointer arithmetic below can overflow). */
-static dt_status dt_gemm_check_matrix_(const char* name, const char* ld_name, int64_t rows, int64_t cols,
-                                       int64_t ld, int64_t batch, int64_t stride, const char* stride_name,
-                                       int64_t esize) {
-  DT_REQUIRE_(ld >= cols, "dt_gemm: %s = %lld is too small for %s stored as %lld x %lld: expected %s >= %lld",
-              ld_name, (long long)ld, name, (long long)rows, (long long)cols, ld_name, (long long)cols);
-  DT_REQUIRE_(stride >= 0, "dt_gemm: %s = %lld is negative: expected a stride >= 0 (in elements)", stride_name,
-              (long long)stride);
-  int64_t span, tmp;
-  int overflow = __builtin_mul_overflow(rows, ld, &span) || __builtin_mul_overflow(batch, stride, &tmp) ||
-                 __builtin_add_overflow(span, tmp, &span) || __builtin_mul_overflow(span, esize, &span);
-  DT_REQUIRE_(!overflow,
-              "dt_gemm: %s of %lld x %lld (ld %lld) in %lld batches of stride %lld spans more than 2^63 bytes", name,
-              (long long)rows, (long long)cols, (long long)ld, (long long)batch, (long long)stride);
-  return DT_OK;
-}
-
 DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
                             float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
                             int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
                             void* stream) {
   (void)stream;
-  DT_REQUIRE_(dtype == DT_F32 || dtype == DT_BF16 || dtype == DT_F16,
-              "dt_gemm: dtype %d is not supported: expected DT_F32 (0), DT_BF16 (1) or DT_F16 (2)", dtype);
-  DT_REQUIRE_(trans_a == 0 || trans_a == 1, "dt_gemm: transA = %d: expected 0 or 1", trans_a);
-  DT_REQUIRE_(trans_b == 0 || trans_b == 1, "dt_gemm: transB = %d: expected 0 or 1", trans_b);
-  DT_REQUIRE_(M >= 0, "dt_gemm: M = %lld is negative", (long long)M);
-  DT_REQUIRE_(N >= 0, "dt_gemm: N = %lld is negative", (long long)N);
-  DT_REQUIRE_(K >= 0, "dt_gemm: K = %lld is negative", (long long)K);
-  DT_REQUIRE_(batch >= 0, "dt_gemm: batch = %lld is negative", (long long)batch);
-  int64_t esize = (int64_t)dt_dtype_size(dtype);
-  dt_status st;
-  if ((st = dt_gemm_check_matrix_(trans_a ? "A (transA = 1)" : "A (transA = 0)", "lda", trans_a ? K : M,
-                                  trans_a ? M : K, lda, batch, stride_a, "strideA", esize)) != DT_OK)
-    return st;
-  if ((st = dt_gemm_check_matrix_(trans_b ? "B (transB = 1)" : "B (transB = 0)", "ldb", trans_b ? N : K,
-                                  trans_b ? K : N, ldb, batch, stride_b, "strideB", esize)) != DT_OK)
-    return st;
-  if ((st = dt_gemm_check_matrix_("C", "ldc", M, N, ldc, batch, stride_c, "strideC", esize)) != DT_OK) return st;
+  DT_TRY_(dt_check_gemm(dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, batch, stride_a, stride_b,
+                        stride_c));
   if (M == 0 || N == 0 || batch == 0) return DT_OK;
-  DT_REQUIRE_(C != NULL, "dt_gemm: C is NULL for a %lld x %lld output", (long long)M, (long long)N);
-  DT_REQUIRE_(batch == 1 || stride_c >= (M - 1) * ldc + N,
-              "dt_gemm: strideC = %lld makes the %lld x %lld outputs (ldc %lld) of consecutive batches overlap: "
-              "expected strideC >= %lld",
-              (long long)stride_c, (long long)M, (long long)N, (long long)ldc, (long long)((M - 1) * ldc + N));
-  if (K == 0 || alpha == 0.0f) {
+  if (K == 0 || alpha == 0.0f) { /* the product vanishes: A and B are not read, as in BLAS */
     dt_gemm_scale_c_(dtype, C, M, N, ldc, batch, stride_c, beta);
     return DT_OK;
   }
-  DT_REQUIRE_(A != NULL && B != NULL, "dt_gemm: %s is NULL for a product with M = %lld, N = %lld, K = %lld",
-              A == NULL ? "A" : "B", (long long)M, (long long)N, (long long)K);
+  dt_status st;
 
   dt_gemm_job_ job = {.dtype = dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .c = C, .ldc = ldc,
                       .stride_a = stride_a, .stride_b = stride_b, .stride_c = stride_c, .status = DT_OK};

@@ -76,28 +76,10 @@ static void transpose_tiles_range_(void* vctx, int64_t i0, int64_t i1) {
 
 /* ---- launchers ---------------------------------------------------------------- */
 
-/* Checks shared by slice/scatter: sizes, the column range, and overflow. */
-static dt_status check_cols_(const char* name, const void* a, const void* b, int64_t rows, int64_t wide_cols,
-                             int64_t start, int64_t len, int64_t elem_bytes) {
-  DT_REQUIRE_(rows >= 0 && wide_cols >= 0 && len >= 0,
-              "%s: negative size (rows=%lld cols=%lld len=%lld)", name, (long long)rows, (long long)wide_cols,
-              (long long)len);
-  DT_REQUIRE_(elem_bytes >= 1, "%s: elem_bytes=%lld must be >= 1", name, (long long)elem_bytes);
-  DT_REQUIRE_(start >= 0 && start <= wide_cols && len <= wide_cols - start,
-              "%s: columns [%lld, %lld + %lld) are outside [0, %lld)", name, (long long)start, (long long)start,
-              (long long)len, (long long)wide_cols);
-  int64_t row_bytes, total;
-  DT_REQUIRE_(dt_mul_ok_(wide_cols, elem_bytes, &row_bytes) && dt_mul_ok_(rows, row_bytes, &total),
-              "%s: size overflows (rows=%lld cols=%lld elem_bytes=%lld)", name, (long long)rows, (long long)wide_cols,
-              (long long)elem_bytes);
-  DT_REQUIRE_((a && b) || rows == 0 || len == 0, "%s: null pointer", name);
-  return DT_OK;
-}
-
 DT_EXPORT dt_status dt_slice_cols(void* out, const void* inp, int64_t rows, int64_t in_cols, int64_t start,
                                   int64_t len, int64_t elem_bytes, void* stream) {
   (void)stream;
-  dt_status st = check_cols_("dt_slice_cols", out, inp, rows, in_cols, start, len, elem_bytes);
+  dt_status st = dt_check_cols("dt_slice_cols", out, inp, rows, in_cols, start, len, elem_bytes);
   if (st != DT_OK || rows == 0 || len == 0) return st;
   rows_copy_ctx_ c = {out, (const char*)inp + start * elem_bytes, len * elem_bytes, in_cols * elem_bytes,
                       len * elem_bytes};
@@ -108,7 +90,7 @@ DT_EXPORT dt_status dt_slice_cols(void* out, const void* inp, int64_t rows, int6
 DT_EXPORT dt_status dt_scatter_cols(void* dst, const void* src, int64_t rows, int64_t dst_cols, int64_t start,
                                     int64_t len, int64_t elem_bytes, void* stream) {
   (void)stream;
-  dt_status st = check_cols_("dt_scatter_cols", dst, src, rows, dst_cols, start, len, elem_bytes);
+  dt_status st = dt_check_cols("dt_scatter_cols", dst, src, rows, dst_cols, start, len, elem_bytes);
   if (st != DT_OK || rows == 0 || len == 0) return st;
   rows_copy_ctx_ c = {(char*)dst + start * elem_bytes, src, dst_cols * elem_bytes, len * elem_bytes,
                       len * elem_bytes};
@@ -119,16 +101,10 @@ DT_EXPORT dt_status dt_scatter_cols(void* dst, const void* src, int64_t rows, in
 DT_EXPORT dt_status dt_transpose_0213(void* out, const void* inp, int64_t A, int64_t B, int64_t C, int64_t D,
                                       int64_t elem_bytes, void* stream) {
   (void)stream;
-  DT_REQUIRE_(A >= 0 && B >= 0 && C >= 0 && D >= 0, "dt_transpose_0213: negative dimension (%lld, %lld, %lld, %lld)",
-              (long long)A, (long long)B, (long long)C, (long long)D);
-  DT_REQUIRE_(elem_bytes >= 1, "dt_transpose_0213: elem_bytes=%lld must be >= 1", (long long)elem_bytes);
-  int64_t row, plane, total;
-  DT_REQUIRE_(dt_mul_ok_(D, elem_bytes, &row) && dt_mul_ok_(B, C, &plane) && dt_mul_ok_(plane, row, &plane) &&
-                  dt_mul_ok_(A, plane, &total),
-              "dt_transpose_0213: size overflows (%lld, %lld, %lld, %lld) x %lld bytes", (long long)A, (long long)B,
-              (long long)C, (long long)D, (long long)elem_bytes);
+  int64_t total = 0;
+  DT_TRY_(dt_check_transpose_0213(out, inp, A, B, C, D, elem_bytes, &total));
   if (total == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_transpose_0213: null pointer (out=%p inp=%p)", out, inp);
+  int64_t row = D * elem_bytes;
   transpose_ctx_ t = {out, inp, B, C, row};
   if (row >= 64 || B == 1 || C == 1) {
     dt_parallel_for_(A * C, grain_for_(B * row), transpose_rows_range_, &t);

@@ -52,21 +52,14 @@ DT_VEC_CLONES static void ce_bwd_range_(void* vctx, int64_t r0, int64_t r1) {
 
 /* ---- launchers ---------------------------------------------------------------- */
 
-/* Checks sizes and that every target is in [0, V) or ignore_index; counts valid rows. */
+/* Checks that every target is in [0, V) or ignore_index; counts valid rows. */
 static dt_status check_targets_(const char* name, const int32_t* targets, int64_t rows, int64_t V,
                                 int64_t ignore_index, int64_t* valid) {
-  DT_REQUIRE_(rows >= 0, "%s: negative rows=%lld", name, (long long)rows);
-  DT_REQUIRE_(V >= 1 && V <= INT32_MAX, "%s: V=%lld must be in [1, 2^31)", name, (long long)V);
-  int64_t total;
-  DT_REQUIRE_(dt_mul_ok_(rows, V, &total), "%s: rows*V overflows (%lld x %lld)", name, (long long)rows,
-              (long long)V);
-  DT_REQUIRE_(targets || rows == 0, "%s: null targets", name);
   *valid = 0;
   for (int64_t r = 0; r < rows; r++) {
     int64_t t = targets[r];
     if (t == ignore_index) continue;
-    DT_REQUIRE_(t >= 0 && t < V, "%s: target %lld at row %lld is outside [0, %lld) (ignore_index %lld)", name,
-                (long long)t, (long long)r, (long long)V, (long long)ignore_index);
+    if (t < 0 || t >= V) return dt_fail_target_(name, t, r, V, ignore_index);
     (*valid)++;
   }
   return DT_OK;
@@ -75,11 +68,9 @@ static dt_status check_targets_(const char* name, const int32_t* targets, int64_
 DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* logits, const int32_t* targets,
                                         int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
   (void)stream;
+  DT_TRY_(dt_check_crossentropy_fwd(loss, probs, logits, targets, rows, V));
   int64_t valid = 0;
-  dt_status st = check_targets_("dt_crossentropy_fwd", targets, rows, V, ignore_index, &valid);
-  if (st != DT_OK) return st;
-  DT_REQUIRE_(loss && ((probs && logits) || rows == 0), "dt_crossentropy_fwd: null pointer (loss=%p probs=%p logits=%p)",
-              (void*)loss, (void*)probs, (const void*)logits);
+  DT_TRY_(check_targets_("dt_crossentropy_fwd", targets, rows, V, ignore_index, &valid));
   float stack_loss[256];
   float* row_loss = rows <= 256 ? stack_loss : malloc((size_t)rows * sizeof(float));
   if (!row_loss) return dt_fail_(DT_ERR_ALLOC, "dt_crossentropy_fwd: cannot allocate %lld row losses", (long long)rows);
@@ -96,12 +87,10 @@ DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* 
 DT_EXPORT dt_status dt_crossentropy_bwd(float* dlogits, const float* probs, const int32_t* targets, const float* dloss,
                                         int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
   (void)stream;
-  int64_t valid = 0;
-  dt_status st = check_targets_("dt_crossentropy_bwd", targets, rows, V, ignore_index, &valid);
-  if (st != DT_OK) return st;
+  DT_TRY_(dt_check_crossentropy_bwd(dlogits, probs, targets, dloss, rows, V));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(dlogits && probs && dloss, "dt_crossentropy_bwd: null pointer (dlogits=%p probs=%p dloss=%p)",
-              (void*)dlogits, (const void*)probs, (const void*)dloss);
+  int64_t valid = 0;
+  DT_TRY_(check_targets_("dt_crossentropy_bwd", targets, rows, V, ignore_index, &valid));
   ce_ctx_ c = {.probs = (float*)probs, .dlogits = dlogits, .targets = targets, .V = V, .ignore_index = ignore_index,
                .w = *dloss / (float)valid};
   dt_parallel_for_(rows, row_grain_(V), ce_bwd_range_, &c);

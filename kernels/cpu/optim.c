@@ -50,13 +50,8 @@ DT_VEC_CLONES static void sgd_range_(void* vctx, int64_t begin, int64_t end) {
 DT_EXPORT dt_status dt_adamw(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1,
                              double beta2, double eps, double weight_decay, int64_t step, void* stream) {
   (void)stream;
-  DT_REQUIRE_(n >= 0, "dt_adamw: negative size n=%lld", (long long)n);
-  DT_REQUIRE_(step >= 1, "dt_adamw: step=%lld must be >= 1 (the first step is 1)", (long long)step);
-  DT_REQUIRE_(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0,
-              "dt_adamw: betas (%g, %g) must be in [0, 1)", beta1, beta2);
+  DT_TRY_(dt_check_adamw(p, g, m, v, n, beta1, beta2, step));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(p && g && m && v, "dt_adamw: null pointer (p=%p g=%p m=%p v=%p)", (void*)p, (const void*)g, (void*)m,
-              (void*)v);
   adamw_ctx_ c = {p, m, v, g, dt_adamw_make_scalars(lr, beta1, beta2, eps, weight_decay, step)};
   dt_parallel_for_(n, OPTIM_GRAIN, adamw_range_, &c);
   return DT_OK;
@@ -65,13 +60,8 @@ DT_EXPORT dt_status dt_adamw(float* p, const float* g, float* m, float* v, int64
 DT_EXPORT dt_status dt_sgd(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
                            double dampening, double weight_decay, int32_t nesterov, int32_t first, void* stream) {
   (void)stream;
-  DT_REQUIRE_(n >= 0, "dt_sgd: negative size n=%lld", (long long)n);
-  DT_REQUIRE_(!nesterov || (momentum > 0.0 && dampening == 0.0),
-              "dt_sgd: nesterov needs momentum > 0 and dampening 0 (got momentum=%g dampening=%g)", momentum,
-              dampening);
+  DT_TRY_(dt_check_sgd(p, g, buf, n, momentum, dampening, nesterov));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(p && g && (buf || momentum == 0.0), "dt_sgd: null pointer (p=%p g=%p buf=%p, momentum=%g)", (void*)p,
-              (const void*)g, (void*)buf, momentum);
   sgd_ctx_ c = {p, buf, g, dt_sgd_make_scalars(lr, momentum, dampening, weight_decay, nesterov, first)};
   dt_parallel_for_(n, OPTIM_GRAIN, sgd_range_, &c);
   return DT_OK;
@@ -95,10 +85,8 @@ DT_VEC_CLONES static void unscale_range_(void* vctx, int64_t begin, int64_t end)
 
 DT_EXPORT dt_status dt_unscale_check(float* g, int64_t n, float inv_scale, float* found_inf, void* stream) {
   (void)stream;
-  DT_REQUIRE_(n >= 0, "dt_unscale_check: negative size n=%lld", (long long)n);
-  DT_REQUIRE_(found_inf, "dt_unscale_check: null found_inf");
+  DT_TRY_(dt_check_unscale(g, n, found_inf));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(g, "dt_unscale_check: null g");
   unscale_ctx_ c = {g, inv_scale, 0};
   dt_parallel_for_(n, OPTIM_GRAIN * 2, unscale_range_, &c);
   if (c.nonfinite) *found_inf = 1.0f;

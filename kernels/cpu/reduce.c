@@ -1,8 +1,10 @@
 /* reduce.c — CPU loops of the reductions: dt_reduce_bcast (the gradient of a
- * broadcast operand), dt_sumsq and dt_argmax_rows. Sums run in double in an
+ * broadcast operand), dt_sumsq (also of many tensors at once, and the
+ * gradient clipping built on it) and dt_argmax_rows. Sums run in double in an
  * order fixed by the data layout, so any thread count gives the same bits. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include <stdlib.h>
+#include "clip.h"
 #include "cpu_internal.h"
 #include "reduce.h"
 
@@ -88,11 +90,7 @@ static int64_t row_grain_(int64_t cols, int64_t elems) {
 DT_EXPORT dt_status dt_reduce_bcast(float* out, const float* inp, int64_t n, int64_t bn, int64_t inner,
                                     void* stream) {
   (void)stream;
-  DT_REQUIRE_(n >= 0, "dt_reduce_bcast: negative size n=%lld", (long long)n);
-  DT_REQUIRE_(bn >= 1 && inner >= 1, "dt_reduce_bcast: broadcast bn=%lld inner=%lld must both be >= 1",
-              (long long)bn, (long long)inner);
-  DT_REQUIRE_(out && (inp || n == 0), "dt_reduce_bcast: null pointer (out=%p inp=%p)", (void*)out,
-              (const void*)inp);
+  DT_TRY_(dt_check_reduce_bcast(out, inp, n, bn, inner));
   bcast_ctx_ c = {out, inp, n, bn, inner};
   int64_t per_output = n / bn + 1; /* elements summed into each out[j], about */
   dt_parallel_for_(bn, row_grain_(per_output, REDUCE_GRAIN), inner == 1 ? reduce_cols_range_ : reduce_runs_range_,
@@ -100,10 +98,8 @@ DT_EXPORT dt_status dt_reduce_bcast(float* out, const float* inp, int64_t n, int
   return DT_OK;
 }
 
-DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* stream) {
-  (void)stream;
-  DT_REQUIRE_(n >= 0, "dt_sumsq: negative size n=%lld", (long long)n);
-  DT_REQUIRE_(out && (inp || n == 0), "dt_sumsq: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
+/* *out = sum of inp[i]^2 in double: blocks in parallel, folded in block order. */
+static dt_status sumsq_(double* out, const float* inp, int64_t n) {
   int64_t blocks = (n + SUM_BLOCK - 1) / SUM_BLOCK;
   double stack_partial[64];
   double* partial = blocks <= 64 ? stack_partial : malloc((size_t)blocks * sizeof(double));
@@ -117,12 +113,42 @@ DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* str
   return DT_OK;
 }
 
+DT_EXPORT dt_status dt_sumsq(double* out, const float* inp, int64_t n, void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_sumsq(out, inp, n));
+  return sumsq_(out, inp, n);
+}
+
+/* out[i] = dt_sumsq of tensor i: the same sums, one call for every gradient. */
+DT_EXPORT dt_status dt_sumsq_many(double* out, const void* const* ptrs, const int64_t* counts, int64_t num,
+                                  void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_sumsq_many(out, ptrs, counts, num));
+  for (int64_t i = 0; i < num; i++) DT_TRY_(sumsq_(&out[i], (const float*)ptrs[i], counts[i]));
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_scale(float* out, const float* inp, int64_t n, float alpha, void* stream);
+
+/* Clipping to a global norm: sumsq = the tensors' sums of squares, *total the
+ * norm (clip.h), then every element multiplied by the coefficient, as dt_scale
+ * would (max_norm = +inf: the norm only). */
+DT_EXPORT dt_status dt_clip_grad_norm(float* total, double* sumsq, void* const* ptrs, const int64_t* counts,
+                                      int64_t num, double max_norm, void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_clip_grad_norm(total, sumsq, (const void* const*)ptrs, counts, num, max_norm));
+  for (int64_t i = 0; i < num; i++) DT_TRY_(sumsq_(&sumsq[i], (const float*)ptrs[i], counts[i]));
+  *total = dt_clip_total_f(sumsq, num);
+  if (isinf(max_norm)) return DT_OK;
+  float coef = dt_clip_coef_f(max_norm, *total);
+  for (int64_t i = 0; i < num; i++) DT_TRY_(dt_scale((float*)ptrs[i], (const float*)ptrs[i], counts[i], coef, NULL));
+  return DT_OK;
+}
+
 DT_EXPORT dt_status dt_argmax_rows(int32_t* out, const float* inp, int64_t rows, int64_t cols, void* stream) {
   (void)stream;
-  DT_REQUIRE_(rows >= 0, "dt_argmax_rows: negative rows=%lld", (long long)rows);
+  DT_TRY_(dt_check_argmax_rows(out, inp, rows, cols));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(cols >= 1 && cols <= INT32_MAX, "dt_argmax_rows: cols=%lld must be in [1, 2^31)", (long long)cols);
-  DT_REQUIRE_(out && inp, "dt_argmax_rows: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   argmax_ctx_ c = {out, inp, cols};
   dt_parallel_for_(rows, row_grain_(cols, REDUCE_GRAIN), argmax_range_, &c);
   return DT_OK;

@@ -105,23 +105,11 @@ DT_VEC_CLONES static void ln_bwd_cols_range_(void* vctx, int64_t j0, int64_t j1)
 
 /* ---- launchers ---------------------------------------------------------------- */
 
-/* Checks shared by the row launchers: sizes, then the pointers the call needs. */
-#define ROWS_REQUIRE_SIZES_(name, rows, cols)                                                        \
-  do {                                                                                               \
-    DT_REQUIRE_((rows) >= 0, name ": negative rows=%lld", (long long)(rows));                        \
-    DT_REQUIRE_((cols) >= 1 || (rows) == 0, name ": cols=%lld must be >= 1", (long long)(cols));     \
-    int64_t total_;                                                                                  \
-    DT_REQUIRE_(dt_mul_ok_((rows), (cols), &total_), name ": rows*cols overflows (%lld x %lld)",     \
-                (long long)(rows), (long long)(cols));                                               \
-  } while (0)
-
 DT_EXPORT dt_status dt_softmax_fwd(float* out, const float* inp, int64_t rows, int64_t cols, int64_t causal_t,
                                    float scale, void* stream) {
   (void)stream;
-  ROWS_REQUIRE_SIZES_("dt_softmax_fwd", rows, cols);
-  DT_REQUIRE_(causal_t >= 0, "dt_softmax_fwd: negative causal_t=%lld (0 = no mask)", (long long)causal_t);
+  DT_TRY_(dt_check_softmax_fwd(out, inp, rows, cols, causal_t));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_softmax_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   softmax_ctx_ c = {out, inp, NULL, cols, causal_t, scale};
   dt_parallel_for_(rows, row_grain_(cols), softmax_range_, &c);
   return DT_OK;
@@ -130,10 +118,8 @@ DT_EXPORT dt_status dt_softmax_fwd(float* out, const float* inp, int64_t rows, i
 DT_EXPORT dt_status dt_softmax_bwd(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols,
                                    float scale, void* stream) {
   (void)stream;
-  ROWS_REQUIRE_SIZES_("dt_softmax_bwd", rows, cols);
+  DT_TRY_(dt_check_softmax_bwd(dinp, dout, out, rows, cols));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(dinp && dout && out, "dt_softmax_bwd: null pointer (dinp=%p dout=%p out=%p)", (void*)dinp,
-              (const void*)dout, (const void*)out);
   softmax_ctx_ c = {dinp, dout, out, cols, 0, scale};
   dt_parallel_for_(rows, row_grain_(cols), softmax_bwd_range_, &c);
   return DT_OK;
@@ -142,10 +128,8 @@ DT_EXPORT dt_status dt_softmax_bwd(float* dinp, const float* dout, const float* 
 DT_EXPORT dt_status dt_layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                      const float* bias, int64_t rows, int64_t C, float eps, void* stream) {
   (void)stream;
-  ROWS_REQUIRE_SIZES_("dt_layernorm_fwd", rows, C);
-  DT_REQUIRE_(eps >= 0.0f, "dt_layernorm_fwd: eps=%g must be >= 0", (double)eps);
+  DT_TRY_(dt_check_layernorm_fwd(out, inp, rows, C, eps));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_layernorm_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   ln_fwd_ctx_ c = {out, mean, rstd, inp, weight, bias, C, eps};
   dt_parallel_for_(rows, row_grain_(C), ln_fwd_range_, &c);
   return DT_OK;
@@ -155,7 +139,7 @@ DT_EXPORT dt_status dt_layernorm_bwd(float* dinp, float* dweight, float* dbias, 
                                      const float* weight, const float* mean, const float* rstd, int64_t rows,
                                      int64_t C, void* stream) {
   (void)stream;
-  ROWS_REQUIRE_SIZES_("dt_layernorm_bwd", rows, C);
+  DT_TRY_(dt_check_layernorm_bwd(dinp, dout, inp, mean, rstd, rows, C));
   ln_bwd_ctx_ c = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, C};
   if (rows == 0) { /* the parameter gradients of an empty batch are zero */
     for (int64_t j = 0; j < C && (dweight || dbias); j++) {
@@ -164,9 +148,6 @@ DT_EXPORT dt_status dt_layernorm_bwd(float* dinp, float* dweight, float* dbias, 
     }
     return DT_OK;
   }
-  DT_REQUIRE_(dinp && dout && inp && mean && rstd,
-              "dt_layernorm_bwd: null pointer (dinp=%p dout=%p inp=%p mean=%p rstd=%p)", (void*)dinp,
-              (const void*)dout, (const void*)inp, (const void*)mean, (const void*)rstd);
   dt_parallel_for_(rows, row_grain_(C), ln_bwd_rows_range_, &c);
   if (dweight || dbias) dt_parallel_for_(C, row_grain_(rows), ln_bwd_cols_range_, &c); /* a column costs `rows` */
   return DT_OK;

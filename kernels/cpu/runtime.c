@@ -1,5 +1,6 @@
 /* runtime.c — library identity, error text, memory and the thread pool of
  * the CPU kernel library. */
+#define DT_ERROR_DEFINE /* this file owns dt_last_error()'s text */
 #include "cpu_internal.h"
 #include <errno.h>
 #include <pthread.h>
@@ -12,18 +13,8 @@
 #define DT_BUILD_HASH "unknown"
 #endif
 
-static __thread char dt_error_text_[1024];
-
-dt_status dt_fail_(dt_status status, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(dt_error_text_, sizeof dt_error_text_, fmt, ap);
-  va_end(ap);
-  return status;
-}
-
 DT_EXPORT int32_t dt_abi_version(void) { return DT_ABI_VERSION; }
-DT_EXPORT const char* dt_last_error(void) { return dt_error_text_; }
+DT_EXPORT const char* dt_last_error(void) { return dt_error_text_(); }
 DT_EXPORT const char* dt_build_hash(void) { return DT_BUILD_HASH; }
 DT_EXPORT const char* dt_backend_name(void) {
   __builtin_cpu_init();
@@ -34,10 +25,7 @@ DT_EXPORT const char* dt_backend_name(void) {
 /* ---- memory ---------------------------------------------------------------- */
 
 DT_EXPORT void* dt_alloc(int64_t bytes) {
-  if (bytes < 0) {
-    dt_fail_(DT_ERR_ARG, "dt_alloc: negative size %lld", (long long)bytes);
-    return NULL;
-  }
+  if (dt_check_alloc(bytes) != DT_OK) return NULL;
   void* p = NULL;
   size_t n = bytes == 0 ? 64 : (size_t)((bytes + 63) & ~63LL);
   int rc = posix_memalign(&p, 64, n);
@@ -54,16 +42,20 @@ DT_EXPORT dt_status dt_free(void* p) {
 }
 
 DT_EXPORT dt_status dt_memcpy(void* dst, const void* src, int64_t bytes, int32_t kind, void* stream) {
-  (void)kind; (void)stream;
-  DT_REQUIRE_(bytes >= 0, "dt_memcpy: negative size %lld", (long long)bytes);
-  if (bytes > 0) {
-    DT_REQUIRE_(dst && src, "dt_memcpy: null pointer");
-    memmove(dst, src, (size_t)bytes);
-  }
+  (void)stream;
+  DT_TRY_(dt_check_memcpy(dst, src, bytes, kind));
+  if (bytes > 0) memmove(dst, src, (size_t)bytes);
   return DT_OK;
 }
 
 DT_EXPORT dt_status dt_synchronize(void* stream) {
+  (void)stream;
+  return DT_OK;
+}
+
+/* Data errors (bad indices, values a cast cannot hold) are reported by the
+ * call that finds them here, so none is ever left for later. */
+DT_EXPORT dt_status dt_deferred_error(void* stream) {
   (void)stream;
   return DT_OK;
 }
@@ -120,7 +112,7 @@ static int dt_default_threads_(void) {
 static int pool_initialised_ = 0;
 
 DT_EXPORT dt_status dt_set_num_threads(int32_t n) {
-  DT_REQUIRE_(n >= 1 && n <= DT_MAX_THREADS, "dt_set_num_threads: %d is not in [1, %d]", n, DT_MAX_THREADS);
+  DT_TRY_(dt_check_set_num_threads(n, DT_MAX_THREADS));
   pthread_mutex_lock(&pool_.mu);
   pool_initialised_ = 1;
   while (pool_.started < n - 1) {

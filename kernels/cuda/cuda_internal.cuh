@@ -1,28 +1,21 @@
-/* cuda_internal.cuh — what the CUDA kernel files share: error text and the
- * check macros that *return* a status (never exit or print), the stream a
- * call runs on, launch geometry, block reductions and stream-ordered scratch
- * memory. Not part of the exported ABI. */
+/* cuda_internal.cuh — what the CUDA kernel files share: the check macros
+ * that *return* a status (never exit or print), the stream a call runs on,
+ * launch geometry, block reductions and stream-ordered scratch memory. The
+ * error text and argument checks are kernels/common's (dt_error.h,
+ * dt_checks.h), shared with the CPU library. Not part of the exported ABI. */
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include "dt_checks.h"
 #include "dt_common.h"
+#include "dt_error.h"
+#include "dt_math.h"
 
 /* ---- error text ------------------------------------------------------------------ */
-
-/* Records printf-style text for dt_last_error() and returns status. */
-dt_status dt_fail_(dt_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Records "<what> failed: <cudaGetErrorName>: <cudaGetErrorString> (file:line)"
  * and returns DT_ERR_CUDA (DT_ERR_ALLOC for an out-of-memory error). */
 dt_status dt_cuda_fail_(cudaError_t err, const char* what, const char* file, int line);
-
-/* Puts "<context>: " in front of the current error text and returns status. */
-dt_status dt_with_context_(dt_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-
-#define DT_REQUIRE_(cond, ...)                             \
-  do {                                                     \
-    if (!(cond)) return dt_fail_(DT_ERR_ARG, __VA_ARGS__); \
-  } while (0)
 
 /* Every CUDA runtime call goes through this: on failure it returns from the
  * enclosing function with the runtime's own error text. */
@@ -42,13 +35,6 @@ dt_status dt_with_context_(dt_status status, const char* fmt, ...) __attribute__
       return dt_cuda_fail_(dt_err_, #call, __FILE__, __LINE__);               \
   } while (0)
 
-/* Propagates a dt_status from a helper. */
-#define DT_TRY_(expr)              \
-  do {                             \
-    dt_status dt_st_ = (expr);     \
-    if (dt_st_ != DT_OK) return dt_st_; \
-  } while (0)
-
 /* After every kernel launch: a launch-configuration error is reported at
  * once; with DTRAIN_CUDA_SYNC=1 the stream is also synchronised so that an
  * error inside the kernel is reported by the call that launched it. */
@@ -64,6 +50,21 @@ dt_status dt_cuda_stream_(void* stream, cudaStream_t* out);
 /* Number of multiprocessors of the current device (cached; 1 before any device). */
 int dt_cuda_sm_count_(void);
 
+/* ---- kernel launches ---------------------------------------------------------------
+ * Every kernel is launched through DT_LAUNCH, so that the same source builds
+ * for the GPU (nvcc) and for the emulated device (g++ and
+ * kernels/cuda_emu/cuda_emu.h, where `<<<...>>>` is not C++). A launch is
+ * asynchronous and is followed by DT_CHECK_LAUNCH. DT_DYNAMIC_SHARED declares
+ * the launch's dynamic shared memory (its smem bytes) as an array `name` of T. */
+#ifdef DT_CUDA_EMU
+#define DT_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  dt_emu::launch(#kernel, __FILE__, __LINE__, kernel, (grid), (block), (smem), (stream), __VA_ARGS__)
+#define DT_DYNAMIC_SHARED(T, name) T* const name = (T*)dt_emu_dynamic_shared()
+#else
+#define DT_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define DT_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 /* ---- launch geometry --------------------------------------------------------------- */
 
 #define DT_BLOCK 256
@@ -78,9 +79,10 @@ static inline unsigned dt_grid_for_(int64_t n, int block) {
   return (unsigned)want;
 }
 
-/* Blocks for a row-per-block loop over `rows` rows. */
+/* Blocks for a row-per-block loop over `rows` rows: at most 64 per
+ * multiprocessor (each block then loops over several rows). */
 static inline unsigned dt_row_grid_(int64_t rows) {
-  int64_t cap = 65535LL * 16;
+  int64_t cap = (int64_t)dt_cuda_sm_count_() * 64;
   return (unsigned)(rows < 1 ? 1 : rows > cap ? cap : rows);
 }
 
@@ -112,14 +114,14 @@ __device__ __forceinline__ double dt_block_sum_(double v) {
 __device__ __forceinline__ float dt_block_max_(float v) {
   __shared__ float partial[32];
   __shared__ float total;
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, off));
+  for (int off = 16; off > 0; off >>= 1) v = dt_maxf(v, __shfl_down_sync(0xffffffffu, v, off));
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   __syncthreads();
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   if (warp == 0) {
     float s = lane < warps ? partial[lane] : -INFINITY;
-    for (int off = 16; off > 0; off >>= 1) s = fmaxf(s, __shfl_down_sync(0xffffffffu, s, off));
+    for (int off = 16; off > 0; off >>= 1) s = dt_maxf(s, __shfl_down_sync(0xffffffffu, s, off));
     if (lane == 0) total = s;
   }
   __syncthreads();
@@ -137,5 +139,23 @@ dt_status dt_scratch_free_(void* p, cudaStream_t stream);
  * everything queued before it on the stream). */
 dt_status dt_read_back_(void* host, const void* dev, size_t bytes, cudaStream_t stream);
 
-/* Name of a dtype code, for error text. */
-const char* dt_dtype_name_(int32_t dtype);
+/* ---- data errors found on the device ------------------------------------------------
+ * A kernel that meets a bad index or a value an integer cast cannot hold does
+ * not stop: it poisons what it cannot compute and marks the element in a
+ * scratch word (dt_mark_bad_); after the launch, dt_bad_end_ records the first
+ * marked element in the device's dt_data_error_t unless an earlier error is
+ * recorded there, and dt_deferred_error reports it with the CPU library's
+ * words. So no call reads its data back, and the error still names the op,
+ * the position and the value. */
+
+/* One launch's scratch word, all ones (nothing marked). */
+dt_status dt_bad_begin_(unsigned long long** first, cudaStream_t s, const char* who);
+/* Queues the recording of the launch's first marked element (values[position]
+ * of dtype values_dtype is the bad value), then frees the word. */
+dt_status dt_bad_end_(unsigned long long* first, int32_t op, const void* values, int32_t values_dtype, int64_t limit,
+                      int64_t ignore_index, cudaStream_t s);
+
+/* Marks element i bad (the smallest index wins, whatever the thread order). */
+__device__ __forceinline__ void dt_mark_bad_(unsigned long long* first, int64_t i) {
+  atomicMin(first, (unsigned long long)i);
+}

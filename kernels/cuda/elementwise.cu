@@ -51,38 +51,31 @@ __global__ void dt_dropout_k_(float* out, const float* inp, int64_t n, uint64_t 
 
 DT_EXPORT dt_status dt_binary(int32_t op, float* out, const float* a, const float* b, int64_t n, int64_t bn,
                               int64_t inner, void* stream) {
-  DT_REQUIRE_(dt_binary_op_valid(op), "dt_binary: unknown op %d (expected DT_OP_ADD..DT_OP_DIV, 0..3)", op);
-  DT_REQUIRE_(n >= 0, "dt_binary: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_binary(op, out, a, b, n, bn, inner));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(bn >= 1 && inner >= 1, "dt_binary: broadcast bn=%lld inner=%lld must both be >= 1", (long long)bn,
-              (long long)inner);
-  DT_REQUIRE_(out && a && b, "dt_binary: null pointer (out=%p a=%p b=%p)", (void*)out, (const void*)a,
-              (const void*)b);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  dt_binary_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(op, out, a, b, n, bn, inner);
+  DT_LAUNCH(dt_binary_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, op, out, a, b, n, bn, inner);
   DT_CHECK_LAUNCH(s, "dt_binary");
   return DT_OK;
 }
 
 DT_EXPORT dt_status dt_scale(float* out, const float* inp, int64_t n, float alpha, void* stream) {
-  DT_REQUIRE_(n >= 0, "dt_scale: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_scale(out, inp, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_scale: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  dt_scale_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, inp, n, alpha);
+  DT_LAUNCH(dt_scale_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, out, inp, n, alpha);
   DT_CHECK_LAUNCH(s, "dt_scale");
   return DT_OK;
 }
 
 DT_EXPORT dt_status dt_axpy(float* y, const float* x, int64_t n, float alpha, void* stream) {
-  DT_REQUIRE_(n >= 0, "dt_axpy: negative size n=%lld", (long long)n);
+  DT_TRY_(dt_check_axpy(y, x, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(y && x, "dt_axpy: null pointer (y=%p x=%p)", (void*)y, (const void*)x);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  dt_axpy_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(y, x, n, alpha);
+  DT_LAUNCH(dt_axpy_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, y, x, n, alpha);
   DT_CHECK_LAUNCH(s, "dt_axpy");
   return DT_OK;
 }
@@ -90,9 +83,8 @@ DT_EXPORT dt_status dt_axpy(float* y, const float* x, int64_t n, float alpha, vo
 /* Shared checks of the unary forward/backward launchers; on success *s is the stream. */
 static dt_status dt_unary_prepare_(const char* name, const float* out, const float* x, const float* y, int needs_y,
                                    int64_t n, void* stream, cudaStream_t* s) {
-  DT_REQUIRE_(n >= 0, "%s: negative size n=%lld", name, (long long)n);
+  DT_TRY_(dt_check_unary(name, out, x, y, needs_y, n));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out && x && (y || !needs_y), "%s: null pointer", name);
   return dt_cuda_stream_(stream, s);
 }
 
@@ -100,7 +92,7 @@ DT_EXPORT dt_status dt_relu_fwd(float* out, const float* inp, int64_t n, void* s
   cudaStream_t s;
   DT_TRY_(dt_unary_prepare_("dt_relu_fwd", out, inp, NULL, 0, n, stream, &s));
   if (n == 0) return DT_OK;
-  dt_relu_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, inp, n);
+  DT_LAUNCH(dt_relu_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, out, inp, n);
   DT_CHECK_LAUNCH(s, "dt_relu_fwd");
   return DT_OK;
 }
@@ -109,7 +101,7 @@ DT_EXPORT dt_status dt_relu_bwd(float* dinp, const float* dout, const float* inp
   cudaStream_t s;
   DT_TRY_(dt_unary_prepare_("dt_relu_bwd", dinp, inp, dout, 1, n, stream, &s));
   if (n == 0) return DT_OK;
-  dt_relu_bwd_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(dinp, dout, inp, n);
+  DT_LAUNCH(dt_relu_bwd_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, dinp, dout, inp, n);
   DT_CHECK_LAUNCH(s, "dt_relu_bwd");
   return DT_OK;
 }
@@ -118,7 +110,7 @@ DT_EXPORT dt_status dt_gelu_fwd(float* out, const float* inp, int64_t n, void* s
   cudaStream_t s;
   DT_TRY_(dt_unary_prepare_("dt_gelu_fwd", out, inp, NULL, 0, n, stream, &s));
   if (n == 0) return DT_OK;
-  dt_gelu_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, inp, n);
+  DT_LAUNCH(dt_gelu_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, out, inp, n);
   DT_CHECK_LAUNCH(s, "dt_gelu_fwd");
   return DT_OK;
 }
@@ -127,22 +119,19 @@ DT_EXPORT dt_status dt_gelu_bwd(float* dinp, const float* dout, const float* inp
   cudaStream_t s;
   DT_TRY_(dt_unary_prepare_("dt_gelu_bwd", dinp, inp, dout, 1, n, stream, &s));
   if (n == 0) return DT_OK;
-  dt_gelu_bwd_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(dinp, dout, inp, n);
+  DT_LAUNCH(dt_gelu_bwd_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, dinp, dout, inp, n);
   DT_CHECK_LAUNCH(s, "dt_gelu_bwd");
   return DT_OK;
 }
 
 static dt_status dt_dropout_run_(const char* name, float* out, const float* inp, int64_t n, float p, int64_t seed,
                                  int64_t offset, void* stream) {
-  DT_REQUIRE_(n >= 0, "%s: negative size n=%lld", name, (long long)n);
-  DT_REQUIRE_(p >= 0.0f && p <= 1.0f, "%s: drop probability p=%g is outside [0, 1]", name, (double)p);
-  DT_REQUIRE_(offset >= 0, "%s: negative offset %lld", name, (long long)offset);
+  DT_TRY_(dt_check_dropout(name, out, inp, n, p, offset));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "%s: null pointer", name);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  dt_dropout_k_<<<dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s>>>(out, inp, n, (uint64_t)seed, (uint64_t)offset,
-                                                             dt_dropout_threshold(p), dt_dropout_scale(p));
+  DT_LAUNCH(dt_dropout_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s,
+            out, inp, n, (uint64_t)seed, (uint64_t)offset, dt_dropout_threshold(p), dt_dropout_scale(p));
   DT_CHECK_LAUNCH(s, name);
   return DT_OK;
 }

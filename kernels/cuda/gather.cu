@@ -1,34 +1,133 @@
 /* gather.cu — CUDA launches of the index-driven row copies: dt_embedding_fwd
- * and _bwd and dt_gather_rows. Indices are read back and checked on the host
- * before anything is written (the CPU library's rules and text). The
- * embedding backward groups positions by index on the host (a stable counting
- * sort) so that each table row adds its dout rows in index order with no
- * atomics: the same bits as the CPU, and the same on every run. */
-#include <stdlib.h>
+ * and _bwd and dt_gather_rows. Indices are checked on the device, never read
+ * back: a bad one gets an output row of all-ones bits (NaN) or is left out of
+ * the gradient, and the first is recorded for dt_deferred_error, in the CPU
+ * library's words. The embedding backward sorts the positions by index on the
+ * device (a stable LSD radix sort, 8 bits a pass), so each table row adds its
+ * dout rows in position order with no atomics: the CPU's bits, every run. */
 #include "cuda_internal.cuh"
+
+/* Positions per radix-sort tile (one block of as many threads). */
+#define SORT_TILE 256
 
 /* ---- kernels -------------------------------------------------------------------- */
 
-/* Copies row `idx[i]` of `src` into row i of `dst`, `words` words of type W per row. */
+/* Copies row `idx[i]` of `src` into row i of `dst`, `words` words of type W per
+ * row; an index outside [0, limit) (limit < 0: a negative one) is marked and
+ * its row filled with all-ones bits. */
 template <typename W>
-__global__ void dt_gather_rows_k_(W* dst, const W* src, const int32_t* idx, int64_t n, int64_t words) {
+__global__ void dt_gather_rows_k_(W* dst, const W* src, const int32_t* idx, int64_t n, int64_t words, int64_t limit,
+                                  unsigned long long* first_bad) {
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-    const W* from = src + (int64_t)idx[i] * words;
+    int64_t v = idx[i];
     W* to = dst + i * words;
+    if (v < 0 || (limit >= 0 && v >= limit)) {
+      if (threadIdx.x == 0) dt_mark_bad_(first_bad, i);
+      W ones;
+      memset(&ones, 0xff, sizeof ones);
+      for (int64_t k = threadIdx.x; k < words; k += blockDim.x) to[k] = ones;
+      continue;
+    }
+    const W* from = src + v * words;
     for (int64_t k = threadIdx.x; k < words; k += blockDim.x) to[k] = from[k];
   }
 }
 
-/* Table row uniq[u] = the sum, in position order, of the dout rows listed in
- * order[start[u] : start[u + 1]]; one block column per 256 table columns. */
-__global__ void dt_embedding_bwd_k_(float* dtable, const float* dout, const int64_t* uniq, const int64_t* start,
-                                    const int32_t* order, int64_t unique, int64_t C) {
-  int64_t j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
-  if (j >= C) return;
-  for (int64_t u = blockIdx.x; u < unique; u += gridDim.x) {
-    float acc = 0.0f; /* dtable starts at 0, as on the CPU */
-    for (int64_t q = start[u]; q < start[u + 1]; q++) acc += dout[(int64_t)order[q] * C + j];
-    dtable[uniq[u] * C + j] = acc;
+/* Only checks idx[0:n] against [0, limit) (limit < 0: >= 0): calls that copy nothing. */
+__global__ void dt_check_indices_k_(const int32_t* idx, int64_t n, int64_t limit, unsigned long long* first_bad) {
+  DT_GRID_STRIDE(i, n) {
+    int64_t v = idx[i];
+    if (v < 0 || (limit >= 0 && v >= limit)) dt_mark_bad_(first_bad, i);
+  }
+}
+
+/* keys[i] = idx[i], or V (after every row) when it is outside [0, V), which
+ * is marked; pos[i] = i. */
+__global__ void dt_embedding_keys_k_(int32_t* keys, int32_t* pos, const int32_t* idx, int64_t n, int64_t V,
+                                     unsigned long long* first_bad) {
+  DT_GRID_STRIDE(i, n) {
+    int64_t v = idx[i];
+    int bad = v < 0 || v >= V;
+    if (bad) dt_mark_bad_(first_bad, i);
+    keys[i] = bad ? (int32_t)V : (int32_t)v;
+    pos[i] = (int32_t)i;
+  }
+}
+
+/* hist[d * tiles + t] = how many keys of tile t have digit d (bits shift..shift+7). */
+__global__ void dt_radix_hist_k_(int32_t* hist, const int32_t* keys, int64_t n, int shift, int64_t tiles) {
+  __shared__ int32_t count[256];
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    count[threadIdx.x] = 0;
+    __syncthreads();
+    int64_t e = t * SORT_TILE + threadIdx.x;
+    if (e < n) atomicAdd(&count[(keys[e] >> shift) & 255], 1);
+    __syncthreads();
+    hist[(int64_t)threadIdx.x * tiles + t] = count[threadIdx.x];
+    __syncthreads();
+  }
+}
+
+/* a[0:m] = its exclusive prefix sums (one block; the counts fit in int32). */
+__global__ void dt_exclusive_scan_k_(int32_t* a, int64_t m) {
+  __shared__ int64_t part[1024];
+  int64_t per = (m + blockDim.x - 1) / blockDim.x;
+  int64_t lo = threadIdx.x * per, hi = lo + per < m ? lo + per : m;
+  int64_t s = 0;
+  for (int64_t i = lo; i < hi; i++) s += a[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int64_t run = 0;
+    for (unsigned k = 0; k < blockDim.x; k++) {
+      int64_t v = part[k];
+      part[k] = run;
+      run += v;
+    }
+  }
+  __syncthreads();
+  int64_t run = part[threadIdx.x];
+  for (int64_t i = lo; i < hi; i++) {
+    int64_t v = a[i];
+    a[i] = (int32_t)run;
+    run += v;
+  }
+}
+
+/* One stable pass: each key (and its position) goes to offset[digit][tile]
+ * plus the number of keys before it in its tile with the same digit. */
+__global__ void dt_radix_scatter_k_(int32_t* keys_out, int32_t* pos_out, const int32_t* keys_in, const int32_t* pos_in,
+                                    const int32_t* offset, int64_t n, int shift, int64_t tiles) {
+  __shared__ int32_t digit[SORT_TILE];
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int64_t e = t * SORT_TILE + threadIdx.x;
+    int32_t d = e < n ? (keys_in[e] >> shift) & 255 : 256;
+    digit[threadIdx.x] = d;
+    __syncthreads();
+    if (e < n) {
+      int32_t before = 0;
+      for (unsigned k = 0; k < threadIdx.x; k++) before += digit[k] == d;
+      int64_t to = (int64_t)offset[(int64_t)d * tiles + t] + before;
+      keys_out[to] = keys_in[e];
+      pos_out[to] = pos_in[e];
+    }
+    __syncthreads();
+  }
+}
+
+/* For each run of equal keys k in [0, V) of the sorted positions, table row k
+ * = the sum of its dout rows in position order (0 + a + b + ..., as the CPU's
+ * loop adds them into a zeroed table). */
+__global__ void dt_embedding_runs_k_(float* dtable, const float* dout, const int32_t* keys, const int32_t* pos,
+                                     int64_t n, int64_t V, int64_t C) {
+  for (int64_t k = blockIdx.x; k < n; k += gridDim.x) {
+    int32_t key = keys[k];
+    if (key >= V || (k > 0 && keys[k - 1] == key)) continue; /* not a run's first position */
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+      float acc = 0.0f;
+      for (int64_t q = k; q < n && keys[q] == key; q++) acc += dout[(int64_t)pos[q] * C + j];
+      dtable[(int64_t)key * C + j] = acc;
+    }
   }
 }
 
@@ -44,175 +143,124 @@ static int dt_word_bytes_(const void* a, const void* b, int64_t row_bytes) {
 
 template <typename W>
 static dt_status dt_gather_as_(void* out, const void* inp, const int32_t* idx, int64_t n, int64_t row_bytes,
-                               cudaStream_t s, const char* name) {
+                               int64_t limit, unsigned long long* first_bad, cudaStream_t s, const char* name) {
   int64_t words = row_bytes / (int64_t)sizeof(W);
   int threads = words >= DT_BLOCK ? DT_BLOCK : (int)((words + 31) / 32 * 32);
-  dt_gather_rows_k_<W><<<dt_row_grid_(n), threads, 0, s>>>((W*)out, (const W*)inp, idx, n, words);
+  DT_LAUNCH(dt_gather_rows_k_<W>, dt_row_grid_(n), threads, 0, s, (W*)out, (const W*)inp, idx, n, words, limit,
+            first_bad);
   DT_CHECK_LAUNCH(s, name);
   return DT_OK;
 }
 
+/* The checked row copy behind dt_embedding_fwd (limit V) and dt_gather_rows
+ * (limit -1); its first bad index is recorded as data error `op`. */
 static dt_status dt_launch_gather_(void* out, const void* inp, const int32_t* idx, int64_t n, int64_t row_bytes,
-                                   cudaStream_t s, const char* name) {
-  switch (dt_word_bytes_(out, inp, row_bytes)) {
-    case 16: return dt_gather_as_<uint4>(out, inp, idx, n, row_bytes, s, name);
-    case 8: return dt_gather_as_<uint2>(out, inp, idx, n, row_bytes, s, name);
-    case 4: return dt_gather_as_<uint32_t>(out, inp, idx, n, row_bytes, s, name);
-    case 2: return dt_gather_as_<uint16_t>(out, inp, idx, n, row_bytes, s, name);
-    default: return dt_gather_as_<uint8_t>(out, inp, idx, n, row_bytes, s, name);
+                                   int64_t limit, int32_t op, cudaStream_t s, const char* name) {
+  unsigned long long* first_bad = NULL;
+  DT_TRY_(dt_bad_begin_(&first_bad, s, name));
+  dt_status st = DT_OK;
+  if (row_bytes == 0) { /* nothing to copy, but the indices are still checked, as on the CPU */
+    DT_LAUNCH(dt_check_indices_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, idx, n, limit, first_bad);
+    DT_CHECK_LAUNCH(s, name);
+  } else switch (dt_word_bytes_(out, inp, row_bytes)) {
+    case 16: st = dt_gather_as_<uint4>(out, inp, idx, n, row_bytes, limit, first_bad, s, name); break;
+    case 8: st = dt_gather_as_<uint2>(out, inp, idx, n, row_bytes, limit, first_bad, s, name); break;
+    case 4: st = dt_gather_as_<uint32_t>(out, inp, idx, n, row_bytes, limit, first_bad, s, name); break;
+    case 2: st = dt_gather_as_<uint16_t>(out, inp, idx, n, row_bytes, limit, first_bad, s, name); break;
+    default: st = dt_gather_as_<uint8_t>(out, inp, idx, n, row_bytes, limit, first_bad, s, name);
   }
+  if (st != DT_OK) return st;
+  return dt_bad_end_(first_bad, op, idx, DT_I32, limit, 0, s);
 }
 
-/* Reads idx[0:n] back into *host (malloc'd; the caller frees it) and checks
- * every index against [0, limit) (limit < 0: only >= 0 is known). */
-static dt_status dt_read_indices_(const char* name, const int32_t* idx, int64_t n, int64_t limit, cudaStream_t s,
-                                  int32_t** host) {
-  *host = (int32_t*)malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
-  if (!*host) return dt_fail_(DT_ERR_ALLOC, "%s: cannot allocate %lld host indices", name, (long long)n);
-  DT_TRY_(dt_read_back_(*host, idx, (size_t)n * sizeof(int32_t), s));
-  for (int64_t i = 0; i < n; i++) {
-    int64_t v = (*host)[i];
-    if (v < 0 || (limit >= 0 && v >= limit)) {
-      if (limit >= 0)
-        return dt_fail_(DT_ERR_ARG, "%s: index %lld at position %lld is outside [0, %lld)", name, (long long)v,
-                        (long long)i, (long long)limit);
-      return dt_fail_(DT_ERR_ARG, "%s: index %lld at position %lld is negative", name, (long long)v, (long long)i);
-    }
+/* Sorts (keys, pos) by key, stably, in `passes` 8-bit passes; the result is
+ * in keys[0:n] / pos[0:n] again (the pass count is made even with a copy). */
+static dt_status dt_radix_sort_(int32_t* keys, int32_t* pos, int32_t* keys2, int32_t* pos2, int32_t* hist, int64_t n,
+                                int passes, cudaStream_t s) {
+  int64_t tiles = (n + SORT_TILE - 1) / SORT_TILE;
+  unsigned grid = dt_row_grid_(tiles);
+  for (int p = 0; p < passes; p++) {
+    int shift = 8 * p;
+    DT_LAUNCH(dt_radix_hist_k_, grid, SORT_TILE, 0, s, hist, keys, n, shift, tiles);
+    DT_CHECK_LAUNCH(s, "dt_embedding_bwd (radix histogram)");
+    DT_LAUNCH(dt_exclusive_scan_k_, 1, 1024, 0, s, hist, 256 * tiles);
+    DT_CHECK_LAUNCH(s, "dt_embedding_bwd (radix offsets)");
+    DT_LAUNCH(dt_radix_scatter_k_, grid, SORT_TILE, 0, s, keys2, pos2, keys, pos, hist, n, shift, tiles);
+    DT_CHECK_LAUNCH(s, "dt_embedding_bwd (radix scatter)");
+    int32_t* t = keys;
+    keys = keys2, keys2 = t;
+    t = pos, pos = pos2, pos2 = t;
+  }
+  if (passes % 2) { /* the sorted run is in the second buffers */
+    DT_CHECK_CUDA(cudaMemcpyAsync(keys2, keys, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+    DT_CHECK_CUDA(cudaMemcpyAsync(pos2, pos, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
   }
   return DT_OK;
 }
 
-/* Size checks shared by the embedding launchers. */
-static dt_status dt_check_embedding_(const char* name, int64_t n, int64_t V, int64_t C) {
-  DT_REQUIRE_(n >= 0 && V >= 0 && C >= 0, "%s: negative size (n=%lld V=%lld C=%lld)", name, (long long)n,
-              (long long)V, (long long)C);
-  int64_t elems, bytes;
-  DT_REQUIRE_(!__builtin_mul_overflow(n > V ? n : V, C, &elems) &&
-                  !__builtin_mul_overflow(elems, (int64_t)sizeof(float), &bytes),
-              "%s: size overflows (n=%lld V=%lld C=%lld)", name, (long long)n, (long long)V, (long long)C);
-  DT_REQUIRE_(n <= INT32_MAX, "%s: n=%lld positions exceed 2^31 - 1", name, (long long)n);
+static dt_status dt_zero_table_(float* table, int64_t elems, cudaStream_t s) {
+  if (elems > 0) DT_CHECK_CUDA(cudaMemsetAsync(table, 0, (size_t)elems * sizeof(float), s));
   return DT_OK;
+}
+
+/* Sorts the positions by index (keys V for bad ones, which are recorded) and
+ * sums each index's dout rows into its table row. */
+static dt_status dt_embedding_bwd_run_(float* dtable, const float* dout, const int32_t* idx, int64_t n, int64_t V,
+                                       int64_t C, cudaStream_t s) {
+  int64_t tiles = (n + SORT_TILE - 1) / SORT_TILE;
+  size_t bytes = (size_t)(4 * n + 256 * tiles) * sizeof(int32_t);
+  int32_t* scratch = NULL;
+  DT_TRY_(dt_scratch_alloc_((void**)&scratch, bytes, s, "dt_embedding_bwd"));
+  int32_t *keys = scratch, *pos = scratch + n, *keys2 = scratch + 2 * n, *pos2 = scratch + 3 * n;
+  int32_t* hist = scratch + 4 * n;
+  unsigned long long* first_bad = NULL;
+  dt_status st = dt_bad_begin_(&first_bad, s, "dt_embedding_bwd");
+  if (st == DT_OK) {
+    DT_LAUNCH(dt_embedding_keys_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, keys, pos, idx, n, V, first_bad);
+    DT_CHECK_LAUNCH(s, "dt_embedding_bwd (keys)");
+    st = dt_bad_end_(first_bad, DT_DATA_EMBEDDING_BWD, idx, DT_I32, V, 0, s);
+  }
+  if (st == DT_OK && V > 0 && C > 0) {
+    int bits = 64 - __builtin_clzll((unsigned long long)V); /* keys are in [0, V] */
+    st = dt_radix_sort_(keys, pos, keys2, pos2, hist, n, (bits + 7) / 8, s);
+  }
+  if (st == DT_OK && V > 0 && C > 0) {
+    int threads = C >= DT_BLOCK ? DT_BLOCK : (int)((C + 31) / 32 * 32);
+    DT_LAUNCH(dt_embedding_runs_k_, dt_row_grid_(n), threads, 0, s, dtable, dout, keys, pos, n, V, C);
+    DT_CHECK_LAUNCH(s, "dt_embedding_bwd (row sums)");
+  }
+  dt_status freed = dt_scratch_free_(scratch, s);
+  return st != DT_OK ? st : freed;
 }
 
 /* ---- launchers ---------------------------------------------------------------------- */
 
 DT_EXPORT dt_status dt_embedding_fwd(float* out, const int32_t* idx, const float* table, int64_t n, int64_t V,
                                      int64_t C, void* stream) {
-  DT_TRY_(dt_check_embedding_("dt_embedding_fwd", n, V, C));
+  DT_TRY_(dt_check_embedding_fwd(out, idx, table, n, V, C));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(idx, "dt_embedding_fwd: null idx");
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  int32_t* host = NULL;
-  dt_status st = dt_read_indices_("dt_embedding_fwd", idx, n, V, s, &host);
-  free(host);
-  if (st != DT_OK || C == 0) return st;
-  DT_REQUIRE_(out && table, "dt_embedding_fwd: null pointer (out=%p table=%p)", (void*)out, (const void*)table);
-  return dt_launch_gather_(out, table, idx, n, C * (int64_t)sizeof(float), s, "dt_embedding_fwd");
-}
-
-/* Groups positions by index: uniq[0:U] are the distinct indices in increasing
- * order, and order[start[u] : start[u+1]] the positions holding uniq[u], in
- * increasing order. `meta` (malloc'd) holds uniq then start. */
-static dt_status dt_group_positions_(const int32_t* idx, int64_t n, int64_t V, int64_t** meta, int32_t** order,
-                                     int64_t* unique) {
-  int64_t* count = (int64_t*)calloc((size_t)V + 1, sizeof(int64_t));
-  *order = (int32_t*)malloc((size_t)n * sizeof(int32_t));
-  if (!count || !*order) {
-    free(count);
-    return dt_fail_(DT_ERR_ALLOC, "dt_embedding_bwd: cannot allocate host buffers for %lld positions", (long long)n);
-  }
-  int64_t u = 0;
-  for (int64_t i = 0; i < n; i++) u += count[idx[i]]++ == 0;
-  *meta = (int64_t*)malloc((size_t)(2 * u + 1) * sizeof(int64_t));
-  if (!*meta) {
-    free(count);
-    return dt_fail_(DT_ERR_ALLOC, "dt_embedding_bwd: cannot allocate host buffers for %lld indices", (long long)u);
-  }
-  int64_t *uniq = *meta, *start = *meta + u;
-  int64_t k = 0, offset = 0;
-  for (int64_t v = 0; v < V; v++) { /* count[v] becomes the next free slot of index v */
-    if (count[v] == 0) continue;
-    uniq[k] = v;
-    start[k++] = offset;
-    int64_t c = count[v];
-    count[v] = offset;
-    offset += c;
-  }
-  start[u] = n;
-  for (int64_t i = 0; i < n; i++) (*order)[count[idx[i]]++] = (int32_t)i; /* stable: positions ascend */
-  free(count);
-  *unique = u;
-  return DT_OK;
-}
-
-/* Uploads the grouping and launches the per-row sums. */
-static dt_status dt_embedding_bwd_run_(float* dtable, const float* dout, const int64_t* meta, const int32_t* order,
-                                       int64_t unique, int64_t n, int64_t C, cudaStream_t s) {
-  size_t meta_bytes = (size_t)(2 * unique + 1) * sizeof(int64_t), order_bytes = (size_t)n * sizeof(int32_t);
-  char* dev = NULL;
-  DT_TRY_(dt_scratch_alloc_((void**)&dev, meta_bytes + order_bytes, s, "dt_embedding_bwd"));
-  /* pageable sources: each copy returns once its data is staged, so the host buffers may go */
-  DT_CHECK_CUDA(cudaMemcpyAsync(dev, meta, meta_bytes, cudaMemcpyHostToDevice, s));
-  DT_CHECK_CUDA(cudaMemcpyAsync(dev + meta_bytes, order, order_bytes, cudaMemcpyHostToDevice, s));
-  const int64_t* uniq = (const int64_t*)dev;
-  dim3 grid((unsigned)(unique < 65535 * 16 ? unique : 65535 * 16), (unsigned)((C + DT_BLOCK - 1) / DT_BLOCK));
-  dt_embedding_bwd_k_<<<grid, DT_BLOCK, 0, s>>>(dtable, dout, uniq, uniq + unique, (const int32_t*)(dev + meta_bytes),
-                                               unique, C);
-  DT_CHECK_LAUNCH(s, "dt_embedding_bwd");
-  return dt_scratch_free_(dev, s);
-}
-
-static dt_status dt_zero_table_(float* table, int64_t elems, cudaStream_t s) {
-  DT_CHECK_CUDA(cudaMemsetAsync(table, 0, (size_t)elems * sizeof(float), s));
-  return DT_OK;
+  return dt_launch_gather_(out, table, idx, n, C * (int64_t)sizeof(float), V, DT_DATA_EMBEDDING_FWD, s,
+                           "dt_embedding_fwd");
 }
 
 DT_EXPORT dt_status dt_embedding_bwd(float* dtable, const float* dout, const int32_t* idx, int64_t n, int64_t V,
                                      int64_t C, void* stream) {
-  DT_TRY_(dt_check_embedding_("dt_embedding_bwd", n, V, C));
-  DT_REQUIRE_(idx || n == 0, "dt_embedding_bwd: null idx");
+  DT_TRY_(dt_check_embedding_bwd(dtable, dout, idx, n, V, C));
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  int32_t* host = NULL;
-  dt_status st = dt_read_indices_("dt_embedding_bwd", idx, n, V, s, &host);
-  if (st != DT_OK || V == 0 || C == 0) {
-    free(host);
-    return st;
-  }
-  if (!dtable || (!dout && n > 0)) {
-    free(host);
-    return dt_fail_(DT_ERR_ARG, "dt_embedding_bwd: null pointer (dtable=%p dout=%p)", (void*)dtable,
-                    (const void*)dout);
-  }
-  int64_t* meta = NULL;
-  int32_t* order = NULL;
-  int64_t unique = 0;
-  st = dt_group_positions_(host, n, V, &meta, &order, &unique);
-  free(host);
-  if (st == DT_OK) st = dt_zero_table_(dtable, V * C, s);
-  if (st == DT_OK && unique > 0) st = dt_embedding_bwd_run_(dtable, dout, meta, order, unique, n, C, s);
-  free(meta);
-  free(order);
-  return st;
+  if (V > 0 && C > 0) DT_TRY_(dt_zero_table_(dtable, V * C, s));
+  if (n == 0) return DT_OK;
+  return dt_embedding_bwd_run_(dtable, dout, idx, n, V, C, s);
 }
 
 DT_EXPORT dt_status dt_gather_rows(void* out, const void* inp, const int32_t* idx, int64_t n, int64_t row_bytes,
                                    void* stream) {
-  DT_REQUIRE_(n >= 0 && row_bytes >= 0, "dt_gather_rows: negative size (n=%lld row_bytes=%lld)", (long long)n,
-              (long long)row_bytes);
-  int64_t total;
-  DT_REQUIRE_(!__builtin_mul_overflow(n, row_bytes, &total), "dt_gather_rows: size overflows (n=%lld row_bytes=%lld)",
-              (long long)n, (long long)row_bytes);
+  DT_TRY_(dt_check_gather_rows(out, inp, idx, n, row_bytes));
   if (n == 0) return DT_OK;
-  DT_REQUIRE_(idx, "dt_gather_rows: null idx");
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   /* The ABI passes no row count for inp, so only negative indices can be refused. */
-  int32_t* host = NULL;
-  dt_status st = dt_read_indices_("dt_gather_rows", idx, n, -1, s, &host);
-  free(host);
-  if (st != DT_OK || row_bytes == 0) return st;
-  DT_REQUIRE_(out && inp, "dt_gather_rows: null pointer (out=%p inp=%p)", out, inp);
-  return dt_launch_gather_(out, inp, idx, n, row_bytes, s, "dt_gather_rows");
+  return dt_launch_gather_(out, inp, idx, n, row_bytes, -1, DT_DATA_GATHER_ROWS, s, "dt_gather_rows");
 }

@@ -45,24 +45,6 @@ __global__ void dt_transpose_tiles_k_(W* out, const W* inp, int64_t A, int64_t B
 
 /* ---- launchers ---------------------------------------------------------------------- */
 
-/* Checks shared by slice/scatter: sizes, the column range, and overflow. */
-static dt_status dt_check_cols_(const char* name, const void* a, const void* b, int64_t rows, int64_t wide_cols,
-                                int64_t start, int64_t len, int64_t elem_bytes) {
-  DT_REQUIRE_(rows >= 0 && wide_cols >= 0 && len >= 0, "%s: negative size (rows=%lld cols=%lld len=%lld)", name,
-              (long long)rows, (long long)wide_cols, (long long)len);
-  DT_REQUIRE_(elem_bytes >= 1, "%s: elem_bytes=%lld must be >= 1", name, (long long)elem_bytes);
-  DT_REQUIRE_(start >= 0 && start <= wide_cols && len <= wide_cols - start,
-              "%s: columns [%lld, %lld + %lld) are outside [0, %lld)", name, (long long)start, (long long)start,
-              (long long)len, (long long)wide_cols);
-  int64_t row_bytes, total;
-  DT_REQUIRE_(!__builtin_mul_overflow(wide_cols, elem_bytes, &row_bytes) &&
-                  !__builtin_mul_overflow(rows, row_bytes, &total),
-              "%s: size overflows (rows=%lld cols=%lld elem_bytes=%lld)", name, (long long)rows, (long long)wide_cols,
-              (long long)elem_bytes);
-  DT_REQUIRE_((a && b) || rows == 0 || len == 0, "%s: null pointer", name);
-  return DT_OK;
-}
-
 /* rows copies of `width` bytes between two pitched (strided) buffers. */
 static dt_status dt_copy_2d_(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width,
                              int64_t rows, cudaStream_t s) {
@@ -73,7 +55,7 @@ static dt_status dt_copy_2d_(void* dst, int64_t dst_pitch, const void* src, int6
 
 DT_EXPORT dt_status dt_slice_cols(void* out, const void* inp, int64_t rows, int64_t in_cols, int64_t start,
                                   int64_t len, int64_t elem_bytes, void* stream) {
-  DT_TRY_(dt_check_cols_("dt_slice_cols", out, inp, rows, in_cols, start, len, elem_bytes));
+  DT_TRY_(dt_check_cols("dt_slice_cols", out, inp, rows, in_cols, start, len, elem_bytes));
   if (rows == 0 || len == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
@@ -83,7 +65,7 @@ DT_EXPORT dt_status dt_slice_cols(void* out, const void* inp, int64_t rows, int6
 
 DT_EXPORT dt_status dt_scatter_cols(void* dst, const void* src, int64_t rows, int64_t dst_cols, int64_t start,
                                     int64_t len, int64_t elem_bytes, void* stream) {
-  DT_TRY_(dt_check_cols_("dt_scatter_cols", dst, src, rows, dst_cols, start, len, elem_bytes));
+  DT_TRY_(dt_check_cols("dt_scatter_cols", dst, src, rows, dst_cols, start, len, elem_bytes));
   if (rows == 0 || len == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
@@ -97,7 +79,7 @@ static dt_status dt_transpose_tiles_(void* out, const void* inp, int64_t A, int6
   DT_REQUIRE_(grid.x <= 2147483647u && grid.y <= 65535u,
               "dt_transpose_0213: B=%lld is too large for the tiled transpose (at most %d)", (long long)B,
               65535 * TILE);
-  dt_transpose_tiles_k_<W><<<grid, dim3(TILE, 8), 0, s>>>((W*)out, (const W*)inp, A, B, C);
+  DT_LAUNCH(dt_transpose_tiles_k_<W>, grid, dim3(TILE, 8), 0, s, (W*)out, (const W*)inp, A, B, C);
   DT_CHECK_LAUNCH(s, "dt_transpose_0213 (tiles)");
   return DT_OK;
 }
@@ -106,24 +88,18 @@ template <typename W>
 static dt_status dt_transpose_words_(void* out, const void* inp, int64_t A, int64_t B, int64_t C, int64_t row,
                                      cudaStream_t s) {
   int64_t Dw = row / (int64_t)sizeof(W);
-  dt_transpose_words_k_<W><<<dt_grid_for_(A * B * C * Dw, DT_BLOCK), DT_BLOCK, 0, s>>>((W*)out, (const W*)inp, A, B, C,
-                                                                                      Dw);
+  DT_LAUNCH(dt_transpose_words_k_<W>, dt_grid_for_(A * B * C * Dw, DT_BLOCK), DT_BLOCK, 0, s,
+            (W*)out, (const W*)inp, A, B, C, Dw);
   DT_CHECK_LAUNCH(s, "dt_transpose_0213");
   return DT_OK;
 }
 
 DT_EXPORT dt_status dt_transpose_0213(void* out, const void* inp, int64_t A, int64_t B, int64_t C, int64_t D,
                                       int64_t elem_bytes, void* stream) {
-  DT_REQUIRE_(A >= 0 && B >= 0 && C >= 0 && D >= 0, "dt_transpose_0213: negative dimension (%lld, %lld, %lld, %lld)",
-              (long long)A, (long long)B, (long long)C, (long long)D);
-  DT_REQUIRE_(elem_bytes >= 1, "dt_transpose_0213: elem_bytes=%lld must be >= 1", (long long)elem_bytes);
-  int64_t row, plane, total;
-  DT_REQUIRE_(!__builtin_mul_overflow(D, elem_bytes, &row) && !__builtin_mul_overflow(B, C, &plane) &&
-                  !__builtin_mul_overflow(plane, row, &plane) && !__builtin_mul_overflow(A, plane, &total),
-              "dt_transpose_0213: size overflows (%lld, %lld, %lld, %lld) x %lld bytes", (long long)A, (long long)B,
-              (long long)C, (long long)D, (long long)elem_bytes);
+  int64_t total = 0;
+  DT_TRY_(dt_check_transpose_0213(out, inp, A, B, C, D, elem_bytes, &total));
   if (total == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_transpose_0213: null pointer (out=%p inp=%p)", out, inp);
+  int64_t row = D * elem_bytes;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (B == 1 || C == 1) { /* nothing moves relative to anything else: a plain copy */

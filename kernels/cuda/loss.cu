@@ -1,17 +1,22 @@
-/* loss.cu — CUDA launches of the softmax cross-entropy loss. The targets
- * are read back and checked on the host first (the same rules and text as
- * kernels/cpu/loss.c, and the count of valid rows); then one block per row
- * computes its probabilities and loss, and one block folds the mean. The
- * gradient of a logit is crossentropy.h's. */
-#include <stdlib.h>
+/* loss.cu — CUDA launches of the softmax cross-entropy loss. One block per
+ * row computes its probabilities and loss, one block folds the mean over the
+ * rows whose target is not ignore_index (counted on the device, so nothing is
+ * read back). A target outside [0, V) poisons its row (loss and gradient NaN)
+ * and the first is recorded for dt_deferred_error, in the CPU library's
+ * words. The gradient of a logit is crossentropy.h's. */
 #include "crossentropy.h"
 #include "cuda_internal.cuh"
 
 /* ---- kernels -------------------------------------------------------------------- */
 
+/* Whether target t is bad: neither ignore_index nor in [0, V). */
+__device__ __forceinline__ bool dt_bad_target_(int64_t t, int64_t V, int64_t ignore_index) {
+  return t != ignore_index && (t < 0 || t >= V);
+}
+
 /* probs of each row and its loss (0 on ignored rows), as dt_crossentropy_row. */
 __global__ void dt_ce_fwd_k_(float* row_loss, float* probs, const float* logits, const int32_t* targets, int64_t rows,
-                             int64_t V, int64_t ignore_index) {
+                             int64_t V, int64_t ignore_index, unsigned long long* first_bad) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* x = logits + r * V;
     float* p = probs + r * V;
@@ -20,7 +25,7 @@ __global__ void dt_ce_fwd_k_(float* row_loss, float* probs, const float* logits,
     m = dt_block_max_(m);
     double sum = 0.0;
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-      float e = expf(x[j] - m);
+      float e = dt_expf(x[j] - m);
       p[j] = e;
       sum += e;
     }
@@ -29,29 +34,50 @@ __global__ void dt_ce_fwd_k_(float* row_loss, float* probs, const float* logits,
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) p[j] *= inv_sum;
     if (threadIdx.x == 0) {
       int64_t t = targets[r];
-      float lse = m + (float)log(sum);
-      row_loss[r] = t == ignore_index ? 0.0f : -(x[t] - lse);
+      if (dt_bad_target_(t, V, ignore_index)) {
+        dt_mark_bad_(first_bad, r);
+        row_loss[r] = NAN;
+      } else {
+        row_loss[r] = t == ignore_index ? 0.0f : dt_crossentropy_loss_f(x[t], dt_crossentropy_lse_f(m, sum));
+      }
     }
   }
 }
 
-/* *loss = (sum of row_loss in double) / valid: NaN when no row is valid, as torch. */
-__global__ void dt_ce_mean_k_(float* loss, const float* row_loss, int64_t rows, double valid) {
-  double s = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += row_loss[r];
+/* *valid = how many rows do not have target ignore_index (one block). */
+__global__ void dt_ce_count_k_(float* valid, const int32_t* targets, int64_t rows, int64_t ignore_index) {
+  double n = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) n += targets[r] != ignore_index;
+  n = dt_block_sum_(n);
+  if (threadIdx.x == 0) *valid = (float)n;
+}
+
+/* *loss = (sum of row_loss in double) / valid rows: NaN when no row is valid, as torch. */
+__global__ void dt_ce_mean_k_(float* loss, const float* row_loss, const int32_t* targets, int64_t rows,
+                              int64_t ignore_index) {
+  double s = 0.0, n = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    s += row_loss[r];
+    n += targets[r] != ignore_index;
+  }
   double total = dt_block_sum_(s);
+  double valid = dt_block_sum_(n);
   if (threadIdx.x == 0) *loss = (float)(total / valid);
 }
 
 __global__ void dt_ce_bwd_k_(float* dlogits, const float* probs, const int32_t* targets, const float* dloss,
-                             int64_t rows, int64_t V, int64_t ignore_index, float valid) {
-  float w = *dloss / valid;
+                             const float* valid, int64_t rows, int64_t V, int64_t ignore_index,
+                             unsigned long long* first_bad) {
+  float w = *dloss / *valid;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     int64_t t = targets[r];
     float* d = dlogits + r * V;
     const float* p = probs + r * V;
     if (t == ignore_index) {
       for (int64_t j = threadIdx.x; j < V; j += blockDim.x) d[j] = 0.0f;
+    } else if (dt_bad_target_(t, V, ignore_index)) {
+      if (threadIdx.x == 0) dt_mark_bad_(first_bad, r);
+      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) d[j] = NAN;
     } else {
       for (int64_t j = threadIdx.x; j < V; j += blockDim.x) d[j] = dt_crossentropy_grad_f(p[j], j == t, w);
     }
@@ -60,72 +86,50 @@ __global__ void dt_ce_bwd_k_(float* dlogits, const float* probs, const int32_t* 
 
 /* ---- launchers ---------------------------------------------------------------------- */
 
-/* The size checks of both launchers (before anything touches the GPU). */
-static dt_status dt_ce_check_sizes_(const char* name, const int32_t* targets, int64_t rows, int64_t V) {
-  DT_REQUIRE_(rows >= 0, "%s: negative rows=%lld", name, (long long)rows);
-  DT_REQUIRE_(V >= 1 && V <= INT32_MAX, "%s: V=%lld must be in [1, 2^31)", name, (long long)V);
-  int64_t total;
-  DT_REQUIRE_(!__builtin_mul_overflow(rows, V, &total), "%s: rows*V overflows (%lld x %lld)", name, (long long)rows,
-              (long long)V);
-  DT_REQUIRE_(targets || rows == 0, "%s: null targets", name);
-  return DT_OK;
-}
-
-/* Reads the targets back and checks each is in [0, V) or ignore_index; counts valid rows. */
-static dt_status dt_check_targets_(const char* name, const int32_t* targets, int64_t rows, int64_t V,
-                                   int64_t ignore_index, cudaStream_t s, int64_t* valid) {
-  *valid = 0;
-  if (rows == 0) return DT_OK;
-  int32_t* host = (int32_t*)malloc((size_t)rows * sizeof(int32_t));
-  if (!host) return dt_fail_(DT_ERR_ALLOC, "%s: cannot allocate %lld host targets", name, (long long)rows);
-  dt_status st = dt_read_back_(host, targets, (size_t)rows * sizeof(int32_t), s);
-  for (int64_t r = 0; st == DT_OK && r < rows; r++) {
-    int64_t t = host[r];
-    if (t == ignore_index) continue;
-    if (t < 0 || t >= V) {
-      st = dt_fail_(DT_ERR_ARG, "%s: target %lld at row %lld is outside [0, %lld) (ignore_index %lld)", name,
-                    (long long)t, (long long)r, (long long)V, (long long)ignore_index);
-      break;
-    }
-    (*valid)++;
-  }
-  free(host);
-  return st;
-}
-
 DT_EXPORT dt_status dt_crossentropy_fwd(float* loss, float* probs, const float* logits, const int32_t* targets,
                                         int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
-  DT_TRY_(dt_ce_check_sizes_("dt_crossentropy_fwd", targets, rows, V));
-  DT_REQUIRE_(loss && ((probs && logits) || rows == 0),
-              "dt_crossentropy_fwd: null pointer (loss=%p probs=%p logits=%p)", (void*)loss, (void*)probs,
-              (const void*)logits);
+  DT_TRY_(dt_check_crossentropy_fwd(loss, probs, logits, targets, rows, V));
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  int64_t valid = 0;
-  DT_TRY_(dt_check_targets_("dt_crossentropy_fwd", targets, rows, V, ignore_index, s, &valid));
   float* row_loss = NULL;
   DT_TRY_(dt_scratch_alloc_((void**)&row_loss, (size_t)rows * sizeof(float), s, "dt_crossentropy_fwd"));
+  dt_status st = DT_OK;
   if (rows > 0) {
-    dt_ce_fwd_k_<<<dt_row_grid_(rows), DT_BLOCK * 2, 0, s>>>(row_loss, probs, logits, targets, rows, V, ignore_index);
-    DT_CHECK_LAUNCH(s, "dt_crossentropy_fwd (rows)");
+    unsigned long long* first_bad = NULL;
+    st = dt_bad_begin_(&first_bad, s, "dt_crossentropy_fwd");
+    if (st == DT_OK) {
+      DT_LAUNCH(dt_ce_fwd_k_, dt_row_grid_(rows), DT_BLOCK * 2, 0, s, row_loss, probs, logits, targets, rows, V,
+                ignore_index, first_bad);
+      DT_CHECK_LAUNCH(s, "dt_crossentropy_fwd (rows)");
+      st = dt_bad_end_(first_bad, DT_DATA_CROSSENTROPY_FWD, targets, DT_I32, V, ignore_index, s);
+    }
   }
-  dt_ce_mean_k_<<<1, 1024, 0, s>>>(loss, row_loss, rows, (double)valid);
-  DT_CHECK_LAUNCH(s, "dt_crossentropy_fwd (mean)");
-  return dt_scratch_free_(row_loss, s);
+  if (st == DT_OK) {
+    DT_LAUNCH(dt_ce_mean_k_, 1, 1024, 0, s, loss, row_loss, targets, rows, ignore_index);
+    DT_CHECK_LAUNCH(s, "dt_crossentropy_fwd (mean)");
+  }
+  dt_status freed = dt_scratch_free_(row_loss, s);
+  return st != DT_OK ? st : freed;
 }
 
 DT_EXPORT dt_status dt_crossentropy_bwd(float* dlogits, const float* probs, const int32_t* targets, const float* dloss,
                                         int64_t rows, int64_t V, int64_t ignore_index, void* stream) {
-  DT_TRY_(dt_ce_check_sizes_("dt_crossentropy_bwd", targets, rows, V));
+  DT_TRY_(dt_check_crossentropy_bwd(dlogits, probs, targets, dloss, rows, V));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(dlogits && probs && dloss, "dt_crossentropy_bwd: null pointer (dlogits=%p probs=%p dloss=%p)",
-              (void*)dlogits, (const void*)probs, (const void*)dloss);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  int64_t valid = 0;
-  DT_TRY_(dt_check_targets_("dt_crossentropy_bwd", targets, rows, V, ignore_index, s, &valid));
-  dt_ce_bwd_k_<<<dt_row_grid_(rows), DT_BLOCK * 2, 0, s>>>(dlogits, probs, targets, dloss, rows, V, ignore_index,
-                                                           (float)valid);
-  DT_CHECK_LAUNCH(s, "dt_crossentropy_bwd");
-  return DT_OK;
+  float* valid = NULL;
+  DT_TRY_(dt_scratch_alloc_((void**)&valid, sizeof(float), s, "dt_crossentropy_bwd"));
+  unsigned long long* first_bad = NULL;
+  dt_status st = dt_bad_begin_(&first_bad, s, "dt_crossentropy_bwd");
+  if (st == DT_OK) {
+    DT_LAUNCH(dt_ce_count_k_, 1, 1024, 0, s, valid, targets, rows, ignore_index);
+    DT_CHECK_LAUNCH(s, "dt_crossentropy_bwd (valid rows)");
+    DT_LAUNCH(dt_ce_bwd_k_, dt_row_grid_(rows), DT_BLOCK * 2, 0, s, dlogits, probs, targets, dloss, valid, rows, V,
+              ignore_index, first_bad);
+    DT_CHECK_LAUNCH(s, "dt_crossentropy_bwd");
+    st = dt_bad_end_(first_bad, DT_DATA_CROSSENTROPY_BWD, targets, DT_I32, V, ignore_index, s);
+  }
+  dt_status freed = dt_scratch_free_(valid, s);
+  return st != DT_OK ? st : freed;
 }

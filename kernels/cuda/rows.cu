@@ -44,13 +44,13 @@ __global__ void dt_softmax_fwd_k_(float* out, const float* inp, int64_t rows, in
       for (int k = 0; k < ROW_CACHE; k++) {
         int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
         if (j < visible) {
-          z[k] = expf(z[k] - m);
+          z[k] = dt_softmax_exp_f(z[k], m);
           sum += z[k];
         }
       }
     } else {
       for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
-        float e = expf(scale * x[j] - m);
+        float e = dt_softmax_exp_f(scale * x[j], m);
         y[j] = e;
         sum += e;
       }
@@ -131,7 +131,7 @@ __global__ void dt_layernorm_fwd_k_(float* out, float* mean, float* rstd, const 
     }
     float var = (float)(dt_block_sum_(sq) / (double)C);
     float mean_f = (float)mu;
-    float rstd_f = 1.0f / sqrtf(var + eps); /* as dt_layernorm_moments */
+    float rstd_f = dt_layernorm_rstd_f(var, eps); /* as dt_layernorm_moments */
     if (CACHED) {
       for (int k = 0; k < ROW_CACHE; k++) {
         int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
@@ -236,56 +236,40 @@ __global__ void dt_layernorm_fold_k_(float* dweight, float* dbias, const double*
 
 /* ---- launchers ---------------------------------------------------------------------- */
 
-/* Checks shared by the row launchers: sizes, then that rows*cols does not overflow. */
-static dt_status dt_rows_check_(const char* name, int64_t rows, int64_t cols) {
-  DT_REQUIRE_(rows >= 0, "%s: negative rows=%lld", name, (long long)rows);
-  DT_REQUIRE_(cols >= 1 || rows == 0, "%s: cols=%lld must be >= 1", name, (long long)cols);
-  int64_t total;
-  DT_REQUIRE_(!__builtin_mul_overflow(rows, cols, &total), "%s: rows*cols overflows (%lld x %lld)", name,
-              (long long)rows, (long long)cols);
-  return DT_OK;
-}
-
 static bool dt_row_cached_(int64_t cols) { return cols <= (int64_t)ROW_CACHE * DT_BLOCK; }
 
 DT_EXPORT dt_status dt_softmax_fwd(float* out, const float* inp, int64_t rows, int64_t cols, int64_t causal_t,
                                    float scale, void* stream) {
-  DT_TRY_(dt_rows_check_("dt_softmax_fwd", rows, cols));
-  DT_REQUIRE_(causal_t >= 0, "dt_softmax_fwd: negative causal_t=%lld (0 = no mask)", (long long)causal_t);
+  DT_TRY_(dt_check_softmax_fwd(out, inp, rows, cols, causal_t));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_softmax_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   auto kernel = dt_row_cached_(cols) ? dt_softmax_fwd_k_<true> : dt_softmax_fwd_k_<false>;
-  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, inp, rows, cols, causal_t, scale);
+  DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, out, inp, rows, cols, causal_t, scale);
   DT_CHECK_LAUNCH(s, "dt_softmax_fwd");
   return DT_OK;
 }
 
 DT_EXPORT dt_status dt_softmax_bwd(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols,
                                    float scale, void* stream) {
-  DT_TRY_(dt_rows_check_("dt_softmax_bwd", rows, cols));
+  DT_TRY_(dt_check_softmax_bwd(dinp, dout, out, rows, cols));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(dinp && dout && out, "dt_softmax_bwd: null pointer (dinp=%p dout=%p out=%p)", (void*)dinp,
-              (const void*)dout, (const void*)out);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   auto kernel = dt_row_cached_(cols) ? dt_softmax_bwd_k_<true> : dt_softmax_bwd_k_<false>;
-  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(dinp, dout, out, rows, cols, scale);
+  DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, dinp, dout, out, rows, cols, scale);
   DT_CHECK_LAUNCH(s, "dt_softmax_bwd");
   return DT_OK;
 }
 
 DT_EXPORT dt_status dt_layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                      const float* bias, int64_t rows, int64_t C, float eps, void* stream) {
-  DT_TRY_(dt_rows_check_("dt_layernorm_fwd", rows, C));
-  DT_REQUIRE_(eps >= 0.0f, "dt_layernorm_fwd: eps=%g must be >= 0", (double)eps);
+  DT_TRY_(dt_check_layernorm_fwd(out, inp, rows, C, eps));
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_layernorm_fwd: null pointer (out=%p inp=%p)", (void*)out, (const void*)inp);
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   auto kernel = dt_row_cached_(C) ? dt_layernorm_fwd_k_<true> : dt_layernorm_fwd_k_<false>;
-  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(out, mean, rstd, inp, weight, bias, rows, C, eps);
+  DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, out, mean, rstd, inp, weight, bias, rows, C, eps);
   DT_CHECK_LAUNCH(s, "dt_layernorm_fwd");
   return DT_OK;
 }
@@ -300,11 +284,11 @@ static dt_status dt_layernorm_param_grads_(float* dweight, float* dbias, const f
   double* partial = NULL;
   DT_TRY_(dt_scratch_alloc_((void**)&partial, (size_t)(2 * chunks * C) * sizeof(double), s, "dt_layernorm_bwd"));
   dim3 grid((unsigned)((C + COLS - 1) / COLS), (unsigned)chunks);
-  dt_layernorm_cols_k_<<<grid, dim3(COLS, COL_THREADS), 0, s>>>(partial, partial + chunks * C, dout, inp, mean, rstd,
-                                                                rows, C, chunk_rows);
+  DT_LAUNCH(dt_layernorm_cols_k_, grid, dim3(COLS, COL_THREADS), 0, s,
+            partial, partial + chunks * C, dout, inp, mean, rstd, rows, C, chunk_rows);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd (column sums)");
-  dt_layernorm_fold_k_<<<dt_grid_for_(C, DT_BLOCK), DT_BLOCK, 0, s>>>(dweight, dbias, partial, partial + chunks * C,
-                                                                     chunks, C);
+  DT_LAUNCH(dt_layernorm_fold_k_, dt_grid_for_(C, DT_BLOCK), DT_BLOCK, 0, s,
+            dweight, dbias, partial, partial + chunks * C, chunks, C);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd (fold)");
   return dt_scratch_free_(partial, s);
 }
@@ -312,10 +296,7 @@ static dt_status dt_layernorm_param_grads_(float* dweight, float* dbias, const f
 DT_EXPORT dt_status dt_layernorm_bwd(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                      const float* weight, const float* mean, const float* rstd, int64_t rows,
                                      int64_t C, void* stream) {
-  DT_TRY_(dt_rows_check_("dt_layernorm_bwd", rows, C));
-  DT_REQUIRE_(rows == 0 || (dinp && dout && inp && mean && rstd),
-              "dt_layernorm_bwd: null pointer (dinp=%p dout=%p inp=%p mean=%p rstd=%p)", (void*)dinp,
-              (const void*)dout, (const void*)inp, (const void*)mean, (const void*)rstd);
+  DT_TRY_(dt_check_layernorm_bwd(dinp, dout, inp, mean, rstd, rows, C));
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
   if (rows == 0) { /* the parameter gradients of an empty batch are zero */
@@ -324,7 +305,7 @@ DT_EXPORT dt_status dt_layernorm_bwd(float* dinp, float* dweight, float* dbias, 
     return DT_OK;
   }
   auto kernel = dt_row_cached_(C) ? dt_layernorm_bwd_k_<true> : dt_layernorm_bwd_k_<false>;
-  kernel<<<dt_row_grid_(rows), DT_BLOCK, 0, s>>>(dinp, dout, inp, weight, mean, rstd, rows, C);
+  DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, dinp, dout, inp, weight, mean, rstd, rows, C);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd");
   if (dweight || dbias) DT_TRY_(dt_layernorm_param_grads_(dweight, dbias, dout, inp, mean, rstd, rows, C, s));
   return DT_OK;

@@ -3,36 +3,16 @@
  * that the CPU library does not have. One process drives one GPU: the
  * library keeps that device's compute stream. */
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#define DT_ERROR_DEFINE /* this file owns dt_last_error()'s text */
+#include "convert.h"
 #include "cuda_internal.cuh"
 
 #ifndef DT_BUILD_HASH
 #define DT_BUILD_HASH "unknown"
 #endif
-
-static __thread char dt_error_text_[1024];
-
-dt_status dt_fail_(dt_status status, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(dt_error_text_, sizeof dt_error_text_, fmt, ap);
-  va_end(ap);
-  return status;
-}
-
-dt_status dt_with_context_(dt_status status, const char* fmt, ...) {
-  char prefix[512], rest[sizeof dt_error_text_];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(prefix, sizeof prefix, fmt, ap);
-  va_end(ap);
-  snprintf(rest, sizeof rest, "%s", dt_error_text_);
-  snprintf(dt_error_text_, sizeof dt_error_text_, "%s: %s", prefix, rest);
-  return status;
-}
 
 dt_status dt_cuda_fail_(cudaError_t err, const char* what, const char* file, int line) {
   const char* base = strrchr(file, '/');
@@ -64,24 +44,13 @@ dt_status dt_cuda_after_launch_(cudaStream_t stream, const char* kernel, const c
   return DT_OK;
 }
 
-const char* dt_dtype_name_(int32_t dtype) {
-  switch (dtype) {
-    case DT_F32: return "f32";
-    case DT_BF16: return "bf16";
-    case DT_F16: return "f16";
-    case DT_I32: return "i32";
-    case DT_I64: return "i64";
-    case DT_U8: return "u8";
-    default: return "unknown";
-  }
-}
-
 /* ---- the device and its compute stream ------------------------------------------------ */
 
 static pthread_mutex_t dt_state_mu_ = PTHREAD_MUTEX_INITIALIZER;
 static int dt_device_ = -1;          /* chosen by dt_cuda_set_device (or the current one on first use) */
 static cudaStream_t dt_compute_ = 0; /* created on first use, on dt_device_ */
 static int dt_sm_count_ = 0;
+static dt_data_error_t* dt_data_error_ = NULL; /* device memory: the first data error, until reported */
 
 /* Creates the compute stream on the current device and makes the device's
  * memory pool keep freed scratch memory (its default gives it back at every
@@ -97,8 +66,12 @@ static dt_status dt_init_device_locked_(void) {
   DT_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, dev));
   uint64_t keep = UINT64_MAX;
   DT_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  dt_data_error_t* record = NULL;
+  DT_CHECK_CUDA(cudaMalloc((void**)&record, sizeof *record));
+  DT_CHECK_CUDA(cudaMemset(record, 0, sizeof *record));
   cudaStream_t s;
   DT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  dt_data_error_ = record;
   dt_compute_ = s;
   dt_device_ = dev;
   return DT_OK;
@@ -148,10 +121,51 @@ dt_status dt_read_back_(void* host, const void* dev, size_t bytes, cudaStream_t 
   return DT_OK;
 }
 
+/* ---- data errors ------------------------------------------------------------------------ */
+
+/* Records values[*first] unless nothing was marked or an earlier error is recorded. */
+__global__ void dt_record_bad_k_(dt_data_error_t* rec, const unsigned long long* first, int32_t op, const void* values,
+                                 int32_t values_dtype, int64_t limit, int64_t ignore_index) {
+  unsigned long long i = *first;
+  if (i == ~0ull || rec->op != DT_DATA_OK) return;
+  rec->position = (int64_t)i;
+  rec->value_dtype = values_dtype;
+  if (dt_dtype_is_float(values_dtype)) rec->fvalue = (double)dt_load_float(values, values_dtype, (int64_t)i);
+  else rec->ivalue = dt_load_int(values, values_dtype, (int64_t)i);
+  rec->limit = limit;
+  rec->ignore_index = ignore_index;
+  rec->op = op;
+}
+
+dt_status dt_bad_begin_(unsigned long long** first, cudaStream_t s, const char* who) {
+  DT_TRY_(dt_scratch_alloc_((void**)first, sizeof **first, s, who));
+  DT_CHECK_CUDA(cudaMemsetAsync(*first, 0xff, sizeof **first, s));
+  return DT_OK;
+}
+
+dt_status dt_bad_end_(unsigned long long* first, int32_t op, const void* values, int32_t values_dtype, int64_t limit,
+                      int64_t ignore_index, cudaStream_t s) {
+  DT_LAUNCH(dt_record_bad_k_, 1, 1, 0, s, dt_data_error_, first, op, values, values_dtype, limit, ignore_index);
+  DT_CHECK_LAUNCH(s, "recording a data error");
+  return dt_scratch_free_(first, s);
+}
+
+/* Reports (and forgets) the first data error that kernels recorded on the
+ * device, in the CPU library's words; DT_OK when there is none. */
+DT_EXPORT dt_status dt_deferred_error(void* stream) {
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  dt_data_error_t rec;
+  DT_TRY_(dt_read_back_(&rec, dt_data_error_, sizeof rec, s));
+  if (rec.op == DT_DATA_OK) return DT_OK;
+  DT_CHECK_CUDA(cudaMemsetAsync(dt_data_error_, 0, sizeof rec, s));
+  return dt_fail_data_error_(&rec);
+}
+
 /* ---- library identity ------------------------------------------------------------------ */
 
 DT_EXPORT int32_t dt_abi_version(void) { return DT_ABI_VERSION; }
-DT_EXPORT const char* dt_last_error(void) { return dt_error_text_; }
+DT_EXPORT const char* dt_last_error(void) { return dt_error_text_(); }
 DT_EXPORT const char* dt_build_hash(void) { return DT_BUILD_HASH; }
 
 static char dt_backend_name_text_[160];
@@ -166,7 +180,7 @@ static dt_status dt_current_device_prop_(cudaDeviceProp* prop) {
 DT_EXPORT const char* dt_backend_name(void) {
   cudaDeviceProp prop;
   if (dt_current_device_prop_(&prop) != DT_OK) {
-    snprintf(dt_backend_name_text_, sizeof dt_backend_name_text_, "cuda (no usable GPU: %s)", dt_error_text_);
+    snprintf(dt_backend_name_text_, sizeof dt_backend_name_text_, "cuda (no usable GPU: %s)", dt_error_text_());
   } else {
     snprintf(dt_backend_name_text_, sizeof dt_backend_name_text_, "cuda sm_%d%d (%s)", prop.major, prop.minor,
              prop.name);
@@ -179,7 +193,7 @@ DT_EXPORT const char* dt_backend_name(void) {
 static int32_t dt_num_threads_ = 1;
 
 DT_EXPORT dt_status dt_set_num_threads(int32_t n) {
-  DT_REQUIRE_(n >= 1 && n <= 64, "dt_set_num_threads: %d is not in [1, 64]", n);
+  DT_TRY_(dt_check_set_num_threads(n, 64));
   dt_num_threads_ = n;
   return DT_OK;
 }
@@ -197,10 +211,7 @@ static dt_status dt_malloc_(void** out, size_t bytes) {
 }
 
 DT_EXPORT void* dt_alloc(int64_t bytes) {
-  if (bytes < 0) {
-    dt_fail_(DT_ERR_ARG, "dt_alloc: negative size %lld", (long long)bytes);
-    return NULL;
-  }
+  if (dt_check_alloc(bytes) != DT_OK) return NULL;
   cudaStream_t s;
   if (dt_cuda_stream_(NULL, &s) != DT_OK) return NULL; /* picks the device on first use */
   void* p = NULL;
@@ -218,10 +229,8 @@ DT_EXPORT dt_status dt_free(void* p) {
 }
 
 DT_EXPORT dt_status dt_memcpy(void* dst, const void* src, int64_t bytes, int32_t kind, void* stream) {
-  DT_REQUIRE_(bytes >= 0, "dt_memcpy: negative size %lld", (long long)bytes);
-  DT_REQUIRE_(kind >= 0 && kind <= 3, "dt_memcpy: kind %d is not 0 (h2h), 1 (h2d), 2 (d2h) or 3 (d2d)", kind);
+  DT_TRY_(dt_check_memcpy(dst, src, bytes, kind));
   if (bytes == 0) return DT_OK;
-  DT_REQUIRE_(dst && src, "dt_memcpy: null pointer");
   static const cudaMemcpyKind kinds[4] = {cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                           cudaMemcpyDeviceToDevice};
   cudaStream_t s;

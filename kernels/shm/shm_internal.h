@@ -4,6 +4,7 @@
  * part of the exported ABI. */
 #pragma once
 #include "dt_common.h"
+#include "dt_error.h"
 #include <stdatomic.h>
 
 /* f64 has no code in dt_common.h yet; collectives accept it under this code
@@ -91,8 +92,9 @@ typedef struct {
 } dt_shm_t;
 
 /* ---- shm_runtime.c ---- */
-dt_status dt_shm_fail_(dt_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-const char* dt_shm_error_text_(void);
+/* The error machinery is kernels/common/dt_error.h's, as in the kernel libraries. */
+#define dt_shm_fail_ dt_fail_
+#define dt_shm_error_text_ dt_error_text_
 int64_t dt_shm_now_ns_(void);
 
 /* ---- shm_sync.c ---- */

@@ -1,7 +1,8 @@
 /**
  * A source check of kernels/cuda: every CUDA runtime and cuBLAS(Lt) call
  * sits inside a check macro (DT_CHECK_CUDA, DT_CHECK_CUDA_ALLOW,
- * DT_CHECK_CUBLAS), and every kernel launch is followed at once by
+ * DT_CHECK_CUBLAS), every kernel launch goes through DT_LAUNCH (so the GPU
+ * and the emulated device build from one source) and is followed at once by
  * DT_CHECK_LAUNCH. Comments and string literals are blanked first, so
  * symbol names in dlsym strings or prose do not count.
  */
@@ -18,7 +19,8 @@ export const UNCHECKED_ALLOWED: Readonly<Record<string, string>> = {
 
 const CHECK_MACROS = /\bDT_CHECK_(?:CUDA|CUDA_ALLOW|CUBLAS)\s*\(/g;
 const CALL = /\b((?:cuda|cublas)[A-Za-z0-9_]*)\s*\((?!\s*\*)/g;
-const LAUNCH = /<<<[^;]*?>>>\s*\([^;]*\)\s*;/g;
+const LAUNCH = /\bDT_LAUNCH\s*\(/g;
+const RAW_LAUNCH = /<<</g;
 
 /** Replaces comments and the insides of string and char literals with spaces (offsets kept). */
 export function blankCommentsAndStrings(src: string): string {
@@ -103,14 +105,27 @@ export function uncheckedCalls(file: string, source: string): Finding[] {
     }
   }
   for (const m of src.matchAll(LAUNCH)) {
-    const after = src.slice(m.index! + m[0].length).trimStart();
-    if (!after.startsWith("DT_CHECK_LAUNCH(")) {
+    const lineStart = src.lastIndexOf("\n", m.index!) + 1;
+    if (/^\s*#/.test(src.slice(lineStart, m.index!))) continue; /* the macro's definition */
+    const end = closingParen(src, m.index! + m[0].length - 1);
+    const after = src.slice(end).trimStart();
+    if (!after.startsWith(";") || !after.slice(1).trimStart().startsWith("DT_CHECK_LAUNCH(")) {
       findings.push({
         file,
         line: lineOf(src, m.index!),
         what: "kernel launch not followed by DT_CHECK_LAUNCH",
       });
     }
+  }
+  for (const m of src.matchAll(RAW_LAUNCH)) {
+    const lineStart = src.lastIndexOf("\n", m.index!) + 1;
+    const line = src.slice(lineStart, src.indexOf("\n", m.index!));
+    if (/^\s*#\s*define\s+DT_LAUNCH\b/.test(line)) continue; /* the one place <<< may appear */
+    findings.push({
+      file,
+      line: lineOf(src, m.index!),
+      what: "raw <<<...>>> launch: launch kernels with DT_LAUNCH",
+    });
   }
   return findings;
 }

@@ -1,8 +1,9 @@
 /**
  * The CUDA library's host side, without a GPU: every argument check that runs
  * before the GPU is touched fails with the CPU library's status and exact
- * text, and a call that needs the GPU on a machine without a driver returns
- * DT_ERR_CUDA carrying the CUDA runtime's own error string and file:line.
+ * text (in the nvcc build and in the emulated device's), and a call that
+ * needs the GPU on a machine without a driver returns DT_ERR_CUDA carrying
+ * the CUDA runtime's own error string and file:line.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -13,6 +14,7 @@ import { findCudaLibrary } from "../../ffi/cuda_libs.ts";
 import { cString, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
 
 const HAVE_NVCC = hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0";
+const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
 buildNative({ quiet: true });
 
 const F = new Float32Array(64);
@@ -25,6 +27,7 @@ type BadCall = [label: string, call: (k: NativeLibrary<KernelSymbols>["symbols"]
 const BAD_CALLS: BadCall[] = [
   ["dt_set_num_threads(0)", (k) => k.dt_set_num_threads(0)],
   ["dt_memcpy with a negative size", (k) => k.dt_memcpy(p(F), p(F), -1n, 1, null)],
+  ["dt_memcpy with kind 7", (k) => k.dt_memcpy(p(F), p(F), 4n, 7, null)],
   ["dt_fill with an unknown dtype", (k) => k.dt_fill(p(F), 9, 4n, 1, null)],
   ["dt_fill of i32 with 1e20", (k) => k.dt_fill(p(I), 3, 4n, 1e20, null)],
   ["dt_cast from an unknown dtype", (k) => k.dt_cast(p(F), 0, p(F), 11, 4n, null)],
@@ -50,6 +53,10 @@ const BAD_CALLS: BadCall[] = [
   ],
   ["dt_embedding_fwd with V = -1", (k) => k.dt_embedding_fwd(p(F), p(I), p(F), 4n, -1n, 4n, null)],
   [
+    "dt_embedding_bwd with 2^31 positions",
+    (k) => k.dt_embedding_bwd(p(F), p(F), p(I), 1n << 31n, 4n, 1n, null),
+  ],
+  [
     "dt_crossentropy_fwd with V = 0",
     (k) => k.dt_crossentropy_fwd(p(F), p(F), p(F), p(I), 2n, 0n, -100n, null),
   ],
@@ -73,6 +80,8 @@ const BAD_CALLS: BadCall[] = [
   ["dt_gemm with dtype 5", (k) => gemm(k, { dtype: 5 })],
   ["dt_gemm with transA = 2", (k) => gemm(k, { ta: 2 })],
   ["dt_gemm with lda too small", (k) => gemm(k, { lda: 2n })],
+  // 2^62 elements fit in int64, 2^62 f32 bytes do not: both libraries count bytes
+  ["dt_gemm whose A spans 2^64 bytes", (k) => gemm(k, { batch: 2n, sa: 1n << 61n })],
   ["dt_gemm with overlapping batches of C", (k) => gemm(k, { batch: 2n, sc: 3n })],
   ["dt_gemm with a null A", (k) => gemm(k, { a: null })],
   [
@@ -98,6 +107,7 @@ function gemm(
     ta?: number;
     lda?: bigint;
     batch?: bigint;
+    sa?: bigint;
     sc?: bigint;
     a?: Deno.PointerValue;
   },
@@ -119,42 +129,47 @@ function gemm(
     p(F),
     5n,
     o.batch ?? 1n,
-    0n,
+    o.sa ?? 0n,
     0n,
     o.sc ?? 0n,
     null,
   );
 }
 
+/** Every BAD_CALL on the CPU library and on `name`: the same status and text. */
+function assertSameRefusals(name: string): void {
+  const cpu = openLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS, join(BUILD_DIR, "libdtrain_cpu.so"));
+  const gpu = openLibrary(name, CUDA_SYMBOLS, join(BUILD_DIR, name));
+  try {
+    for (const [label, call] of BAD_CALLS) {
+      const cpuStatus = call(cpu.symbols), cpuText = cString(cpu.symbols.dt_last_error());
+      const gpuStatus = call(gpu.symbols), gpuText = cString(gpu.symbols.dt_last_error());
+      assert.equal(cpuStatus, 1, `${label}: the CPU library returned ${cpuStatus} (${cpuText})`);
+      assert.equal(
+        gpuStatus,
+        cpuStatus,
+        `${label}: CUDA status ${gpuStatus} (${gpuText}) != CPU ${cpuStatus}`,
+      );
+      assert.equal(gpuText, cpuText, `${label}: texts differ`);
+    }
+    assert.equal(gpu.symbols.dt_alloc(-1n), null);
+    assert.equal(cString(gpu.symbols.dt_last_error()), "dt_alloc: negative size -1");
+  } finally {
+    cpu.close();
+    gpu.close();
+  }
+}
+
 Deno.test({
   name: "libdtrain_cuda.so rejects bad arguments with the CPU library's status and text",
   ignore: !HAVE_NVCC,
-  fn() {
-    const cpu = openLibrary(
-      "libdtrain_cpu.so",
-      KERNEL_SYMBOLS,
-      join(BUILD_DIR, "libdtrain_cpu.so"),
-    );
-    const gpu = openLibrary(CUDA_LIBRARY_NAME, CUDA_SYMBOLS, join(BUILD_DIR, CUDA_LIBRARY_NAME));
-    try {
-      for (const [label, call] of BAD_CALLS) {
-        const cpuStatus = call(cpu.symbols), cpuText = cString(cpu.symbols.dt_last_error());
-        const gpuStatus = call(gpu.symbols), gpuText = cString(gpu.symbols.dt_last_error());
-        assert.equal(cpuStatus, 1, `${label}: the CPU library returned ${cpuStatus} (${cpuText})`);
-        assert.equal(
-          gpuStatus,
-          cpuStatus,
-          `${label}: CUDA status ${gpuStatus} (${gpuText}) != CPU ${cpuStatus}`,
-        );
-        assert.equal(gpuText, cpuText, `${label}: texts differ`);
-      }
-      assert.equal(gpu.symbols.dt_alloc(-1n), null);
-      assert.equal(cString(gpu.symbols.dt_last_error()), "dt_alloc: negative size -1");
-    } finally {
-      cpu.close();
-      gpu.close();
-    }
-  },
+  fn: () => assertSameRefusals(CUDA_LIBRARY_NAME),
+});
+
+Deno.test({
+  name: "libdtrain_cuda_emu.so rejects bad arguments with the CPU library's status and text",
+  ignore: !HAVE_EMU,
+  fn: () => assertSameRefusals("libdtrain_cuda_emu.so"),
 });
 
 Deno.test({

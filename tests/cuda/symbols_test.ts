@@ -3,7 +3,9 @@
  * present it is built (through buildNative) and its exported symbols must be
  * exactly ffi/symbols.ts plus the dt_cuda_* extras of ffi/cuda.ts, while the
  * CPU library exports exactly the kernel ABI; Deno opens it with that table.
- * Without nvcc the CUDA checks are ignored, saying why.
+ * The emulated device's library (g++) must export exactly the same set, and
+ * exactly what libdtrain_cuda.so exports where both are built. Without a
+ * compiler the checks that need it are ignored, saying why.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -13,6 +15,14 @@ import { CUDA_EXTRA_SYMBOLS, CUDA_LIBRARY_NAME, CUDA_SYMBOLS } from "../../ffi/c
 import { ABI_VERSION, cString, openLibrary } from "../../ffi/native.ts";
 
 const HAVE_NVCC = hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0";
+const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
+const EMU_LIBRARY = "libdtrain_cuda_emu.so";
+if (!HAVE_EMU) {
+  console.log(
+    "tests/cuda/symbols_test.ts: g++ is not on PATH (or DTRAIN_CUDA_EMU=0), so the emulated device is not " +
+      "built and its symbol checks are ignored",
+  );
+}
 if (!HAVE_NVCC) {
   console.log(
     "tests/cuda/symbols_test.ts: nvcc is not on PATH (or DTRAIN_CUDA=0), so the CUDA library is not built " +
@@ -79,6 +89,43 @@ Deno.test({
       EXTRAS,
       "dt_cuda_* extras of libdtrain_cuda.so",
     );
+  },
+});
+
+Deno.test({
+  name: "libdtrain_cuda_emu.so exports exactly the kernel ABI plus the declared dt_cuda_* extras",
+  ignore: !HAVE_EMU,
+  fn() {
+    const actual = exportedSymbols(join(BUILD_DIR, EMU_LIBRARY));
+    assertExactly(actual, [...ABI, ...EXTRAS].sort(), EMU_LIBRARY);
+  },
+});
+
+Deno.test({
+  name: "libdtrain_cuda_emu.so exports exactly what libdtrain_cuda.so exports",
+  ignore: !HAVE_EMU || !HAVE_NVCC,
+  fn() {
+    assertExactly(
+      exportedSymbols(join(BUILD_DIR, EMU_LIBRARY)),
+      exportedSymbols(join(BUILD_DIR, CUDA_LIBRARY_NAME)),
+      `${EMU_LIBRARY} against ${CUDA_LIBRARY_NAME}`,
+    );
+  },
+});
+
+Deno.test({
+  name: "libdtrain_cuda_emu.so opens with the full table and names the emulated device",
+  ignore: !HAVE_EMU,
+  fn() {
+    const lib = openLibrary(EMU_LIBRARY, CUDA_SYMBOLS, join(BUILD_DIR, EMU_LIBRARY));
+    try {
+      assert.equal(lib.symbols.dt_abi_version(), ABI_VERSION);
+      const hash = Deno.readTextFileSync(join(BUILD_DIR, `${EMU_LIBRARY}.hash`)).trim();
+      assert.equal(cString(lib.symbols.dt_build_hash()), hash);
+      assert.match(cString(lib.symbols.dt_backend_name()), /^cuda sm_90 \(dtrain emulated GPU \d+/);
+    } finally {
+      lib.close();
+    }
   },
 });
 

@@ -1,6 +1,6 @@
-/* dt_vectorize.h — host-only helpers for the CPU loops: compile a hot loop
- * twice (AVX+FMA and baseline x86-64, picked once at load time by an ifunc)
- * and check size arithmetic for overflow. Nothing here changes the arithmetic:
+/* dt_vectorize.h — how the CPU loops are compiled: a hot loop twice (AVX+FMA
+ * and baseline x86-64, picked once at load time by an ifunc). CPU library
+ * only (the CUDA one never includes it). Nothing here changes the arithmetic:
  * -ffp-contract=off holds in both clones, so they round identically. Include
  * it first in a .c file, so its pragma covers the headers' inline bodies. */
 #pragma once
@@ -18,9 +18,3 @@
 #else
 #define DT_VEC_CLONES
 #endif
-
-/* a * b into *out; returns 0 when the product overflows int64 or an operand is negative. */
-static inline int dt_mul_ok_(int64_t a, int64_t b, int64_t* out) {
-  if (a < 0 || b < 0) return 0;
-  return !__builtin_mul_overflow(a, b, out);
-}

@@ -1,0 +1,776 @@
+/**
+ * The cases of the op sweep: every op of the kernel ABI (ffi/symbols.ts),
+ * forward and backward, with fresh random inputs of several sizes, odd and
+ * empty ones included, and the tolerance of each (normwise relative error:
+ * f32 1e-5, GEMM 1e-4 with TF32 off, bf16 1e-2, f16 2e-3, and 0 for ops that
+ * only move or select data). Two size sets: "gpu" for the device check on a
+ * real GPU, "emulated" for the emulated device in CI, which is small but
+ * still reaches more rows than its grid and more elements than one pass.
+ */
+import type { KernelSymbols } from "../../ffi/symbols.ts";
+import type { NativeLibrary } from "../../ffi/native.ts";
+import { type Arr, type Case, Rng, toBf16, toF16 } from "./_harness.ts";
+
+/** dtype codes of kernels/common/dt_common.h. */
+export const DT = { F32: 0, BF16: 1, F16: 2, I32: 3, I64: 4, U8: 5 } as const;
+/** normwise relative error allowed per kind of case. */
+export const TOL = { f32: 1e-5, gemm32: 1e-4, bf16: 1e-2, f16: 2e-3, exact: 0 } as const;
+
+/** A GEMM case: row-major M x N x K with transposes, padding of the leading dimensions, batch. */
+export interface GemmShape {
+  M: number;
+  N: number;
+  K: number;
+  ta: number;
+  tb: number;
+  batch?: number;
+  pad?: number;
+  alpha?: number;
+  beta?: number;
+}
+
+/** The sizes of each family of cases. */
+export interface SizeSet {
+  elementwise: number[];
+  /** [n, bn, inner] */
+  broadcast: [number, number, number][];
+  sumsq: number[];
+  conversions: number[];
+  /** [rows, cols, causal] */
+  softmax: [number, number, number][];
+  /** [rows, C] */
+  layernorm: [number, number][];
+  /** [rows, cols] */
+  argmax: [number, number][];
+  /** [n, V, C] */
+  embedding: [number, number, number][];
+  /** [rows, V] */
+  crossentropy: [number, number][];
+  /** [n, rowBytes, rowsIn] */
+  gather: [number, number, number][];
+  /** [rows, cols, start, len, elem_bytes] */
+  cols: [number, number, number, number, number][];
+  /** [A, B, C, D, elem_bytes] */
+  transpose: [number, number, number, number, number][];
+  gemm: GemmShape[];
+  optim: number[];
+}
+
+const GEMMS: GemmShape[] = [
+  { M: 1, N: 1, K: 1, ta: 0, tb: 0 },
+  { M: 7, N: 13, K: 5, ta: 0, tb: 0 },
+  { M: 65, N: 129, K: 257, ta: 1, tb: 0, pad: 3 },
+  { M: 128, N: 2304, K: 768, ta: 0, tb: 1 },
+  { M: 300, N: 50, K: 77, ta: 1, tb: 1, alpha: 0.5, beta: 0.75 },
+  { M: 64, N: 64, K: 1024, ta: 0, tb: 1, batch: 12 },
+  { M: 33, N: 17, K: 0, ta: 0, tb: 0, beta: 2 },
+];
+
+/** Sizes of the device check on a real GPU (GPT-2 shapes included). */
+export const GPU_SIZES: SizeSet = {
+  elementwise: [1, 7, 1000, 65_537, 1_000_003],
+  broadcast: [[1000 * 768, 768, 1], [64 * 33, 64, 33], [100_003, 1, 1], [12_345, 7, 10], [5, 5, 1]],
+  sumsq: [1, 1001, 3_000_017],
+  conversions: [1, 7, 100_003],
+  softmax: [[1, 1, 0], [7, 33, 0], [96, 1024, 32], [5, 1025, 0], [64, 3000, 64]],
+  layernorm: [[1, 1], [7, 768], [33, 1025], [100, 3000], [4096, 768]],
+  argmax: [[1, 1], [7, 1000], [300, 50_257]],
+  embedding: [[1, 1, 1], [1000, 50_257, 64], [4096, 1024, 768], [777, 13, 5]],
+  crossentropy: [[1, 1], [7, 50_257], [1024, 1000], [64, 50_257]],
+  gather: [[1, 4, 1], [64, 4096, 300], [33, 3, 17], [1000, 1026, 50]],
+  cols: [[7, 10, 3, 4, 4], [1000, 2304, 768, 768, 4], [33, 17, 5, 7, 2], [5, 9, 1, 3, 1]],
+  transpose: [[2, 1024, 12, 64, 4], [1, 300, 257, 1, 4], [3, 5, 7, 3, 2], [2, 33, 65, 1, 8], [
+    1,
+    7,
+    9,
+    5,
+    1,
+  ], [4, 1, 6, 8, 4]],
+  gemm: GEMMS,
+  optim: [1, 1001, 1_000_003],
+};
+
+/** Sizes for the emulated device in CI (DTRAIN_CUDA_EMU_SMS = 2: a grid-stride pass covers
+ * 64 blocks x 256 = 16384 elements and a row grid 128 rows). Every family has an empty case,
+ * sizes that are not multiples of a block, and one beyond the grid. */
+export const EMULATED_SIZES: SizeSet = {
+  elementwise: [0, 1, 7, 1000, 40_009],
+  broadcast: [[77 * 300, 77, 1], [64 * 33, 64, 33], [20_003, 1, 1], [12_345, 7, 10], [5, 5, 1], [
+    0,
+    3,
+    1,
+  ]],
+  sumsq: [0, 1, 1001, 140_001],
+  conversions: [0, 1, 7, 20_011],
+  softmax: [[0, 5, 0], [1, 1, 0], [7, 33, 0], [130, 64, 32], [5, 1025, 0], [3, 3000, 3]],
+  layernorm: [[0, 8], [1, 1], [7, 768], [33, 1025], [200, 64]],
+  argmax: [[0, 5], [1, 1], [7, 1000], [150, 2001]],
+  embedding: [[0, 5, 4], [1, 1, 1], [300, 50_257, 8], [600, 1024, 64], [777, 13, 5], [
+    40_000,
+    1000,
+    3,
+  ]],
+  crossentropy: [[0, 5], [1, 1], [7, 50_257], [200, 100], [64, 1000]],
+  gather: [[0, 4, 1], [1, 4, 1], [64, 4096, 300], [33, 3, 17], [200, 1026, 50]],
+  cols: [[0, 10, 3, 4, 4], [7, 10, 3, 4, 4], [300, 230, 76, 77, 4], [33, 17, 5, 7, 2], [
+    5,
+    9,
+    1,
+    3,
+    1,
+  ]],
+  transpose: [
+    [2, 64, 12, 64, 4],
+    [1, 300, 257, 1, 4],
+    [3, 5, 7, 3, 2],
+    [2, 33, 65, 1, 8],
+    [
+      1,
+      7,
+      9,
+      5,
+      1,
+    ],
+    [4, 1, 6, 8, 4],
+    [0, 3, 3, 3, 4],
+  ],
+  gemm: [...GEMMS, { M: 0, N: 5, K: 3, ta: 0, tb: 0 }, {
+    M: 5,
+    N: 7,
+    K: 3,
+    ta: 0,
+    tb: 0,
+    batch: 0,
+  }],
+  optim: [0, 1, 1001, 40_009],
+};
+
+/**
+ * Every case of the sweep, built from `rng` (references of backward cases come from `cpu`).
+ *
+ * @example
+ * ```ts
+ * const cases = buildOpCases({ rng: new Rng(1), cpu, sizes: EMULATED_SIZES });
+ * ```
+ */
+export function buildOpCases(
+  opts: { rng: Rng; cpu: NativeLibrary<KernelSymbols>; sizes: SizeSet },
+): Case[] {
+  const { rng, cpu, sizes: S } = opts;
+  const n64 = BigInt;
+  const cases: Case[] = [];
+  const add = (c: Case) => cases.push(c);
+  const f32 = (n: number) => new Float32Array(n);
+
+  // ---- elementwise ------------------------------------------------------------------------
+  for (const n of S.elementwise) {
+    const a = rng.normals(n), b = Float32Array.from(rng.normals(n), (v) => 0.5 + Math.abs(v));
+    for (const op of [0, 1, 2, 3]) {
+      add({
+        op: `binary op ${op} same shape`,
+        symbols: ["dt_binary"],
+        dtype: "f32",
+        size: `${n}`,
+        tol: TOL.exact,
+        inputs: { a, b },
+        outputs: { out: [f32(n), "f32"] },
+        call: (k, p, s) => k.dt_binary(op, p("out"), p("a"), p("b"), n64(n), n64(n), 1n, s),
+      });
+    }
+    add({
+      op: "scale",
+      symbols: ["dt_scale"],
+      dtype: "f32",
+      size: `${n}`,
+      tol: TOL.exact,
+      inputs: { a },
+      outputs: { out: [f32(n), "f32"] },
+      call: (k, p, s) => k.dt_scale(p("out"), p("a"), n64(n), -1.7, s),
+    });
+    add({
+      op: "axpy (in place)",
+      symbols: ["dt_axpy"],
+      dtype: "f32",
+      size: `${n}`,
+      tol: TOL.exact,
+      inputs: { x: a },
+      inout: { y: [b, "f32"] },
+      call: (k, p, s) => k.dt_axpy(p("y"), p("x"), n64(n), 0.3, s),
+    });
+    for (
+      const [name, fwd, bwd] of [["relu", "dt_relu_fwd", "dt_relu_bwd"], [
+        "gelu",
+        "dt_gelu_fwd",
+        "dt_gelu_bwd",
+      ]] as const
+    ) {
+      add({
+        op: `${name} fwd`,
+        symbols: [fwd],
+        dtype: "f32",
+        size: `${n}`,
+        tol: name === "gelu" ? TOL.f32 : TOL.exact,
+        inputs: { x: a },
+        outputs: { y: [f32(n), "f32"] },
+        call: (k, p, s) => k[fwd](p("y"), p("x"), n64(n), s),
+      });
+      add({
+        op: `${name} bwd`,
+        symbols: [bwd],
+        dtype: "f32",
+        size: `${n}`,
+        tol: name === "gelu" ? TOL.f32 : TOL.exact,
+        inputs: { x: a, dy: b },
+        outputs: { dx: [f32(n), "f32"] },
+        call: (k, p, s) => k[bwd](p("dx"), p("dy"), p("x"), n64(n), s),
+      });
+    }
+    for (const sym of ["dt_dropout_fwd", "dt_dropout_bwd"] as const) {
+      add({
+        op: sym === "dt_dropout_fwd" ? "dropout fwd" : "dropout bwd",
+        symbols: [sym],
+        dtype: "f32",
+        size: `${n}`,
+        tol: TOL.exact,
+        inputs: { x: a },
+        outputs: { y: [f32(n), "f32"] },
+        call: (k, p, s) => k[sym](p("y"), p("x"), n64(n), 0.1, 1234n, 99n, s),
+      });
+    }
+    add({
+      op: "unscale_check",
+      symbols: ["dt_unscale_check"],
+      dtype: "f32",
+      size: `${n}`,
+      tol: TOL.exact,
+      inout: { g: [a, "f32"], found: [new Float32Array([0]), "f32"] },
+      call: (k, p, s) => k.dt_unscale_check(p("g"), n64(n), 1 / 1024, p("found"), s),
+    });
+  }
+  {
+    const n = 4099, g = rng.normals(n);
+    g[4000] = Infinity;
+    add({
+      op: "unscale_check with an inf",
+      symbols: ["dt_unscale_check"],
+      dtype: "f32",
+      size: `${n}`,
+      tol: TOL.exact,
+      inout: { g: [g, "f32"], found: [new Float32Array([0]), "f32"] },
+      call: (k, p, s) => k.dt_unscale_check(p("g"), n64(n), 0.5, p("found"), s),
+    });
+  }
+  // broadcast forms of dt_binary and their gradient dt_reduce_bcast: [n, bn, inner]
+  for (const [n, bn, inner] of S.broadcast) {
+    const a = rng.normals(n), b = rng.normals(bn);
+    add({
+      op: "binary broadcast (mul)",
+      symbols: ["dt_binary"],
+      dtype: "f32",
+      size: `${n}/${bn}x${inner}`,
+      tol: TOL.exact,
+      inputs: { a, b },
+      outputs: { out: [f32(n), "f32"] },
+      call: (k, p, s) => k.dt_binary(2, p("out"), p("a"), p("b"), n64(n), n64(bn), n64(inner), s),
+    });
+    add({
+      op: "reduce_bcast (broadcast grad)",
+      symbols: ["dt_reduce_bcast"],
+      dtype: "f32",
+      size: `${n}/${bn}x${inner}`,
+      tol: TOL.f32,
+      inputs: { a },
+      outputs: { out: [f32(bn), "f32"] },
+      call: (k, p, s) => k.dt_reduce_bcast(p("out"), p("a"), n64(n), n64(bn), n64(inner), s),
+    });
+  }
+  for (const n of S.sumsq) {
+    add({
+      op: "sumsq",
+      symbols: ["dt_sumsq"],
+      dtype: "f64",
+      size: `${n}`,
+      tol: 1e-12,
+      inputs: { x: rng.normals(n) },
+      outputs: { out: [new Float64Array(1), "f64"] },
+      call: (k, p, s) => k.dt_sumsq(p("out"), p("x"), n64(n), s),
+    });
+  }
+  // many tensors in one reduction (empty ones among them), and clipping built on it
+  {
+    const sizes = [...S.sumsq, 3, 0, 77];
+    const names = sizes.map((_, i) => `g${i}`);
+    const grads = Object.fromEntries(names.map((g, i) => [g, rng.normals(sizes[i]!, 0.5)]));
+    /** Host arrays of the tensors' addresses (device ones on the GPU) and counts. */
+    const table = (p: (name: string) => Deno.PointerValue) => {
+      const ptrs = BigUint64Array.from(names, (g) => BigInt(Deno.UnsafePointer.value(p(g))));
+      const counts = BigInt64Array.from(sizes, BigInt);
+      return [Deno.UnsafePointer.of(ptrs), Deno.UnsafePointer.of(counts)] as const;
+    };
+    const total = sizes.reduce((a, b) => a + b, 0);
+    add({
+      op: "sumsq_many",
+      symbols: ["dt_sumsq_many"],
+      dtype: "f64",
+      size: `${sizes.length} tensors, ${total}`,
+      tol: 1e-12,
+      inputs: grads,
+      outputs: { out: [new Float64Array(sizes.length), "f64"] },
+      call: (k, p, s) => k.dt_sumsq_many(p("out"), ...table(p), n64(sizes.length), s),
+    });
+    for (const maxNorm of [Infinity, 1e6, 0.5]) {
+      add({
+        op: `clip_grad_norm max_norm=${maxNorm}`,
+        symbols: ["dt_clip_grad_norm"],
+        dtype: "f32",
+        size: `${sizes.length} tensors, ${total}`,
+        tol: TOL.f32,
+        inout: Object.fromEntries(names.map((g) => [g, [grads[g]!, "f32"]])) as Record<
+          string,
+          [Arr, "f32"]
+        >,
+        outputs: { total: [f32(1), "f32"], sumsq: [new Float64Array(sizes.length), "f64"] },
+        call: (k, p, s) =>
+          k.dt_clip_grad_norm(p("total"), p("sumsq"), ...table(p), n64(sizes.length), maxNorm, s),
+      });
+    }
+  }
+
+  // ---- conversions ------------------------------------------------------------------------
+  for (const n of S.conversions) {
+    for (
+      const [dtype, arr, kind, value] of [
+        [DT.F32, f32(n), "f32", 0.1],
+        [DT.BF16, new Uint16Array(n), "bf16", 0.1],
+        [DT.F16, new Uint16Array(n), "f16", 0.1],
+        [DT.I32, new Int32Array(n), "int", -7],
+        [DT.I64, new BigInt64Array(n), "int", 3e12],
+        [DT.U8, new Uint8Array(n), "bytes", 200],
+      ] as const
+    ) {
+      add({
+        op: `fill ${kind}`,
+        symbols: ["dt_fill"],
+        dtype: kind,
+        size: `${n}`,
+        tol: TOL.exact,
+        outputs: { out: [arr, kind] },
+        call: (k, p, s) => k.dt_fill(p("out"), dtype, n64(n), value, s),
+      });
+    }
+    const x = rng.normals(n, 100);
+    const casts: [string, number, Arr, number, [Arr, "f32" | "bf16" | "f16" | "int" | "bytes"]][] =
+      [
+        ["f32->bf16", DT.F32, x, DT.BF16, [new Uint16Array(n), "bf16"]],
+        ["f32->f16", DT.F32, x, DT.F16, [new Uint16Array(n), "f16"]],
+        ["bf16->f32", DT.BF16, toBf16(x), DT.F32, [f32(n), "f32"]],
+        ["f16->f32", DT.F16, toF16(x), DT.F32, [f32(n), "f32"]],
+        ["f32->i32", DT.F32, x, DT.I32, [new Int32Array(n), "int"]],
+        ["i32->f32", DT.I32, rng.ints(n, -1e6, 1e6), DT.F32, [f32(n), "f32"]],
+        ["i64->i32", DT.I64, BigInt64Array.from(rng.ints(n, -1e9, 1e9), BigInt), DT.I32, [
+          new Int32Array(n),
+          "int",
+        ]],
+        ["u8->f32", DT.U8, Uint8Array.from(rng.ints(n, 0, 256)), DT.F32, [f32(n), "f32"]],
+      ];
+    for (const [label, inDt, inp, outDt, out] of casts) {
+      add({
+        op: `cast ${label}`,
+        symbols: ["dt_cast"],
+        dtype: label,
+        size: `${n}`,
+        tol: TOL.exact,
+        inputs: { x: inp },
+        outputs: { y: out },
+        call: (k, p, s) => k.dt_cast(p("y"), outDt, p("x"), inDt, n64(n), s),
+      });
+    }
+  }
+
+  // ---- rows ---------------------------------------------------------------------------------
+  for (const [rows, cols, causal] of S.softmax) {
+    const x = rng.normals(rows * cols, 3), dy = rng.normals(rows * cols);
+    const probs = cpuSoftmax(x, rows, cols, causal, 0.125);
+    add({
+      op: `softmax fwd${causal ? " causal" : ""}`,
+      symbols: ["dt_softmax_fwd"],
+      dtype: "f32",
+      size: `${rows}x${cols}`,
+      tol: TOL.f32,
+      inputs: { x },
+      outputs: { y: [f32(rows * cols), "f32"] },
+      call: (k, p, s) =>
+        k.dt_softmax_fwd(p("y"), p("x"), n64(rows), n64(cols), n64(causal), 0.125, s),
+    });
+    add({
+      op: "softmax bwd",
+      symbols: ["dt_softmax_bwd"],
+      dtype: "f32",
+      size: `${rows}x${cols}`,
+      tol: TOL.f32,
+      inputs: { dy, y: probs },
+      outputs: { dx: [f32(rows * cols), "f32"] },
+      call: (k, p, s) => k.dt_softmax_bwd(p("dx"), p("dy"), p("y"), n64(rows), n64(cols), 0.125, s),
+    });
+  }
+  for (const [rows, C] of S.layernorm) {
+    const x = Float32Array.from(rng.normals(rows * C), (v) => 2 + 3 * v),
+      w = rng.normals(C),
+      b = rng.normals(C);
+    const dy = rng.normals(rows * C);
+    const [mean, rstd] = cpuMoments(x, w, b, rows, C);
+    for (const affine of [true, false]) {
+      add({
+        op: `layernorm fwd${affine ? "" : " (no affine)"}`,
+        symbols: ["dt_layernorm_fwd"],
+        dtype: "f32",
+        size: `${rows}x${C}`,
+        tol: TOL.f32,
+        inputs: affine ? { x, w, b } : { x },
+        outputs: { y: [f32(rows * C), "f32"], mean: [f32(rows), "f32"], rstd: [f32(rows), "f32"] },
+        call: (k, p, s) =>
+          k.dt_layernorm_fwd(
+            p("y"),
+            p("mean"),
+            p("rstd"),
+            p("x"),
+            p("w"),
+            p("b"),
+            n64(rows),
+            n64(C),
+            1e-5,
+            s,
+          ),
+      });
+      add({
+        op: `layernorm bwd${affine ? "" : " (no affine)"}`,
+        symbols: ["dt_layernorm_bwd"],
+        dtype: "f32",
+        size: `${rows}x${C}`,
+        tol: TOL.f32,
+        inputs: affine ? { dy, x, w, mean, rstd } : { dy, x, mean, rstd },
+        outputs: affine
+          ? { dx: [f32(rows * C), "f32"], dw: [f32(C), "f32"], db: [f32(C), "f32"] }
+          : { dx: [f32(rows * C), "f32"] },
+        call: (k, p, s) =>
+          k.dt_layernorm_bwd(
+            p("dx"),
+            p("dw"),
+            p("db"),
+            p("dy"),
+            p("x"),
+            p("w"),
+            p("mean"),
+            p("rstd"),
+            n64(rows),
+            n64(C),
+            s,
+          ),
+      });
+    }
+  }
+  for (const [rows, cols] of S.argmax) {
+    const x = Float32Array.from(rng.normals(rows * cols), (v) => Math.round(v * 4) / 4); // ties
+    x[Math.floor(x.length / 2)] = NaN; // the first NaN wins, as torch.argmax
+    add({
+      op: "argmax_rows (ties, a NaN)",
+      symbols: ["dt_argmax_rows"],
+      dtype: "i32",
+      size: `${rows}x${cols}`,
+      tol: TOL.exact,
+      inputs: { x },
+      outputs: { out: [new Int32Array(rows), "int"] },
+      call: (k, p, s) => k.dt_argmax_rows(p("out"), p("x"), n64(rows), n64(cols), s),
+    });
+  }
+
+  // ---- embedding, cross-entropy, gather ------------------------------------------------------
+  for (const [n, V, C] of S.embedding) {
+    const idx = rng.ints(n, 0, V), table = rng.normals(V * C), dy = rng.normals(n * C);
+    add({
+      op: "embedding fwd",
+      symbols: ["dt_embedding_fwd"],
+      dtype: "f32",
+      size: `${n}/${V}x${C}`,
+      tol: TOL.exact,
+      inputs: { idx, table },
+      outputs: { y: [f32(n * C), "f32"] },
+      call: (k, p, s) =>
+        k.dt_embedding_fwd(p("y"), p("idx"), p("table"), n64(n), n64(V), n64(C), s),
+    });
+    add({
+      op: "embedding bwd (repeats, index order)",
+      symbols: ["dt_embedding_bwd"],
+      dtype: "f32",
+      size: `${n}/${V}x${C}`,
+      tol: TOL.exact,
+      inputs: { idx, dy },
+      outputs: { dt: [f32(V * C), "f32"] },
+      call: (k, p, s) => k.dt_embedding_bwd(p("dt"), p("dy"), p("idx"), n64(n), n64(V), n64(C), s),
+    });
+  }
+  for (const [rows, V] of S.crossentropy) {
+    const logits = rng.normals(rows * V, 2), targets = rng.ints(rows, 0, V);
+    if (rows > 1) targets[1] = -100; // an ignored row
+    const probs = cpuSoftmax(logits, rows, V, 0, 1);
+    add({
+      op: "crossentropy fwd",
+      symbols: ["dt_crossentropy_fwd"],
+      dtype: "f32",
+      size: `${rows}x${V}`,
+      tol: TOL.f32,
+      inputs: { logits, targets },
+      outputs: { loss: [f32(1), "f32"], probs: [f32(rows * V), "f32"] },
+      call: (k, p, s) =>
+        k.dt_crossentropy_fwd(
+          p("loss"),
+          p("probs"),
+          p("logits"),
+          p("targets"),
+          n64(rows),
+          n64(V),
+          -100n,
+          s,
+        ),
+    });
+    add({
+      op: "crossentropy bwd",
+      symbols: ["dt_crossentropy_bwd"],
+      dtype: "f32",
+      size: `${rows}x${V}`,
+      tol: TOL.exact,
+      inputs: { probs, targets, dloss: new Float32Array([2.5]) },
+      outputs: { dx: [f32(rows * V), "f32"] },
+      call: (k, p, s) =>
+        k.dt_crossentropy_bwd(
+          p("dx"),
+          p("probs"),
+          p("targets"),
+          p("dloss"),
+          n64(rows),
+          n64(V),
+          -100n,
+          s,
+        ),
+    });
+  }
+  for (const [n, rowBytes, rowsIn] of S.gather) {
+    const inp = Uint8Array.from({ length: rowsIn * rowBytes }, () => Math.floor(rng.next() * 256));
+    add({
+      op: "gather_rows",
+      symbols: ["dt_gather_rows"],
+      dtype: "bytes",
+      size: `${n}x${rowBytes}B`,
+      tol: TOL.exact,
+      inputs: { inp, idx: rng.ints(n, 0, rowsIn) },
+      outputs: { out: [new Uint8Array(n * rowBytes), "bytes"] },
+      call: (k, p, s) => k.dt_gather_rows(p("out"), p("inp"), p("idx"), n64(n), n64(rowBytes), s),
+    });
+  }
+
+  // ---- layout -----------------------------------------------------------------------------------
+  for (const [rows, cols, start, len, eb] of S.cols) {
+    const inp = Uint8Array.from({ length: rows * cols * eb }, () => Math.floor(rng.next() * 256));
+    const dst = Uint8Array.from({ length: rows * cols * eb }, () => Math.floor(rng.next() * 256));
+    const src = Uint8Array.from({ length: rows * len * eb }, () => Math.floor(rng.next() * 256));
+    add({
+      op: "slice_cols",
+      symbols: ["dt_slice_cols"],
+      dtype: `${eb}B`,
+      size: `${rows}x${cols}[${start}+${len}]`,
+      tol: TOL.exact,
+      inputs: { inp },
+      outputs: { out: [new Uint8Array(rows * len * eb), "bytes"] },
+      call: (k, p, s) =>
+        k.dt_slice_cols(p("out"), p("inp"), n64(rows), n64(cols), n64(start), n64(len), n64(eb), s),
+    });
+    add({
+      op: "scatter_cols (others untouched)",
+      symbols: ["dt_scatter_cols"],
+      dtype: `${eb}B`,
+      size: `${rows}x${cols}[${start}+${len}]`,
+      tol: TOL.exact,
+      inputs: { src },
+      inout: { dst: [dst, "bytes"] },
+      call: (k, p, s) =>
+        k.dt_scatter_cols(
+          p("dst"),
+          p("src"),
+          n64(rows),
+          n64(cols),
+          n64(start),
+          n64(len),
+          n64(eb),
+          s,
+        ),
+    });
+  }
+  for (const [A, B, C, D, eb] of S.transpose) {
+    const n = A * B * C * D * eb;
+    add({
+      op: "transpose_0213",
+      symbols: ["dt_transpose_0213"],
+      dtype: `${eb}B`,
+      size: `${A}x${B}x${C}x${D}`,
+      tol: TOL.exact,
+      inputs: { inp: Uint8Array.from({ length: n }, () => Math.floor(rng.next() * 256)) },
+      outputs: { out: [new Uint8Array(n), "bytes"] },
+      call: (k, p, s) =>
+        k.dt_transpose_0213(p("out"), p("inp"), n64(A), n64(B), n64(C), n64(D), n64(eb), s),
+    });
+  }
+
+  // ---- GEMM -----------------------------------------------------------------------------------
+  for (const g of S.gemm) {
+    for (const dtype of [DT.F32, DT.BF16, DT.F16]) add(gemmCase(g, dtype));
+  }
+
+  // ---- optimizers ------------------------------------------------------------------------------
+  for (const n of S.optim) {
+    for (const step of [1, 10]) {
+      add({
+        op: `adamw step ${step}`,
+        symbols: ["dt_adamw"],
+        dtype: "f32",
+        size: `${n}`,
+        tol: TOL.f32,
+        inputs: { g: rng.normals(n) },
+        inout: {
+          p: [rng.normals(n), "f32"],
+          m: [rng.normals(n, 0.1), "f32"],
+          v: [Float32Array.from(rng.normals(n, 0.1), Math.abs), "f32"],
+        },
+        call: (k, p, s) =>
+          k.dt_adamw(
+            p("p"),
+            p("g"),
+            p("m"),
+            p("v"),
+            n64(n),
+            6e-4,
+            0.9,
+            0.95,
+            1e-8,
+            0.1,
+            n64(step),
+            s,
+          ),
+      });
+    }
+    for (const [momentum, nesterov, first] of [[0, 0, 1], [0.9, 0, 1], [0.9, 1, 0]]) {
+      add({
+        op: `sgd m=${momentum} nesterov=${nesterov} first=${first}`,
+        symbols: ["dt_sgd"],
+        dtype: "f32",
+        size: `${n}`,
+        tol: TOL.f32,
+        inputs: { g: rng.normals(n) },
+        inout: { p: [rng.normals(n), "f32"], buf: [rng.normals(n), "f32"] },
+        call: (k, p, s) =>
+          k.dt_sgd(p("p"), p("g"), p("buf"), n64(n), 0.01, momentum, 0, 1e-4, nesterov, first, s),
+      });
+    }
+  }
+
+  return cases;
+
+  function cpuSoftmax(
+    x: Float32Array,
+    rows: number,
+    cols: number,
+    causal: number,
+    scale: number,
+  ): Float32Array {
+    const y = f32(rows * cols);
+    cpu.check(
+      cpu.symbols.dt_softmax_fwd(
+        Deno.UnsafePointer.of(y),
+        Deno.UnsafePointer.of(x),
+        n64(rows),
+        n64(cols),
+        n64(causal),
+        scale,
+        null,
+      ),
+      "dt_softmax_fwd",
+    );
+    return y;
+  }
+
+  function cpuMoments(
+    x: Float32Array,
+    w: Float32Array,
+    b: Float32Array,
+    rows: number,
+    C: number,
+  ): [Float32Array, Float32Array] {
+    const y = f32(rows * C), mean = f32(rows), rstd = f32(rows);
+    const P = (a: Float32Array) => Deno.UnsafePointer.of(a);
+    cpu.check(
+      cpu.symbols.dt_layernorm_fwd(
+        P(y),
+        P(mean),
+        P(rstd),
+        P(x),
+        P(w),
+        P(b),
+        n64(rows),
+        n64(C),
+        1e-5,
+        null,
+      ),
+      "dt_layernorm_fwd",
+    );
+    return [mean, rstd];
+  }
+
+  function gemmCase(g: GemmShape, dtype: number): Case {
+    const batch = g.batch ?? 1, pad = g.pad ?? 0, alpha = g.alpha ?? 1, beta = g.beta ?? 0;
+    const [ar, ac] = g.ta ? [g.K, g.M] : [g.M, g.K];
+    const [br, bc] = g.tb ? [g.N, g.K] : [g.K, g.N];
+    const lda = ac + pad, ldb = bc + pad, ldc = g.N + pad;
+    const sa = ar * lda, sb = br * ldb, sc = g.M * ldc;
+    const mk = (n: number) => {
+      const x = rng.normals(n);
+      return dtype === DT.F32 ? x : dtype === DT.BF16 ? toBf16(x) : toF16(x);
+    };
+    const kind = dtype === DT.F32 ? "f32" : dtype === DT.BF16 ? "bf16" : "f16";
+    return {
+      op: `gemm ${g.ta ? "T" : "N"}${g.tb ? "T" : "N"}${batch > 1 ? ` x${batch}` : ""}${
+        beta ? ` a=${alpha} b=${beta}` : ""
+      }`,
+      symbols: ["dt_gemm"],
+      dtype: kind,
+      size: `${g.M}x${g.N}x${g.K}${pad ? ` ld+${pad}` : ""}`,
+      tol: dtype === DT.F32 ? TOL.gemm32 : dtype === DT.BF16 ? TOL.bf16 : TOL.f16,
+      inputs: { A: mk(Math.max(1, batch * sa)), B: mk(Math.max(1, batch * sb)) },
+      // beta = 0 never reads C, so its NaN poison must not leak into the product; beta != 0 (or
+      // padding columns, which stay untouched) start from data
+      ...(beta === 0 && pad === 0
+        ? { outputs: { C: [mk(batch * sc), kind] as [Arr, typeof kind] } }
+        : { inout: { C: [mk(batch * sc), kind] as [Arr, typeof kind] } }),
+      call: (k, p, s) =>
+        k.dt_gemm(
+          dtype,
+          g.ta,
+          g.tb,
+          n64(g.M),
+          n64(g.N),
+          n64(g.K),
+          alpha,
+          p("A"),
+          n64(lda),
+          p("B"),
+          n64(ldb),
+          beta,
+          p("C"),
+          n64(ldc),
+          n64(batch),
+          n64(sa),
+          n64(sb),
+          n64(sc),
+          s,
+        ),
+    };
+  }
+}
