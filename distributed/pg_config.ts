@@ -21,6 +21,8 @@ export interface ProcessGroupOptions {
   spinUs?: number;
   /** The environment to read; default Deno.env (tests pass their own). */
   env?: Record<string, string | undefined>;
+  /** The rank's device (initProcessGroup passes it): GPU ranks may span machines (NCCL). */
+  device?: "cpu" | "cuda";
 }
 
 /** Everything a backend needs, resolved. */
@@ -90,7 +92,7 @@ export function resolveProcessGroupConfig(opts: ProcessGroupOptions = {}): Proce
   };
   const { rank, worldSize: size, localWorldSize: localSize, nnodes } = world;
   if (size === 1) return { rank: 0, size: 1, runId: world.runId, ...common };
-  if (nnodes > 1 || localSize !== size) {
+  if ((opts.device ?? "cpu") === "cpu" && (nnodes > 1 || localSize !== size)) {
     throw new Error(
       `Cannot create a CPU process group across machines: WORLD_SIZE=${size}, LOCAL_WORLD_SIZE=${localSize}, ` +
         `DTRAIN_NNODES=${nnodes}. The CPU backend connects ranks on one machine through shared memory only; ` +

@@ -1,9 +1,9 @@
 /**
  * The ProcessGroup API that training code uses for collectives (allReduce,
  * broadcast, allGather, reduceScatter, barrier), and initProcessGroup, which
- * builds the group this process belongs to from the launcher's environment:
- * the shared-memory CPU backend for ranks on one machine, or a trivial group
- * when the process runs alone. GPU ranks will get NCCL behind the same API.
+ * builds the group this process belongs to from the launcher's environment
+ * and the rank's device: NCCL for GPU ranks, the shared-memory backend for
+ * CPU ranks on one machine, or a trivial group when the process runs alone.
  *
  * @module
  */
@@ -11,6 +11,10 @@ import type { BufferLike, ReduceOp } from "./collective_buffer.ts";
 import type { Work } from "./work.ts";
 import { type ProcessGroupOptions, resolveProcessGroupConfig } from "./pg_config.ts";
 import { ShmProcessGroup } from "./shm_backend.ts";
+import { NcclProcessGroup } from "./nccl_backend.ts";
+import { backend } from "../tensor/backend.ts";
+import { describeBackend } from "../tensor/device_choice.ts";
+import { reportProcessGroup } from "./control/rank_runtime.ts";
 import { SingleProcessGroup } from "./single_process_group.ts";
 
 export type {
@@ -41,8 +45,8 @@ export interface ProcessGroup {
   readonly rank: number;
   /** Number of ranks. */
   readonly size: number;
-  /** "shm" (ranks on one machine) or "single" (a world of one process). */
-  readonly backend: "shm" | "single";
+  /** "nccl" (GPU ranks), "shm" (CPU ranks on one machine) or "single" (a world of one process). */
+  readonly backend: "nccl" | "shm" | "single";
   /** In place: every element becomes `op` over the ranks' values, the same
    *  bits on every rank (floats are combined in rank order 0..size-1). */
   allReduce(buf: BufferLike, op?: ReduceOp, opts?: CallOptions): void;
@@ -73,10 +77,13 @@ export interface ProcessGroup {
 
 /**
  * Creates this process's group from the environment set by the launcher
- * (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, DTRAIN_RUN_ID). Without
- * it, the group is this process alone and every collective is an identity.
- * Ranks on several machines are refused: CPU collectives between machines
- * need Gloo, which dtrain does not have yet.
+ * (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, DTRAIN_RUN_ID) and the
+ * rank's device (tensor/backend.ts; a launched rank computes on its GPU
+ * unless the script chose the CPU): NCCL on the rank's GPU when the device
+ * is CUDA, shared memory on the CPU. Without a launcher, the group is this
+ * process alone and every collective is an identity. CPU ranks on several
+ * machines are refused: CPU collectives between machines need Gloo, which
+ * dtrain does not have yet.
  *
  * @example
  * ```ts
@@ -87,7 +94,13 @@ export interface ProcessGroup {
  * ```
  */
 export function initProcessGroup(options: ProcessGroupOptions = {}): ProcessGroup {
-  const cfg = resolveProcessGroupConfig(options);
-  if (cfg.size === 1) return new SingleProcessGroup(cfg.timeoutMs);
-  return ShmProcessGroup.open(cfg);
+  const b = backend();
+  const cfg = resolveProcessGroupConfig({ ...options, device: b.device });
+  const pg: ProcessGroup = cfg.size === 1
+    ? new SingleProcessGroup(cfg.timeoutMs, b.device)
+    : b.device === "cuda"
+    ? NcclProcessGroup.open({ rank: cfg.rank, size: cfg.size, timeoutMs: cfg.timeoutMs })
+    : ShmProcessGroup.open(cfg);
+  reportProcessGroup({ backend: pg.backend, worldSize: pg.size, device: describeBackend(b) });
+  return pg;
 }

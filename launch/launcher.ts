@@ -4,13 +4,17 @@
  * forwards SIGINT/SIGTERM, records launch.json, and returns 0 only when every rank exited 0.
  */
 import { resolveDevice } from "../tensor/device_choice.ts";
-import { cudaAvailability } from "../tensor/cuda_backend.ts";
+import type { DeviceKind } from "../tensor/backend.ts";
+import { type CudaAvailability, cudaAvailability, gpuSharing } from "../tensor/cuda_backend.ts";
+import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
+import { describePlan, type DevicePlan, planDevices } from "./device_plan.ts";
 import { basename } from "node:path";
 import {
   type AttemptEnd,
   beginAttempt,
   behaviourEnv,
   finishAttempt,
+  type GpuVersions,
   machineFacts,
   newRunRecord,
   sha256File,
@@ -20,7 +24,10 @@ import {
 import { resolve } from "node:path";
 import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
-import { runKeys } from "../distributed/control/store_keys.ts";
+import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
+import { AttemptSchema } from "../run/format.ts";
+import { ncclLibrary } from "../ffi/nccl.ts";
+import { cString } from "../ffi/native.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
 import type { LaunchOptions } from "./options.ts";
 import { LauncherLog } from "./output.ts";
@@ -56,19 +63,55 @@ interface RunInfo {
   maxRestarts: number;
 }
 
+/** The GPU setup of the resolved device (null on the CPU). */
+function gpuAvailability(device: string): CudaAvailability | null {
+  if (device === "cuda") return cudaAvailability();
+  if (device === "cuda-emu") return cudaAvailability(undefined, "cuda-emu");
+  return null;
+}
+
 /** What bounds --nproc on this machine for the resolved device. */
 function nodeCapacity(opts: LaunchOptions): NodeCapacity {
-  const device = opts.device === "cuda" ? "cuda" : "cpu";
+  const device = opts.device === "cuda" || opts.device === "cuda-emu" ? opts.device : "cpu";
   const cap: NodeCapacity = {
     device,
     cores: navigator.hardwareConcurrency || 1,
     oversubscribe: opts.oversubscribe,
+    shareGpus: gpuSharing(),
   };
-  if (device === "cuda") {
-    const a = cudaAvailability();
-    cap.gpus = a.ok ? a.deviceCount : 0;
-  }
+  const a = gpuAvailability(device);
+  if (a) cap.gpus = a.ok ? a.deviceCount : 0;
   return cap;
+}
+
+/** The GPU of each local rank, with the GPUs' names (the driver's; "" when it cannot say). */
+function devicePlan(opts: LaunchOptions): DevicePlan {
+  const kind = opts.device as DeviceKind;
+  const a = gpuAvailability(kind);
+  return planDevices(kind, opts.nproc, a, gpuSharing(), (gpu) => {
+    try {
+      return new CudaRuntime(cudaKernels()).deviceInfo(gpu).name;
+    } catch {
+      return "";
+    }
+  });
+}
+
+/**
+ * The absolute path of --resume's folder: a run directory (its checkpoints/
+ * are used) or a checkpoint folder. Refused at once when it holds neither.
+ */
+function checkResume(dir: string): string {
+  const path = resolve(dir);
+  const isDir = (p: string) => {
+    try {
+      return Deno.statSync(p).isDirectory;
+    } catch {
+      return false;
+    }
+  };
+  if (!isDir(path)) throw new RangeError(`--resume ${dir}: no such folder (looked at ${path})`);
+  return path;
 }
 
 function checkScript(script: string): string {
@@ -167,6 +210,32 @@ async function rendezvous(
   return info.runId;
 }
 
+/** What run.json says of the GPUs of a GPU run: the CUDA library's build hash, versions, NCCL's. */
+function gpuVersions(plan: DevicePlan): GpuVersions {
+  if (plan.kind === "cpu") return {};
+  const emulated = plan.kind === "cuda-emu";
+  const a = cudaAvailability(undefined, emulated ? "cuda-emu" : "cuda");
+  if (!a.ok) return {};
+  const out: GpuVersions = {
+    cuda: {
+      runtime: emulated ? `${a.runtimeVersion} (emulated)` : a.runtimeVersion,
+      driver: emulated ? "none (emulated device)" : a.driverVersion,
+      gpus: plan.names,
+    },
+  };
+  try {
+    out.nativeCuda = cString(cudaKernels().symbols.dt_build_hash());
+  } catch { /* left out */ }
+  try {
+    const nccl = ncclLibrary(
+      undefined,
+      emulated && a.libraries.nccl ? a.libraries.nccl : undefined,
+    );
+    out.nccl = emulated ? `${nccl.version} (stand-in)` : nccl.version;
+  } catch { /* no NCCL: a one-rank GPU run needs none */ }
+  return out;
+}
+
 /** run.json of this launch: written at start and rewritten as each attempt begins and ends. */
 async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
   const { opts, runDir, runId, threads, script } = ctx;
@@ -176,8 +245,14 @@ async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
     argv: ["dtrain", ...argv],
     cwd: Deno.cwd(),
     script: { path: script, sha256: await sha256File(script), args: opts.scriptArgs },
-    world: { nnodes: opts.nnodes, nprocPerNode: opts.nproc, hosts: [Deno.hostname()] },
-    versions: versions(),
+    world: {
+      nnodes: opts.nnodes,
+      nprocPerNode: opts.nproc,
+      hosts: [Deno.hostname()],
+      device: opts.device,
+    },
+    ...(opts.resume !== null ? { resume: opts.resume } : {}),
+    versions: versions(gpuVersions(ctx.plan)),
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
   });
@@ -187,8 +262,14 @@ async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
       rec = beginAttempt(rec);
       writeRunRecord(runDir, rec);
     },
-    finish(end: AttemptEnd) {
-      rec = finishAttempt(rec, end);
+    /** Ends attempt k's entry, with the process group its rank 0 reported. */
+    async finish(k: number, end: AttemptEnd) {
+      const pg = await ctx.client.getText(attemptKeys(k).processGroup).catch(() => null);
+      let processGroup: AttemptEnd["processGroup"];
+      try {
+        if (pg !== null) processGroup = AttemptSchema.shape.processGroup.parse(JSON.parse(pg));
+      } catch { /* a malformed report is left out of the record */ }
+      rec = finishAttempt(rec, processGroup ? { ...end, processGroup } : end);
       writeRunRecord(runDir, rec);
     },
   };
@@ -214,6 +295,8 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   });
   // Refused before anything starts: no store, no run directory, no rank.
   checkNproc(opts.nproc, nodeCapacity(opts));
+  const plan = devicePlan(opts);
+  if (opts.resume !== null) opts.resume = checkResume(opts.resume);
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;
   const nodeLost = async (node: number, why: string) => {
@@ -303,6 +386,11 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
 
     for (const line of deviceNotices) log.info(line);
+    const planLine = describePlan(plan, opts.nodeRank, opts.nproc);
+    if (planLine) log.info(planLine);
+    if (opts.resume !== null) {
+      log.info(`a Trainer resumes from the latest good checkpoint in ${opts.resume}`);
+    }
     const threads = opts.threads ??
       Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
     const ctx: RunContext = {
@@ -315,6 +403,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       masterPort,
       threads,
       script,
+      plan,
     };
     const record: LaunchRecord = {
       runId,
@@ -346,14 +435,14 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       if (result.ok) {
         code = 0;
         record.outcome = `every rank exited 0${k > 0 ? ` after ${k} restart(s)` : ""}`;
-        run?.finish({ exitCode: 0 });
+        await run?.finish(k, { exitCode: 0 });
         break;
       }
       const { abort } = result;
       code = abort.code;
       graceMs = abort.graceMs;
       record.outcome = abort.detail + (abort.rank !== undefined ? ` (rank ${abort.rank})` : "");
-      run?.finish({
+      await run?.finish(k, {
         exitCode: abort.code,
         signal: abort.signal ?? null,
         failingRank: abort.rank ?? null,

@@ -26,8 +26,10 @@ export interface LaunchOptions {
   graceS: number;
   runDir: string | null;
   logRanks: string;
-  /** "auto", "cpu" or "cuda" (DTRAIN_DEVICE for the ranks) */
+  /** "auto", "cpu", "cuda" or "cuda-emu" (DTRAIN_DEVICE for the ranks) */
   device: string;
+  /** a run directory or checkpoint folder the Trainer resumes from (DTRAIN_RESUME), or null */
+  resume: string | null;
   /** allow more CPU ranks than a few per core */
   oversubscribe: boolean;
 }
@@ -82,12 +84,22 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
   },
   {
     name: "device",
-    value: "auto|cpu|cuda",
+    value: "auto|cpu|cuda|cuda-emu",
     key: "device",
     kind: "string",
     topic: "Processes",
-    defaultText: "auto: a GPU per local rank when CUDA works, else the CPU (said once)",
-    help: "where ranks compute (DTRAIN_DEVICE)",
+    defaultText: "auto: GPU LOCAL_RANK for each rank when CUDA works, else the CPU (said once)",
+    help: "where ranks compute (DTRAIN_DEVICE); cuda-emu is the emulated GPU, a slow test device",
+  },
+  {
+    name: "resume",
+    value: "DIR",
+    key: "resume",
+    kind: "string",
+    topic: "Processes",
+    defaultText: "none: a Trainer resumes only from its own run directory's checkpoints",
+    help:
+      "a Trainer continues from the latest good checkpoint of this run directory (or checkpoint folder)",
   },
   {
     name: "nnodes",
@@ -228,6 +240,7 @@ const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
   graceS: 30,
   runDir: null,
   device: "auto",
+  resume: null,
   oversubscribe: false,
 };
 
@@ -325,8 +338,8 @@ export function parseLaunchArgs(
   if (out.masterPort !== null && out.masterPort > 65535) {
     throw new RangeError(`--master-port ${out.masterPort} is not a TCP port (0 … 65535)`);
   }
-  if (!["auto", "cpu", "cuda"].includes(out.device)) {
-    throw new RangeError(`--device ${out.device} is not one of auto, cpu, cuda`);
+  if (!["auto", "cpu", "cuda", "cuda-emu"].includes(out.device)) {
+    throw new RangeError(`--device ${out.device} is not one of auto, cpu, cuda, cuda-emu`);
   }
   if (out.rdzvToken !== null && out.rdzvTokenFile !== null) {
     throw new RangeError("Give --rdzv-token or --rdzv-token-file, not both");

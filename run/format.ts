@@ -34,6 +34,14 @@ export const AttemptSchema = z.object({
   signal: z.string().nullable(),
   failingRank: count.nullable(),
   reason: z.string().nullable(),
+  /** the process group the ranks trained with, as rank 0 reported it (absent when none was made) */
+  processGroup: z.object({
+    /** "nccl", "shm" or "single" */
+    backend: z.string(),
+    worldSize: z.int().positive(),
+    /** rank 0's device: "cpu", "cuda:0", "cuda-emu:0" */
+    device: z.string(),
+  }).optional(),
 });
 
 /** Versions of everything that computes: the CUDA fields only on GPU runs. */
@@ -72,7 +80,11 @@ export const RunRecordSchema = z.object({
     nprocPerNode: z.int().positive(),
     worldSize: z.int().positive(),
     hosts: z.array(z.string()),
+    /** where ranks compute, as the launcher resolved --device: "cpu", "cuda" or "cuda-emu" */
+    device: z.string().optional(),
   }),
+  /** --resume: the folder whose latest good checkpoint a Trainer continues from */
+  resume: z.string().optional(),
   versions: VersionsSchema,
   machine: MachineSchema.optional(),
   env: z.record(z.string(), z.string()),
@@ -111,8 +123,10 @@ export const ConfigRecordSchema = z.object({
   config: z.record(z.string(), z.unknown()),
   seed: z.int(),
   worldSize: z.int().positive(),
-  /** e.g. "cpu" or "cuda" */
+  /** e.g. "cpu", "cuda" or "cuda-emu" */
   device: z.string(),
+  /** the process group's backend: "nccl", "shm" or "single" (absent in files of older writers) */
+  backend: z.string().optional(),
 });
 
 /** One metrics.jsonl line: one optimizer step, appended by rank 0. */

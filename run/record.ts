@@ -178,7 +178,9 @@ export interface NewRunInput {
   argv: readonly string[];
   cwd: string;
   script: { path: string; sha256: string; args: readonly string[] };
-  world: { nnodes: number; nprocPerNode: number; hosts: readonly string[] };
+  world: { nnodes: number; nprocPerNode: number; hosts: readonly string[]; device?: string };
+  /** --resume's folder */
+  resume?: string;
   versions: Versions;
   /** behaviourEnv() of the ranks' environment */
   env: Record<string, string>;
@@ -207,7 +209,14 @@ export function newRunRecord(input: NewRunInput): RunRecord {
     endedAt: null,
     command: { argv: redactArgv(input.argv), cwd: input.cwd },
     script: { path: input.script.path, sha256: input.script.sha256, args: [...input.script.args] },
-    world: { nnodes, nprocPerNode, worldSize: nnodes * nprocPerNode, hosts: [...hosts] },
+    world: {
+      nnodes,
+      nprocPerNode,
+      worldSize: nnodes * nprocPerNode,
+      hosts: [...hosts],
+      ...(input.world.device !== undefined ? { device: input.world.device } : {}),
+    },
+    ...(input.resume !== undefined ? { resume: input.resume } : {}),
     versions: structuredClone(input.versions),
     env: behaviourEnv(input.env),
     attempts: [],
@@ -249,6 +258,8 @@ export interface AttemptEnd {
   interrupted?: boolean;
   /** defaults to now */
   endedAt?: Date;
+  /** the process group rank 0 reported (distributed/control/rank_runtime.ts reportProcessGroup) */
+  processGroup?: Attempt["processGroup"];
 }
 
 /**
@@ -272,6 +283,7 @@ export function finishAttempt(record: RunRecord, end: AttemptEnd): RunRecord {
     signal,
     failingRank: end.failingRank ?? null,
     reason: end.reason ?? null,
+    ...(end.processGroup !== undefined ? { processGroup: end.processGroup } : {}),
   };
   const status = end.interrupted
     ? "interrupted"

@@ -19,6 +19,9 @@ export const BUNDLE_ENTRIES = {
   mod: "mod.ts",
   /** run once after unpacking: the full sha256 check */
   verify: "sfx/verify_main.ts",
+  /** workers the library starts (os/install_layout.ts WORKER_MODULES) */
+  sync_store_worker: "distributed/control/sync_store_worker.ts",
+  nccl_watchdog_worker: "distributed/nccl_watchdog_worker.ts",
 } as const;
 
 const COMMON: esbuild.BuildOptions = {

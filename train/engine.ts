@@ -29,7 +29,7 @@ import { initProcessGroup, type ProcessGroup } from "../distributed/process_grou
 import { DistributedDataParallel } from "../distributed/ddp.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/control/phase.ts";
-import { getWorld } from "../distributed/control/env.ts";
+import { getRankSettings, getWorld } from "../distributed/control/env.ts";
 import { publishFailure } from "../distributed/control/rank_runtime.ts";
 import { manualSeed } from "../nn/init.ts";
 import { CheckpointManager, type LoadedCheckpoint } from "./checkpoint/manager.ts";
@@ -171,10 +171,8 @@ export class Trainer<M extends Module> {
     });
     this.schedule = new LrScheduler(this.optimizer, this.#lrFunction());
     const useScaler = cfg.precision.gradScaler ?? cfg.precision.autocast === "f16";
-    this.scaler = new GradScaler({ enabled: useScaler }, (found) => {
-      const buf = Float32Array.of(found);
-      this.pg.allReduce(buf, "max");
-      return buf[0]!;
+    this.scaler = new GradScaler({ enabled: useScaler }, (flag) => {
+      this.pg.allReduce({ ptr: flag.ptr, count: 1, dtype: "f32", device: flag.device }, "max");
     });
     const ckDir = cfg.checkpoint.dir ?? (this.runDir ? join(this.runDir, "checkpoints") : null);
     this.checkpoints = ckDir
@@ -247,7 +245,13 @@ export class Trainer<M extends Module> {
     };
     result.resumedFrom = this.#resume(log);
     log.begin({
-      config: { config: cfg, seed: cfg.seed, worldSize: this.pg.size, device: backend().device },
+      config: {
+        config: cfg,
+        seed: cfg.seed,
+        worldSize: this.pg.size,
+        device: backend().kind,
+        backend: this.pg.backend,
+      },
       step: this.#step,
     });
     const k = cfg.data.gradAccumulation;
@@ -457,8 +461,9 @@ export class Trainer<M extends Module> {
     };
     let loaded: LoadedCheckpoint;
     if (mode === "auto") {
-      if (!this.checkpoints) return null;
-      const latest = this.checkpoints.loadLatest({ accept: check });
+      // This run's own checkpoints first (a restart's), else those of the run named by --resume.
+      const latest = this.checkpoints?.loadLatest({ accept: check }) ??
+        this.#resumeSource()?.loadLatest({ accept: check }) ?? null;
       if (!latest) return null;
       loaded = latest;
       for (const s of loaded.skipped) log.print(`skipped checkpoint ${s.dir}: ${s.reason}`);
@@ -489,6 +494,27 @@ export class Trainer<M extends Module> {
       : ` (saved by ${st.worldSize} ranks, continuing on ${this.pg.size})`;
     log.print(`resumed from ${loaded.dir}: epoch ${st.data.epoch}, step ${st.step}${how}`);
     return st.step;
+  }
+
+  /**
+   * The checkpoints of the launcher's --resume folder (DTRAIN_RESUME): a run
+   * directory's checkpoints/, or a folder of checkpoints itself; null without one.
+   */
+  #resumeSource(): CheckpointManager | null {
+    const from = getRankSettings().resume;
+    if (from === null) return null;
+    const nested = join(from, "checkpoints");
+    let dir = from;
+    try {
+      if (Deno.statSync(nested).isDirectory) dir = nested;
+    } catch { /* the folder itself holds the checkpoints */ }
+    const source = new CheckpointManager(dir, { rank: this.pg.rank });
+    if (source.list().length === 0) {
+      throw new Error(
+        `Cannot resume from ${from} (--resume): it holds no checkpoint (looked in ${dir})`,
+      );
+    }
+    return source;
   }
 
   /** This epoch's data-order digest from every rank, recorded by rank 0. */

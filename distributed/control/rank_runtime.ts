@@ -175,6 +175,22 @@ export function publishFailure(err: unknown): Promise<void> {
   return published;
 }
 
+/** What rank 0 tells its launcher about the process group it made (run.json). */
+export interface ProcessGroupReport {
+  backend: string;
+  worldSize: number;
+  device: string;
+}
+
+/**
+ * Tells the launcher which process group rank 0 made, for the run record;
+ * does nothing on other ranks or outside a launched job. Does not wait.
+ */
+export function reportProcessGroup(report: ProcessGroupReport): void {
+  if (!store || !keys || getWorld().rank !== 0) return;
+  store.post(keys.processGroup, JSON.stringify(report));
+}
+
 /**
  * Runs `fn` on rank 0 while every other rank waits at the barrier `name`,
  * then runs `fn` on the other ranks. Use it for work that one rank must do
