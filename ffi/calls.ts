@@ -42,51 +42,141 @@ export type StreamCalls<S extends Deno.ForeignLibraryInterface, K extends keyof 
   readonly [N in K]: (...args: DropLast<Params<S, N>>) => void;
 };
 
-/* Factories by argument count (the stream, when appended, is not counted).
- * Written out so each wrapper has exactly the FFI function's arity. */
+/* Factories by argument count (the stream, when appended, is not counted), written out so that
+ * each wrapper has exactly the FFI function's arity. Up to 20 arguments (dt_gemm has 18). */
+type U = unknown;
 // deno-fmt-ignore
 const WITH_STREAM: ((f: Raw, name: string, s: Deno.PointerValue, fail: Fail) => unknown)[] = [
-  (f, n, s, x) => () => { const r = f(s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown) => { const r = f(a, s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown, b: unknown) => { const r = f(a, b, s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown, b: unknown, c: unknown) => {
-    const r = f(a, b, c, s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown) => {
-    const r = f(a, b, c, d, s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown) => {
-    const r = f(a, b, c, d, e, s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown) => {
-    const r = f(a, b, c, d, e, g, s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown,
-    h: unknown) => { const r = f(a, b, c, d, e, g, h, s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown,
-    h: unknown, i: unknown) => { const r = f(a, b, c, d, e, g, h, i, s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown,
-    h: unknown, i: unknown, j: unknown) => {
-    const r = f(a, b, c, d, e, g, h, i, j, s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown,
-    h: unknown, i: unknown, j: unknown, k: unknown) => {
-    const r = f(a, b, c, d, e, g, h, i, j, k, s); if (r !== 0) x(n, r); },
-  (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown, g: unknown,
-    h: unknown, i: unknown, j: unknown, k: unknown, l: unknown) => {
-    const r = f(a, b, c, d, e, g, h, i, j, k, l, s); if (r !== 0) x(n, r); },
+  (f, n, s, x) => () => {
+    const r = f(s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U) => {
+    const r = f(a, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U) => {
+    const r = f(a, b, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U) => {
+    const r = f(a, b, c, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U) => {
+    const r = f(a, b, c, d, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U) => {
+    const r = f(a, b, c, d, e, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U) => {
+    const r = f(a, b, c, d, e, g, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U) => {
+    const r = f(a, b, c, d, e, g, h, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U) => {
+    const r = f(a, b, c, d, e, g, h, i, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U, t: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U, t: U, u: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, u, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U, t: U, u: U, v: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, u, v, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U, t: U, u: U, v: U, w: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, u, v, w, s);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, s, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U, t: U, u: U, v: U, w: U, z: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, u, v, w, z, s);
+    if (r !== 0) x(n, r);
+  },
 ];
-// dt_gemm: 18 arguments and the stream.
-// deno-fmt-ignore
-WITH_STREAM[18] = (f, n, s, x) => (a: unknown, b: unknown, c: unknown, d: unknown, e: unknown,
-  g: unknown, h: unknown, i: unknown, j: unknown, k: unknown, l: unknown, m: unknown, o: unknown,
-  p: unknown, q: unknown, t: unknown, u: unknown, v: unknown) => {
-  const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, u, v, s); if (r !== 0) x(n, r); };
-
 // deno-fmt-ignore
 const PLAIN: ((f: Raw, name: string, fail: Fail) => unknown)[] = [
-  (f, n, x) => () => { const r = f(); if (r !== 0) x(n, r); },
-  (f, n, x) => (a: unknown) => { const r = f(a); if (r !== 0) x(n, r); },
-  (f, n, x) => (a: unknown, b: unknown) => { const r = f(a, b); if (r !== 0) x(n, r); },
-  (f, n, x) => (a: unknown, b: unknown, c: unknown) => {
-    const r = f(a, b, c); if (r !== 0) x(n, r); },
-  (f, n, x) => (a: unknown, b: unknown, c: unknown, d: unknown) => {
-    const r = f(a, b, c, d); if (r !== 0) x(n, r); },
+  (f, n, x) => () => {
+    const r = f();
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U) => {
+    const r = f(a);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U) => {
+    const r = f(a, b);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U) => {
+    const r = f(a, b, c);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U) => {
+    const r = f(a, b, c, d);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U) => {
+    const r = f(a, b, c, d, e);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U) => {
+    const r = f(a, b, c, d, e, g);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U) => {
+    const r = f(a, b, c, d, e, g, h);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U) => {
+    const r = f(a, b, c, d, e, g, h, i);
+    if (r !== 0) x(n, r);
+  },
 ];
 
 /** The arity of symbol `name` in `table`, checked against what a factory exists for. */

@@ -85,8 +85,16 @@ export type CudaSymbols = typeof CUDA_SYMBOLS;
 /** The library's file name inside build/ (or DTRAIN_LIB_DIR). */
 export const CUDA_LIBRARY_NAME = "libdtrain_cuda.so";
 
-/** The emulated device's build of the same sources (kernels/cuda_emu): the same symbols. */
-export const CUDA_EMU_LIBRARY_NAME = "libdtrain_cuda_emu.so";
+/**
+ * The emulated CUDA device's files (kernels/cuda_emu, built by g++): the same
+ * symbols as CUDA_LIBRARY_NAME, the cuBLASLt stand-in to pass to
+ * dt_cuda_load_cublaslt, and the NCCL stand-in to open in place of libnccl.
+ */
+export const CUDA_EMU_LIBRARIES = {
+  kernels: "libdtrain_cuda_emu.so",
+  cublasLt: "libdtrain_cublaslt_emu.so",
+  nccl: "libdtrain_nccl_emu.so",
+} as const;
 
 let cuda: NativeLibrary<CudaSymbols> | undefined;
 let driver: Deno.DynamicLibrary<Record<string, never>> | undefined;

@@ -32,6 +32,8 @@ export interface LibrarySpec {
   command: (out: string, hash: string, sources: string[]) => string[];
   /** false: skip silently (a missing optional toolchain) */
   available: () => boolean;
+  /** the compiler's stderr is kept in build/<name><report> (e.g. ptxas's per-kernel report) */
+  report?: string;
 }
 
 function listFiles(dir: string): string[] {
@@ -171,6 +173,10 @@ export const LIBRARIES: LibrarySpec[] = [
       "arch=compute_90,code=sm_90",
       "-gencode",
       "arch=compute_90,code=compute_90",
+      // registers, stack frame, spills and shared memory of every kernel, kept
+      // in build/libdtrain_cuda.so.ptxas.txt (tests/cuda/ptxas_test.ts reads it)
+      "-Xptxas",
+      "-v",
       `-DDT_BUILD_HASH="${hash}"`,
       "-Ikernels/common",
       "-o",
@@ -180,6 +186,7 @@ export const LIBRARIES: LibrarySpec[] = [
       "-lpthread",
     ],
     available: () => hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0",
+    report: ".ptxas.txt",
   },
   {
     // The emulated GPU's runtime: CUDA's runtime API, fibers for CUDA threads,
@@ -248,26 +255,16 @@ export const LIBRARIES: LibrarySpec[] = [
     ],
     available: haveEmuToolchain,
   },
-  // NCCL for the emulated device, over libdtrain_shm.so's collectives; and
-  // the same with AddressSanitizer for the communicator lifecycle tests.
-  ncclEmuSpec("libdtrain_nccl_emu.so", []),
-  ncclEmuSpec("libdtrain_nccl_emu_asan.so", [
-    "-fsanitize=address",
-    "-fno-omit-frame-pointer",
-    "-DDT_NCCL_EMU_ASAN",
-  ]),
-];
-
-function ncclEmuSpec(name: string, extra: string[]): LibrarySpec {
-  return {
-    name,
+  {
+    // NCCL for the emulated device, over libdtrain_shm.so's collectives (its
+    // AddressSanitizer build is made by tests/cuda/nccl_emu_test.ts).
+    name: "libdtrain_nccl_emu.so",
     dirs: ["kernels/nccl_emu", "kernels/cuda_emu"],
     compileDirs: ["kernels/nccl_emu"],
     compileExt: [".cpp"],
     command: (out, _hash, sources) => [
       "g++",
       ...EMU_FLAGS,
-      ...extra,
       "-Ikernels/cuda_emu/include",
       "-Wl,--version-script=kernels/nccl_emu/nccl_emu.map",
       "-o",
@@ -278,8 +275,8 @@ function ncclEmuSpec(name: string, extra: string[]): LibrarySpec {
       "-ldtrain_cudart_emu",
     ],
     available: haveEmuToolchain,
-  };
-}
+  },
+];
 
 function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
   const h = createHash("sha256");
@@ -324,9 +321,14 @@ export function buildNative(
       args,
       cwd: ROOT,
       stdout: "inherit",
-      stderr: "inherit",
+      stderr: spec.report ? "piped" : "inherit",
     })
       .outputSync();
+    if (spec.report) {
+      const text = new TextDecoder().decode(r.stderr);
+      Deno.writeTextFileSync(join(BUILD_DIR, spec.name + spec.report), text);
+      if (!r.success) console.error(text);
+    }
     if (!r.success) {
       try {
         Deno.removeSync(tmp);

@@ -10,7 +10,7 @@
  */
 import type { Backend } from "./backend.ts";
 import { kernelCalls } from "../ffi/calls.ts";
-import { CUDA_EMU_LIBRARY_NAME, CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
+import { CUDA_EMU_LIBRARIES, CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import {
   CUDA_LIBRARY_FILES,
   describeMissing,
@@ -24,11 +24,8 @@ export type CudaFlavor = "cuda" | "cuda-emu";
 
 /** The emulated device's files, built beside the CPU library where g++ exists. */
 export const EMULATED_FILES = {
-  kernels: CUDA_EMU_LIBRARY_NAME,
-  cublasLt: "libdtrain_cublaslt_emu.so",
-  nccl: "libdtrain_nccl_emu.so",
-  /** the NCCL stand-in built with AddressSanitizer (DTRAIN_NCCL_EMU=asan; needs libasan preloaded) */
-  ncclAsan: "libdtrain_nccl_emu_asan.so",
+  ...CUDA_EMU_LIBRARIES,
+  /** its runtime (the others link it; reported as the real runtime is) */
   cudart: "libdtrain_cudart_emu.so",
 } as const;
 
@@ -169,12 +166,14 @@ function probe(opts: LibrarySearchOptions): CudaAvailability {
   }
 }
 
-/** The NCCL stand-in's file: the AddressSanitizer build with DTRAIN_NCCL_EMU=asan. */
-function emulatedNcclFile(): string {
-  const v = Deno.env.get("DTRAIN_NCCL_EMU") ?? "";
-  if (v === "" || v === "plain") return EMULATED_FILES.nccl;
-  if (v === "asan") return EMULATED_FILES.ncclAsan;
-  throw new RangeError(`DTRAIN_NCCL_EMU=${JSON.stringify(v)}: expected "plain" or "asan"`);
+/**
+ * The NCCL stand-in's file: DTRAIN_NCCL_EMU_LIB names another build of it
+ * (the lifecycle tests' AddressSanitizer one, loaded with libasan preloaded).
+ */
+function emulatedNccl(): { path: string | null; why: string } {
+  const file = Deno.env.get("DTRAIN_NCCL_EMU_LIB");
+  if (file) return { path: file, why: "" };
+  return findOwn(EMULATED_FILES.nccl);
 }
 
 /** The emulated device: its libraries in dtrain's library folders, then its devices. */
@@ -185,7 +184,7 @@ function probeEmulated(): CudaAvailability {
     kernels: kernels.path,
     driver: null,
     cublasLt: cublasLt.path,
-    nccl: findOwn(emulatedNcclFile()).path,
+    nccl: emulatedNccl().path,
     cudart: findOwn(EMULATED_FILES.cudart).path,
   };
   const absent = [

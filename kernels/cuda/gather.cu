@@ -159,10 +159,12 @@ static dt_status dt_launch_gather_(void* out, const void* inp, const int32_t* id
   unsigned long long* first_bad = NULL;
   DT_TRY_(dt_bad_begin_(&first_bad, s, name));
   dt_status st = DT_OK;
-  if (row_bytes == 0) { /* nothing to copy, but the indices are still checked, as on the CPU */
-    DT_LAUNCH(dt_check_indices_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, idx, n, limit, first_bad);
-    DT_CHECK_LAUNCH(s, name);
-  } else switch (dt_word_bytes_(out, inp, row_bytes)) {
+  int word = row_bytes == 0 ? 0 : dt_word_bytes_(out, inp, row_bytes);
+  switch (word) {
+    case 0: /* nothing to copy, but the indices are still checked, as on the CPU */
+      DT_LAUNCH(dt_check_indices_k_, dt_grid_for_(n, DT_BLOCK), DT_BLOCK, 0, s, idx, n, limit, first_bad);
+      DT_CHECK_LAUNCH(s, name);
+      break;
     case 16: st = dt_gather_as_<uint4>(out, inp, idx, n, row_bytes, limit, first_bad, s, name); break;
     case 8: st = dt_gather_as_<uint2>(out, inp, idx, n, row_bytes, limit, first_bad, s, name); break;
     case 4: st = dt_gather_as_<uint32_t>(out, inp, idx, n, row_bytes, limit, first_bad, s, name); break;

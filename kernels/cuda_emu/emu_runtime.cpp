@@ -586,18 +586,20 @@ DT_EMU_API cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   return allocate(ptr, bytes, d, kDeviceMemory);
 }
 
-/* As CUDA's: waits for the device, so no queued work still uses the memory. */
+/* As CUDA's: waits for the device, so no queued work still uses the memory.
+ * It also frees memory of cudaMallocAsync, as CUDA allows. */
 DT_EMU_API cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
-  int d;
+  int d = -1;
+  AllocKind kind = kDeviceMemory;
   {
     std::lock_guard<std::mutex> lk(S().mu);
     const Alloc* a = find_locked(ptr, 1, nullptr);
-    d = a && a->kind == kDeviceMemory ? a->device : -1;
+    if (a && a->kind != kPinnedMemory) d = a->device, kind = a->kind;
   }
   if (d < 0) return release(ptr, kDeviceMemory, "cudaFree"); /* says why */
   wait_device(d);
-  return release(ptr, kDeviceMemory, "cudaFree");
+  return release(ptr, kind, "cudaFree");
 }
 
 DT_EMU_API cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return allocate(ptr, bytes, -1, kPinnedMemory); }

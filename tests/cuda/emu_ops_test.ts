@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { BUILD_DIR, buildNative, hasCommand } from "../../scripts/build_native.ts";
 import { KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
-import { CUDA_SYMBOLS, type CudaSymbols } from "../../ffi/cuda.ts";
+import { CUDA_EMU_LIBRARIES, CUDA_SYMBOLS, type CudaSymbols } from "../../ffi/cuda.ts";
 import { cString, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
 import { type CaseLibraries, Rng, runCase } from "../../scripts/gpu_check/_harness.ts";
 import { buildOpCases, EMULATED_SIZES } from "../../scripts/gpu_check/op_cases.ts";
@@ -27,13 +27,10 @@ function emulated(): CaseLibraries {
   if (libs) return libs;
   buildNative({ quiet: true });
   const cpu = openLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS, join(BUILD_DIR, "libdtrain_cpu.so"));
-  const gpu = openLibrary(
-    "libdtrain_cuda_emu.so",
-    CUDA_SYMBOLS,
-    join(BUILD_DIR, "libdtrain_cuda_emu.so"),
-  );
+  const { kernels, cublasLt } = CUDA_EMU_LIBRARIES;
+  const gpu = openLibrary(kernels, CUDA_SYMBOLS, join(BUILD_DIR, kernels));
   const version = new BigInt64Array(1);
-  const path = new TextEncoder().encode(join(BUILD_DIR, "libdtrain_cublaslt_emu.so") + "\0");
+  const path = new TextEncoder().encode(join(BUILD_DIR, cublasLt) + "\0");
   gpu.check(gpu.symbols.dt_cuda_load_cublaslt(path, version), "dt_cuda_load_cublaslt");
   const out = new BigUint64Array(1);
   gpu.check(gpu.symbols.dt_cuda_compute_stream(out), "dt_cuda_compute_stream");

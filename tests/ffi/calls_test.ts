@@ -125,3 +125,36 @@ Deno.test("gatherRowsInBackground() gathers rows and reports a failure without s
       !/dt_scale/.test(e.message) && /background thread/.test(e.message),
   );
 });
+
+Deno.test("every wrapper factory, 0 to 20 arguments, passes each argument in place and the stream last", () => {
+  const stream = Deno.UnsafePointer.create(0x77n);
+  for (let n = 0; n <= 20; n++) {
+    const seen: unknown[][] = [];
+    const params = Array.from({ length: n + 1 }, () => "pointer" as const);
+    const table = { f: { parameters: params, result: "i32" } } as Deno.ForeignLibraryInterface;
+    const plainTable = {
+      f: { parameters: params.slice(1), result: "i32" },
+    } as Deno.ForeignLibraryInterface;
+    const lib = {
+      symbols: { f: (...a: unknown[]) => (seen.push(a), 0) },
+      fail(): never {
+        throw new Error("unexpected failure");
+      },
+    } as unknown as NativeLibrary<typeof table>;
+    const args = Array.from({ length: n }, (_, i) => i * 10);
+    const s = streamCalls(lib, table, ["f"], stream).f as unknown as (...a: unknown[]) => void;
+    assert.equal(s.length, n);
+    s(...args);
+    assert.deepEqual(seen.pop(), [...args, stream], `${n} arguments and the stream`);
+    if (n <= 8) {
+      const p = checkedCalls(
+        lib as unknown as NativeLibrary<typeof plainTable>,
+        plainTable,
+        ["f"],
+      ).f as unknown as (...a: unknown[]) => void;
+      assert.equal(p.length, n);
+      p(...args);
+      assert.deepEqual(seen.pop(), args, `${n} arguments`);
+    }
+  }
+});

@@ -9,7 +9,9 @@ import assert from "node:assert/strict";
 import { failsWith, K, n64, ok, ptr, Rng, withThreads } from "./_helpers.ts";
 
 /** Host arrays of the tensors' addresses and sizes, as the ABI takes them. */
-function table(ts: Float32Array<ArrayBuffer>[]): [BigUint64Array<ArrayBuffer>, BigInt64Array<ArrayBuffer>] {
+function table(
+  ts: Float32Array<ArrayBuffer>[],
+): [BigUint64Array<ArrayBuffer>, BigInt64Array<ArrayBuffer>] {
   return [
     BigUint64Array.from(ts, (t) => BigInt(Deno.UnsafePointer.value(ptr(t)))),
     BigInt64Array.from(ts, (t) => BigInt(t.length)),
