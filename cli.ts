@@ -4,9 +4,8 @@
  */
 import pkg from "./package.json" with { type: "json" };
 import { launch } from "./launch/launcher.ts";
-import { launchHelp, parseLaunchArgs } from "./launch/options.ts";
+import { launchHelp, parseLaunchArgs, UsageError } from "./launch/options.ts";
 import { LaunchTimeout, TIMEOUT_EXIT_CODE } from "./launch/failure_report.ts";
-import { NprocLimitError } from "./launch/nproc_limit.ts";
 
 /** One sub-command of `dtrain`. */
 export interface Verb {
@@ -31,7 +30,7 @@ async function runLauncher(args: string[]): Promise<number> {
   try {
     return await launch(parsed, args);
   } catch (e) {
-    if (e instanceof NprocLimitError) {
+    if (e instanceof UsageError) {
       console.error(`dtrain: ${e.message}\n(see \`dtrain --help\`)`);
       return 2;
     }

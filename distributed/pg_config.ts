@@ -23,6 +23,9 @@ export interface ProcessGroupOptions {
   env?: Record<string, string | undefined>;
   /** The rank's device (initProcessGroup passes it): GPU ranks may span machines (NCCL). */
   device?: "cpu" | "cuda";
+  /** The backend, instead of the device's: "nccl" also in a world of one rank (a check of
+   *  NCCL itself), "shm", or "single". Default: NCCL on a GPU, shm on the CPU, single alone. */
+  backend?: "nccl" | "shm" | "single";
 }
 
 /** Everything a backend needs, resolved. */

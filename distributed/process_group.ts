@@ -96,9 +96,25 @@ export interface ProcessGroup {
 export function initProcessGroup(options: ProcessGroupOptions = {}): ProcessGroup {
   const b = backend();
   const cfg = resolveProcessGroupConfig({ ...options, device: b.device });
-  const pg: ProcessGroup = cfg.size === 1
+  const kind = options.backend ??
+    (cfg.size === 1 ? "single" : b.device === "cuda" ? "nccl" : "shm");
+  if (!["nccl", "shm", "single"].includes(kind)) {
+    throw new TypeError(
+      `initProcessGroup: backend ${JSON.stringify(kind)} is not one of "nccl", "shm", "single"`,
+    );
+  }
+  if (kind === "nccl" && b.device !== "cuda") {
+    throw new Error(
+      `initProcessGroup({ backend: "nccl" }): this rank computes on the CPU; NCCL needs its GPU ` +
+        `(start the run with --device cuda, or call useDevice("cuda") first)`,
+    );
+  }
+  if (kind === "single" && cfg.size !== 1) {
+    throw new RangeError(`initProcessGroup({ backend: "single" }) in a world of ${cfg.size} ranks`);
+  }
+  const pg: ProcessGroup = kind === "single"
     ? new SingleProcessGroup(cfg.timeoutMs, b.device)
-    : b.device === "cuda"
+    : kind === "nccl"
     ? NcclProcessGroup.open({ rank: cfg.rank, size: cfg.size, timeoutMs: cfg.timeoutMs })
     : ShmProcessGroup.open(cfg);
   reportProcessGroup({ backend: pg.backend, worldSize: pg.size, device: describeBackend(b) });

@@ -44,8 +44,8 @@ export interface RunContext {
   threads: number;
   /** absolute path of the user's script */
   script: string;
-  /** the device of each local rank */
-  plan: DevicePlan;
+  /** the device of each local rank (absent: the CPU) */
+  plan?: DevicePlan;
 }
 
 /** How an attempt ended. */
@@ -380,7 +380,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         device: opts.device,
         resume: opts.resume,
       });
-      Object.assign(env, rankDeviceEnv(ctx.plan, local, Deno.hostname()));
+      if (ctx.plan) Object.assign(env, rankDeviceEnv(ctx.plan, local, Deno.hostname()));
       let p: RankProcess;
       try {
         p = new RankProcess({

@@ -29,7 +29,7 @@ import { AttemptSchema } from "../run/format.ts";
 import { ncclLibrary } from "../ffi/nccl.ts";
 import { cString } from "../ffi/native.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
-import type { LaunchOptions } from "./options.ts";
+import { type LaunchOptions, UsageError } from "./options.ts";
 import { LauncherLog } from "./output.ts";
 import { signalExitCode } from "../os/exit_status.ts";
 import { LaunchTimeout } from "./failure_report.ts";
@@ -110,7 +110,7 @@ function checkResume(dir: string): string {
       return false;
     }
   };
-  if (!isDir(path)) throw new RangeError(`--resume ${dir}: no such folder (looked at ${path})`);
+  if (!isDir(path)) throw new UsageError(`--resume ${dir}: no such folder (looked at ${path})`);
   return path;
 }
 
@@ -252,7 +252,7 @@ async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
       device: opts.device,
     },
     ...(opts.resume !== null ? { resume: opts.resume } : {}),
-    versions: versions(gpuVersions(ctx.plan)),
+    versions: versions(ctx.plan ? gpuVersions(ctx.plan) : {}),
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
   });

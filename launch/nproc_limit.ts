@@ -6,6 +6,7 @@
  * sharing (DTRAIN_SHARE_GPUS=1, a test mode) is on.
  */
 import { SHM_MAX_RANKS } from "./doctor/shm.ts";
+import { UsageError } from "./options.ts";
 
 /** CPU ranks allowed per core without --oversubscribe. */
 export const RANKS_PER_CORE = 4;
@@ -24,7 +25,7 @@ export interface NodeCapacity {
 }
 
 /** --nproc asks for more ranks than this node can run (a usage error: exit 2). */
-export class NprocLimitError extends RangeError {
+export class NprocLimitError extends UsageError {
   override name = "NprocLimitError";
 }
 

@@ -5,6 +5,11 @@
  */
 import { parseArgs } from "node:util";
 
+/** A command line the launcher cannot run as given (exit status 2), found after parsing. */
+export class UsageError extends RangeError {
+  override name = "UsageError";
+}
+
 /** Validated launcher settings. */
 export interface LaunchOptions {
   script: string;

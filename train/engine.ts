@@ -50,7 +50,8 @@ import {
   restoreRng,
   trainState,
 } from "./state.ts";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { MANIFEST_FILE } from "./checkpoint/format.ts";
 import { stateTensor } from "../nn/load.ts";
 
 /**
@@ -463,7 +464,7 @@ export class Trainer<M extends Module> {
     if (mode === "auto") {
       // This run's own checkpoints first (a restart's), else those of the run named by --resume.
       const latest = this.checkpoints?.loadLatest({ accept: check }) ??
-        this.#resumeSource()?.loadLatest({ accept: check }) ?? null;
+        this.#loadResumeSource(check);
       if (!latest) return null;
       loaded = latest;
       for (const s of loaded.skipped) log.print(`skipped checkpoint ${s.dir}: ${s.reason}`);
@@ -497,24 +498,36 @@ export class Trainer<M extends Module> {
   }
 
   /**
-   * The checkpoints of the launcher's --resume folder (DTRAIN_RESUME): a run
-   * directory's checkpoints/, or a folder of checkpoints itself; null without one.
+   * The latest good checkpoint of the launcher's --resume folder
+   * (DTRAIN_RESUME): a checkpoint itself, a run directory (its checkpoints/)
+   * or a folder of checkpoints; null without --resume. A folder that holds
+   * none is an error, not a fresh start.
    */
-  #resumeSource(): CheckpointManager | null {
+  #loadResumeSource(accept: (loaded: LoadedCheckpoint) => void): LoadedCheckpoint | null {
     const from = getRankSettings().resume;
     if (from === null) return null;
-    const nested = join(from, "checkpoints");
-    let dir = from;
-    try {
-      if (Deno.statSync(nested).isDirectory) dir = nested;
-    } catch { /* the folder itself holds the checkpoints */ }
+    const exists = (p: string) => {
+      try {
+        Deno.statSync(p);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    if (exists(join(from, MANIFEST_FILE))) {
+      const loaded = new CheckpointManager(dirname(from), { rank: this.pg.rank }).load(from);
+      accept(loaded);
+      return loaded;
+    }
+    const dir = exists(join(from, "checkpoints")) ? join(from, "checkpoints") : from;
     const source = new CheckpointManager(dir, { rank: this.pg.rank });
-    if (source.list().length === 0) {
+    const loaded = source.loadLatest({ accept });
+    if (!loaded) {
       throw new Error(
         `Cannot resume from ${from} (--resume): it holds no checkpoint (looked in ${dir})`,
       );
     }
-    return source;
+    return loaded;
   }
 
   /** This epoch's data-order digest from every rank, recorded by rank 0. */
