@@ -66,6 +66,19 @@ export const VERBS: Record<string, Verb> = {
     summary: "check this machine for a run: versions, native libraries, /dev/shm, GPUs, limits",
     main: async (args) => (await import("./launch/doctor/main.ts")).doctorMain(args),
   },
+  exec: {
+    summary:
+      "run a script as one plain process with this dtrain's Deno and libraries (no launcher)",
+    main: async (args) => {
+      try {
+        return await (await import("./launch/exec.ts")).execMain(args);
+      } catch (e) {
+        if (!(e instanceof UsageError)) throw e;
+        console.error(`dtrain: ${e.message}`);
+        return 2;
+      }
+    },
+  },
 };
 
 const DEFAULT_VERB = "run";

@@ -14,9 +14,19 @@ import { buildNative } from "./build_native.ts";
 import { describeBackend, useDevice } from "../tensor/device_choice.ts";
 import { installLayout } from "../os/install_layout.ts";
 
-if (import.meta.main) {
+/**
+ * Runs the comparisons of the command line `args`; resolves to the exit
+ * code (0 when every row passes). Its last line, `SUMMARY …`, is what the
+ * device check's table shows.
+ *
+ * @example
+ * ```ts
+ * Deno.exit(await parityMain(["fixtures/pytorch", "--device", "cuda"]));
+ * ```
+ */
+export async function parityMain(args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
-    args: Deno.args,
+    args,
     options: {
       only: { type: "string" },
       device: { type: "string" },
@@ -28,7 +38,7 @@ if (import.meta.main) {
     console.log(
       "usage: deno task parity [fixture-folder] [--only toy,gpt,sampler,checkpoint] [--device cpu|cuda|cuda-emu]",
     );
-    Deno.exit(0);
+    return 0;
   }
   if (!installLayout() || installLayout()!.kind === "checkout") buildNative({ quiet: true });
   const device = values.device ?? Deno.env.get("DTRAIN_DEVICE");
@@ -40,8 +50,18 @@ if (import.meta.main) {
   const rows = await parityRows(dir, groups);
   if (rows.length === 0) {
     console.error(`No parity fixtures found in ${dir}`);
-    Deno.exit(1);
+    console.log(`SUMMARY no parity fixtures found in ${dir}`);
+    return 1;
   }
   const failed = printRows(rows);
-  Deno.exit(failed > 0 ? 1 : 0);
+  const worst = rows.filter((r) => !r.pass).map((r) => `${r.case} ${r.quantity}`).slice(0, 3);
+  console.log(
+    `SUMMARY ${
+      rows.length - failed
+    } of ${rows.length} cases within tolerance on ${describeBackend()}` +
+      (worst.length ? `; failing: ${worst.join(", ")}` : ""),
+  );
+  return failed > 0 ? 1 : 0;
 }
+
+if (import.meta.main) Deno.exit(await parityMain(Deno.args));

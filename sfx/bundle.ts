@@ -63,6 +63,34 @@ export async function bundleDtrain(root: string, outdir: string): Promise<string
   return Object.keys(result.metafile!.outputs).map((p) => p.slice(p.lastIndexOf("/") + 1)).sort();
 }
 
+/**
+ * Bundles scripts that run on their own (with `dtrain exec`): `entries`
+ * (output name -> source file in `root`) with code splitting into `outdir`,
+ * everything they import included. Returns the files written.
+ *
+ * @example
+ * ```ts
+ * await bundleScripts("/repo", { ops_vs_cpu: "scripts/gpu_check/ops_vs_cpu.ts" }, "/out/js");
+ * ```
+ */
+export async function bundleScripts(
+  root: string,
+  entries: Record<string, string>,
+  outdir: string,
+): Promise<string[]> {
+  const result = await esbuild.build({
+    ...COMMON,
+    entryPoints: Object.fromEntries(
+      Object.entries(entries).map(([name, src]) => [name, join(root, src)]),
+    ),
+    splitting: true,
+    outdir,
+    chunkNames: "chunk-[hash]",
+    absWorkingDir: root,
+  });
+  return Object.keys(result.metafile!.outputs).map((p) => p.slice(p.lastIndexOf("/") + 1)).sort();
+}
+
 /** Bundles sfx/compiled_main.ts alone into `outfile` (the program `deno compile` embeds). */
 export async function bundleCompiledMain(root: string, outfile: string): Promise<void> {
   await esbuild.build({

@@ -12,7 +12,8 @@ import { REPO, TestRun } from "../launch/launch_helpers.ts";
 import { HAVE_EMU, rankJson } from "./_emu.ts";
 
 Deno.test({
-  name: "a DDP step on cuda-emu waits for the device only for its explicit reads (3), on every rank",
+  name:
+    "a DDP step on cuda-emu waits for the device only for its explicit reads (3), on every rank",
   ignore: !HAVE_EMU,
   async fn() {
     const t = new TestRun();

@@ -31,7 +31,16 @@ Deno.test({
       );
       assert.equal(cpu.code, 0, cpu.stdout + cpu.stderr);
       const emu = await t.finish(
-        t.launch(["--nproc", "2", "--device", "cuda-emu", "--run-dir", gpuDir, script, String(EPOCHS)]),
+        t.launch([
+          "--nproc",
+          "2",
+          "--device",
+          "cuda-emu",
+          "--run-dir",
+          gpuDir,
+          script,
+          String(EPOCHS),
+        ]),
         300_000,
       );
       assert.equal(emu.code, 0, emu.stdout + emu.stderr);

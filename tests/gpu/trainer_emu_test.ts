@@ -17,12 +17,13 @@ function metrics(runDir: string): Record<string, number>[] {
 }
 
 Deno.test({
-  name: "Trainer on cuda-emu: AMP + GradScaler, checkpoints of device tensors, --resume continues exactly",
+  name:
+    "Trainer on cuda-emu: AMP + GradScaler, checkpoints of device tensors, --resume continues exactly",
   ignore: !HAVE_EMU,
   async fn() {
     const t = new TestRun();
     try {
-      const script = join(REPO, "tests/gpu/scripts/trainer_amp.ts");
+      const script = join(REPO, "scripts/gpu_check/train_job.ts");
       const first = join(t.dir, "first"), second = join(t.dir, "second");
       const a = await t.finish(
         t.launch(["--nproc", "2", "--device", "cuda-emu", "--run-dir", first, script, "4"]),
@@ -74,7 +75,7 @@ Deno.test("--resume of a folder that does not exist is refused before anything s
   const t = new TestRun();
   try {
     const r = await t.finish(
-      t.launch(["--resume", join(t.dir, "nope"), join(REPO, "tests/gpu/scripts/trainer_amp.ts")]),
+      t.launch(["--resume", join(t.dir, "nope"), join(REPO, "scripts/gpu_check/train_job.ts")]),
     );
     assert.equal(r.code, 2, r.stderr);
     assert.match(r.stderr, /--resume .*nope: no such folder/);

@@ -38,13 +38,22 @@ const hostWaits = () => hostSyncCounts().total;
 const pg = initProcessGroup();
 manualSeed(0);
 // three layers and a 1 KiB bucket cap: several buckets, so reductions start during backward
-const model = new Sequential(new Linear(32, 64), new ReLU(), new Linear(64, 64), new ReLU(), new Linear(64, 4));
+const model = new Sequential(
+  new Linear(32, 64),
+  new ReLU(),
+  new Linear(64, 64),
+  new ReLU(),
+  new Linear(64, 4),
+);
 const ddp = new DistributedDataParallel(model, pg, { bucketCapMb: 1 / 1024 });
 const opt = new AdamW(ddp.parameters(), { lr: 1e-3 });
 const scaler = new GradScaler({ initScale: 1024 }, (flag: Tensor) => {
   pg.allReduce({ ptr: flag.ptr, count: 1, dtype: "f32", device: flag.device }, "max");
 });
-const x = fromArray(Float32Array.from({ length: 16 * 32 }, (_, i) => Math.sin(i + pg.rank)), [16, 32]);
+const x = fromArray(Float32Array.from({ length: 16 * 32 }, (_, i) => Math.sin(i + pg.rank)), [
+  16,
+  32,
+]);
 const y = fromArray(Int32Array.from({ length: 16 }, (_, i) => (i + pg.rank) % 4), [16]);
 
 function step(): number {

@@ -1,8 +1,11 @@
 /**
- * A Trainer run for the GPU path's whole-run tests: a small MLP on synthetic
- * data with f16 autocast and the GradScaler, gradient clipping, and a
- * checkpoint every 2 steps, on whatever device the launcher gave the ranks.
- * Usage: `dtrain --nproc 2 --device cuda-emu trainer_amp.ts STEPS`.
+ * gpu-check step 4c, and the emulated device's whole-run test: a Trainer run
+ * of a small MLP on synthetic data with f16 autocast and the GradScaler,
+ * gradient clipping, and a checkpoint every 2 steps, on whatever device the
+ * launcher gave the ranks (public API only: it runs from the device bundle).
+ * `dtrain --nproc 2 --device cuda train_job.ts STEPS`, then the same with
+ * `--resume <run>/checkpoints/step-…` in a new run directory, which must
+ * repeat the first run's later steps (resume_check.ts compares them).
  */
 import { crossEntropy, Linear, manualSeed, ReLU, Sequential, TensorDataset, Trainer } from "dtrain";
 
@@ -11,7 +14,10 @@ const N = 256, F = 24, C = 4;
 let seed = 7;
 const rand = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 2 - 1;
 const X = Float32Array.from({ length: N * F }, rand);
-const y = Int32Array.from({ length: N }, (_, i) => (X[i * F]! > 0 ? 1 : 0) + (X[i * F + 1]! > 0 ? 2 : 0));
+const y = Int32Array.from(
+  { length: N },
+  (_, i) => (X[i * F]! > 0 ? 1 : 0) + (X[i * F + 1]! > 0 ? 2 : 0),
+);
 
 const trainer = new Trainer({
   model: () => {
