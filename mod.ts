@@ -37,30 +37,79 @@ export {
 export { memoryStats } from "./tensor/allocator.ts";
 export { hostSyncCounts } from "./tensor/host_sync.ts";
 export { backward, isGradEnabled, noGrad } from "./tensor/autograd.ts";
-export { add, cast, dropout, gelu, mul, relu, scale, sub } from "./tensor/ops/elementwise.ts";
-export { linear, matmul } from "./tensor/ops/linalg.ts";
+export { add, cast, div, dropout, gelu, mul, relu, scale, sub } from "./tensor/ops/elementwise.ts";
 export {
-  causalSelfAttention,
-  crossEntropy,
-  embedding,
-  layerNorm,
-  softmax,
-} from "./tensor/ops/nn.ts";
-export { reshape, sliceLast, splitLast, transpose, transpose12 } from "./tensor/ops/shape.ts";
-export { argmax, mean, sum } from "./tensor/ops/reduce.ts";
+  clamp,
+  type ClampOptions,
+  exp,
+  log,
+  pow,
+  sigmoid,
+  sqrt,
+  tanh,
+} from "./tensor/ops/unary.ts";
+export { linear, matmul } from "./tensor/ops/linalg.ts";
+export { causalSelfAttention, crossEntropy, embedding, layerNorm } from "./tensor/ops/nn.ts";
+export { logSoftmax, softmax, type SoftmaxOptions } from "./tensor/ops/softmax.ts";
+export { reshape, sliceLast, splitLast } from "./tensor/ops/shape.ts";
+export {
+  cat,
+  expand,
+  flatten,
+  narrow,
+  pad,
+  type PadOptions,
+  permute,
+  squeeze,
+  stack,
+  transpose,
+  unsqueeze,
+} from "./tensor/ops/layout.ts";
+export {
+  argmax,
+  argmin,
+  max,
+  mean,
+  min,
+  type ReduceOptions,
+  sum,
+  type ValuesIndices,
+} from "./tensor/ops/reduce.ts";
+export { gather, indexSelect, maskedFill, where } from "./tensor/ops/select.ts";
+export { conv2d, type Conv2dOptions } from "./tensor/ops/conv.ts";
+export {
+  adaptiveAvgPool2d,
+  avgPool2d,
+  type AvgPool2dOptions,
+  maxPool2d,
+  type MaxPool2dOptions,
+} from "./tensor/ops/pool.ts";
+export { batchNorm, type BatchNormOptions } from "./tensor/ops/batchnorm.ts";
 
 // layers and models
 export { Module, StateDictError } from "./nn/module.ts";
 export {
   Dropout,
   Embedding,
+  Flatten,
   GELU,
+  Identity,
   Layer,
   LayerNorm,
   Linear,
   ReLU,
   Sequential,
 } from "./nn/layers.ts";
+export { Conv2d, type Conv2dLayerOptions } from "./nn/conv.ts";
+export { AdaptiveAvgPool2d, AvgPool2d, MaxPool2d } from "./nn/pooling.ts";
+export {
+  BatchNorm1d,
+  BatchNorm2d,
+  type BatchNormLayerOptions,
+  convertSyncBatchNorm,
+  SyncBatchNorm,
+  type SyncBatchNormOptions,
+} from "./nn/batchnorm.ts";
 export { GPT, type GPTConfig } from "./nn/gpt.ts";
 export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
 

@@ -32,7 +32,7 @@ function accuracy(model: Sequential): number {
       );
       correct += scope(() => {
         const [x, y] = test.getBatch(idx);
-        const pred = argmax(model.forward(x!)).toArray() as Int32Array;
+        const pred = argmax(model.forward(x!), -1).toArray() as Int32Array;
         const labels = y!.toArray() as Int32Array;
         return pred.reduce((n, p, i) => n + (p === labels[i] ? 1 : 0), 0);
       });

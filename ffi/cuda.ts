@@ -6,7 +6,7 @@
  * thin typed wrappers over the extras.
  */
 import { basename } from "node:path";
-import { KERNEL_SYMBOLS } from "./symbols.ts";
+import { CUDA_PENDING_SYMBOLS, KERNEL_SYMBOLS } from "./symbols.ts";
 import { cString, type NativeLibrary, openLibrary } from "./native.ts";
 import { type CheckedCalls, checkedCalls } from "./calls.ts";
 
@@ -75,9 +75,20 @@ const CUDA_STATUS_EXTRAS = [
   "dt_cuda_gemm_allow_tf32",
 ] as const satisfies readonly (keyof typeof CUDA_EXTRA_SYMBOLS)[];
 
+/** The kernel ABI as this library declares it: CUDA_PENDING_SYMBOLS optional
+ *  (null when absent; the ops check before calling). */
+const CUDA_KERNEL_SYMBOLS = Object.fromEntries(
+  Object.entries(KERNEL_SYMBOLS).map(([name, def]) => [
+    name,
+    CUDA_PENDING_SYMBOLS.has(name as keyof typeof KERNEL_SYMBOLS)
+      ? { ...def, optional: true }
+      : def,
+  ]),
+) as typeof KERNEL_SYMBOLS;
+
 /** The whole symbol table of libdtrain_cuda.so. */
 export const CUDA_SYMBOLS = {
-  ...KERNEL_SYMBOLS,
+  ...CUDA_KERNEL_SYMBOLS,
   ...CUDA_EXTRA_SYMBOLS,
 } as const satisfies Deno.ForeignLibraryInterface;
 export type CudaSymbols = typeof CUDA_SYMBOLS;

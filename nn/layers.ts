@@ -1,7 +1,7 @@
 /**
  * The standard layers with PyTorch's parameter names, shapes and default
- * initialisation: Linear, ReLU, GELU, Dropout, LayerNorm, Embedding, and
- * Sequential (children named "0", "1", …).
+ * initialisation: Linear, ReLU, GELU, Dropout, LayerNorm, Embedding, Identity,
+ * Flatten, and Sequential (children named "0", "1", …).
  */
 import { Module } from "./module.ts";
 import { linearBiasBound, linearWeightBound, normalTensor, uniformTensor } from "./init.ts";
@@ -9,6 +9,7 @@ import { full, type Tensor } from "../tensor/tensor.ts";
 import { linear } from "../tensor/ops/linalg.ts";
 import { dropout, gelu, relu } from "../tensor/ops/elementwise.ts";
 import { embedding, layerNorm } from "../tensor/ops/nn.ts";
+import { flatten } from "../tensor/ops/layout.ts";
 import type { TorchGenerator } from "../random/torch_generator.ts";
 
 /** A module mapping one tensor to one tensor. */
@@ -133,5 +134,33 @@ export class Sequential extends Layer {
     let y = x;
     for (const l of this.layers) y = l.forward(y);
     return y;
+  }
+  /** Replacing child "i" replaces layer i (what convertSyncBatchNorm does). */
+  override addModule<M extends Module>(name: string, m: M): M {
+    const i = Number(name);
+    const isIndex = String(i) === name && i < this.layers.length;
+    if (isIndex && !(m instanceof Layer)) {
+      throw new TypeError(`Sequential: child ${name} must be a Layer (one tensor in, one out)`);
+    }
+    super.addModule(name, m);
+    if (isIndex) this.layers[i] = m as unknown as Layer;
+    return m;
+  }
+}
+
+/** Returns its input (torch.nn.Identity): a placeholder that keeps a model's structure. */
+export class Identity extends Layer {
+  forward(x: Tensor): Tensor {
+    return x;
+  }
+}
+
+/** Merges dims startDim..endDim into one (torch.nn.Flatten; by default all but the batch dim). */
+export class Flatten extends Layer {
+  constructor(readonly startDim = 1, readonly endDim = -1) {
+    super();
+  }
+  forward(x: Tensor): Tensor {
+    return flatten(x, this.startDim, this.endDim);
   }
 }

@@ -72,6 +72,17 @@ export abstract class Module {
   }
 
   /**
+   * Registers `m` as child `name`, replacing a child of that name in place
+   * (its position in the state dict stays), as torch's add_module.
+   */
+  addModule<M extends Module>(name: string, m: M): M {
+    if (!name || name.includes(".")) {
+      throw new RangeError(`addModule: child name "${name}" must be non-empty and contain no "."`);
+    }
+    return this.registerModule(name, m);
+  }
+
+  /**
    * Parameters with their dotted names, in PyTorch's order (own first, then
    * children depth-first); a tensor shared by two names (tied weights) is
    * listed once, under its first name, as named_parameters() does.

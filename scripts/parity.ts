@@ -1,5 +1,5 @@
 /**
- * `deno task parity [folder] [--only toy,gpt,sampler,checkpoint] [--device D]`:
+ * `deno task parity [folder] [--only toy,gpt,sampler,checkpoint,ops,cnn,syncbn] [--device D]`:
  * runs every comparison a PyTorch fixture folder supports (default:
  * DTRAIN_FIXTURES or ../shared/fixtures/pytorch) on device D (cpu, cuda,
  * cuda-emu; default DTRAIN_DEVICE, else the CPU) and prints a row per case —
@@ -8,7 +8,7 @@
  */
 import { parseArgs } from "node:util";
 import { defaultFixtureDir } from "../parity/fixtures.ts";
-import { type ParityGroup, parityRows } from "../parity/run.ts";
+import { groupsSkippedOnDevice, type ParityGroup, parityRows } from "../parity/run.ts";
 import { printRows } from "../parity/report.ts";
 import { buildNative } from "./build_native.ts";
 import { describeBackend, useDevice } from "../tensor/device_choice.ts";
@@ -36,7 +36,8 @@ export async function parityMain(args: string[]): Promise<number> {
   });
   if (values.help) {
     console.log(
-      "usage: deno task parity [fixture-folder] [--only toy,gpt,sampler,checkpoint] [--device cpu|cuda|cuda-emu]",
+      "usage: deno task parity [fixture-folder] [--only toy,gpt,sampler,checkpoint,ops,cnn,syncbn] " +
+        "[--device cpu|cuda|cuda-emu]",
     );
     return 0;
   }
@@ -47,6 +48,8 @@ export async function parityMain(args: string[]): Promise<number> {
   const groups = values.only?.split(",").map((s) => s.trim()) as
     | ParityGroup[]
     | undefined;
+  const skipped = groupsSkippedOnDevice();
+  if (skipped) console.log(`skipped on this device: ${skipped.groups.join(", ")}: ${skipped.why}`);
   const rows = await parityRows(dir, groups);
   if (rows.length === 0) {
     console.error(`No parity fixtures found in ${dir}`);
@@ -59,7 +62,8 @@ export async function parityMain(args: string[]): Promise<number> {
     `SUMMARY ${
       rows.length - failed
     } of ${rows.length} cases within tolerance on ${describeBackend()}` +
-      (worst.length ? `; failing: ${worst.join(", ")}` : ""),
+      (worst.length ? `; failing: ${worst.join(", ")}` : "") +
+      (skipped ? `; not on this device yet: ${skipped.groups.join(", ")}` : ""),
   );
   return failed > 0 ? 1 : 0;
 }

@@ -132,16 +132,18 @@ export async function runIn(
     ? [UNSHARE!, [...flags, "/bin/sh", "-c", `${setup.join(" && ")} && exec "$@"`, "sh", ...argv]]
     : [argv[0]!, argv.slice(1)];
   const startedAt = Date.now();
-  const child = new Deno.Command(cmd, {
-    args,
-    cwd,
-    env,
-    clearEnv: true,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-    detached: true,
-  }).spawn();
+  const child = await spawnRetryingBusy(
+    new Deno.Command(cmd, {
+      args,
+      cwd,
+      env,
+      clearEnv: true,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+      detached: true,
+    }),
+  );
   const timer = setTimeout(() => {
     try {
       Deno.kill(-child.pid, "SIGKILL");
@@ -171,5 +173,23 @@ export function cacheEntries(cache: string): string[] {
     return [...Deno.readDirSync(cache)].map((e) => e.name).sort();
   } catch {
     return [];
+  }
+}
+
+/**
+ * Spawns `command`, retrying while exec fails with ETXTBSY. A file this process has just
+ * written (the single file copied into a sandbox) can still be open for writing in a child
+ * that another test forked at that moment and that has not reached its exec yet (the
+ * descriptor is close-on-exec, but the fork copies it); the kernel then refuses to execute
+ * the file until that child execs. The window is microseconds; the bound is generous.
+ */
+async function spawnRetryingBusy(command: Deno.Command): Promise<Deno.ChildProcess> {
+  for (let attempt = 0;; attempt++) {
+    try {
+      return command.spawn();
+    } catch (e) {
+      if (attempt >= 50 || !String((e as Error).message).includes("os error 26")) throw e;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
   }
 }
