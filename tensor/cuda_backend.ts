@@ -83,8 +83,13 @@ function major(version: string): number {
 /**
  * cuBLASLt for the runtime's major version: libcublasLt.so.<major> first;
  * a cuBLASLt of another major version is reported as the mismatch it is.
+ *
+ * @example
+ * ```ts
+ * findCublasLt(13, {}).path; // "/usr/local/lib/python3.12/dist-packages/nvidia/cu13/lib/libcublasLt.so.13"
+ * ```
  */
-function findCublasLt(
+export function findCublasLt(
   runtimeMajor: number,
   opts: LibrarySearchOptions,
 ): { path: string | null; why: string } {
