@@ -9,6 +9,7 @@
  * only under one lock in shared memory, and whoever releases it (abort or
  * destroy) does so exactly once.
  */
+import { Worker } from "node:worker_threads";
 import type { NcclLibrary } from "../ffi/nccl.ts";
 import { workerModuleUrl } from "../os/install_layout.ts";
 import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
@@ -166,9 +167,10 @@ export class NcclWatchdog {
         true,
       )
     );
+    // node:worker_threads for unref(): a group the script never closes must not keep its
+    // process alive (a web Worker would, forever, since the watchdog never ends on its own)
     this.#worker = new Worker(
       workerModuleUrl("ncclWatchdog", new URL("./nccl_watchdog_worker.ts", import.meta.url)),
-      { type: "module" },
     );
     const msg: WatchdogInit = {
       ...init,
@@ -177,6 +179,7 @@ export class NcclWatchdog {
       ncclPath: lib.path,
     };
     this.#worker.postMessage(msg);
+    this.#worker.unref();
   }
 
   /** The recorded failure as an Error marked with its kind, or null while healthy. */

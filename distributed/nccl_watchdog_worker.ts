@@ -8,6 +8,7 @@
  * host blocked waiting for the device wakes up and the rank fails instead of
  * hanging.
  */
+import { parentPort } from "node:worker_threads";
 import { StoreClient } from "./control/store.ts";
 import {
   describeCollective,
@@ -186,11 +187,7 @@ async function watch(init: WatchdogInit): Promise<void> {
   }
 }
 
-/** This module runs as a worker: its global scope receives the request. */
-const worker = self as unknown as {
-  onmessage: ((e: MessageEvent<WatchdogInit>) => void) | null;
-  close(): void;
-};
-worker.onmessage = (e) => {
-  watch(e.data).finally(() => worker.close());
-};
+// This module runs as a node:worker_threads worker (see nccl_watchdog.ts): one message starts it.
+parentPort?.once("message", (init: WatchdogInit) => {
+  watch(init).finally(() => parentPort?.close());
+});

@@ -271,3 +271,19 @@ Deno.test({
     assert.deepEqual(leftSegments().filter((n) => !before.has(n)), []);
   },
 });
+
+Deno.test({
+  name:
+    "NCCL group: a script that never closes its group still ends (the watchdog keeps nothing alive)",
+  ignore: !HAVE_EMU,
+  async fn() {
+    const t0 = Date.now();
+    const results = await runRanks(2, ["no-close"]);
+    for (const r of results) {
+      assert.equal(r.code, 0, `rank ${r.rank}: ${r.stderr}`);
+      assert.deepEqual(record(r, "result", "sum").values, [1]);
+      assert.doesNotMatch(r.stderr, /AddressSanitizer/);
+    }
+    assert.ok(Date.now() - t0 < 60_000, `the ranks took ${Date.now() - t0} ms to end`);
+  },
+});

@@ -152,6 +152,12 @@ if (scenario === "collectives") {
   const t0 = Date.now();
   expectFailure(t0, () => NcclProcessGroup.open({ timeoutMs: Number(Deno.args[1] ?? 3000) }));
   say("closed", { live: live() });
+} else if (scenario === "no-close") {
+  // a script that never closes its group: the watchdog must not keep the process alive
+  const pg = NcclProcessGroup.open();
+  const t = fromArray(Float32Array.of(rank));
+  pg.allReduce(dev(t), "sum");
+  say("result", { name: "sum", values: values(t) });
 } else {
   throw new Error(`unknown scenario ${scenario}`);
 }
