@@ -184,11 +184,15 @@ export interface ProcessGroupReport {
 
 /**
  * Tells the launcher which process group rank 0 made, for the run record;
- * does nothing on other ranks or outside a launched job. Does not wait.
+ * does nothing on other ranks or outside a launched job. Does not wait. Sent
+ * on the event loop's next turn: the store connection writes one record at
+ * a time, and the phase a script sets right after making its group (then
+ * perhaps blocking the event loop) must not queue behind this one.
  */
 export function reportProcessGroup(report: ProcessGroupReport): void {
   if (!store || !keys || getWorld().rank !== 0) return;
-  store.post(keys.processGroup, JSON.stringify(report));
+  const [client, key] = [store, keys.processGroup];
+  setTimeout(() => client.post(key, JSON.stringify(report)), 0);
 }
 
 /**
