@@ -46,6 +46,12 @@ export interface RunContext {
   script: string;
   /** the device of each local rank (absent: the CPU) */
   plan?: DevicePlan;
+  /**
+   * Attempts earlier launches into this run directory made (run.json): this
+   * launch's attempt k is the run's attempt attemptBase + k, the ranks'
+   * DTRAIN_RESTART_COUNT (default 0).
+   */
+  attemptBase?: number;
 }
 
 /** How an attempt ended. */
@@ -374,7 +380,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         numThreads: ctx.threads,
         hangWarnS: opts.hangWarnS,
         timeoutS: opts.timeoutS,
-        restartCount: k,
+        restartCount: (ctx.attemptBase ?? 0) + k,
         logRanks: opts.logRanks,
         launcherPid: Deno.pid,
         device: opts.device,
@@ -408,7 +414,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     }
     if (ranks.length === 0) return; // stopped before any rank started: onAbort reports it
     log.info(
-      `attempt ${k}: started ranks ${
+      `attempt ${(ctx.attemptBase ?? 0) + k}: started ranks ${
         rankList(ranks.map((p) => p.rank))
       } of ${worldSize} on node ${node} ` +
         `(pids ${ranks.map((p) => p.pid).join(",")}; ${ctx.threads} native thread(s) each)`,

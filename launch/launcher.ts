@@ -13,10 +13,12 @@ import {
   type AttemptEnd,
   beginAttempt,
   behaviourEnv,
+  continueRunRecord,
   finishAttempt,
   type GpuVersions,
   machineFacts,
   newRunRecord,
+  readRunRecord,
   sha256File,
   versions,
   writeRunRecord,
@@ -43,6 +45,9 @@ import {
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
+import { checkScriptTypes } from "./type_check.ts";
+import { installLayout } from "../os/install_layout.ts";
+import type { RunRecord } from "../run/format.ts";
 import { checkNproc, type NodeCapacity } from "./nproc_limit.ts";
 import { lockRunDir, type RunLock } from "./run_lock.ts";
 
@@ -61,6 +66,8 @@ interface RunInfo {
   nnodes: number;
   nproc: number;
   maxRestarts: number;
+  /** attempts that earlier launches into the run directory made (node 0 reads run.json) */
+  attemptBase?: number;
 }
 
 /** The GPU setup of the resolved device (null on the CPU). */
@@ -153,12 +160,33 @@ function startStore(
   }
 }
 
-/** Meets every node's launcher in the store; returns the run's id (node 0's). */
+/**
+ * `deno check` of the script with the config the ranks run with, before
+ * anything starts (a checkout only: the single file carries dtrain as
+ * JavaScript, without its types). Throws after printing the type errors.
+ */
+async function typeCheck(given: string, script: string, log: LauncherLog): Promise<void> {
+  const layout = installLayout();
+  if (layout?.kind !== "checkout") return;
+  const r = await checkScriptTypes(script, {
+    config: layout.config,
+    onCheck: () =>
+      log.info(`type-checking ${given} (once per change of its files; --no-check skips it)`),
+  });
+  if (r.ok) return;
+  console.error(r.output);
+  throw new Error(
+    `${given} does not type-check (the errors are above): fix them, or start it unchecked with --no-check`,
+  );
+}
+
+/** Meets every node's launcher in the store; returns node 0's run facts (its run id, attempt base). */
 async function rendezvous(
   client: StoreClient,
   opts: LaunchOptions,
   runId: string | null,
-): Promise<string> {
+  attemptBase = 0,
+): Promise<RunInfo> {
   const me = opts.nodeRank;
   const claims = await client.add(runKeys.nodeClaim(me), 1);
   if (claims > 1) {
@@ -171,6 +199,7 @@ async function rendezvous(
     nnodes: opts.nnodes,
     nproc: opts.nproc,
     maxRestarts: opts.maxRestarts,
+    attemptBase,
   };
   if (me === 0) await client.set(runKeys.info, JSON.stringify(mine));
   await client.set(
@@ -207,7 +236,7 @@ async function rendezvous(
       }
     }
   }
-  return info.runId;
+  return info;
 }
 
 /** What run.json says of the GPUs of a GPU run: the CUDA library's build hash, versions, NCCL's. */
@@ -236,10 +265,18 @@ function gpuVersions(plan: DevicePlan): GpuVersions {
   return out;
 }
 
-/** run.json of this launch: written at start and rewritten as each attempt begins and ends. */
-async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
+/**
+ * run.json of this launch: written at start and rewritten as each attempt
+ * begins and ends; continued (not replaced) when the directory holds the
+ * record of an earlier launch.
+ */
+async function startRunRecord(
+  ctx: RunContext,
+  argv: readonly string[],
+  previous: RunRecord | null,
+) {
   const { opts, runDir, runId, threads, script } = ctx;
-  let rec = newRunRecord({
+  const input = {
     runId,
     name: basename(runDir),
     argv: ["dtrain", ...argv],
@@ -255,7 +292,8 @@ async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
     versions: versions(ctx.plan ? gpuVersions(ctx.plan) : {}),
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
-  });
+  };
+  let rec = previous ? continueRunRecord(previous, input) : newRunRecord(input);
   writeRunRecord(runDir, rec);
   return {
     begin() {
@@ -264,7 +302,8 @@ async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
     },
     /** Ends attempt k's entry, with the process group its rank 0 reported. */
     async finish(k: number, end: AttemptEnd) {
-      const pg = await ctx.client.getText(attemptKeys(k).processGroup).catch(() => null);
+      const key = attemptKeys((ctx.attemptBase ?? 0) + k).processGroup; // the ranks' DTRAIN_RESTART_COUNT
+      const pg = await ctx.client.getText(key).catch(() => null);
       let processGroup: AttemptEnd["processGroup"];
       try {
         if (pg !== null) processGroup = AttemptSchema.shape.processGroup.parse(JSON.parse(pg));
@@ -297,6 +336,8 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   checkNproc(opts.nproc, nodeCapacity(opts));
   const plan = devicePlan(opts);
   if (opts.resume !== null) opts.resume = checkResume(opts.resume);
+  // After the cheap refusals: a bad option must not wait for seconds of type-checking.
+  if (!opts.noCheck) await typeCheck(opts.script, script, log);
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;
   const nodeLost = async (node: number, why: string) => {
@@ -350,11 +391,21 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
       : null;
     if (proposed?.created) createdDir = proposed.dir;
-    let runId: string;
+    let runId: string, attemptBase: number;
+    let previous: RunRecord | null = null;
     try {
       // Node 0 refuses a run directory another live launcher holds before anyone joins.
       if (proposed) runLock = lockRunDir(proposed.dir, 0, proposed.runId);
-      runId = await rendezvous(client, opts, proposed?.runId ?? null);
+      // A run directory reused to resume keeps its run's id and record (run.json).
+      previous = proposed ? readRunRecord(proposed.dir) : null;
+      const info = await rendezvous(
+        client,
+        opts,
+        previous?.runId ?? proposed?.runId ?? null,
+        previous?.attempts.length ?? 0,
+      );
+      runId = info.runId;
+      attemptBase = info.attemptBase ?? 0;
     } catch (e) {
       // Nothing ran: leave no run directory behind that this launch created.
       runLock?.release();
@@ -404,6 +455,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       threads,
       script,
       plan,
+      attemptBase,
     };
     const record: LaunchRecord = {
       runId,
@@ -422,7 +474,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     const recordPath = launchRecordPath(runDir, opts.nodeRank);
     writeLaunchRecord(recordPath, record);
     // run.json: the job's rerun record (node 0 only), one entry per attempt.
-    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv) : null;
+    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
 
     let code = 1;
     let graceMs = 0;
@@ -453,7 +505,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       if (!restartable || preempted || k >= opts.maxRestarts) break;
       log.info(
         `restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${
-          k + 1
+          attemptBase + k + 1
         }`,
       );
     }

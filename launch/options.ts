@@ -37,6 +37,8 @@ export interface LaunchOptions {
   resume: string | null;
   /** allow more CPU ranks than a few per core */
   oversubscribe: boolean;
+  /** start the ranks without type-checking the script */
+  noCheck: boolean;
 }
 
 type Kind = "int" | "seconds" | "string" | "flag";
@@ -105,6 +107,16 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
     defaultText: "none: a Trainer resumes only from its own run directory's checkpoints",
     help:
       "a Trainer continues from the latest good checkpoint of this run directory (or checkpoint folder)",
+  },
+  {
+    name: "no-check",
+    value: "",
+    key: "noCheck",
+    kind: "flag",
+    topic: "Processes",
+    defaultText:
+      "off (or $DTRAIN_NO_CHECK=1): `deno check` first, remembered by the files' content",
+    help: "start the ranks without type-checking the script",
   },
   {
     name: "nnodes",
@@ -247,6 +259,7 @@ const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
   device: "auto",
   resume: null,
   oversubscribe: false,
+  noCheck: false,
 };
 
 function parseValue(spec: OptionSpec, raw: string): number | string {
@@ -327,6 +340,7 @@ export function parseLaunchArgs(
     script,
     scriptArgs: argv.slice(scriptAt + 1),
     logRanks: env("DTRAIN_LOG_RANKS") || "0",
+    noCheck: env("DTRAIN_NO_CHECK") === "1",
   };
   for (const spec of LAUNCH_OPTIONS) {
     const raw = values[spec.name];

@@ -61,6 +61,7 @@ Deno.test("parseLaunchArgs() fills documented defaults", () => {
       device: "auto",
       resume: null,
       oversubscribe: false,
+      noCheck: false,
     },
   );
   assert.equal(parse(["--device", "cuda-emu", "run.ts"]).device, "cuda-emu");
@@ -69,6 +70,10 @@ Deno.test("parseLaunchArgs() fills documented defaults", () => {
   assert.deepEqual(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).scriptArgs, [
     "--oversubscribe",
   ]);
+  assert.equal(parse(["--no-check", "run.ts", "--no-check"]).noCheck, true);
+  assert.deepEqual(parse(["--no-check", "run.ts", "--no-check"]).scriptArgs, ["--no-check"]);
+  const unchecked = parseLaunchArgs(["run.ts"], (n) => n === "DTRAIN_NO_CHECK" ? "1" : undefined);
+  assert.equal((unchecked as LaunchOptions).noCheck, true);
   assert.throws(
     () => parse(["--device", "tpu", "run.ts"]),
     /--device tpu is not one of auto, cpu, cuda/,
