@@ -24,6 +24,8 @@ import {
   writeRunRecord,
 } from "../run/record.ts";
 import { resolve } from "node:path";
+import { glooBuildInfo } from "../ffi/gloo.ts";
+import { plannedCpuBackend } from "../distributed/pg_config.ts";
 import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
 import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
@@ -276,6 +278,23 @@ async function startRunRecord(
   previous: RunRecord | null,
 ) {
   const { opts, runDir, runId, threads, script } = ctx;
+  // What CPU ranks' initProcessGroup() will choose (the same rule), and Gloo's versions when it is Gloo.
+  // GPU ranks: NCCL, unless they are alone.
+  const backend = opts.device === "cpu"
+    ? plannedCpuBackend(opts.nnodes, opts.nproc, Deno.env.get("DTRAIN_CPU_BACKEND"))
+    : opts.nnodes * opts.nproc > 1
+    ? "nccl" as const
+    : "single" as const;
+  const v = versions(ctx.plan ? gpuVersions(ctx.plan) : {});
+  if (backend === "gloo") {
+    try {
+      const info = glooBuildInfo();
+      v.native.gloo = info.buildHash;
+      v.gloo = info.version;
+    } catch (e) {
+      v.native.gloo = `unavailable: ${(e as Error).message}`;
+    }
+  }
   const input = {
     runId,
     name: basename(runDir),
@@ -286,10 +305,11 @@ async function startRunRecord(
       nnodes: opts.nnodes,
       nprocPerNode: opts.nproc,
       hosts: [Deno.hostname()],
+      ...(backend ? { backend } : {}),
       device: opts.device,
     },
     ...(opts.resume !== null ? { resume: opts.resume } : {}),
-    versions: versions(ctx.plan ? gpuVersions(ctx.plan) : {}),
+    versions: v,
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
   };

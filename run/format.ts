@@ -51,9 +51,15 @@ export const VersionsSchema = z.object({
   v8: z.string(),
   typescript: z.string(),
   /** build hashes (dt_build_hash) of the native libraries that were loaded */
-  native: z.object({ cpu: z.string().optional(), cuda: z.string().optional() }),
+  native: z.object({
+    cpu: z.string().optional(),
+    cuda: z.string().optional(),
+    gloo: z.string().optional(),
+  }),
   cuda: z.object({ runtime: z.string(), driver: z.string(), gpus: z.array(z.string()) }).optional(),
   nccl: z.string().optional(),
+  /** Gloo's version (libgloo), on runs whose CPU ranks span machines */
+  gloo: z.string().optional(),
 });
 
 /** Facts about node 0's machine that can change results or speed. */
@@ -101,6 +107,9 @@ export const RunRecordSchema = z.object({
     hosts: z.array(z.string()),
     /** where ranks compute, as the launcher resolved --device: "cpu", "cuda" or "cuda-emu" */
     device: z.string().optional(),
+    /** the process group the ranks use, as planned: "single", "shm" (one machine), "gloo"
+     *  (several), "nccl" (GPU ranks) */
+    backend: z.enum(["single", "shm", "gloo", "nccl"]).optional(),
   }),
   /** --resume: the folder whose latest good checkpoint a Trainer continues from */
   resume: z.string().optional(),
@@ -146,8 +155,8 @@ export const ConfigRecordSchema = z.object({
   worldSize: z.int().positive(),
   /** e.g. "cpu", "cuda" or "cuda-emu" */
   device: z.string(),
-  /** the process group's backend: "nccl", "shm" or "single" (absent in files of older writers) */
-  backend: z.string().optional(),
+  /** the process group's backend: "single", "shm", "gloo" (and "nccl" on GPUs) */
+  processGroup: z.string().optional(),
 });
 
 /** One metrics.jsonl line: one optimizer step, appended by rank 0. */

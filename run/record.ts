@@ -180,7 +180,15 @@ export interface NewRunInput {
   argv: readonly string[];
   cwd: string;
   script: { path: string; sha256: string; args: readonly string[] };
-  world: { nnodes: number; nprocPerNode: number; hosts: readonly string[]; device?: string };
+  world: {
+    nnodes: number;
+    nprocPerNode: number;
+    hosts: readonly string[];
+    /** the process group the ranks will use (plannedCpuBackend, or "nccl" on GPUs) */
+    backend?: "single" | "shm" | "gloo" | "nccl";
+    /** where ranks compute, as the launcher resolved --device */
+    device?: string;
+  };
   /** --resume's folder */
   resume?: string;
   versions: Versions;
@@ -202,7 +210,7 @@ export interface NewRunInput {
  * ```
  */
 export function newRunRecord(input: NewRunInput): RunRecord {
-  const { nnodes, nprocPerNode, hosts } = input.world;
+  const { nnodes, nprocPerNode, hosts, backend } = input.world;
   const record: RunRecord = {
     format: RUN_FORMAT,
     runId: input.runId,
@@ -216,6 +224,7 @@ export function newRunRecord(input: NewRunInput): RunRecord {
       nprocPerNode,
       worldSize: nnodes * nprocPerNode,
       hosts: [...hosts],
+      ...(backend ? { backend } : {}),
       ...(input.world.device !== undefined ? { device: input.world.device } : {}),
     },
     ...(input.resume !== undefined ? { resume: input.resume } : {}),

@@ -310,7 +310,7 @@ export class Trainer<M extends Module> {
         seed: cfg.seed,
         worldSize: this.pg.size,
         device: backend().kind,
-        backend: this.pg.backend,
+        processGroup: this.pg.backend,
       },
       step: this.#step,
     });

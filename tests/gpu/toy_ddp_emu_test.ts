@@ -56,6 +56,7 @@ Deno.test({
       assert.match(lines[0]!, /rank 0 → GPU 0, rank 1 → GPU 1/);
       const run = JSON.parse(Deno.readTextFileSync(join(gpuDir, "run.json")));
       assert.equal(run.world.device, "cuda-emu");
+      assert.equal(run.world.backend, "nccl"); // as planned before the ranks started
       assert.deepEqual(run.attempts[0].processGroup, {
         backend: "nccl",
         worldSize: 2,

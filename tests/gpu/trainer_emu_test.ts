@@ -60,10 +60,11 @@ Deno.test({
       assert.ok(ma.every((m) => m.lossScale === 65536 && Number.isFinite(m.loss)));
       const config = JSON.parse(Deno.readTextFileSync(join(second, "config.json")));
       assert.equal(config.device, "cuda-emu");
-      assert.equal(config.backend, "nccl");
+      assert.equal(config.processGroup, "nccl");
       assert.equal(config.config.precision.autocast, "f16");
       const run = JSON.parse(Deno.readTextFileSync(join(second, "run.json")));
       assert.equal(run.resume, from);
+      assert.equal(run.world.backend, "nccl");
       assert.equal(run.attempts[0].processGroup.backend, "nccl");
     } finally {
       await t.cleanup();
