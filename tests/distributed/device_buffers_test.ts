@@ -61,8 +61,8 @@ Deno.test('initProcessGroup({ backend: "nccl" }) on a CPU rank says NCCL needs t
     /initProcessGroup\(\{ backend: "nccl" \}\): this rank computes on the CPU; NCCL needs its GPU/,
   );
   assert.throws(
-    () => initProcessGroup({ backend: "gloo" as "shm", env: {} }),
-    /backend "gloo" is not one of "nccl", "shm", "single"/,
+    () => initProcessGroup({ backend: "mpi" as "shm", env: {} }),
+    /backend "mpi" is not one of "nccl", "gloo", "shm", "single"/,
   );
 });
 
