@@ -26,41 +26,93 @@
 // tensors and autograd
 export { castTensor, empty, fromArray, full, scope, Tensor, zeros } from "./tensor/tensor.ts";
 export type { DType } from "./tensor/dtype.ts";
-export { backend, type Device, setDevice } from "./tensor/backend.ts";
+export { backend, type Device, type DeviceKind, setDevice } from "./tensor/backend.ts";
 export {
+  describeBackend,
   type DeviceRequest,
   resolveDevice,
   type ResolveDeviceOptions,
   useDevice,
 } from "./tensor/device_choice.ts";
 export { memoryStats } from "./tensor/allocator.ts";
+export { hostSyncCounts } from "./tensor/host_sync.ts";
 export { backward, isGradEnabled, noGrad } from "./tensor/autograd.ts";
-export { add, cast, dropout, gelu, mul, relu, scale, sub } from "./tensor/ops/elementwise.ts";
-export { linear, matmul } from "./tensor/ops/linalg.ts";
+export { add, cast, div, dropout, gelu, mul, relu, scale, sub } from "./tensor/ops/elementwise.ts";
 export {
-  causalSelfAttention,
-  crossEntropy,
-  embedding,
-  layerNorm,
-  softmax,
-} from "./tensor/ops/nn.ts";
-export { reshape, sliceLast, splitLast, transpose, transpose12 } from "./tensor/ops/shape.ts";
-export { argmax, mean, sum } from "./tensor/ops/reduce.ts";
+  clamp,
+  type ClampOptions,
+  exp,
+  log,
+  pow,
+  sigmoid,
+  sqrt,
+  tanh,
+} from "./tensor/ops/unary.ts";
+export { linear, matmul } from "./tensor/ops/linalg.ts";
+export { causalSelfAttention, crossEntropy, embedding, layerNorm } from "./tensor/ops/nn.ts";
+export { logSoftmax, softmax, type SoftmaxOptions } from "./tensor/ops/softmax.ts";
+export { reshape, sliceLast, splitLast } from "./tensor/ops/shape.ts";
+export {
+  cat,
+  expand,
+  flatten,
+  narrow,
+  pad,
+  type PadOptions,
+  permute,
+  squeeze,
+  stack,
+  transpose,
+  unsqueeze,
+} from "./tensor/ops/layout.ts";
+export {
+  argmax,
+  argmin,
+  max,
+  mean,
+  min,
+  type ReduceOptions,
+  sum,
+  type ValuesIndices,
+} from "./tensor/ops/reduce.ts";
+export { gather, indexSelect, maskedFill, where } from "./tensor/ops/select.ts";
+export { conv2d, type Conv2dOptions } from "./tensor/ops/conv.ts";
+export {
+  adaptiveAvgPool2d,
+  avgPool2d,
+  type AvgPool2dOptions,
+  maxPool2d,
+  type MaxPool2dOptions,
+} from "./tensor/ops/pool.ts";
+export { batchNorm, type BatchNormOptions } from "./tensor/ops/batchnorm.ts";
 
 // layers and models
-export { Module, StateDictError } from "./nn/module.ts";
+export { Module, StateDictError, type StateDictSource, type StateTensor } from "./nn/module.ts";
 export {
   Dropout,
   Embedding,
+  Flatten,
   GELU,
+  Identity,
   Layer,
   LayerNorm,
   Linear,
   ReLU,
   Sequential,
 } from "./nn/layers.ts";
+export { Conv2d, type Conv2dLayerOptions } from "./nn/conv.ts";
+export { AdaptiveAvgPool2d, AvgPool2d, MaxPool2d } from "./nn/pooling.ts";
+export {
+  BatchNorm1d,
+  BatchNorm2d,
+  type BatchNormLayerOptions,
+  convertSyncBatchNorm,
+  SyncBatchNorm,
+  type SyncBatchNormOptions,
+} from "./nn/batchnorm.ts";
 export { GPT, type GPTConfig } from "./nn/gpt.ts";
 export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
+export { getRngState, type RngState, setRngState } from "./nn/rng_state.ts";
 
 // optimizers, schedules, mixed precision
 export { AdamW, type AdamWOptions } from "./optim/adamw.ts";
@@ -71,15 +123,17 @@ export { autocast } from "./amp/autocast.ts";
 export { GradScaler } from "./amp/grad_scaler.ts";
 
 // data
-export { type Dataset, TensorDataset } from "./data/dataset.ts";
+export { type Dataset, Subset, TensorDataset } from "./data/dataset.ts";
 export { type Batch, DataLoader, type DataLoaderState } from "./data/dataloader.ts";
 export { DistributedSampler, shardIndices } from "./data/distributed_sampler.ts";
 export { type FashionMnist, loadFashionMnist } from "./data/fashion_mnist.ts";
+export { ByteImageDataset } from "./data/byte_images.ts";
 export { CharWindows, loadCharCorpus } from "./data/char_corpus.ts";
 
 // training engine
 export { type FitResult, Trainer, type TrainerOptions } from "./train/engine.ts";
 export { resolveConfig, type TrainConfig, type TrainConfigInput } from "./train/config.ts";
+export { type EvalOptions, RunLog, type RunLogOptions, type StepInput } from "./train/run_log.ts";
 export {
   CheckpointManager,
   type CheckpointPayload,

@@ -27,6 +27,7 @@ import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./control/phase.ts";
 import { allGatherJson } from "./gather_json.ts";
 import { parametersChanged } from "../tensor/param_version.ts";
+import { enter, leave } from "../profile/profile.ts";
 
 /** DDP options (torch's names in camelCase). */
 export interface DDPOptions {
@@ -65,6 +66,7 @@ export class DistributedDataParallel<M extends Module> {
 
   constructor(readonly module: M, readonly pg: ProcessGroup, opts: DDPOptions = {}) {
     this.#findUnused = opts.findUnusedParameters ?? false;
+    const profiled = enter("ddp setup");
     const named = module.namedParameters();
     for (const [n, p] of named) this.#names.set(p, n);
     phase("ddp: verify parameters");
@@ -80,6 +82,7 @@ export class DistributedDataParallel<M extends Module> {
     this.#removeObserver = addBackwardObserver({
       onBackwardEnd: (received) => this.#endPass(received),
     });
+    leave(profiled);
   }
 
   /** The wrapped module's forward, typed by the module. */
@@ -123,10 +126,12 @@ export class DistributedDataParallel<M extends Module> {
    */
   finishGradSync(): void {
     if (!this.#syncPending) return;
+    const profiled = enter("reduction wait");
     try {
       for (const b of this.buckets) if (!b.work) this.#start(b);
       for (const b of this.#started) b.work!.wait();
     } finally {
+      leave(profiled);
       for (const b of this.buckets) b.work = null;
       this.#started = [];
       this.#syncPending = false;
@@ -294,12 +299,17 @@ export class DistributedDataParallel<M extends Module> {
   }
 }
 
-/** A tensor as a collective buffer. */
+/** A tensor as a collective buffer, saying where its memory is (a group refuses the wrong device). */
 function bufferOf(
   t: Tensor,
-): { ptr: Deno.PointerObject; count: number; dtype: "f32" | "i32" | "i64" } {
+): {
+  ptr: Deno.PointerObject;
+  count: number;
+  dtype: "f32" | "i32" | "i64";
+  device: "cpu" | "cuda";
+} {
   if (t.dtype !== "f32" && t.dtype !== "i32" && t.dtype !== "i64") {
     throw new TypeError(`DDP: cannot synchronise a ${t.dtype} tensor`);
   }
-  return { ptr: t.ptr, count: t.numel, dtype: t.dtype };
+  return { ptr: t.ptr, count: t.numel, dtype: t.dtype, device: t.device };
 }

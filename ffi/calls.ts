@@ -11,7 +11,7 @@
  *
  * @module
  */
-import type { NativeLibrary } from "./native.ts";
+import { DtNativeError, type NativeLibrary } from "./native.ts";
 import {
   KERNEL_STREAMED,
   KERNEL_SYMBOLS,
@@ -214,10 +214,24 @@ export function streamCalls<S extends Deno.ForeignLibraryInterface, K extends ke
   const fail: Fail = (symbol, status) => lib.fail(symbol, status);
   const out: Record<string, unknown> = {};
   for (const name of names) {
-    const f = (lib.symbols as unknown as Record<string, Raw>)[name]!;
-    out[name] = WITH_STREAM[arity(table, name, true)]!(f, name, stream, fail);
+    const f = (lib.symbols as unknown as Record<string, Raw | null>)[name];
+    const n = arity(table, name, true);
+    out[name] = f ? WITH_STREAM[n]!(f, name, stream, fail) : absent(lib, name);
   }
   return out as StreamCalls<S, K>;
+}
+
+/** The stand-in for an optional symbol the library lacks (a kernel the CUDA
+ *  library does not have yet): it throws, naming the symbol and the library. */
+function absent(lib: { path: string }, name: string): () => never {
+  return () => {
+    throw new DtNativeError(
+      lib.path,
+      name,
+      -1,
+      'this library does not have the kernel yet; run the op on the CPU (useDevice("cpu"))',
+    );
+  };
 }
 
 /** Wrappers of `names` (symbols without a stream) that throw DtNativeError on a non-zero status. */

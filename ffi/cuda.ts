@@ -5,7 +5,8 @@
  * opening (after the driver, which may live outside the loader's path), and
  * thin typed wrappers over the extras.
  */
-import { KERNEL_SYMBOLS } from "./symbols.ts";
+import { basename } from "node:path";
+import { CUDA_PENDING_SYMBOLS, KERNEL_SYMBOLS } from "./symbols.ts";
 import { cString, type NativeLibrary, openLibrary } from "./native.ts";
 import { type CheckedCalls, checkedCalls } from "./calls.ts";
 
@@ -77,9 +78,20 @@ const CUDA_STATUS_EXTRAS = [
   "dt_cuda_work_count",
 ] as const satisfies readonly (keyof typeof CUDA_EXTRA_SYMBOLS)[];
 
+/** The kernel ABI as this library declares it: CUDA_PENDING_SYMBOLS optional
+ *  (null when absent; the ops check before calling). */
+const CUDA_KERNEL_SYMBOLS = Object.fromEntries(
+  Object.entries(KERNEL_SYMBOLS).map(([name, def]) => [
+    name,
+    CUDA_PENDING_SYMBOLS.has(name as keyof typeof KERNEL_SYMBOLS)
+      ? { ...def, optional: true }
+      : def,
+  ]),
+) as typeof KERNEL_SYMBOLS;
+
 /** The whole symbol table of libdtrain_cuda.so. */
 export const CUDA_SYMBOLS = {
-  ...KERNEL_SYMBOLS,
+  ...CUDA_KERNEL_SYMBOLS,
   ...CUDA_EXTRA_SYMBOLS,
 } as const satisfies Deno.ForeignLibraryInterface;
 export type CudaSymbols = typeof CUDA_SYMBOLS;
@@ -102,14 +114,32 @@ let cuda: NativeLibrary<CudaSymbols> | undefined;
 let driver: Deno.DynamicLibrary<Record<string, never>> | undefined;
 
 /**
- * Opens libdtrain_cuda.so (once). `driverPath`, when given, is opened first,
- * so that the statically linked CUDA runtime finds libcuda.so.1 even where
- * the system loader would not look.
+ * Opens the CUDA kernel library (once per process): libdtrain_cuda.so found
+ * by ffi/native.ts, or the file `path` (the emulated device's build).
+ * `driverPath`, when given, is opened first, so that the statically linked
+ * CUDA runtime finds libcuda.so.1 even where the system loader would not
+ * look. A process drives one CUDA library: asking for another file after
+ * the first was opened throws.
  */
-export function cudaKernels(driverPath?: string | null): NativeLibrary<CudaSymbols> {
+export function cudaKernels(driverPath?: string | null, path?: string): NativeLibrary<CudaSymbols> {
+  if (cuda) {
+    if (path !== undefined && path !== cuda.path) {
+      throw new Error(
+        `Cannot open ${path}: this process already computes with ${cuda.path} (one CUDA library per process)`,
+      );
+    }
+    return cuda;
+  }
   if (!driver && driverPath) driver = Deno.dlopen(driverPath, {});
-  cuda ??= openLibrary(CUDA_LIBRARY_NAME, CUDA_SYMBOLS);
+  cuda = path === undefined
+    ? openLibrary(CUDA_LIBRARY_NAME, CUDA_SYMBOLS)
+    : openLibrary(basename(path), CUDA_SYMBOLS, path);
   return cuda;
+}
+
+/** The CUDA kernel library this process opened, or null before the first cudaKernels(). */
+export function openedCudaKernels(): NativeLibrary<CudaSymbols> | null {
+  return cuda ?? null;
 }
 
 /** A NUL-terminated copy of s for a `const char*` parameter. */

@@ -31,6 +31,7 @@ const I64 = "i64" as const;
 const I32 = "i32" as const;
 const F32 = "f32" as const;
 const F64 = "f64" as const;
+const B = "buffer" as const;
 const STATUS = { result: I32 } as const;
 
 export const KERNEL_SYMBOLS = {
@@ -437,6 +438,419 @@ export const KERNEL_SYMBOLS = {
     ...STATUS,
   },
 
+  // ---- ops of convolutional networks and everyday tensor ops ------------------
+  // Tensors are viewed as (outer, D, inner) around the dimension an op works
+  // along. Host arrays (shapes, strides, geometries) are "buffer" parameters:
+  // an i64 typed array read before the call returns. Index tensors are i32
+  // and checked before anything is written.
+  /** Unary elementwise forward: out[i] = op(inp[i]). */
+  dt_unary_fwd: {
+    parameters: [
+      I32, // int32 op: DT_UN_EXP 0, LOG 1, SIGMOID 2, TANH 3, SQRT 4, POW 5, CLAMP 6 (common/unary.h)
+      P, // float* out (n)
+      P, // const float* inp (n); may alias out
+      I64, // int64 n
+      F64, // double a: POW's exponent, CLAMP's min (-inf: none); rounded to f32
+      F64, // double b: CLAMP's max (+inf: none); rounded to f32
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Unary elementwise backward: dinp = dout * op'(inp) (common/unary.h's rules). */
+  dt_unary_bwd: {
+    parameters: [
+      I32, // int32 op (as dt_unary_fwd)
+      P, // float* dinp (n)
+      P, // const float* dout (n)
+      P, // const float* inp (n): the forward's input
+      P, // const float* out (n): the forward's output
+      I64, // int64 n
+      F64, // double a (as dt_unary_fwd)
+      F64, // double b (as dt_unary_fwd)
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** out[i] = cond[i] ? a[i] : b[i]; a NULL a or b reads a_value or b_value instead. */
+  dt_where: {
+    parameters: [
+      P, // float* out (n)
+      P, // const uint8* cond (n): nonzero picks a
+      P, // const float* a (n) or NULL
+      P, // const float* b (n) or NULL
+      I64, // int64 n
+      F32, // float a_value: used where a is NULL
+      F32, // float b_value: used where b is NULL
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Copies a box of elements between two strided layouts (permute, expand,
+   *  pad, slice, cat): for every index tuple t < sizes,
+   *  out[sum t*out_strides] = inp[sum t*inp_strides]. Output positions must be distinct. */
+  dt_strided_copy: {
+    parameters: [
+      P, // void* out (at the box's first element)
+      P, // const void* inp (at the box's first element)
+      I32, // int32 ndim, 0..16
+      B, // const int64* sizes (ndim, host)
+      B, // const int64* out_strides (ndim, host; elements, >= 0)
+      B, // const int64* inp_strides (ndim, host; elements, >= 0; 0 broadcasts)
+      I64, // int64 elem_bytes, 1..64
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Reduces (outer, D, inner) along D: sum and mean in double; max/min with
+   *  the first index of the extreme (a NaN wins). D = 0: sum 0, mean NaN, max/min refused. */
+  dt_reduce_dim: {
+    parameters: [
+      I32, // int32 op: DT_RED_SUM 0, MEAN 1, MAX 2, MIN 3 (common/reduce_dim.h)
+      P, // float* out (outer * inner), or NULL for max/min with idx (argmax)
+      P, // int32* idx (outer * inner) or NULL; max/min only
+      P, // const float* inp (outer * D * inner)
+      I64, // int64 outer
+      I64, // int64 D
+      I64, // int64 inner
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Softmax or log-softmax of (outer, D, inner) along D. */
+  dt_softmax_dim_fwd: {
+    parameters: [
+      P, // float* out (outer * D * inner)
+      P, // const float* inp
+      I64, // int64 outer
+      I64, // int64 D
+      I64, // int64 inner
+      I32, // int32 is_log: 1 for log-softmax
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its backward: softmax dinp = (dout - sum(dout*out)) * out; log-softmax
+   *  dinp = dout - exp(out) * sum(dout), sums along D. */
+  dt_softmax_dim_bwd: {
+    parameters: [
+      P, // float* dinp (outer * D * inner)
+      P, // const float* dout
+      P, // const float* out: the forward's output
+      I64, // int64 outer
+      I64, // int64 D
+      I64, // int64 inner
+      I32, // int32 is_log
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** torch.gather: out[o, j, i] = inp[o, idx[o, j, i], i]. */
+  dt_gather_dim: {
+    parameters: [
+      P, // void* out (outer * J * inner)
+      P, // const void* inp (outer * D * inner)
+      P, // const int32* idx (outer * J * inner), each in [0, D)
+      I64, // int64 outer
+      I64, // int64 D
+      I64, // int64 J
+      I64, // int64 inner
+      I64, // int64 elem_bytes, 1..64
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** gather's backward: dinp = 0, then dinp[o, idx[o, j, i], i] += dout[o, j, i], j in order. */
+  dt_scatter_add_dim: {
+    parameters: [
+      P, // float* dinp (outer * D * inner), overwritten
+      P, // const float* dout (outer * J * inner)
+      P, // const int32* idx (outer * J * inner), each in [0, D)
+      I64, // int64 outer
+      I64, // int64 D
+      I64, // int64 J
+      I64, // int64 inner
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** torch.index_select: out[o, j, i] = inp[o, idx[j], i]. */
+  dt_index_select: {
+    parameters: [
+      P, // void* out (outer * J * inner)
+      P, // const void* inp (outer * D * inner)
+      P, // const int32* idx (J), each in [0, D)
+      I64, // int64 outer
+      I64, // int64 D
+      I64, // int64 J
+      I64, // int64 inner
+      I64, // int64 elem_bytes, 1..64
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** index_select's backward: dinp = 0, then dinp[o, idx[j], i] += dout[o, j, i], j in order. */
+  dt_index_add: {
+    parameters: [
+      P, // float* dinp (outer * D * inner), overwritten
+      P, // const float* dout (outer * J * inner)
+      P, // const int32* idx (J), each in [0, D)
+      I64, // int64 outer
+      I64, // int64 D
+      I64, // int64 J
+      I64, // int64 inner
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Convolution's column matrix: col[(c, ki, kj), (n, oh, ow)] = the input
+   *  under that tap, 0 in the padding (common/conv.h). */
+  dt_im2col: {
+    parameters: [
+      P, // float* col (C*KH*KW, N*OH*OW)
+      P, // const float* inp (N, C, H, W)
+      B, // const int64* geom[14] (host): N, C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** im2col's adjoint: dinp (overwritten) = each input's taps summed in (ki, kj) order. */
+  dt_col2im: {
+    parameters: [
+      P, // float* dinp (N, C, H, W), overwritten
+      P, // const float* col (C*KH*KW, N*OH*OW)
+      B, // const int64* geom[14] (host), as dt_im2col
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Direct convolution for few taps per output (C/groups·KH·KW <= 64): out[n, co] =
+   *  bias[co] + the taps (ci, ki, kj) in order (common/conv.h). */
+  dt_conv2d_direct_fwd: {
+    parameters: [
+      P, // float* out (N, Cout, OH, OW)
+      P, // const float* inp (N, C, H, W)
+      P, // const float* weight (Cout, C/groups, KH, KW)
+      P, // const float* bias (Cout) or NULL
+      B, // const int64* geom[14] (host), as dt_im2col
+      I64, // int64 Cout
+      I64, // int64 groups, dividing C and Cout
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its weight and bias gradients: per tap, the sum over images and output
+   *  positions (rows in eight float lanes, rows added in double). */
+  dt_conv2d_direct_bwd_weight: {
+    parameters: [
+      P, // float* dweight (Cout, C/groups, KH, KW), overwritten
+      P, // float* dbias (Cout), overwritten, or NULL
+      P, // const float* dout (N, Cout, OH, OW)
+      P, // const float* inp (N, C, H, W)
+      B, // const int64* geom[14] (host)
+      I64, // int64 Cout
+      I64, // int64 groups
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its input gradient: each input's taps summed in (co, ki, kj) order. */
+  dt_conv2d_direct_bwd_input: {
+    parameters: [
+      P, // float* dinp (N, C, H, W), overwritten
+      P, // const float* dout (N, Cout, OH, OW)
+      P, // const float* weight (Cout, C/groups, KH, KW)
+      B, // const int64* geom[14] (host)
+      I64, // int64 Cout
+      I64, // int64 groups
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** 2-D max pooling of P planes; padding counts as -inf, a NaN always wins. */
+  dt_maxpool2d_fwd: {
+    parameters: [
+      P, // float* out (P, OH, OW)
+      P, // int32* idx (P, OH, OW): ih * W + iw of each maximum within its plane
+      P, // const float* inp (P, H, W)
+      B, // const int64* geom[13] (host): P, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** dinp (overwritten) = dout added at the forward's indices, in output order. */
+  dt_maxpool2d_bwd: {
+    parameters: [
+      P, // float* dinp (P, H, W)
+      P, // const float* dout (P, OH, OW)
+      P, // const int32* idx (P, OH, OW) from dt_maxpool2d_fwd
+      B, // const int64* geom[13] (host), as dt_maxpool2d_fwd
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** 2-D average pooling (torch.nn.functional.avg_pool2d). */
+  dt_avgpool2d_fwd: {
+    parameters: [
+      P, // float* out (P, OH, OW)
+      P, // const float* inp (P, H, W)
+      B, // const int64* geom[13] (host), dilation 1
+      I32, // int32 count_include_pad: 1 divides by the padded window
+      I64, // int64 divisor_override: > 0 divides by it; 0: none
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** dinp (overwritten) = each output's gradient / divisor spread over its window. */
+  dt_avgpool2d_bwd: {
+    parameters: [
+      P, // float* dinp (P, H, W)
+      P, // const float* dout (P, OH, OW)
+      B, // const int64* geom[13] (host), as dt_avgpool2d_fwd
+      I32, // int32 count_include_pad
+      I64, // int64 divisor_override
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Adaptive average pooling: window o spans [floor(o*H/OH), ceil((o+1)*H/OH)). */
+  dt_adaptive_avgpool2d_fwd: {
+    parameters: [
+      P, // float* out (P, OH, OW)
+      P, // const float* inp (P, H, W)
+      I64, // int64 P: planes (N * C)
+      I64, // int64 H
+      I64, // int64 W
+      I64, // int64 OH
+      I64, // int64 OW
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** dinp (overwritten) = each output's gradient / window size over its window. */
+  dt_adaptive_avgpool2d_bwd: {
+    parameters: [
+      P, // float* dinp (P, H, W)
+      P, // const float* dout (P, OH, OW)
+      I64, // int64 P
+      I64, // int64 H
+      I64, // int64 W
+      I64, // int64 OH
+      I64, // int64 OW
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Batch norm, step 1: per-channel sums of (N, C, HW); acc[C] = N * HW. A
+   *  synchronised batch norm all-reduces acc (sums and counts) after it. */
+  dt_bn_sum: {
+    parameters: [
+      P, // double* acc (C + 1): sums, then the element count
+      P, // const float* inp (N, C, HW)
+      I64, // int64 N
+      I64, // int64 C
+      I64, // int64 HW
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Step 2: sq[c] = sum of (x - mean_c)^2 with mean_c = acc[c] / acc[C] (all-reduced next when synchronised). */
+  dt_bn_sqdev: {
+    parameters: [
+      P, // double* sq (C)
+      P, // const float* inp (N, C, HW)
+      P, // const double* acc (C + 1) from dt_bn_sum (all-reduced)
+      I64, // int64 N
+      I64, // int64 C
+      I64, // int64 HW
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Step 3: mean, rstd = 1/sqrt(var + eps) (biased var), and the running
+   *  statistics r = f*v + (1-f)*r with the unbiased variance; num_batches += 1. */
+  dt_bn_finalize: {
+    parameters: [
+      P, // float* mean (C)
+      P, // float* rstd (C)
+      P, // float* running_mean (C) or NULL
+      P, // float* running_var (C) or NULL
+      P, // int64* num_batches (1) or NULL: incremented
+      P, // const double* acc (C + 1)
+      P, // const double* sq (C)
+      I64, // int64 C
+      F64, // double eps
+      F64, // double momentum f in [0, 1]; -1: cumulative average f = 1 / num_batches
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Eval mode: mean = running_mean, rstd = 1 / sqrt(running_var + eps) in f32. */
+  dt_bn_eval_stats: {
+    parameters: [
+      P, // float* mean (C)
+      P, // float* rstd (C)
+      P, // const float* running_mean (C)
+      P, // const float* running_var (C)
+      I64, // int64 C
+      F64, // double eps
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** out = x * alpha + beta per channel, alpha = rstd * w, beta = b - mean * alpha. */
+  dt_bn_apply: {
+    parameters: [
+      P, // float* out (N, C, HW)
+      P, // const float* inp (N, C, HW)
+      P, // const float* mean (C)
+      P, // const float* rstd (C)
+      P, // const float* weight (C) or NULL (1)
+      P, // const float* bias (C) or NULL (0)
+      I64, // int64 N
+      I64, // int64 C
+      I64, // int64 HW
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Backward step 1: acc = [sum dy, sum (x - mean) dy] per channel (local;
+   *  all-reduced next when synchronised); dweight = acc[C+c] * rstd, dbias = acc[c]. */
+  dt_bn_bwd_reduce: {
+    parameters: [
+      P, // double* acc (2C)
+      P, // float* dweight (C) or NULL
+      P, // float* dbias (C) or NULL
+      P, // const float* dout (N, C, HW)
+      P, // const float* inp (N, C, HW)
+      P, // const float* mean (C)
+      P, // const float* rstd (C)
+      I64, // int64 N
+      I64, // int64 C
+      I64, // int64 HW
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Backward step 2: dinp = (dy - sum_dy/M - (x - mean) sum_dy_xmu rstd^2/M) rstd w,
+   *  M = *count; with acc NULL (fixed statistics) dinp = dy rstd w. */
+  dt_bn_bwd_apply: {
+    parameters: [
+      P, // float* dinp (N, C, HW)
+      P, // const float* dout (N, C, HW)
+      P, // const float* inp (N, C, HW)
+      P, // const float* mean (C)
+      P, // const float* rstd (C)
+      P, // const float* weight (C) or NULL (1)
+      P, // const double* acc (2C) from dt_bn_bwd_reduce (all-reduced), or NULL
+      P, // const double* count (1): the forward's element count (acc[C] of dt_bn_sum)
+      I64, // int64 N
+      I64, // int64 C
+      I64, // int64 HW
+      P, // stream
+    ],
+    ...STATUS,
+  },
+
   // ---- optimizers and loss scaling ----------------------------------------
   /** torch 1.13 AdamW (single-tensor path) for step >= 1; scalars are Python
    *  doubles there, so they are f64 here. */
@@ -505,3 +919,41 @@ export const KERNEL_STREAMED = Object.keys(KERNEL_SYMBOLS).filter((name) =>
   !(KERNEL_VALUE_SYMBOLS as readonly string[]).includes(name) &&
   !(KERNEL_UNSTREAMED as readonly string[]).includes(name)
 ) as KernelStreamed[];
+
+/**
+ * Symbols of KERNEL_SYMBOLS that the CUDA library does not export yet (the
+ * CPU library exports all of them). ffi/cuda.ts declares these as optional,
+ * so the CUDA library still opens; an op that needs one on the GPU fails
+ * naming it. Remove a name here once kernels/cuda exports it.
+ */
+export const CUDA_PENDING_SYMBOLS: ReadonlySet<keyof KernelSymbols> = new Set<keyof KernelSymbols>([
+  "dt_unary_fwd",
+  "dt_unary_bwd",
+  "dt_where",
+  "dt_strided_copy",
+  "dt_reduce_dim",
+  "dt_softmax_dim_fwd",
+  "dt_softmax_dim_bwd",
+  "dt_gather_dim",
+  "dt_scatter_add_dim",
+  "dt_index_select",
+  "dt_index_add",
+  "dt_im2col",
+  "dt_col2im",
+  "dt_conv2d_direct_fwd",
+  "dt_conv2d_direct_bwd_weight",
+  "dt_conv2d_direct_bwd_input",
+  "dt_maxpool2d_fwd",
+  "dt_maxpool2d_bwd",
+  "dt_avgpool2d_fwd",
+  "dt_avgpool2d_bwd",
+  "dt_adaptive_avgpool2d_fwd",
+  "dt_adaptive_avgpool2d_bwd",
+  "dt_bn_sum",
+  "dt_bn_sqdev",
+  "dt_bn_finalize",
+  "dt_bn_eval_stats",
+  "dt_bn_apply",
+  "dt_bn_bwd_reduce",
+  "dt_bn_bwd_apply",
+]);

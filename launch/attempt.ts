@@ -4,6 +4,8 @@
  * (SIGTERM, then SIGKILL after a grace period). Node 0 also polls phases to diagnose hangs.
  */
 import { rankEnv } from "../distributed/control/env.ts";
+import { profiling } from "../profile/profile.ts";
+import { setImmediate } from "node:timers";
 import { type RankView, toFailureNotice, toRankView } from "../distributed/control/rank_state.ts";
 import type { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
@@ -16,6 +18,7 @@ import { type RankExit, RankProcess } from "./rank_process.ts";
 import { signalExitCode } from "../os/exit_status.ts";
 import { join } from "node:path";
 import { removeAttemptSegments } from "./attempt_segments.ts";
+import { type DevicePlan, rankDeviceEnv } from "./device_plan.ts";
 
 /** Ranks stopped because of a failure get this long between SIGTERM and SIGKILL (the whole stop must take < 5 s). */
 export const FAILURE_GRACE_MS = 2000;
@@ -43,6 +46,14 @@ export interface RunContext {
   threads: number;
   /** absolute path of the user's script */
   script: string;
+  /** the device of each local rank (absent: the CPU) */
+  plan?: DevicePlan;
+  /**
+   * Attempts earlier launches into this run directory made (run.json): this
+   * launch's attempt k is the run's attempt attemptBase + k, the ranks'
+   * DTRAIN_RESTART_COUNT (default 0).
+   */
+  attemptBase?: number;
 }
 
 /** How an attempt ended. */
@@ -371,18 +382,20 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         numThreads: ctx.threads,
         hangWarnS: opts.hangWarnS,
         timeoutS: opts.timeoutS,
-        restartCount: k,
+        restartCount: (ctx.attemptBase ?? 0) + k,
         logRanks: opts.logRanks,
         launcherPid: Deno.pid,
         device: opts.device,
+        resume: opts.resume,
       });
+      if (ctx.plan) Object.assign(env, rankDeviceEnv(ctx.plan, local, Deno.hostname()));
       let p: RankProcess;
       try {
         p = new RankProcess({
           rank,
           script: ctx.script,
           scriptArgs: opts.scriptArgs,
-          env,
+          env: { ...env, ...profileClock() },
           logPath: join(ctx.runDir, `rank-${rank}.log`),
           logRanks: opts.logRanks,
         });
@@ -399,11 +412,13 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       }
       ranks.push(p);
       p.exited.then((exit) => onRankExit(p, exit));
-      await new Promise((r) => setTimeout(r, 0));
+      // One turn of the event loop (signals, the store) between spawns: setImmediate takes a few
+      // microseconds, a setTimeout(0) waits for the timer clock's next millisecond.
+      await new Promise((r) => setImmediate(r));
     }
     if (ranks.length === 0) return; // stopped before any rank started: onAbort reports it
     log.info(
-      `attempt ${k}: started ranks ${
+      `attempt ${(ctx.attemptBase ?? 0) + k}: started ranks ${
         rankList(ranks.map((p) => p.rank))
       } of ${worldSize} on node ${node} ` +
         `(pids ${ranks.map((p) => p.pid).join(",")}; ${ctx.threads} native thread(s) each)`,
@@ -432,4 +447,13 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   run();
 
   return { signal, nodeLost, result };
+}
+
+/** With DTRAIN_PROFILE=1, when this launcher started and spawns a rank (epoch ms), for the rank's report. */
+function profileClock(): Record<string, string> {
+  if (!profiling) return {};
+  return {
+    DTRAIN_LAUNCH_MS: String(performance.timeOrigin),
+    DTRAIN_SPAWN_MS: String(performance.timeOrigin + performance.now()),
+  };
 }

@@ -4,25 +4,36 @@
  * forwards SIGINT/SIGTERM, records launch.json, and returns 0 only when every rank exited 0.
  */
 import { resolveDevice } from "../tensor/device_choice.ts";
-import { cudaAvailability } from "../tensor/cuda_backend.ts";
+import type { DeviceKind } from "../tensor/backend.ts";
+import { type CudaAvailability, cudaAvailability, gpuSharing } from "../tensor/cuda_backend.ts";
+import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
+import { describePlan, type DevicePlan, planDevices } from "./device_plan.ts";
 import { basename } from "node:path";
 import {
   type AttemptEnd,
   beginAttempt,
   behaviourEnv,
+  continueRunRecord,
   finishAttempt,
+  type GpuVersions,
   machineFacts,
   newRunRecord,
+  readRunRecord,
   sha256File,
   versions,
   writeRunRecord,
 } from "../run/record.ts";
 import { resolve } from "node:path";
+import { glooBuildInfo } from "../ffi/gloo.ts";
+import { plannedCpuBackend } from "../distributed/pg_config.ts";
 import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
-import { runKeys } from "../distributed/control/store_keys.ts";
+import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
+import { AttemptSchema } from "../run/format.ts";
+import { ncclLibrary } from "../ffi/nccl.ts";
+import { cString } from "../ffi/native.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
-import type { LaunchOptions } from "./options.ts";
+import { type LaunchOptions, UsageError } from "./options.ts";
 import { LauncherLog } from "./output.ts";
 import { signalExitCode } from "../os/exit_status.ts";
 import { LaunchTimeout } from "./failure_report.ts";
@@ -36,6 +47,9 @@ import {
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
+import { checkScriptTypes } from "./type_check.ts";
+import { installLayout } from "../os/install_layout.ts";
+import type { RunRecord } from "../run/format.ts";
 import { checkNproc, type NodeCapacity } from "./nproc_limit.ts";
 import { lockRunDir, type RunLock } from "./run_lock.ts";
 
@@ -54,21 +68,59 @@ interface RunInfo {
   nnodes: number;
   nproc: number;
   maxRestarts: number;
+  /** attempts that earlier launches into the run directory made (node 0 reads run.json) */
+  attemptBase?: number;
+}
+
+/** The GPU setup of the resolved device (null on the CPU). */
+function gpuAvailability(device: string): CudaAvailability | null {
+  if (device === "cuda") return cudaAvailability();
+  if (device === "cuda-emu") return cudaAvailability(undefined, "cuda-emu");
+  return null;
 }
 
 /** What bounds --nproc on this machine for the resolved device. */
 function nodeCapacity(opts: LaunchOptions): NodeCapacity {
-  const device = opts.device === "cuda" ? "cuda" : "cpu";
+  const device = opts.device === "cuda" || opts.device === "cuda-emu" ? opts.device : "cpu";
   const cap: NodeCapacity = {
     device,
     cores: navigator.hardwareConcurrency || 1,
     oversubscribe: opts.oversubscribe,
+    shareGpus: gpuSharing(),
   };
-  if (device === "cuda") {
-    const a = cudaAvailability();
-    cap.gpus = a.ok ? a.deviceCount : 0;
-  }
+  const a = gpuAvailability(device);
+  if (a) cap.gpus = a.ok ? a.deviceCount : 0;
   return cap;
+}
+
+/** The GPU of each local rank, with the GPUs' names (the driver's; "" when it cannot say). */
+function devicePlan(opts: LaunchOptions): DevicePlan {
+  const kind = opts.device as DeviceKind;
+  const a = gpuAvailability(kind);
+  return planDevices(kind, opts.nproc, a, gpuSharing(), (gpu) => {
+    try {
+      return new CudaRuntime(cudaKernels()).deviceInfo(gpu).name;
+    } catch {
+      return "";
+    }
+  });
+}
+
+/**
+ * The absolute path of --resume's folder: a run directory (its checkpoints/
+ * are used) or a checkpoint folder. Refused at once when it holds neither.
+ */
+function checkResume(dir: string): string {
+  const path = resolve(dir);
+  const isDir = (p: string) => {
+    try {
+      return Deno.statSync(p).isDirectory;
+    } catch {
+      return false;
+    }
+  };
+  if (!isDir(path)) throw new UsageError(`--resume ${dir}: no such folder (looked at ${path})`);
+  return path;
 }
 
 function checkScript(script: string): string {
@@ -110,12 +162,33 @@ function startStore(
   }
 }
 
-/** Meets every node's launcher in the store; returns the run's id (node 0's). */
+/**
+ * `deno check` of the script with the config the ranks run with, before
+ * anything starts (a checkout only: the single file carries dtrain as
+ * JavaScript, without its types). Throws after printing the type errors.
+ */
+async function typeCheck(given: string, script: string, log: LauncherLog): Promise<void> {
+  const layout = installLayout();
+  if (layout?.kind !== "checkout") return;
+  const r = await checkScriptTypes(script, {
+    config: layout.config,
+    onCheck: () =>
+      log.info(`type-checking ${given} (once per change of its files; --no-check skips it)`),
+  });
+  if (r.ok) return;
+  console.error(r.output);
+  throw new Error(
+    `${given} does not type-check (the errors are above): fix them, or start it unchecked with --no-check`,
+  );
+}
+
+/** Meets every node's launcher in the store; returns node 0's run facts (its run id, attempt base). */
 async function rendezvous(
   client: StoreClient,
   opts: LaunchOptions,
   runId: string | null,
-): Promise<string> {
+  attemptBase = 0,
+): Promise<RunInfo> {
   const me = opts.nodeRank;
   const claims = await client.add(runKeys.nodeClaim(me), 1);
   if (claims > 1) {
@@ -128,6 +201,7 @@ async function rendezvous(
     nnodes: opts.nnodes,
     nproc: opts.nproc,
     maxRestarts: opts.maxRestarts,
+    attemptBase,
   };
   if (me === 0) await client.set(runKeys.info, JSON.stringify(mine));
   await client.set(
@@ -164,31 +238,97 @@ async function rendezvous(
       }
     }
   }
-  return info.runId;
+  return info;
 }
 
-/** run.json of this launch: written at start and rewritten as each attempt begins and ends. */
-async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
+/** What run.json says of the GPUs of a GPU run: the CUDA library's build hash, versions, NCCL's. */
+function gpuVersions(plan: DevicePlan): GpuVersions {
+  if (plan.kind === "cpu") return {};
+  const emulated = plan.kind === "cuda-emu";
+  const a = cudaAvailability(undefined, emulated ? "cuda-emu" : "cuda");
+  if (!a.ok) return {};
+  const out: GpuVersions = {
+    cuda: {
+      runtime: emulated ? `${a.runtimeVersion} (emulated)` : a.runtimeVersion,
+      driver: emulated ? "none (emulated device)" : a.driverVersion,
+      gpus: plan.names,
+    },
+  };
+  try {
+    out.nativeCuda = cString(cudaKernels().symbols.dt_build_hash());
+  } catch { /* left out */ }
+  try {
+    const nccl = ncclLibrary(
+      undefined,
+      emulated && a.libraries.nccl ? a.libraries.nccl : undefined,
+    );
+    out.nccl = emulated ? `${nccl.version} (stand-in)` : nccl.version;
+  } catch { /* no NCCL: a one-rank GPU run needs none */ }
+  return out;
+}
+
+/**
+ * run.json of this launch: written at start and rewritten as each attempt
+ * begins and ends; continued (not replaced) when the directory holds the
+ * record of an earlier launch.
+ */
+async function startRunRecord(
+  ctx: RunContext,
+  argv: readonly string[],
+  previous: RunRecord | null,
+) {
   const { opts, runDir, runId, threads, script } = ctx;
-  let rec = newRunRecord({
+  // What CPU ranks' initProcessGroup() will choose (the same rule), and Gloo's versions when it is Gloo.
+  // GPU ranks: NCCL, unless they are alone.
+  const backend = opts.device === "cpu"
+    ? plannedCpuBackend(opts.nnodes, opts.nproc, Deno.env.get("DTRAIN_CPU_BACKEND"))
+    : opts.nnodes * opts.nproc > 1
+    ? "nccl" as const
+    : "single" as const;
+  const v = versions(ctx.plan ? gpuVersions(ctx.plan) : {});
+  if (backend === "gloo") {
+    try {
+      const info = glooBuildInfo();
+      v.native.gloo = info.buildHash;
+      v.gloo = info.version;
+    } catch (e) {
+      v.native.gloo = `unavailable: ${(e as Error).message}`;
+    }
+  }
+  const input = {
     runId,
     name: basename(runDir),
     argv: ["dtrain", ...argv],
     cwd: Deno.cwd(),
     script: { path: script, sha256: await sha256File(script), args: opts.scriptArgs },
-    world: { nnodes: opts.nnodes, nprocPerNode: opts.nproc, hosts: [Deno.hostname()] },
-    versions: versions(),
+    world: {
+      nnodes: opts.nnodes,
+      nprocPerNode: opts.nproc,
+      hosts: [Deno.hostname()],
+      ...(backend ? { backend } : {}),
+      device: opts.device,
+    },
+    ...(opts.resume !== null ? { resume: opts.resume } : {}),
+    versions: v,
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
-  });
+  };
+  let rec = previous ? continueRunRecord(previous, input) : newRunRecord(input);
   writeRunRecord(runDir, rec);
   return {
     begin() {
       rec = beginAttempt(rec);
       writeRunRecord(runDir, rec);
     },
-    finish(end: AttemptEnd) {
-      rec = finishAttempt(rec, end);
+    /** Ends attempt k's entry, with the process group its rank 0 reported. */
+    async finish(k: number, end: AttemptEnd) {
+      const key = attemptKeys((ctx.attemptBase ?? 0) + k).processGroup; // the ranks' DTRAIN_RESTART_COUNT
+      const pg = await ctx.client.getText(key).catch(() => null);
+      let processGroup: AttemptEnd["processGroup"];
+      try {
+        if (pg !== null) processGroup = AttemptSchema.shape.processGroup.parse(JSON.parse(pg));
+      } catch { /* a malformed report is left out of the record */ }
+      rec = finishAttempt(rec, processGroup ? { ...end, processGroup } : end);
       writeRunRecord(runDir, rec);
     },
   };
@@ -214,6 +354,10 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   });
   // Refused before anything starts: no store, no run directory, no rank.
   checkNproc(opts.nproc, nodeCapacity(opts));
+  const plan = devicePlan(opts);
+  if (opts.resume !== null) opts.resume = checkResume(opts.resume);
+  // After the cheap refusals: a bad option must not wait for seconds of type-checking.
+  if (!opts.noCheck) await typeCheck(opts.script, script, log);
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;
   const nodeLost = async (node: number, why: string) => {
@@ -267,11 +411,21 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
       : null;
     if (proposed?.created) createdDir = proposed.dir;
-    let runId: string;
+    let runId: string, attemptBase: number;
+    let previous: RunRecord | null = null;
     try {
       // Node 0 refuses a run directory another live launcher holds before anyone joins.
       if (proposed) runLock = lockRunDir(proposed.dir, 0, proposed.runId);
-      runId = await rendezvous(client, opts, proposed?.runId ?? null);
+      // A run directory reused to resume keeps its run's id and record (run.json).
+      previous = proposed ? readRunRecord(proposed.dir) : null;
+      const info = await rendezvous(
+        client,
+        opts,
+        previous?.runId ?? proposed?.runId ?? null,
+        previous?.attempts.length ?? 0,
+      );
+      runId = info.runId;
+      attemptBase = info.attemptBase ?? 0;
     } catch (e) {
       // Nothing ran: leave no run directory behind that this launch created.
       runLock?.release();
@@ -303,6 +457,11 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
 
     for (const line of deviceNotices) log.info(line);
+    const planLine = describePlan(plan, opts.nodeRank, opts.nproc);
+    if (planLine) log.info(planLine);
+    if (opts.resume !== null) {
+      log.info(`a Trainer resumes from the latest good checkpoint in ${opts.resume}`);
+    }
     const threads = opts.threads ??
       Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
     const ctx: RunContext = {
@@ -315,6 +474,8 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       masterPort,
       threads,
       script,
+      plan,
+      attemptBase,
     };
     const record: LaunchRecord = {
       runId,
@@ -333,7 +494,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     const recordPath = launchRecordPath(runDir, opts.nodeRank);
     writeLaunchRecord(recordPath, record);
     // run.json: the job's rerun record (node 0 only), one entry per attempt.
-    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv) : null;
+    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
 
     let code = 1;
     let graceMs = 0;
@@ -346,14 +507,14 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       if (result.ok) {
         code = 0;
         record.outcome = `every rank exited 0${k > 0 ? ` after ${k} restart(s)` : ""}`;
-        run?.finish({ exitCode: 0 });
+        await run?.finish(k, { exitCode: 0 });
         break;
       }
       const { abort } = result;
       code = abort.code;
       graceMs = abort.graceMs;
       record.outcome = abort.detail + (abort.rank !== undefined ? ` (rank ${abort.rank})` : "");
-      run?.finish({
+      await run?.finish(k, {
         exitCode: abort.code,
         signal: abort.signal ?? null,
         failingRank: abort.rank ?? null,
@@ -364,7 +525,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       if (!restartable || preempted || k >= opts.maxRestarts) break;
       log.info(
         `restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${
-          k + 1
+          attemptBase + k + 1
         }`,
       );
     }

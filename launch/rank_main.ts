@@ -4,14 +4,22 @@
  * exit code 1, and installs `dtrain check`'s probe when the check asks for it. The launcher loads
  * it with `deno run --preload`, before the user's script.
  */
-import { currentPhase, setPhaseSink } from "../distributed/control/phase.ts";
-import { getRankSettings, getWorld, launcherPid, storeToken } from "../distributed/control/env.ts";
+import { currentPhase, phase, setPhaseSink } from "../distributed/control/phase.ts";
+import {
+  ENV,
+  getRankSettings,
+  getWorld,
+  launcherPid,
+  storeToken,
+} from "../distributed/control/env.ts";
+import { useDevice } from "../tensor/device_choice.ts";
 import { installRankStore, publishFailure } from "../distributed/control/rank_runtime.ts";
 import { StorePhaseSink } from "../distributed/control/rank_state.ts";
 import { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys } from "../distributed/control/store_keys.ts";
 import { dieWithParent } from "./pdeathsig.ts";
 import { CHECK_ENV } from "../check/env.ts";
+import { enter, leave } from "../profile/profile.ts";
 
 // Why --preload rather than `await import(script)`: the user's script stays the main module, so
 // import.meta.main is true, Deno.args holds only its own arguments, and the process ends when the
@@ -51,6 +59,7 @@ if (!watch.ok) {
 }
 
 let client: StoreClient;
+const profiled = enter("rendezvous");
 try {
   client = await StoreClient.connect({
     host: world.masterAddr,
@@ -62,6 +71,7 @@ try {
 } catch (e) {
   fatal(`rank ${me}: ${(e as Error).message}`);
 }
+leave(profiled);
 installRankStore(client);
 const keys = attemptKeys(getRankSettings().restartCount);
 const host = Deno.hostname();
@@ -111,9 +121,33 @@ client.closed.then((info) => {
 });
 client.unrefWhenIdle();
 
+// The rank's device, before the script runs: its tensors live there without a call of its own
+// (`useDevice("cpu")` in the script still moves it back). A GPU rank gets GPU LOCAL_RANK.
+const device = Deno.env.get(ENV.DEVICE) || "cpu";
+if (device !== "cpu") {
+  const before = currentPhase().phase;
+  phase(`open device ${device}`);
+  try {
+    useDevice(device);
+  } catch (e) {
+    await fail(e);
+  }
+  phase(before);
+}
+
 // `dtrain check` runs the user's script with its probe: the library offers hook points, the probe
 // installs itself on them from here (loaded only when asked for).
 if (Deno.env.get(CHECK_ENV.OUT)) {
   const { installProbeFromEnv } = await import("../check/probe.ts");
   installProbeFromEnv();
 }
+
+// The library the script is about to import, loaded here (once: the script's import finds it
+// evaluated), so that a rank's profile shows module loading apart from the script's own work.
+const loading = enter("module load");
+try {
+  await import("../mod.ts");
+} catch (e) {
+  await fail(e);
+}
+leave(loading);

@@ -1,15 +1,23 @@
 /**
  * The standard layers with PyTorch's parameter names, shapes and default
- * initialisation: Linear, ReLU, GELU, Dropout, LayerNorm, Embedding, and
- * Sequential (children named "0", "1", …).
+ * initialisation: Linear, ReLU, GELU, Dropout, LayerNorm, Embedding, Identity,
+ * Flatten, and Sequential (children named "0", "1", …).
  */
 import { Module } from "./module.ts";
-import { linearBiasBound, linearWeightBound, normalTensor, uniformTensor } from "./init.ts";
+import {
+  linearBiasBound,
+  linearWeightBound,
+  nextDropoutSeed,
+  normalTensor,
+  uniformTensor,
+} from "./init.ts";
 import { full, type Tensor } from "../tensor/tensor.ts";
 import { linear } from "../tensor/ops/linalg.ts";
 import { dropout, gelu, relu } from "../tensor/ops/elementwise.ts";
 import { embedding, layerNorm } from "../tensor/ops/nn.ts";
+import { flatten } from "../tensor/ops/layout.ts";
 import type { TorchGenerator } from "../random/torch_generator.ts";
+import { notePlainBypass, plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
 /** A module mapping one tensor to one tensor. */
 export abstract class Layer extends Module {
@@ -62,12 +70,14 @@ export class GELU extends Layer {
 
 /**
  * Dropout with a seeded, counter-based mask: each call uses the next offset,
- * so a run is reproducible from (seed, number of calls), which checkpoints save.
+ * so a run is reproducible from (seed, number of calls), which checkpoints
+ * save (getRngState). The seed defaults to one derived from manualSeed's seed
+ * and the layer's construction order (nextDropoutSeed), distinct per layer.
  */
 export class Dropout extends Layer {
   /** Mask stream position; advanced by the element count of each call. */
   offset = 0n;
-  constructor(readonly p: number, public seed: bigint = 0n) {
+  constructor(readonly p: number, public seed: bigint = nextDropoutSeed()) {
     super();
     if (!(p >= 0 && p < 1)) {
       throw new RangeError(`Dropout: p must be in [0, 1), got ${p}`);
@@ -75,6 +85,10 @@ export class Dropout extends Layer {
   }
   forward(x: Tensor): Tensor {
     if (!this.training || this.p === 0) return x;
+    if (plainArithmetic()) {
+      notePlainBypass("dropout"); // a tool comparing runs in plain f32 turned it off
+      return x;
+    }
     const out = dropout(x, this.p, this.seed, this.offset);
     this.offset += BigInt(x.numel);
     return out;
@@ -133,5 +147,33 @@ export class Sequential extends Layer {
     let y = x;
     for (const l of this.layers) y = l.forward(y);
     return y;
+  }
+  /** Replacing child "i" replaces layer i (what convertSyncBatchNorm does). */
+  override addModule<M extends Module>(name: string, m: M): M {
+    const i = Number(name);
+    const isIndex = String(i) === name && i < this.layers.length;
+    if (isIndex && !(m instanceof Layer)) {
+      throw new TypeError(`Sequential: child ${name} must be a Layer (one tensor in, one out)`);
+    }
+    super.addModule(name, m);
+    if (isIndex) this.layers[i] = m as unknown as Layer;
+    return m;
+  }
+}
+
+/** Returns its input (torch.nn.Identity): a placeholder that keeps a model's structure. */
+export class Identity extends Layer {
+  forward(x: Tensor): Tensor {
+    return x;
+  }
+}
+
+/** Merges dims startDim..endDim into one (torch.nn.Flatten; by default all but the batch dim). */
+export class Flatten extends Layer {
+  constructor(readonly startDim = 1, readonly endDim = -1) {
+    super();
+  }
+  forward(x: Tensor): Tensor {
+    return flatten(x, this.startDim, this.endDim);
   }
 }

@@ -22,6 +22,15 @@ export function defaultFixtureDir(): string {
     );
 }
 
+/**
+ * The folder of the fixtures kept in this repository (fixtures/: the ops,
+ * CNN and SyncBatchNorm references), or DTRAIN_OPS_FIXTURES.
+ */
+export function repoFixtureDir(): string {
+  return Deno.env.get("DTRAIN_OPS_FIXTURES") ??
+    fileURLToPath(new URL("../fixtures", import.meta.url));
+}
+
 /** A fixture folder's files. */
 export class FixtureDir {
   constructor(readonly dir: string) {}

@@ -6,13 +6,13 @@
  */
 import { Mt19937 } from "./mt19937.ts";
 import { fmaf32 } from "./float32_fma.ts";
-import { normalFill16Avx2 } from "./box_muller_avx2.ts";
+import { normalFillBlocks } from "./box_muller_avx2.ts";
+import { section } from "../profile/profile.ts";
 
 /** torch's default seed (`default_rng_seed_val`), used by `torch.Generator()`. */
 export const TORCH_DEFAULT_SEED = 67280421310721n;
 
 const TWO_POW_32 = 4294967296;
-const TWO_POW_MINUS_24 = 2 ** -24;
 const TWO_POW_MINUS_53 = 2 ** -53;
 const MAX_RANDPERM = 2 ** 31 - 1;
 
@@ -86,13 +86,16 @@ export class TorchGenerator {
     return this.#seed;
   }
 
-  /** The next raw 32-bit output, in [0, 2**32). */
-  random(): number {
+  /**
+   * The next raw 32-bit output of MT19937, an integer in [0, 2**32) (torch's
+   * `generator->random()`). For a float in [0, 1) use randFloat32 or uniform_.
+   */
+  nextUint32(): number {
     return this.#mt.nextU32();
   }
 
-  /** Two raw outputs joined as a uint64, the first one in the high half. */
-  random64(): bigint {
+  /** Two raw outputs joined as a uint64, the first one in the high half (torch's `random64()`). */
+  nextUint64(): bigint {
     const hi = this.#mt.nextU32();
     const lo = this.#mt.nextU32();
     return (BigInt(hi) << 32n) | BigInt(lo);
@@ -100,7 +103,7 @@ export class TorchGenerator {
 
   /**
    * One integer uniform in [lo, hi), as `torch.randint(lo, hi, ...)` draws
-   * each element: `random() % (hi - lo) + lo`, or `random64()` when the range
+   * each element: `nextUint32() % (hi - lo) + lo`, or `nextUint64()` when the range
    * is 2**32 or more.
    */
   randint(lo: number, hi: number): number {
@@ -116,12 +119,12 @@ export class TorchGenerator {
       );
     }
     if (range < TWO_POW_32) return (this.#mt.nextU32() % range) + lo;
-    return Number(this.random64() % BigInt(range)) + lo;
+    return Number(this.nextUint64() % BigInt(range)) + lo;
   }
 
   /**
    * A random permutation of 0..n-1, as torch 1.13's CPU `randperm`:
-   * for i in 0..n-2, swap r[i] with r[i + random() % (n - i)].
+   * for i in 0..n-2, swap r[i] with r[i + nextUint32() % (n - i)].
    */
   randperm(n: number): Int32Array<ArrayBuffer> {
     if (!Number.isInteger(n) || n < 0 || n > MAX_RANDPERM) {
@@ -149,9 +152,7 @@ export class TorchGenerator {
       );
     }
     const out = new Float32Array(n);
-    for (let i = 0; i < n; i++) {
-      out[i] = (this.#mt.nextU32() & 0xffffff) * TWO_POW_MINUS_24;
-    }
+    this.#mt.fillUnit(out, 0, n);
     return out;
   }
 
@@ -161,13 +162,14 @@ export class TorchGenerator {
    * `fma(x, hi - lo, lo)` rounded once. Returns `out`.
    */
   uniform_<T extends Float32Array>(out: T, lo: number, hi: number): T {
+    return section("data generation", () => this.#uniform(out, lo, hi));
+  }
+
+  #uniform<T extends Float32Array>(out: T, lo: number, hi: number): T {
     checkBounds("uniform_", lo, hi);
     const from = Math.fround(lo);
     const span = Math.fround(Math.fround(hi) - from);
-    const mt = this.#mt;
-    for (let i = 0; i < out.length; i++) {
-      out[i] = fmaf32((mt.nextU32() & 0xffffff) * TWO_POW_MINUS_24, span, from);
-    }
+    this.#mt.fillUniform(out, from, span, fmaf32);
     return out;
   }
 
@@ -181,6 +183,10 @@ export class TorchGenerator {
    * may differ from glibc in the last bit of a double. Returns `out`.
    */
   normal_<T extends Float32Array>(out: T, mean: number, std: number): T {
+    return section("data generation", () => this.#normal(out, mean, std));
+  }
+
+  #normal<T extends Float32Array>(out: T, mean: number, std: number): T {
     if (!Number.isFinite(mean) || !Number.isFinite(std) || std < 0) {
       throw new RangeError(
         `Cannot draw normal_(mean=${mean}, std=${std}): expected finite values with std >= 0`,
@@ -193,13 +199,11 @@ export class TorchGenerator {
     }
     const meanF = Math.fround(mean);
     const stdF = Math.fround(std);
-    this.#fillUnit(out, 0, size);
-    for (let i = 0; i + 16 <= size; i += 16) {
-      normalFill16Avx2(out, i, meanF, stdF);
-    }
+    this.#mt.fillUnit(out, 0, size);
+    normalFillBlocks(out, 0, Math.floor(size / 16), meanF, stdF);
     if (size % 16 !== 0) {
-      this.#fillUnit(out, size - 16, size);
-      normalFill16Avx2(out, size - 16, meanF, stdF);
+      this.#mt.fillUnit(out, size - 16, size);
+      normalFillBlocks(out, size - 16, 1, meanF, stdF);
     }
     return out;
   }
@@ -239,14 +243,6 @@ export class TorchGenerator {
     this.#nextDoubleNormal = cached;
   }
 
-  /** Writes `uniform_real_distribution<float>(0, 1)` draws into out[from..to). */
-  #fillUnit(out: Float32Array, from: number, to: number): void {
-    const mt = this.#mt;
-    for (let i = from; i < to; i++) {
-      out[i] = (mt.nextU32() & 0xffffff) * TWO_POW_MINUS_24;
-    }
-  }
-
   /** torch's `normal_distribution<double>` draw of N(0, 1), with its one-sample cache. */
   #normalDouble(): number {
     if (this.#nextDoubleNormal !== null) {
@@ -254,8 +250,8 @@ export class TorchGenerator {
       this.#nextDoubleNormal = null;
       return cached;
     }
-    const u1 = Number(this.random64() & 0x1fffffffffffffn) * TWO_POW_MINUS_53;
-    const u2 = Number(this.random64() & 0x1fffffffffffffn) * TWO_POW_MINUS_53;
+    const u1 = Number(this.nextUint64() & 0x1fffffffffffffn) * TWO_POW_MINUS_53;
+    const u2 = Number(this.nextUint64() & 0x1fffffffffffffn) * TWO_POW_MINUS_53;
     const r = Math.sqrt(-2 * Math.log(1 - u2));
     const theta = 2 * Math.PI * u1;
     this.#nextDoubleNormal = r * Math.sin(theta);

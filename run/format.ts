@@ -34,6 +34,14 @@ export const AttemptSchema = z.object({
   signal: z.string().nullable(),
   failingRank: count.nullable(),
   reason: z.string().nullable(),
+  /** the process group the ranks trained with, as rank 0 reported it (absent when none was made) */
+  processGroup: z.object({
+    /** "nccl", "shm" or "single" */
+    backend: z.string(),
+    worldSize: z.int().positive(),
+    /** rank 0's device: "cpu", "cuda:0", "cuda-emu:0" */
+    device: z.string(),
+  }).optional(),
 });
 
 /** Versions of everything that computes: the CUDA fields only on GPU runs. */
@@ -43,9 +51,15 @@ export const VersionsSchema = z.object({
   v8: z.string(),
   typescript: z.string(),
   /** build hashes (dt_build_hash) of the native libraries that were loaded */
-  native: z.object({ cpu: z.string().optional(), cuda: z.string().optional() }),
+  native: z.object({
+    cpu: z.string().optional(),
+    cuda: z.string().optional(),
+    gloo: z.string().optional(),
+  }),
   cuda: z.object({ runtime: z.string(), driver: z.string(), gpus: z.array(z.string()) }).optional(),
   nccl: z.string().optional(),
+  /** Gloo's version (libgloo), on runs whose CPU ranks span machines */
+  gloo: z.string().optional(),
 });
 
 /** Facts about node 0's machine that can change results or speed. */
@@ -56,6 +70,25 @@ export const MachineSchema = z.object({
   cpuModel: z.string(),
   cpus: count,
   memBytes: count,
+});
+
+/**
+ * One launch of the run: present in run.json when its directory was reused
+ * (a resume with --run-dir), one entry per `dtrain` command, in order. The
+ * top-level command, script, world, versions and env are the latest launch's.
+ */
+export const LaunchSchema = z.object({
+  /** the first attempt this launch made */
+  firstAttempt: count,
+  startedAt: time,
+  command: z.object({ argv: z.array(z.string()).min(1), cwd: z.string() }),
+  script: z.object({ path: z.string(), sha256, args: z.array(z.string()) }),
+  world: z.object({
+    nnodes: z.int().positive(),
+    nprocPerNode: z.int().positive(),
+    worldSize: z.int().positive(),
+    hosts: z.array(z.string()),
+  }),
 });
 
 /** run.json: written by the launcher at start and rewritten at the end of every attempt. */
@@ -72,11 +105,20 @@ export const RunRecordSchema = z.object({
     nprocPerNode: z.int().positive(),
     worldSize: z.int().positive(),
     hosts: z.array(z.string()),
+    /** where ranks compute, as the launcher resolved --device: "cpu", "cuda" or "cuda-emu" */
+    device: z.string().optional(),
+    /** the process group the ranks use, as planned: "single", "shm" (one machine), "gloo"
+     *  (several), "nccl" (GPU ranks) */
+    backend: z.enum(["single", "shm", "gloo", "nccl"]).optional(),
   }),
+  /** --resume: the folder whose latest good checkpoint a Trainer continues from */
+  resume: z.string().optional(),
   versions: VersionsSchema,
   machine: MachineSchema.optional(),
   env: z.record(z.string(), z.string()),
   attempts: z.array(AttemptSchema),
+  /** every launch, when the run directory was launched into more than once */
+  launches: z.array(LaunchSchema).optional(),
   status: z.enum(["running", "succeeded", "failed", "interrupted"]),
 }).superRefine((r, ctx) => {
   const { nnodes, nprocPerNode, worldSize } = r.world;
@@ -111,8 +153,10 @@ export const ConfigRecordSchema = z.object({
   config: z.record(z.string(), z.unknown()),
   seed: z.int(),
   worldSize: z.int().positive(),
-  /** e.g. "cpu" or "cuda" */
+  /** e.g. "cpu", "cuda" or "cuda-emu" */
   device: z.string(),
+  /** the process group's backend: "single", "shm", "gloo" (and "nccl" on GPUs) */
+  processGroup: z.string().optional(),
 });
 
 /** One metrics.jsonl line: one optimizer step, appended by rank 0. */
@@ -196,6 +240,7 @@ export const DataOrderRecordSchema = z.object({
 });
 
 export type Attempt = z.output<typeof AttemptSchema>;
+export type Launch = z.output<typeof LaunchSchema>;
 export type Versions = z.output<typeof VersionsSchema>;
 export type Machine = z.output<typeof MachineSchema>;
 export type RunRecord = z.output<typeof RunRecordSchema>;

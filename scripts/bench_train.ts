@@ -1,11 +1,17 @@
 /**
  * Single-process training steps/s (forward + backward + AdamW) of the toy
- * classifier (batch 64) and GPT-mini (vocab 256, block 128, 4 layers, 4
- * heads, width 128, batch 16), dtrain and PyTorch side by side in one run,
- * both on one thread, alternating trials; prints both and the ratio.
+ * classifier (batch 64), GPT-mini (vocab 256, block 128, 4 layers, 4 heads,
+ * width 128, batch 16) in f32 and with its forward under bf16 autocast
+ * (gpt-bf16), and a small CNN (two conv + batch-norm + ReLU + max-pool blocks
+ * and a linear head, batch 64 of 28x28), dtrain and PyTorch side by side in
+ * one run, both on one thread, alternating trials; prints both and the ratio
+ * of wall-clock steps/s, and the ratio of steps per CPU second (what each
+ * process itself spent: steadier on a shared machine); with gpt and gpt-bf16,
+ * also dtrain's bf16 against its own f32.
  *
- *   deno run -A scripts/bench_train.ts [--trials 3] [--models toy,gpt]
+ *   deno run -A scripts/bench_train.ts [--trials 3] [--models toy,gpt,gpt-bf16,cnn]
  */
+import process from "node:process";
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { buildNative } from "./build_native.ts";
@@ -17,11 +23,22 @@ import { AdamW } from "../optim/adamw.ts";
 import { crossEntropy } from "../tensor/ops/nn.ts";
 import { backward } from "../tensor/autograd.ts";
 import { getDefaultGenerator, manualSeed } from "../nn/init.ts";
+import { smallCnn } from "../parity/cnn.ts";
+import { autocast } from "../amp/autocast.ts";
+import { gemmKernel } from "../ffi/cpu_extras.ts";
+
+type Model = "toy" | "gpt" | "gpt-bf16" | "cnn";
+
+/** Steps per second of wall clock and of this process's CPU time. */
+interface Rate {
+  wall: number;
+  cpu: number;
+}
 
 const PYTHON = "/usr/bin/python3";
 
-/** Times `steps` training steps of dtrain's model; returns steps/s. */
-function dtrainSteps(which: "toy" | "gpt", steps: number): number {
+/** Times `steps` training steps of dtrain's model. */
+function dtrainSteps(which: Model, steps: number): Rate {
   manualSeed(0);
   const gen = getDefaultGenerator();
   let stepFn: () => void;
@@ -49,6 +66,22 @@ function dtrainSteps(which: "toy" | "gpt", steps: number): number {
         loss.item();
       });
     dispose = () => (model.dispose(), xt.dispose(), yt.dispose());
+  } else if (which === "cnn") {
+    const model = smallCnn(32, 64);
+    const x = new Float32Array(64 * 28 * 28);
+    gen.normal_(x, 0, 1);
+    const xt = fromArray(x, [64, 1, 28, 28]).keep();
+    const yt = fromArray(Int32Array.from({ length: 64 }, () => gen.randint(0, 10)), [64]).keep();
+    const opt = new AdamW(model.parameters(), { lr: 3e-4 });
+    stepFn = () =>
+      scope(() => {
+        opt.zeroGrad();
+        const loss = crossEntropy(model.forward(xt), yt);
+        backward(loss);
+        opt.step();
+        loss.item();
+      });
+    dispose = () => (model.dispose(), xt.dispose(), yt.dispose());
   } else {
     const model = new GPT({
       vocabSize: 256,
@@ -64,10 +97,11 @@ function dtrainSteps(which: "toy" | "gpt", steps: number): number {
       ).keep();
     const xt = tok(), yt = tok();
     const opt = new AdamW(model.parameters(), { lr: 3e-4 });
+    const low = which === "gpt-bf16" ? "bf16" : null;
     stepFn = () =>
       scope(() => {
         opt.zeroGrad();
-        const loss = model.loss(xt, yt);
+        const loss = autocast(low, () => model.loss(xt, yt));
         backward(loss);
         opt.step();
         loss.item();
@@ -75,18 +109,17 @@ function dtrainSteps(which: "toy" | "gpt", steps: number): number {
     dispose = () => (model.dispose(), xt.dispose(), yt.dispose());
   }
   for (let i = 0; i < 3; i++) stepFn();
+  const c0 = process.cpuUsage();
   const t0 = performance.now();
   for (let i = 0; i < steps; i++) stepFn();
   const s = (performance.now() - t0) / 1000;
+  const c = process.cpuUsage(c0);
   dispose();
-  return steps / s;
+  return { wall: steps / s, cpu: steps / ((c.user + c.system) / 1e6) };
 }
 
 /** Times the same work in PyTorch; null when torch is not importable. */
-async function torchSteps(
-  which: "toy" | "gpt",
-  steps: number,
-): Promise<number | null> {
+async function torchSteps(which: Model, steps: number): Promise<Rate | null> {
   const script = fileURLToPath(
     new URL("./peers/train_step.py", import.meta.url),
   );
@@ -102,7 +135,8 @@ async function torchSteps(
       );
       return null;
     }
-    return JSON.parse(new TextDecoder().decode(out.stdout)).steps_per_s;
+    const r = JSON.parse(new TextDecoder().decode(out.stdout));
+    return { wall: r.steps_per_s, cpu: r.steps / r.cpu_seconds };
   } catch {
     return null;
   }
@@ -113,12 +147,26 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
+const LABEL: Record<Model, string> = {
+  toy: "toy (batch 64)",
+  gpt: "GPT-mini (batch 16x128)",
+  "gpt-bf16": "GPT-mini, bf16 autocast",
+  cnn: "CNN (batch 64, 28x28)",
+};
+const GOAL: Record<Model, string> = {
+  toy: ">= 3x",
+  gpt: ">= 1.0x",
+  "gpt-bf16": "",
+  cnn: ">= 1.5x",
+};
+const STEPS: Record<Model, number> = { toy: 2000, gpt: 20, "gpt-bf16": 20, cnn: 30 };
+
 if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
     options: {
       trials: { type: "string", default: "3" },
-      models: { type: "string", default: "toy,gpt" },
+      models: { type: "string", default: "toy,gpt,gpt-bf16,cnn" },
     },
   });
   buildNative({ quiet: true });
@@ -129,28 +177,51 @@ if (import.meta.main) {
     "dtrain steps/s",
     "PyTorch steps/s",
     "ratio",
+    "ratio per CPU second",
     "goal",
   ]];
-  for (const which of values.models!.split(",") as ("toy" | "gpt")[]) {
-    const steps = which === "toy" ? 2000 : 20;
-    const ours: number[] = [], theirs: number[] = [];
+  const dtrainMedian = new Map<Model, Rate>();
+  for (const which of values.models!.split(",") as Model[]) {
+    if (!(which in LABEL)) {
+      throw new RangeError(`--models: unknown model "${which}" (toy, gpt, gpt-bf16, cnn)`);
+    }
+    const ours: Rate[] = [], theirs: Rate[] = [];
     for (let t = 0; t < trials; t++) {
-      ours.push(dtrainSteps(which, steps));
-      const p = await torchSteps(which, steps);
+      ours.push(dtrainSteps(which, STEPS[which]));
+      const p = await torchSteps(which, STEPS[which]);
       if (p !== null) theirs.push(p);
     }
-    const o = median(ours), p = theirs.length ? median(theirs) : NaN;
+    const o = median(ours.map((r) => r.wall)), oc = median(ours.map((r) => r.cpu));
+    const p = theirs.length ? median(theirs.map((r) => r.wall)) : NaN;
+    const pc = theirs.length ? median(theirs.map((r) => r.cpu)) : NaN;
+    dtrainMedian.set(which, { wall: o, cpu: oc });
     rows.push([
-      which === "toy" ? "toy (batch 64)" : "GPT-mini (batch 16x128)",
+      LABEL[which],
       o.toFixed(1),
       Number.isNaN(p) ? "n/a" : p.toFixed(1),
       Number.isNaN(p) ? "n/a" : (o / p).toFixed(2) + "x",
-      which === "toy" ? ">= 3x" : ">= 1.0x",
+      Number.isNaN(pc) ? "n/a" : (oc / pc).toFixed(2) + "x",
+      GOAL[which],
+    ]);
+  }
+  const f32 = dtrainMedian.get("gpt"), bf16 = dtrainMedian.get("gpt-bf16");
+  if (f32 && bf16) {
+    rows.push([
+      "GPT-mini bf16 / dtrain f32",
+      "",
+      "",
+      (bf16.wall / f32.wall).toFixed(2) + "x",
+      (bf16.cpu / f32.cpu).toFixed(2) + "x",
+      ">= 1.5x",
     ]);
   }
   const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) {
     console.log(r.map((c, i) => c.padEnd(w[i]!)).join("  "));
   }
-  console.log(`(median of ${trials} alternating trials, one thread each)`);
+  console.log(
+    `(median of ${trials} alternating trials, one thread each; dtrain's bf16 GEMM kernel: ${
+      gemmKernel("bf16")
+    })`,
+  );
 }

@@ -14,6 +14,7 @@
 import { join } from "node:path";
 import { fileURLToPath as fromFileUrl } from "node:url";
 import { createHash } from "node:crypto";
+import { nvccHostArgs, toolVersion } from "./nvcc_host.ts";
 
 const ROOT = fromFileUrl(new URL("..", import.meta.url));
 export const BUILD_DIR = Deno.env.get("DTRAIN_BUILD_DIR") ??
@@ -34,6 +35,10 @@ export interface LibrarySpec {
   available: () => boolean;
   /** the compiler's stderr is kept in build/<name><report> (e.g. ptxas's per-kernel report) */
   report?: string;
+  /** the toolchain's versions, part of the build hash (a new compiler rebuilds the library) */
+  toolchain?: () => string;
+  /** arguments decided only when the library is built (nvcc's host compiler), put first */
+  buildArgs?: () => string[];
 }
 
 function listFiles(dir: string): string[] {
@@ -88,6 +93,51 @@ const CPU_FLAGS = [
   // and the thread pool's workers live inside it.
   "-Wl,-z,nodelete",
 ];
+
+// ---- libdtrain_gloo.so: the Gloo process group (CPU ranks across machines) ----
+// A C++ shim over Debian's libgloo (libgloo-dev) with an extern "C" API. Its
+// RPATH is $ORIGIN as DT_RPATH (not RUNPATH), which also applies to libgloo's
+// own dependencies, so the single file can carry libgloo.so.0 and the
+// libraries it needs beside it (see GLOO_RUNTIME_LIBS in scripts/build_single.ts).
+export const GLOO_HEADER = "/usr/include/gloo/allreduce.h";
+
+function hasGloo(): boolean {
+  try {
+    return Deno.statSync(GLOO_HEADER).isFile && hasCommand("g++");
+  } catch {
+    return false;
+  }
+}
+
+const GLOO_LIBRARY: LibrarySpec = {
+  name: "libdtrain_gloo.so",
+  dirs: ["kernels/common", "kernels/gloo"],
+  compileExt: [".cc"],
+  command: (out, hash, sources) => [
+    "g++",
+    "-O2",
+    "-std=c++17",
+    "-fPIC",
+    "-shared",
+    "-pthread",
+    "-fvisibility=hidden",
+    "-march=x86-64",
+    "-mtune=generic",
+    "-ffp-contract=off",
+    "-Wall",
+    `-DDT_BUILD_HASH="${hash}"`,
+    "-Ikernels/common",
+    "-o",
+    out,
+    ...sources,
+    "-lgloo",
+    "-Wl,--disable-new-dtags,-rpath,$ORIGIN",
+    // Gloo's TCP device runs a thread inside libgloo: never unload.
+    "-Wl,-z,nodelete",
+  ],
+  available: () => hasGloo() && Deno.env.get("DTRAIN_GLOO") !== "0",
+};
+// ---- end of libdtrain_gloo.so ----
 
 // The emulated device (host C++): flags of the kernel sources as nvcc's host
 // side sees them, no FMA contraction (nvcc builds with --fmad=false).
@@ -187,6 +237,9 @@ export const LIBRARIES: LibrarySpec[] = [
     ],
     available: () => hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0",
     report: ".ptxas.txt",
+    toolchain: () =>
+      [toolVersion("nvcc"), toolVersion("g++"), Deno.env.get("CUDAHOSTCXX") ?? ""].join("\n"),
+    buildArgs: nvccHostArgs,
   },
   {
     // The emulated GPU's runtime: CUDA's runtime API, fibers for CUDA threads,
@@ -276,6 +329,7 @@ export const LIBRARIES: LibrarySpec[] = [
     ],
     available: haveEmuToolchain,
   },
+  GLOO_LIBRARY,
 ];
 
 function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
@@ -286,6 +340,7 @@ function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
     h.update(Deno.readFileSync(join(ROOT, f)));
   }
   h.update(spec.command("OUT", "HASH", []).join(" "));
+  if (spec.toolchain) h.update(spec.toolchain());
   const sources = (spec.compileDirs ?? spec.dirs).flatMap(listFiles)
     .filter((f) => spec.compileExt.some((ext) => f.endsWith(ext)));
   return { hash: h.digest("hex").slice(0, 16), sources };
@@ -312,6 +367,7 @@ export function buildNative(
     if (!opts.force && current === hash) continue;
     const tmp = `${out}.tmp-${Deno.pid}`;
     const [cmd, ...args] = spec.command(tmp, hash, sources);
+    if (spec.buildArgs) args.unshift(...spec.buildArgs());
     if (!opts.quiet) {
       console.error(
         `dtrain: building ${spec.name} (${sources.length} sources)`,

@@ -5,11 +5,14 @@
  * TypeScript never touches the elements: reads and writes copy through the
  * backend's dt_memcpy.
  */
-import { backend, type Device } from "./backend.ts";
+import { backend, backendOf, type Device } from "./backend.ts";
+import { noteHostSync } from "./host_sync.ts";
 import { allocBlock, type Block, releaseBlock } from "./allocator.ts";
 import { type DType, DTYPE_CODE, DTYPE_SIZE } from "./dtype.ts";
 import type { Node } from "./autograd.ts";
 import { parametersChanged } from "./param_version.ts";
+import { formatTensor } from "./format.ts";
+import { enter, leave } from "../profile/profile.ts";
 
 /** Reference-counted memory shared by a tensor and its views (reshape). */
 class Storage {
@@ -153,27 +156,25 @@ export class Tensor {
       : this.dtype === "i64"
       ? new BigInt64Array(this.numel)
       : new Uint8Array(this.numel);
-    if (this.numel > 0) {
-      const b = backend();
-      b.call.dt_memcpy(Deno.UnsafePointer.of(out), this.ptr, BigInt(this.bytes), 2);
-      b.call.dt_synchronize();
-      // a bad index or cast value the device found since the last read is reported here
-      b.call.dt_deferred_error();
-    }
+    if (this.numel > 0) this.#readInto(out, "toArray");
     return out;
+  }
+
+  /** Copies the bytes out into `out`: the host waits for the device (counted, tensor/host_sync.ts). */
+  #readInto(out: ArrayBufferView, what: string): void {
+    const b = backendOf(this.device);
+    // a copy into host memory returns once the data is there (dt_memcpy waits for the stream)
+    b.call.dt_memcpy(Deno.UnsafePointer.of(out as BufferSource), this.ptr, BigInt(this.bytes), 2);
+    // a bad index or cast value the device found since the last read is reported here
+    b.call.dt_deferred_error();
+    if (b.device !== "cpu") noteHostSync(what);
   }
 
   /** The raw bytes of the tensor (a copy). */
   toBytes(): Uint8Array {
     this.assertLive("toBytes");
     const out = new Uint8Array(this.bytes);
-    if (out.length > 0) {
-      const b = backend();
-      b.call.dt_memcpy(Deno.UnsafePointer.of(out), this.ptr, BigInt(this.bytes), 2);
-      b.call.dt_synchronize();
-      // a bad index or cast value the device found since the last read is reported here
-      b.call.dt_deferred_error();
-    }
+    if (out.length > 0) this.#readInto(out, "toBytes");
     return out;
   }
 
@@ -197,10 +198,10 @@ export class Tensor {
       );
     }
     if (this.bytes > 0) {
-      const b = backend();
+      // A copy from pageable host memory has taken the data when it returns (CUDA stages it):
+      // no wait for the device, and `data` may change at once.
       const src = Deno.UnsafePointer.of(data as unknown as BufferSource);
-      b.call.dt_memcpy(this.ptr, src, BigInt(this.bytes), 1);
-      b.call.dt_synchronize();
+      backendOf(this.device).call.dt_memcpy(this.ptr, src, BigInt(this.bytes), 1);
     }
     if (this.requiresGrad) parametersChanged();
     return this;
@@ -214,8 +215,13 @@ export class Tensor {
         `Cannot copy tensor [${src.shape}] ${src.dtype} into [${this.shape}] ${this.dtype}`,
       );
     }
-    const b = backend();
-    b.call.dt_memcpy(this.ptr, src.ptr, BigInt(this.bytes), 3);
+    if (src.device !== this.device) {
+      throw new TypeError(
+        `Cannot copy a ${src.device} tensor into a ${this.device} tensor with copyFrom: ` +
+          `read it back (toArray) and copyFromArray into the other device's tensor`,
+      );
+    }
+    backendOf(this.device).call.dt_memcpy(this.ptr, src.ptr, BigInt(this.bytes), 3);
     if (this.requiresGrad) parametersChanged();
     return this;
   }
@@ -223,8 +229,12 @@ export class Tensor {
   /** Sets every element to `value`. */
   fill(value: number): this {
     this.assertLive("fill");
-    const b = backend();
-    b.call.dt_fill(this.ptr, DTYPE_CODE[this.dtype], BigInt(this.numel), value);
+    backendOf(this.device).call.dt_fill(
+      this.ptr,
+      DTYPE_CODE[this.dtype],
+      BigInt(this.numel),
+      value,
+    );
     if (this.requiresGrad) parametersChanged();
     return this;
   }
@@ -238,8 +248,23 @@ export class Tensor {
     }
   }
 
+  /**
+   * The values as PyTorch prints them, then shape, dtype, device and the
+   * autograd state: `tensor([1.5000, 2.0000], shape=[2], dtype=f32, device=cpu)`.
+   * Past 1000 elements only the first and last 3 of each dimension are read.
+   */
   toString(): string {
-    return `Tensor([${this.shape}], ${this.dtype}, ${this.device})`;
+    return formatTensor(this);
+  }
+
+  /** What `console.log(tensor)` shows in Deno: the same as toString(). */
+  [Symbol.for("Deno.customInspect")](): string {
+    return formatTensor(this);
+  }
+
+  /** What node:util's inspect shows: the same as toString(). */
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return formatTensor(this);
   }
 }
 
@@ -320,11 +345,13 @@ export function scope<T>(fn: () => T): T {
     throw e;
   }
   scopes.pop();
+  const prev = enter("bookkeeping");
   const survivors = new Set<Tensor>();
   collectTensors(result, survivors);
   for (const t of mine) if (!survivors.has(t)) t.dispose();
   const outer = scopes[scopes.length - 1];
   if (outer) { for (const t of survivors) if (mine.has(t)) outer.add(t); }
+  leave(prev);
   return result;
 }
 

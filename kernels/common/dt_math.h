@@ -60,3 +60,41 @@ DT_HD float dt_tanhf(float x) {
   float large = 1.0f - 2.0f / (dt_expf(z + z) + 1.0f);
   return copysignf(z < 0.625f ? small : large, x);
 }
+
+/* ln(x): x = 2^e * m with m in [sqrt(1/2), sqrt(2)), then Cephes' degree-9
+ * polynomial for ln(1 + f), f = m - 1, and e ln2 added in two parts. Within
+ * 1 ulp; subnormals are scaled up first; ln(0) = -inf, ln(<0) = NaN,
+ * ln(inf) = inf, NaN stays NaN. Written branch-free so loops vectorise. */
+DT_HD float dt_logf(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  int sub = (u & 0x7f800000u) == 0;
+  float xs = sub ? x * 8388608.0f : x; /* 2^23: subnormals become normal */
+  memcpy(&u, &xs, 4);
+  int32_t e = (int32_t)((u >> 23) & 0xffu) - 126 - (sub ? 23 : 0); /* xs = 2^e * m, m in [1/2, 1) */
+  uint32_t mu = (u & 0x007fffffu) | 0x3f000000u;
+  float m;
+  memcpy(&m, &mu, 4);
+  int low = m < 0.707106781186547524f;
+  float fe = (float)(e - low);
+  float f = low ? (m + m) - 1.0f : m - 1.0f;
+  float z = f * f;
+  float p = 7.0376836292e-2f;
+  p = fmaf(p, f, -1.1514610310e-1f);
+  p = fmaf(p, f, 1.1676998740e-1f);
+  p = fmaf(p, f, -1.2420140846e-1f);
+  p = fmaf(p, f, 1.4249322787e-1f);
+  p = fmaf(p, f, -1.6668057665e-1f);
+  p = fmaf(p, f, 2.0000714765e-1f);
+  p = fmaf(p, f, -2.4999993993e-1f);
+  p = fmaf(p, f, 3.3333331174e-1f);
+  float y = (p * f) * z;
+  y = fmaf(fe, -2.12194440e-4f, y);
+  y = fmaf(z, -0.5f, y);
+  float r = f + y;
+  r = fmaf(fe, 0.693359375f, r);
+  r = x == 0.0f ? -INFINITY : r;
+  r = x < 0.0f ? NAN : r;
+  r = x == INFINITY ? x : r;
+  return x != x ? x : r;
+}

@@ -39,3 +39,53 @@ DT_HD void dt_softmax_bwd_row(float* dinp, const float* dout, const float* out, 
   float dot_f = (float)dt_dot_f64(dout, out, cols);
   for (int64_t j = 0; j < cols; j++) dinp[j] = ((dout[j] - dot_f) * out[j]) * scale;
 }
+
+/* out[0:cols] = log_softmax(inp[0:cols]) as torch's _vec_log_softmax_lastdim
+ * rounds it: (x - max) - ln(sum_j e^(x_j - max)), the sum in double. out is
+ * the scratch of the exponentials first. */
+DT_HD void dt_log_softmax_row(float* out, const float* inp, int64_t cols) {
+  float max = -INFINITY;
+  for (int64_t j = 0; j < cols; j++) max = inp[j] > max ? inp[j] : max;
+  for (int64_t j = 0; j < cols; j++) out[j] = dt_expf(inp[j] - max);
+  float lse = dt_logf((float)dt_sum_f64(out, cols));
+  for (int64_t j = 0; j < cols; j++) out[j] = (inp[j] - max) - lse;
+}
+
+/* dinp = dout - e^out * sum_j(dout) over one row (log-softmax backward). */
+DT_HD void dt_log_softmax_bwd_row(float* dinp, const float* dout, const float* out, int64_t cols) {
+  float sum = (float)dt_sum_f64(dout, cols);
+  for (int64_t j = 0; j < cols; j++) dinp[j] = dout[j] - dt_expf(out[j]) * sum;
+}
+
+/* Softmax (or log-softmax when is_log) of one column x[0], x[stride], ...,
+ * x[(D - 1) * stride], the same arithmetic as the row forms above. */
+DT_HD void dt_softmax_col(float* out, const float* x, int64_t D, int64_t stride, int is_log) {
+  float max = -INFINITY;
+  for (int64_t d = 0; d < D; d++) max = x[d * stride] > max ? x[d * stride] : max;
+  double sum = 0.0;
+  for (int64_t d = 0; d < D; d++) {
+    float e = dt_expf(x[d * stride] - max);
+    if (!is_log) out[d * stride] = e;
+    sum += (double)e;
+  }
+  if (is_log) {
+    float lse = dt_logf((float)sum);
+    for (int64_t d = 0; d < D; d++) out[d * stride] = (x[d * stride] - max) - lse;
+  } else {
+    float inv_sum = 1.0f / (float)sum;
+    for (int64_t d = 0; d < D; d++) out[d * stride] *= inv_sum;
+  }
+}
+
+/* The backward of dt_softmax_col: dinp from dout and the forward's out. */
+DT_HD void dt_softmax_bwd_col(float* dinp, const float* dout, const float* out, int64_t D, int64_t stride,
+                              int is_log) {
+  double acc = 0.0;
+  for (int64_t d = 0; d < D; d++)
+    acc += is_log ? (double)dout[d * stride] : (double)dout[d * stride] * (double)out[d * stride];
+  float s = (float)acc;
+  for (int64_t d = 0; d < D; d++) {
+    int64_t k = d * stride;
+    dinp[k] = is_log ? dout[k] - dt_expf(out[k]) * s : (dout[k] - s) * out[k];
+  }
+}

@@ -1,8 +1,11 @@
 """PyTorch peer of scripts/bench_train.ts: times single-process training steps
-(forward + backward + AdamW) of the toy classifier or GPT-mini, one thread.
+(forward + backward + AdamW) of the toy classifier, GPT-mini or the small CNN,
+one thread.
 
-  /usr/bin/python3 scripts/peers/train_step.py toy|gpt STEPS
-Prints one JSON line: {"model", "steps", "seconds", "steps_per_s", "loss"}.
+  /usr/bin/python3 scripts/peers/train_step.py toy|gpt|gpt-bf16|cnn STEPS
+(gpt-bf16: GPT-mini with the forward under torch.autocast("cpu", dtype=torch.bfloat16).)
+Prints one JSON line: {"model", "steps", "seconds", "cpu_seconds",
+"steps_per_s", "loss"} (cpu_seconds: this process's CPU time over the steps).
 """
 import json
 import math
@@ -59,9 +62,17 @@ class GPT(nn.Module):
 def main():
     which, steps = sys.argv[1], int(sys.argv[2])
     torch.manual_seed(0)
+    low = which == "gpt-bf16"
     if which == "toy":
         model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 2))
         x, y = torch.randn(64, 128), torch.randint(0, 2, (64,))
+        step_loss = lambda: F.cross_entropy(model(x), y)  # noqa: E731
+    elif which == "cnn":
+        model = nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * 7 * 7, 10))
+        x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
         step_loss = lambda: F.cross_entropy(model(x), y)  # noqa: E731
     else:
         model = GPT(256, 128, 4, 4, 128)
@@ -72,18 +83,20 @@ def main():
 
     def step():
         opt.zero_grad()
-        loss = step_loss()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
+            loss = step_loss()
         loss.backward()
         opt.step()
         return loss.item()
 
     for _ in range(3):
         step()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     for _ in range(steps):
         loss = step()
-    dt = time.perf_counter() - t0
-    print(json.dumps({"model": which, "steps": steps, "seconds": dt, "steps_per_s": steps / dt, "loss": loss}))
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(json.dumps({"model": which, "steps": steps, "seconds": dt, "cpu_seconds": cpu, "steps_per_s": steps / dt,
+                      "loss": loss}))
 
 
 main()

@@ -1,5 +1,5 @@
 /**
- * Elementwise ops with autograd: add/sub/mul with bias-style broadcasting,
+ * Elementwise ops with autograd: add/sub/mul/div with PyTorch's broadcasting,
  * scale, relu, gelu (tanh approximation), dropout (seeded) and cast.
  */
 import { backend } from "../backend.ts";
@@ -7,6 +7,7 @@ import { castTensor, empty, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { asF32, requireFloat } from "./_util.ts";
 import type { DType } from "../dtype.ts";
+import { expand } from "./layout.ts";
 
 const OP = { add: 0, sub: 1, mul: 2, div: 3 } as const;
 
@@ -20,12 +21,20 @@ export function broadcastPlan(
   a: readonly number[],
   b: readonly number[],
 ): { bn: number; inner: number } {
-  const fail = () => {
+  const plan = bcastPlanOrNull(a, b);
+  if (!plan) {
     throw new RangeError(
       `${op}: cannot broadcast shape [${b}] to [${a}] (supported: equal shapes, a trailing suffix such as a bias, or size-1 dims only at the ends)`,
     );
-  };
-  if (b.length > a.length) fail();
+  }
+  return plan;
+}
+
+function bcastPlanOrNull(
+  a: readonly number[],
+  b: readonly number[],
+): { bn: number; inner: number } | null {
+  if (b.length > a.length) return null;
   const off = a.length - b.length;
   const bd = (i: number) => (i < off ? 1 : b[i - off]!);
   // trailing dims where b is 1 (and a is not required to be)
@@ -35,7 +44,7 @@ export function broadcastPlan(
   while (lo < hi && bd(lo) === 1 && a[lo] !== 1) lo++;
   let bn = 1;
   for (let i = lo; i < hi; i++) {
-    if (bd(i) !== a[i]) fail();
+    if (bd(i) !== a[i]) return null;
     bn *= a[i]!;
   }
   let inner = 1;
@@ -52,7 +61,16 @@ function binary(op: keyof typeof OP, a0: Tensor, b0: Tensor): Tensor {
     [a, b] = [b, a];
     swapped = true;
   }
-  const { bn, inner } = broadcastPlan(op, a.shape, b.shape);
+  let plan = bcastPlanOrNull(a.shape, b.shape);
+  if (!plan) {
+    // General broadcasting: both operands repeated to the common shape (their
+    // gradients sum back through expand).
+    const shape = broadcastShapes(op, a0.shape, b0.shape);
+    a = expand(a, shape);
+    b = expand(b, shape);
+    plan = { bn: a.numel, inner: 1 };
+  }
+  const { bn, inner } = plan;
   const out = empty(a.shape, "f32");
   const k = backend();
   const n = BigInt(a.numel);
@@ -82,7 +100,19 @@ function binary(op: keyof typeof OP, a0: Tensor, b0: Tensor): Tensor {
           gb = reduceTo(prod, B, bn, inner);
         }
       } else {
-        throw new Error(`backward of ${op} is not implemented`);
+        // div: d(a/b)/da = 1/b, d(a/b)/db = -(a/b)/b = -out/b
+        if (A.requiresGrad) {
+          ga = empty(A.shape, "f32");
+          k.call.dt_binary(OP.div, ga.ptr, g.ptr, B.ptr, n, BigInt(bn), BigInt(inner));
+        }
+        if (B.requiresGrad) {
+          const t = empty(A.shape, "f32");
+          k.call.dt_binary(OP.mul, t.ptr, g.ptr, out.ptr, n, n, 1n);
+          k.call.dt_binary(OP.div, t.ptr, t.ptr, B.ptr, n, BigInt(bn), BigInt(inner));
+          const r = reduceTo(t, B, bn, inner);
+          gb = empty(r.shape, "f32");
+          k.call.dt_scale(gb.ptr, r.ptr, BigInt(r.numel), -1);
+        }
       }
       return swapped ? [gb, ga] : [ga, gb];
     });
@@ -99,7 +129,7 @@ function reduceTo(g: Tensor, b: Tensor, bn: number, inner: number): Tensor {
   return out;
 }
 
-/** a + b, b broadcast bias-style (see broadcastPlan). */
+/** a + b, broadcast as in PyTorch (bias-style shapes without a copy; see broadcastPlan). */
 export function add(a: Tensor, b: Tensor): Tensor {
   return binary("add", a, b);
 }
@@ -110,6 +140,28 @@ export function sub(a: Tensor, b: Tensor): Tensor {
 /** a * b (elementwise). */
 export function mul(a: Tensor, b: Tensor): Tensor {
   return binary("mul", a, b);
+}
+/** a / b (elementwise, IEEE division), as torch.div. */
+export function div(a: Tensor, b: Tensor): Tensor {
+  return binary("div", a, b);
+}
+
+/** The shape two shapes broadcast to (NumPy's rule), or a RangeError naming both. */
+export function broadcastShapes(op: string, a: readonly number[], b: readonly number[]): number[] {
+  const n = Math.max(a.length, b.length);
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const x = a[a.length - n + i] ?? 1, y = b[b.length - n + i] ?? 1;
+    if (x !== y && x !== 1 && y !== 1) {
+      throw new RangeError(
+        `${op}: shapes [${a}] and [${b}] do not broadcast: size ${x} against ${y} in dim ${
+          i - n
+        } (counting from the end)`,
+      );
+    }
+    out.push(x === 1 ? y : x);
+  }
+  return out;
 }
 
 /** alpha * x. */

@@ -1,6 +1,6 @@
 /**
  * Neural-network ops with autograd, each a fused native kernel with its
- * backward beside it: softmax (optionally causal), layer norm, embedding
+ * backward beside it: layer norm, embedding
  * lookup, cross-entropy over logits, and causal self-attention composed from
  * them.
  */
@@ -10,36 +10,10 @@ import { needsGrad, record } from "../autograd.ts";
 import { asF32, requireFloat } from "./_util.ts";
 import { DTYPE_CODE } from "../dtype.ts";
 import { matmul } from "./linalg.ts";
-import { reshape, splitLast, transpose12 } from "./shape.ts";
+import { reshape, splitLast } from "./shape.ts";
+import { transpose } from "./layout.ts";
+import { softmax } from "./softmax.ts";
 import { MAX_FUSED_HEAD_DIM, selfAttention } from "./attention.ts";
-
-/** softmax(scale * x) over the last dim; causal masks column j > row position (mod T). */
-export function softmax(
-  x0: Tensor,
-  opts: { causal?: boolean; scale?: number } = {},
-): Tensor {
-  const x = asF32(x0);
-  const cols = x.shape[x.shape.length - 1]!;
-  const rows = x.numel / cols;
-  const causalT = opts.causal ? x.shape[x.shape.length - 2]! : 0;
-  if (opts.causal && causalT !== cols) {
-    throw new RangeError(
-      `softmax: a causal mask needs square trailing dims, got [${x.shape}]`,
-    );
-  }
-  const scale = opts.scale ?? 1;
-  const out = empty(x.shape, "f32");
-  const k = backend();
-  k.call.dt_softmax_fwd(out.ptr, x.ptr, BigInt(rows), BigInt(cols), BigInt(causalT), scale);
-  if (needsGrad(x)) {
-    record(out, "softmax", [x], (g) => {
-      const gx = empty(x.shape, "f32");
-      k.call.dt_softmax_bwd(gx.ptr, g.ptr, out.ptr, BigInt(rows), BigInt(cols), scale);
-      return [gx];
-    });
-  }
-  return out;
-}
 
 /** Layer norm over the last dim (biased variance), with optional weight and bias. */
 export function layerNorm(
@@ -228,10 +202,10 @@ export function composedCausalSelfAttention(qkv: Tensor, nHead: number): Tensor 
   const [B, T, C3] = qkv.shape as [number, number, number];
   const C = C3 / 3, D = C / nHead;
   const [q, k, v] = splitLast(qkv, C) as [Tensor, Tensor, Tensor];
-  const heads = (t: Tensor) => transpose12(reshape(t, [B, T, nHead, D])); // (B, H, T, D)
+  const heads = (t: Tensor) => transpose(reshape(t, [B, T, nHead, D]), 1, 2); // (B, H, T, D)
   const qh = heads(q), kh = heads(k), vh = heads(v);
   const att = matmul(qh, kh, { transB: true }); // (B, H, T, T)
-  const p = softmax(att, { causal: true, scale: 1 / Math.sqrt(D) });
+  const p = softmax(att, -1, { causal: true, scale: 1 / Math.sqrt(D) });
   const y = matmul(p, vh); // (B, H, T, D)
-  return reshape(transpose12(y), [B, T, C]);
+  return reshape(transpose(y, 1, 2), [B, T, C]);
 }

@@ -1,7 +1,7 @@
 /**
- * Layout ops with autograd: reshape/view (no copy), transpose of the middle
- * two of four dims (the (B,T,H,D) <-> (B,H,T,D) of attention), 2-D
- * transpose, and split along the last dim.
+ * Shape ops with autograd: reshape/view (no copy), and slices and splits of
+ * the last dim (the q, k, v split of attention). Permutes, pads, cat and
+ * slices of any dim are in layout.ts.
  */
 import { backend } from "../backend.ts";
 import { empty, numelOf, type Tensor, zeros } from "../tensor.ts";
@@ -24,62 +24,6 @@ export function reshape(x: Tensor, shape: readonly number[]): Tensor {
   const out = x.view(s);
   if (needsGrad(x)) record(out, "reshape", [x], (g) => [g.view(x.shape)]);
   return out;
-}
-
-/** (A, B, C, D) -> (A, C, B, D): a copy. */
-export function transpose12(x: Tensor): Tensor {
-  if (x.shape.length !== 4) {
-    throw new RangeError(`transpose12: expected 4 dims, got [${x.shape}]`);
-  }
-  const [A, B, C, D] = x.shape as [number, number, number, number];
-  const out = empty([A, C, B, D], x.dtype);
-  permute0213(out, x, A, B, C, D);
-  if (needsGrad(x)) {
-    record(out, "transpose12", [x], (g) => {
-      const gx = empty(x.shape, "f32");
-      permute0213(gx, g, A, C, B, D);
-      return [gx];
-    });
-  }
-  return out;
-}
-
-/** 2-D transpose (a copy). */
-export function transpose(x: Tensor): Tensor {
-  if (x.shape.length !== 2) {
-    throw new RangeError(`transpose: expected 2 dims, got [${x.shape}]`);
-  }
-  const [R, C] = x.shape as [number, number];
-  const out = empty([C, R], x.dtype);
-  permute0213(out, x, 1, R, C, 1);
-  if (needsGrad(x)) {
-    record(out, "transpose", [x], (g) => {
-      const gx = empty(x.shape, "f32");
-      permute0213(gx, g, 1, C, R, 1);
-      return [gx];
-    });
-  }
-  return out;
-}
-
-function permute0213(
-  out: Tensor,
-  x: Tensor,
-  A: number,
-  B: number,
-  C: number,
-  D: number,
-): void {
-  const k = backend();
-  k.call.dt_transpose_0213(
-    out.ptr,
-    x.ptr,
-    BigInt(A),
-    BigInt(B),
-    BigInt(C),
-    BigInt(D),
-    BigInt(DTYPE_SIZE[x.dtype]),
-  );
 }
 
 /** Columns [start, start+len) of the last dim. */

@@ -6,7 +6,11 @@
  */
 import assert from "node:assert/strict";
 import { initProcessGroup } from "../../distributed/process_group.ts";
-import { resolveProcessGroupConfig } from "../../distributed/pg_config.ts";
+import {
+  DEFAULT_SPIN_US,
+  defaultSpinUs,
+  resolveProcessGroupConfig,
+} from "../../distributed/pg_config.ts";
 import { ShmProcessGroup } from "../../distributed/shm_backend.ts";
 import { type CollectiveRecord, setPhaseSink } from "../../distributed/control/phase.ts";
 import { SHM_DTYPE_CODE, shmLibrary } from "../../ffi/shm.ts";
@@ -87,20 +91,27 @@ Deno.test("every collective reports enter and exit to the phase sink with its se
   ]);
 });
 
-Deno.test("a CPU group across machines is refused with a clear error", () => {
+Deno.test("a CPU group across machines chooses Gloo, which needs the launcher's store; shm across machines is refused", () => {
   const twoNodes = { ...launcherEnv(0, 4, "multi"), LOCAL_WORLD_SIZE: "2", DTRAIN_NNODES: "2" };
+  assert.equal(resolveProcessGroupConfig({ env: twoNodes }).backend, "gloo");
+  assert.equal(resolveProcessGroupConfig({ env: launcherEnv(0, 4, "one") }).backend, "shm");
+  assert.equal(
+    resolveProcessGroupConfig({ env: { ...launcherEnv(0, 4, "one"), DTRAIN_CPU_BACKEND: "gloo" } })
+      .backend,
+    "gloo",
+  );
   assert.throws(
     () => initProcessGroup({ env: twoNodes }),
-    /Cannot create a CPU process group across machines: WORLD_SIZE=4, LOCAL_WORLD_SIZE=2, DTRAIN_NNODES=2\. .*Gloo backend, which dtrain does not have yet/,
+    /meets its peers through the dtrain launcher's control store, and this process has none \(DTRAIN_STORE_TOKEN/,
   );
-  const nnodesOnly = {
-    RANK: "0",
-    WORLD_SIZE: "2",
-    LOCAL_WORLD_SIZE: "2",
-    DTRAIN_NNODES: "2",
-    DTRAIN_RUN_ID: "",
-  };
-  assert.throws(() => initProcessGroup({ env: nnodesOnly }), /across machines: .*DTRAIN_NNODES=2/);
+  assert.throws(
+    () => resolveProcessGroupConfig({ env: { ...twoNodes, DTRAIN_CPU_BACKEND: "shm" } }),
+    /Cannot use the shared-memory backend across machines/,
+  );
+  assert.throws(
+    () => resolveProcessGroupConfig({ env: { ...twoNodes, DTRAIN_CPU_BACKEND: "mpi" } }),
+    /DTRAIN_CPU_BACKEND="mpi": expected shm, gloo, or unset/,
+  );
 });
 
 Deno.test("resolveProcessGroupConfig() reads the timeout, debug flag and run id, and names bad values", () => {
@@ -133,6 +144,19 @@ Deno.test("resolveProcessGroupConfig() reads the timeout, debug flag and run id,
     () => resolveProcessGroupConfig({ env: { RANK: "0" } }),
     /RANK is set but WORLD_SIZE is not/,
   );
+});
+
+Deno.test("a waiting rank spins only while every local rank can have a core; DTRAIN_SHM_SPIN_US decides when set", () => {
+  assert.equal(defaultSpinUs(2, 2), DEFAULT_SPIN_US);
+  assert.equal(defaultSpinUs(8, 16), DEFAULT_SPIN_US);
+  assert.equal(defaultSpinUs(3, 2), 0);
+  assert.equal(defaultSpinUs(8, 2), 0);
+  const env = launcherEnv(1, 2, "run-spin");
+  assert.equal(
+    resolveProcessGroupConfig({ env }).spinUs,
+    defaultSpinUs(2, navigator.hardwareConcurrency),
+  );
+  assert.equal(resolveProcessGroupConfig({ env: { ...env, DTRAIN_SHM_SPIN_US: "7" } }).spinUs, 7);
 });
 
 function oneRankGroup(tag: string, chunkBytes = 4096): ShmProcessGroup {

@@ -126,6 +126,28 @@ Deno.test("gatherRowsInBackground() gathers rows and reports a failure without s
   );
 });
 
+Deno.test("streamCalls() binds an optional symbol the library lacks to a call that throws naming it", () => {
+  const table = {
+    dt_missing: { parameters: ["pointer", "pointer"], result: "i32", optional: true },
+  } as const satisfies Deno.ForeignLibraryInterface;
+  const lib = {
+    path: "/fake/libdtrain_cuda.so",
+    symbols: { dt_missing: null },
+    fail(): never {
+      throw new Error("unreachable");
+    },
+    check() {},
+    close() {},
+  } as unknown as NativeLibrary<typeof table>;
+  const call = streamCalls(lib, table, ["dt_missing"], null);
+  assert.throws(
+    () => (call.dt_missing as unknown as (p: null) => void)(null),
+    (e: unknown) =>
+      e instanceof DtNativeError && e.symbol === "dt_missing" &&
+      /libdtrain_cuda\.so.*does not have the kernel yet/.test(e.message),
+  );
+});
+
 Deno.test("every wrapper factory, 0 to 20 arguments, passes each argument in place and the stream last", () => {
   const stream = Deno.UnsafePointer.create(0x77n);
   for (let n = 0; n <= 20; n++) {

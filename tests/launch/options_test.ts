@@ -59,13 +59,21 @@ Deno.test("parseLaunchArgs() fills documented defaults", () => {
       runDir: null,
       logRanks: "0",
       device: "auto",
+      resume: null,
       oversubscribe: false,
+      noCheck: false,
     },
   );
+  assert.equal(parse(["--device", "cuda-emu", "run.ts"]).device, "cuda-emu");
+  assert.equal(parse(["--resume", "runs/a", "run.ts"]).resume, "runs/a");
   assert.equal(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).oversubscribe, true);
   assert.deepEqual(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).scriptArgs, [
     "--oversubscribe",
   ]);
+  assert.equal(parse(["--no-check", "run.ts", "--no-check"]).noCheck, true);
+  assert.deepEqual(parse(["--no-check", "run.ts", "--no-check"]).scriptArgs, ["--no-check"]);
+  const unchecked = parseLaunchArgs(["run.ts"], (n) => n === "DTRAIN_NO_CHECK" ? "1" : undefined);
+  assert.equal((unchecked as LaunchOptions).noCheck, true);
   assert.throws(
     () => parse(["--device", "tpu", "run.ts"]),
     /--device tpu is not one of auto, cpu, cuda/,

@@ -108,18 +108,27 @@ export interface RunResult {
 /**
  * Runs `argv` in `cwd` with exactly `env` (nothing inherited), without
  * network when `isolate` and NO_NETWORK allow, or inside a mount namespace
- * with a tmpfs (of the given mount options) on each folder of `tmpfs`.
+ * with a tmpfs (of the given mount options) on each folder of `tmpfs` and
+ * /dev/null over each file of `hide` (a library this machine must seem to lack).
  * Kills its process group after `timeoutMs`.
  */
 export async function runIn(
   cwd: string,
   argv: string[],
   env: Record<string, string>,
-  opts: { isolate?: boolean; tmpfs?: Record<string, string>; timeoutMs?: number } = {},
+  opts: {
+    isolate?: boolean;
+    tmpfs?: Record<string, string>;
+    hide?: string[];
+    timeoutMs?: number;
+  } = {},
 ): Promise<RunResult> {
-  const mounts = Object.entries(opts.tmpfs ?? {}).map(([dir, options]) =>
-    `${MOUNT} -t tmpfs -o ${options} tmpfs '${dir}'`
-  );
+  const mounts = [
+    ...Object.entries(opts.tmpfs ?? {}).map(([dir, options]) =>
+      `${MOUNT} -t tmpfs -o ${options} tmpfs '${dir}'`
+    ),
+    ...(opts.hide ?? []).map((file) => `${MOUNT} --bind /dev/null '${file}'`),
+  ];
   const setup = [
     ...mounts,
     ...(opts.isolate && NO_NETWORK.ok ? [`${IP} link set lo up`] : []),
@@ -132,16 +141,18 @@ export async function runIn(
     ? [UNSHARE!, [...flags, "/bin/sh", "-c", `${setup.join(" && ")} && exec "$@"`, "sh", ...argv]]
     : [argv[0]!, argv.slice(1)];
   const startedAt = Date.now();
-  const child = new Deno.Command(cmd, {
-    args,
-    cwd,
-    env,
-    clearEnv: true,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-    detached: true,
-  }).spawn();
+  const child = await spawnRetryingBusy(
+    new Deno.Command(cmd, {
+      args,
+      cwd,
+      env,
+      clearEnv: true,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+      detached: true,
+    }),
+  );
   const timer = setTimeout(() => {
     try {
       Deno.kill(-child.pid, "SIGKILL");
@@ -171,5 +182,23 @@ export function cacheEntries(cache: string): string[] {
     return [...Deno.readDirSync(cache)].map((e) => e.name).sort();
   } catch {
     return [];
+  }
+}
+
+/**
+ * Spawns `command`, retrying while exec fails with ETXTBSY. A file this process has just
+ * written (the single file copied into a sandbox) can still be open for writing in a child
+ * that another test forked at that moment and that has not reached its exec yet (the
+ * descriptor is close-on-exec, but the fork copies it); the kernel then refuses to execute
+ * the file until that child execs. The window is microseconds; the bound is generous.
+ */
+async function spawnRetryingBusy(command: Deno.Command): Promise<Deno.ChildProcess> {
+  for (let attempt = 0;; attempt++) {
+    try {
+      return command.spawn();
+    } catch (e) {
+      if (attempt >= 50 || !String((e as Error).message).includes("os error 26")) throw e;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
   }
 }

@@ -36,6 +36,7 @@
  * One process writes a directory at a time (rank 0 of one run).
  */
 import { basename, join, resolve } from "node:path";
+import { section } from "../../profile/profile.ts";
 import type { StTensor } from "../../io/safetensors.ts";
 import { type CheckpointIO, denoCheckpointIO, describeError } from "./io.ts";
 import {
@@ -57,6 +58,7 @@ import {
 } from "./layout.ts";
 import { checkRotationPolicy, type RotationPolicy, stepsToDelete } from "./rotation.ts";
 import { removeQuietly, type SaveContext, writeCheckpoint } from "./save.ts";
+import { Progress, type ProgressOptions } from "../../distributed/control/progress.ts";
 
 export type { CheckpointDirEntry, CheckpointIO } from "./io.ts";
 export type { CheckpointTensors } from "./format.ts";
@@ -130,6 +132,8 @@ export interface CheckpointManagerOptions {
   onWarning?: (message: string) => void;
   /** File operations; default the real file system. Tests inject faults here. */
   io?: CheckpointIO;
+  /** A save longer than 2 s prints progress lines; where they go and the clock (tests). */
+  progress?: Pick<ProgressOptions, "print" | "now">;
 }
 
 /**
@@ -147,6 +151,7 @@ export class CheckpointManager {
   readonly #rank: number;
   readonly #policy: RotationPolicy;
   readonly #ctx: SaveContext;
+  readonly #progress: Pick<ProgressOptions, "print" | "now">;
 
   /** Checks the options; nothing touches the disk until the first save or load. */
   constructor(dir: string, opts: CheckpointManagerOptions) {
@@ -168,6 +173,7 @@ export class CheckpointManager {
       fsync: opts.fsync ?? true,
       warn: opts.onWarning ?? ((message) => console.warn(message)),
     };
+    this.#progress = opts.progress ?? {};
   }
 
   /**
@@ -179,8 +185,24 @@ export class CheckpointManager {
    * earlier checkpoint and `latest` as they were.
    */
   save(payload: CheckpointPayload): string | null {
+    return section("checkpoint", () => this.#save(payload));
+  }
+
+  #save(payload: CheckpointPayload): string | null {
     if (this.#rank !== 0) return null;
-    const dir = writeCheckpoint(this.#ctx, payload);
+    const progress = new Progress(`saving checkpoint ${stepDirName(payload.step)}`, {
+      unit: "bytes",
+      enabled: true,
+      ...this.#progress,
+    });
+    const dir = writeCheckpoint({
+      ...this.#ctx,
+      progress: (stage, done, total) => {
+        progress.total = total;
+        progress.update(done, stage);
+      },
+    }, payload);
+    progress.done();
     for (const hook of savedHooks) hook({ dir, step: payload.step });
     try {
       this.#rotate(payload.step);

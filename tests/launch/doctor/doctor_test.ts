@@ -184,6 +184,19 @@ function facts(nproc = 2): DoctorFacts {
       needBytes: shmSegmentBytes(nproc, 2 ** 20),
       chunkError: null,
     },
+    gloo: {
+      backend: "shm",
+      library: lib("libdtrain_gloo.so"),
+      version: "0.5.0",
+      ifname: null,
+      toward: "node0",
+      device: "tcp, pci=, iface=eth0, speed=10000, addr=[10.0.0.1]",
+      iface: "eth0",
+      addr: "10.0.0.1",
+      speedMbps: 10000,
+      loopback: false,
+      error: null,
+    },
     gpu: {
       usable: false,
       reason: "no driver",
@@ -259,9 +272,12 @@ Deno.test("judge() checks NCCL, GPU count, /dev/shm and locked memory for a GPU 
   f.shm.space = { path: "/dev/shm", ok: true, totalBytes: 64 << 20, freeBytes: 64 << 20 };
   const v = judge(f);
   assert.equal(v.gpuRun, true);
-  assert.deepEqual(fixes(f), ["libnccl.so.2 not found"]);
+  assert.equal(fixes(f)[0], "libnccl.so.2 not found");
+  assert.match(
+    fixes(f)[1]!,
+    /4 ranks on 2 visible GPU\(s\): .* the launcher refuses --nproc 4; use --nproc 2/,
+  );
   const w = warns(f).join("\n");
-  assert.match(w, /4 ranks on 2 visible GPU\(s\)/);
   assert.match(w, /holds 64\.0 MiB: NCCL moves data/);
   assert.match(w, /locked-memory limit 8\.0 MiB: NCCL over InfiniBand/);
 });

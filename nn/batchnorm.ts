@@ -1,0 +1,258 @@
+/**
+ * Batch-norm layers constructed as PyTorch's — BatchNorm1d, BatchNorm2d and
+ * SyncBatchNorm, with convertSyncBatchNorm — and their state: weight, bias,
+ * running_mean, running_var and num_batches_tracked (i64), the names and
+ * order of torch's state dict, so a torch-saved model loads strictly.
+ * SyncBatchNorm sums its statistics across the ranks of a process group
+ * (the same numbers as batch norm over every rank's batch at once).
+ */
+import { Layer } from "./layers.ts";
+import type { Module } from "./module.ts";
+import { full, type Tensor, zeros } from "../tensor/tensor.ts";
+import { batchNorm, type StatsBuffer } from "../tensor/ops/batchnorm.ts";
+/**
+ * What SyncBatchNorm needs of a process group (distributed/'s ProcessGroup
+ * is one; nn/ sits below distributed/, so it names only this much).
+ */
+export interface StatsGroup {
+  /** Ranks in the group. */
+  readonly size: number;
+  /** Sums `count` f64 values at `ptr` across the ranks, in place. */
+  allReduce(buf: { ptr: Deno.PointerObject; count: number; dtype: "f64" }, op: "sum"): void;
+}
+
+/** Options of the batch-norm layers (PyTorch's keyword arguments and defaults). */
+export interface BatchNormLayerOptions {
+  /** Added to the variance (default 1e-5). */
+  eps?: number;
+  /** Weight of each batch in the running statistics; null: a cumulative average. Default 0.1. */
+  momentum?: number | null;
+  /** Learn weight (1 at init) and bias (0). Default true. */
+  affine?: boolean;
+  /** Keep running statistics (used in eval mode). Default true. */
+  trackRunningStats?: boolean;
+}
+
+/** The tensors of a batch norm, shared when convertSyncBatchNorm converts one. */
+interface BatchNormState {
+  weight: Tensor | null;
+  bias: Tensor | null;
+  runningMean: Tensor | null;
+  runningVar: Tensor | null;
+  numBatchesTracked: Tensor | null;
+}
+
+/** What BatchNorm1d, BatchNorm2d and SyncBatchNorm share (torch's _BatchNorm). */
+export abstract class BatchNormBase extends Layer {
+  readonly eps: number;
+  readonly momentum: number | null;
+  readonly affine: boolean;
+  readonly trackRunningStats: boolean;
+  readonly weight: Tensor | null;
+  readonly bias: Tensor | null;
+  readonly runningMean: Tensor | null;
+  readonly runningVar: Tensor | null;
+  readonly numBatchesTracked: Tensor | null;
+
+  constructor(
+    readonly numFeatures: number,
+    opts: BatchNormLayerOptions = {},
+    shared?: BatchNormState,
+  ) {
+    super();
+    const name = this.constructor.name;
+    if (!Number.isSafeInteger(numFeatures) || numFeatures < 1) {
+      throw new RangeError(`${name}: numFeatures must be a positive integer, got ${numFeatures}`);
+    }
+    this.eps = opts.eps ?? 1e-5;
+    this.momentum = opts.momentum === undefined ? 0.1 : opts.momentum;
+    if (!(this.eps >= 0)) throw new RangeError(`${name}: eps must be >= 0, got ${this.eps}`);
+    if (this.momentum !== null && !(this.momentum >= 0 && this.momentum <= 1)) {
+      throw new RangeError(`${name}: momentum must be in [0, 1] or null, got ${this.momentum}`);
+    }
+    this.affine = opts.affine ?? true;
+    this.trackRunningStats = opts.trackRunningStats ?? true;
+    const C = numFeatures;
+    const param = (n: string, t: Tensor | null) => (t ? this.registerParameter(n, t) : null);
+    const buffer = (n: string, t: Tensor | null) => (t ? this.registerBuffer(n, t) : null);
+    this.weight = this.affine ? param("weight", shared ? shared.weight : full([C], 1)) : null;
+    this.bias = this.affine ? param("bias", shared ? shared.bias : zeros([C])) : null;
+    const track = this.trackRunningStats;
+    this.runningMean = track
+      ? buffer("running_mean", shared ? shared.runningMean : zeros([C]))
+      : null;
+    this.runningVar = track
+      ? buffer("running_var", shared ? shared.runningVar : full([C], 1))
+      : null;
+    this.numBatchesTracked = track
+      ? buffer("num_batches_tracked", shared ? shared.numBatchesTracked : zeros([], "i64"))
+      : null;
+  }
+
+  /** Throws unless x has the dims this layer takes. */
+  protected abstract checkInput(x: Tensor): void;
+
+  /** Sums statistics across ranks, or null for this process alone. */
+  protected statsAllReduce(): ((buf: StatsBuffer) => void) | null {
+    return null;
+  }
+
+  forward(x: Tensor): Tensor {
+    this.checkInput(x);
+    if (x.shape[1] !== this.numFeatures) {
+      throw new RangeError(
+        `${this.constructor.name}(${this.numFeatures}): the input [${x.shape}] has ${
+          x.shape[1]
+        } channels (dim 1)`,
+      );
+    }
+    // torch: batch statistics in training, or whenever there are no running ones
+    const batchStats = this.training || this.runningMean === null;
+    const useRunning = !this.training || this.trackRunningStats;
+    return batchNorm(x, useRunning ? this.runningMean : null, useRunning ? this.runningVar : null, {
+      weight: this.weight,
+      bias: this.bias,
+      training: batchStats,
+      momentum: this.momentum,
+      eps: this.eps,
+      numBatchesTracked: this.training ? this.numBatchesTracked : null,
+      allReduce: batchStats ? this.statsAllReduce() : null,
+    });
+  }
+
+  /** The tensors, for a converted copy that shares them. */
+  protected state(): BatchNormState {
+    return {
+      weight: this.weight,
+      bias: this.bias,
+      runningMean: this.runningMean,
+      runningVar: this.runningVar,
+      numBatchesTracked: this.numBatchesTracked,
+    };
+  }
+}
+
+/**
+ * Batch norm over (N, C) or (N, C, L) inputs (torch.nn.BatchNorm1d).
+ *
+ * @example
+ * ```ts
+ * const bn = new BatchNorm1d(64, { momentum: 0.01 });
+ * ```
+ */
+export class BatchNorm1d extends BatchNormBase {
+  protected checkInput(x: Tensor): void {
+    if (x.shape.length !== 2 && x.shape.length !== 3) {
+      throw new RangeError(
+        `BatchNorm1d: expected 2D or 3D input (got ${x.shape.length}D input [${x.shape}])`,
+      );
+    }
+  }
+}
+
+/**
+ * Batch norm over (N, C, H, W) inputs (torch.nn.BatchNorm2d).
+ *
+ * @example
+ * ```ts
+ * const bn = new BatchNorm2d(32); // after a Conv2d(…, 32, …)
+ * ```
+ */
+export class BatchNorm2d extends BatchNormBase {
+  protected checkInput(x: Tensor): void {
+    if (x.shape.length !== 4) {
+      throw new RangeError(
+        `BatchNorm2d: expected 4D input (got ${x.shape.length}D input [${x.shape}])`,
+      );
+    }
+  }
+}
+
+/** Options of SyncBatchNorm: the batch-norm options and the group whose ranks share statistics. */
+export interface SyncBatchNormOptions extends BatchNormLayerOptions {
+  /** The ranks whose batches are normalised together; absent: this process alone. */
+  processGroup?: StatsGroup | null;
+}
+
+/**
+ * Batch norm whose training statistics are those of every rank's batch
+ * together (torch.nn.SyncBatchNorm): per-channel sums, squared deviations
+ * and counts are all-reduced (in f64) in the forward, and the two sums of
+ * the backward likewise; weight and bias gradients stay per rank for DDP to
+ * average. Ranks may have different batch sizes. Inputs (N, C, ...).
+ *
+ * @example
+ * ```ts
+ * using pg = initProcessGroup();
+ * const model = convertSyncBatchNorm(buildCnn(), pg);
+ * ```
+ */
+export class SyncBatchNorm extends BatchNormBase {
+  processGroup: StatsGroup | null;
+
+  constructor(numFeatures: number, opts: SyncBatchNormOptions = {}, shared?: BatchNormState) {
+    super(numFeatures, opts, shared);
+    this.processGroup = opts.processGroup ?? null;
+  }
+
+  protected checkInput(x: Tensor): void {
+    if (x.shape.length < 2) {
+      throw new RangeError(
+        `SyncBatchNorm: expected at least 2D input (got ${x.shape.length}D input [${x.shape}])`,
+      );
+    }
+  }
+
+  protected override statsAllReduce(): ((buf: StatsBuffer) => void) | null {
+    const pg = this.processGroup;
+    if (!pg || pg.size === 1) return null;
+    return (buf) => pg.allReduce({ ptr: buf.ptr, count: buf.count, dtype: "f64" }, "sum");
+  }
+
+  /** A SyncBatchNorm sharing `bn`'s parameters, buffers, options and mode. */
+  static fromBatchNorm(bn: BatchNormBase, processGroup: StatsGroup | null = null): SyncBatchNorm {
+    const s = new SyncBatchNorm(bn.numFeatures, {
+      eps: bn.eps,
+      momentum: bn.momentum,
+      affine: bn.affine,
+      trackRunningStats: bn.trackRunningStats,
+      processGroup,
+    }, (bn as SyncBatchNorm).state());
+    s.training = bn.training;
+    return s;
+  }
+}
+
+/**
+ * Replaces every BatchNorm1d/BatchNorm2d in `module` (itself included) by a
+ * SyncBatchNorm over `processGroup` that shares its parameters and buffers
+ * (so optimizers built before still hold them), as
+ * torch.nn.SyncBatchNorm.convert_sync_batchnorm. Each parent's child entry
+ * is replaced, and so is any field (or array element) of the parent that
+ * held the old layer. Returns the converted module (a new object only when
+ * `module` itself was a batch norm).
+ */
+export function convertSyncBatchNorm<M extends Module>(
+  module: M,
+  processGroup: StatsGroup | null = null,
+): M | SyncBatchNorm {
+  if (module instanceof BatchNormBase && !(module instanceof SyncBatchNorm)) {
+    return SyncBatchNorm.fromBatchNorm(module, processGroup);
+  }
+  if (module instanceof SyncBatchNorm) {
+    module.processGroup = processGroup;
+    return module;
+  }
+  for (const [name, child] of module.children()) {
+    const converted = convertSyncBatchNorm(child, processGroup);
+    if (converted === child) continue;
+    module.addModule(name, converted);
+    const fields = module as unknown as Record<string, unknown>;
+    for (const key of Object.keys(fields)) {
+      const v = fields[key];
+      if (v === child) fields[key] = converted;
+      else if (Array.isArray(v)) v.forEach((e, i) => e === child && (v[i] = converted));
+    }
+  }
+  return module;
+}

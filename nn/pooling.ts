@@ -1,0 +1,59 @@
+/**
+ * Pooling layers constructed as PyTorch's: MaxPool2d, AvgPool2d (stride
+ * defaults to the kernel size) and AdaptiveAvgPool2d. No parameters.
+ */
+import { Layer } from "./layers.ts";
+import type { Tensor } from "../tensor/tensor.ts";
+import {
+  adaptiveAvgPool2d,
+  avgPool2d,
+  type AvgPool2dOptions,
+  maxPool2d,
+  type MaxPool2dOptions,
+} from "../tensor/ops/pool.ts";
+import { pair } from "../tensor/ops/_util.ts";
+
+/**
+ * Max over kernel windows (torch.nn.MaxPool2d).
+ *
+ * @example
+ * ```ts
+ * const pool = new MaxPool2d(2); // (N, C, 28, 28) -> (N, C, 14, 14)
+ * ```
+ */
+export class MaxPool2d extends Layer {
+  constructor(
+    readonly kernelSize: number | readonly number[],
+    readonly opts: MaxPool2dOptions = {},
+  ) {
+    super();
+    pair("MaxPool2d", "kernelSize", kernelSize);
+  }
+  forward(x: Tensor): Tensor {
+    return maxPool2d(x, this.kernelSize, this.opts);
+  }
+}
+
+/** Mean over kernel windows (torch.nn.AvgPool2d). */
+export class AvgPool2d extends Layer {
+  constructor(
+    readonly kernelSize: number | readonly number[],
+    readonly opts: AvgPool2dOptions = {},
+  ) {
+    super();
+    pair("AvgPool2d", "kernelSize", kernelSize);
+  }
+  forward(x: Tensor): Tensor {
+    return avgPool2d(x, this.kernelSize, this.opts);
+  }
+}
+
+/** Mean over adaptive windows to a fixed output size (torch.nn.AdaptiveAvgPool2d). */
+export class AdaptiveAvgPool2d extends Layer {
+  constructor(readonly outputSize: number | readonly (number | null)[]) {
+    super();
+  }
+  forward(x: Tensor): Tensor {
+    return adaptiveAvgPool2d(x, this.outputSize);
+  }
+}

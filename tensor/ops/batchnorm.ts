@@ -1,0 +1,217 @@
+/**
+ * Batch normalisation with autograd, as torch.nn.functional.batch_norm, in
+ * the steps a synchronised batch norm all-reduces between: per-channel sums
+ * (and the element count), squared deviations from the mean, statistics and
+ * running averages, the affine output; backward, the two per-channel sums and
+ * the input gradient. Given an `allReduce`, the sums (f64) are combined
+ * across ranks, which is SyncBatchNorm; the weight and bias gradients stay
+ * local, as PyTorch's, for DDP to average.
+ */
+import { backend } from "../backend.ts";
+import { empty, type Tensor } from "../tensor.ts";
+import { needsGrad, record } from "../autograd.ts";
+import { asF32, requireFloat } from "./_util.ts";
+import { elementPtr } from "./_strided.ts";
+
+/** f64 values in native memory that an all-reduce sums in place. */
+export interface StatsBuffer {
+  ptr: Deno.PointerObject;
+  /** number of f64 values */
+  count: number;
+}
+
+/** Options of batchNorm (PyTorch's names and defaults). */
+export interface BatchNormOptions {
+  weight?: Tensor | null;
+  bias?: Tensor | null;
+  /** Batch statistics (and running-average updates) when true; the running statistics when false. Default false. */
+  training?: boolean;
+  /** Weight of the new batch in the running averages; null: the cumulative average over numBatchesTracked. Default 0.1. */
+  momentum?: number | null;
+  eps?: number;
+  /** The i64 counter of batches seen (BatchNorm's num_batches_tracked): incremented by a training step. */
+  numBatchesTracked?: Tensor | null;
+  /** Sums the f64 statistics across ranks in place (synchronised batch norm); absent: this process alone. */
+  allReduce?: ((buf: StatsBuffer) => void) | null;
+}
+
+/** Scratch of n f64 values: an i64 tensor's 8-byte elements (tensors have no f64 dtype). */
+function f64Scratch(n: number): Tensor {
+  return empty([n], "i64");
+}
+
+const stats = (t: Tensor, count: number): StatsBuffer => ({ ptr: t.ptr, count });
+
+/**
+ * Normalises x (N, C, ...) per channel C: (x - mean) / sqrt(var + eps) *
+ * weight + bias, with the batch's statistics in training (updating the
+ * running ones) or the running ones otherwise.
+ *
+ * @example
+ * ```ts
+ * const y = batchNorm(x, runningMean, runningVar, { weight, bias, training: true });
+ * ```
+ */
+export function batchNorm(
+  x0: Tensor,
+  runningMean: Tensor | null,
+  runningVar: Tensor | null,
+  opts: BatchNormOptions = {},
+): Tensor {
+  requireFloat("batchNorm", x0);
+  if (x0.shape.length < 2) {
+    throw new RangeError(
+      `batchNorm: expected an input (N, C, ...) of at least 2 dims, got [${x0.shape}]`,
+    );
+  }
+  const [N, C] = x0.shape as [number, number];
+  const HW = x0.shape.slice(2).reduce((a, b) => a * b, 1);
+  const training = opts.training ?? false;
+  const eps = opts.eps ?? 1e-5;
+  const momentum = opts.momentum === undefined ? 0.1 : opts.momentum;
+  if (!(eps >= 0)) throw new RangeError(`batchNorm: eps must be >= 0, got ${eps}`);
+  if (momentum !== null && !(momentum >= 0 && momentum <= 1)) {
+    throw new RangeError(
+      `batchNorm: momentum must be in [0, 1] or null (cumulative average), got ${momentum}`,
+    );
+  }
+  for (
+    const [name, t, dtype] of [
+      ["runningMean", runningMean, "f32"],
+      ["runningVar", runningVar, "f32"],
+      ["weight", opts.weight, null],
+      ["bias", opts.bias, null],
+    ] as const
+  ) {
+    if (t && (t.numel !== C || (dtype && t.dtype !== dtype))) {
+      throw new RangeError(
+        `batchNorm: ${name} [${t.shape}] ${t.dtype} does not match the ${C} channels of the input [${x0.shape}]`,
+      );
+    }
+  }
+  if ((runningMean === null) !== (runningVar === null)) {
+    throw new RangeError("batchNorm: give both runningMean and runningVar, or neither");
+  }
+  if (!training && !runningMean) {
+    throw new RangeError(
+      "batchNorm: evaluation (training: false) needs runningMean and runningVar",
+    );
+  }
+  const nbt = opts.numBatchesTracked ?? null;
+  if (nbt && (nbt.dtype !== "i64" || nbt.numel !== 1)) {
+    throw new RangeError(
+      `batchNorm: numBatchesTracked must be one i64 element, got [${nbt.shape}] ${nbt.dtype}`,
+    );
+  }
+  const allReduce = opts.allReduce ?? null;
+  if (training && !allReduce && N * HW <= 1) {
+    throw new RangeError(
+      `batchNorm: expected more than 1 value per channel when training, got input of shape [${x0.shape}]`,
+    );
+  }
+  const x = asF32(x0);
+  const weight = opts.weight ? asF32(opts.weight) : null,
+    bias = opts.bias ? asF32(opts.bias) : null;
+  const k = backend();
+  const [n, c, hw] = [BigInt(N), BigInt(C), BigInt(HW)];
+  const mean = empty([C], "f32"), rstd = empty([C], "f32");
+  let acc: Tensor | null = null;
+  if (training) {
+    acc = f64Scratch(C + 1);
+    k.call.dt_bn_sum(acc.ptr, x.ptr, n, c, hw);
+    allReduce?.(stats(acc, C + 1));
+    const sq = f64Scratch(C);
+    k.call.dt_bn_sqdev(sq.ptr, x.ptr, acc.ptr, n, c, hw);
+    allReduce?.(stats(sq, C));
+    k.call.dt_bn_finalize(
+      mean.ptr,
+      rstd.ptr,
+      runningMean?.ptr ?? null,
+      runningVar?.ptr ?? null,
+      runningMean ? nbt?.ptr ?? null : null,
+      acc.ptr,
+      sq.ptr,
+      c,
+      eps,
+      momentum ?? -1,
+    );
+    sq.dispose();
+  } else {
+    k.call.dt_bn_eval_stats(mean.ptr, rstd.ptr, runningMean!.ptr, runningVar!.ptr, c, eps);
+  }
+  const out = empty(x.shape, "f32");
+  k.call.dt_bn_apply(
+    out.ptr,
+    x.ptr,
+    mean.ptr,
+    rstd.ptr,
+    weight?.ptr ?? null,
+    bias?.ptr ?? null,
+    n,
+    c,
+    hw,
+  );
+  const inputs = [x, weight, bias].filter((t): t is Tensor => t !== null);
+  if (needsGrad(...inputs)) {
+    record(out, "batchNorm", inputs, (g) => {
+      const sums = f64Scratch(2 * C);
+      const gw = weight?.requiresGrad ? empty([C], "f32") : null;
+      const gb = bias?.requiresGrad ? empty([C], "f32") : null;
+      k.call.dt_bn_bwd_reduce(
+        sums.ptr,
+        gw?.ptr ?? null,
+        gb?.ptr ?? null,
+        g.ptr,
+        x.ptr,
+        mean.ptr,
+        rstd.ptr,
+        n,
+        c,
+        hw,
+      );
+      let gx: Tensor | null = null;
+      if (x.requiresGrad) {
+        gx = empty(x.shape, "f32");
+        if (acc) {
+          allReduce?.(stats(sums, 2 * C));
+          const count = elementPtr(acc, C);
+          k.call.dt_bn_bwd_apply(
+            gx.ptr,
+            g.ptr,
+            x.ptr,
+            mean.ptr,
+            rstd.ptr,
+            weight?.ptr ?? null,
+            sums.ptr,
+            count,
+            n,
+            c,
+            hw,
+          );
+        } else {
+          k.call.dt_bn_bwd_apply(
+            gx.ptr,
+            g.ptr,
+            x.ptr,
+            mean.ptr,
+            rstd.ptr,
+            weight?.ptr ?? null,
+            null,
+            null,
+            n,
+            c,
+            hw,
+          );
+        }
+      }
+      sums.dispose();
+      const res: (Tensor | null)[] = [gx];
+      if (weight) res.push(gw);
+      if (bias) res.push(gb);
+      return res;
+    });
+  } else {
+    acc?.dispose();
+  }
+  return out;
+}
