@@ -12,6 +12,7 @@
  * @module
  */
 import { DtNativeError, type NativeLibrary } from "./native.ts";
+import { countingCalls, noteCall } from "../profile/call_count.ts";
 import {
   KERNEL_STREAMED,
   KERNEL_SYMBOLS,
@@ -216,9 +217,23 @@ export function streamCalls<S extends Deno.ForeignLibraryInterface, K extends ke
   for (const name of names) {
     const f = (lib.symbols as unknown as Record<string, Raw | null>)[name];
     const n = arity(table, name, true);
-    out[name] = f ? WITH_STREAM[n]!(f, name, stream, fail) : absent(lib, name);
+    out[name] = f ? counted(name, WITH_STREAM[n]!(f, name, stream, fail)) : absent(lib, name);
   }
   return out as StreamCalls<S, K>;
+}
+
+/** Symbols that read the counts themselves (not counted). */
+const UNCOUNTED: ReadonlySet<string> = new Set(["dt_cuda_work_count"]);
+
+/** The wrapper itself, or with DTRAIN_COUNT_CALLS=1 one that counts its calls first (off the
+ *  fast path, which only counting pays for). */
+function counted(name: string, wrapper: unknown): unknown {
+  if (!countingCalls || UNCOUNTED.has(name)) return wrapper;
+  const w = wrapper as (...args: unknown[]) => void;
+  return (...args: unknown[]) => {
+    noteCall(name);
+    w(...args);
+  };
 }
 
 /** The stand-in for an optional symbol the library lacks (a kernel the CUDA
@@ -244,7 +259,7 @@ export function checkedCalls<S extends Deno.ForeignLibraryInterface, K extends k
   const out: Record<string, unknown> = {};
   for (const name of names) {
     const f = (lib.symbols as unknown as Record<string, Raw>)[name]!;
-    out[name] = PLAIN[arity(table, name, false)]!(f, name, fail);
+    out[name] = counted(name, PLAIN[arity(table, name, false)]!(f, name, fail));
   }
   return out as CheckedCalls<S, K>;
 }

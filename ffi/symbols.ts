@@ -180,35 +180,49 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
-  /** Layer norm over the last dim; mean and rstd are saved for backward. */
+  /** Layer norm over the last dim of x = inp (+ res), rows of f32, bf16 or
+   *  f16; mean and rstd (f32) are saved for backward. With a residual, x is
+   *  rounded to inp's dtype and written to sum_out when it is not NULL (the
+   *  residual stream: an add and a norm in one pass). */
   dt_layernorm_fwd: {
     parameters: [
-      P, // float* out [rows, C]
+      P, // void* out [rows, C] of out_dtype
       P, // float* mean [rows]
       P, // float* rstd [rows]
-      P, // const float* inp [rows, C]
+      P, // const void* inp [rows, C] of inp_dtype
       P, // const float* weight [C], or NULL (all 1)
       P, // const float* bias [C], or NULL (all 0)
       I64, // int64_t rows
       I64, // int64_t C
       F32, // float eps
+      I32, // int32_t out_dtype
+      I32, // int32_t inp_dtype
+      P, // const void* res [rows, C] of res_dtype, or NULL
+      I32, // int32_t res_dtype
+      P, // void* sum_out [rows, C] of inp_dtype: inp + res, or NULL
       P, // void* stream
     ],
     ...STATUS,
   },
-  /** All three outputs are overwritten. */
+  /** The gradients of dt_layernorm_fwd (inp is x, the normalised input).
+   *  flags: 1 adds into dinp instead of overwriting it, 2 adds into dweight
+   *  and dbias (a parameter's .grad). */
   dt_layernorm_bwd: {
     parameters: [
-      P, // float* dinp [rows, C]
+      P, // void* dinp [rows, C] of dinp_dtype
       P, // float* dweight [C], or NULL
       P, // float* dbias [C], or NULL
-      P, // const float* dout [rows, C]
-      P, // const float* inp [rows, C]
+      P, // const void* dout [rows, C] of dout_dtype
+      P, // const void* inp [rows, C] of inp_dtype
       P, // const float* weight [C], or NULL
       P, // const float* mean [rows]: saved by the forward
       P, // const float* rstd [rows]: saved by the forward
       I64, // int64_t rows
       I64, // int64_t C
+      I32, // int32_t dout_dtype
+      I32, // int32_t inp_dtype
+      I32, // int32_t dinp_dtype
+      I32, // int32_t flags
       P, // void* stream
     ],
     ...STATUS,

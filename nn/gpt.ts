@@ -9,10 +9,14 @@ import { getDefaultGenerator, normalTensor } from "./init.ts";
 import { fromArray, type Tensor } from "../tensor/tensor.ts";
 import { add } from "../tensor/ops/elementwise.ts";
 import {
+  addLayerNorm,
   causalSelfAttention,
   composedCausalSelfAttention,
   crossEntropy,
+  layerNorm,
 } from "../tensor/ops/nn.ts";
+import { matmulLowPrecision } from "../tensor/matmul_precision.ts";
+import { inLayer } from "../profile/call_count.ts";
 import { linear } from "../tensor/ops/linalg.ts";
 import { noGrad } from "../tensor/autograd.ts";
 import type { TorchGenerator } from "../random/torch_generator.ts";
@@ -115,9 +119,34 @@ class Block extends Module {
     this.mlp = this.registerModule("mlp", new MLP(cfg, gen));
   }
   forward(x: Tensor): Tensor {
-    const h = add(x, this.attn.forward(this.ln_1.forward(x)));
-    return add(h, this.mlp.forward(this.ln_2.forward(h)));
+    const [h, n2] = addNorm(x, this.attn.forward(normed(this.ln_1, x)), this.ln_2);
+    return add(h, this.mlp.forward(n2));
   }
+
+  /**
+   * The block on x whose ln_1(x) is n1 (computed by the caller, fused into
+   * the previous add), returning [x', next(x')]: the residual stream and the
+   * next layer norm of it, each add and the norm after it in one kernel.
+   */
+  forwardNormed(x: Tensor, n1: Tensor, next: LayerNorm): [Tensor, Tensor] {
+    const [h, n2] = addNorm(x, this.attn.forward(n1), this.ln_2);
+    return addNorm(h, this.mlp.forward(n2), next);
+  }
+}
+
+/**
+ * A block's norms feed only products, so under autocast they are written in
+ * its low precision (one rounding, which the product would do anyway).
+ */
+function normed(ln: LayerNorm, x: Tensor): Tensor {
+  return layerNorm(x, ln.weight, ln.bias, ln.eps, { outDtype: matmulLowPrecision() ?? "f32" });
+}
+
+/** [x + y, ln(x + y)] in one pass. */
+function addNorm(x: Tensor, y: Tensor, ln: LayerNorm): [Tensor, Tensor] {
+  return addLayerNorm(x, y, ln.weight, ln.bias, ln.eps, {
+    outDtype: matmulLowPrecision() ?? "f32",
+  });
 }
 
 class Transformer extends Module {
@@ -237,8 +266,12 @@ export class GPT extends Module {
     const tr = this.transformer;
     let x = add(tr.wte.forward(idx), tr.wpe.forward(this.#positionIds(T)));
     x = tr.drop.forward(x);
-    for (const b of tr.h) x = b.forward(x);
-    return linear(tr.ln_f.forward(x), tr.wte.weight);
+    // each block's residual add is fused with the next norm (the last with ln_f)
+    let n = normed(tr.h[0]?.ln_1 ?? tr.ln_f, x);
+    for (const [i, b] of tr.h.entries()) {
+      [x, n] = inLayer(i, () => b.forwardNormed(x, n, tr.h[i + 1]?.ln_1 ?? tr.ln_f));
+    }
+    return linear(n, tr.wte.weight);
   }
 
   /** Mean cross-entropy of next-token prediction; targets -1 are ignored. */

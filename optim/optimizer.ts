@@ -9,6 +9,7 @@ import { fromStTensor } from "../tensor/st_bridge.ts";
 import { isStTensor } from "../io/st_tensor.ts";
 import { type CheckpointLike, pickTensors, type TensorFileLike } from "../tensor/state_source.ts";
 import { enter, leave, stepDone } from "../profile/profile.ts";
+import { countStepDone } from "../profile/call_count.ts";
 import { parametersChanged } from "../tensor/param_version.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
@@ -141,6 +142,7 @@ export abstract class Optimizer<H extends { lr: number }> {
     }
     parametersChanged(); // autocast's low-precision copies are stale now
     stepDone();
+    countStepDone();
   }
 
   /** The update rule itself (step() without the step hooks). */

@@ -8,6 +8,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { backend } from "./backend.ts";
 import { castTensor, empty, full, type Tensor } from "./tensor.ts";
 import { enter, leave } from "../profile/profile.ts";
+import { countingCalls, currentLayer, switchLayer } from "../profile/call_count.ts";
 
 /**
  * What a backward function returns for an input whose gradient it has
@@ -25,6 +26,8 @@ export interface Node {
   readonly inputs: readonly Tensor[];
   /** Returns one gradient per input (null where an input needs none). */
   backward(gradOut: Tensor): InputGrad[];
+  /** With DTRAIN_COUNT_CALLS=1: the model layer whose forward recorded the node (-1: none). */
+  readonly layer?: number;
 }
 
 /**
@@ -95,7 +98,9 @@ export function record(
   backward: Node["backward"],
 ): Tensor {
   out.requiresGrad = true;
-  out.node = { name, inputs, backward };
+  out.node = countingCalls
+    ? { name, inputs, backward, layer: currentLayer() }
+    : { name, inputs, backward };
   return out;
 }
 
@@ -160,9 +165,11 @@ export interface BackwardOptions {
  */
 export function backward(output: Tensor, opts: BackwardOptions = {}): void {
   const prev = enter("backward");
+  const layer = currentLayer();
   try {
     backwardPass(output, opts);
   } finally {
+    if (countingCalls) switchLayer(layer);
     leave(prev);
   }
 }
@@ -213,6 +220,7 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
     grads.delete(t);
     if (!g) continue;
     const node = t.node!;
+    if (countingCalls) switchLayer(node.layer ?? -1);
     const inGrads = node.backward(g);
     for (let j = 0; j < node.inputs.length; j++) {
       const inp = node.inputs[j]!;

@@ -10,6 +10,7 @@
  */
 import type { Backend } from "./backend.ts";
 import { kernelCalls } from "../ffi/calls.ts";
+import { countingCalls, setWorkReader } from "../profile/call_count.ts";
 import { CUDA_EMU_LIBRARIES, CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import {
   CUDA_LIBRARY_FILES,
@@ -310,6 +311,9 @@ export interface CudaBackend extends Backend {
   readonly libraries: CudaLibraries;
   /** the GPU's name */
   readonly gpuName: string;
+  /** Device work the CUDA library queued since it was loaded: kernel launches, cuBLASLt
+   *  matmuls, memsets and device copies (always counted, at the cost of an atomic add each). */
+  workCount(): { launches: number; matmuls: number; copies: number };
 }
 
 let opened: CudaBackend | undefined;
@@ -354,6 +358,12 @@ export function openCudaBackend(flavor: CudaFlavor = "cuda"): CudaBackend {
   }
   rt.allowTf32(Deno.env.get("DTRAIN_ALLOW_TF32") === "1");
   const stream = rt.computeStream();
+  if (countingCalls) {
+    setWorkReader(() => {
+      const w = rt.workCount();
+      return [w.launches, w.matmuls, w.copies];
+    });
+  }
   opened = {
     device: "cuda",
     kind: flavor,
@@ -363,6 +373,7 @@ export function openCudaBackend(flavor: CudaFlavor = "cuda"): CudaBackend {
     lib,
     call: kernelCalls(lib, stream),
     stream,
+    workCount: () => rt.workCount(),
   };
   return opened;
 }

@@ -24,6 +24,15 @@ DT_HD int64_t dt_load_int(const void* p, int32_t dtype, int64_t i) {
   }
 }
 
+/* v rounded to a float dtype's precision (nearest even), as an f32. */
+DT_HD float dt_round_float(float v, int32_t dtype) {
+  switch (dtype) {
+    case DT_BF16: return dt_bf16_to_f32(dt_f32_to_bf16(v));
+    case DT_F16: return dt_f16_to_f32(dt_f32_to_f16(v));
+    default: return v;
+  }
+}
+
 /* Stores f32 v into a float buffer, rounding to nearest even for bf16/f16. */
 DT_HD void dt_store_float(void* p, int32_t dtype, int64_t i, float v) {
   switch (dtype) {

@@ -183,23 +183,39 @@ static inline dt_status dt_check_softmax_bwd(const float* dinp, const float* dou
   return DT_OK;
 }
 
-static inline dt_status dt_check_layernorm_fwd(const float* out, const float* inp, int64_t rows, int64_t C,
-                                               float eps) {
+/* Whether dtype is one a float tensor of the kernels may have. */
+static inline int dt_float_dtype_ok_(int32_t dtype) { return dtype == DT_F32 || dtype == DT_BF16 || dtype == DT_F16; }
+
+static inline dt_status dt_check_layernorm_fwd(const void* out, const void* inp, int64_t rows, int64_t C, float eps,
+                                               int32_t out_dtype, int32_t inp_dtype, const void* res,
+                                               int32_t res_dtype, const void* sum_out) {
   DT_TRY_(dt_check_row_sizes("dt_layernorm_fwd", rows, C));
   DT_REQUIRE_(eps >= 0.0f, "dt_layernorm_fwd: eps=%g must be >= 0", (double)eps);
+  DT_REQUIRE_(dt_float_dtype_ok_(out_dtype) && dt_float_dtype_ok_(inp_dtype) && dt_float_dtype_ok_(res_dtype),
+              "dt_layernorm_fwd: dtypes (out %d, inp %d, res %d) must be DT_F32 (0), DT_BF16 (1) or DT_F16 (2)",
+              out_dtype, inp_dtype, res_dtype);
+  DT_REQUIRE_(res || !sum_out, "dt_layernorm_fwd: sum_out needs a residual to add (res is NULL)");
   if (rows == 0) return DT_OK;
-  DT_REQUIRE_(out && inp, "dt_layernorm_fwd: null pointer (out=%p inp=%p)", (const void*)out, (const void*)inp);
+  DT_REQUIRE_(out && inp, "dt_layernorm_fwd: null pointer (out=%p inp=%p)", out, inp);
+  DT_REQUIRE_(!sum_out || (sum_out != inp && sum_out != res), "dt_layernorm_fwd: sum_out must not alias inp or res");
   return DT_OK;
 }
 
-/* rows == 0 is valid and still writes zero parameter gradients. */
-static inline dt_status dt_check_layernorm_bwd(const float* dinp, const float* dout, const float* inp,
-                                               const float* mean, const float* rstd, int64_t rows, int64_t C) {
+/* rows == 0 is valid and still writes zero parameter gradients (or adds nothing). */
+static inline dt_status dt_check_layernorm_bwd(const void* dinp, const void* dout, const void* inp,
+                                               const float* mean, const float* rstd, int64_t rows, int64_t C,
+                                               int32_t dout_dtype, int32_t inp_dtype, int32_t dinp_dtype,
+                                               int32_t flags) {
   DT_TRY_(dt_check_row_sizes("dt_layernorm_bwd", rows, C));
+  DT_REQUIRE_(dt_float_dtype_ok_(dout_dtype) && dt_float_dtype_ok_(inp_dtype) && dt_float_dtype_ok_(dinp_dtype),
+              "dt_layernorm_bwd: dtypes (dout %d, inp %d, dinp %d) must be DT_F32 (0), DT_BF16 (1) or DT_F16 (2)",
+              dout_dtype, inp_dtype, dinp_dtype);
+  DT_REQUIRE_(flags >= 0 && flags <= 3, "dt_layernorm_bwd: flags=%d: expected 0..3 (1: add into dinp, 2: add into "
+              "dweight and dbias)", flags);
   if (rows == 0) return DT_OK;
   DT_REQUIRE_(dinp && dout && inp && mean && rstd,
-              "dt_layernorm_bwd: null pointer (dinp=%p dout=%p inp=%p mean=%p rstd=%p)", (const void*)dinp,
-              (const void*)dout, (const void*)inp, (const void*)mean, (const void*)rstd);
+              "dt_layernorm_bwd: null pointer (dinp=%p dout=%p inp=%p mean=%p rstd=%p)", dinp, dout, inp,
+              (const void*)mean, (const void*)rstd);
   return DT_OK;
 }
 

@@ -3,6 +3,8 @@
  * layer-norm weight/bias gradients are column sums, split by columns. The
  * arithmetic lives in kernels/common/softmax.h and layernorm.h. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
+#include <stdlib.h>
+#include "convert.h"
 #include "cpu_internal.h"
 #include "layernorm.h"
 #include "softmax.h"
@@ -41,64 +43,162 @@ DT_VEC_CLONES static void softmax_bwd_range_(void* vctx, int64_t r0, int64_t r1)
     dt_softmax_bwd_row(c->out + r * c->cols, c->inp + r * c->cols, c->other + r * c->cols, c->cols, c->scale);
 }
 
+/* ---- layer norm -----------------------------------------------------------------
+ * f32 rows take the direct loops; other dtypes (and a residual to add) go
+ * through per-thread f32 row buffers, converted once per row. */
+
 typedef struct {
-  float *out, *mean, *rstd;
-  const float *inp, *weight, *bias;
+  float* ptr;
+  size_t cap;
+} row_buf_;
+
+static __thread row_buf_ ln_buf_;
+
+/* n floats of this thread's scratch (NULL when memory is short). */
+static float* ln_reserve_(size_t n) {
+  if (ln_buf_.cap >= n) return ln_buf_.ptr;
+  float* p = malloc(n * sizeof(float));
+  if (!p) return NULL;
+  free(ln_buf_.ptr);
+  ln_buf_.ptr = p;
+  ln_buf_.cap = n;
+  return p;
+}
+
+typedef struct {
+  void* out;
+  float *mean, *rstd;
+  const void* inp;
+  const void* res;
+  void* sum_out;
+  const float *weight, *bias;
   int64_t C;
   float eps;
+  int32_t out_dtype, inp_dtype, res_dtype;
+  int failed;
 } ln_fwd_ctx_;
 
-DT_VEC_CLONES static void ln_fwd_range_(void* vctx, int64_t r0, int64_t r1) {
-  const ln_fwd_ctx_* c = vctx;
-  for (int64_t r = r0; r < r1; r++) {
-    const float* x = c->inp + r * c->C;
-    float* y = c->out + r * c->C;
-    float mean, rstd;
-    dt_layernorm_moments(x, c->C, c->eps, &mean, &rstd);
+DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int64_t r) {
+  float mean, rstd;
+  dt_layernorm_moments(x, c->C, c->eps, &mean, &rstd);
+  if (c->out_dtype == DT_F32) {
+    float* y = (float*)c->out + r * c->C;
     if (c->weight && c->bias) {
       for (int64_t j = 0; j < c->C; j++) y[j] = dt_layernorm_out_f(x[j], mean, rstd, c->weight[j], c->bias[j]);
     } else {
       for (int64_t j = 0; j < c->C; j++)
         y[j] = dt_layernorm_out_f(x[j], mean, rstd, c->weight ? c->weight[j] : 1.0f, c->bias ? c->bias[j] : 0.0f);
     }
-    if (c->mean) c->mean[r] = mean;
-    if (c->rstd) c->rstd[r] = rstd;
+  } else {
+    for (int64_t j = 0; j < c->C; j++)
+      dt_store_float(c->out, c->out_dtype, r * c->C + j,
+                     dt_layernorm_out_f(x[j], mean, rstd, c->weight ? c->weight[j] : 1.0f,
+                                        c->bias ? c->bias[j] : 0.0f));
+  }
+  if (c->mean) c->mean[r] = mean;
+  if (c->rstd) c->rstd[r] = rstd;
+}
+
+DT_VEC_CLONES static void ln_fwd_range_(void* vctx, int64_t r0, int64_t r1) {
+  ln_fwd_ctx_* c = vctx;
+  int direct = c->inp_dtype == DT_F32 && !c->res;
+  float* buf = direct ? NULL : ln_reserve_((size_t)c->C);
+  if (!direct && !buf) {
+    __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  for (int64_t r = r0; r < r1; r++) {
+    const float* x;
+    if (direct) {
+      x = (const float*)c->inp + r * c->C;
+    } else {
+      /* x = inp + res, rounded to inp's dtype (what sum_out holds and backward reads) */
+      for (int64_t j = 0; j < c->C; j++) {
+        float v = dt_load_float(c->inp, c->inp_dtype, r * c->C + j);
+        if (c->res) {
+          v += dt_load_float(c->res, c->res_dtype, r * c->C + j);
+          if (c->inp_dtype != DT_F32) v = dt_round_float(v, c->inp_dtype);
+        }
+        buf[j] = v;
+      }
+      if (c->sum_out)
+        for (int64_t j = 0; j < c->C; j++) dt_store_float(c->sum_out, c->inp_dtype, r * c->C + j, buf[j]);
+      x = buf;
+    }
+    ln_fwd_row_(c, x, r);
   }
 }
 
 typedef struct {
-  float *dinp, *dweight, *dbias;
-  const float *dout, *inp, *weight, *mean, *rstd;
+  void* dinp;
+  float *dweight, *dbias;
+  const void *dout, *inp;
+  const float *weight, *mean, *rstd;
   int64_t rows, C;
+  int32_t dout_dtype, inp_dtype, dinp_dtype, flags;
+  int failed;
 } ln_bwd_ctx_;
 
 DT_VEC_CLONES static void ln_bwd_rows_range_(void* vctx, int64_t r0, int64_t r1) {
-  const ln_bwd_ctx_* c = vctx;
-  for (int64_t r = r0; r < r1; r++)
-    dt_layernorm_bwd_row(c->dinp + r * c->C, c->dout + r * c->C, c->inp + r * c->C, c->weight, c->mean[r],
-                         c->rstd[r], c->C);
+  ln_bwd_ctx_* c = vctx;
+  const int64_t C = c->C;
+  int direct = c->dout_dtype == DT_F32 && c->inp_dtype == DT_F32 && c->dinp_dtype == DT_F32 && !(c->flags & 1);
+  float* buf = direct ? NULL : ln_reserve_((size_t)(3 * C));
+  if (!direct && !buf) {
+    __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  for (int64_t r = r0; r < r1; r++) {
+    if (direct) {
+      dt_layernorm_bwd_row((float*)c->dinp + r * C, (const float*)c->dout + r * C, (const float*)c->inp + r * C,
+                           c->weight, c->mean[r], c->rstd[r], C);
+      continue;
+    }
+    float *dy = buf, *x = buf + C, *dx = buf + 2 * C;
+    for (int64_t j = 0; j < C; j++) {
+      dy[j] = dt_load_float(c->dout, c->dout_dtype, r * C + j);
+      x[j] = dt_load_float(c->inp, c->inp_dtype, r * C + j);
+    }
+    dt_layernorm_bwd_row(dx, dy, x, c->weight, c->mean[r], c->rstd[r], C);
+    for (int64_t j = 0; j < C; j++) {
+      float v = dx[j];
+      if (c->flags & 1) v += dt_load_float(c->dinp, c->dinp_dtype, r * C + j);
+      dt_store_float(c->dinp, c->dinp_dtype, r * C + j, v);
+    }
+  }
 }
 
 /* dweight[j] = sum_r dout[r,j] * xhat[r,j] and dbias[j] = sum_r dout[r,j]
- * for j in [j0, j1), in double, rows in order. */
+ * for j in [j0, j1), in double, rows in order (added to what is there with flag 2). */
 DT_VEC_CLONES static void ln_bwd_cols_range_(void* vctx, int64_t j0, int64_t j1) {
   const ln_bwd_ctx_* c = vctx;
   double acc_w[COL_TILE], acc_b[COL_TILE];
+  int f32 = c->dout_dtype == DT_F32 && c->inp_dtype == DT_F32;
   for (int64_t t0 = j0; t0 < j1; t0 += COL_TILE) {
     int64_t width = j1 - t0 < COL_TILE ? j1 - t0 : COL_TILE;
     for (int64_t k = 0; k < width; k++) acc_w[k] = acc_b[k] = 0.0;
     for (int64_t r = 0; r < c->rows; r++) {
-      const float* dy = c->dout + r * c->C + t0;
-      const float* x = c->inp + r * c->C + t0;
       float mean = c->mean[r], rstd = c->rstd[r];
-      for (int64_t k = 0; k < width; k++) {
-        acc_w[k] += (double)(dy[k] * dt_layernorm_xhat_f(x[k], mean, rstd));
-        acc_b[k] += (double)dy[k];
+      int64_t at = r * c->C + t0;
+      if (f32) {
+        const float* dy = (const float*)c->dout + at;
+        const float* x = (const float*)c->inp + at;
+        for (int64_t k = 0; k < width; k++) {
+          acc_w[k] += (double)(dy[k] * dt_layernorm_xhat_f(x[k], mean, rstd));
+          acc_b[k] += (double)dy[k];
+        }
+      } else {
+        for (int64_t k = 0; k < width; k++) {
+          float dy = dt_load_float(c->dout, c->dout_dtype, at + k);
+          acc_w[k] += (double)(dy * dt_layernorm_xhat_f(dt_load_float(c->inp, c->inp_dtype, at + k), mean, rstd));
+          acc_b[k] += (double)dy;
+        }
       }
     }
+    int add = c->flags & 2;
     for (int64_t k = 0; k < width; k++) {
-      if (c->dweight) c->dweight[t0 + k] = (float)acc_w[k];
-      if (c->dbias) c->dbias[t0 + k] = (float)acc_b[k];
+      if (c->dweight) c->dweight[t0 + k] = (float)acc_w[k] + (add ? c->dweight[t0 + k] : 0.0f);
+      if (c->dbias) c->dbias[t0 + k] = (float)acc_b[k] + (add ? c->dbias[t0 + k] : 0.0f);
     }
   }
 }
@@ -125,30 +225,40 @@ DT_EXPORT dt_status dt_softmax_bwd(float* dinp, const float* dout, const float* 
   return DT_OK;
 }
 
-DT_EXPORT dt_status dt_layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                     const float* bias, int64_t rows, int64_t C, float eps, void* stream) {
+DT_EXPORT dt_status dt_layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const float* weight,
+                                     const float* bias, int64_t rows, int64_t C, float eps, int32_t out_dtype,
+                                     int32_t inp_dtype, const void* res, int32_t res_dtype, void* sum_out,
+                                     void* stream) {
   (void)stream;
-  DT_TRY_(dt_check_layernorm_fwd(out, inp, rows, C, eps));
+  DT_TRY_(dt_check_layernorm_fwd(out, inp, rows, C, eps, out_dtype, inp_dtype, res, res_dtype, sum_out));
   if (rows == 0) return DT_OK;
-  ln_fwd_ctx_ c = {out, mean, rstd, inp, weight, bias, C, eps};
+  ln_fwd_ctx_ c = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .res = res, .sum_out = sum_out,
+                   .weight = weight, .bias = bias, .C = C, .eps = eps, .out_dtype = out_dtype,
+                   .inp_dtype = inp_dtype, .res_dtype = res_dtype};
   dt_parallel_for_(rows, row_grain_(C), ln_fwd_range_, &c);
+  if (c.failed) return dt_fail_(DT_ERR_ALLOC, "dt_layernorm_fwd: cannot allocate a row of %lld floats", (long long)C);
   return DT_OK;
 }
 
-DT_EXPORT dt_status dt_layernorm_bwd(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+DT_EXPORT dt_status dt_layernorm_bwd(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                                      const float* weight, const float* mean, const float* rstd, int64_t rows,
-                                     int64_t C, void* stream) {
+                                     int64_t C, int32_t dout_dtype, int32_t inp_dtype, int32_t dinp_dtype,
+                                     int32_t flags, void* stream) {
   (void)stream;
-  DT_TRY_(dt_check_layernorm_bwd(dinp, dout, inp, mean, rstd, rows, C));
-  ln_bwd_ctx_ c = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, C};
+  DT_TRY_(dt_check_layernorm_bwd(dinp, dout, inp, mean, rstd, rows, C, dout_dtype, inp_dtype, dinp_dtype, flags));
+  ln_bwd_ctx_ c = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout, .inp = inp, .weight = weight,
+                   .mean = mean, .rstd = rstd, .rows = rows, .C = C, .dout_dtype = dout_dtype,
+                   .inp_dtype = inp_dtype, .dinp_dtype = dinp_dtype, .flags = flags};
   if (rows == 0) { /* the parameter gradients of an empty batch are zero */
-    for (int64_t j = 0; j < C && (dweight || dbias); j++) {
-      if (dweight) dweight[j] = 0.0f;
-      if (dbias) dbias[j] = 0.0f;
-    }
+    if (!(flags & 2))
+      for (int64_t j = 0; j < C && (dweight || dbias); j++) {
+        if (dweight) dweight[j] = 0.0f;
+        if (dbias) dbias[j] = 0.0f;
+      }
     return DT_OK;
   }
   dt_parallel_for_(rows, row_grain_(C), ln_bwd_rows_range_, &c);
+  if (c.failed) return dt_fail_(DT_ERR_ALLOC, "dt_layernorm_bwd: cannot allocate rows of %lld floats", (long long)C);
   if (dweight || dbias) dt_parallel_for_(C, row_grain_(rows), ln_bwd_cols_range_, &c); /* a column costs `rows` */
   return DT_OK;
 }

@@ -4,7 +4,10 @@
  * autocast: forward, backward and AdamW on random tokens. Prints tokens/s and
  * MFU with llm.c's count (6N + 6·L·C·T flops per token) against a bf16 dense
  * peak (989 TFLOP/s for an H200/H100 SXM unless --peak-tflops says otherwise),
- * then one RESULT line and a SUMMARY line for the device bundle's run.sh.
+ * and the device work per step (kernel launches, cuBLASLt matmuls, memsets and
+ * copies, from the CUDA library's own count), then one RESULT line and a
+ * SUMMARY line for the device bundle's run.sh. With DTRAIN_COUNT_CALLS=1 the
+ * library also prints each step's native calls and launches per layer.
  *
  *   deno run -A scripts/gpu_check/bench_gpt.ts [--batch 8] [--steps 10] [--warmup 3]
  *
@@ -19,6 +22,7 @@ import { AdamW } from "../../optim/adamw.ts";
 import { autocast } from "../../amp/autocast.ts";
 import { backward } from "../../tensor/autograd.ts";
 import { fromArray, scope } from "../../tensor/tensor.ts";
+import { openedCudaBackend } from "../../tensor/cuda_backend.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -89,12 +93,19 @@ console.log(
     loss.toFixed(4)
   }`,
 );
+const gpu = openedCudaBackend();
+const work = () => {
+  const w = gpu?.workCount();
+  return w ? w.launches + w.matmuls + w.copies : 0;
+};
+const work0 = work();
 const times: number[] = [];
 for (let i = 0; i < steps; i++) {
   const t0 = performance.now();
   loss = step();
   times.push(performance.now() - t0);
 }
+const launches = gpu ? (work() - work0) / steps : null;
 const mean = times.reduce((a, b) => a + b, 0) / times.length;
 const tokensPerS = (B * T) / (mean / 1000);
 const mfu = (tokensPerS * flopsPerToken) / peak;
@@ -109,9 +120,17 @@ console.log(
     values["peak-tflops"]
   } TFLOP/s`,
 );
+if (launches !== null) {
+  console.log(
+    `device launches per step: ${launches} (${
+      (launches / cfg.nLayer).toFixed(1)
+    } per layer, the embedding, classifier and optimizer included)`,
+  );
+}
 console.log(
   `SUMMARY ${tokensPerS.toFixed(0)} tokens/s, MFU ${(100 * mfu).toFixed(1)}%, ` +
-    `${mean.toFixed(1)} ms/step (batch ${B} x ${T}${tiny ? ", tiny model" : ""})`,
+    `${mean.toFixed(1)} ms/step` + (launches !== null ? `, ${launches} launches/step` : "") +
+    ` (batch ${B} x ${T}${tiny ? ", tiny model" : ""})`,
 );
 console.log(
   `RESULT ${
@@ -121,6 +140,7 @@ console.log(
       mfu,
       step_ms: mean,
       loss,
+      launches_per_step: launches,
       batch: B,
       seq: T,
     })

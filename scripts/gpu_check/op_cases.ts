@@ -22,6 +22,8 @@ import {
   GPU_GEMM_EX,
   type LinearShape,
 } from "./op_cases_gemm_ex.ts";
+import { layerNormCases } from "./op_cases_layernorm.ts";
+import { EMULATED_VEC_BROADCAST, EMULATED_VEC_SIZES, vecCases } from "./op_cases_vec.ts";
 
 /** dtype codes of kernels/common/dt_common.h. */
 export const DT = { F32: 0, BF16: 1, F16: 2, I32: 3, I64: 4, U8: 5 } as const;
@@ -70,6 +72,9 @@ export interface SizeSet {
   attention: AttentionShape[];
   /** [M, N, K] of a linear layer (dt_gemm_ex) */
   gemmEx: LinearShape[];
+  /** elementwise maps at offsets (op_cases_vec.ts): sizes, and [n, bn, inner] broadcasts */
+  vec: number[];
+  vecBroadcast: [number, number, number][];
 }
 
 const GEMMS: GemmShape[] = [
@@ -106,6 +111,8 @@ export const GPU_SIZES: SizeSet = {
   optim: [1, 1001, 1_000_003],
   attention: GPU_ATTENTION,
   gemmEx: GPU_GEMM_EX,
+  vec: [3, 1_000_003],
+  vecBroadcast: [[1000 * 768 + 768, 768, 1], [12_345, 7, 10]],
 };
 
 /** Sizes for the emulated device in CI (DTRAIN_CUDA_EMU_SMS = 2: a grid-stride pass covers
@@ -163,6 +170,8 @@ export const EMULATED_SIZES: SizeSet = {
   optim: [0, 1, 1001, 40_009],
   attention: EMULATED_ATTENTION,
   gemmEx: EMULATED_GEMM_EX,
+  vec: EMULATED_VEC_SIZES,
+  vecBroadcast: EMULATED_VEC_BROADCAST,
 };
 
 /**
@@ -433,62 +442,7 @@ export function buildOpCases(
       call: (k, p, s) => k.dt_softmax_bwd(p("dx"), p("dy"), p("y"), n64(rows), n64(cols), 0.125, s),
     });
   }
-  for (const [rows, C] of S.layernorm) {
-    const x = Float32Array.from(rng.normals(rows * C), (v) => 2 + 3 * v),
-      w = rng.normals(C),
-      b = rng.normals(C);
-    const dy = rng.normals(rows * C);
-    const [mean, rstd] = cpuMoments(x, w, b, rows, C);
-    for (const affine of [true, false]) {
-      add({
-        op: `layernorm fwd${affine ? "" : " (no affine)"}`,
-        symbols: ["dt_layernorm_fwd"],
-        dtype: "f32",
-        size: `${rows}x${C}`,
-        tol: TOL.f32,
-        inputs: affine ? { x, w, b } : { x },
-        outputs: { y: [f32(rows * C), "f32"], mean: [f32(rows), "f32"], rstd: [f32(rows), "f32"] },
-        call: (k, p, s) =>
-          k.dt_layernorm_fwd(
-            p("y"),
-            p("mean"),
-            p("rstd"),
-            p("x"),
-            p("w"),
-            p("b"),
-            n64(rows),
-            n64(C),
-            1e-5,
-            s,
-          ),
-      });
-      add({
-        op: `layernorm bwd${affine ? "" : " (no affine)"}`,
-        symbols: ["dt_layernorm_bwd"],
-        dtype: "f32",
-        size: `${rows}x${C}`,
-        tol: TOL.f32,
-        inputs: affine ? { dy, x, w, mean, rstd } : { dy, x, mean, rstd },
-        outputs: affine
-          ? { dx: [f32(rows * C), "f32"], dw: [f32(C), "f32"], db: [f32(C), "f32"] }
-          : { dx: [f32(rows * C), "f32"] },
-        call: (k, p, s) =>
-          k.dt_layernorm_bwd(
-            p("dx"),
-            p("dw"),
-            p("db"),
-            p("dy"),
-            p("x"),
-            p("w"),
-            p("mean"),
-            p("rstd"),
-            n64(rows),
-            n64(C),
-            s,
-          ),
-      });
-    }
-  }
+  for (const c of layerNormCases(rng, cpu, S.layernorm)) add(c);
   for (const [rows, cols] of S.argmax) {
     const x = Float32Array.from(rng.normals(rows * cols), (v) => Math.round(v * 4) / 4); // ties
     x[Math.floor(x.length / 2)] = NaN; // the first NaN wins, as torch.argmax
@@ -650,6 +604,8 @@ export function buildOpCases(
     });
   }
 
+  for (const c of vecCases(rng, S.vec, S.vecBroadcast)) add(c);
+
   // ---- GEMM -----------------------------------------------------------------------------------
   for (const g of S.gemm) {
     for (const dtype of [DT.F32, DT.BF16, DT.F16]) add(gemmCase(g, dtype));
@@ -757,33 +713,6 @@ export function buildOpCases(
       "dt_crossentropy_fwd",
     );
     return [lse, valid];
-  }
-
-  function cpuMoments(
-    x: Float32Array,
-    w: Float32Array,
-    b: Float32Array,
-    rows: number,
-    C: number,
-  ): [Float32Array, Float32Array] {
-    const y = f32(rows * C), mean = f32(rows), rstd = f32(rows);
-    const P = (a: Float32Array) => Deno.UnsafePointer.of(a);
-    cpu.check(
-      cpu.symbols.dt_layernorm_fwd(
-        P(y),
-        P(mean),
-        P(rstd),
-        P(x),
-        P(w),
-        P(b),
-        n64(rows),
-        n64(C),
-        1e-5,
-        null,
-      ),
-      "dt_layernorm_fwd",
-    );
-    return [mean, rstd];
   }
 
   function gemmCase(g: GemmShape, dtype: number): Case {

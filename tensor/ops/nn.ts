@@ -7,75 +7,14 @@
 import { backend } from "../backend.ts";
 import { castTensor, empty, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
-import { asF32, requireFloat } from "./_util.ts";
+import { requireFloat } from "./_util.ts";
 import { DTYPE_CODE } from "../dtype.ts";
 import { matmul } from "./linalg.ts";
 import { reshape, splitLast } from "./shape.ts";
 import { transpose } from "./layout.ts";
 import { softmax } from "./softmax.ts";
 import { MAX_FUSED_HEAD_DIM, selfAttention } from "./attention.ts";
-
-/** Layer norm over the last dim (biased variance), with optional weight and bias. */
-export function layerNorm(
-  x0: Tensor,
-  weight: Tensor | null,
-  bias: Tensor | null,
-  eps = 1e-5,
-): Tensor {
-  const x = asF32(x0);
-  const C = x.shape[x.shape.length - 1]!;
-  if (weight && weight.numel !== C) {
-    throw new RangeError(
-      `layerNorm: weight [${weight.shape}] does not match the last dim of [${x.shape}]`,
-    );
-  }
-  if (bias && bias.numel !== C) {
-    throw new RangeError(
-      `layerNorm: bias [${bias.shape}] does not match the last dim of [${x.shape}]`,
-    );
-  }
-  const rows = x.numel / C;
-  const out = empty(x.shape, "f32");
-  const mean = empty([rows], "f32");
-  const rstd = empty([rows], "f32");
-  const k = backend();
-  k.call.dt_layernorm_fwd(
-    out.ptr,
-    mean.ptr,
-    rstd.ptr,
-    x.ptr,
-    weight?.ptr ?? null,
-    bias?.ptr ?? null,
-    BigInt(rows),
-    BigInt(C),
-    eps,
-  );
-  const inputs = [x, weight, bias].filter((t): t is Tensor => t !== null);
-  if (needsGrad(...inputs)) {
-    record(out, "layerNorm", inputs, (g) => {
-      const gx = empty(x.shape, "f32");
-      const gw = weight ? empty(weight.shape, "f32") : null;
-      const gb = bias ? empty(bias.shape, "f32") : null;
-      k.call.dt_layernorm_bwd(
-        gx.ptr,
-        gw?.ptr ?? null,
-        gb?.ptr ?? null,
-        g.ptr,
-        x.ptr,
-        weight?.ptr ?? null,
-        mean.ptr,
-        rstd.ptr,
-        BigInt(rows),
-        BigInt(C),
-      );
-      const res: (Tensor | null)[] = [gx];
-      if (weight) res.push(gw);
-      if (bias) res.push(gb);
-      return res;
-    });
-  }
-  return out;
-}
+export { addLayerNorm, layerNorm } from "./layernorm.ts";
 
 /** The int32 version of an index tensor (i64 indices are converted, range-checked). */
 export function asIndices(idx: Tensor): Tensor {

@@ -45,11 +45,13 @@ const BAD_CALLS: BadCall[] = [
   ["dt_softmax_bwd with cols = 0", (k) => k.dt_softmax_bwd(p(F), p(F), p(F), 2n, 0n, 1, null)],
   [
     "dt_layernorm_fwd with eps = -1",
-    (k) => k.dt_layernorm_fwd(p(F), p(F), p(F), p(F), null, null, 2n, 4n, -1, null),
+    (k) =>
+      k.dt_layernorm_fwd(p(F), p(F), p(F), p(F), null, null, 2n, 4n, -1, 0, 0, null, 0, null, null),
   ],
   [
     "dt_layernorm_bwd with a null mean",
-    (k) => k.dt_layernorm_bwd(p(F), null, null, p(F), p(F), null, null, p(F), 2n, 4n, null),
+    (k) =>
+      k.dt_layernorm_bwd(p(F), null, null, p(F), p(F), null, null, p(F), 2n, 4n, 0, 0, 0, 0, null),
   ],
   ["dt_embedding_fwd with V = -1", (k) => k.dt_embedding_fwd(p(F), p(I), p(F), 4n, -1n, 4n, null)],
   [

@@ -15,6 +15,7 @@ import {
   Rng,
   withThreads,
 } from "./_helpers.ts";
+import { toBf16 as toBf16Bits } from "../../scripts/gpu_check/_harness.ts";
 
 const U = 2 ** -24; // unit roundoff of float32
 
@@ -225,6 +226,11 @@ function layerNorm(x: F32, w: F32 | null, b: F32 | null, rows: number, C: number
       n64(rows),
       n64(C),
       eps,
+      0,
+      0,
+      null,
+      0,
+      null,
       null,
     ),
   );
@@ -278,6 +284,10 @@ Deno.test("dt_layernorm_bwd() matches finite differences of the float64 layer no
       ptr(rstd),
       n64(rows),
       n64(C),
+      0,
+      0,
+      0,
+      0,
       null,
     ),
   );
@@ -342,6 +352,10 @@ Deno.test("dt_layernorm_bwd() matches the float64 gradients on large inputs, on 
           ptr(rstd),
           n64(rows),
           n64(C),
+          0,
+          0,
+          0,
+          0,
           null,
         ),
       );
@@ -382,12 +396,34 @@ Deno.test("dt_layernorm_bwd() accepts null dweight/dbias and zeroes them for zer
       ptr(rstd),
       3n,
       4n,
+      0,
+      0,
+      0,
+      0,
       null,
     ),
   );
   assertClose(dinp, layerNormBwdRef(x, null, dout, 3, 4).dx, 1e-5, "dinp without parameters", 0.1);
   const dw = new Float32Array(4).fill(9), db = new Float32Array(4).fill(9);
-  ok(K.dt_layernorm_bwd(null, ptr(dw), ptr(db), null, null, null, null, null, 0n, 4n, null));
+  ok(
+    K.dt_layernorm_bwd(
+      null,
+      ptr(dw),
+      ptr(db),
+      null,
+      null,
+      null,
+      null,
+      null,
+      0n,
+      4n,
+      0,
+      0,
+      0,
+      0,
+      null,
+    ),
+  );
   assertSameBits(dw, new Float32Array(4), "dweight of zero rows");
   assertSameBits(db, new Float32Array(4), "dbias of zero rows");
 });
@@ -395,19 +431,279 @@ Deno.test("dt_layernorm_bwd() accepts null dweight/dbias and zeroes them for zer
 Deno.test("layer norm kernels reject bad sizes and missing saved statistics", () => {
   const x = new Float32Array(8);
   failsWith(
-    K.dt_layernorm_fwd(ptr(x), null, null, ptr(x), null, null, 2n, 0n, 1e-5, null),
+    K.dt_layernorm_fwd(
+      ptr(x),
+      null,
+      null,
+      ptr(x),
+      null,
+      null,
+      2n,
+      0n,
+      1e-5,
+      0,
+      0,
+      null,
+      0,
+      null,
+      null,
+    ),
     "dt_layernorm_fwd: cols=0",
   );
   failsWith(
-    K.dt_layernorm_fwd(ptr(x), null, null, ptr(x), null, null, 2n, 4n, -1, null),
+    K.dt_layernorm_fwd(
+      ptr(x),
+      null,
+      null,
+      ptr(x),
+      null,
+      null,
+      2n,
+      4n,
+      -1,
+      0,
+      0,
+      null,
+      0,
+      null,
+      null,
+    ),
     "dt_layernorm_fwd: eps=-1",
   );
   failsWith(
-    K.dt_layernorm_fwd(ptr(x), null, null, ptr(x), null, null, -2n, 4n, 1e-5, null),
+    K.dt_layernorm_fwd(
+      ptr(x),
+      null,
+      null,
+      ptr(x),
+      null,
+      null,
+      -2n,
+      4n,
+      1e-5,
+      0,
+      0,
+      null,
+      0,
+      null,
+      null,
+    ),
     "negative rows=-2",
   );
   failsWith(
-    K.dt_layernorm_bwd(ptr(x), null, null, ptr(x), ptr(x), null, null, ptr(x), 2n, 4n, null),
+    K.dt_layernorm_bwd(
+      ptr(x),
+      null,
+      null,
+      ptr(x),
+      ptr(x),
+      null,
+      null,
+      ptr(x),
+      2n,
+      4n,
+      0,
+      0,
+      0,
+      0,
+      null,
+    ),
     "dt_layernorm_bwd: null pointer",
+  );
+});
+
+type Buf = Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer>;
+const toBf16 = (x: Float32Array) => toBf16Bits(x) as Uint16Array<ArrayBuffer>;
+const fromBf16 = (h: Uint16Array) =>
+  Float32Array.from(h, (v) => new Float32Array(new Uint32Array([v << 16]).buffer)[0]!);
+
+Deno.test("dt_layernorm_fwd() adds a residual in the input's dtype, keeps the sum, writes bf16 or f32", () => {
+  const rng = new Rng(8);
+  for (const [rows, C] of [[1, 1], [5, 33], [64, 768]] as const) {
+    const n = rows * C;
+    const x = toBf16(rng.normals(n, 2).map((v) => v + 3)), r = rng.normals(n);
+    const w = rng.normals(C), b = rng.normals(C);
+    // the sum rounded once to bf16, as f32 + f32 then bf16
+    const want = toBf16(Float32Array.from(fromBf16(x), (v, i) => v + r[i]!));
+    const run = (outDtype: number) => {
+      const out = outDtype === 0 ? new Float32Array(n) : new Uint16Array(n);
+      const sum = new Uint16Array(n), mean = new Float32Array(rows), rstd = new Float32Array(rows);
+      ok(
+        K.dt_layernorm_fwd(
+          ptr(out),
+          ptr(mean),
+          ptr(rstd),
+          ptr(x),
+          ptr(w),
+          ptr(b),
+          n64(rows),
+          n64(C),
+          1e-5,
+          outDtype,
+          1,
+          ptr(r),
+          0,
+          ptr(sum),
+          null,
+        ),
+      );
+      return { out, sum, mean, rstd };
+    };
+    const f = run(0), h = run(1);
+    assertSameBits(f.sum, want, `sum ${rows}x${C}`);
+    assertSameBits(h.sum, want, `sum ${rows}x${C} (bf16 out)`);
+    const ref = layerNormRef(fromBf16(want), w, b, rows, C, Math.fround(1e-5));
+    assertClose(f.mean, ref.mean, 4 * U, `mean ${rows}x${C}`, 1);
+    assertClose(f.out, ref.y, 1e-5, `out ${rows}x${C}`, 1);
+    // bf16 out: the f32 result rounded once
+    assertSameBits(h.out, toBf16(f.out as Float32Array), `bf16 out ${rows}x${C}`);
+  }
+});
+
+Deno.test("dt_layernorm_bwd() adds into dinp and the parameter gradients with flags, reads bf16 rows", () => {
+  const rng = new Rng(9);
+  for (const [rows, C] of [[3, 5], [40, 300]] as const) {
+    const n = rows * C;
+    const x32 = rng.normals(n, 2), dy32 = rng.normals(n), w = rng.normals(C);
+    const { mean, rstd } = layerNorm(x32, w, null, rows, C, 1e-5);
+    const bwd = (
+      dinp: Buf,
+      dw: F32,
+      db: F32,
+      dout: Buf,
+      inp: Buf,
+      dt: number,
+      flags: number,
+      m = mean,
+      rs = rstd,
+    ) =>
+      ok(
+        K.dt_layernorm_bwd(
+          ptr(dinp),
+          ptr(dw),
+          ptr(db),
+          ptr(dout),
+          ptr(inp),
+          ptr(w),
+          ptr(m),
+          ptr(rs),
+          n64(rows),
+          n64(C),
+          dt,
+          dt,
+          dt,
+          flags,
+          null,
+        ),
+      );
+    const dx = new Float32Array(n), dw = new Float32Array(C), db = new Float32Array(C);
+    bwd(dx, dw, db, dy32, x32, 0, 0);
+    // flags 3: each result is the overwritten one added to what was there, in f32
+    const ax = rng.normals(n), aw = rng.normals(C), ab = rng.normals(C);
+    const [sx, sw, sb] = [ax.slice(), aw.slice(), ab.slice()];
+    bwd(ax, aw, ab, dy32, x32, 0, 3);
+    assertSameBits(ax, sx.map((v, i) => v + dx[i]!), `dinp += ${rows}x${C}`);
+    assertSameBits(aw, sw.map((v, i) => v + dw[i]!), `dweight += ${rows}x${C}`);
+    assertSameBits(ab, sb.map((v, i) => v + db[i]!), `dbias += ${rows}x${C}`);
+    // flag 1 only: the parameter gradients are overwritten
+    const bw = rng.normals(C), bb = rng.normals(C);
+    bwd(ax.slice(), bw, bb, dy32, x32, 0, 1);
+    assertSameBits(bw, dw, "dweight with flag 1");
+    assertSameBits(bb, db, "dbias with flag 1");
+    // bf16 rows: the gradients of the widened values, dinp rounded once
+    const x16 = toBf16(x32), dy16 = toBf16(dy32);
+    const xw = fromBf16(x16), dyw = fromBf16(dy16);
+    const m16 = layerNorm(xw, w, null, rows, C, 1e-5);
+    const dx16 = new Uint16Array(n), dw16 = new Float32Array(C), db16 = new Float32Array(C);
+    bwd(dx16, dw16, db16, dy16, x16, 1, 0, m16.mean, m16.rstd);
+    const wdx = new Float32Array(n), wdw = new Float32Array(C), wdb = new Float32Array(C);
+    bwd(wdx, wdw, wdb, dyw, xw, 0, 0, m16.mean, m16.rstd);
+    assertSameBits(dx16, toBf16(wdx), `bf16 dinp ${rows}x${C}`);
+    assertSameBits(dw16, wdw, `dweight of bf16 rows ${rows}x${C}`);
+    assertSameBits(db16, wdb, `dbias of bf16 rows ${rows}x${C}`);
+  }
+});
+
+Deno.test("layer norm kernels reject bad dtypes, flags and a sum without a residual", () => {
+  const x = new Float32Array(8), m = new Float32Array(2);
+  failsWith(
+    K.dt_layernorm_fwd(
+      ptr(x),
+      null,
+      null,
+      ptr(x),
+      null,
+      null,
+      2n,
+      4n,
+      1e-5,
+      3,
+      0,
+      null,
+      0,
+      null,
+      null,
+    ),
+    "dtypes (out 3, inp 0, res 0)",
+  );
+  failsWith(
+    K.dt_layernorm_fwd(
+      ptr(x),
+      null,
+      null,
+      ptr(x),
+      null,
+      null,
+      2n,
+      4n,
+      1e-5,
+      0,
+      0,
+      null,
+      0,
+      ptr(m),
+      null,
+    ),
+    "sum_out needs a residual",
+  );
+  failsWith(
+    K.dt_layernorm_fwd(
+      ptr(x),
+      null,
+      null,
+      ptr(x),
+      null,
+      null,
+      2n,
+      4n,
+      1e-5,
+      0,
+      0,
+      ptr(m),
+      0,
+      ptr(x),
+      null,
+    ),
+    "sum_out must not alias",
+  );
+  failsWith(
+    K.dt_layernorm_bwd(
+      ptr(x),
+      null,
+      null,
+      ptr(x),
+      ptr(x),
+      null,
+      ptr(m),
+      ptr(m),
+      2n,
+      4n,
+      0,
+      0,
+      0,
+      4,
+      null,
+    ),
+    "flags=4",
   );
 });

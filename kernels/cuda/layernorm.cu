@@ -1,0 +1,223 @@
+/* layernorm.cu — CUDA launches of layer norm, forward and backward, for rows
+ * of f32, bf16 or f16 (statistics and sums in f32/double, outputs rounded
+ * once). The forward may add a residual first and keep the sum (the residual
+ * stream of a transformer block: one pass instead of an add and a norm). One
+ * block owns a row; a row of up to ROW_CACHE * DT_BLOCK values stays in
+ * registers between its passes. The backward writes (or adds to) dinp and
+ * keeps each block's column sums of dout * xhat and dout for the weight and
+ * bias gradients, folded in block order by a second kernel: two launches, and
+ * the result never depends on timing. Arithmetic: kernels/common/layernorm.h. */
+#include "convert.h"
+#include "cuda_internal.cuh"
+#include "layernorm.h"
+
+/* Values per thread kept in registers (rows of up to 1024 columns). */
+#define ROW_CACHE 4
+/* Backward blocks per multiprocessor (each keeps a row of column sums). */
+#define LN_BWD_BLOCKS_PER_SM 4
+
+/* ---- kernels ------------------------------------------------------------------------
+ * CACHED = true: the row fits in registers (C <= ROW_CACHE * blockDim.x). */
+
+/* Element j of row r's input: inp (+ res, rounded to inp's dtype). */
+__device__ __forceinline__ float dt_ln_x_(const void* inp, int32_t idt, const void* res, int32_t rdt, int64_t at) {
+  float v = dt_load_float(inp, idt, at);
+  if (res) v = dt_round_float(v + dt_load_float(res, rdt, at), idt);
+  return v;
+}
+
+template <bool CACHED>
+__global__ void dt_layernorm_fwd_k_(void* out, float* mean, float* rstd, const void* inp, const float* weight,
+                                    const float* bias, int64_t rows, int64_t C, float eps, int32_t odt, int32_t idt,
+                                    const void* res, int32_t rdt, void* sum_out) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    int64_t base = r * C;
+    float v[ROW_CACHE];
+    double sum = 0.0;
+    if (CACHED) {
+      for (int k = 0; k < ROW_CACHE; k++) {
+        int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+        v[k] = j < C ? dt_ln_x_(inp, idt, res, rdt, base + j) : 0.0f;
+        if (j < C && sum_out) dt_store_float(sum_out, idt, base + j, v[k]);
+        sum += v[k];
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        float x = dt_ln_x_(inp, idt, res, rdt, base + j);
+        if (sum_out) dt_store_float(sum_out, idt, base + j, x);
+        sum += x;
+      }
+    }
+    double mu = dt_block_sum_(sum) / (double)C;
+    double sq = 0.0;
+    if (CACHED) {
+      for (int k = 0; k < ROW_CACHE; k++) {
+        int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+        double d = (double)v[k] - mu;
+        if (j < C) sq += d * d;
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        double d = (double)dt_ln_x_(inp, idt, res, rdt, base + j) - mu;
+        sq += d * d;
+      }
+    }
+    float var = (float)(dt_block_sum_(sq) / (double)C);
+    float mean_f = (float)mu;
+    float rstd_f = dt_layernorm_rstd_f(var, eps); /* as dt_layernorm_moments */
+    if (CACHED) {
+      for (int k = 0; k < ROW_CACHE; k++) {
+        int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+        if (j < C)
+          dt_store_float(out, odt, base + j,
+                         dt_layernorm_out_f(v[k], mean_f, rstd_f, weight ? weight[j] : 1.0f, bias ? bias[j] : 0.0f));
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+        dt_store_float(out, odt, base + j,
+                       dt_layernorm_out_f(dt_ln_x_(inp, idt, res, rdt, base + j), mean_f, rstd_f,
+                                          weight ? weight[j] : 1.0f, bias ? bias[j] : 0.0f));
+    }
+    if (threadIdx.x == 0) {
+      if (mean) mean[r] = mean_f;
+      if (rstd) rstd[r] = rstd_f;
+    }
+  }
+}
+
+/* dinp (= or +=) rstd * ((g - mean(g)) - xhat * mean(g * xhat)), g = dout * w,
+ * for the block's rows; partial (when not NULL): this block's sums over its
+ * rows of dout * xhat (first C) and dout (next C), at partial[blockIdx.x * 2C]. */
+template <bool CACHED>
+__global__ void dt_layernorm_bwd_k_(void* dinp, double* partial, const void* dout, const void* inp,
+                                    const float* weight, const float* mean, const float* rstd, int64_t rows,
+                                    int64_t C, int32_t ddt, int32_t idt, int32_t xdt, int32_t add) {
+  double pw[ROW_CACHE], pb[ROW_CACHE];
+  double* mine = partial ? partial + (int64_t)blockIdx.x * 2 * C : NULL;
+  for (int k = 0; k < ROW_CACHE; k++) pw[k] = pb[k] = 0.0;
+  if (!CACHED && mine) /* zeroed by the threads that add to them, so no barrier is needed */
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) mine[j] = mine[C + j] = 0.0;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    int64_t base = r * C;
+    float rs = rstd[r], mu = mean[r];
+    float cdy[ROW_CACHE], cxhat[ROW_CACHE];
+    double sum_g = 0.0, sum_g_xhat = 0.0;
+    if (CACHED) {
+      for (int k = 0; k < ROW_CACHE; k++) {
+        int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+        cdy[k] = j < C ? dt_load_float(dout, ddt, base + j) : 0.0f;
+        cxhat[k] = j < C ? dt_layernorm_xhat_f(dt_load_float(inp, idt, base + j), mu, rs) : 0.0f;
+        float g = j < C && weight ? cdy[k] * weight[j] : cdy[k];
+        sum_g += g;
+        sum_g_xhat += (double)g * (double)cxhat[k];
+        pw[k] += (double)(cdy[k] * cxhat[k]);
+        pb[k] += (double)cdy[k];
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        float dy = dt_load_float(dout, ddt, base + j);
+        float xhat = dt_layernorm_xhat_f(dt_load_float(inp, idt, base + j), mu, rs);
+        float g = weight ? dy * weight[j] : dy;
+        sum_g += g;
+        sum_g_xhat += (double)g * (double)xhat;
+        if (mine) {
+          mine[j] += (double)(dy * xhat);
+          mine[C + j] += (double)dy;
+        }
+      }
+    }
+    float mean_g = (float)(dt_block_sum_(sum_g) / (double)C);
+    float mean_g_xhat = (float)(dt_block_sum_(sum_g_xhat) / (double)C);
+    if (CACHED) {
+      for (int k = 0; k < ROW_CACHE; k++) {
+        int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+        if (j >= C) continue;
+        float g = weight ? cdy[k] * weight[j] : cdy[k];
+        float v = rs * ((g - mean_g) - cxhat[k] * mean_g_xhat);
+        if (add) v += dt_load_float(dinp, xdt, base + j);
+        dt_store_float(dinp, xdt, base + j, v);
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        float dy = dt_load_float(dout, ddt, base + j);
+        float g = weight ? dy * weight[j] : dy;
+        float xhat = dt_layernorm_xhat_f(dt_load_float(inp, idt, base + j), mu, rs);
+        float v = rs * ((g - mean_g) - xhat * mean_g_xhat);
+        if (add) v += dt_load_float(dinp, xdt, base + j);
+        dt_store_float(dinp, xdt, base + j, v);
+      }
+    }
+  }
+  if (CACHED && mine) {
+    for (int k = 0; k < ROW_CACHE; k++) {
+      int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+      if (j < C) {
+        mine[j] = pw[k];
+        mine[C + j] = pb[k];
+      }
+    }
+  }
+}
+
+/* dweight[j] (+)= sum over blocks of partial[b][j], dbias[j] of partial[b][C + j], in block order. */
+__global__ void dt_layernorm_fold_k_(float* dweight, float* dbias, const double* partial, int64_t blocks, int64_t C,
+                                     int32_t add) {
+  DT_GRID_STRIDE(j, C) {
+    double tw = 0.0, tb = 0.0;
+    for (int64_t b = 0; b < blocks; b++) {
+      tw += partial[b * 2 * C + j];
+      tb += partial[b * 2 * C + C + j];
+    }
+    if (dweight) dweight[j] = (float)tw + (add ? dweight[j] : 0.0f);
+    if (dbias) dbias[j] = (float)tb + (add ? dbias[j] : 0.0f);
+  }
+}
+
+/* ---- launchers ---------------------------------------------------------------------- */
+
+static bool dt_ln_cached_(int64_t C) { return C <= (int64_t)ROW_CACHE * DT_BLOCK; }
+
+DT_EXPORT dt_status dt_layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const float* weight,
+                                     const float* bias, int64_t rows, int64_t C, float eps, int32_t out_dtype,
+                                     int32_t inp_dtype, const void* res, int32_t res_dtype, void* sum_out,
+                                     void* stream) {
+  DT_TRY_(dt_check_layernorm_fwd(out, inp, rows, C, eps, out_dtype, inp_dtype, res, res_dtype, sum_out));
+  if (rows == 0) return DT_OK;
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  auto kernel = dt_ln_cached_(C) ? dt_layernorm_fwd_k_<true> : dt_layernorm_fwd_k_<false>;
+  DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, out, mean, rstd, inp, weight, bias, rows, C, eps, out_dtype,
+            inp_dtype, res, res_dtype, sum_out);
+  DT_CHECK_LAUNCH(s, "dt_layernorm_fwd");
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_layernorm_bwd(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                                     const float* weight, const float* mean, const float* rstd, int64_t rows,
+                                     int64_t C, int32_t dout_dtype, int32_t inp_dtype, int32_t dinp_dtype,
+                                     int32_t flags, void* stream) {
+  DT_TRY_(dt_check_layernorm_bwd(dinp, dout, inp, mean, rstd, rows, C, dout_dtype, inp_dtype, dinp_dtype, flags));
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  int params = dweight || dbias, add_params = (flags & 2) != 0;
+  if (rows == 0) { /* the parameter gradients of an empty batch are zero */
+    if (!add_params && dweight && C > 0)
+      DT_CHECK_CUDA_WORK(cudaMemsetAsync(dweight, 0, (size_t)C * sizeof(float), s));
+    if (!add_params && dbias && C > 0) DT_CHECK_CUDA_WORK(cudaMemsetAsync(dbias, 0, (size_t)C * sizeof(float), s));
+    return DT_OK;
+  }
+  int64_t cap = (int64_t)dt_cuda_sm_count_() * LN_BWD_BLOCKS_PER_SM;
+  int64_t blocks = rows < cap ? rows : cap;
+  double* partial = NULL;
+  if (params)
+    DT_TRY_(dt_scratch_alloc_((void**)&partial, (size_t)(blocks * 2 * C) * sizeof(double), s, "dt_layernorm_bwd"));
+  auto kernel = dt_ln_cached_(C) ? dt_layernorm_bwd_k_<true> : dt_layernorm_bwd_k_<false>;
+  DT_LAUNCH(kernel, (unsigned)blocks, DT_BLOCK, 0, s, dinp, partial, dout, inp, weight, mean, rstd, rows, C,
+            dout_dtype, inp_dtype, dinp_dtype, flags & 1);
+  DT_CHECK_LAUNCH(s, "dt_layernorm_bwd");
+  if (!params) return DT_OK;
+  DT_LAUNCH(dt_layernorm_fold_k_, dt_grid_for_(C, DT_BLOCK), DT_BLOCK, 0, s, dweight, dbias, (const double*)partial,
+            blocks, C, add_params);
+  DT_CHECK_LAUNCH(s, "dt_layernorm_bwd (parameter gradients)");
+  return dt_scratch_free_(partial, s);
+}

@@ -1,0 +1,211 @@
+/**
+ * The layer-norm cases of the op sweep (dt_layernorm_fwd/bwd): f32 with and
+ * without the affine parameters, low-precision rows (bf16 in and out with a
+ * residual added and the sum kept; f16 in with an f32 residual and f32 out),
+ * and backward overwriting or adding into dinp and the parameter gradients.
+ * Backward's saved statistics come from the CPU library's forward.
+ */
+import type { KernelSymbols } from "../../ffi/symbols.ts";
+import type { NativeLibrary } from "../../ffi/native.ts";
+import { type Arr, type Case, type Kind, type Rng, toBf16, toF16 } from "./_harness.ts";
+
+const DT = { f32: 0, bf16: 1, f16: 2 } as const;
+type Float = keyof typeof DT;
+/** normwise relative error allowed: f32 sums in another order; one rounding of a low-precision output */
+const TOL = { f32: 1e-5, bf16: 1e-2, f16: 2e-3 } as const;
+
+/** Forward and backward cases for each [rows, C]. */
+export function layerNormCases(
+  rng: Rng,
+  cpu: NativeLibrary<KernelSymbols>,
+  shapes: [number, number][],
+): Case[] {
+  const cases: Case[] = [];
+  const n64 = BigInt;
+  const round = (x: Float32Array, kind: Float): Arr =>
+    kind === "f32" ? x : kind === "bf16" ? toBf16(x) : toF16(x);
+  const buf = (
+    kind: Float,
+    n: number,
+  ): [Arr, Kind] => [kind === "f32" ? new Float32Array(n) : new Uint16Array(n), kind];
+  for (const [rows, C] of shapes) {
+    const n = rows * C, size = `${rows}x${C}`;
+    const w = rng.normals(C), b = rng.normals(C);
+    // f32, with and without the affine parameters (the plain layer norm)
+    const x = Float32Array.from(rng.normals(n), (v) => 2 + 3 * v);
+    const dy = rng.normals(n);
+    const [mean, rstd] = moments(cpu, x, "f32", rows, C, w, b);
+    for (const affine of [true, false]) {
+      const tag = affine ? "" : " (no affine)";
+      cases.push({
+        op: `layernorm fwd${tag}`,
+        symbols: ["dt_layernorm_fwd"],
+        dtype: "f32",
+        size,
+        tol: TOL.f32,
+        inputs: affine ? { x, w, b } : { x },
+        outputs: { y: buf("f32", n), mean: buf("f32", rows), rstd: buf("f32", rows) },
+        call: (k, p, s) =>
+          k.dt_layernorm_fwd(
+            p("y"),
+            p("mean"),
+            p("rstd"),
+            p("x"),
+            p("w"),
+            p("b"),
+            n64(rows),
+            n64(C),
+            1e-5,
+            0,
+            0,
+            null,
+            0,
+            null,
+            s,
+          ),
+      });
+      cases.push({
+        op: `layernorm bwd${tag}`,
+        symbols: ["dt_layernorm_bwd"],
+        dtype: "f32",
+        size,
+        tol: TOL.f32,
+        inputs: affine ? { dy, x, w, mean, rstd } : { dy, x, mean, rstd },
+        outputs: affine
+          ? { dx: buf("f32", n), dw: buf("f32", C), db: buf("f32", C) }
+          : { dx: buf("f32", n) },
+        call: (k, p, s) =>
+          k.dt_layernorm_bwd(
+            p("dx"),
+            p("dw"),
+            p("db"),
+            p("dy"),
+            p("x"),
+            p("w"),
+            p("mean"),
+            p("rstd"),
+            n64(rows),
+            n64(C),
+            0,
+            0,
+            0,
+            0,
+            s,
+          ),
+      });
+    }
+    // the residual stream: sum = inp + res (in inp's dtype), y = norm(sum); and f16 rows into f32
+    for (const [inp, res, out] of [["bf16", "bf16", "bf16"], ["f16", "f32", "f32"]] as const) {
+      const xi = round(Float32Array.from(rng.normals(n), (v) => 1 + 2 * v), inp);
+      const ri = round(rng.normals(n), res);
+      const keepSum = inp === "bf16";
+      cases.push({
+        op: `layernorm fwd + residual${keepSum ? ", sum kept" : ""} (res ${res}, out ${out})`,
+        symbols: ["dt_layernorm_fwd"],
+        dtype: inp,
+        size,
+        tol: TOL[inp],
+        inputs: { x: xi, r: ri, w, b },
+        outputs: {
+          y: buf(out, n),
+          mean: buf("f32", rows),
+          rstd: buf("f32", rows),
+          ...(keepSum ? { sum: buf(inp, n) } : {}),
+        },
+        call: (k, p, s) =>
+          k.dt_layernorm_fwd(
+            p("y"),
+            p("mean"),
+            p("rstd"),
+            p("x"),
+            p("w"),
+            p("b"),
+            n64(rows),
+            n64(C),
+            1e-5,
+            DT[out],
+            DT[inp],
+            p("r"),
+            DT[res],
+            p("sum"),
+            s,
+          ),
+      });
+    }
+    // backward in low precision, adding into dinp (flag 1) and the parameter gradients (flag 2)
+    for (const [kind, flags] of [["bf16", 3], ["f16", 1]] as const) {
+      const xl = round(Float32Array.from(rng.normals(n), (v) => 2 + 3 * v), kind);
+      const dyl = round(rng.normals(n), kind);
+      const [ml, rl] = moments(cpu, xl, kind, rows, C, w, b);
+      const dx0 = round(rng.normals(n), kind);
+      const dw0 = rng.normals(C), db0 = rng.normals(C);
+      cases.push({
+        op: `layernorm bwd, adds (flags ${flags})`,
+        symbols: ["dt_layernorm_bwd"],
+        dtype: kind,
+        size,
+        tol: TOL[kind],
+        inputs: { dy: dyl, x: xl, w, mean: ml, rstd: rl },
+        inout: flags & 2
+          ? { dx: [dx0, kind], dw: [dw0, "f32"], db: [db0, "f32"] }
+          : { dx: [dx0, kind] },
+        call: (k, p, s) =>
+          k.dt_layernorm_bwd(
+            p("dx"),
+            p("dw"),
+            p("db"),
+            p("dy"),
+            p("x"),
+            p("w"),
+            p("mean"),
+            p("rstd"),
+            n64(rows),
+            n64(C),
+            DT[kind],
+            DT[kind],
+            DT[kind],
+            flags,
+            s,
+          ),
+      });
+    }
+  }
+  return cases;
+}
+
+/** The CPU library's saved mean and rstd of rows x of `kind`. */
+function moments(
+  cpu: NativeLibrary<KernelSymbols>,
+  x: Arr,
+  kind: Float,
+  rows: number,
+  C: number,
+  w: Float32Array,
+  b: Float32Array,
+): [Float32Array, Float32Array] {
+  const y = new Float32Array(rows * C),
+    mean = new Float32Array(rows),
+    rstd = new Float32Array(rows);
+  const P = (a: Arr) => Deno.UnsafePointer.of(a);
+  cpu.check(
+    cpu.symbols.dt_layernorm_fwd(
+      P(y),
+      P(mean),
+      P(rstd),
+      P(x),
+      P(w),
+      P(b),
+      BigInt(rows),
+      BigInt(C),
+      1e-5,
+      DT.f32,
+      DT[kind],
+      null,
+      0,
+      null,
+      null,
+    ),
+    "dt_layernorm_fwd",
+  );
+  return [mean, rstd];
+}
