@@ -83,7 +83,8 @@ static float* dt_gemm_reserve_(dt_gemm_buf_* buf, size_t floats) {
 /* Everything one dt_gemm call shares between its threads. */
 typedef struct {
   const dt_gemm_isa_* isa;
-  int32_t dtype;
+  int32_t dtype;   /* of A and B */
+  int32_t c_dtype; /* of C: dtype, or f32 (dt_gemm_f32c_) */
   int64_t M, N, K, kc; /* kc: the K block, the same for every tile */
   float alpha, beta;
   dt_gemm_view_ a, b;  /* op(A) (M x K) and op(B) (K x N) of batch 0 */
@@ -192,11 +193,14 @@ static dt_status dt_gemm_tile_(dt_gemm_job_* job, int64_t t) {
   int64_t n = job->N - j0 < job->n_tile ? job->N - j0 : job->n_tile;
   dt_gemm_view_ a = dt_gemm_offset_(&job->a, bi * job->stride_a, i0, 0);
   dt_gemm_view_ b = dt_gemm_offset_(&job->b, bi * job->stride_b, 0, j0);
-  size_t esize = dt_dtype_size(job->dtype);
+  size_t esize = dt_dtype_size(job->c_dtype);
   char* c = (char*)job->c + (size_t)(bi * job->stride_c + i0 * job->ldc + j0) * esize;
-  if (job->dtype == DT_F32) return dt_gemm_blocked_(job, &a, &b, m, n, (float*)c, job->ldc, job->alpha, job->beta);
   if (job->dtype == DT_BF16 && dt_gemm_bf16_dot_)
-    return dt_gemm_bf16_(&a, &b, m, n, job->K, job->alpha, job->beta, (uint16_t*)c, job->ldc, &job->failed_floats);
+    return dt_gemm_bf16_(&a, &b, m, n, job->K, job->alpha, job->beta, c, job->c_dtype == DT_F32, job->ldc,
+                         &job->failed_floats);
+  /* f32 C (of any operands, converted while packing) accumulates in place */
+  if (job->c_dtype == DT_F32)
+    return dt_gemm_blocked_(job, &a, &b, m, n, (float*)c, job->ldc, job->alpha, job->beta);
 
   float* acc = dt_gemm_reserve_(&dt_gemm_buf_c_, (size_t)(m * n));
   if (!acc) {
@@ -247,7 +251,7 @@ static int64_t dt_ceil_div_(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static void dt_gemm_split_(dt_gemm_job_* job, int64_t batch) {
   int64_t mr = job->isa->mr, nr = job->isa->nr;
   int64_t m_tile = job->M, n_tile = job->N;
-  if (job->dtype != DT_F32 && !(job->dtype == DT_BF16 && dt_gemm_bf16_dot_)) {
+  if (job->c_dtype != DT_F32 && !(job->dtype == DT_BF16 && dt_gemm_bf16_dot_)) {
     if (m_tile > DT_GEMM_HALF_TILE_M) m_tile = DT_GEMM_HALF_TILE_M;
     if (n_tile > DT_GEMM_HALF_TILE_N) n_tile = DT_GEMM_HALF_TILE_N;
   }
@@ -290,21 +294,19 @@ static void dt_gemm_scale_c_(int32_t dtype, void* c, int64_t M, int64_t N, int64
   }
 }
 
-DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
-                            float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
-                            int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
-                            void* stream) {
-  (void)stream;
-  DT_TRY_(dt_check_gemm(dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, batch, stride_a, stride_b,
-                        stride_c));
+/* The checked product: C of c_dtype (dtype, or f32 for dt_gemm_f32c_). */
+static dt_status dt_gemm_run_(int32_t dtype, int32_t c_dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N,
+                              int64_t K, float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
+                              float beta, void* C, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
+                              int64_t stride_c) {
   if (M == 0 || N == 0 || batch == 0) return DT_OK;
   if (K == 0 || alpha == 0.0f) { /* the product vanishes: A and B are not read, as in BLAS */
-    dt_gemm_scale_c_(dtype, C, M, N, ldc, batch, stride_c, beta);
+    dt_gemm_scale_c_(c_dtype, C, M, N, ldc, batch, stride_c, beta);
     return DT_OK;
   }
   dt_status st;
 
-  dt_gemm_job_ job = {.dtype = dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .c = C, .ldc = ldc,
+  dt_gemm_job_ job = {.dtype = dtype, .c_dtype = c_dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .c = C, .ldc = ldc,
                       .stride_a = stride_a, .stride_b = stride_b, .stride_c = stride_c, .status = DT_OK};
   if ((st = dt_gemm_pick_isa_(&job.isa)) != DT_OK) return st;
   job.a = (dt_gemm_view_){A, dtype, trans_a ? 1 : lda, trans_a ? lda : 1};
@@ -318,4 +320,21 @@ DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int
     return dt_fail_(job.status, "dt_gemm: cannot allocate a buffer of %lld floats (%s kernel, M = %lld, N = %lld, K = %lld)",
                     (long long)job.failed_floats, job.isa->name, (long long)M, (long long)N, (long long)K);
   return DT_OK;
+}
+
+DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
+                            float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+                            int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+                            void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_gemm(dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, batch, stride_a, stride_b,
+                        stride_c));
+  return dt_gemm_run_(dtype, dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, stride_a,
+                      stride_b, stride_c);
+}
+
+dt_status dt_gemm_f32c_(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
+                        float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
+                        int64_t ldc) {
+  return dt_gemm_run_(dtype, DT_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, 0, 0, 0);
 }

@@ -132,7 +132,8 @@ BF16_ static void dt_bf16_pack_b_(const dt_gemm_view_* v, int64_t p0, int64_t kc
 typedef struct {
   float* acc;      /* f32 partial sums, row stride acc_ld (NULL: single K block) */
   int64_t acc_ld;
-  uint16_t* c;     /* bf16 output, row stride ldc; NULL: write partial sums only */
+  void* c;         /* the output (bf16, or f32 when c_f32), row stride ldc; NULL: write partial sums only */
+  int c_f32;
   int64_t ldc;
   float alpha, beta;
   int first;       /* no earlier K block */
@@ -162,9 +163,20 @@ BF16_ static inline void dt_bf16_store_row_(const dt_bf16_out_* o, int64_t i, __
     _mm512_mask_storeu_ps(p + 16, m1, s1);
     return;
   }
-  uint16_t* row = o->c + i * o->ldc;
   __m512 va = _mm512_set1_ps(o->alpha);
   __m512 v0 = _mm512_mul_ps(va, s0), v1 = _mm512_mul_ps(va, s1);
+  if (o->c_f32) {
+    float* rowf = (float*)o->c + i * o->ldc;
+    if (o->beta != 0.0f) {
+      __m512 vb = _mm512_set1_ps(o->beta);
+      v0 = _mm512_add_ps(v0, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m0, rowf)));
+      v1 = _mm512_add_ps(v1, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m1, rowf + 16)));
+    }
+    _mm512_mask_storeu_ps(rowf, m0, v0);
+    _mm512_mask_storeu_ps(rowf + 16, m1, v1);
+    return;
+  }
+  uint16_t* row = (uint16_t*)o->c + i * o->ldc;
   if (o->beta != 0.0f) {
     __m512 vb = _mm512_set1_ps(o->beta);
     __m512 old0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, row)), 16));
@@ -245,11 +257,12 @@ static uint32_t* dt_bf16_reserve_(uint32_t** buf, size_t dwords) {
   return *buf;
 }
 
-/* bf16 C (m x n, row stride ldc) = alpha * A @ B + beta * C (beta == 0 never
- * reads C) for bf16 views a (m x K) and b (K x n). Sums of several K blocks
+/* C (m x n, row stride ldc; bf16, or f32 when c_f32) = alpha * A @ B + beta * C
+ * (beta == 0 never reads C) for bf16 views a (m x K) and b (K x n). Sums of several K blocks
  * meet in an f32 scratch; the last block writes C. */
 dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t m, int64_t n, int64_t K,
-                        float alpha, float beta, uint16_t* c, int64_t ldc, int64_t* failed_floats) {
+                        float alpha, float beta, void* c, int c_f32, int64_t ldc, int64_t* failed_floats) {
+  const size_t esize = c_f32 ? 4 : 2;
   uint32_t* ap = dt_bf16_reserve_(&dt_bf16_buf_a_, (size_t)MC * (KC / 2));
   uint32_t* bp = dt_bf16_reserve_(&dt_bf16_buf_b_, (size_t)NC * (KC / 2));
   if (!ap || !bp) {
@@ -298,7 +311,8 @@ dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t 
             dt_bf16_out_ o = {
                 .acc = acc ? acc + (ic + ir) * acc_ld + jr : NULL,
                 .acc_ld = acc_ld,
-                .c = last ? c + (ic + ir) * ldc + jc + jr : NULL,
+                .c = last ? (char*)c + (size_t)((ic + ir) * ldc + jc + jr) * esize : NULL,
+                .c_f32 = c_f32,
                 .ldc = ldc,
                 .alpha = alpha,
                 .beta = beta,

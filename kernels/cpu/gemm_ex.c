@@ -1,8 +1,9 @@
 /* gemm_ex.c — dt_gemm_ex on the CPU: one product whose C may be f32 under
  * bf16/f16 operands, with cuBLASLt's epilogues (bias, bias + GELU keeping the
- * pre-activation, bias gradient). The product is dt_gemm's in f32 (low
- * precision operands widened exactly first), then each element gets its
- * epilogue in f32 and one rounding into C, as cuBLASLt does. The emulated
+ * pre-activation, bias gradient). The product is dt_gemm's kernels with an
+ * f32 C (bf16 operands through vdpbf16ps where the CPU has it, f16 widened
+ * while packing), then each element gets its epilogue in f32 and one
+ * rounding into C, as cuBLASLt does. The emulated
  * cuBLASLt (kernels/cublaslt_emu) runs this function, so the GPU library's
  * descriptors are checked against these results. Epilogue arithmetic:
  * kernels/common/gemm_epilogue.h. */
@@ -11,6 +12,7 @@
 #include "convert.h"
 #include "cpu_internal.h"
 #include "gemm_epilogue.h"
+#include "gemm_internal.h"
 
 /* Element-wise work per thread chunk. */
 #define EPI_GRAIN (1 << 14)
@@ -21,20 +23,6 @@ DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int
                             void* stream);
 
 /* ---- kernels ------------------------------------------------------------------------ */
-
-typedef struct {
-  const void* src;
-  float* dst;
-  int32_t dtype;
-  int64_t cols, ld;
-} widen_ctx_;
-
-/* Rows of a low-precision matrix (row stride ld) into dense f32 rows. */
-DT_VEC_CLONES static void widen_range_(void* vctx, int64_t r0, int64_t r1) {
-  const widen_ctx_* c = vctx;
-  for (int64_t r = r0; r < r1; r++)
-    for (int64_t j = 0; j < c->cols; j++) c->dst[r * c->cols + j] = dt_load_float(c->src, c->dtype, r * c->ld + j);
-}
 
 typedef struct {
   const float* acc; /* the f32 product, row stride lacc */
@@ -62,14 +50,55 @@ DT_VEC_CLONES static void epi_f32_row_(float* out, const float* a, const float* 
   }
 }
 
+/* n f32 values rounded into a bf16 or f16 row (written so that bf16 vectorises). */
+DT_VEC_CLONES static void store_low_row_(void* dst, int32_t dtype, const float* src, int64_t n) {
+  uint16_t* d = dst;
+  if (dtype == DT_BF16) {
+    for (int64_t j = 0; j < n; j++) d[j] = dt_f32_to_bf16(src[j]);
+  } else {
+    for (int64_t j = 0; j < n; j++) d[j] = dt_f32_to_f16(src[j]);
+  }
+}
+
+/* The bf16/f16 C of beta 0: each row's f32 epilogue as epi_f32_row_ into row
+ * buffers, then one rounding into C (and aux); NULL when memory is short. */
+DT_VEC_CLONES static int epi_low_rows_(const epi_ctx_* c, int64_t r0, int64_t r1) {
+  const int64_t N = c->N;
+  float* buf = malloc((size_t)(3 * N) * sizeof(float));
+  if (!buf) return 0;
+  float *bias = buf, *pre = buf + N, *out = buf + 2 * N;
+  int with_bias = c->epilogue == DT_EPI_BIAS || c->epilogue == DT_EPI_GELU_BIAS;
+  for (int64_t j = 0; with_bias && j < N; j++) bias[j] = dt_load_float(c->bias, c->c_dtype, j);
+  size_t es = 2;
+  for (int64_t i = r0; i < r1; i++) {
+    const float* a = c->acc + i * c->lacc;
+    void* crow = (char*)c->C + (size_t)(i * c->ldc) * es;
+    if (!with_bias) {
+      store_low_row_(crow, c->c_dtype, a, N);
+      continue;
+    }
+    for (int64_t j = 0; j < N; j++) pre[j] = dt_epilogue_pre_f(a[j], bias[j]);
+    if (c->epilogue == DT_EPI_GELU_BIAS) {
+      for (int64_t j = 0; j < N; j++) out[j] = dt_gelu_f(pre[j]);
+      store_low_row_((char*)c->aux + (size_t)(i * c->ldaux) * es, c->c_dtype, pre, N);
+      store_low_row_(crow, c->c_dtype, out, N);
+    } else {
+      store_low_row_(crow, c->c_dtype, pre, N);
+    }
+  }
+  free(buf);
+  return 1;
+}
+
 DT_VEC_CLONES static void epi_range_(void* vctx, int64_t r0, int64_t r1) {
   const epi_ctx_* c = vctx;
   if (c->c_dtype == DT_F32 && c->beta == 0.0f) {
     for (int64_t i = r0; i < r1; i++)
       epi_f32_row_((float*)c->C + i * c->ldc, c->acc + i * c->lacc, c->bias, (float*)c->aux + i * c->ldaux,
-                   c->epilogue, c->N);
+                    c->epilogue, c->N);
     return;
   }
+  if (c->beta == 0.0f && epi_low_rows_(c, r0, r1)) return;
   for (int64_t i = r0; i < r1; i++) {
     const float* a = c->acc + i * c->lacc;
     for (int64_t j = 0; j < c->N; j++) {
@@ -127,13 +156,25 @@ DT_VEC_CLONES static void bgrad_range_(void* vctx, int64_t i0, int64_t i1) {
 
 /* ---- launcher --------------------------------------------------------------------------- */
 
-/* A stored rows x cols (row stride ld) of a low-precision dtype, widened into a new dense f32 buffer. */
-static float* widen_(const void* src, int32_t dtype, int64_t rows, int64_t cols, int64_t ld) {
-  float* dst = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof(float));
-  if (!dst) return NULL;
-  widen_ctx_ w = {.src = src, .dst = dst, .dtype = dtype, .cols = cols, .ld = ld};
-  dt_parallel_for_(rows, cols >= EPI_GRAIN ? 1 : EPI_GRAIN / (cols + 1) + 1, widen_range_, &w);
-  return dst;
+/* The calling thread's f32 product buffer, kept between calls up to KEEP_FLOATS
+ * (a fresh allocation of megabytes costs its page faults on every call);
+ * larger products get a buffer of their own, freed after the call. */
+#define KEEP_FLOATS ((size_t)16 << 20)
+static __thread struct {
+  float* ptr;
+  size_t cap;
+} kept_;
+
+static float* product_buffer_(size_t floats) {
+  if (floats > KEEP_FLOATS) return malloc(floats * sizeof(float));
+  if (kept_.cap < floats) {
+    float* p = malloc(floats * sizeof(float));
+    if (!p) return NULL;
+    free(kept_.ptr);
+    kept_.ptr = p;
+    kept_.cap = floats;
+  }
+  return kept_.ptr;
 }
 
 DT_EXPORT dt_status dt_gemm_ex(int32_t ab_dtype, int32_t c_dtype, int32_t trans_a, int32_t trans_b, int64_t M,
@@ -141,7 +182,7 @@ DT_EXPORT dt_status dt_gemm_ex(int32_t ab_dtype, int32_t c_dtype, int32_t trans_
                                int64_t ldb, float beta, void* C, int64_t ldc, int32_t epilogue, void* bias, void* aux,
                                int64_t ldaux, void* stream) {
   (void)stream;
-  float *Aw = NULL, *Bw = NULL, *acc = NULL;
+  float* acc = NULL;
   dt_status st = DT_OK;
   DT_TRY_(dt_check_gemm_ex(ab_dtype, c_dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, epilogue, bias,
                            aux, ldaux));
@@ -150,36 +191,21 @@ DT_EXPORT dt_status dt_gemm_ex(int32_t ab_dtype, int32_t c_dtype, int32_t trans_
   if (ab_dtype == c_dtype && epilogue == DT_EPI_NONE)
     return dt_gemm(ab_dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, 0, 0, 0, NULL);
   int product = K > 0 && alpha != 0.0f;
-  /* operands in f32 (a bf16/f16 value widens exactly) */
-  const float *Af = A, *Bf = B;
-  int64_t ldaf = lda, ldbf = ldb;
-  if (ab_dtype != DT_F32 && product) {
-    Aw = widen_(A, ab_dtype, trans_a ? K : M, trans_a ? M : K, lda);
-    Bw = widen_(B, ab_dtype, trans_b ? N : K, trans_b ? K : N, ldb);
-    if (!Aw || !Bw) {
-      st = dt_fail_(DT_ERR_ALLOC, "dt_gemm_ex: cannot allocate f32 copies of the operands (M=%lld N=%lld K=%lld)",
-                    (long long)M, (long long)N, (long long)K);
-      goto done;
-    }
-    Af = Aw, Bf = Bw;
-    ldaf = trans_a ? M : K;
-    ldbf = trans_b ? K : N;
-  }
   /* the f32 product: in C itself when it is f32 (beta applied by the product) */
   int in_place = c_dtype == DT_F32;
   int64_t lacc = in_place ? ldc : N;
   if (in_place) {
     acc = C;
   } else {
-    acc = malloc((size_t)(M * N) * sizeof(float));
+    acc = product_buffer_((size_t)(M * N));
     if (!acc) {
       st = dt_fail_(DT_ERR_ALLOC, "dt_gemm_ex: cannot allocate the %lld x %lld f32 product", (long long)M,
                     (long long)N);
       goto done;
     }
   }
-  st = dt_gemm(DT_F32, trans_a, trans_b, M, N, product ? K : 0, product ? alpha : 0.0f, Af, ldaf, Bf, ldbf,
-               in_place ? beta : 0.0f, acc, lacc, 1, 0, 0, 0, NULL);
+  st = dt_gemm_f32c_(ab_dtype, trans_a, trans_b, M, N, product ? K : 0, product ? alpha : 0.0f, A, lda, B, ldb,
+                     in_place ? beta : 0.0f, acc, lacc);
   if (st != DT_OK) goto done;
   if (!in_place || epilogue == DT_EPI_BIAS || epilogue == DT_EPI_GELU_BIAS) {
     epi_ctx_ e = {.acc = acc, .lacc = lacc, .C = C, .c_dtype = c_dtype, .N = N, .ldc = ldc,
@@ -196,8 +222,6 @@ bias_gradient:
     dt_parallel_for_(M, grain, bgrad_range_, &g);
   }
 done:
-  free(Aw);
-  free(Bw);
-  if (acc != C) free(acc);
+  if (acc != C && acc != kept_.ptr) free(acc);
   return st;
 }

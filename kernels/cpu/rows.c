@@ -4,6 +4,7 @@
  * arithmetic lives in kernels/common/softmax.h and layernorm.h. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include <stdlib.h>
+#include <string.h>
 #include "convert.h"
 #include "cpu_internal.h"
 #include "layernorm.h"
@@ -65,6 +66,31 @@ static float* ln_reserve_(size_t n) {
   return p;
 }
 
+/* A row of n floats of dtype into f32 (the dtype test hoisted out of the loops, so they vectorise). */
+DT_VEC_CLONES static void ln_load_row_(float* dst, const void* src, int32_t dtype, int64_t n) {
+  if (dtype == DT_F32) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+  } else if (dtype == DT_BF16) {
+    for (int64_t j = 0; j < n; j++) dst[j] = dt_bf16_to_f32(((const uint16_t*)src)[j]);
+  } else {
+    for (int64_t j = 0; j < n; j++) dst[j] = dt_f16_to_f32(((const uint16_t*)src)[j]);
+  }
+}
+
+/* n f32 values rounded into a row of dtype. */
+DT_VEC_CLONES static void ln_store_row_(void* dst, int32_t dtype, const float* src, int64_t n) {
+  if (dtype == DT_F32) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+  } else if (dtype == DT_BF16) {
+    for (int64_t j = 0; j < n; j++) ((uint16_t*)dst)[j] = dt_f32_to_bf16(src[j]);
+  } else {
+    for (int64_t j = 0; j < n; j++) ((uint16_t*)dst)[j] = dt_f32_to_f16(src[j]);
+  }
+}
+
+/* Element size of a float dtype. */
+static inline size_t ln_esize_(int32_t dtype) { return dtype == DT_F32 ? 4 : 2; }
+
 typedef struct {
   void* out;
   float *mean, *rstd;
@@ -78,7 +104,8 @@ typedef struct {
   int failed;
 } ln_fwd_ctx_;
 
-DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int64_t r) {
+/* Row r's norm of x (f32); ybuf: C floats for an output that is not f32. */
+DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int64_t r, float* ybuf) {
   float mean, rstd;
   dt_layernorm_moments(x, c->C, c->eps, &mean, &rstd);
   if (c->out_dtype == DT_F32) {
@@ -90,10 +117,10 @@ DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int6
         y[j] = dt_layernorm_out_f(x[j], mean, rstd, c->weight ? c->weight[j] : 1.0f, c->bias ? c->bias[j] : 0.0f);
     }
   } else {
+    float* y = ybuf;
     for (int64_t j = 0; j < c->C; j++)
-      dt_store_float(c->out, c->out_dtype, r * c->C + j,
-                     dt_layernorm_out_f(x[j], mean, rstd, c->weight ? c->weight[j] : 1.0f,
-                                        c->bias ? c->bias[j] : 0.0f));
+      y[j] = dt_layernorm_out_f(x[j], mean, rstd, c->weight ? c->weight[j] : 1.0f, c->bias ? c->bias[j] : 0.0f);
+    ln_store_row_((char*)c->out + (size_t)(r * c->C) * ln_esize_(c->out_dtype), c->out_dtype, y, c->C);
   }
   if (c->mean) c->mean[r] = mean;
   if (c->rstd) c->rstd[r] = rstd;
@@ -101,31 +128,35 @@ DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int6
 
 DT_VEC_CLONES static void ln_fwd_range_(void* vctx, int64_t r0, int64_t r1) {
   ln_fwd_ctx_* c = vctx;
+  const int64_t C = c->C;
   int direct = c->inp_dtype == DT_F32 && !c->res;
-  float* buf = direct ? NULL : ln_reserve_((size_t)c->C);
-  if (!direct && !buf) {
+  /* scratch: the input row, the residual row, the output row */
+  float* buf = direct && c->out_dtype == DT_F32 ? NULL : ln_reserve_((size_t)(3 * C));
+  if (!buf && !(direct && c->out_dtype == DT_F32)) {
     __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
     return;
   }
+  float *xb = buf, *rb = buf ? buf + C : NULL, *yb = buf ? buf + 2 * C : NULL;
+  const size_t ie = ln_esize_(c->inp_dtype), re = ln_esize_(c->res_dtype);
   for (int64_t r = r0; r < r1; r++) {
     const float* x;
     if (direct) {
-      x = (const float*)c->inp + r * c->C;
+      x = (const float*)c->inp + r * C;
     } else {
       /* x = inp + res, rounded to inp's dtype (what sum_out holds and backward reads) */
-      for (int64_t j = 0; j < c->C; j++) {
-        float v = dt_load_float(c->inp, c->inp_dtype, r * c->C + j);
-        if (c->res) {
-          v += dt_load_float(c->res, c->res_dtype, r * c->C + j);
-          if (c->inp_dtype != DT_F32) v = dt_round_float(v, c->inp_dtype);
+      ln_load_row_(xb, (const char*)c->inp + (size_t)(r * C) * ie, c->inp_dtype, C);
+      if (c->res) {
+        ln_load_row_(rb, (const char*)c->res + (size_t)(r * C) * re, c->res_dtype, C);
+        if (c->inp_dtype == DT_F32) {
+          for (int64_t j = 0; j < C; j++) xb[j] += rb[j];
+        } else {
+          for (int64_t j = 0; j < C; j++) xb[j] = dt_round_float(xb[j] + rb[j], c->inp_dtype);
         }
-        buf[j] = v;
       }
-      if (c->sum_out)
-        for (int64_t j = 0; j < c->C; j++) dt_store_float(c->sum_out, c->inp_dtype, r * c->C + j, buf[j]);
-      x = buf;
+      if (c->sum_out) ln_store_row_((char*)c->sum_out + (size_t)(r * C) * ie, c->inp_dtype, xb, C);
+      x = xb;
     }
-    ln_fwd_row_(c, x, r);
+    ln_fwd_row_(c, x, r, yb);
   }
 }
 
@@ -155,16 +186,16 @@ DT_VEC_CLONES static void ln_bwd_rows_range_(void* vctx, int64_t r0, int64_t r1)
       continue;
     }
     float *dy = buf, *x = buf + C, *dx = buf + 2 * C;
-    for (int64_t j = 0; j < C; j++) {
-      dy[j] = dt_load_float(c->dout, c->dout_dtype, r * C + j);
-      x[j] = dt_load_float(c->inp, c->inp_dtype, r * C + j);
-    }
+    const size_t oe = ln_esize_(c->dinp_dtype);
+    ln_load_row_(dy, (const char*)c->dout + (size_t)(r * C) * ln_esize_(c->dout_dtype), c->dout_dtype, C);
+    ln_load_row_(x, (const char*)c->inp + (size_t)(r * C) * ln_esize_(c->inp_dtype), c->inp_dtype, C);
     dt_layernorm_bwd_row(dx, dy, x, c->weight, c->mean[r], c->rstd[r], C);
-    for (int64_t j = 0; j < C; j++) {
-      float v = dx[j];
-      if (c->flags & 1) v += dt_load_float(c->dinp, c->dinp_dtype, r * C + j);
-      dt_store_float(c->dinp, c->dinp_dtype, r * C + j, v);
+    void* out = (char*)c->dinp + (size_t)(r * C) * oe;
+    if (c->flags & 1) { /* dinp += dx, in f32, rounded once */
+      ln_load_row_(dy, out, c->dinp_dtype, C);
+      for (int64_t j = 0; j < C; j++) dx[j] += dy[j];
     }
+    ln_store_row_(out, c->dinp_dtype, dx, C);
   }
 }
 

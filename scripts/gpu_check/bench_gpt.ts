@@ -7,7 +7,8 @@
  * and the device work per step (kernel launches, cuBLASLt matmuls, memsets and
  * copies, from the CUDA library's own count), then one RESULT line and a
  * SUMMARY line for the device bundle's run.sh. With DTRAIN_COUNT_CALLS=1 the
- * library also prints each step's native calls and launches per layer.
+ * library also prints each step's native calls and launches per layer, and
+ * the summary says the last step's launches per layer.
  *
  *   deno run -A scripts/gpu_check/bench_gpt.ts [--batch 8] [--steps 10] [--warmup 3]
  *
@@ -23,6 +24,7 @@ import { autocast } from "../../amp/autocast.ts";
 import { backward } from "../../tensor/autograd.ts";
 import { fromArray, scope } from "../../tensor/tensor.ts";
 import { openedCudaBackend } from "../../tensor/cuda_backend.ts";
+import { lastStep } from "../../profile/call_count.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -120,16 +122,25 @@ console.log(
     values["peak-tflops"]
   } TFLOP/s`,
 );
+// with DTRAIN_COUNT_CALLS=1: the last step's device launches in each layer, on average
+let perLayer: number | null = null;
+if (lastStep !== null && gpu) {
+  const layers = [...lastStep.layers.entries()].filter(([i]) => i >= 0).map(([, c]) => c);
+  const work = layers.reduce((s, c) => s + c.launches + c.matmuls + c.copies, 0);
+  perLayer = layers.length > 0 ? work / layers.length : null;
+}
 if (launches !== null) {
   console.log(
-    `device launches per step: ${launches} (${
-      (launches / cfg.nLayer).toFixed(1)
-    } per layer, the embedding, classifier and optimizer included)`,
+    `device launches per step: ${launches}` +
+      (perLayer !== null
+        ? `, ${perLayer.toFixed(1)} per layer`
+        : " (DTRAIN_COUNT_CALLS=1 splits them by layer)"),
   );
 }
 console.log(
   `SUMMARY ${tokensPerS.toFixed(0)} tokens/s, MFU ${(100 * mfu).toFixed(1)}%, ` +
     `${mean.toFixed(1)} ms/step` + (launches !== null ? `, ${launches} launches/step` : "") +
+    (perLayer !== null ? ` (${perLayer.toFixed(1)} per layer)` : "") +
     ` (batch ${B} x ${T}${tiny ? ", tiny model" : ""})`,
 );
 console.log(
@@ -141,6 +152,7 @@ console.log(
       step_ms: mean,
       loss,
       launches_per_step: launches,
+      launches_per_layer: perLayer,
       batch: B,
       seq: T,
     })

@@ -174,9 +174,10 @@ fi
 tokens() { sed -n 's/^RESULT .*"tokens_per_s":\([0-9.e+-]*\).*/\1/p' "$OUT" | tail -n 1; }
 if [ "$GPU_OK" = 1 ]; then
   if [ "$DEVICE" = cuda-emu ]; then
-    step 90 ./dtrain exec js/bench_gpt.js --device cuda-emu --tiny --steps 1 --warmup 1
+    step 90 env DTRAIN_COUNT_CALLS=1 ./dtrain exec js/bench_gpt.js --device cuda-emu --tiny --steps 1 --warmup 1
   else
-    step 150 ./dtrain exec js/bench_gpt.js --device cuda --batch 8 --steps 10
+    # counting costs ~1 us per native call (~0.5 ms of a step of ~100 ms): launches per layer come along
+    step 150 env DTRAIN_COUNT_CALLS=1 ./dtrain exec js/bench_gpt.js --device cuda --batch 8 --steps 10
   fi
   record "5a GPT-2 124M bf16, dtrain"
   ours=$(tokens)

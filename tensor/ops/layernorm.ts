@@ -68,7 +68,10 @@ function normalize(
 ): { sum: Tensor | null; out: Tensor } {
   requireFloat("layerNorm", x);
   if (y) requireFloat("layerNorm", y);
-  const C = x.shape[x.shape.length - 1]!;
+  const C = x.shape[x.shape.length - 1] ?? 0;
+  if (C === 0) {
+    throw new RangeError(`layerNorm: input [${x.shape}] has no last dim to normalise over`);
+  }
   for (const [name, p] of [["weight", weight0], ["bias", bias0]] as const) {
     if (p && p.numel !== C) {
       throw new RangeError(

@@ -195,6 +195,11 @@ Deno.test({
         table.get("4c train, checkpoint, resume")!.why,
         /^resumed at step 5 and repeated 2 step/,
       );
+      // the benchmark counts its device launches, per step and per layer
+      assert.match(
+        table.get("5a GPT-2 124M bf16, dtrain")!.why,
+        /, \d+ launches\/step \([\d.]+ per layer\)/,
+      );
       assert.equal(table.get("5b same model, PyTorch eager")?.result, "SKIP");
       // the rows came out as the steps ended, before the closing table
       assert.ok(r.stdout.indexOf("1 facts") < r.stdout.lastIndexOf("\nstep "), r.stdout);

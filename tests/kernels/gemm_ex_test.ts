@@ -134,6 +134,33 @@ for (const ab of ["f32", "bf16", "f16"] as const) {
     }
   }
 }
+// several K blocks of the bf16 kernels (an odd last one), partial tiles, an f32 C added to
+for (const [ta, tb] of [[0, 1], [1, 0]]) {
+  CASES.push({
+    ab: "bf16",
+    c: "f32",
+    ta: ta!,
+    tb: tb!,
+    M: 29,
+    N: 70,
+    K: 1001,
+    alpha: 1,
+    beta: 1,
+    epi: "none",
+  });
+  CASES.push({
+    ab: "bf16",
+    c: "bf16",
+    ta: ta!,
+    tb: tb!,
+    M: 130,
+    N: 45,
+    K: 801,
+    alpha: 1,
+    beta: 0,
+    epi: "gelu",
+  });
+}
 CASES.push({
   ab: "bf16",
   c: "f32",
