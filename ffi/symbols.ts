@@ -842,34 +842,6 @@ export const KERNEL_STREAMED = Object.keys(KERNEL_SYMBOLS).filter((name) =>
  * so the CUDA library still opens; an op that needs one on the GPU fails
  * naming it. Remove a name here once kernels/cuda exports it.
  */
-export const CUDA_PENDING_SYMBOLS: ReadonlySet<keyof KernelSymbols> = new Set<keyof KernelSymbols>([
-  "dt_unary_fwd",
-  "dt_unary_bwd",
-  "dt_where",
-  "dt_strided_copy",
-  "dt_reduce_dim",
-  "dt_softmax_dim_fwd",
-  "dt_softmax_dim_bwd",
-  "dt_gather_dim",
-  "dt_scatter_add_dim",
-  "dt_index_select",
-  "dt_index_add",
-  "dt_im2col",
-  "dt_col2im",
-  "dt_conv2d_direct_fwd",
-  "dt_conv2d_direct_bwd_weight",
-  "dt_conv2d_direct_bwd_input",
-  "dt_maxpool2d_fwd",
-  "dt_maxpool2d_bwd",
-  "dt_avgpool2d_fwd",
-  "dt_avgpool2d_bwd",
-  "dt_adaptive_avgpool2d_fwd",
-  "dt_adaptive_avgpool2d_bwd",
-  "dt_bn_sum",
-  "dt_bn_sqdev",
-  "dt_bn_finalize",
-  "dt_bn_eval_stats",
-  "dt_bn_apply",
-  "dt_bn_bwd_reduce",
-  "dt_bn_bwd_apply",
-]);
+export const CUDA_PENDING_SYMBOLS: ReadonlySet<keyof KernelSymbols> = new Set<keyof KernelSymbols>(
+  [],
+);

@@ -1,9 +1,14 @@
 /* ops_checks.h — the argument checks of the convolutional-network and
  * everyday-op kernels (unary, where, strided copy, reductions and softmax
  * along a dim, gathers, im2col/col2im and direct convolution, pooling, batch
- * norm), written once for both kernel libraries as dt_checks.h's are:
- * dt_check_<symbol>() returns DT_OK when the call may go ahead, an empty call
- * as soon as the checks before its shortcut pass. Host code only. */
+ * norm), written once for both kernel libraries as dt_checks.h's are (that
+ * file's rules hold here: dt_check_<symbol>() returns DT_OK when the call may
+ * go ahead, an empty call as soon as the checks before its shortcut pass;
+ * tests/cuda/arg_checks_test.ts holds both libraries to the same status and
+ * text). Nothing here reads the data: indices and the batch-norm element
+ * count are data, checked by the CPU loops during the call and by the CUDA
+ * kernels on the device, both worded by dt_checks.h's dt_fail_*_. Host code
+ * only. */
 #pragma once
 #include "batchnorm.h"
 #include "conv.h"
@@ -137,38 +142,32 @@ static inline dt_status dt_check_index_sizes_(const char* name, int64_t outer, i
   return DT_OK;
 }
 
-/* The first of idx[0:n] outside [0, D), worded as dt_fail_index_ (a data error). */
-static inline dt_status dt_check_indices_in_(const char* name, const int32_t* idx, int64_t n, int64_t D) {
-  for (int64_t k = 0; k < n; k++)
-    if (idx[k] < 0 || idx[k] >= D) return dt_fail_index_(name, idx[k], k, D);
-  return DT_OK;
-}
-
-/* dt_gather_dim (one index per output) and dt_index_select (one per j). */
+/* dt_gather_dim (one index per output) and dt_index_select (one per j); the
+ * indices are checked after this (outer * J * inner of them, or J). */
 static inline dt_status dt_check_gather_(const char* name, const void* out, const void* inp, const int32_t* idx,
-                                         int64_t outer, int64_t D, int64_t J, int64_t inner, int64_t elem_bytes,
-                                         int per_element) {
+                                         int64_t outer, int64_t D, int64_t J, int64_t inner, int64_t elem_bytes) {
   DT_TRY_(dt_check_index_sizes_(name, outer, D, J, inner, elem_bytes));
   if (outer * J * inner == 0) return DT_OK;
   DT_REQUIRE_(idx, "%s: null idx", name);
-  DT_TRY_(dt_check_indices_in_(name, idx, per_element ? outer * J * inner : J, D));
   DT_REQUIRE_(out && inp, "%s: null pointer (out=%p inp=%p)", name, out, inp);
   return DT_OK;
 }
 
 static inline dt_status dt_check_gather_dim(const void* out, const void* inp, const int32_t* idx, int64_t outer,
                                             int64_t D, int64_t J, int64_t inner, int64_t elem_bytes) {
-  return dt_check_gather_("dt_gather_dim", out, inp, idx, outer, D, J, inner, elem_bytes, 1);
+  return dt_check_gather_("dt_gather_dim", out, inp, idx, outer, D, J, inner, elem_bytes);
 }
 
 static inline dt_status dt_check_index_select(const void* out, const void* inp, const int32_t* idx, int64_t outer,
                                               int64_t D, int64_t J, int64_t inner, int64_t elem_bytes) {
-  return dt_check_gather_("dt_index_select", out, inp, idx, outer, D, J, inner, elem_bytes, 0);
+  return dt_check_gather_("dt_index_select", out, inp, idx, outer, D, J, inner, elem_bytes);
 }
 
-/* The backwards dt_scatter_add_dim and dt_index_add: an empty call is one with no dinp element. */
+/* The backwards dt_scatter_add_dim and dt_index_add: an empty call is one
+ * with no dinp element (its indices are not checked); otherwise the indices
+ * are checked after this. */
 static inline dt_status dt_check_scatter_(const char* name, const float* dinp, const float* dout, const int32_t* idx,
-                                          int64_t outer, int64_t D, int64_t J, int64_t inner, int per_element) {
+                                          int64_t outer, int64_t D, int64_t J, int64_t inner) {
   DT_TRY_(dt_check_index_sizes_(name, outer, D, J, inner, 4));
   if (outer * D * inner == 0) {
     DT_REQUIRE_(D > 0 || J == 0 || outer * inner == 0, "%s: %lld indices into an empty dimension (D=0)", name,
@@ -176,7 +175,6 @@ static inline dt_status dt_check_scatter_(const char* name, const float* dinp, c
     return DT_OK;
   }
   DT_REQUIRE_(idx || J == 0, "%s: null idx", name);
-  DT_TRY_(dt_check_indices_in_(name, idx, per_element ? outer * J * inner : J, D));
   DT_REQUIRE_(dinp && (dout || J == 0), "%s: null pointer (dinp=%p dout=%p)", name, (const void*)dinp,
               (const void*)dout);
   return DT_OK;
@@ -184,12 +182,12 @@ static inline dt_status dt_check_scatter_(const char* name, const float* dinp, c
 
 static inline dt_status dt_check_scatter_add_dim(const float* dinp, const float* dout, const int32_t* idx,
                                                  int64_t outer, int64_t D, int64_t J, int64_t inner) {
-  return dt_check_scatter_("dt_scatter_add_dim", dinp, dout, idx, outer, D, J, inner, 1);
+  return dt_check_scatter_("dt_scatter_add_dim", dinp, dout, idx, outer, D, J, inner);
 }
 
 static inline dt_status dt_check_index_add(const float* dinp, const float* dout, const int32_t* idx, int64_t outer,
                                            int64_t D, int64_t J, int64_t inner) {
-  return dt_check_scatter_("dt_index_add", dinp, dout, idx, outer, D, J, inner, 0);
+  return dt_check_scatter_("dt_index_add", dinp, dout, idx, outer, D, J, inner);
 }
 
 /* ---- convolution ------------------------------------------------------------------------------- */
@@ -324,16 +322,15 @@ static inline dt_status dt_check_maxpool2d_fwd(const float* out, const int32_t* 
   return DT_OK;
 }
 
-/* Also checks the saved indices: a stale one must not write astray (a data error). */
+/* The saved indices are checked after this (each in [-1, H*W): a stale one
+ * must not write astray). */
 static inline dt_status dt_check_maxpool2d_bwd(const float* dinp, const float* dout, const int32_t* idx,
                                                const int64_t* geom, dt_pool_geom* g) {
   DT_TRY_(dt_check_pool_geom_("dt_maxpool2d_bwd", geom, g, 1));
   if (g->P * g->H * g->W == 0) return DT_OK;
-  int64_t n = g->P * g->OH * g->OW, hw = g->H * g->W;
+  int64_t n = g->P * g->OH * g->OW;
   DT_REQUIRE_(dinp && ((dout && idx) || n == 0), "dt_maxpool2d_bwd: null pointer (dinp=%p dout=%p idx=%p)",
               (const void*)dinp, (const void*)dout, (const void*)idx);
-  for (int64_t k = 0; k < n; k++)
-    if (idx[k] < -1 || idx[k] >= hw) return dt_fail_index_("dt_maxpool2d_bwd", idx[k], k, hw);
   return DT_OK;
 }
 
@@ -411,7 +408,7 @@ static inline dt_status dt_check_bn_sum(const double* acc, const float* inp, int
   return DT_OK;
 }
 
-/* Reads the element count acc[C] (host memory on the CPU; the CUDA library checks it on the device). */
+/* The element count acc[C] is data: checked after this, when C > 0. */
 static inline dt_status dt_check_bn_sqdev(const double* sq, const float* inp, const double* acc, int64_t N, int64_t C,
                                           int64_t HW) {
   DT_TRY_(dt_check_bn_sizes_("dt_bn_sqdev", N, C, HW));
@@ -421,11 +418,7 @@ static inline dt_status dt_check_bn_sqdev(const double* sq, const float* inp, co
   return DT_OK;
 }
 
-static inline dt_status dt_check_bn_count_(const char* name, double count) {
-  DT_REQUIRE_(count >= 1.0, "%s: the element count %g must be >= 1", name, count);
-  return DT_OK;
-}
-
+/* The element count acc[C] is checked after this. */
 static inline dt_status dt_check_bn_finalize(const float* mean, const float* rstd, const double* acc, const double* sq,
                                              int64_t C, double eps, double momentum) {
   DT_REQUIRE_(C >= 0, "dt_bn_finalize: negative C=%lld", (long long)C);
@@ -466,6 +459,7 @@ static inline dt_status dt_check_bn_bwd_reduce(const double* acc, const float* d
   return DT_OK;
 }
 
+/* With acc, the element count *count is checked after this. */
 static inline dt_status dt_check_bn_bwd_apply(const float* dinp, const float* dout, const float* inp,
                                               const float* mean, const float* rstd, const double* acc,
                                               const double* count, int64_t N, int64_t C, int64_t HW) {

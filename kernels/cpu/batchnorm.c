@@ -96,7 +96,7 @@ DT_EXPORT dt_status dt_bn_sqdev(double* sq, const float* inp, const double* acc,
   (void)stream;
   DT_TRY_(dt_check_bn_sqdev(sq, inp, acc, N, C, HW));
   if (C == 0) return DT_OK;
-  DT_TRY_(dt_check_bn_count_("dt_bn_sqdev", acc[C]));
+  if (!(acc[C] >= 1.0)) return dt_fail_bn_count_("dt_bn_sqdev", acc[C]);
   bn_ctx_ c = {.N = N, .C = C, .HW = HW, .x = inp, .acc = sq, .cacc = acc, .count = acc[C]};
   dt_parallel_for_(C, channel_grain_(N * HW), sqdev_range_, &c);
   return DT_OK;
@@ -108,7 +108,7 @@ DT_EXPORT dt_status dt_bn_finalize(float* mean, float* rstd, float* running_mean
   (void)stream;
   DT_TRY_(dt_check_bn_finalize(mean, rstd, acc, sq, C, eps, momentum));
   double count = acc[C];
-  DT_TRY_(dt_check_bn_count_("dt_bn_finalize", count));
+  if (!(count >= 1.0)) return dt_fail_bn_count_("dt_bn_finalize", count);
   double factor = momentum;
   if (num_batches) {
     *num_batches += 1;
@@ -167,7 +167,7 @@ DT_EXPORT dt_status dt_bn_bwd_apply(float* dinp, const float* dout, const float*
   (void)stream;
   DT_TRY_(dt_check_bn_bwd_apply(dinp, dout, inp, mean, rstd, acc, count, N, C, HW));
   if (N * C * HW == 0) return DT_OK;
-  if (acc) DT_TRY_(dt_check_bn_count_("dt_bn_bwd_apply", *count));
+  if (acc && !(*count >= 1.0)) return dt_fail_bn_count_("dt_bn_bwd_apply", *count);
   bn_ctx_ c = {.N = N, .C = C, .HW = HW, .x = inp, .dy = dout, .mean = mean, .rstd = rstd, .weight = weight,
                .out = dinp, .cacc = acc, .count = acc ? *count : 0.0};
   dt_parallel_for_(C, channel_grain_(2 * N * HW), bwd_apply_range_, &c);

@@ -244,6 +244,9 @@ DT_EXPORT dt_status dt_maxpool2d_bwd(float* dinp, const float* dout, const int32
   DT_TRY_(dt_check_maxpool2d_bwd(dinp, dout, idx, geom, &c.g));
   const dt_pool_geom* g = &c.g;
   if (g->P * g->H * g->W == 0) return DT_OK;
+  int64_t n = g->P * g->OH * g->OW, hw = g->H * g->W;
+  for (int64_t k = 0; k < n; k++) /* a stale index must not write astray (a data error) */
+    if (idx[k] < -1 || idx[k] >= hw) return dt_fail_index_("dt_maxpool2d_bwd", idx[k], k, hw);
   c.out = dinp;
   c.inp = dout;
   c.cidx = idx;
