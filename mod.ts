@@ -85,7 +85,7 @@ export {
 export { batchNorm, type BatchNormOptions } from "./tensor/ops/batchnorm.ts";
 
 // layers and models
-export { Module, StateDictError } from "./nn/module.ts";
+export { Module, StateDictError, type StateDictSource, type StateTensor } from "./nn/module.ts";
 export {
   Dropout,
   Embedding,
@@ -110,6 +110,7 @@ export {
 } from "./nn/batchnorm.ts";
 export { GPT, type GPTConfig } from "./nn/gpt.ts";
 export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
+export { getRngState, type RngState, setRngState } from "./nn/rng_state.ts";
 
 // optimizers, schedules, mixed precision
 export { AdamW, type AdamWOptions } from "./optim/adamw.ts";
@@ -120,15 +121,17 @@ export { autocast } from "./amp/autocast.ts";
 export { GradScaler } from "./amp/grad_scaler.ts";
 
 // data
-export { type Dataset, TensorDataset } from "./data/dataset.ts";
+export { type Dataset, Subset, TensorDataset } from "./data/dataset.ts";
 export { type Batch, DataLoader, type DataLoaderState } from "./data/dataloader.ts";
 export { DistributedSampler, shardIndices } from "./data/distributed_sampler.ts";
 export { type FashionMnist, loadFashionMnist } from "./data/fashion_mnist.ts";
+export { ByteImageDataset } from "./data/byte_images.ts";
 export { CharWindows, loadCharCorpus } from "./data/char_corpus.ts";
 
 // training engine
 export { type FitResult, Trainer, type TrainerOptions } from "./train/engine.ts";
 export { resolveConfig, type TrainConfig, type TrainConfigInput } from "./train/config.ts";
+export { type EvalOptions, RunLog, type RunLogOptions, type StepInput } from "./train/run_log.ts";
 export {
   CheckpointManager,
   type CheckpointPayload,

@@ -6,7 +6,7 @@
  * master weights stay f32. As torch.autocast.
  */
 import type { DType } from "../tensor/dtype.ts";
-import { matmulLowPrecision, setMatmulLowPrecision } from "../tensor/matmul_precision.ts";
+import { matmulLowPrecision, withMatmulPrecision } from "../tensor/matmul_precision.ts";
 import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
 /** The dtype matmul-class ops use now, or null outside autocast. */
@@ -14,16 +14,14 @@ export function autocastDtype(): DType | null {
   return matmulLowPrecision();
 }
 
-/** Runs fn with autocast to `dtype` ("bf16" or "f16"); null or "f32" disables it. */
+/**
+ * Runs fn with autocast to `dtype` ("bf16" or "f16"); null or "f32" disables
+ * it. An async fn keeps it for all of its run, across its awaits.
+ */
 export function autocast<T>(
   dtype: "bf16" | "f16" | "f32" | null,
   fn: () => T,
 ): T {
   // Plain arithmetic (tensor/plain_arithmetic.ts) computes in f32.
-  const prev = setMatmulLowPrecision(dtype === "f32" || plainArithmetic() ? null : dtype);
-  try {
-    return fn();
-  } finally {
-    setMatmulLowPrecision(prev);
-  }
+  return withMatmulPrecision(dtype === "f32" || plainArithmetic() ? null : dtype, fn);
 }

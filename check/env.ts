@@ -7,9 +7,9 @@
 export const CHECK_ENV = {
   /** folder for rank-<r>.jsonl and the kept checkpoints; turns the probe on */
   OUT: "DTRAIN_CHECK_OUT",
-  /** "sampler" (loaders yield nothing; the process ends after 2 sampler passes) or a label for the logs */
+  /** "sampler" (a loader pass yields one batch; the process ends after 2 training passes) or a label for the logs */
   STAGE: "DTRAIN_CHECK_STAGE",
-  /** "1": no autocast, no loss scaling, no clipping */
+  /** "1": no autocast, no loss scaling, no clipping, no dropout */
   PLAIN: "DTRAIN_CHECK_PLAIN",
   /** the Trainer stops after this many optimizer steps in total */
   MAX_STEPS: "DTRAIN_CHECK_MAX_STEPS",

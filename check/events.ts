@@ -18,9 +18,22 @@ export interface StepRecord {
   gradNorm: number;
   /** digests of the parameters at the step's first backward, or null when no backward preceded the step */
   params: string[] | null;
+  /**
+   * the dataset indices of the batches the step's backward passes used (a
+   * DataLoader's batch yielded before each), or null when no loader fed it
+   */
+  samples?: number[] | null;
+  /** the learning rate the step used (first group), when recorded */
+  lr?: number;
+  /** digest of the default generator's state at the step, when recorded */
+  rng?: string;
+  /** digest of the optimizer's state before the update, when recorded */
+  optimizer?: string;
+  /** what plain arithmetic turned off (dropout), when recorded */
+  plainOff?: string[];
 }
 
-const KINDS = new Set(["sampler", "loss", "step", "params", "checkpoint"]);
+const KINDS = new Set(["sampler", "loss", "batch", "step", "params", "checkpoint"]);
 
 /** Parses one rank file; a line that is not a probe event throws an error naming the file and line. */
 export function parseEvents(text: string, where: string): ProbeEvent[] {
@@ -61,18 +74,35 @@ export function readRankEvents(probeDir: string): RankEvents {
   return new Map([...out].sort(([a], [b]) => a - b));
 }
 
-/** The optimizer steps in a rank's events; losses after the last step (a step the probe cut off) are dropped. */
+/**
+ * The optimizer steps in a rank's events; losses after the last step (a step
+ * the probe cut off) are dropped. A batch belongs to a step when a backward
+ * followed it (batches of an evaluation, or a peek, are left out).
+ */
 export function stepsOf(events: readonly ProbeEvent[]): StepRecord[] {
   const steps: StepRecord[] = [];
   let loss = 0;
   let params: string[] | null = null;
+  let batch: number[] | null = null;
+  let samples: number[] | null = null;
   for (const e of events) {
-    if (e.kind === "loss") loss += e.value;
-    else if (e.kind === "params") params ??= e.tensors;
+    if (e.kind === "batch") batch = e.indices;
+    else if (e.kind === "loss") {
+      loss += e.value;
+      if (batch) (samples ??= []).push(...batch);
+      batch = null;
+    } else if (e.kind === "params") params ??= e.tensors;
     else if (e.kind === "step") {
-      steps.push({ loss, gradNorm: e.gradNorm, params });
+      const rec: StepRecord = { loss, gradNorm: e.gradNorm, params, samples };
+      if (e.lr !== undefined) rec.lr = e.lr;
+      if (e.rng !== undefined) rec.rng = e.rng;
+      if (e.optimizer !== undefined) rec.optimizer = e.optimizer;
+      if (e.plainOff !== undefined) rec.plainOff = e.plainOff;
+      steps.push(rec);
       loss = 0;
       params = null;
+      samples = null;
+      batch = null;
     }
   }
   return steps;

@@ -4,7 +4,8 @@
  * launcher with one rank and (c) the launcher with N ranks must agree within
  * a relative 1e-4 (f32 reduction order moves them by ~1e-6), and the N ranks
  * must hold the same parameters and gradient norms at every step. A failure
- * names the cause the numbers point to.
+ * names what was measured to differ: the samples of step 1 (count and
+ * which), the loss with the same samples and parameters, or the gradients.
  */
 import type { StepRecord } from "./events.ts";
 import { fail, pass, type Row } from "./verdict.ts";
@@ -23,6 +24,14 @@ export interface CombinedStep {
   gradNorms: number[];
   /** each rank's parameter digests joined, or null where a rank recorded none */
   params: (string | null)[];
+  /** each rank's samples of the step (DataLoader batches a backward used), or null */
+  samples: (number[] | null)[];
+  /** rank 0's learning rate, generator-state and optimizer-state digests, when recorded */
+  lr?: number;
+  rng?: string;
+  optimizer?: string;
+  /** what plain arithmetic turned off on any rank (dropout) */
+  plainOff: string[];
 }
 
 /** The three runs the stage compares. */
@@ -58,12 +67,19 @@ export function combineSteps(run: RunSteps, world: number, k: number): CombinedS
   }
   return Array.from({ length: k }, (_, s) => {
     const at = ranks.map((r) => run.ranks.get(r)![s]!);
-    return {
+    const step: CombinedStep = {
       loss: at.reduce((a, x) => a + x.loss, 0) / world,
       gradNorm: at[0]!.gradNorm,
       gradNorms: at.map((x) => x.gradNorm),
       params: at.map((x) => x.params?.join(",") ?? null),
+      samples: at.map((x) => x.samples ?? null),
+      plainOff: [...new Set(at.flatMap((x) => x.plainOff ?? []))].sort(),
     };
+    const first = at[0]!;
+    if (first.lr !== undefined) step.lr = first.lr;
+    if (first.rng !== undefined) step.rng = first.rng;
+    if (first.optimizer !== undefined) step.optimizer = first.optimizer;
+    return step;
   });
 }
 
@@ -147,13 +163,56 @@ function compareRow(
   }
   const lossRel = Math.max(...run.map((s, i) => relDiff(s.loss, ref[i]!.loss)));
   const normRel = Math.max(...run.map((s, i) => relDiff(s.gradNorm, ref[i]!.gradNorm)));
+  const off = [...new Set([...run, ...ref].flatMap((x) => x.plainOff))].sort();
   const measured = `loss max rel diff ${sci(lossRel)}, grad norm ${sci(normRel)} ` +
-    `over ${run.length} steps`;
+    `over ${run.length} steps` +
+    (off.includes("dropout")
+      ? " (dropout off: its masks cannot match between 1 and N processes)"
+      : "");
   if (lossRel <= TOLERANCE && normRel <= TOLERANCE) return pass("gradients", check, measured);
   return fail("gradients", check, measured, diagnose(run, ref, world, outOfSync));
 }
 
-/** What the pattern of differences against the single process points to. */
+/** "3, 17, 42, … (n in all)": a few indices of a list. */
+function some(xs: readonly number[]): string {
+  const shown = xs.slice(0, 5).join(", ");
+  return xs.length > 5 ? `${shown}, … (${xs.length} in all)` : shown;
+}
+
+/**
+ * What step 1's recorded samples say: null when the N ranks together used
+ * exactly the single process's samples (or a side recorded none); else the
+ * measured difference in the number of samples or in which.
+ */
+function compareSamples(
+  run: CombinedStep,
+  ref: CombinedStep,
+  world: number,
+  step = 1,
+): string | null {
+  const single = ref.samples[0];
+  if (!single || run.samples.some((x) => x === null)) return null;
+  const per = run.samples.map((x) => x!.length);
+  const total = per.reduce((a, b) => a + b, 0);
+  if (total !== single.length) {
+    return `the ${world} ranks trained on ${total} samples in step ${step} together (` +
+      per.map((n, r) => `rank ${r}: ${n}`).join(", ") + `), the single process on ` +
+      `${single.length}: the global batch changes with the world size — give each rank ` +
+      `B/${world} samples (DataLoader batchSize: B / pg.size) to train as one process does`;
+  }
+  const mine = run.samples.flatMap((x) => x!).sort((a, b) => a - b);
+  const theirs = [...single].sort((a, b) => a - b);
+  if (mine.every((v, i) => v === theirs[i])) return null;
+  const only = mine.filter((v) => !theirs.includes(v));
+  return `step ${step} of the ${world} ranks trained on other samples than the single ` +
+    `process's step ${step} (${only.length} of ${total} differ, e.g. ${
+      some(only)
+    }): the ranks must draw ` +
+    "from the same full dataset through DistributedSampler (same seed on every rank), which " +
+    "splits the single process's order among them";
+}
+
+/** What the measured differences against the single process point to. */
 function diagnose(
   run: CombinedStep[],
   ref: CombinedStep[],
@@ -175,18 +234,27 @@ function diagnose(
     return `the ranks are out of sync (see 'ranks in sync'), so ${world} ranks train a ` +
       `different model (${at1})`;
   }
+  const data = compareSamples(first, base, world);
+  if (data !== null) return `${data} (${at1})`;
+  const sameData = first.samples.every((x) => x !== null) && base.samples[0] !== null;
   if (Math.abs(lossRatio * world - 1) < 1e-3 && Math.abs(normRatio * world - 1) < 1e-3) {
     return `loss and gradient norm are 1/${world} of the single process's (${at1}): the loss ` +
       `is summed over the batch instead of averaged — each rank sums B/${world} samples, so ` +
       "the mean over ranks shrinks with the world size; use the mean";
   }
   if (relDiff(first.loss, base.loss) > TOLERANCE) {
+    if (sameData) {
+      return `at step 1 the ${world} ranks together trained on exactly the single process's ` +
+        `samples, from the same parameters, yet the mean loss is x${lossRatio.toFixed(4)} of ` +
+        `its (${at1}): the loss of a rank's share is not the mean over its samples, or the ` +
+        "forward computes something over the batch that depends on how it is split across " +
+        "ranks (batch statistics: BatchNorm needs SyncBatchNorm to match one process)";
+    }
     return `the loss differs already at step 1 although every rank starts from the same ` +
-      `parameters (${at1}): the ranks together did not compute the single process's batch — ` +
-      "every rank must hold the same full dataset, split by DistributedSampler, and take " +
-      `B/${world} samples per step; a per-rank batch that does not shrink with N makes the ` +
-      `global batch ${world}x larger, which lowers the grad norm by about ` +
-      `1/sqrt(${world}) = ${sqrtRatio} (measured: x${normRatio.toFixed(2)})`;
+      `parameters (${at1}); the samples of the steps were not recorded (no DataLoader fed ` +
+      "them), so the check cannot tell whether the ranks together computed the single " +
+      `process's batch: each rank should take B/${world} samples of the same full dataset, ` +
+      "split by DistributedSampler";
   }
   if (relDiff(first.gradNorm, base.gradNorm) > TOLERANCE) {
     const summed = Math.abs(normRatio - world) < 0.05 * world;
@@ -194,14 +262,27 @@ function diagnose(
       ? `the gradients are summed over the ${world} ranks instead of averaged ` +
         '(allReduce with "sum"; use "avg")'
       : "the gradients are not the average over ranks of per-rank means " +
-        `(summed: x${world}; a changed global batch: about x${sqrtRatio})`;
+        `(a sum over the ranks would be x${world}` +
+        (sameData ? ")" : `; a changed global batch about x${sqrtRatio})`);
     return `the step-1 loss agrees but the gradient norm is x${normRatio.toFixed(3)} of the ` +
       `single process's (${at1}): ${why}`;
   }
   const s = run.findIndex((x, i) =>
     relDiff(x.loss, ref[i]!.loss) > TOLERANCE || relDiff(x.gradNorm, ref[i]!.gradNorm) > TOLERANCE
   );
-  return `step 1 agrees but step ${s + 1} differs (loss ${p6(run[s]!.loss)} vs ` +
-    `${p6(ref[s]!.loss)}): the update differs with the world size — e.g. a learning rate ` +
-    "scaled by the world size, or a schedule stepped per rank";
+  const at = `step ${s + 1}: loss ${p6(run[s]!.loss)} vs ${p6(ref[s]!.loss)}`;
+  const lrAt = run.findIndex((x, i) =>
+    x.lr !== undefined && ref[i]!.lr !== undefined && x.lr !== ref[i]!.lr
+  );
+  if (lrAt >= 0 && lrAt < s) {
+    return `step 1 agrees but ${at}: the learning rate of step ${lrAt + 1} is ` +
+      `${run[lrAt]!.lr} on ${world} ranks and ${ref[lrAt]!.lr} in one process — the rate or ` +
+      "its schedule depends on the world size (scaled by it, or stepped per rank)";
+  }
+  const later = compareSamples(run[s]!, ref[s]!, world, s + 1);
+  if (later !== null) return `step 1 agrees but ${at}: ${later}`;
+  return `step 1 agrees but ${at}, with the same samples` +
+    (lrAt < 0 && run[0]!.lr !== undefined ? " and learning rates" : "") +
+    ": the update of the steps before differs with the world size (the optimizer's settings, " +
+    "or state kept per rank)";
 }

@@ -9,16 +9,21 @@
  * per rank, each DistributedSampler pass, each backward's loss and the
  * parameters it saw, each optimizer step's gradient norm and each checkpoint.
  *
- * 1. sampler — `launcher --nproc N` with DTRAIN_CHECK_STAGE=sampler:
- *    DataLoaders yield nothing, so the epoch loop runs without compute, and
- *    each rank ends after its second sampler pass. Checked: the ranks report
+ * 1. sampler — `launcher --nproc N` with DTRAIN_CHECK_STAGE=sampler: each
+ *    DataLoader pass yields its first batch only, so the epoch loop runs one
+ *    step per epoch (a script may use a batch in setup), and each rank ends
+ *    at the pass after a sampler's second pass that training used (a
+ *    backward followed it; a setup pass or a peek at a batch does not
+ *    count). Checked for the sampler training used most: the ranks report
  *    the same dataset length and numReplicas = N; per epoch the union of the
  *    ranks' indices covers the dataset, repeats only as torch's padding
  *    (≤ N-1 repeats of the start of the order) or omits only dropLast's
- *    trim (≤ N-1); and the order changes between the two epochs.
+ *    trim (≤ N-1); and the order changes between the two epochs. Any other
+ *    sampler (an evaluation's) is checked for its coverage.
  * 2. gradients — K steps (DTRAIN_CHECK_MAX_STEPS=K stops a Trainer; the probe
  *    ends any other loop at its (K+1)-th optimizer step, DTRAIN_CHECK_STOP_AFTER)
- *    with DTRAIN_CHECK_PLAIN=1 (no autocast, loss scaling or clipping: the
+ *    with DTRAIN_CHECK_PLAIN=1 (no autocast, loss scaling, clipping or
+ *    dropout, whose masks cannot match between one process and N: the
  *    library's plain arithmetic, and a Trainer's config says so), three
  *    times: (a) a single process without the launcher, (b) `launcher
  *    --nproc 1`, (c) `launcher --nproc N`. A step's loss is the sum of the
@@ -26,7 +31,10 @@
  *    gradient norm is the probe's f64 norm before the update. (b) and (c)
  *    must agree with (a) within a relative 1e-4 (f32 reduction order moves
  *    them by ~1e-6), and in (c) every rank must hold the same parameters and
- *    gradient norm at every step.
+ *    gradient norm at every step. The probe also records each step's samples
+ *    (the DataLoader batches its backward passes used), learning rate and
+ *    digests of the generator's and the optimizer's state, so a failure names
+ *    what was measured to differ.
  * 3. state — run (c) also checkpoints every step (DTRAIN_CHECK_CKPT_EVERY=1;
  *    a loop of its own saves when it likes), and the probe hard-links each
  *    checkpoint aside. The checkpoint of step j = ⌊K/2⌋ (else the latest one
@@ -44,6 +52,8 @@
 import { parseArgs } from "node:util";
 import { join, resolve } from "node:path";
 import { runCheck } from "./run_check.ts";
+import { checkScriptTypes } from "../launch/type_check.ts";
+import { installLayout } from "../os/install_layout.ts";
 import { formatTable, summary } from "./verdict.ts";
 
 const DEFAULTS = { nproc: 2, steps: 5, timeoutS: 300 };
@@ -56,13 +66,15 @@ Runs the staged single-process → DDP migration check on a training script and 
 table (one row per check, with the measured numbers); exits 0 when nothing failed, 1 otherwise.
 
 Stages (each run of the script is recorded by the check's probe, DTRAIN_CHECK_OUT):
-  1 sampler    launcher --nproc N, no compute (DTRAIN_CHECK_STAGE=sampler; loaders yield nothing, each
-               rank stops after 2 sampler passes): ranks agree on the dataset; every epoch covers it with
-               no overlap or omission beyond torch's padding (or dropLast); the order changes per epoch.
-  2 gradients  K steps with autocast, loss scaling and clipping off (DTRAIN_CHECK_PLAIN=1), as (a) one
+  1 sampler    launcher --nproc N, one batch per loader pass (DTRAIN_CHECK_STAGE=sampler; each rank
+               stops after 2 passes that training used; setup passes and peeks do not count): ranks
+               agree on the dataset; every epoch covers it with no overlap or omission beyond torch's
+               padding (or dropLast); the order changes per epoch; an evaluation's sampler covers its set.
+  2 gradients  K steps with autocast, loss scaling, clipping and dropout off (DTRAIN_CHECK_PLAIN=1), as (a) one
                process, (b) launcher --nproc 1, (c) launcher --nproc N with B/N per rank: step losses
                and gradient norms of (b) and (c) agree with (a) within 1e-4 relative (f32 reduction
-               order differences are ~1e-6); (c)'s ranks hold identical parameters at every step.
+               order differences are ~1e-6); (c)'s ranks hold identical parameters at every step. A
+               failure names what was measured: the samples of a step, its rate, the random state.
   3 state      (c) checkpoints every step (DTRAIN_CHECK_CKPT_EVERY=1): the checkpoint of step ⌊K/2⌋
                verifies, has no "module." keys and holds the trained parameters bit for bit; resumed
                from it, N ranks repeat steps ⌊K/2⌋+1..K bit for bit, and one process (given
@@ -170,6 +182,21 @@ export async function checkMain(args: string[]): Promise<number> {
   } catch {
     console.error(`dtrain check: cannot read the script ${parsed.script}`);
     return 2;
+  }
+  // Type-checked once here (the stage runs then skip the launcher's check): a script with type
+  // errors is a script to fix before its migration can be judged.
+  const layout = installLayout();
+  if (layout?.kind === "checkout" && Deno.env.get("DTRAIN_NO_CHECK") !== "1") {
+    const types = await checkScriptTypes(parsed.script, {
+      config: layout.config,
+      onCheck: () => console.log(`dtrain check: type-checking ${parsed.script}`),
+    });
+    if (!types.ok) {
+      console.error(
+        `${types.output}\ndtrain check: ${parsed.script} does not type-check (the errors are above)`,
+      );
+      return 1;
+    }
   }
   Deno.mkdirSync(parsed.outDir, { recursive: true });
   console.log(

@@ -7,17 +7,22 @@
  * indices), each backward loss and the parameters it saw, each optimizer
  * step's gradient norm, each checkpoint (kept aside from rotation) — as JSON
  * lines in <out>/rank-<r>.jsonl, and ends the process once a stage has what
- * it needs. Plain arithmetic turns autocast, loss scaling and clipping off,
- * for a Trainer through its config (so config.json shows it).
+ * it needs. Plain arithmetic turns autocast, loss scaling, clipping and
+ * dropout off, for a Trainer through its config too (so config.json shows
+ * it). Each step also records what a diagnosis needs measured rather than
+ * guessed: the samples of its batches, its learning rate, and digests of the
+ * default generator's state and the optimizer's state.
  */
 import { createHash } from "node:crypto";
 import { basename, join } from "node:path";
 import { addBackwardObserver } from "../tensor/autograd.ts";
-import { setPlainArithmetic } from "../tensor/plain_arithmetic.ts";
-import { addOptimizerStepHook } from "../optim/optimizer.ts";
+import { plainBypassed, setPlainArithmetic } from "../tensor/plain_arithmetic.ts";
+import { scope } from "../tensor/tensor.ts";
+import { addOptimizerStepHook, type Optimizer } from "../optim/optimizer.ts";
 import { gradNorm } from "../optim/clip.ts";
 import { addSamplerPassHook } from "../data/distributed_sampler.ts";
-import { addLoaderPassHook } from "../data/dataloader.ts";
+import { addLoaderBatchHook, addLoaderPassHook } from "../data/dataloader.ts";
+import { getDefaultGenerator } from "../nn/init.ts";
 import { addCheckpointSavedHook } from "../train/checkpoint/manager.ts";
 import { addTrainerConfigHook } from "../train/engine.ts";
 import { CHECK_ENV } from "./env.ts";
@@ -26,6 +31,8 @@ import { CHECK_ENV } from "./env.ts";
 export type ProbeEvent =
   | {
     kind: "sampler";
+    /** which DistributedSampler of the process (construction order) */
+    sampler?: number;
     rank: number;
     epoch: number;
     datasetLength: number;
@@ -33,14 +40,40 @@ export type ProbeEvent =
     indices: number[];
   }
   | { kind: "loss"; value: number }
-  | { kind: "step"; gradNorm: number }
+  /** A batch a DataLoader yielded: its dataset indices. */
+  | { kind: "batch"; indices: number[] }
+  | {
+    kind: "step";
+    gradNorm: number;
+    /** the first group's learning rate the step uses */
+    lr?: number;
+    /** digest of the default generator's state at the step */
+    rng?: string;
+    /** digest of the optimizer's state before the update */
+    optimizer?: string;
+    /** what plain arithmetic turned off so far ("dropout") */
+    plainOff?: string[];
+  }
   /** After each backward: a digest per parameter that got a gradient (its bytes as the forward used them). */
   | { kind: "params"; tensors: string[] }
   /** `copy` is where the probe hard-linked the checkpoint's files, out of the reach of rotation. */
   | { kind: "checkpoint"; dir: string; step: number; copy?: string };
 
-/** Sampler passes each rank records in the sampler stage before the probe ends the process. */
-export const SAMPLER_PASSES = 2;
+/**
+ * The sampler stage ends a process at the pass that would follow a
+ * sampler's second pass that training used (a backward came after it): two
+ * epochs to compare. A pass no backward follows (a setup pass, a peek at a
+ * batch) does not count; SAMPLER_PASS_CAP passes of one sampler end it in any case.
+ */
+export const SAMPLER_TRAINING_PASSES = 2;
+/** See SAMPLER_TRAINING_PASSES. */
+export const SAMPLER_PASS_CAP = 6;
+/**
+ * The sampler stage also ends a process at its optimizer step after this
+ * many: a loop that draws no sampler (random windows) would otherwise run
+ * whole; one batch per loader pass makes an epoch a step or two.
+ */
+export const SAMPLER_STAGE_STEPS = 16;
 
 /** What one run's probe does (from the check's variables, CHECK_ENV). */
 export interface ProbeSettings {
@@ -50,7 +83,7 @@ export interface ProbeSettings {
   rank: number;
   /** no autocast, no loss scaling, no clipping */
   plain: boolean;
-  /** the sampler stage: loaders yield nothing; the process ends after SAMPLER_PASSES passes */
+  /** the sampler stage: each loader pass yields one batch; the process ends after 2 training passes */
   samplerOnly: boolean;
   /** the process ends at the optimizer step after this many of its steps */
   stopAfter: number | null;
@@ -108,7 +141,9 @@ export function installProbe(s: ProbeSettings): void {
     file.close();
     Deno.exit(0);
   };
-  let samplerPasses = 0, steps = 0;
+  let steps = 0;
+  /** per sampler: its passes so far, and how many of them a backward followed */
+  const samplers = new Map<number, { passes: number; trained: number; open: boolean }>();
 
   if (s.plain) setPlainArithmetic(true);
   addTrainerConfigHook((cfg) => {
@@ -121,20 +156,36 @@ export function installProbe(s: ProbeSettings): void {
     }
   });
   addSamplerPassHook((pass) => {
+    const id = pass.sampler;
+    const seen = samplers.get(id) ?? { passes: 0, trained: 0, open: false };
+    samplers.set(id, seen);
+    if (
+      s.samplerOnly &&
+      (seen.trained >= SAMPLER_TRAINING_PASSES || seen.passes >= SAMPLER_PASS_CAP)
+    ) finish();
+    seen.passes++;
+    seen.open = true;
     write({
       kind: "sampler",
+      sampler: id,
       rank: pass.rank,
       epoch: pass.epoch,
       datasetLength: pass.datasetLength,
       numReplicas: pass.numReplicas,
       indices: [...pass.indices],
     });
-    if (s.samplerOnly && ++samplerPasses >= SAMPLER_PASSES) finish();
   });
-  // The sampler stage records the order (through the sampler) without computing anything.
-  if (s.samplerOnly) addLoaderPassHook(() => false);
+  // The sampler stage records every order computing one batch per pass (a script may use it).
+  if (s.samplerOnly) addLoaderPassHook(() => 1);
+  addLoaderBatchHook((b) => write({ kind: "batch", indices: [...b.indices] }));
   addBackwardObserver({
     onBackwardStart(output) {
+      for (const seen of samplers.values()) {
+        if (seen.open) {
+          seen.trained++;
+          seen.open = false;
+        }
+      }
       if (output.numel === 1) write({ kind: "loss", value: output.item() });
     },
     // Parameters are read when a backward ends: after the forward that used them, before any update.
@@ -146,8 +197,16 @@ export function installProbe(s: ProbeSettings): void {
   // after step K is complete.
   addOptimizerStepHook((optimizer) => {
     if (s.stopAfter !== null && steps >= s.stopAfter) finish();
+    if (s.samplerOnly && steps >= SAMPLER_STAGE_STEPS) finish();
     steps++;
-    write({ kind: "step", gradNorm: gradNorm(optimizer.params()) });
+    write({
+      kind: "step",
+      gradNorm: gradNorm(optimizer.params()),
+      lr: optimizer.lr,
+      rng: jsonDigest(getDefaultGenerator().getState()),
+      optimizer: optimizerDigest(optimizer),
+      plainOff: plainBypassed(),
+    });
   });
   // Checkpoint files are hard-linked into <out>/checkpoints so rotation cannot delete the one the
   // check resumes from.
@@ -163,6 +222,24 @@ export function installProbe(s: ProbeSettings): void {
  */
 export function tensorDigest(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex").slice(0, 32);
+}
+
+function jsonDigest(value: unknown): string {
+  return tensorDigest(new TextEncoder().encode(JSON.stringify(value)));
+}
+
+/** One digest of an optimizer's state: its groups' settings and every state tensor's bytes. */
+function optimizerDigest(optimizer: Optimizer<{ lr: number }>): string {
+  return scope(() => {
+    const state = optimizer.stateDict();
+    const hash = createHash("sha256");
+    for (const [name, t] of [...state.tensors].sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0)) {
+      hash.update(name).update(t.toBytes());
+    }
+    // The rate changes every step under a schedule: it is recorded on its own (lr).
+    const groups = state.paramGroups.map(({ lr: _lr, ...rest }) => rest);
+    return hash.update(JSON.stringify(groups)).digest("hex").slice(0, 32);
+  });
 }
 
 /** Hard-links (or copies, across file systems) every file of a checkpoint directory into <out>/checkpoints. */

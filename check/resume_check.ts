@@ -3,7 +3,8 @@
  * step-j checkpoint must load it (each rank's parameters equal its own at
  * step j+1 of the original) and continue identically — on the original N
  * ranks bit for bit, and as a single process (a plain, unwrapped model)
- * within the stage-2 tolerance. A failure says what was not restored.
+ * within the stage-2 tolerance. A failure says what was measured not to be
+ * restored (the samples, the random state, the rate, the optimizer's state).
  */
 import {
   type CombinedStep,
@@ -57,20 +58,80 @@ function maxText(xs: number[]): string {
   return m === 0 ? "0" : m.toExponential(1);
 }
 
-/** The first step where the continuation leaves `limit`, explained; null when it never does. */
+/** All ranks' samples of a step, sorted (a step's global batch), or null when a rank recorded none. */
+function globalBatch(step: CombinedStep): number[] | null {
+  if (step.samples.some((x) => x === null)) return null;
+  return step.samples.flatMap((x) => x!).sort((a, b) => a - b);
+}
+
+function sameList(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((v, i) => v === b[i]);
+}
+
+function some(xs: readonly number[]): string {
+  const shown = xs.slice(0, 4).join(", ");
+  return xs.length > 4 ? `${shown}, …` : shown;
+}
+
+/**
+ * What differs at a resumed step against the original's, among what the
+ * probe measures (the step's samples, the default generator's state, the
+ * learning rate, the optimizer's state); null when all of them match.
+ */
+function measuredDifference(
+  mine: CombinedStep,
+  theirs: CombinedStep,
+  label: string,
+): string | null {
+  const a = globalBatch(mine), b = globalBatch(theirs);
+  if (a && b && !sameList(a, b)) {
+    return `${label} trained on other samples than the original's (${some(a)} vs ${
+      some(b)
+    }): the data did not resume where it stopped — save the DataLoader's state (epoch, ` +
+      "position) with the checkpoint and restore it (loader.loadState) before iterating";
+  }
+  if (mine.rng !== undefined && theirs.rng !== undefined && mine.rng !== theirs.rng) {
+    return `the default generator's state at ${label} differs from the original's: the script ` +
+      "draws random numbers during training and the resumed run did not restore them — save " +
+      "getRngState(model) with the checkpoint and setRngState(state, model) after loading";
+  }
+  if (mine.lr !== undefined && theirs.lr !== undefined && mine.lr !== theirs.lr) {
+    return `the learning rate at ${label} is ${mine.lr} vs the original's ${theirs.lr}: the ` +
+      "schedule's position was not restored (LrScheduler.loadStateDict)";
+  }
+  if (
+    mine.optimizer !== undefined && theirs.optimizer !== undefined &&
+    mine.optimizer !== theirs.optimizer
+  ) {
+    return `the optimizer's state at ${label} differs from the original's (its moments or ` +
+      "step counts): it was not restored from the checkpoint (optimizer.loadStateDict)";
+  }
+  return null;
+}
+
+/** The first step where the continuation leaves `limit`, explained by what was measured; null when it never does. */
 function divergence(c: Continuation, j: number, limit: number): string | null {
   const bad = c.resumed.findIndex((_, i) => c.lossDiff[i]! > limit || c.normDiff[i]! > limit);
   if (bad < 0) return null;
   const p8 = (x: number) => x.toPrecision(8);
   const [mine, theirs] = [p8(c.resumed[bad]!.loss), p8(c.original[bad]!.loss)];
   const at = `step ${j + bad + 1}: loss ${mine} vs ${theirs}`;
-  if (bad === 0) {
-    return `the resumed run starts from the saved parameters but ${at}: the data did not ` +
-      "resume where it stopped — save the DataLoader's state (epoch, position) with the " +
-      "checkpoint and restore it (loader.loadState) before iterating";
+  // The first resumed step shows what the load restored; a later one what the steps carried on.
+  for (const i of bad === 0 ? [0] : [0, bad]) {
+    const why = measuredDifference(c.resumed[i]!, c.original[i]!, `step ${j + i + 1}`);
+    if (why !== null) {
+      return bad === 0 ? `${at}: ${why}` : `step ${j + 1} matches but ${at}: ${why}`;
+    }
   }
-  return `step ${j + 1} matches but ${at}: the optimizer state, the learning-rate schedule ` +
-    "or the RNG state was not restored from the checkpoint";
+  const same = "the same samples" +
+    (c.resumed[0]!.rng !== undefined ? ", random state, learning rate and optimizer state" : "");
+  if (bad === 0) {
+    return `${at}, with the saved parameters and ${same} as the original: the forward ` +
+      "depends on something the checkpoint does not restore (state kept outside the " +
+      "parameters, such as a buffer)";
+  }
+  return `step ${j + 1} matches but ${at}, with ${same} at step ${j + 1}: the update ` +
+    "depends on something the checkpoint does not restore";
 }
 
 /**

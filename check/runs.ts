@@ -100,7 +100,8 @@ export function stageEnv(
   const env = { ...base };
   for (const name of INHERITED_WORLD) delete env[name];
   for (const name of Object.keys(env)) if (name.startsWith("DTRAIN_CHECK_")) delete env[name];
-  return { ...env, ...extra };
+  // `dtrain check` type-checked the script once before its runs.
+  return { ...env, DTRAIN_NO_CHECK: "1", ...extra };
 }
 
 /**

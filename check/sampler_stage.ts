@@ -1,9 +1,12 @@
 /**
  * Stage 1 of `dtrain check`, the data split: from every rank's first two
- * DistributedSampler passes, checks that the ranks agree on the dataset and
- * the world, that each epoch's shares cover the dataset with no overlap or
- * omission beyond torch's padding (or dropLast's trim), and that the order
- * changes between epochs.
+ * DistributedSampler passes that training used, checks that the ranks agree
+ * on the dataset and the world, that each epoch's shares cover the dataset
+ * with no overlap or omission beyond torch's padding (or dropLast's trim),
+ * and that the order changes between epochs. A pass no backward followed
+ * (a setup pass over the sampler, a peek at a batch) is not an epoch; the
+ * sampler with the most training passes is checked in full, any other (an
+ * evaluation's) for its coverage.
  */
 import type { ProbeEvent } from "./probe.ts";
 import type { RankEvents } from "./events.ts";
@@ -14,13 +17,45 @@ type SamplerPass = Extract<ProbeEvent, { kind: "sampler" }>;
 /** Indices quoted in a message. */
 const EXAMPLES = 5;
 
-/** The sampler passes of every rank, in order. */
-function passesByRank(byRank: RankEvents): Map<number, SamplerPass[]> {
-  const out = new Map<number, SamplerPass[]>();
+/** The passes each sampler served that training used, per rank, and the passes left out per rank. */
+interface TrainingPasses {
+  bySampler: Map<number, Map<number, SamplerPass[]>>;
+  skipped: Map<number, number>;
+}
+
+/**
+ * Keeps, per rank and sampler, the passes a backward followed before that
+ * sampler's next pass (the last pass always counts). A rank that recorded
+ * no backward at all keeps every pass.
+ */
+function trainingPasses(byRank: RankEvents): TrainingPasses {
+  const bySampler = new Map<number, Map<number, SamplerPass[]>>();
+  const skipped = new Map<number, number>();
+  const keep = (p: SamplerPass, rank: number) => {
+    const id = p.sampler ?? 0;
+    const ranks = bySampler.get(id) ?? new Map<number, SamplerPass[]>();
+    bySampler.set(id, ranks);
+    ranks.set(rank, [...(ranks.get(rank) ?? []), p]);
+  };
   for (const [rank, events] of byRank) {
-    out.set(rank, events.filter((e): e is SamplerPass => e.kind === "sampler"));
+    const trains = events.some((e) => e.kind === "loss");
+    const pending = new Map<number, SamplerPass>();
+    for (const e of events) {
+      if (e.kind === "sampler") {
+        const id = e.sampler ?? 0;
+        if (!trains) keep(e, rank);
+        else {
+          if (pending.has(id)) skipped.set(rank, (skipped.get(rank) ?? 0) + 1);
+          pending.set(id, e);
+        }
+      } else if (e.kind === "loss") {
+        for (const p of pending.values()) keep(p, rank);
+        pending.clear();
+      }
+    }
+    for (const p of pending.values()) keep(p, rank);
   }
-  return out;
+  return { bySampler, skipped };
 }
 
 /** "3, 17, 42, …": the smallest few. */
@@ -36,16 +71,39 @@ function range(n: number): number[] {
 
 /**
  * Checks the sampler stage's recording of a run with `nproc` ranks; one row
- * for the ranks' agreement, one per epoch for coverage, one for the order.
+ * for the ranks' agreement, one per epoch for coverage, one for the order
+ * (of the sampler training used most), and a coverage row per other sampler.
  */
 export function checkSampler(byRank: RankEvents, nproc: number): Row[] {
-  const passes = passesByRank(byRank);
-  return [
-    agreementRow(passes, nproc),
-    coverageRow(passes, nproc, 0),
-    coverageRow(passes, nproc, 1),
-    orderRow(passes),
-  ];
+  const { bySampler, skipped } = trainingPasses(byRank);
+  const count = (id: number) => bySampler.get(id)?.get(0)?.length ?? 0;
+  const ids = [...bySampler.keys()].sort((a, b) => count(b) - count(a) || a - b);
+  const main = bySampler.get(ids[0] ?? 0) ?? new Map<number, SamplerPass[]>();
+  if (ids.length === 0) {
+    // No DistributedSampler at all: what the ranks did instead decides between a bug and a design.
+    const loaded = [...byRank.values()].some((events) => events.some((e) => e.kind === "batch"));
+    if (!loaded) {
+      const why = "the script draws its data without a DataLoader or DistributedSampler (random " +
+        "windows, as nanoGPT does?), so how it splits the data among ranks cannot be checked";
+      return [skip("sampler", "ranks agree", "no DataLoader batch or sampler pass recorded", why)];
+    }
+  }
+  const agree = agreementRow(main, nproc);
+  const extra = [...skipped].filter(([, n]) => n > 0);
+  if (extra.length > 0) {
+    agree.measured += `; not epochs: ${
+      extra.map(([r, n]) => `${n} pass${n === 1 ? "" : "es"} on rank ${r}`).join(", ")
+    } that no backward followed (setup, peeks)`;
+  }
+  const rows = [agree, coverageRow(main, nproc, 0), coverageRow(main, nproc, 1), orderRow(main)];
+  for (const id of ids.slice(1)) {
+    const passes = bySampler.get(id)!;
+    const n = [...passes.values()][0]?.[0]?.datasetLength ?? 0;
+    const row = coverageRow(passes, nproc, 0);
+    row.check = `sampler ${id + 1} (${n} samples) coverage`;
+    rows.push(row);
+  }
+  return rows;
 }
 
 function agreementRow(passes: Map<number, SamplerPass[]>, nproc: number): Row {
@@ -55,8 +113,8 @@ function agreementRow(passes: Map<number, SamplerPass[]>, nproc: number): Row {
     return fail(
       "sampler",
       check,
-      "no sampler pass recorded",
-      "no rank drew data through a DistributedSampler: without one every rank trains on the " +
+      "DataLoader batches but no sampler pass recorded",
+      "the ranks' DataLoaders draw no DistributedSampler: without one every rank trains on the " +
         "whole dataset (wrap the data in new DistributedSampler(n, { numReplicas: pg.size, " +
         "rank: pg.rank }) and give it to the DataLoader)",
     );

@@ -14,6 +14,8 @@ export interface Sampler {
   indices(): Int32Array;
   /** The sampler's current epoch, when it tracks one (setEpoch called on the sampler directly). */
   readonly epoch?: number;
+  /** Told when an iteration went through `epoch`'s order to its end (DistributedSampler warns on repeats). */
+  passCompleted?(epoch: number): void;
 }
 
 /** Options of a DataLoader. */
@@ -53,11 +55,11 @@ export interface LoaderPass {
 
 /**
  * Called at the start of every loader pass, after the sampler drew the
- * order; returning false makes the pass yield no batch. A hook point for
- * tools: `dtrain check`'s sampler stage records every rank's order without
- * computing anything.
+ * order; returning false makes the pass yield no batch, a number makes it
+ * yield at most that many. A hook point for tools: `dtrain check`'s sampler
+ * stage records every rank's order computing one batch per pass.
  */
-export type LoaderPassHook = (pass: LoaderPass) => boolean;
+export type LoaderPassHook = (pass: LoaderPass) => boolean | number;
 
 const passHooks = new Set<LoaderPassHook>();
 
@@ -65,6 +67,26 @@ const passHooks = new Set<LoaderPassHook>();
 export function addLoaderPassHook(hook: LoaderPassHook): () => void {
   passHooks.add(hook);
   return () => passHooks.delete(hook);
+}
+
+/** What a loader batch hook sees: the dataset indices of a batch about to be yielded. */
+export interface LoaderBatch {
+  epoch: number;
+  /** the batch's place in its epoch */
+  position: number;
+  /** its dataset indices (the hook must not keep a reference past its call) */
+  indices: Int32Array;
+}
+
+/** Called before every batch a loader yields: a hook point for tools (`dtrain check` measures batches). */
+export type LoaderBatchHook = (batch: LoaderBatch) => void;
+
+const batchHooks = new Set<LoaderBatchHook>();
+
+/** Adds a hook to every batch of every loader; returns the function that removes it. */
+export function addLoaderBatchHook(hook: LoaderBatchHook): () => void {
+  batchHooks.add(hook);
+  return () => batchHooks.delete(hook);
 }
 
 /** How often iteration lets timers, signals and sockets run (ms). */
@@ -86,6 +108,8 @@ export class DataLoader {
   readonly prefetch: number;
   #epoch = 0;
   #position = 0;
+  /** where the next iteration starts (set by loadState), or null: at the epoch's start */
+  #resumeAt: number | null = null;
   #totalWaitMs = 0;
   #lastYield = 0;
   #batches = 0;
@@ -109,7 +133,10 @@ export class DataLoader {
 
   /** Selects the epoch that the next iteration produces (and tells the sampler). */
   setEpoch(epoch: number): void {
-    if (epoch !== this.#epoch) this.#position = 0;
+    if (epoch !== this.#epoch) {
+      this.#position = 0;
+      this.#resumeAt = null;
+    }
     this.#epoch = epoch;
     this.sampler.setEpoch(epoch);
   }
@@ -119,7 +146,11 @@ export class DataLoader {
     return { epoch: this.#epoch, position: this.#position };
   }
 
-  /** Continues from a saved state: the next iteration starts at that batch. */
+  /**
+   * Continues from a saved state: the next iteration starts at that batch
+   * (a state saved after an epoch's last batch starts that epoch again; call
+   * setEpoch(epoch + 1) for the next one).
+   */
   loadState(s: DataLoaderState): void {
     if (
       !Number.isSafeInteger(s.epoch) || s.epoch < 0 ||
@@ -131,6 +162,7 @@ export class DataLoader {
     }
     this.#epoch = s.epoch;
     this.#position = s.position;
+    this.#resumeAt = s.position;
     this.sampler.setEpoch(s.epoch);
   }
 
@@ -140,20 +172,33 @@ export class DataLoader {
   }
 
   /**
-   * The batches of the current epoch from the current position. Tensors of a
-   * batch belong to the consumer (dispose them, or create them in a scope).
+   * The batches of the current epoch. As a new iterator of a PyTorch
+   * DataLoader, each iteration starts at the epoch's first batch (a peek at
+   * one batch in setup skips nothing); after loadState() iterations of that
+   * epoch start at the saved position until one goes to the epoch's end.
+   * Tensors of a batch belong to the consumer (dispose them, or create them
+   * in a scope).
    */
   async *[Symbol.asyncIterator](): AsyncGenerator<Batch> {
     // The user may call sampler.setEpoch() directly, as with torch: follow it.
     const samplerEpoch = this.sampler.epoch ?? this.#epoch;
     if (samplerEpoch !== this.#epoch) {
       this.#epoch = samplerEpoch;
-      this.#position = 0;
+      this.#resumeAt = null;
     }
+    // A loadState() point holds for every pass of its epoch until one goes to the end, so a
+    // peek at a batch after resuming (the DDP tutorial's) does not use it up.
+    const resumeAt = this.#resumeAt ?? 0;
     const order = this.sampler.indices();
-    for (const hook of passHooks) if (!hook({ epoch: this.#epoch, order })) return;
     const nBatches = this.batchesFor(order.length);
-    if (this.#position >= nBatches) this.#position = 0; // the last pass completed: a new pass
+    // A state saved after the epoch's last batch: the epoch again.
+    this.#position = resumeAt >= nBatches ? 0 : resumeAt;
+    let end = nBatches;
+    for (const hook of passHooks) {
+      const allow = hook({ epoch: this.#epoch, order });
+      if (allow === false) return;
+      if (typeof allow === "number") end = Math.min(end, this.#position + Math.max(0, allow));
+    }
     const epoch = this.#epoch;
     const slice = (b: number) =>
       order.subarray(
@@ -171,7 +216,7 @@ export class DataLoader {
       }
     };
     try {
-      for (let b = this.#position; b < nBatches; b++) {
+      for (let b = this.#position; b < end; b++) {
         // Batches that are ready at once resolve as microtasks, which would starve the event
         // loop (signal handlers, the control store's phase reports): give it a turn now and then.
         if (performance.now() - this.#lastYield > YIELD_EVERY_MS) {
@@ -192,9 +237,15 @@ export class DataLoader {
         this.#totalWaitMs += waitMs;
         this.#batches++;
         this.#position = b + 1;
+        for (const hook of batchHooks) hook({ epoch, position: b, indices: slice(b) });
         yield { tensors, indices: slice(b), epoch, position: b, waitMs };
       }
-      if (this.#epoch === epoch) this.#position = nBatches;
+      if (end < nBatches) return; // a hook cut the pass short
+      if (this.#epoch === epoch) {
+        this.#position = nBatches;
+        this.#resumeAt = null; // the resumed epoch is done: later passes start at its beginning
+      }
+      this.sampler.passCompleted?.(epoch);
     } finally {
       // Batches prepared ahead but never consumed (the loop was left early).
       for (const p of pending.values()) {

@@ -25,6 +25,11 @@ export interface Column {
   data: Float32Array | Int32Array;
   /** shape of one sample (e.g. [128] for features, [] for a label) */
   sampleShape: number[];
+  /**
+   * The dataset may keep `data` itself instead of a copy (the caller gives
+   * the array up and must not change it); saves a copy of a large dataset.
+   */
+  owned?: boolean;
 }
 
 /** Batches smaller than this are gathered on the calling thread. */
@@ -56,11 +61,10 @@ export class TensorDataset implements Dataset {
     }
     this.#columns = columns.map((c) => {
       const dtype: DType = c.data instanceof Float32Array ? "f32" : "i32";
-      // A private copy, so the caller may reuse its array; its address is stable.
-      const host = new Uint8Array(c.data.byteLength);
-      host.set(
-        new Uint8Array(c.data.buffer, c.data.byteOffset, c.data.byteLength),
-      );
+      // A private copy, so the caller may reuse its array (unless it gave it up); its address is stable.
+      const bytes = new Uint8Array(c.data.buffer, c.data.byteOffset, c.data.byteLength);
+      const host = c.owned ? bytes : new Uint8Array(c.data.byteLength);
+      if (!c.owned) host.set(bytes);
       const per = c.sampleShape.reduce((a, b) => a * b, 1);
       return {
         host,
@@ -130,5 +134,47 @@ export class TensorDataset implements Dataset {
         );
       }
     }
+  }
+}
+
+/**
+ * The samples of `dataset` at `indices`, as a dataset of its own
+ * (torch.utils.data.Subset): sample i is dataset[indices[i]].
+ *
+ * @example
+ * ```ts
+ * const small = new Subset(train, Int32Array.from({ length: 2048 }, (_, i) => i)); // the first 2048
+ * ```
+ */
+export class Subset implements Dataset {
+  readonly length: number;
+  readonly #indices: Int32Array;
+
+  constructor(readonly dataset: Dataset, indices: Int32Array | readonly number[]) {
+    this.#indices = Int32Array.from(indices);
+    this.length = this.#indices.length;
+    for (const i of this.#indices) {
+      if (i < 0 || i >= dataset.length) {
+        throw new RangeError(`Subset: index ${i} is outside the dataset's [0, ${dataset.length})`);
+      }
+    }
+  }
+
+  getBatch(indices: Int32Array): Tensor[] {
+    return this.dataset.getBatch(this.#map(indices));
+  }
+
+  getBatchAsync(indices: Int32Array): Promise<Tensor[]> {
+    const mapped = this.#map(indices);
+    return this.dataset.getBatchAsync?.(mapped) ?? Promise.resolve(this.dataset.getBatch(mapped));
+  }
+
+  #map(indices: Int32Array): Int32Array {
+    return indices.map((i) => {
+      if (i < 0 || i >= this.length) {
+        throw new RangeError(`Subset: index ${i} is outside [0, ${this.length})`);
+      }
+      return this.#indices[i]!;
+    });
   }
 }

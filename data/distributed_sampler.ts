@@ -8,6 +8,12 @@ import { TorchGenerator } from "../random/torch_generator.ts";
 
 /** One pass a DistributedSampler served: a rank's indices of an epoch. */
 export interface SamplerPass {
+  /**
+   * Which sampler of this process: 0 for the first one built, 1 for the
+   * next, … (so a training and an evaluation sampler are told apart; the
+   * ranks build theirs in the same order)
+   */
+  sampler: number;
   rank: number;
   epoch: number;
   datasetLength: number;
@@ -20,6 +26,7 @@ export interface SamplerPass {
 export type SamplerPassHook = (pass: SamplerPass) => void;
 
 const passHooks = new Set<SamplerPassHook>();
+let samplersBuilt = 0;
 
 /** Adds a hook to every sampler pass; returns the function that removes it. */
 export function addSamplerPassHook(hook: SamplerPassHook): () => void {
@@ -148,9 +155,11 @@ export interface DistributedSamplerOptions {
 
 /**
  * torch's `DistributedSampler` for a dataset of `datasetLength` items. Call
- * `setEpoch(epoch)` at the start of every epoch (the Trainer does); asking a
- * shuffling sampler for the same epoch's order twice warns once, because
- * that is almost always a forgotten `setEpoch` that silently repeats the order.
+ * `setEpoch(epoch)` at the start of every epoch (the Trainer does); going
+ * through a shuffling sampler's order of one epoch to its end twice (by its
+ * own iterator or a DataLoader) warns once, because that is almost always a
+ * forgotten `setEpoch` that silently repeats the order. A pass left early (a
+ * peek at the first batch, as PyTorch's DDP tutorial does) does not count.
  *
  * @example
  * ```ts
@@ -174,7 +183,9 @@ export class DistributedSampler implements Iterable<number> {
   /** numSamples * numReplicas. */
   readonly totalSize: number;
   #epoch = 0;
-  #servedEpochs = new Set<number>();
+  /** this sampler's place in the process's construction order (SamplerPass.sampler) */
+  readonly #id = samplersBuilt++;
+  #consumedEpochs = new Set<number>();
   #warned = false;
   #onWarning: (message: string) => void;
 
@@ -211,25 +222,13 @@ export class DistributedSampler implements Iterable<number> {
     this.#epoch = epoch;
   }
 
-  /**
-   * This rank's indices for the current epoch. With shuffle on, a second
-   * request for an epoch already served warns once (see the class doc).
-   */
+  /** This rank's indices for the current epoch (a pass over them starts). */
   indices(): Int32Array<ArrayBuffer> {
     const epoch = this.#epoch;
-    if (this.shuffle && this.#servedEpochs.has(epoch) && !this.#warned) {
-      this.#warned = true;
-      this.#onWarning(
-        `DistributedSampler (rank ${this.rank}): the order of epoch ${epoch} was requested again, ` +
-          `so this pass repeats the previous pass's sample order exactly. ` +
-          `Call sampler.setEpoch(epoch) at the start of each epoch ` +
-          `(the dtrain Trainer does this for you). This warning is shown once.`,
-      );
-    }
-    this.#servedEpochs.add(epoch);
     const out = this.indicesFor(epoch);
     for (const hook of passHooks) {
       hook({
+        sampler: this.#id,
         rank: this.rank,
         epoch,
         datasetLength: this.datasetLength,
@@ -250,8 +249,28 @@ export class DistributedSampler implements Iterable<number> {
     });
   }
 
+  /**
+   * Says that a pass over `epoch`'s order went to its end (the DataLoader
+   * calls it, and so does this sampler's own iterator). With shuffle on, a
+   * second complete pass over one epoch warns once (see the class doc).
+   */
+  passCompleted(epoch: number): void {
+    if (this.shuffle && this.#consumedEpochs.has(epoch) && !this.#warned) {
+      this.#warned = true;
+      this.#onWarning(
+        `DistributedSampler (rank ${this.rank}): the order of epoch ${epoch} was gone through ` +
+          `again, so this pass repeated the previous pass's sample order exactly. ` +
+          `Call sampler.setEpoch(epoch) at the start of each epoch ` +
+          `(the dtrain Trainer does this for you). This warning is shown once.`,
+      );
+    }
+    this.#consumedEpochs.add(epoch);
+  }
+
   /** Iterates indices() of the current epoch (computed when iteration starts). */
-  [Symbol.iterator](): IterableIterator<number> {
-    return this.indices()[Symbol.iterator]();
+  *[Symbol.iterator](): IterableIterator<number> {
+    const epoch = this.#epoch;
+    yield* this.indices();
+    this.passCompleted(epoch);
   }
 }

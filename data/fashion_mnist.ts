@@ -1,12 +1,14 @@
 /**
- * Fashion-MNIST as two TensorDatasets (train 60000, test 10000): images f32
+ * Fashion-MNIST as two datasets (train 60000, test 10000): images f32
  * [784] scaled to [0,1] then normalised with the training set's mean and std,
- * labels i32 in 0..9. Read from the IDX files of Debian's dataset-fashion-mnist.
+ * labels i32 in 0..9. Read from the IDX files of Debian's dataset-fashion-mnist,
+ * decompressed once into dtrain's cache folder (later loads read the copy).
  */
 import { join } from "node:path";
-import { cpuCalls } from "../ffi/cpu.ts";
-import { TensorDataset } from "./dataset.ts";
-import { type IdxArray, readIdx } from "./idx.ts";
+import { cacheFolder } from "../os/cache_folder.ts";
+import { Progress } from "../distributed/control/progress.ts";
+import { ByteImageDataset } from "./byte_images.ts";
+import { type IdxArray, readIdxCached } from "./idx.ts";
 
 /** Where Debian's package `dataset-fashion-mnist` installs the files. */
 export const FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist";
@@ -27,17 +29,14 @@ export const FASHION_MNIST_CLASSES = 10;
 
 /** The two splits; each sample is [image f32 [784], label i32 []]. */
 export interface FashionMnist {
-  train: TensorDataset;
-  test: TensorDataset;
+  train: ByteImageDataset;
+  test: ByteImageDataset;
 }
 
 const SPLIT_FILES = {
   train: { images: "train-images-idx3-ubyte", labels: "train-labels-idx1-ubyte" },
   test: { images: "t10k-images-idx3-ubyte", labels: "t10k-labels-idx1-ubyte" },
 } as const;
-
-/** Bytes converted per kernel call: bounds the temporary index array to 4 MiB. */
-const CONVERT_CHUNK = 1 << 20;
 
 /**
  * The f32 value of each byte value, computed in f32 exactly as numpy does
@@ -48,22 +47,6 @@ function pixelTable(): Float32Array<ArrayBuffer> {
   const f = Math.fround;
   const mean = f(FASHION_MNIST_MEAN), std = f(FASHION_MNIST_STD);
   return Float32Array.from({ length: 256 }, (_, b) => f(f(f(b / 255) - mean) / std));
-}
-
-/** Maps every byte through pixelTable() with the native row gather (4-byte rows). */
-function normalizePixels(bytes: Uint8Array): Float32Array<ArrayBuffer> {
-  const gather = cpuCalls().dt_gather_rows;
-  const table = pixelTable();
-  const tablePtr = Deno.UnsafePointer.of(table);
-  const out = new Float32Array(bytes.length);
-  const index = new Int32Array(Math.min(CONVERT_CHUNK, bytes.length));
-  const indexPtr = Deno.UnsafePointer.of(index);
-  for (let at = 0; at < bytes.length; at += CONVERT_CHUNK) {
-    const n = Math.min(CONVERT_CHUNK, bytes.length - at);
-    index.set(bytes.subarray(at, at + n)); // u8 -> i32 widening, done by V8 in bulk
-    gather(Deno.UnsafePointer.of(out.subarray(at, at + n)), tablePtr, indexPtr, BigInt(n), 4n);
-  }
-  return out;
 }
 
 /** The path of `base` in `dir`, uncompressed if present, else `base.gz`; null if neither. */
@@ -84,10 +67,19 @@ function checkDims(file: string, got: IdxArray, expected: string, ok: boolean): 
   }
 }
 
+/** Where the split loads report their progress, and where decompressed copies are kept. */
+interface LoadContext {
+  cacheDir: string;
+  progress: Progress;
+  /** bytes decompressed by earlier files */
+  base: number;
+}
+
 async function loadSplit(
   dir: string,
   files: { images: string; labels: string },
-): Promise<TensorDataset> {
+  ctx: LoadContext,
+): Promise<ByteImageDataset> {
   const paths = [files.images, files.labels].map((base) => findFile(dir, base));
   const missing = [files.images, files.labels].filter((_, i) => paths[i] === null);
   if (missing.length > 0) {
@@ -99,7 +91,16 @@ async function loadSplit(
     );
   }
   const [imagePath, labelPath] = paths as [string, string];
-  const [images, labels] = await Promise.all([readIdx(imagePath), readIdx(labelPath)]);
+  const read = async (path: string) => {
+    const base = ctx.base;
+    const r = await readIdxCached(path, ctx.cacheDir, {
+      onProgress: (n) => ctx.progress.update(base + n, "decompressed"),
+    });
+    ctx.base += r.data.length;
+    return r;
+  };
+  const images = await read(imagePath);
+  const labels = await read(labelPath);
   const [count, rows, cols] = images.dims;
   checkDims(
     imagePath,
@@ -124,16 +125,17 @@ async function loadSplit(
       }`,
     );
   }
-  return new TensorDataset(
-    { data: normalizePixels(images.data), sampleShape: [FASHION_MNIST_PIXELS] },
-    { data: labelData, sampleShape: [] },
-  );
+  // Kept as bytes and normalised a batch at a time (exactly as a pre-converted f32 copy would be).
+  return new ByteImageDataset(images.data, [FASHION_MNIST_PIXELS], labelData, pixelTable());
 }
 
 /**
  * Loads both splits of Fashion-MNIST from `dir` (default: $DTRAIN_FASHION_MNIST,
- * else /usr/share/datasets/fashion-mnist). Each file may be plain or `.gz`.
- * A pixel p in 0..255 becomes `(p / 255 - 0.2860) / 0.3530` in f32.
+ * else /usr/share/datasets/fashion-mnist). Each file may be plain or `.gz`;
+ * a `.gz` file is decompressed once into `<dtrain cache>/datasets` (see
+ * os/cache_folder.ts) and read from there later. A pixel p in 0..255 becomes
+ * `(p / 255 - 0.2860) / 0.3530` in f32. A load that takes more than 2 s
+ * prints its progress on rank 0.
  *
  * @example
  * ```ts
@@ -141,9 +143,18 @@ async function loadSplit(
  * const [x, y] = train.getBatch(new Int32Array([0, 1])); // x f32 [2, 784], y i32 [2]
  * ```
  */
-export async function loadFashionMnist(dir?: string): Promise<FashionMnist> {
+export async function loadFashionMnist(
+  dir?: string,
+  opts: { cacheDir?: string } = {},
+): Promise<FashionMnist> {
   const folder = dir ?? Deno.env.get("DTRAIN_FASHION_MNIST") ?? FASHION_MNIST_DIR;
-  const train = await loadSplit(folder, SPLIT_FILES.train);
-  const test = await loadSplit(folder, SPLIT_FILES.test);
+  const ctx: LoadContext = {
+    cacheDir: opts.cacheDir ?? join(cacheFolder(), "datasets"),
+    progress: new Progress("loading Fashion-MNIST", { unit: "bytes" }),
+    base: 0,
+  };
+  const train = await loadSplit(folder, SPLIT_FILES.train, ctx);
+  const test = await loadSplit(folder, SPLIT_FILES.test, ctx);
+  ctx.progress.done(`${train.length} training and ${test.length} test images`);
   return { train, test };
 }

@@ -3,7 +3,10 @@
  * (0x00 0x00 type ndim), ndim big-endian u32 dims, then the elements. Files
  * may be gzip-compressed. Only unsigned-byte data (type 0x08) is accepted, and
  * every size is checked against the bytes present before anything is read.
+ * readIdxCached keeps a decompressed copy, so a gzip file is inflated once.
  */
+import { createHash } from "node:crypto";
+import { basename, join, resolve } from "node:path";
 
 /** One decoded IDX file: its dims and its elements in row-major order. */
 export interface IdxArray {
@@ -17,6 +20,8 @@ export interface IdxArray {
 export interface IdxOptions {
   /** Largest element count (and decompressed size) accepted. Default IDX_MAX_BYTES. */
   maxBytes?: number;
+  /** Told the decompressed bytes so far while a gzip file is decompressed. */
+  onProgress?: (bytes: number) => void;
 }
 
 /** Default cap on an IDX file's size: 1 GiB, 20x the largest Fashion-MNIST file. */
@@ -125,7 +130,12 @@ export function isGzip(bytes: Uint8Array): boolean {
  * gunzipSync that failed on corrupt data makes the *next* call raise an
  * uncaught error that ends the process.
  */
-async function gunzip(bytes: Uint8Array, name: string, maxBytes: number): Promise<Uint8Array> {
+async function gunzip(
+  bytes: Uint8Array,
+  name: string,
+  maxBytes: number,
+  onProgress?: (bytes: number) => void,
+): Promise<Uint8Array> {
   const stream = new DecompressionStream("gzip");
   const writer = stream.writable.getWriter();
   const feeding = (async () => {
@@ -147,6 +157,7 @@ async function gunzip(bytes: Uint8Array, name: string, maxBytes: number): Promis
     }
     if (next.done) break;
     total += next.value.length;
+    onProgress?.(total);
     if (total > maxBytes) {
       await reader.cancel();
       fail(name, `gzip data decompresses to more than ${maxBytes} bytes (maxBytes)`);
@@ -178,7 +189,9 @@ export async function decodeIdx(
 ): Promise<IdxArray> {
   const maxBytes = maxBytesOf(opts);
   // The header adds at most 4 + 4 * MAX_NDIM bytes to maxBytes elements.
-  const raw = isGzip(bytes) ? await gunzip(bytes, name, maxBytes + 4 + 4 * MAX_NDIM) : bytes;
+  const raw = isGzip(bytes)
+    ? await gunzip(bytes, name, maxBytes + 4 + 4 * MAX_NDIM, opts.onProgress)
+    : bytes;
   return parseIdx(raw, name, opts);
 }
 
@@ -202,4 +215,69 @@ export async function readIdx(path: string, opts: IdxOptions = {}): Promise<IdxA
     );
   }
   return decodeIdx(bytes, path, opts);
+}
+
+/** Where a decompressed copy of `path` is kept: named by its path, size and modification time. */
+function cachedName(path: string, info: Deno.FileInfo): string {
+  const key = `${resolve(path)}\u0000${info.size}\u0000${info.mtime?.getTime() ?? 0}`;
+  const hash = createHash("sha256").update(key).digest("hex").slice(0, 16);
+  return `${basename(path).replace(/\.gz$/, "")}-${hash}.idx`;
+}
+
+/**
+ * readIdx() that decompresses a gzip file once: the decompressed IDX bytes
+ * are kept in `cacheDir` (named by the file's path, size and modification
+ * time, written atomically so concurrent ranks never read half a file), and
+ * later calls read them back, checked by parseIdx like any IDX file. A cache
+ * that cannot be written is skipped with a warning; plain files are read
+ * directly.
+ */
+export async function readIdxCached(
+  path: string,
+  cacheDir: string,
+  opts: IdxOptions & { warn?: (message: string) => void } = {},
+): Promise<IdxArray> {
+  let info: Deno.FileInfo;
+  try {
+    info = Deno.statSync(path);
+  } catch (e) {
+    throw new Error(`Cannot read IDX file ${path}: ${(e as Error).message}`, { cause: e });
+  }
+  if (!path.endsWith(".gz")) return readIdx(path, opts);
+  const cached = join(cacheDir, cachedName(path, info));
+  try {
+    return parseIdx(Deno.readFileSync(cached), cached, opts);
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) {
+      (opts.warn ?? console.warn)(
+        `dtrain: ignoring the cached copy ${cached}: ${(e as Error).message}`,
+      );
+    }
+  }
+  const parsed = await readIdx(path, opts);
+  try {
+    Deno.mkdirSync(cacheDir, { recursive: true });
+    const tmp = `${cached}.tmp-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`;
+    const header = 4 + 4 * parsed.dims.length;
+    const whole = new Uint8Array(header + parsed.data.length);
+    const view = new DataView(whole.buffer);
+    whole.set([0, 0, 0x08, parsed.dims.length]);
+    parsed.dims.forEach((d, i) => view.setUint32(4 + 4 * i, d, false));
+    whole.set(parsed.data, header);
+    try {
+      Deno.writeFileSync(tmp, whole);
+      Deno.renameSync(tmp, cached);
+    } finally {
+      try {
+        Deno.removeSync(tmp);
+      } catch { /* renamed */ }
+    }
+  } catch (e) {
+    (opts.warn ?? console.warn)(
+      `dtrain: cannot keep a decompressed copy of ${path} in ${cacheDir} (${
+        (e as Error).message
+      }); it is decompressed again next time (set DTRAIN_CACHE to a writable folder)`,
+    );
+  }
+  return parsed;
 }

@@ -4,6 +4,8 @@
  * its init (torch.manual_seed(1337)), the random windows (a generator seeded
  * 1000 + rank) and AdamW 3e-4 are those of the peer
  * scripts/peers/char_gpt.py, so the loss curves can be laid side by side.
+ * A RunLog records each step (and the drawn window offsets) and the
+ * held-out loss in the run directory, for `dtrain report` and `dtrain diff`.
  *
  *   ./dtrain --nproc 2 examples/char_gpt.ts [steps=200] [--precision bf16]
  */
@@ -19,6 +21,7 @@ import {
   loadCharCorpus,
   manualSeed,
   noGrad,
+  RunLog,
   scope,
   tensorFile,
   TorchGenerator,
@@ -47,14 +50,32 @@ const model = new GPT({
 const ddp = new DistributedDataParallel(model, pg);
 const optimizer = new AdamW(ddp.parameters(), { lr: 3e-4 });
 const gen = new TorchGenerator(1000 + pg.rank);
-const lossBuf = new Float64Array(1);
+const log = new RunLog({
+  config: {
+    batch: BATCH,
+    block: BLOCK,
+    nLayer: 4,
+    nHead: 4,
+    nEmbd: 128,
+    lr: 3e-4,
+    steps,
+    precision,
+  },
+  seed: 1337,
+  processGroup: pg,
+  optimizer,
+  totalSteps: steps,
+  tokensPerSample: BLOCK,
+});
 
+let heldOut = NaN;
 try {
   const t0 = performance.now();
   let tWarm = t0;
   for (let step = 1; step <= steps; step++) {
+    const offsets = train.randomOffsets(gen, BATCH);
     const loss = scope(() => {
-      const [x, y] = train.randomWindowBatch(gen, BATCH);
+      const [x, y] = train.getBatch(offsets);
       optimizer.zeroGrad();
       const l = autocast(precision === "bf16" ? "bf16" : "f32", () => model.loss(x!, y!));
       ddp.backward(l); // each gradient bucket's allReduce starts as soon as it is complete
@@ -62,12 +83,8 @@ try {
       optimizer.step();
       return l.item();
     });
-    lossBuf[0] = loss;
-    pg.allReduce(lossBuf, "avg");
+    log.step({ loss, samples: BATCH, indices: offsets }); // prints the mean over ranks every 10 steps
     if (step === 10) tWarm = performance.now();
-    if (pg.rank === 0 && (step === 1 || step % 10 === 0)) {
-      console.log(`step ${step}: loss ${lossBuf[0]!.toFixed(4)}`);
-    }
   }
   const tokensPerS = ((steps - 10) * BATCH * BLOCK * pg.size) /
     ((performance.now() - tWarm) / 1000);
@@ -92,9 +109,15 @@ try {
         Math.round(tokensPerS)
       } tokens/s (steps 11..${steps})`,
     );
+    heldOut = evalLoss;
     new CheckpointManager(`${world.runDir ?? "runs/char_gpt"}/checkpoints`, { rank: 0 })
       .save({ step: steps, files: [tensorFile("model", ddp.stateDict())], state: { steps } });
   }
+  // Rank 0 computed the peer's figure; every rank takes part in recording it.
+  const shared = Float64Array.of(heldOut);
+  pg.broadcast(shared, 0);
+  log.eval({ "held-out loss": shared[0]! });
+  log.close();
   pg.barrier("done");
 } finally {
   pg.close();

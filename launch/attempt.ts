@@ -43,6 +43,12 @@ export interface RunContext {
   threads: number;
   /** absolute path of the user's script */
   script: string;
+  /**
+   * Attempts earlier launches into this run directory made (run.json): this
+   * launch's attempt k is the run's attempt attemptBase + k, the ranks'
+   * DTRAIN_RESTART_COUNT (default 0).
+   */
+  attemptBase?: number;
 }
 
 /** How an attempt ended. */
@@ -371,7 +377,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         numThreads: ctx.threads,
         hangWarnS: opts.hangWarnS,
         timeoutS: opts.timeoutS,
-        restartCount: k,
+        restartCount: (ctx.attemptBase ?? 0) + k,
         logRanks: opts.logRanks,
         launcherPid: Deno.pid,
         device: opts.device,
@@ -403,7 +409,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     }
     if (ranks.length === 0) return; // stopped before any rank started: onAbort reports it
     log.info(
-      `attempt ${k}: started ranks ${
+      `attempt ${(ctx.attemptBase ?? 0) + k}: started ranks ${
         rankList(ranks.map((p) => p.rank))
       } of ${worldSize} on node ${node} ` +
         `(pids ${ranks.map((p) => p.pid).join(",")}; ${ctx.threads} native thread(s) each)`,

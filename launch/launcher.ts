@@ -10,9 +10,11 @@ import {
   type AttemptEnd,
   beginAttempt,
   behaviourEnv,
+  continueRunRecord,
   finishAttempt,
   machineFacts,
   newRunRecord,
+  readRunRecord,
   sha256File,
   versions,
   writeRunRecord,
@@ -36,6 +38,9 @@ import {
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
+import { checkScriptTypes } from "./type_check.ts";
+import { installLayout } from "../os/install_layout.ts";
+import type { RunRecord } from "../run/format.ts";
 import { checkNproc, type NodeCapacity } from "./nproc_limit.ts";
 import { lockRunDir, type RunLock } from "./run_lock.ts";
 
@@ -54,6 +59,8 @@ interface RunInfo {
   nnodes: number;
   nproc: number;
   maxRestarts: number;
+  /** attempts that earlier launches into the run directory made (node 0 reads run.json) */
+  attemptBase?: number;
 }
 
 /** What bounds --nproc on this machine for the resolved device. */
@@ -110,12 +117,33 @@ function startStore(
   }
 }
 
-/** Meets every node's launcher in the store; returns the run's id (node 0's). */
+/**
+ * `deno check` of the script with the config the ranks run with, before
+ * anything starts (a checkout only: the single file carries dtrain as
+ * JavaScript, without its types). Throws after printing the type errors.
+ */
+async function typeCheck(given: string, script: string, log: LauncherLog): Promise<void> {
+  const layout = installLayout();
+  if (layout?.kind !== "checkout") return;
+  const r = await checkScriptTypes(script, {
+    config: layout.config,
+    onCheck: () =>
+      log.info(`type-checking ${given} (once per change of its files; --no-check skips it)`),
+  });
+  if (r.ok) return;
+  console.error(r.output);
+  throw new Error(
+    `${given} does not type-check (the errors are above): fix them, or start it unchecked with --no-check`,
+  );
+}
+
+/** Meets every node's launcher in the store; returns node 0's run facts (its run id, attempt base). */
 async function rendezvous(
   client: StoreClient,
   opts: LaunchOptions,
   runId: string | null,
-): Promise<string> {
+  attemptBase = 0,
+): Promise<RunInfo> {
   const me = opts.nodeRank;
   const claims = await client.add(runKeys.nodeClaim(me), 1);
   if (claims > 1) {
@@ -128,6 +156,7 @@ async function rendezvous(
     nnodes: opts.nnodes,
     nproc: opts.nproc,
     maxRestarts: opts.maxRestarts,
+    attemptBase,
   };
   if (me === 0) await client.set(runKeys.info, JSON.stringify(mine));
   await client.set(
@@ -164,13 +193,21 @@ async function rendezvous(
       }
     }
   }
-  return info.runId;
+  return info;
 }
 
-/** run.json of this launch: written at start and rewritten as each attempt begins and ends. */
-async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
+/**
+ * run.json of this launch: written at start and rewritten as each attempt
+ * begins and ends; continued (not replaced) when the directory holds the
+ * record of an earlier launch.
+ */
+async function startRunRecord(
+  ctx: RunContext,
+  argv: readonly string[],
+  previous: RunRecord | null,
+) {
   const { opts, runDir, runId, threads, script } = ctx;
-  let rec = newRunRecord({
+  const input = {
     runId,
     name: basename(runDir),
     argv: ["dtrain", ...argv],
@@ -180,7 +217,8 @@ async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
     versions: versions(),
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
-  });
+  };
+  let rec = previous ? continueRunRecord(previous, input) : newRunRecord(input);
   writeRunRecord(runDir, rec);
   return {
     begin() {
@@ -205,6 +243,7 @@ async function startRunRecord(ctx: RunContext, argv: readonly string[]) {
 export async function launch(opts: LaunchOptions, argv: readonly string[]): Promise<number> {
   const log = new LauncherLog();
   const script = checkScript(opts.script);
+  if (!opts.noCheck) await typeCheck(opts.script, script, log);
   const token = resolveToken(opts);
   // "auto" is resolved once here, so every rank gets the same answer and the notice prints once
   // (after the run directory exists, so that it is in launcher.log too).
@@ -267,11 +306,21 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
       : null;
     if (proposed?.created) createdDir = proposed.dir;
-    let runId: string;
+    let runId: string, attemptBase: number;
+    let previous: RunRecord | null = null;
     try {
       // Node 0 refuses a run directory another live launcher holds before anyone joins.
       if (proposed) runLock = lockRunDir(proposed.dir, 0, proposed.runId);
-      runId = await rendezvous(client, opts, proposed?.runId ?? null);
+      // A run directory reused to resume keeps its run's id and record (run.json).
+      previous = proposed ? readRunRecord(proposed.dir) : null;
+      const info = await rendezvous(
+        client,
+        opts,
+        previous?.runId ?? proposed?.runId ?? null,
+        previous?.attempts.length ?? 0,
+      );
+      runId = info.runId;
+      attemptBase = info.attemptBase ?? 0;
     } catch (e) {
       // Nothing ran: leave no run directory behind that this launch created.
       runLock?.release();
@@ -315,6 +364,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       masterPort,
       threads,
       script,
+      attemptBase,
     };
     const record: LaunchRecord = {
       runId,
@@ -333,7 +383,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     const recordPath = launchRecordPath(runDir, opts.nodeRank);
     writeLaunchRecord(recordPath, record);
     // run.json: the job's rerun record (node 0 only), one entry per attempt.
-    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv) : null;
+    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
 
     let code = 1;
     let graceMs = 0;
@@ -364,7 +414,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       if (!restartable || preempted || k >= opts.maxRestarts) break;
       log.info(
         `restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${
-          k + 1
+          attemptBase + k + 1
         }`,
       );
     }

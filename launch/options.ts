@@ -30,6 +30,8 @@ export interface LaunchOptions {
   device: string;
   /** allow more CPU ranks than a few per core */
   oversubscribe: boolean;
+  /** start the ranks without type-checking the script */
+  noCheck: boolean;
 }
 
 type Kind = "int" | "seconds" | "string" | "flag";
@@ -88,6 +90,16 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
     topic: "Processes",
     defaultText: "auto: a GPU per local rank when CUDA works, else the CPU (said once)",
     help: "where ranks compute (DTRAIN_DEVICE)",
+  },
+  {
+    name: "no-check",
+    value: "",
+    key: "noCheck",
+    kind: "flag",
+    topic: "Processes",
+    defaultText:
+      "off (or $DTRAIN_NO_CHECK=1): `deno check` first, remembered by the files' content",
+    help: "start the ranks without type-checking the script",
   },
   {
     name: "nnodes",
@@ -229,6 +241,7 @@ const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
   runDir: null,
   device: "auto",
   oversubscribe: false,
+  noCheck: false,
 };
 
 function parseValue(spec: OptionSpec, raw: string): number | string {
@@ -309,6 +322,7 @@ export function parseLaunchArgs(
     script,
     scriptArgs: argv.slice(scriptAt + 1),
     logRanks: env("DTRAIN_LOG_RANKS") || "0",
+    noCheck: env("DTRAIN_NO_CHECK") === "1",
   };
   for (const spec of LAUNCH_OPTIONS) {
     const raw = values[spec.name];

@@ -9,11 +9,34 @@ export { kaimingUniformLinearBound as linearWeightBound, linearBiasBound } from 
 import { fromArray, type Tensor } from "../tensor/tensor.ts";
 
 let defaultGenerator = new TorchGenerator(0);
+/** Dropout layers built since the last manualSeed: the next one's place in construction order. */
+let dropoutLayers = 0n;
 
 /** Seeds the default generator (as torch.manual_seed). */
 export function manualSeed(seed: number): TorchGenerator {
   defaultGenerator = new TorchGenerator(seed);
+  dropoutLayers = 0n;
   return defaultGenerator;
+}
+
+/**
+ * The mask seed of the next Dropout layer built: a hash of the manualSeed
+ * seed and the layer's place in construction order. Layers get different
+ * masks (not one shared pattern), a model built the same way after the same
+ * manualSeed gets the same seeds (every rank, and a resumed run), and no
+ * draw is taken from the generator, so initial weights stay PyTorch's.
+ */
+export function nextDropoutSeed(): bigint {
+  return BigInt.asIntN(64, splitmix64(defaultGenerator.initialSeed() ^ (dropoutLayers++ << 32n)));
+}
+
+/** SplitMix64's output function: a bijective 64-bit mix. */
+function splitmix64(x: bigint): bigint {
+  const M = (1n << 64n) - 1n;
+  let z = (x + 0x9e3779b97f4a7c15n) & M;
+  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M;
+  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M;
+  return z ^ (z >> 31n);
 }
 
 /** The default generator used by layer constructors. */

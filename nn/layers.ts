@@ -4,13 +4,20 @@
  * Flatten, and Sequential (children named "0", "1", …).
  */
 import { Module } from "./module.ts";
-import { linearBiasBound, linearWeightBound, normalTensor, uniformTensor } from "./init.ts";
+import {
+  linearBiasBound,
+  linearWeightBound,
+  nextDropoutSeed,
+  normalTensor,
+  uniformTensor,
+} from "./init.ts";
 import { full, type Tensor } from "../tensor/tensor.ts";
 import { linear } from "../tensor/ops/linalg.ts";
 import { dropout, gelu, relu } from "../tensor/ops/elementwise.ts";
 import { embedding, layerNorm } from "../tensor/ops/nn.ts";
 import { flatten } from "../tensor/ops/layout.ts";
 import type { TorchGenerator } from "../random/torch_generator.ts";
+import { notePlainBypass, plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
 /** A module mapping one tensor to one tensor. */
 export abstract class Layer extends Module {
@@ -63,12 +70,14 @@ export class GELU extends Layer {
 
 /**
  * Dropout with a seeded, counter-based mask: each call uses the next offset,
- * so a run is reproducible from (seed, number of calls), which checkpoints save.
+ * so a run is reproducible from (seed, number of calls), which checkpoints
+ * save (getRngState). The seed defaults to one derived from manualSeed's seed
+ * and the layer's construction order (nextDropoutSeed), distinct per layer.
  */
 export class Dropout extends Layer {
   /** Mask stream position; advanced by the element count of each call. */
   offset = 0n;
-  constructor(readonly p: number, public seed: bigint = 0n) {
+  constructor(readonly p: number, public seed: bigint = nextDropoutSeed()) {
     super();
     if (!(p >= 0 && p < 1)) {
       throw new RangeError(`Dropout: p must be in [0, 1), got ${p}`);
@@ -76,6 +85,10 @@ export class Dropout extends Layer {
   }
   forward(x: Tensor): Tensor {
     if (!this.training || this.p === 0) return x;
+    if (plainArithmetic()) {
+      notePlainBypass("dropout"); // a tool comparing runs in plain f32 turned it off
+      return x;
+    }
     const out = dropout(x, this.p, this.seed, this.offset);
     this.offset += BigInt(x.numel);
     return out;

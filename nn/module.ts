@@ -5,6 +5,14 @@
  */
 import { type Tensor } from "../tensor/tensor.ts";
 import { noGrad } from "../tensor/autograd.ts";
+import {
+  asStateTensor,
+  pickTensors,
+  type StateDictSource,
+  type StateTensor,
+} from "../tensor/state_source.ts";
+
+export type { StateDictSource, StateTensor } from "../tensor/state_source.ts";
 
 /** Problems found when loading a state dict, each listed by name. */
 export class StateDictError extends Error {
@@ -28,13 +36,6 @@ export class StateDictError extends Error {
     super(`Cannot load state dict: ${parts.join("; ")}`);
     this.name = "StateDictError";
   }
-}
-
-/** A tensor as a state-dict source: anything with a shape and raw little-endian bytes. */
-export interface StateTensor {
-  shape: readonly number[];
-  dtype: string;
-  bytes(): Uint8Array;
 }
 
 /** Base class of layers and models. */
@@ -128,22 +129,27 @@ export abstract class Module {
   }
 
   /**
-   * Copies tensors into this module's parameters and buffers. With strict
-   * (the default) every key must match: the error lists each missing,
-   * unexpected and wrongly shaped entry. A leading "module." on every key
-   * (a DDP-wrapped PyTorch model) is accepted.
+   * Copies tensors into this module's parameters and buffers. The source may
+   * be another module's stateDict(), a weights file's tensors, a checkpoint
+   * file, or a whole loaded checkpoint (its "model" file is used), e.g.
+   * `model.loadStateDict(checkpoints.loadLatest())`. With strict (the
+   * default) every key must match: the error lists each missing, unexpected
+   * and wrongly shaped entry. A leading "module." on every key (a
+   * DDP-wrapped PyTorch model) is accepted.
    */
   loadStateDict(
-    source: Map<string, StateTensor>,
-    opts: { strict?: boolean } = {},
+    source: StateDictSource | null | undefined,
+    opts: { strict?: boolean; file?: string } = {},
   ): void {
     const strict = opts.strict ?? true;
-    let src = source;
+    const what = "Module.loadStateDict";
+    const given = pickTensors(source, opts.file ?? "model", what);
+    let src = new Map<string, StateTensor>();
+    for (const [k, v] of given) src.set(k, asStateTensor(k, v, what));
     const keys = [...src.keys()];
     if (keys.length > 0 && keys.every((k) => k.startsWith("module."))) {
-      src = new Map(
-        keys.map((k) => [k.slice("module.".length), source.get(k)!]),
-      );
+      const all = src;
+      src = new Map(keys.map((k) => [k.slice("module.".length), all.get(k)!]));
     }
     const mine = this.stateDict();
     const missing = [...mine.keys()].filter((k) => !src.has(k));

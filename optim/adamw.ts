@@ -4,7 +4,7 @@
  */
 import { backend } from "../tensor/backend.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
-import { Optimizer, type OptimizerState } from "./optimizer.ts";
+import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer.ts";
 
 /** AdamW hyperparameters; defaults are torch's. */
 export interface AdamWOptions {
@@ -34,7 +34,7 @@ export class AdamW extends Optimizer<AdamWOptions> {
   readonly #state = new Map<Tensor, AdamState>();
 
   constructor(
-    params: Tensor[] | { params: Tensor[]; hyper?: Partial<AdamWOptions> }[],
+    params: Tensor[] | ParamGroupSpec<AdamWOptions>[],
     opts: Partial<AdamWOptions> = {},
   ) {
     super(params, { ...DEFAULTS, ...opts });
@@ -95,7 +95,7 @@ export class AdamW extends Optimizer<AdamWOptions> {
     return { tensors, paramGroups };
   }
 
-  loadStateDict(state: OptimizerState): void {
+  protected loadState(state: OptimizerState): void {
     this.restoreGroups(state, (saved, h) => {
       if (typeof saved.lr === "number") h.lr = saved.lr;
       const betas = saved.betas as number[] | undefined;

@@ -1,7 +1,10 @@
 /**
  * Learning-rate schedules: constant, linear warmup then cosine decay, and
  * step decay. A schedule is a pure function of the step, so its state dict
- * is just the step count; `step()` advances it and sets the optimizer's lr.
+ * is just the step count; `step()` advances it and sets the optimizer's lr:
+ * the first parameter group gets the schedule's value and every other group
+ * the same multiple of its own initial rate, so per-group rates are scaled,
+ * not overwritten (as PyTorch's schedulers scale each group's base lr).
  */
 import type { Optimizer } from "./optimizer.ts";
 
@@ -53,27 +56,42 @@ export function stepLr(
   return (step) => opts.lr * gamma ** Math.floor(step / opts.stepSize);
 }
 
-/** Drives an optimizer's lr from a schedule. */
+/**
+ * Drives an optimizer's learning rates from a schedule: `fn` gives the rate
+ * for a group that started at `baseLr` (default: the first group's initial
+ * rate), and every group gets that value times its own initial rate / baseLr.
+ *
+ * @example
+ * ```ts
+ * const opt = new AdamW([{ params: decay, weightDecay: 0.1 }, { params: rest, weightDecay: 0, lr: 5e-4 }], { lr: 1e-3 });
+ * const schedule = new LrScheduler(opt, warmupCosineLr({ maxLr: 1e-3, warmupSteps: 100, totalSteps: 5000 }));
+ * // after each opt.step(): schedule.step(); the second group runs at half the first group's rate
+ * ```
+ */
 export class LrScheduler {
   #step = 0;
+  /** the rate the schedule's values are for (a group starting at it follows fn exactly) */
+  readonly baseLr: number;
   constructor(
     readonly optimizer: Optimizer<{ lr: number }>,
     readonly fn: LrFunction,
+    opts: { baseLr?: number } = {},
   ) {
-    optimizer.lr = fn(0);
+    this.baseLr = opts.baseLr ?? optimizer.groups[0]!.initialLr;
+    optimizer.setLrScaled(fn(0), this.baseLr);
   }
   /** Optimizer steps completed so far. */
   get stepCount(): number {
     return this.#step;
   }
-  /** Current learning rate. */
+  /** The schedule's current value (the rate of a group that started at baseLr). */
   get lr(): number {
     return this.fn(this.#step);
   }
   /** Advances one optimizer step and applies the new lr. */
   step(): void {
     this.#step++;
-    this.optimizer.lr = this.fn(this.#step);
+    this.optimizer.setLrScaled(this.fn(this.#step), this.baseLr);
   }
   stateDict(): { step: number } {
     return { step: this.#step };
@@ -85,6 +103,6 @@ export class LrScheduler {
       );
     }
     this.#step = s.step;
-    this.optimizer.lr = this.fn(this.#step);
+    this.optimizer.setLrScaled(this.fn(this.#step), this.baseLr);
   }
 }

@@ -4,13 +4,29 @@
  * tensors under "state.<index>.<name>", param_groups as JSON), so a dtrain
  * optimizer state reads like torch's optimizer.state_dict() flattened.
  */
-import type { Tensor } from "../tensor/tensor.ts";
+import { scope, Tensor } from "../tensor/tensor.ts";
+import { fromStTensor } from "../tensor/st_bridge.ts";
+import { isStTensor } from "../io/st_tensor.ts";
+import { type CheckpointLike, pickTensors, type TensorFileLike } from "../tensor/state_source.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
 export interface ParamGroup<H> {
   params: Tensor[];
   hyper: H;
+  /**
+   * The group's learning rate when the optimizer was built (torch's
+   * `initial_lr`): a schedule keeps each group's lr at this ratio to the
+   * first group's, so it scales per-group rates instead of overwriting them.
+   */
+  readonly initialLr: number;
 }
+
+/**
+ * A parameter group as given to an optimizer: its parameters and the
+ * hyperparameters it overrides, written as in PyTorch
+ * (`{ params, weightDecay: 0 }`) or under `hyper`.
+ */
+export type ParamGroupSpec<H> = { params: Tensor[]; hyper?: Partial<H> } & Partial<H>;
 
 /** An optimizer's state: tensors by "<index>.<name>" and the groups' hyperparameters. */
 export interface OptimizerState {
@@ -40,17 +56,28 @@ export abstract class Optimizer<H extends { lr: number }> {
   readonly groups: ParamGroup<H>[];
 
   constructor(
-    params: Tensor[] | { params: Tensor[]; hyper?: Partial<H> }[],
+    params: Tensor[] | ParamGroupSpec<H>[],
     defaults: H,
   ) {
     const groups = Array.isArray(params) && params.length > 0 &&
         "params" in (params[0] as object)
-      ? params as { params: Tensor[]; hyper?: Partial<H> }[]
-      : [{ params: params as Tensor[] }];
-    this.groups = groups.map((g) => ({
-      params: g.params,
-      hyper: { ...defaults, ...(g.hyper ?? {}) },
-    }));
+      ? params as ParamGroupSpec<H>[]
+      : [{ params: params as Tensor[] } as ParamGroupSpec<H>];
+    this.groups = groups.map((g, i) => {
+      const { params: ps, hyper, ...direct } = g;
+      if (!Array.isArray(ps)) {
+        throw new TypeError(`Optimizer: parameter group ${i} has no params list`);
+      }
+      const unknown = Object.keys(direct).filter((k) => !(k in defaults));
+      if (unknown.length > 0) {
+        throw new TypeError(
+          `Optimizer: parameter group ${i} sets ${unknown.join(", ")}, which this optimizer does ` +
+            `not have (it has ${Object.keys(defaults).join(", ")})`,
+        );
+      }
+      const h = { ...defaults, ...(hyper ?? {}), ...(direct as unknown as Partial<H>) };
+      return { params: ps, hyper: h, initialLr: h.lr };
+    });
     const seen = new Set<Tensor>();
     for (const g of this.groups) {
       for (const p of g.params) {
@@ -74,12 +101,29 @@ export abstract class Optimizer<H extends { lr: number }> {
     for (const p of this.params()) p.grad?.fill(0);
   }
 
-  /** Learning rate of the first group (schedules set every group's). */
+  /** Learning rate of the first group. */
   get lr(): number {
     return this.groups[0]!.hyper.lr;
   }
+  /**
+   * Sets the first group's learning rate to `v` and every other group's to
+   * the same multiple of its initial rate (a group built with half the first
+   * group's rate keeps half of it): how schedules drive the rates. Set
+   * `groups[i].hyper.lr` to change one group alone.
+   */
   set lr(v: number) {
-    for (const g of this.groups) g.hyper.lr = v;
+    this.setLrScaled(v, this.groups[0]!.initialLr);
+  }
+
+  /**
+   * Sets every group's learning rate to `v` times its initial rate divided
+   * by `reference` (a group whose initial rate is `reference` gets exactly
+   * `v`): a schedule's value for the rate `reference`, applied to each group.
+   */
+  setLrScaled(v: number, reference: number): void {
+    for (const g of this.groups) {
+      g.hyper.lr = g.initialLr === reference || reference === 0 ? v : v * (g.initialLr / reference);
+    }
   }
 
   /** Applies one update from the current gradients (parameters without a grad are skipped). */
@@ -91,7 +135,53 @@ export abstract class Optimizer<H extends { lr: number }> {
   /** The update rule itself (step() without the step hooks). */
   protected abstract update(): void;
   abstract stateDict(): OptimizerState;
-  abstract loadStateDict(state: OptimizerState): void;
+  /** Restores a state of this optimizer's own layout (what stateDict() returned). */
+  protected abstract loadState(state: OptimizerState): void;
+
+  /**
+   * Restores the state and the groups' hyperparameters from what stateDict()
+   * returned, from a checkpoint's "optimizer" file (tensors `state.<i>.<name>`,
+   * param_groups in its metadata, as optimizerFile() writes it), or from a
+   * whole loaded checkpoint: `optimizer.loadStateDict(checkpoints.loadLatest())`.
+   */
+  loadStateDict(source: OptimizerState | TensorFileLike | CheckpointLike | null | undefined): void {
+    const what = `${this.constructor.name}.loadStateDict`;
+    if (source && "paramGroups" in source && source.tensors instanceof Map) {
+      this.loadState(source as OptimizerState);
+      return;
+    }
+    const isFile = source && "tensors" in source && !("files" in source);
+    const file: TensorFileLike = isFile ? source : {
+      tensors: pickTensors(source as CheckpointLike | null | undefined, "optimizer", what),
+      metadata: (source as CheckpointLike).files.get("optimizer")!.metadata ?? {},
+    };
+    const groups = file.metadata?.param_groups;
+    if (groups === undefined) {
+      throw new Error(
+        `${what}: the optimizer file has no param_groups metadata (save it with optimizerFile(optimizer))`,
+      );
+    }
+    scope(() => {
+      const tensors = new Map<string, Tensor>();
+      for (const [k, t] of file.tensors) {
+        if (!k.startsWith("state.")) continue;
+        const key = k.slice("state.".length);
+        if (isStTensor(t)) tensors.set(key, fromStTensor(t, k));
+        else if (t instanceof Tensor) tensors.set(key, t);
+        else throw new TypeError(`${what}: entry "${k}" is not a tensor`);
+      }
+      let paramGroups: Record<string, unknown>[];
+      try {
+        paramGroups = JSON.parse(groups);
+      } catch (e) {
+        throw new Error(`${what}: param_groups metadata is not JSON: ${(e as Error).message}`);
+      }
+      if (!Array.isArray(paramGroups)) {
+        throw new Error(`${what}: param_groups metadata is not a list of groups`);
+      }
+      this.loadState({ tensors, paramGroups });
+    });
+  }
 
   /** The groups' hyperparameters as torch writes them, with parameter indices. */
   protected groupsJson(

@@ -1,7 +1,7 @@
 /** SGD with momentum, dampening, Nesterov and weight decay, as torch 1.13 (fused native kernel). */
 import { backend } from "../tensor/backend.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
-import { Optimizer, type OptimizerState } from "./optimizer.ts";
+import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer.ts";
 
 /** SGD hyperparameters; defaults are torch's (lr has none there; 1e-2 here). */
 export interface SGDOptions {
@@ -25,7 +25,7 @@ export class SGD extends Optimizer<SGDOptions> {
   readonly #buf = new Map<Tensor, Tensor>();
 
   constructor(
-    params: Tensor[] | { params: Tensor[]; hyper?: Partial<SGDOptions> }[],
+    params: Tensor[] | ParamGroupSpec<SGDOptions>[],
     opts: Partial<SGDOptions> = {},
   ) {
     super(params, { ...DEFAULTS, ...opts });
@@ -86,7 +86,7 @@ export class SGD extends Optimizer<SGDOptions> {
     return { tensors, paramGroups };
   }
 
-  loadStateDict(state: OptimizerState): void {
+  protected loadState(state: OptimizerState): void {
     this.restoreGroups(state, (saved, h) => {
       if (typeof saved.lr === "number") h.lr = saved.lr;
       if (typeof saved.momentum === "number") h.momentum = saved.momentum;

@@ -241,11 +241,11 @@ const GENERATOR_STREAMS: Record<
   string,
   (g: TorchGenerator, count: number) => Json[]
 > = {
-  mt19937_u32: (g, count) => Array.from({ length: count }, () => g.random()),
+  mt19937_u32: (g, count) => Array.from({ length: count }, () => g.nextUint32()),
   // Fixture values beyond 2**53 were parsed as bigint, smaller ones as numbers.
   full_range_int64: (g, count) =>
     Array.from({ length: count }, () => {
-      const value = BigInt.asIntN(64, g.random64());
+      const value = BigInt.asIntN(64, g.nextUint64());
       return Number.isSafeInteger(Number(value)) ? Number(value) : value;
     }),
   randint_0_2147483647: (g, count) =>

@@ -86,13 +86,16 @@ export class TorchGenerator {
     return this.#seed;
   }
 
-  /** The next raw 32-bit output, in [0, 2**32). */
-  random(): number {
+  /**
+   * The next raw 32-bit output of MT19937, an integer in [0, 2**32) (torch's
+   * `generator->random()`). For a float in [0, 1) use randFloat32 or uniform_.
+   */
+  nextUint32(): number {
     return this.#mt.nextU32();
   }
 
-  /** Two raw outputs joined as a uint64, the first one in the high half. */
-  random64(): bigint {
+  /** Two raw outputs joined as a uint64, the first one in the high half (torch's `random64()`). */
+  nextUint64(): bigint {
     const hi = this.#mt.nextU32();
     const lo = this.#mt.nextU32();
     return (BigInt(hi) << 32n) | BigInt(lo);
@@ -100,7 +103,7 @@ export class TorchGenerator {
 
   /**
    * One integer uniform in [lo, hi), as `torch.randint(lo, hi, ...)` draws
-   * each element: `random() % (hi - lo) + lo`, or `random64()` when the range
+   * each element: `nextUint32() % (hi - lo) + lo`, or `nextUint64()` when the range
    * is 2**32 or more.
    */
   randint(lo: number, hi: number): number {
@@ -116,12 +119,12 @@ export class TorchGenerator {
       );
     }
     if (range < TWO_POW_32) return (this.#mt.nextU32() % range) + lo;
-    return Number(this.random64() % BigInt(range)) + lo;
+    return Number(this.nextUint64() % BigInt(range)) + lo;
   }
 
   /**
    * A random permutation of 0..n-1, as torch 1.13's CPU `randperm`:
-   * for i in 0..n-2, swap r[i] with r[i + random() % (n - i)].
+   * for i in 0..n-2, swap r[i] with r[i + nextUint32() % (n - i)].
    */
   randperm(n: number): Int32Array<ArrayBuffer> {
     if (!Number.isInteger(n) || n < 0 || n > MAX_RANDPERM) {
@@ -254,8 +257,8 @@ export class TorchGenerator {
       this.#nextDoubleNormal = null;
       return cached;
     }
-    const u1 = Number(this.random64() & 0x1fffffffffffffn) * TWO_POW_MINUS_53;
-    const u2 = Number(this.random64() & 0x1fffffffffffffn) * TWO_POW_MINUS_53;
+    const u1 = Number(this.nextUint64() & 0x1fffffffffffffn) * TWO_POW_MINUS_53;
+    const u2 = Number(this.nextUint64() & 0x1fffffffffffffn) * TWO_POW_MINUS_53;
     const r = Math.sqrt(-2 * Math.log(1 - u2));
     const theta = 2 * Math.PI * u1;
     this.#nextDoubleNormal = r * Math.sin(theta);

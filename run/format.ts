@@ -58,6 +58,25 @@ export const MachineSchema = z.object({
   memBytes: count,
 });
 
+/**
+ * One launch of the run: present in run.json when its directory was reused
+ * (a resume with --run-dir), one entry per `dtrain` command, in order. The
+ * top-level command, script, world, versions and env are the latest launch's.
+ */
+export const LaunchSchema = z.object({
+  /** the first attempt this launch made */
+  firstAttempt: count,
+  startedAt: time,
+  command: z.object({ argv: z.array(z.string()).min(1), cwd: z.string() }),
+  script: z.object({ path: z.string(), sha256, args: z.array(z.string()) }),
+  world: z.object({
+    nnodes: z.int().positive(),
+    nprocPerNode: z.int().positive(),
+    worldSize: z.int().positive(),
+    hosts: z.array(z.string()),
+  }),
+});
+
 /** run.json: written by the launcher at start and rewritten at the end of every attempt. */
 export const RunRecordSchema = z.object({
   format: z.literal(RUN_FORMAT),
@@ -77,6 +96,8 @@ export const RunRecordSchema = z.object({
   machine: MachineSchema.optional(),
   env: z.record(z.string(), z.string()),
   attempts: z.array(AttemptSchema),
+  /** every launch, when the run directory was launched into more than once */
+  launches: z.array(LaunchSchema).optional(),
   status: z.enum(["running", "succeeded", "failed", "interrupted"]),
 }).superRefine((r, ctx) => {
   const { nnodes, nprocPerNode, worldSize } = r.world;
@@ -196,6 +217,7 @@ export const DataOrderRecordSchema = z.object({
 });
 
 export type Attempt = z.output<typeof AttemptSchema>;
+export type Launch = z.output<typeof LaunchSchema>;
 export type Versions = z.output<typeof VersionsSchema>;
 export type Machine = z.output<typeof MachineSchema>;
 export type RunRecord = z.output<typeof RunRecordSchema>;

@@ -18,9 +18,11 @@ import {
   evalLine,
   type EvalRecord,
   jsonFileText,
+  type Launch,
   type Machine,
   metricsLine,
   type MetricsRecord,
+  parseJsonFile,
   RUN_FILES,
   RUN_FORMAT,
   type RunRecord,
@@ -215,6 +217,71 @@ export function newRunRecord(input: NewRunInput): RunRecord {
   };
   if (input.machine !== undefined) record.machine = { ...input.machine };
   return RunRecordSchema.parse(record);
+}
+
+/** This launch's facts as a `launches` entry of run.json. */
+function launchOf(r: RunRecord, firstAttempt: number, startedAt: string): Launch {
+  return {
+    firstAttempt,
+    startedAt,
+    command: structuredClone(r.command),
+    script: structuredClone(r.script),
+    world: structuredClone(r.world),
+  };
+}
+
+/**
+ * The run.json of a launch into a directory that already holds one (a
+ * resume with --run-dir): the run keeps its id, creation time and every
+ * earlier attempt, attempts continue from the next number, and `launches`
+ * records each launch's command, script and world (the top level becomes
+ * this launch's). An attempt the earlier launcher never closed (it was
+ * killed) is closed first, saying so.
+ */
+export function continueRunRecord(previous: RunRecord, input: NewRunInput): RunRecord {
+  const now = (input.createdAt ?? new Date()).toISOString();
+  const fresh = newRunRecord({ ...input, runId: previous.runId, name: previous.name });
+  const attempts = previous.attempts.map((a) =>
+    a.endedAt !== null ? a : {
+      ...a,
+      endedAt: now,
+      reason: a.reason ?? "its launcher ended without recording how this attempt ended (killed?)",
+    }
+  );
+  const launches = previous.launches ?? [launchOf(previous, 0, previous.createdAt)];
+  const record: RunRecord = {
+    ...fresh,
+    createdAt: previous.createdAt,
+    attempts,
+    launches: [...launches, launchOf(fresh, attempts.length, now)],
+  };
+  return RunRecordSchema.parse(record);
+}
+
+/**
+ * The run.json already in `runDir`, or null when there is none. A file that
+ * does not parse is an error naming it: the launcher will not overwrite the
+ * record of an earlier run it cannot read.
+ */
+export function readRunRecord(runDir: string): RunRecord | null {
+  const path = join(runDir, RUN_FILES.run);
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return null;
+    throw new Error(`Cannot read ${path}: ${(e as Error).message}`, { cause: e });
+  }
+  try {
+    return parseJsonFile(RunRecordSchema, text, path);
+  } catch (e) {
+    throw new Error(
+      `The run directory ${runDir} holds a run.json that cannot be continued (${
+        (e as Error).message
+      }): move it away, or choose another --run-dir`,
+      { cause: e },
+    );
+  }
 }
 
 /** Starts the next attempt (numbered 0, 1, …); the previous one must have ended. */

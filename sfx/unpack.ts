@@ -4,6 +4,7 @@
  * and one-rename publication as sfx/header.sh, with the same error advice.
  */
 import { join } from "node:path";
+import { cacheFolder } from "../os/cache_folder.ts";
 import { readTar } from "./tar_reader.ts";
 import { DamagedExtractionError, STAMP_FILE, verifyExtraction } from "./manifest.ts";
 
@@ -17,26 +18,8 @@ export interface PayloadInfo {
 
 type Lookup = (name: string) => string | undefined;
 
-/**
- * The cache folder that holds extractions: DTRAIN_CACHE, else
- * $XDG_CACHE_HOME/dtrain, else $HOME/.cache/dtrain (as sfx/header.sh).
- *
- * @example
- * ```ts
- * cacheFolder((n) => ({ HOME: "/home/me" })[n]); // "/home/me/.cache/dtrain"
- * ```
- */
-export function cacheFolder(env: Lookup): string {
-  const explicit = env("DTRAIN_CACHE");
-  if (explicit) return explicit;
-  const xdg = env("XDG_CACHE_HOME");
-  if (xdg) return join(xdg, "dtrain");
-  const home = env("HOME");
-  if (home) return join(home, ".cache", "dtrain");
-  throw new Error(
-    "cannot choose a folder to unpack into: HOME is not set. Set DTRAIN_CACHE to a writable folder",
-  );
-}
+/** The cache folder that holds extractions (os/cache_folder.ts). */
+export { cacheFolder };
 
 function whyFailed(e: unknown, cache: string, mb: number): Error {
   const text = (e as Error).message;

@@ -4,6 +4,7 @@
  * sorts the nodes topologically from the loss and sweeps them in reverse,
  * accumulating leaf gradients (parameters) into `tensor.grad`.
  */
+import { AsyncLocalStorage } from "node:async_hooks";
 import { backend } from "./backend.ts";
 import { empty, full, type Tensor } from "./tensor.ts";
 
@@ -15,27 +16,62 @@ export interface Node {
   backward(gradOut: Tensor): (Tensor | null)[];
 }
 
-let gradEnabled = true;
+/**
+ * Whether the tape records is a property of the running code, not a global
+ * flag: noGrad() runs its function in an async context (node:async_hooks'
+ * AsyncLocalStorage, which follows every await and whatever the function
+ * starts), so `await noGrad(async () => { for await (… of loader) … })` keeps
+ * recording off until the function finishes, while code running meanwhile
+ * outside it (a training task, a prefetch) keeps recording. `open` counts
+ * the noGrad calls not finished yet: with none, no context is consulted.
+ */
+const noGradContext = new AsyncLocalStorage<false>();
+let open = 0;
 
 /** Whether ops currently record the tape. */
 export function isGradEnabled(): boolean {
-  return gradEnabled;
+  return open === 0 || noGradContext.getStore() !== false;
 }
 
-/** Runs fn without recording the tape (evaluation, optimizer updates). */
+/**
+ * Runs fn without recording the tape (evaluation, weight surgery), as
+ * `with torch.no_grad():`. When fn is async (returns a promise) recording
+ * stays off for all of it, across every await, until the promise settles;
+ * the result is fn's own (the same promise).
+ *
+ * @example
+ * ```ts
+ * const acc = await noGrad(async () => {
+ *   let correct = 0;
+ *   for await (const { tensors: [x, y] } of testLoader) correct += countCorrect(model.forward(x!), y!);
+ *   return correct;
+ * });
+ * ```
+ */
 export function noGrad<T>(fn: () => T): T {
-  const prev = gradEnabled;
-  gradEnabled = false;
+  open++;
+  let result: T;
   try {
-    return fn();
-  } finally {
-    gradEnabled = prev;
+    result = noGradContext.run(false, fn);
+  } catch (e) {
+    open--;
+    throw e;
   }
+  if (isPromiseLike(result)) {
+    const done = () => void open--;
+    result.then(done, done);
+  } else open--;
+  return result;
+}
+
+function isPromiseLike(v: unknown): v is PromiseLike<unknown> {
+  return typeof v === "object" && v !== null &&
+    typeof (v as { then?: unknown }).then === "function";
 }
 
 /** True when an op on these inputs must record a node. */
 export function needsGrad(...inputs: (Tensor | null | undefined)[]): boolean {
-  if (!gradEnabled) return false;
+  if (!isGradEnabled()) return false;
   for (const t of inputs) if (t && t.requiresGrad) return true;
   return false;
 }

@@ -9,6 +9,7 @@ import { backend, type Device } from "./backend.ts";
 import { allocBlock, type Block, releaseBlock } from "./allocator.ts";
 import { type DType, DTYPE_CODE, DTYPE_SIZE } from "./dtype.ts";
 import type { Node } from "./autograd.ts";
+import { formatTensor } from "./format.ts";
 
 /** Reference-counted memory shared by a tensor and its views (reshape). */
 class Storage {
@@ -227,8 +228,23 @@ export class Tensor {
     }
   }
 
+  /**
+   * The values as PyTorch prints them, then shape, dtype, device and the
+   * autograd state: `tensor([1.5000, 2.0000], shape=[2], dtype=f32, device=cpu)`.
+   * Past 1000 elements only the first and last 3 of each dimension are read.
+   */
   toString(): string {
-    return `Tensor([${this.shape}], ${this.dtype}, ${this.device})`;
+    return formatTensor(this);
+  }
+
+  /** What `console.log(tensor)` shows in Deno: the same as toString(). */
+  [Symbol.for("Deno.customInspect")](): string {
+    return formatTensor(this);
+  }
+
+  /** What node:util's inspect shows: the same as toString(). */
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return formatTensor(this);
   }
 }
 

@@ -9,6 +9,15 @@ import { describeConfigIssues } from "./config_errors.ts";
 
 const positiveInt = z.number().int().positive();
 
+function isRegExp(source: string): boolean {
+  try {
+    new RegExp(source);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Schema of the training configuration (see TrainConfig for the docs). */
 export const TrainConfigSchema = z.strictObject({
   /** Passes over the training data. */
@@ -44,6 +53,24 @@ export const TrainConfigSchema = z.strictObject({
     momentum: z.number().min(0).default(0),
     /** SGD Nesterov momentum. */
     nesterov: z.boolean().default(false),
+    /**
+     * Parameter groups with their own weight decay or learning rate; a
+     * parameter joins the first group it matches, the rest form a last group
+     * with the settings above. nanoGPT's rule: [{ maxDims: 1, weightDecay: 0 }].
+     */
+    groups: z.array(z.strictObject({
+      /** Parameters whose dotted name matches this regular expression (null: any name). */
+      names: z.string().refine(isRegExp, "not a valid regular expression").nullable()
+        .default(null),
+      /** Parameters with at least this many dims (null: any). */
+      minDims: z.number().int().min(0).nullable().default(null),
+      /** Parameters with at most this many dims (1: biases and norm weights). */
+      maxDims: z.number().int().min(0).nullable().default(null),
+      /** The group's learning rate (null: optim.lr); the schedule scales it by optim.lr's factor. */
+      lr: z.number().positive().nullable().default(null),
+      /** The group's weight decay (null: optim.weightDecay). */
+      weightDecay: z.number().min(0).nullable().default(null),
+    })).default([]),
   }).prefault({}),
   schedule: z.strictObject({
     /** "constant", "cosine" (linear warmup then cosine decay) or "step". */
@@ -78,6 +105,22 @@ export const TrainConfigSchema = z.strictObject({
     keepEvery: positiveInt.nullable().default(null),
     /** "auto": continue from the latest good checkpoint when there is one; "never"; or a checkpoint path. */
     resume: z.string().default("auto"),
+    /**
+     * Also keep the checkpoint with the best value of this evaluation metric,
+     * in <dir>/best (null: none). mode "max" for accuracies, "min" for losses.
+     */
+    best: z.strictObject({
+      metric: z.string().min(1),
+      mode: z.enum(["min", "max"]),
+    }).nullable().default(null),
+  }).prefault({}),
+  eval: z.strictObject({
+    /** Evaluate at the end of every epoch (a Trainer given evalData or evaluate). */
+    everyEpoch: z.boolean().default(true),
+    /** Also evaluate every N optimizer steps (null: only at epoch ends). */
+    everySteps: positiveInt.nullable().default(null),
+    /** Samples per evaluation batch on each rank (null: the training micro-batch size). */
+    batchSize: positiveInt.nullable().default(null),
   }).prefault({}),
   ddp: z.strictObject({
     /** Gradient bucket size in MiB. */

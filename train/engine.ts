@@ -40,9 +40,12 @@ import {
   type TrainConfigInput,
 } from "./config.ts";
 import { MetricsLogger } from "./metrics.ts";
+import { paramGroupsFromConfig } from "./param_groups.ts";
+import { type EvalStep, Evaluator } from "./evaluation.ts";
 import { checkTrainState } from "./state_schema.ts";
 import { appendDataOrder, orderDigest } from "../run/record.ts";
 import {
+  type BestEvaluation,
   captureRng,
   modelFile,
   optimizerFile,
@@ -83,8 +86,29 @@ export interface TrainerOptions<M extends Module> {
   loss: (model: M, batch: Tensor[]) => Tensor;
   /** Configuration (validated; defaults fill the rest). */
   config?: TrainConfigInput;
-  /** Called at every epoch end on rank 0 with the plain model; its numbers are printed. */
-  evaluate?: (model: M, epoch: number) => Record<string, number>;
+  /**
+   * Held-out data, evaluated on every rank with `evalStep` (rank r of N takes
+   * samples r, r+N, …; none is padded or left out) at each epoch end and
+   * every eval.everySteps steps; the metrics are those of the whole set.
+   */
+  evalData?: Dataset;
+  /**
+   * Metrics of one evaluation batch, each the mean over the batch's samples
+   * (e.g. `{ loss: crossEntropy(logits, y).item(), accuracy: correct / n }`);
+   * may be async. Runs under noGrad and autocast with the model in eval
+   * mode; the Trainer weights each batch by its size and averages over all
+   * ranks, records the result in metrics.jsonl and prints it.
+   */
+  evalStep?: EvalStep<M>;
+  /**
+   * Called on rank 0 alone when the Trainer evaluates, with the plain model;
+   * may be async. Its numbers join evalStep's metrics (and win on a name
+   * clash). Prefer evalData + evalStep, which share the work among ranks.
+   */
+  evaluate?: (
+    model: M,
+    epoch: number,
+  ) => Record<string, number> | Promise<Record<string, number>>;
   /** Tokens per sample, for tokens/s in the metrics (e.g. the block size of a language model). */
   tokensPerSample?: number;
   /** Process group (default: initProcessGroup() from the launcher's environment). */
@@ -101,8 +125,10 @@ export interface FitResult {
   losses: number[];
   /** mean training loss of each completed epoch */
   epochLosses: number[];
-  /** epoch-end evaluation results (rank 0) */
+  /** evaluation results in order, the same on every rank */
   evaluations: Record<string, number>[];
+  /** the best evaluation (checkpoint.best), or null */
+  best: BestEvaluation | null;
   /** the step this run resumed from, or null */
   resumedFrom: number | null;
   /** true when a SIGTERM/SIGINT stopped the run early (after a checkpoint) */
@@ -121,8 +147,13 @@ export class Trainer<M extends Module> {
   readonly loader: DataLoader;
   readonly sampler: ResumableSampler;
   readonly checkpoints: CheckpointManager | null;
+  /** where the best checkpoint is kept (checkpoint.best), or null */
+  readonly bestCheckpoints: CheckpointManager | null;
   readonly runDir: string | null;
   readonly #opts: TrainerOptions<M>;
+  readonly #evaluator: Evaluator<M> | null;
+  #best: BestEvaluation | null = null;
+  #lastEvalStep = -1;
   #epoch = 0;
   #step = 0;
   #consumed = 0;
@@ -144,16 +175,20 @@ export class Trainer<M extends Module> {
         findUnusedParameters: cfg.ddp.findUnusedParameters,
       })
       : null;
-    const params = this.model.parameters();
+    const groups = paramGroupsFromConfig(this.model, cfg.optim.groups).map((g) => ({
+      params: g.params,
+      ...(g.lr !== undefined ? { lr: g.lr } : {}),
+      ...(g.weightDecay !== undefined ? { weightDecay: g.weightDecay } : {}),
+    }));
     this.optimizer = cfg.optim.name === "adamw"
-      ? new AdamW(params, {
+      ? new AdamW(groups, {
         lr: cfg.optim.lr,
         beta1: cfg.optim.betas[0],
         beta2: cfg.optim.betas[1],
         eps: cfg.optim.eps,
         weightDecay: cfg.optim.weightDecay,
       })
-      : new SGD(params, {
+      : new SGD(groups, {
         lr: cfg.optim.lr,
         momentum: cfg.optim.momentum,
         nesterov: cfg.optim.nesterov,
@@ -169,7 +204,8 @@ export class Trainer<M extends Module> {
       sampler: this.sampler,
       prefetch: cfg.data.prefetch,
     });
-    this.schedule = new LrScheduler(this.optimizer, this.#lrFunction());
+    // The schedule is written for optim.lr; groups with their own rate are scaled alike.
+    this.schedule = new LrScheduler(this.optimizer, this.#lrFunction(), { baseLr: cfg.optim.lr });
     const useScaler = cfg.precision.gradScaler ?? cfg.precision.autocast === "f16";
     this.scaler = new GradScaler({ enabled: useScaler }, (found) => {
       const buf = Float32Array.of(found);
@@ -183,6 +219,28 @@ export class Trainer<M extends Module> {
         keepLast: cfg.checkpoint.keepLast,
         ...(cfg.checkpoint.keepEvery ? { keepEvery: cfg.checkpoint.keepEvery } : {}),
       })
+      : null;
+    if ((opts.evalData === undefined) !== (opts.evalStep === undefined)) {
+      throw new TypeError(
+        `Trainer: evalData and evalStep go together (got only ${
+          opts.evalData ? "evalData" : "evalStep"
+        })`,
+      );
+    }
+    this.#evaluator = opts.evalData && opts.evalStep
+      ? new Evaluator(opts.evalData, opts.evalStep, this.pg, {
+        batchSize: cfg.eval.batchSize ?? microBatchSize(cfg, this.pg.size),
+        precision: cfg.precision.autocast,
+      })
+      : null;
+    if (cfg.checkpoint.best && !this.#evaluator && !opts.evaluate) {
+      throw new TypeError(
+        `Trainer: checkpoint.best keeps the best "${cfg.checkpoint.best.metric}", but nothing is ` +
+          "evaluated: give evalData and evalStep (or evaluate)",
+      );
+    }
+    this.bestCheckpoints = ckDir && cfg.checkpoint.best
+      ? new CheckpointManager(join(ckDir, "best"), { rank: this.pg.rank, keepLast: 1 })
       : null;
   }
 
@@ -242,6 +300,7 @@ export class Trainer<M extends Module> {
       losses: [],
       epochLosses: [],
       evaluations: [],
+      best: null,
       resumedFrom: null,
       preempted: false,
     };
@@ -282,6 +341,7 @@ export class Trainer<M extends Module> {
         for (const b of micro) for (const t of b) t.dispose();
         micro = [];
         this.ddp?.finishGradSync(); // every gradient bucket averaged over ranks
+        const lr = this.schedule.lr; // the rate this step uses (before the schedule moves on)
         const norm = this.#clipAndStep(params);
         this.#step++;
         this.#consumed += samples * this.pg.size;
@@ -299,7 +359,7 @@ export class Trainer<M extends Module> {
           epoch,
           attempt: Number(Deno.env.get("DTRAIN_RESTART_COUNT") ?? 0),
           loss,
-          lr: this.optimizer.lr,
+          lr,
           gradNorm: norm,
           lossScale: this.scaler.opts.enabled ? this.scaler.scaleValue : null,
           skipped: this.scaler.skippedSteps,
@@ -315,6 +375,10 @@ export class Trainer<M extends Module> {
         epochLossSum += loss;
         epochSteps++;
         waitMs = 0;
+        const evalEvery = cfg.eval.everySteps;
+        if (!stopNow && evalEvery && this.#step % evalEvery === 0) {
+          await this.#evaluate(epoch, log, result);
+        }
         const every = cfg.checkpoint.everySteps;
         if (stopNow || (every && this.#step % every === 0)) this.#save();
         if (stopNow) {
@@ -342,23 +406,57 @@ export class Trainer<M extends Module> {
           ((performance.now() - epochStart) / 1000).toFixed(3)
         }s`,
       );
-      if (this.#opts.evaluate && this.pg.rank === 0) {
-        phase("evaluate");
-        const ev = this.#opts.evaluate(this.model, epoch);
-        result.evaluations.push(ev);
-        log.logEval({
-          step: this.#step,
-          epoch,
-          attempt: Number(Deno.env.get("DTRAIN_RESTART_COUNT") ?? 0),
-          metrics: ev,
-        });
-      }
+      if (cfg.eval.everyEpoch) await this.#evaluate(epoch, log, result);
       const last = this.#step >= this.totalSteps;
       if ((cfg.checkpoint.everyEpoch && exhausted) || last) this.#save();
       this.pg.barrier("epoch-end");
     }
     result.steps = this.#step;
+    result.best = this.#best;
     return result;
+  }
+
+  /**
+   * One evaluation on every rank (evalData/evalStep shared among ranks, and
+   * the rank-0 evaluate), recorded in metrics.jsonl; keeps the best
+   * checkpoint when checkpoint.best's metric improved. Once per step.
+   */
+  async #evaluate(epoch: number, log: MetricsLogger, result: FitResult): Promise<void> {
+    if ((!this.#evaluator && !this.#opts.evaluate) || this.#lastEvalStep === this.#step) return;
+    this.#lastEvalStep = this.#step;
+    phase("evaluate");
+    const metrics = this.#evaluator ? await this.#evaluator.run(this.model) : {};
+    if (this.#opts.evaluate) {
+      const own = this.pg.rank === 0 ? await this.#opts.evaluate(this.model, epoch) : null;
+      Object.assign(metrics, allGatherJson(this.pg, own)[0] ?? {});
+    }
+    result.evaluations.push(metrics);
+    log.logEval({
+      step: this.#step,
+      epoch,
+      attempt: Number(Deno.env.get("DTRAIN_RESTART_COUNT") ?? 0),
+      metrics,
+    });
+    const want = this.config.checkpoint.best;
+    if (!want) return;
+    const value = metrics[want.metric];
+    if (value === undefined) {
+      throw new Error(
+        `checkpoint.best.metric "${want.metric}" is not among the evaluation's metrics ` +
+          `(${Object.keys(metrics).join(", ") || "none"})`,
+      );
+    }
+    const prev = this.#best?.value;
+    const better = Number.isFinite(value) &&
+      (prev === undefined || (want.mode === "max" ? value > prev : value < prev));
+    if (!better) return;
+    this.#best = { metric: want.metric, value, step: this.#step };
+    if (this.bestCheckpoints) {
+      this.#save(this.bestCheckpoints);
+      log.print(
+        `best ${want.metric} so far (${value.toFixed(4)}): saved in ${this.bestCheckpoints.dir}`,
+      );
+    }
   }
 
   /** Every rank's step time (ms), indexed by rank. */
@@ -409,8 +507,8 @@ export class Trainer<M extends Module> {
   }
 
   /** Rank 0 saves a checkpoint (every rank contributes its RNG state). */
-  #save(): void {
-    if (!this.checkpoints) return;
+  #save(checkpoints = this.checkpoints): void {
+    if (!checkpoints) return;
     phase("checkpoint save");
     const rng = allGatherJson(this.pg, captureRng(this.model));
     if (this.pg.rank === 0) {
@@ -428,8 +526,9 @@ export class Trainer<M extends Module> {
         config: this.config,
         worldSize: this.pg.size,
         runId: getWorld().runId,
+        ...(this.config.checkpoint.best ? { best: this.#best } : {}),
       });
-      this.checkpoints.save({
+      checkpoints.save({
         step: this.#step,
         files: [modelFile(this.model), optimizerFile(this.optimizer)],
         state: state as unknown as Record<string, unknown>,
@@ -479,6 +578,8 @@ export class Trainer<M extends Module> {
     this.schedule.loadStateDict(st.schedule);
     this.scaler.loadStateDict(st.scaler);
     restoreRng(this.model, st.rng[this.pg.rank] ?? st.rng[0]!);
+    // A best value of another metric (the config changed) does not count.
+    this.#best = st.best && st.best.metric === this.config.checkpoint.best?.metric ? st.best : null;
     this.#step = st.step;
     this.#epoch = st.data.epoch;
     this.#consumed = st.data.consumed;

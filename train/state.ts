@@ -7,23 +7,18 @@
  */
 import type { StTensor } from "../io/st_tensor.ts";
 import type { Module } from "../nn/module.ts";
-import { Dropout } from "../nn/layers.ts";
+import { getRngState, type RngState, setRngState } from "../nn/rng_state.ts";
 import type { Optimizer } from "../optim/optimizer.ts";
 import type { LrScheduler } from "../optim/lr_schedule.ts";
 import type { GradScaler, GradScalerState } from "../amp/grad_scaler.ts";
-import type { TorchGeneratorState } from "../random/torch_generator.ts";
-import { getDefaultGenerator } from "../nn/init.ts";
-import { fromStTensor, toStTensor } from "../tensor/st_bridge.ts";
+import { toStTensor } from "../tensor/st_bridge.ts";
 import { scope, type Tensor } from "../tensor/tensor.ts";
 import type { ResumePoint } from "../data/resumable_sampler.ts";
 import type { CheckpointFile } from "./checkpoint/manager.ts";
 import type { TrainConfig } from "./config.ts";
 
 /** One rank's random state: the default generator and every Dropout's mask position. */
-export interface RankRngState {
-  generator: TorchGeneratorState;
-  dropoutOffsets: string[];
-}
+export type RankRngState = RngState;
 
 /** The JSON part of a checkpoint. */
 export interface TrainState {
@@ -40,36 +35,25 @@ export interface TrainState {
   config: TrainConfig;
   worldSize: number;
   runId: string;
+  /** the best evaluation so far (checkpoint.best), or null */
+  best?: BestEvaluation | null;
 }
 
-function dropouts(m: Module): Dropout[] {
-  const out: Dropout[] = [];
-  const walk = (x: Module) => {
-    if (x instanceof Dropout) out.push(x);
-    for (const [, c] of x.children()) walk(c);
-  };
-  walk(m);
-  return out;
+/** The best value of the metric checkpoint.best names, and the step it was reached after. */
+export interface BestEvaluation {
+  metric: string;
+  value: number;
+  step: number;
 }
 
 /** This rank's RNG state. */
 export function captureRng(model: Module): RankRngState {
-  return {
-    generator: getDefaultGenerator().getState(),
-    dropoutOffsets: dropouts(model).map((d) => d.offset.toString()),
-  };
+  return getRngState(model);
 }
 
 /** Restores an RNG state captured by captureRng on a model of the same structure. */
 export function restoreRng(model: Module, s: RankRngState): void {
-  getDefaultGenerator().setState(s.generator);
-  const ds = dropouts(model);
-  if (ds.length !== s.dropoutOffsets.length) {
-    throw new Error(
-      `Checkpoint RNG state has ${s.dropoutOffsets.length} dropout layers, the model ${ds.length}`,
-    );
-  }
-  ds.forEach((d, i) => (d.offset = BigInt(s.dropoutOffsets[i]!)));
+  setRngState(s, model);
 }
 
 /** Named tensors as a checkpoint file `<name>.safetensors` (a copy of their bytes). */
@@ -98,20 +82,12 @@ export function optimizerFile(opt: Optimizer<{ lr: number }>): CheckpointFile {
   });
 }
 
-/** Loads an optimizer state saved by optimizerFile. */
+/** Loads an optimizer state saved by optimizerFile (the same as opt.loadStateDict(file)). */
 export function restoreOptimizer(
   opt: Optimizer<{ lr: number }>,
   file: { tensors: Map<string, StTensor>; metadata: Record<string, string> },
 ): void {
-  scope(() => {
-    const tensors = new Map(
-      [...file.tensors].filter(([k]) => k.startsWith("state.")).map((
-        [k, t],
-      ) => [k.slice(6), fromStTensor(t, k)]),
-    );
-    const groups = JSON.parse(file.metadata.param_groups ?? "[]");
-    opt.loadStateDict({ tensors, paramGroups: groups });
-  });
+  opt.loadStateDict(file);
 }
 
 /** Everything of a step that the JSON state records. */
@@ -125,6 +101,7 @@ export function trainState(parts: {
   config: TrainConfig;
   worldSize: number;
   runId: string;
+  best?: BestEvaluation | null;
 }): TrainState {
   return {
     format: "dtrain.train-state/1",
@@ -137,5 +114,6 @@ export function trainState(parts: {
     config: parts.config,
     worldSize: parts.worldSize,
     runId: parts.runId,
+    ...(parts.best !== undefined ? { best: parts.best } : {}),
   };
 }

@@ -44,6 +44,9 @@ export const TrainStateSchema = z.strictObject({
   config: TrainConfigSchema,
   worldSize: positive,
   runId: z.string(),
+  /** the best evaluation so far, when checkpoint.best is set (absent in older states) */
+  best: z.strictObject({ metric: z.string(), value: z.number(), step: count }).nullable()
+    .optional(),
 });
 
 /** What a state must agree with besides its own schema. */

@@ -13,12 +13,12 @@ import { formatTable, type Outcome, type Row } from "../../check/verdict.ts";
 export const REPO = fileURLToPath(new URL("../../", import.meta.url));
 
 /** Runs `dtrain check` (2 ranks, 4 steps) on a script given relative to the repository; returns the rows. */
-export async function checkScript(relPath: string): Promise<Row[]> {
+export async function checkScript(relPath: string, scriptArgs: string[] = []): Promise<Row[]> {
   const outDir = Deno.makeTempDirSync({ prefix: "dtrain-check-" });
   try {
     return await runCheck({
       script: join(REPO, relPath),
-      scriptArgs: [],
+      scriptArgs,
       nproc: 2,
       steps: 4,
       outDir,

@@ -18,14 +18,37 @@ Deno.test("stepsOf() sums accumulated losses per step and keeps the first backwa
     { kind: "loss", value: 9 }, // a backward whose step the probe cut off
   ];
   assert.deepEqual(stepsOf(events), [
-    { loss: 0.75, gradNorm: 2, params: ["a", "b"] },
-    { loss: 1, gradNorm: 3, params: ["c", "d"] },
+    { loss: 0.75, gradNorm: 2, params: ["a", "b"], samples: null },
+    { loss: 1, gradNorm: 3, params: ["c", "d"], samples: null },
   ]);
   assert.deepEqual(stepsOf([{ kind: "step", gradNorm: 0 }]), [{
     loss: 0,
     gradNorm: 0,
     params: null,
+    samples: null,
   }]);
+});
+
+Deno.test("stepsOf() gives a step the batches its backward passes used, not an evaluation's or a peek's", () => {
+  const events: ProbeEvent[] = [
+    { kind: "batch", indices: [9, 8] }, // a peek: no backward follows
+    { kind: "batch", indices: [1, 2] },
+    { kind: "loss", value: 0.5 },
+    { kind: "batch", indices: [3, 4] },
+    { kind: "loss", value: 0.5 },
+    { kind: "step", gradNorm: 1, lr: 0.1, rng: "g", optimizer: "o", plainOff: ["dropout"] },
+    { kind: "batch", indices: [50] }, // evaluation batches
+    { kind: "batch", indices: [51] },
+    { kind: "batch", indices: [5, 6] },
+    { kind: "loss", value: 0.25 },
+    { kind: "step", gradNorm: 2 },
+  ];
+  const steps = stepsOf(events);
+  assert.deepEqual(steps.map((s) => s.samples), [[1, 2, 3, 4], [5, 6]]);
+  assert.deepEqual(
+    [steps[0]!.lr, steps[0]!.rng, steps[0]!.optimizer, steps[0]!.plainOff],
+    [0.1, "g", "o", ["dropout"]],
+  );
 });
 
 Deno.test("parseEvents() names the file and line of a line that is not a probe event", () => {

@@ -105,15 +105,62 @@ Deno.test("checkGradients() finds unaveraged gradients and ranks that drift apar
   );
 });
 
-Deno.test("checkGradients() points a step-1 loss difference at the global batch", () => {
-  const bigBatch = run(2, LOSSES.map((l) => l * 1.01), NORMS.map((g) => g / Math.SQRT2));
+/** `r` with each step's samples recorded: rank r of `world` takes `per` samples of step s. */
+function withSamples(
+  r: { ranks: Map<number, StepRecord[]> },
+  per: number,
+  world: number,
+  shift = 0,
+): { ranks: Map<number, StepRecord[]> } {
+  for (const [rank, steps] of r.ranks) {
+    steps.forEach((st, s) => {
+      st.samples = Array.from(
+        { length: per },
+        (_, i) => shift + s * per * world + rank + i * world,
+      );
+    });
+  }
+  return r;
+}
+
+Deno.test("checkGradients() names a step-1 loss difference by the samples it measured", () => {
+  const differ = LOSSES.map((l) => l * 1.01), lower = NORMS.map((g) => g / Math.SQRT2);
+  // The tutorial's per-rank batch: 2 x 4 samples against the single process's 4.
+  const bigBatch = withSamples(run(2, differ, lower), 4, 2);
+  const rows = checkGradients({
+    single: withSamples(run(1), 4, 1),
+    world1: run(1),
+    worldN: bigBatch,
+  }, K).rows;
   assertFailsWith(
-    checkGradients({ single: run(1), world1: run(1), worldN: bigBatch }, K).rows,
+    rows,
     "gradients",
     "world 2 vs single",
-    "differs already at step 1",
-    "B/2 samples per step",
-    "(measured: x0.71)",
+    "the 2 ranks trained on 8 samples in step 1 together (rank 0: 4, rank 1: 4), the single process on 4",
+  );
+  assert.doesNotMatch(rowOf(rows, "gradients", "world 2 vs single").cause!, /sqrt|summed/);
+  // As many samples, but other ones.
+  const others = withSamples(run(2, differ), 2, 2, 100);
+  assertFailsWith(
+    checkGradients({ single: withSamples(run(1), 4, 1), world1: run(1), worldN: others }, K).rows,
+    "gradients",
+    "world 2 vs single",
+    "step 1 of the 2 ranks trained on other samples than the single process's step 1 (4 of 4 differ",
+  );
+  // The same samples, yet another loss: what depends on how the batch is split.
+  const same = withSamples(run(2, differ), 2, 2);
+  assertFailsWith(
+    checkGradients({ single: withSamples(run(1), 4, 1), world1: run(1), worldN: same }, K).rows,
+    "gradients",
+    "world 2 vs single",
+    "trained on exactly the single process's samples, from the same parameters, yet the mean loss",
+  );
+  // Nothing recorded: no guess.
+  assertFailsWith(
+    checkGradients({ single: run(1), world1: run(1), worldN: run(2, differ, lower) }, K).rows,
+    "gradients",
+    "world 2 vs single",
+    "the samples of the steps were not recorded",
   );
 });
 
@@ -131,7 +178,7 @@ Deno.test("checkGradients() separates gradients summed over ranks from a later d
     checkGradients({ single: run(1), world1: run(1), worldN: later }, K).rows,
     "gradients",
     "world 2 vs single",
-    "step 1 agrees but step 3 differs",
+    "step 1 agrees but step 3:",
   );
 });
 

@@ -79,11 +79,15 @@ const count = (events: ProbeEvent[], kind: ProbeEvent["kind"]) =>
   events.filter((e) => e.kind === kind).length;
 const lines = (text: string, line: string) => text.split("\n").filter((l) => l === line).length;
 
-Deno.test("probe in the sampler stage: records two sampler passes, yields no batch, ends the process with 0", async () => {
+Deno.test("probe in the sampler stage: one batch per pass, ends the process at the third training pass", async () => {
   await probeRun({ [CHECK_ENV.STAGE]: "sampler" }, (r) => {
     assert.equal(r.code, 0, r.stderr);
-    assert.equal(lines(r.stdout, "batch"), 0, "loaders yield nothing in the sampler stage");
-    assert.equal(lines(r.stdout, "finished"), 0, "the probe ended the process at the second pass");
+    assert.equal(lines(r.stdout, "batch"), 2, "each pass yields its first batch only");
+    assert.equal(lines(r.stdout, "finished"), 0, "the probe ended the process at the third pass");
+    assert.deepEqual(r.events.filter((e) => e.kind === "batch").map((e) => e.indices.length), [
+      20,
+      20,
+    ]);
     const passes = r.events.filter((e) => e.kind === "sampler");
     assert.deepEqual(
       passes.map((p) => [p.epoch, p.rank, p.numReplicas, p.datasetLength, p.indices.length]),

@@ -10,13 +10,20 @@ import { checkResumeInOneProcess, checkResumeOnRanks } from "../../check/resume_
 import type { ResumePlan } from "../../check/state_stage.ts";
 import { assertFailsWith, rowOf } from "./_helpers.ts";
 
+/** What the probe measures at step s (1-based) on rank r of the original run. */
+function measured(s: number, r: number, world: number): Omit<StepRecord, "loss" | "gradNorm"> {
+  // Rank r's share of the step's global batch of 4 samples.
+  const samples = [0, 1, 2, 3].filter((i) => i % world === r).map((i) => 4 * s + i);
+  return { params: [`p${s}-r${r}`], samples, lr: 0.1, rng: `g${s}`, optimizer: `o${s}` };
+}
+
 /** A combined original run of `world` ranks with params "p<step>-r<rank>". */
 function original(world: number, losses: number[]): CombinedStep[] {
   const ranks = new Map<number, StepRecord[]>();
   for (let r = 0; r < world; r++) {
     ranks.set(
       r,
-      losses.map((loss, s) => ({ loss, gradNorm: loss / 2, params: [`p${s + 1}-r${r}`] })),
+      losses.map((loss, s) => ({ loss, gradNorm: loss / 2, ...measured(s + 1, r, world) })),
     );
   }
   return combineSteps({ ranks }, world, losses.length) as CombinedStep[];
@@ -27,13 +34,23 @@ function resumed(
   world: number,
   losses: number[],
   params = (s: number, r: number) => [`p${s}-r${r}`],
+  change: (s: number, rec: StepRecord) => void = () => {},
 ) {
   const j = 4 - losses.length;
   const ranks = new Map<number, StepRecord[]>();
   for (let r = 0; r < world; r++) {
     ranks.set(
       r,
-      losses.map((loss, i) => ({ loss, gradNorm: loss / 2, params: params(j + i + 1, r) })),
+      losses.map((loss, i) => {
+        const rec: StepRecord = {
+          loss,
+          gradNorm: loss / 2,
+          ...measured(j + i + 1, r, world),
+          params: params(j + i + 1, r),
+        };
+        change(j + i + 1, rec);
+        return rec;
+      }),
     );
   }
   return { ranks };
@@ -55,9 +72,53 @@ Deno.test("checkResumeOnRanks() passes a bit-identical continuation and explains
   );
   const tiny = checkResumeOnRanks({ ...base, resumed: resumed(2, [0.5, 0.45 + 1e-12]) });
   assert.equal(tiny.outcome, "FAIL", "on the same world size the continuation must be bit for bit");
-  assert.match(tiny.cause!, /optimizer state, the learning-rate schedule or the RNG/);
-  const data = checkResumeOnRanks({ ...base, resumed: resumed(2, [0.55, 0.45]) });
-  assert.match(data.cause!, /data did not resume where it stopped/);
+  assert.match(
+    tiny.cause!,
+    /step 3 matches but step 4: .*with the same samples, random state, learning rate and optimizer state at step 3/,
+  );
+  const pass = (s: number, r: number) => [`p${s}-r${r}`];
+  const data = checkResumeOnRanks({
+    ...base,
+    resumed: resumed(2, [0.55, 0.45], pass, (s, rec) => {
+      if (s === 3) rec.samples = rec.samples!.map((i) => i - 4); // step 2's samples again
+    }),
+  });
+  assert.match(
+    data.cause!,
+    /step 3 trained on other samples than the original's \(8, 9, 10, 11 vs 12, 13, 14, 15\): the data did not resume/,
+  );
+  const rng = checkResumeOnRanks({
+    ...base,
+    resumed: resumed(2, [0.55, 0.45], pass, (s, rec) => {
+      rec.rng = `fresh${s}`;
+    }),
+  });
+  assert.match(rng.cause!, /default generator's state at step 3 differs .*setRngState/);
+  const lr = checkResumeOnRanks({
+    ...base,
+    resumed: resumed(2, [0.5, 0.47], pass, (s, rec) => {
+      if (s === 3) rec.lr = 0.2;
+    }),
+  });
+  assert.match(
+    lr.cause!,
+    /step 3 matches but step 4: .*the learning rate at step 3 is 0\.2 vs the original's 0\.1/,
+  );
+  const moments = checkResumeOnRanks({
+    ...base,
+    resumed: resumed(2, [0.5, 0.47], pass, (s, rec) => {
+      rec.optimizer = `zero${s}`;
+    }),
+  });
+  assert.match(
+    moments.cause!,
+    /the optimizer's state at step 3 differs .*optimizer\.loadStateDict/,
+  );
+  const unknown = checkResumeOnRanks({ ...base, resumed: resumed(2, [0.55, 0.45]) });
+  assert.match(
+    unknown.cause!,
+    /step 3: .*with the saved parameters and the same samples, random state/,
+  );
   const fresh = checkResumeOnRanks({
     ...base,
     resumed: resumed(2, [0.7, 0.6], (s, r) => [`p${s - 2}-r${r}`]),

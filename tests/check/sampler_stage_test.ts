@@ -148,10 +148,16 @@ Deno.test("checkSampler() finds overlapping shares and a wrong world size", () =
   );
 });
 
-Deno.test("checkSampler() fails when no rank drew data through a DistributedSampler", () => {
-  const rows = checkSampler(new Map([[0, [{ kind: "loss", value: 1 }]], [1, []]]), 2);
-  assertFailsWith(rows, "sampler", "ranks agree", "no rank drew data through a DistributedSampler");
+Deno.test("checkSampler() fails DataLoaders without a DistributedSampler, skips data drawn otherwise", () => {
+  const batch: ProbeEvent = { kind: "batch", indices: [0, 1] };
+  const loss: ProbeEvent = { kind: "loss", value: 1 };
+  const rows = checkSampler(new Map([[0, [batch, loss]], [1, [batch, loss]]]), 2);
+  assertFailsWith(rows, "sampler", "ranks agree", "DataLoaders draw no DistributedSampler");
   assert.equal(rowOf(rows, "sampler", "epoch 0 coverage").outcome, "FAIL");
+  // Random windows without a DataLoader (nanoGPT's get_batch): nothing to judge, said so.
+  const own = checkSampler(new Map([[0, [loss]], [1, [loss]]]), 2);
+  assert.deepEqual(own.map((r) => [r.check, r.outcome]), [["ranks agree", "SKIP"]]);
+  assert.match(own[0]!.cause!, /without a DataLoader or DistributedSampler/);
   const oneSilent = recorded(200, 2);
   oneSilent.set(1, []);
   assertFailsWith(
@@ -160,4 +166,49 @@ Deno.test("checkSampler() fails when no rank drew data through a DistributedSamp
     "ranks agree",
     "rank 1 recorded no DistributedSampler pass",
   );
+});
+
+Deno.test("checkSampler() leaves out passes no backward followed, and checks another sampler's coverage", () => {
+  const world = 2;
+  const byRank: RankEvents = new Map();
+  const pass = (sampler: number, rank: number, epoch: number, n: number): ProbeEvent => ({
+    kind: "sampler",
+    sampler,
+    rank,
+    epoch,
+    datasetLength: n,
+    numReplicas: world,
+    indices: [...shardIndices(n, world, rank, { seed: 3, epoch, shuffle: sampler === 0 })],
+  });
+  const loss: ProbeEvent = { kind: "loss", value: 0.5 };
+  for (let rank = 0; rank < world; rank++) {
+    byRank.set(rank, [
+      pass(0, rank, 0, 200), // a setup pass over the sampler
+      pass(0, rank, 0, 200), // epoch 0
+      loss,
+      pass(1, rank, 0, 60), // the evaluation after epoch 0
+      pass(0, rank, 0, 200), // the tutorial's peek before setEpoch(1)
+      pass(0, rank, 1, 200), // epoch 1
+      loss,
+    ]);
+  }
+  const rows = checkSampler(byRank, world);
+  assert.deepEqual(withOutcome(rows, "FAIL"), []);
+  assert.match(
+    rowOf(rows, "sampler", "ranks agree").measured,
+    /not epochs: 2 passes on rank 0, 2 passes on rank 1/,
+  );
+  assert.equal(
+    rowOf(rows, "sampler", "order changes").measured,
+    "order differs on 2/2 ranks (epochs 0 -> 1)",
+  );
+  assert.equal(rowOf(rows, "sampler", "sampler 2 (60 samples) coverage").outcome, "PASS");
+  // Without setEpoch the kept passes still repeat epoch 0: that fails as before.
+  for (const [rank, events] of byRank) {
+    byRank.set(
+      rank,
+      events.map((e) => (e.kind === "sampler" && e.sampler === 0 ? pass(0, rank, 0, 200) : e)),
+    );
+  }
+  assertFailsWith(checkSampler(byRank, world), "sampler", "order changes", "setEpoch");
 });

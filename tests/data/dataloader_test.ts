@@ -55,6 +55,25 @@ Deno.test("DataLoader state resumes mid-epoch at the next batch", async () => {
   assert.deepEqual(await labels(b), [[4, 5, 6, 7], [8, 9, 10, 11]]);
 });
 
+Deno.test("a new iteration starts the epoch again, as a new PyTorch iterator does (a peek skips nothing)", async () => {
+  const ds = indexDataset(12);
+  const loader = new DataLoader(ds, { batchSize: 4 });
+  const it = loader[Symbol.asyncIterator]();
+  const peek = await it.next(); // the tutorial's b_sz = len(next(iter(loader))[0])
+  assert.equal(peek.value!.tensors[0]!.shape[0], 4);
+  for (const t of peek.value!.tensors) t.dispose();
+  assert.deepEqual(await labels(loader), [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]);
+  loader.loadState({ epoch: 0, position: 2 });
+  assert.deepEqual(await labels(loader), [[8, 9, 10, 11]], "loadState: the next pass resumes");
+  assert.deepEqual((await labels(loader)).length, 3, "…and only that one");
+  // A peek after resuming does not use the resume point up.
+  loader.loadState({ epoch: 0, position: 1 });
+  const it2 = loader[Symbol.asyncIterator]();
+  for (const t of (await it2.next()).value!.tensors) t.dispose();
+  await it2.return(undefined);
+  assert.deepEqual(await labels(loader), [[4, 5, 6, 7], [8, 9, 10, 11]]);
+});
+
 Deno.test("DataLoader prefetches large batches on a background thread with the same content", async () => {
   const width = 4096; // 16 KiB per sample: a 64-sample batch goes to the background thread
   const ds = indexDataset(256, width);

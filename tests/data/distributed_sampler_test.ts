@@ -98,7 +98,7 @@ Deno.test("DistributedSampler warns once when a shuffled epoch is iterated again
   const second = [...sampler];
   assert.deepEqual(second, first, "torch semantics: the order repeats");
   assert.equal(warnings.length, 1);
-  assert.match(warnings[0]!, /epoch 0 was requested again/);
+  assert.match(warnings[0]!, /the order of epoch 0 was gone through again/);
   assert.match(
     warnings[0]!,
     /sampler\.setEpoch\(epoch\) at the start of each epoch/,
@@ -106,6 +106,17 @@ Deno.test("DistributedSampler warns once when a shuffled epoch is iterated again
   sampler.indices();
   [...sampler];
   assert.equal(warnings.length, 1, "the warning is shown once");
+});
+
+Deno.test("DistributedSampler does not count a pass left early (a peek at the first indices)", () => {
+  const { sampler, warnings } = quietSampler();
+  for (let epoch = 0; epoch < 3; epoch++) {
+    // The DDP tutorial's peek at the first batch, before set_epoch: epoch - 1's order, left early.
+    for (const _ of sampler) break;
+    sampler.setEpoch(epoch);
+    [...sampler];
+  }
+  assert.deepEqual(warnings, []);
 });
 
 Deno.test("DistributedSampler does not warn when setEpoch advances, and each epoch reshuffles", () => {
@@ -147,8 +158,8 @@ Deno.test("DistributedSampler sends the warning to console.warn by default", () 
   console.warn = (...args: unknown[]) => printed.push(args);
   try {
     const sampler = new DistributedSampler(10, { numReplicas: 2, rank: 0 });
-    sampler.indices();
-    sampler.indices();
+    [...sampler];
+    [...sampler];
   } finally {
     console.warn = original;
   }

@@ -17,7 +17,7 @@ import {
   type FashionMnist,
   loadFashionMnist,
 } from "../../data/fashion_mnist.ts";
-import type { TensorDataset } from "../../data/dataset.ts";
+import type { Dataset } from "../../data/dataset.ts";
 import { scope } from "../../tensor/tensor.ts";
 
 buildNative({ quiet: true });
@@ -81,7 +81,7 @@ async function tinyDataset(labels = [9, 0, 4]): Promise<{ dir: string; pixels: U
 }
 
 /** Samples `indices` of a dataset as plain arrays: [images, labels]. */
-function samples(ds: TensorDataset, indices: number[]): [Float32Array, Int32Array] {
+function samples(ds: Dataset, indices: number[]): [Float32Array, Int32Array] {
   return scope(() => {
     const [x, y] = ds.getBatch(Int32Array.from(indices));
     return [x!.toArray() as Float32Array, y!.toArray() as Int32Array];
@@ -91,7 +91,7 @@ function samples(ds: TensorDataset, indices: number[]): [Float32Array, Int32Arra
 Deno.test("loadFashionMnist() maps pixel p to f32 (p/255 - 0.2860)/0.3530 and widens labels to i32", async () => {
   const { dir, pixels } = await tinyDataset();
   try {
-    const { train, test } = await loadFashionMnist(dir);
+    const { train, test } = await loadFashionMnist(dir, { cacheDir: join(dir, "cache") });
     assert.equal(train.length, 3);
     assert.equal(test.length, 2);
     const [images, labels] = samples(train, [2, 0]);
@@ -113,12 +113,36 @@ Deno.test("loadFashionMnist() maps pixel p to f32 (p/255 - 0.2860)/0.3530 and wi
   }
 });
 
+Deno.test("loadFashionMnist() decompresses a .gz file once and later reads the cached copy", async () => {
+  const { dir, pixels } = await tinyDataset();
+  const cacheDir = join(dir, "cache");
+  try {
+    const first = await loadFashionMnist(dir, { cacheDir });
+    const kept = [...Deno.readDirSync(cacheDir)].map((e) => e.name).sort();
+    assert.equal(kept.length, 2, "the two .gz files");
+    assert.match(kept[0]!, /^t10k-labels-idx1-ubyte-[0-9a-f]{16}\.idx$/);
+    // The copy is what is read now: a changed copy shows (the source is untouched).
+    const copy = join(cacheDir, kept[1]!);
+    const bytes = Deno.readFileSync(copy);
+    bytes[16] = pixels[0]! ^ 0xff;
+    Deno.writeFileSync(copy, bytes);
+    const second = await loadFashionMnist(dir, { cacheDir });
+    assert.notDeepEqual(samples(second.train, [0])[0][0], samples(first.train, [0])[0][0]);
+    assert.deepEqual(samples(second.train, [1, 2]), samples(first.train, [1, 2]));
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
+
 Deno.test("loadFashionMnist() reads the folder named by DTRAIN_FASHION_MNIST when given no argument", async () => {
   const { dir } = await tinyDataset();
   const before = Deno.env.get("DTRAIN_FASHION_MNIST");
   try {
     Deno.env.set("DTRAIN_FASHION_MNIST", dir);
-    assert.equal((await loadFashionMnist()).train.length, 3);
+    assert.equal(
+      (await loadFashionMnist(undefined, { cacheDir: join(dir, "cache") })).train.length,
+      3,
+    );
   } finally {
     before === undefined
       ? Deno.env.delete("DTRAIN_FASHION_MNIST")
@@ -171,7 +195,7 @@ function real(): Promise<FashionMnist> {
 }
 
 /** The first `count` samples of a split, in order. */
-function head(ds: TensorDataset, count: number): [Float32Array, Int32Array] {
+function head(ds: Dataset, count: number): [Float32Array, Int32Array] {
   return samples(ds, Array.from({ length: count }, (_, i) => i));
 }
 
@@ -197,7 +221,7 @@ Deno.test({
 });
 
 /** sha256 of the first 10000 samples' normalised images and of their labels as int64. */
-function headDigests(ds: TensorDataset): { images: string; labels: string } {
+function headDigests(ds: Dataset): { images: string; labels: string } {
   const [x, y] = head(ds, 10000);
   const images = new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
   const labels = new Uint8Array(BigInt64Array.from(y, BigInt).buffer);

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { decodeIdx, type IdxArray, parseIdx, readIdx } from "../../data/idx.ts";
+import { decodeIdx, type IdxArray, parseIdx, readIdx, readIdxCached } from "../../data/idx.ts";
 import { TorchGenerator } from "../../random/torch_generator.ts";
 
 /** An IDX file of u8 elements (or another type code) with the given dims and data. */
@@ -150,6 +150,38 @@ Deno.test("readIdx() reads a file from disk and names a missing one", async () =
     assert.deepEqual((await readIdx(path)).dims, [2, 3, 4]);
     const missing = join(dir, "absent");
     await assertRejects(() => readIdx(missing), missing, /No such file|not found/i);
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
+
+Deno.test("readIdxCached() inflates a gzip file once, and replaces a damaged or unwritable copy's use", async () => {
+  const dir = Deno.makeTempDirSync({ prefix: "dtrain-idx-" });
+  try {
+    const path = join(dir, "sample-idx3-ubyte.gz");
+    Deno.writeFileSync(path, await gzip(SAMPLE));
+    const cache = join(dir, "cache");
+    let inflated = 0;
+    const warnings: string[] = [];
+    const opts = { onProgress: () => inflated++, warn: (w: string) => warnings.push(w) };
+    const first = await readIdxCached(path, cache, opts);
+    assert.ok(inflated > 0);
+    inflated = 0;
+    const again = await readIdxCached(path, cache, opts);
+    assert.equal(inflated, 0, "read from the copy");
+    assert.deepEqual([again.dims, [...again.data]], [first.dims, [...first.data]]);
+    const [copy] = [...Deno.readDirSync(cache)].map((e) => join(cache, e.name));
+    Deno.writeFileSync(copy!, Deno.readFileSync(copy!).subarray(0, 20)); // truncated
+    const repaired = await readIdxCached(path, cache, opts);
+    assert.ok(inflated > 0);
+    assert.match(warnings.join("\n"), /ignoring the cached copy .*truncated/);
+    assert.deepEqual([...repaired.data], [...first.data]);
+    assert.equal(Deno.statSync(copy!).size, SAMPLE.length, "rewritten whole");
+    const blocked = join(dir, "file-not-folder");
+    Deno.writeTextFileSync(blocked, "");
+    const unwritable = await readIdxCached(path, blocked, opts);
+    assert.deepEqual([...unwritable.data], [...first.data]);
+    assert.match(warnings.at(-1)!, /cannot keep a decompressed copy .*set DTRAIN_CACHE/);
   } finally {
     Deno.removeSync(dir, { recursive: true });
   }

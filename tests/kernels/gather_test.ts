@@ -86,7 +86,14 @@ Deno.test("dt_embedding_bwd() refuses a bad index before zeroing the table", () 
 Deno.test("dt_gather_rows() collates rows of any byte width", () => {
   const rng = new Rng(3);
   for (
-    const [rows, rowBytes, n] of [[10, 4, 3], [1024, 512, 64], [100, 7, 1000], [5, 0, 4]] as const
+    const [rows, rowBytes, n] of [
+      [10, 4, 3],
+      [256, 4, 300_000],
+      [50, 8, 1000],
+      [1024, 512, 64],
+      [100, 7, 1000],
+      [5, 0, 4],
+    ] as const
   ) {
     const inp = new Uint8Array(rows * rowBytes).map(() => rng.int(0, 256));
     const idx = rng.ints(n, 0, rows), out = new Uint8Array(n * rowBytes);

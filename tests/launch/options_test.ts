@@ -60,12 +60,17 @@ Deno.test("parseLaunchArgs() fills documented defaults", () => {
       logRanks: "0",
       device: "auto",
       oversubscribe: false,
+      noCheck: false,
     },
   );
   assert.equal(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).oversubscribe, true);
   assert.deepEqual(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).scriptArgs, [
     "--oversubscribe",
   ]);
+  assert.equal(parse(["--no-check", "run.ts", "--no-check"]).noCheck, true);
+  assert.deepEqual(parse(["--no-check", "run.ts", "--no-check"]).scriptArgs, ["--no-check"]);
+  const unchecked = parseLaunchArgs(["run.ts"], (n) => n === "DTRAIN_NO_CHECK" ? "1" : undefined);
+  assert.equal((unchecked as LaunchOptions).noCheck, true);
   assert.throws(
     () => parse(["--device", "tpu", "run.ts"]),
     /--device tpu is not one of auto, cpu, cuda/,

@@ -81,7 +81,7 @@ Deno.test("kaimingUniformLinear() stays inside its bounds and skips the bias whe
   // Without a bias only the weight's 128 draws are consumed.
   const skipped = new TorchGenerator(4);
   skipped.randFloat32(128);
-  assert.equal(gen.random(), skipped.random());
+  assert.equal(gen.nextUint32(), skipped.nextUint32());
   assert.throws(
     () => kaimingUniformLinear(gen, 0, 4),
     /outFeatures is 0, expected a positive integer/,

@@ -20,11 +20,11 @@ interface RandpermFixture {
 }
 const fixture = readJsonFixture<RandpermFixture>("randperm.json");
 
-Deno.test("random() equals torch's raw MT19937 outputs for every fixture seed", () => {
+Deno.test("nextUint32() equals torch's raw MT19937 outputs for every fixture seed", () => {
   assert.ok(fixture.generator.length > 0);
   for (const c of fixture.generator) {
     const g = new TorchGenerator(c.seed);
-    const actual = c.mt19937_u32.map(() => g.random());
+    const actual = c.mt19937_u32.map(() => g.nextUint32());
     assert.deepEqual(actual, c.mt19937_u32, `seed ${c.seed}`);
   }
 });
@@ -103,7 +103,7 @@ Deno.test("getState()/setState() through JSON continue the identical stream", ()
     restored.normal_(new Float32Array(50), 1, 2),
     g.normal_(new Float32Array(50), 1, 2),
   );
-  for (let i = 0; i < 2000; i++) assert.equal(restored.random(), g.random());
+  for (let i = 0; i < 2000; i++) assert.equal(restored.nextUint32(), g.nextUint32());
 });
 
 Deno.test("setState() rejects malformed states with a message naming the field", () => {
@@ -129,11 +129,11 @@ Deno.test("setState() rejects malformed states with a message naming the field",
     /nextDoubleNormal NaN/,
   );
   // A failed restore leaves the generator untouched.
-  assert.equal(g.random(), new TorchGenerator(0).random());
+  assert.equal(g.nextUint32(), new TorchGenerator(0).nextUint32());
 });
 
 Deno.test("manualSeed() keys MT19937 on the low 32 bits and wraps negative seeds like torch", () => {
-  const stream = (g: TorchGenerator) => Array.from({ length: 8 }, () => g.random());
+  const stream = (g: TorchGenerator) => Array.from({ length: 8 }, () => g.nextUint32());
   assert.deepEqual(
     stream(new TorchGenerator(2 ** 32 + 7)),
     stream(new TorchGenerator(7)),
@@ -152,16 +152,16 @@ Deno.test("manualSeed() keys MT19937 on the low 32 bits and wraps negative seeds
   assert.throws(() => new TorchGenerator(2n ** 64n), /\[-2\*\*63, 2\*\*64\)/);
 });
 
-Deno.test("random64() joins two outputs high first; randint() uses it for ranges >= 2**32", () => {
+Deno.test("nextUint64() joins two outputs high first; randint() uses it for ranges >= 2**32", () => {
   const raw = new TorchGenerator(3);
-  const hi = raw.random();
-  const lo = raw.random();
+  const hi = raw.nextUint32();
+  const lo = raw.nextUint32();
   assert.equal(
-    new TorchGenerator(3).random64(),
+    new TorchGenerator(3).nextUint64(),
     (BigInt(hi) << 32n) | BigInt(lo),
   );
   const big = 2 ** 40 + 3;
-  const expected = Number(new TorchGenerator(3).random64() % BigInt(big)) - 5;
+  const expected = Number(new TorchGenerator(3).nextUint64() % BigInt(big)) - 5;
   assert.equal(new TorchGenerator(3).randint(-5, big - 5), expected);
 });
 
@@ -193,19 +193,19 @@ Deno.test("normal_() on a length that is not a multiple of 16 redraws and re-tra
   g.normal_(new Float32Array(20), 0, 1);
   const skipped = new TorchGenerator(8);
   skipped.randFloat32(36);
-  assert.equal(g.random(), skipped.random());
+  assert.equal(g.nextUint32(), skipped.nextUint32());
 });
 
 Deno.test("normal_() below 16 elements uses double Box-Muller pairs and caches the second sample", () => {
   const g = new TorchGenerator(21);
   const first = g.normal_(new Float32Array(1), 0, 1)[0]!;
   const afterPair = new TorchGenerator(21);
-  afterPair.randFloat32(4); // one pair = two random64() = four 32-bit outputs
+  afterPair.randFloat32(4); // one pair = two nextUint64() = four 32-bit outputs
   const peek = g.getState();
   const second = g.normal_(new Float32Array(1), 0, 1)[0]!; // served from the cache
   assert.deepEqual(g.getState().words, peek.words);
   assert.equal(g.getState().index, peek.index);
-  assert.equal(g.random(), afterPair.random());
+  assert.equal(g.nextUint32(), afterPair.nextUint32());
   // The pair is (r cos t, r sin t), so both come from one radius.
   assert.ok(
     Number.isFinite(first) && Number.isFinite(second) && first !== second,

@@ -13,6 +13,7 @@ import { MachineSchema, readRunDir, RunRecordSchema } from "../../run/format.ts"
 import {
   beginAttempt,
   behaviourEnv,
+  continueRunRecord,
   finishAttempt,
   machineFacts,
   orderDigest,
@@ -205,6 +206,41 @@ Deno.test("beginAttempt() and finishAttempt() keep a failed first attempt when t
     finishAttempt(beginAttempt(r), { exitCode: null, signal: "SIGKILL" }).status,
     "failed",
   );
+});
+
+Deno.test("continueRunRecord() keeps the run's id and attempts, closes one left open, and lists every launch", () => {
+  let r = runRecordOf(baseSpec(), "/tmp/x");
+  r = { ...r, attempts: [], status: "running", endedAt: null };
+  r = finishAttempt(beginAttempt(r, new Date("2025-01-01T00:00:00Z")), {
+    exitCode: 1,
+    endedAt: new Date("2025-01-01T00:01:00Z"),
+  });
+  r = beginAttempt(r, new Date("2025-01-01T00:02:00Z")); // its launcher was SIGKILLed: never closed
+  const next = continueRunRecord(r, {
+    runId: "ignored-new-id",
+    name: "ignored",
+    argv: ["dtrain", "--nproc", "1", "train.ts", "--resume"],
+    cwd: "/work",
+    script: { path: "/work/train.ts", sha256: "a".repeat(64), args: ["--resume"] },
+    world: { nnodes: 1, nprocPerNode: 1, hosts: ["h"] },
+    versions: r.versions,
+    env: {},
+    createdAt: new Date("2025-01-02T00:00:00Z"),
+  });
+  assert.equal(next.runId, r.runId);
+  assert.equal(next.name, r.name);
+  assert.equal(next.createdAt, r.createdAt);
+  assert.deepEqual(next.attempts[0], r.attempts[0]);
+  assert.equal(next.attempts[1]!.endedAt, "2025-01-02T00:00:00.000Z");
+  assert.match(next.attempts[1]!.reason!, /launcher ended without recording/);
+  assert.deepEqual(next.world, { nnodes: 1, nprocPerNode: 1, worldSize: 1, hosts: ["h"] });
+  assert.deepEqual(next.launches!.map((l) => [l.firstAttempt, l.command.argv.at(-1)]), [
+    [0, r.command.argv.at(-1)],
+    [2, "--resume"],
+  ]);
+  const resumed = finishAttempt(beginAttempt(next), { exitCode: 0 });
+  assert.deepEqual(resumed.attempts.map((a) => a.attempt), [0, 1, 2]);
+  RunRecordSchema.parse(resumed);
 });
 
 Deno.test("writeJsonAtomic() replaces the file whole and leaves no temporary file", async () => {

@@ -79,7 +79,8 @@ Deno.test("Trainer: resuming from step 12 is bit-identical to the uninterrupted 
     const dir = join(t.dir, "resumed");
     const first = await train(t, 2, dir, { STEPS: "12", CKPT_EVERY: "4" });
     assert.deepEqual(first.losses, full.losses.slice(0, 12));
-    const rest = await train(t, 2, dir, {});
+    // A second launch into the run directory is the run's attempt 1 (run.json continues).
+    const rest = await train(t, 2, dir, {}, [], 1);
     assert.deepEqual(rest.losses, full.losses.slice(12), "losses after the resume differ");
     assert.ok(sameBits(rest.final, full.final), "final weights differ from the uninterrupted run");
   } finally {
@@ -93,7 +94,7 @@ Deno.test("Trainer: resuming on 1 rank after 2 continues the epoch without skipp
     const full = await train(t, 2, join(t.dir, "full"), { RESUME: "never" });
     const dir = join(t.dir, "shrunk");
     await train(t, 2, dir, { STEPS: "12" });
-    const rest = await train(t, 1, dir, {});
+    const rest = await train(t, 1, dir, {}, [], 1);
     // Epoch 0 had 16 steps of 64 samples; 12 were done on 2 ranks, the rest runs on 1.
     const orders = Deno.readTextFileSync(join(dir, "data_order.jsonl")).trim().split("\n").map((
       l,

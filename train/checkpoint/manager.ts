@@ -57,6 +57,7 @@ import {
 } from "./layout.ts";
 import { checkRotationPolicy, type RotationPolicy, stepsToDelete } from "./rotation.ts";
 import { removeQuietly, type SaveContext, writeCheckpoint } from "./save.ts";
+import { Progress, type ProgressOptions } from "../../distributed/control/progress.ts";
 
 export type { CheckpointDirEntry, CheckpointIO } from "./io.ts";
 export type { CheckpointTensors } from "./format.ts";
@@ -130,6 +131,8 @@ export interface CheckpointManagerOptions {
   onWarning?: (message: string) => void;
   /** File operations; default the real file system. Tests inject faults here. */
   io?: CheckpointIO;
+  /** A save longer than 2 s prints progress lines; where they go and the clock (tests). */
+  progress?: Pick<ProgressOptions, "print" | "now">;
 }
 
 /**
@@ -147,6 +150,7 @@ export class CheckpointManager {
   readonly #rank: number;
   readonly #policy: RotationPolicy;
   readonly #ctx: SaveContext;
+  readonly #progress: Pick<ProgressOptions, "print" | "now">;
 
   /** Checks the options; nothing touches the disk until the first save or load. */
   constructor(dir: string, opts: CheckpointManagerOptions) {
@@ -168,6 +172,7 @@ export class CheckpointManager {
       fsync: opts.fsync ?? true,
       warn: opts.onWarning ?? ((message) => console.warn(message)),
     };
+    this.#progress = opts.progress ?? {};
   }
 
   /**
@@ -180,7 +185,19 @@ export class CheckpointManager {
    */
   save(payload: CheckpointPayload): string | null {
     if (this.#rank !== 0) return null;
-    const dir = writeCheckpoint(this.#ctx, payload);
+    const progress = new Progress(`saving checkpoint ${stepDirName(payload.step)}`, {
+      unit: "bytes",
+      enabled: true,
+      ...this.#progress,
+    });
+    const dir = writeCheckpoint({
+      ...this.#ctx,
+      progress: (stage, done, total) => {
+        progress.total = total;
+        progress.update(done, stage);
+      },
+    }, payload);
+    progress.done();
     for (const hook of savedHooks) hook({ dir, step: payload.step });
     try {
       this.#rotate(payload.step);

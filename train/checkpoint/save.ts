@@ -35,6 +35,8 @@ export interface SaveContext {
   io: CheckpointIO;
   fsync: boolean;
   warn: (message: string) => void;
+  /** told before each file is written: what, and the bytes written so far of the total */
+  progress?: (stage: string, done: number, total: number) => void;
 }
 
 /** What a save is given: tensor files (name without extension), a plain-JSON state and the step. */
@@ -80,10 +82,15 @@ export function writeCheckpoint(ctx: SaveContext, input: SaveInput): string {
     cleanLeftovers(ctx);
     stage = `creating ${basename(paths.tmpDir)}`;
     io.mkdir(paths.tmpDir, false);
+    const total = files.reduce((a, f) => a + f.bytes.length, 0);
+    let written = 0;
     for (const f of files) {
       stage = `writing ${f.name}`;
+      ctx.progress?.(stage, written, total);
       io.writeFile(join(paths.tmpDir, f.name), f.bytes, ctx.fsync);
+      written += f.bytes.length;
     }
+    ctx.progress?.("committing", written, total);
     stage = `writing ${MANIFEST_FILE}`;
     io.writeFile(join(paths.tmpDir, MANIFEST_FILE), encodeManifest(step, files), ctx.fsync);
     stage = `syncing ${basename(paths.tmpDir)}`;

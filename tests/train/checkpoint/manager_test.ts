@@ -276,3 +276,37 @@ Deno.test("CheckpointManager.save() fsyncs each file, then the directory, before
   ]);
   assert.ok(recordSave(false).every((op) => !op.includes("sync")), "fsync: false must not sync");
 });
+
+Deno.test("CheckpointManager.save() that takes more than 2 s prints its progress and its time", () => {
+  withTempDir((root) => {
+    let now = 0;
+    const lines: string[] = [];
+    // Each file takes 1.5 s to write on this (simulated) disk.
+    const io: CheckpointIO = {
+      ...denoCheckpointIO,
+      writeFile: (path, bytes, fsync) => {
+        now += 1500;
+        denoCheckpointIO.writeFile(path, bytes, fsync);
+      },
+    };
+    const manager = new CheckpointManager(join(root, "ckpt"), {
+      rank: 0,
+      io,
+      progress: { print: (l) => lines.push(l), now: () => now },
+    });
+    manager.save(payloadForStep(3));
+    assert.ok(lines.length >= 2, lines.join("\n"));
+    assert.match(
+      lines[0]!,
+      /^saving checkpoint step-00000003: [\d.]+ MB of [\d.]+ MB \(\d+%\), writing \S+ \(\d\.\d s\)$/,
+    );
+    assert.match(lines.at(-1)!, /^saving checkpoint step-00000003: done in \d+\.\d s$/);
+    lines.length = 0;
+    const quick = new CheckpointManager(join(root, "quick"), {
+      rank: 0,
+      progress: { print: (l) => lines.push(l), now: () => 0 },
+    });
+    quick.save(payloadForStep(4));
+    assert.deepEqual(lines, [], "a quick save prints nothing");
+  });
+});
