@@ -582,6 +582,84 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
+  /** Winograd F(2x2, 3x3) kernel transform U = G g G^T of each (co, c) (common/winograd.h). */
+  dt_winograd_weight: {
+    parameters: [
+      P, // float* u [16][Cout][C]
+      P, // const float* weight (Cout, C, 3, 3)
+      I64, // int64 Cout
+      I64, // int64 C
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its adjoint: dweight (Cout, C, 3, 3) (overwritten) = G^T m G of each (co, c). */
+  dt_winograd_weight_grad: {
+    parameters: [
+      P, // float* dweight (Cout, C, 3, 3)
+      P, // const float* m [16][Cout][C]
+      I64, // int64 Cout
+      I64, // int64 C
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Input transform V = B^T d B of tiles [t0, t0 + nt) of a 3x3, stride-1 conv
+   *  (tile t = (n, ty, tx) over TH x TW = ceil(OH/2) x ceil(OW/2) per image). */
+  dt_winograd_input: {
+    parameters: [
+      P, // float* v [16][C][ld]: component xi of channel c of tile t0 + q at (xi * C + c) * ld + q
+      P, // const float* inp (N, C, H, W)
+      B, // const int64* geom[14] (host), as dt_im2col: kernel 3x3, stride 1, dilation 1
+      I64, // int64 t0
+      I64, // int64 nt
+      I64, // int64 ld >= nt
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its adjoint: dinp += B dv B^T of each tile, tiles in increasing order. */
+  dt_winograd_input_grad: {
+    parameters: [
+      P, // float* dinp (N, C, H, W): added to
+      P, // const float* dv [16][C][ld]
+      B, // const int64* geom[14] (host), as dt_winograd_input
+      I64, // int64 t0
+      I64, // int64 nt
+      I64, // int64 ld
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Output transform: the 2x2 outputs A^T m A (+ bias) of tiles [t0, t0 + nt). */
+  dt_winograd_output: {
+    parameters: [
+      P, // float* out (N, Cout, OH, OW): those tiles' outputs written
+      P, // const float* m [16][Cout][ld]
+      P, // const float* bias (Cout) or NULL
+      B, // const int64* geom[14] (host), as dt_winograd_input
+      I64, // int64 Cout
+      I64, // int64 t0
+      I64, // int64 nt
+      I64, // int64 ld
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its adjoint: p = A dy A^T of tiles [t0, t0 + nt) (dy 0 past the output). */
+  dt_winograd_output_grad: {
+    parameters: [
+      P, // float* p [16][Cout][ld]
+      P, // const float* dout (N, Cout, OH, OW)
+      B, // const int64* geom[14] (host), as dt_winograd_input
+      I64, // int64 Cout
+      I64, // int64 t0
+      I64, // int64 nt
+      I64, // int64 ld
+      P, // stream
+    ],
+    ...STATUS,
+  },
   /** 2-D max pooling of P planes; padding counts as -inf, a NaN always wins. */
   dt_maxpool2d_fwd: {
     parameters: [

@@ -17,6 +17,7 @@
 #include "reduce_dim.h"
 #include "strided.h"
 #include "unary.h"
+#include "winograd.h"
 
 /* ---- unary, where ---------------------------------------------------------------------- */
 
@@ -281,6 +282,106 @@ static inline dt_status dt_check_conv2d_direct_bwd_input(const float* dinp, cons
   DT_REQUIRE_(dinp && weight && (dout || g->OH * g->OW == 0),
               "dt_conv2d_direct_bwd_input: null pointer (dinp=%p dout=%p weight=%p)", (const void*)dinp,
               (const void*)dout, (const void*)weight);
+  return DT_OK;
+}
+
+/* ---- Winograd F(2x2, 3x3) convolution ------------------------------------------------------------ */
+
+/* A conv geometry that Winograd F(2x2, 3x3) computes: 3x3 kernel, stride and
+ * dilation 1, the output size the padding gives; *w gets its tile grid. */
+static inline dt_status dt_check_wino_geom_(const char* name, const int64_t* geom, dt_wino_geom* w) {
+  dt_conv_geom g = {0};
+  DT_TRY_(dt_check_conv_geom_(name, geom, &g));
+  DT_REQUIRE_(g.KH == 3 && g.KW == 3 && g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1,
+              "%s: Winograd F(2x2, 3x3) needs a 3x3 kernel at stride 1 and dilation 1, got kernel (%lld, %lld), "
+              "stride (%lld, %lld), dilation (%lld, %lld)",
+              name, (long long)g.KH, (long long)g.KW, (long long)g.SH, (long long)g.SW, (long long)g.DH,
+              (long long)g.DW);
+  DT_REQUIRE_(g.OH == (g.H + 2 * g.PH - 2 > 0 ? g.H + 2 * g.PH - 2 : 0) &&
+                  g.OW == (g.W + 2 * g.PW - 2 > 0 ? g.W + 2 * g.PW - 2 : 0),
+              "%s: output %lldx%lld does not match input %lldx%lld padded by (%lld, %lld)", name, (long long)g.OH,
+              (long long)g.OW, (long long)g.H, (long long)g.W, (long long)g.PH, (long long)g.PW);
+  *w = (dt_wino_geom){g.N, g.C, g.H, g.W, g.PH, g.PW, g.OH, g.OW, (g.OH + 1) / 2, (g.OW + 1) / 2};
+  return DT_OK;
+}
+
+/* Tiles [t0, t0 + nt) of the grid, stored for `channels` channels at leading dimension ld. */
+static inline dt_status dt_check_wino_block_(const char* name, const dt_wino_geom* w, int64_t channels, int64_t t0,
+                                             int64_t nt, int64_t ld) {
+  int64_t tiles, t;
+  DT_REQUIRE_(dt_mul_ok_(w->N, w->TH, &tiles) && dt_mul_ok_(tiles, w->TW, &tiles), "%s: the tile count overflows",
+              name);
+  DT_REQUIRE_(t0 >= 0 && nt >= 0 && t0 <= tiles && nt <= tiles - t0,
+              "%s: tiles [%lld, %lld + %lld) are not within the %lld tiles of the output", name, (long long)t0,
+              (long long)t0, (long long)nt, (long long)tiles);
+  DT_REQUIRE_(ld >= nt && ld >= 1, "%s: ld=%lld must be >= max(nt=%lld, 1)", name, (long long)ld, (long long)nt);
+  DT_REQUIRE_(channels >= 0 && dt_mul_ok_(channels, 16, &t) && dt_mul_ok_(t, ld, &t) && dt_mul_ok_(t, 4, &t),
+              "%s: the transformed block overflows (channels=%lld ld=%lld)", name, (long long)channels,
+              (long long)ld);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_wino_kernel_(const char* name, int pointers_ok, int64_t Cout, int64_t C) {
+  int64_t t;
+  DT_REQUIRE_(Cout >= 0 && C >= 0, "%s: negative size (Cout=%lld C=%lld)", name, (long long)Cout, (long long)C);
+  DT_REQUIRE_(dt_mul_ok_(Cout, C, &t) && dt_mul_ok_(t, 16 * 4, &t), "%s: size overflows (Cout=%lld C=%lld)", name,
+              (long long)Cout, (long long)C);
+  if (Cout * C == 0) return DT_OK;
+  DT_REQUIRE_(pointers_ok, "%s: null pointer", name);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_winograd_weight(const float* u, const float* w, int64_t Cout, int64_t C) {
+  return dt_check_wino_kernel_("dt_winograd_weight", u && w, Cout, C);
+}
+
+static inline dt_status dt_check_winograd_weight_grad(const float* dw, const float* m, int64_t Cout, int64_t C) {
+  return dt_check_wino_kernel_("dt_winograd_weight_grad", dw && m, Cout, C);
+}
+
+static inline dt_status dt_check_winograd_input(const float* v, const float* x, const int64_t* geom, int64_t t0,
+                                                int64_t nt, int64_t ld, dt_wino_geom* w) {
+  DT_TRY_(dt_check_wino_geom_("dt_winograd_input", geom, w));
+  DT_TRY_(dt_check_wino_block_("dt_winograd_input", w, w->C, t0, nt, ld));
+  if (nt * w->C == 0) return DT_OK;
+  DT_REQUIRE_(v && (x || w->H * w->W == 0), "dt_winograd_input: null pointer (v=%p x=%p)", (const void*)v,
+              (const void*)x);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_winograd_input_grad(const float* dx, const float* dv, const int64_t* geom,
+                                                     int64_t t0, int64_t nt, int64_t ld, dt_wino_geom* w) {
+  DT_TRY_(dt_check_wino_geom_("dt_winograd_input_grad", geom, w));
+  DT_TRY_(dt_check_wino_block_("dt_winograd_input_grad", w, w->C, t0, nt, ld));
+  if (nt * w->C * w->H * w->W == 0) return DT_OK;
+  DT_REQUIRE_(dx && dv, "dt_winograd_input_grad: null pointer (dx=%p dv=%p)", (const void*)dx, (const void*)dv);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_winograd_output(const float* y, const float* m, const int64_t* geom, int64_t Cout,
+                                                 int64_t t0, int64_t nt, int64_t ld, dt_wino_geom* w) {
+  DT_TRY_(dt_check_wino_geom_("dt_winograd_output", geom, w));
+  DT_REQUIRE_(Cout >= 0, "dt_winograd_output: negative Cout=%lld", (long long)Cout);
+  DT_TRY_(dt_check_wino_block_("dt_winograd_output", w, Cout, t0, nt, ld));
+  int64_t t;
+  DT_REQUIRE_(dt_mul_ok_(w->N * w->OH * w->OW, Cout, &t) && dt_mul_ok_(t, 4, &t),
+              "dt_winograd_output: output size overflows");
+  if (nt * Cout == 0) return DT_OK;
+  DT_REQUIRE_(y && m, "dt_winograd_output: null pointer (y=%p m=%p)", (const void*)y, (const void*)m);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_winograd_output_grad(const float* p, const float* dy, const int64_t* geom,
+                                                      int64_t Cout, int64_t t0, int64_t nt, int64_t ld,
+                                                      dt_wino_geom* w) {
+  DT_TRY_(dt_check_wino_geom_("dt_winograd_output_grad", geom, w));
+  DT_REQUIRE_(Cout >= 0, "dt_winograd_output_grad: negative Cout=%lld", (long long)Cout);
+  DT_TRY_(dt_check_wino_block_("dt_winograd_output_grad", w, Cout, t0, nt, ld));
+  int64_t t;
+  DT_REQUIRE_(dt_mul_ok_(w->N * w->OH * w->OW, Cout, &t) && dt_mul_ok_(t, 4, &t),
+              "dt_winograd_output_grad: output size overflows");
+  if (nt * Cout == 0) return DT_OK;
+  DT_REQUIRE_(p && dy, "dt_winograd_output_grad: null pointer (p=%p dy=%p)", (const void*)p, (const void*)dy);
   return DT_OK;
 }
 

@@ -53,6 +53,8 @@ export interface CnnSizeSet {
   adaptive: [number, number, number, number, number][];
   /** [N, C, HW] */
   bn: [number, number, number][];
+  /** Winograd F(2x2, 3x3): [N, C, H, W, Cout, PH, PW, tiles per block (0: all)] */
+  winograd: [number, number, number, number, number, number, number, number][];
 }
 
 const conv = (
@@ -92,6 +94,16 @@ export const CNN_GPU_SIZES: CnnSizeSet = {
   pool: [pool(64 * 32, 28, 28, [2, 2], [2, 2]), pool(500, 55, 55, [3, 3], [2, 2], [1, 1])],
   adaptive: [[2048, 7, 7, 1, 1], [100, 30, 31, 7, 7]],
   bn: [[64, 32, 784], [256, 512, 49], [3, 7, 100_003]],
+  winograd: [[64, 32, 14, 14, 64, 1, 1, 0], [32, 64, 56, 56, 64, 1, 1, 5000], [
+    3,
+    5,
+    31,
+    17,
+    7,
+    0,
+    2,
+    0,
+  ]],
 };
 
 /** Sizes for the emulated device in CI (2 multiprocessors: a grid-stride pass covers 16384
@@ -141,6 +153,13 @@ export const CNN_EMULATED_SIZES: CnnSizeSet = {
     5,
   ]],
   bn: [[0, 3, 4], [2, 0, 5], [3, 2, 0], [4, 3, 37], [200, 100, 3], [3, 2, 20_000]],
+  winograd: [
+    [0, 3, 5, 5, 2, 1, 1, 0],
+    [2, 3, 6, 5, 4, 1, 1, 0],
+    [3, 2, 9, 7, 5, 0, 2, 7],
+    [1, 4, 3, 3, 3, 2, 0, 0],
+    [6, 64, 20, 18, 9, 1, 1, 300],
+  ],
 };
 
 const n64 = BigInt;
@@ -749,6 +768,84 @@ export function buildCnnOpCases(
           ),
       });
     }
+  }
+  // ---- Winograd F(2x2, 3x3) transforms -------------------------------------------------------
+  for (const [N, C, H, W, Cout, PH, PW, blockTiles] of S.winograd) {
+    const OH = Math.max(0, H + 2 * PH - 2), OW = Math.max(0, W + 2 * PW - 2);
+    const T = N * Math.ceil(OH / 2) * Math.ceil(OW / 2);
+    const geom = i64([N, C, H, W, 3, 3, 1, 1, PH, PW, 1, 1, OH, OW]);
+    // one block of the grid: from a third of the way, in a buffer wider than it (ld > nt)
+    const t0 = blockTiles ? Math.min(Math.floor(T / 3), T) : 0;
+    const nt = blockTiles ? Math.min(blockTiles, T - t0) : T, ld = nt + 3;
+    const size = `${N}x${C}x${H}x${W} -> ${Cout} p${PH},${PW} tiles [${t0}, +${nt})`;
+    const blk = [n64(t0), n64(nt), n64(ld)] as const;
+    const x = rng.normals(N * C * H * W), dy = rng.normals(N * Cout * OH * OW);
+    const w = rng.normals(Cout * C * 9), b = rng.normals(Cout);
+    add({
+      op: "winograd_weight",
+      symbols: ["dt_winograd_weight"],
+      dtype: "f32",
+      size,
+      tol: exact,
+      inputs: { w },
+      outputs: { u: [f32(16 * Cout * C), "f32"] },
+      call: (k, p, s) => k.dt_winograd_weight(p("u"), p("w"), n64(Cout), n64(C), s),
+    });
+    add({
+      op: "winograd_weight_grad",
+      symbols: ["dt_winograd_weight_grad"],
+      dtype: "f32",
+      size,
+      tol: exact,
+      inputs: { m: rng.normals(16 * Cout * C) },
+      outputs: { dw: [f32(Cout * C * 9), "f32"] },
+      call: (k, p, s) => k.dt_winograd_weight_grad(p("dw"), p("m"), n64(Cout), n64(C), s),
+    });
+    // the columns past nt of each row are not written: they start from data
+    add({
+      op: "winograd_input (a block)",
+      symbols: ["dt_winograd_input"],
+      dtype: "f32",
+      size,
+      tol: exact,
+      inputs: { x },
+      inout: { v: [rng.normals(16 * C * ld), "f32"] },
+      call: (k, p, s) => k.dt_winograd_input(p("v"), p("x"), geom, ...blk, s),
+    });
+    add({
+      op: "winograd_input_grad (added, tile order)",
+      symbols: ["dt_winograd_input_grad"],
+      dtype: "f32",
+      size,
+      tol: exact,
+      inputs: { dv: rng.normals(16 * C * ld) },
+      inout: { dx: [rng.normals(x.length), "f32"] },
+      call: (k, p, s) => k.dt_winograd_input_grad(p("dx"), p("dv"), geom, ...blk, s),
+    });
+    for (const withBias of [true, false]) {
+      add({
+        op: `winograd_output${withBias ? "" : " (no bias)"} (a block's outputs)`,
+        symbols: ["dt_winograd_output"],
+        dtype: "f32",
+        size,
+        tol: exact,
+        inputs: withBias
+          ? { m: rng.normals(16 * Cout * ld), b }
+          : { m: rng.normals(16 * Cout * ld) },
+        inout: { y: [rng.normals(dy.length), "f32"] },
+        call: (k, p, s) => k.dt_winograd_output(p("y"), p("m"), p("b"), geom, n64(Cout), ...blk, s),
+      });
+    }
+    add({
+      op: "winograd_output_grad",
+      symbols: ["dt_winograd_output_grad"],
+      dtype: "f32",
+      size,
+      tol: exact,
+      inputs: { dy },
+      inout: { p: [rng.normals(16 * Cout * ld), "f32"] },
+      call: (k, p, s) => k.dt_winograd_output_grad(p("p"), p("dy"), geom, n64(Cout), ...blk, s),
+    });
   }
   return cases;
 }

@@ -192,11 +192,32 @@ const BAD_CALLS: BadCall[] = [
     "dt_bn_bwd_apply with sums but no count",
     (k) => k.dt_bn_bwd_apply(p(F), p(F), p(F), p(F), p(F), null, p(D), null, 2n, 4n, 4n, null),
   ],
+  ["dt_winograd_weight with Cout = -1", (k) => k.dt_winograd_weight(p(F), p(F), -1n, 2n, null)],
+  [
+    "dt_winograd_weight_grad with a null m",
+    (k) => k.dt_winograd_weight_grad(p(F), null, 2n, 2n, null),
+  ],
+  [
+    "dt_winograd_input at stride 2",
+    (k) => k.dt_winograd_input(p(F), p(F), conv({ SH: 2 }), 0n, 1n, 1n, null),
+  ],
+  [
+    "dt_winograd_input_grad past the last tile",
+    (k) => k.dt_winograd_input_grad(p(F), p(F), conv({}), 10n, 7n, 7n, null),
+  ],
+  [
+    "dt_winograd_output with ld < nt",
+    (k) => k.dt_winograd_output(p(F), p(F), null, conv({}), 4n, 0n, 4n, 3n, null),
+  ],
+  [
+    "dt_winograd_output_grad with a 5x5 kernel",
+    (k) => k.dt_winograd_output_grad(p(F), p(F), conv({ K: 5 }), 4n, 0n, 1n, 1n, null),
+  ],
 ];
 
 /** A 3x3 convolution of (1, C=4, 8, 8) with one field changed. */
-function conv(o: Partial<Record<"C" | "SH", number>>): BigInt64Array<ArrayBuffer> {
-  return i64([1, o.C ?? 4, 8, 8, 3, 3, o.SH ?? 1, 1, 1, 1, 1, 1, 8, 8]);
+function conv(o: Partial<Record<"C" | "SH" | "K", number>>): BigInt64Array<ArrayBuffer> {
+  return i64([1, o.C ?? 4, 8, 8, o.K ?? 3, o.K ?? 3, o.SH ?? 1, 1, 1, 1, 1, 1, 8, 8]);
 }
 
 /** A 2x2 pooling of (2, 8, 8) planes with one field changed. */
