@@ -106,12 +106,17 @@ Deno.test({
     assert.ok(
       C.bn.some(([N, C]) => N * C > 64 * 256) && C.bn.some(([N, C, HW]) => N * C * HW === 0),
     );
+    // Winograd: a block past a grid-stride pass of (channel, tile) items, and an empty grid
+    const tiles = (N: number, H: number, W: number, PH: number, PW: number) =>
+      N * Math.ceil((H + 2 * PH - 2) / 2) * Math.ceil((W + 2 * PW - 2) / 2);
+    assert.ok(C.winograd.some(([N, Ch, H, W, , PH, PW, block]) => {
+      const T = tiles(N, H, W, PH, PW);
+      return Ch * Math.min(block || T, T - Math.floor(T / 3)) > 64 * 256;
+    }));
+    assert.ok(C.winograd.some(([N]) => N === 0));
     for (const sym of ["dt_strided_copy", "dt_gather_dim", "dt_index_select"]) {
       assert.ok(
-        cases.some((c) =>
-          c.symbols.includes(sym as never) && c.dtype === "bf16/f16" ||
-          c.symbols.includes(sym as never) && c.dtype === "bf16"
-        ),
+        cases.some((c) => c.symbols.includes(sym as never) && /^bf16/.test(c.dtype)),
         sym,
       );
     }
