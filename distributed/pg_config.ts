@@ -1,12 +1,15 @@
 /**
  * The process group's settings: the world as distributed/control/env.ts reads it from
  * the launcher's environment, plus DTRAIN_TIMEOUT, DTRAIN_DISTRIBUTED_DEBUG
- * and the shared-memory tuning variables, checked; CPU groups that would span
- * machines are refused here.
+ * and the shared-memory tuning variables, checked; and the CPU backend: shared
+ * memory for ranks on one machine, Gloo for ranks on several.
  */
-import { getRankSettings, getWorld } from "./control/env.ts";
+import { getRankSettings, getWorld, type World } from "./control/env.ts";
 
 type Lookup = (name: string) => string | undefined;
+
+/** The CPU backends a group of several ranks can use. */
+export type CpuBackend = "shm" | "gloo";
 
 /** Options of initProcessGroup that override the environment. */
 export interface ProcessGroupOptions {
@@ -19,6 +22,9 @@ export interface ProcessGroupOptions {
   /** Microseconds a waiting rank spins before it sleeps on a futex. Default:
    *  DTRAIN_SHM_SPIN_US, else 50. */
   spinUs?: number;
+  /** "gloo" or "shm"; default DTRAIN_CPU_BACKEND, else shm on one machine and
+   *  gloo across machines (shm cannot span machines). */
+  backend?: CpuBackend;
   /** The environment to read; default Deno.env (tests pass their own). */
   env?: Record<string, string | undefined>;
 }
@@ -34,6 +40,16 @@ export interface ProcessGroupConfig {
   detail: boolean;
   chunkBytes: number;
   spinUs: number;
+}
+
+/** What resolveProcessGroupConfig() returns: the settings plus what chooses and configures the backend. */
+export interface ResolvedProcessGroupConfig extends ProcessGroupConfig {
+  /** the backend of a group of several ranks */
+  backend: CpuBackend;
+  /** the whole world, as the launcher described it */
+  world: World;
+  /** the environment the settings were read from (backends read their own variables) */
+  lookup: Lookup;
 }
 
 /** Default data-buffer size (see scripts/bench_allreduce.ts for the choice). */
@@ -74,7 +90,9 @@ function debugDetail(get: Lookup): boolean {
  * // throws: DTRAIN_RUN_ID is needed to name the segment
  * ```
  */
-export function resolveProcessGroupConfig(opts: ProcessGroupOptions = {}): ProcessGroupConfig {
+export function resolveProcessGroupConfig(
+  opts: ProcessGroupOptions = {},
+): ResolvedProcessGroupConfig {
   const env = opts.env;
   const get: Lookup = env ? (name) => env[name] : (name) => Deno.env.get(name);
   const world = getWorld(get);
@@ -89,15 +107,10 @@ export function resolveProcessGroupConfig(opts: ProcessGroupOptions = {}): Proce
     spinUs: opts.spinUs ?? intVar(get, "DTRAIN_SHM_SPIN_US") ?? DEFAULT_SPIN_US,
   };
   const { rank, worldSize: size, localWorldSize: localSize, nnodes } = world;
-  if (size === 1) return { rank: 0, size: 1, runId: world.runId, ...common };
-  if (nnodes > 1 || localSize !== size) {
-    throw new Error(
-      `Cannot create a CPU process group across machines: WORLD_SIZE=${size}, LOCAL_WORLD_SIZE=${localSize}, ` +
-        `DTRAIN_NNODES=${nnodes}. The CPU backend connects ranks on one machine through shared memory only; ` +
-        `collectives between machines need the Gloo backend, which dtrain does not have yet. Run every rank on ` +
-        `one machine (one node), or train on GPUs (NCCL).`,
-    );
-  }
+  const spansMachines = nnodes > 1 || localSize !== size;
+  const backend = cpuBackend(opts.backend ?? get("DTRAIN_CPU_BACKEND"), spansMachines);
+  const base = { ...common, backend, world, lookup: get };
+  if (size === 1) return { rank: 0, size: 1, runId: world.runId, ...base };
   if (!RUN_ID.test(world.runId)) {
     throw new RangeError(
       `DTRAIN_RUN_ID=${
@@ -106,5 +119,44 @@ export function resolveProcessGroupConfig(opts: ProcessGroupOptions = {}): Proce
         `sets it to a value unique per run, and it names the shared-memory segment /dev/shm/dtrain-<run id>-a<attempt>-pg`,
     );
   }
-  return { rank, size, runId: world.runId, ...common };
+  return { rank, size, runId: world.runId, ...base };
+}
+
+/**
+ * The backend initProcessGroup() chooses for CPU ranks laid out as `nnodes` x
+ * `nprocPerNode` (the launcher records it in run.json before any rank runs).
+ *
+ * @example
+ * ```ts
+ * plannedCpuBackend(2, 4); // "gloo"
+ * ```
+ */
+export function plannedCpuBackend(
+  nnodes: number,
+  nprocPerNode: number,
+  requested?: string,
+): "single" | CpuBackend {
+  if (nnodes * nprocPerNode === 1) return "single";
+  return cpuBackend(requested, nnodes > 1);
+}
+
+/** The backend for `requested` ("" or undefined: choose), refusing shm across machines. */
+function cpuBackend(requested: string | undefined, spansMachines: boolean): CpuBackend {
+  const want = (requested ?? "").trim().toLowerCase();
+  if (want !== "" && want !== "shm" && want !== "gloo") {
+    throw new RangeError(
+      `DTRAIN_CPU_BACKEND=${
+        JSON.stringify(requested)
+      }: expected shm, gloo, or unset (shm on one machine, gloo ` +
+        `across machines)`,
+    );
+  }
+  if (want === "shm" && spansMachines) {
+    throw new Error(
+      "Cannot use the shared-memory backend across machines (DTRAIN_CPU_BACKEND=shm with DTRAIN_NNODES > 1): " +
+        "shared memory connects ranks on one machine only; leave DTRAIN_CPU_BACKEND unset to use Gloo",
+    );
+  }
+  if (want !== "") return want as CpuBackend;
+  return spansMachines ? "gloo" : "shm";
 }

@@ -2,14 +2,16 @@
  * The ProcessGroup API that training code uses for collectives (allReduce,
  * broadcast, allGather, reduceScatter, barrier), and initProcessGroup, which
  * builds the group this process belongs to from the launcher's environment:
- * the shared-memory CPU backend for ranks on one machine, or a trivial group
- * when the process runs alone. GPU ranks will get NCCL behind the same API.
+ * the shared-memory CPU backend for ranks on one machine, Gloo for CPU ranks
+ * on several machines, or a trivial group when the process runs alone. GPU
+ * ranks will get NCCL behind the same API.
  *
  * @module
  */
 import type { BufferLike, ReduceOp } from "./collective_buffer.ts";
 import type { Work } from "./work.ts";
 import { type ProcessGroupOptions, resolveProcessGroupConfig } from "./pg_config.ts";
+import { GlooProcessGroup } from "./gloo_backend.ts";
 import { ShmProcessGroup } from "./shm_backend.ts";
 import { SingleProcessGroup } from "./single_process_group.ts";
 
@@ -41,8 +43,9 @@ export interface ProcessGroup {
   readonly rank: number;
   /** Number of ranks. */
   readonly size: number;
-  /** "shm" (ranks on one machine) or "single" (a world of one process). */
-  readonly backend: "shm" | "single";
+  /** "shm" (ranks on one machine), "gloo" (CPU ranks on several machines)
+   *  or "single" (a world of one process). */
+  readonly backend: "shm" | "gloo" | "single";
   /** In place: every element becomes `op` over the ranks' values, the same
    *  bits on every rank (floats are combined in rank order 0..size-1). */
   allReduce(buf: BufferLike, op?: ReduceOp, opts?: CallOptions): void;
@@ -75,8 +78,10 @@ export interface ProcessGroup {
  * Creates this process's group from the environment set by the launcher
  * (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, DTRAIN_RUN_ID). Without
  * it, the group is this process alone and every collective is an identity.
- * Ranks on several machines are refused: CPU collectives between machines
- * need Gloo, which dtrain does not have yet.
+ * Ranks on one machine share memory; ranks on several machines (DTRAIN_NNODES
+ * > 1) meet through the run's control store and use Gloo over TCP
+ * (GLOO_SOCKET_IFNAME picks the interface), with shared memory within each
+ * node where that is faster. DTRAIN_CPU_BACKEND=gloo forces Gloo on one machine.
  *
  * @example
  * ```ts
@@ -89,5 +94,6 @@ export interface ProcessGroup {
 export function initProcessGroup(options: ProcessGroupOptions = {}): ProcessGroup {
   const cfg = resolveProcessGroupConfig(options);
   if (cfg.size === 1) return new SingleProcessGroup(cfg.timeoutMs);
+  if (cfg.backend === "gloo") return GlooProcessGroup.open(cfg);
   return ShmProcessGroup.open(cfg);
 }

@@ -45,6 +45,8 @@ const checkpoints = new CheckpointManager(`${world.runDir ?? "runs/toy_ddp"}/che
 // scripts/bench_ddp.ts times this script side by side with PyTorch's: the same stamps as the peer.
 const bench = Deno.env.get("DTRAIN_BENCH") === "1";
 let step = 0, tFirst = 0, tSteady = 0, steadySamples = 0;
+// Tests compare runs step by step (e.g. 2 nodes against 1): every loss at full precision, at the end.
+const stepLosses: number[] | null = Deno.env.get("DTRAIN_PRINT_LOSSES") === "1" ? [] : null;
 
 try {
   for (let epoch = 0; epoch < epochs; epoch++) {
@@ -52,7 +54,7 @@ try {
     const t0 = performance.now();
     let total = 0, batches = 0;
     for await (const { tensors: [x, y] } of loader) {
-      total += scope(() => {
+      const stepLoss = scope(() => {
         optimizer.zeroGrad();
         const loss = crossEntropy(ddp.forward(x!), y!);
         ddp.backward(loss); // each gradient bucket's allReduce starts as soon as it is complete
@@ -61,6 +63,8 @@ try {
         optimizer.step();
         return loss.item();
       });
+      total += stepLoss;
+      stepLosses?.push(stepLoss);
       if (++step === 1) tFirst = Date.now() / 1000;
       if (step === 10) tSteady = performance.now();
       else if (step > 10) steadySamples += x!.shape[0]!;
@@ -82,6 +86,7 @@ try {
     }); // rank 0 only
     pg.barrier("epoch-end");
   }
+  if (stepLosses && pg.rank === 0) console.log(`LOSSES ${JSON.stringify(stepLosses)}`);
   if (bench && pg.rank === 0) {
     const ss = (steadySamples * pg.size) / ((performance.now() - tSteady) / 1000);
     console.log(

@@ -20,6 +20,8 @@ import {
   writeRunRecord,
 } from "../run/record.ts";
 import { resolve } from "node:path";
+import { glooBuildInfo } from "../ffi/gloo.ts";
+import { plannedCpuBackend } from "../distributed/pg_config.ts";
 import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
 import { runKeys } from "../distributed/control/store_keys.ts";
@@ -207,14 +209,33 @@ async function startRunRecord(
   previous: RunRecord | null,
 ) {
   const { opts, runDir, runId, threads, script } = ctx;
+  // What CPU ranks' initProcessGroup() will choose (the same rule), and Gloo's versions when it is Gloo.
+  const backend = opts.device === "cpu"
+    ? plannedCpuBackend(opts.nnodes, opts.nproc, Deno.env.get("DTRAIN_CPU_BACKEND"))
+    : undefined;
+  const v = versions();
+  if (backend === "gloo") {
+    try {
+      const info = glooBuildInfo();
+      v.native.gloo = info.buildHash;
+      v.gloo = info.version;
+    } catch (e) {
+      v.native.gloo = `unavailable: ${(e as Error).message}`;
+    }
+  }
   const input = {
     runId,
     name: basename(runDir),
     argv: ["dtrain", ...argv],
     cwd: Deno.cwd(),
     script: { path: script, sha256: await sha256File(script), args: opts.scriptArgs },
-    world: { nnodes: opts.nnodes, nprocPerNode: opts.nproc, hosts: [Deno.hostname()] },
-    versions: versions(),
+    world: {
+      nnodes: opts.nnodes,
+      nprocPerNode: opts.nproc,
+      hosts: [Deno.hostname()],
+      ...(backend ? { backend } : {}),
+    },
+    versions: v,
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
   };
@@ -243,7 +264,6 @@ async function startRunRecord(
 export async function launch(opts: LaunchOptions, argv: readonly string[]): Promise<number> {
   const log = new LauncherLog();
   const script = checkScript(opts.script);
-  if (!opts.noCheck) await typeCheck(opts.script, script, log);
   const token = resolveToken(opts);
   // "auto" is resolved once here, so every rank gets the same answer and the notice prints once
   // (after the run directory exists, so that it is in launcher.log too).
@@ -253,6 +273,8 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   });
   // Refused before anything starts: no store, no run directory, no rank.
   checkNproc(opts.nproc, nodeCapacity(opts));
+  // After the cheap refusals: a bad option must not wait for seconds of type-checking.
+  if (!opts.noCheck) await typeCheck(opts.script, script, log);
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;
   const nodeLost = async (node: number, why: string) => {

@@ -45,6 +45,22 @@ export const ENV_RULES: readonly EnvRule[] = [
     why: "chunk size of the shared-memory all-reduce can change its reduction order",
   },
   {
+    pattern: "DTRAIN_CPU_BACKEND",
+    effect: "numeric",
+    why: "shared memory or Gloo for CPU ranks: they add the ranks' values in different orders",
+  },
+  {
+    pattern: "DTRAIN_GLOO_HIERARCHY",
+    effect: "numeric",
+    why:
+      "Gloo all-reduce through each machine's shared memory first or not: another summation order",
+  },
+  {
+    pattern: "GLOO_SOCKET_IFNAME",
+    effect: "selection",
+    why: "picks the network interface of Gloo's connections between machines",
+  },
+  {
     pattern: "OMP_NUM_THREADS",
     effect: "numeric",
     why: "OpenMP thread count of linked native code changes summation order",

@@ -43,9 +43,15 @@ export const VersionsSchema = z.object({
   v8: z.string(),
   typescript: z.string(),
   /** build hashes (dt_build_hash) of the native libraries that were loaded */
-  native: z.object({ cpu: z.string().optional(), cuda: z.string().optional() }),
+  native: z.object({
+    cpu: z.string().optional(),
+    cuda: z.string().optional(),
+    gloo: z.string().optional(),
+  }),
   cuda: z.object({ runtime: z.string(), driver: z.string(), gpus: z.array(z.string()) }).optional(),
   nccl: z.string().optional(),
+  /** Gloo's version (libgloo), on runs whose CPU ranks span machines */
+  gloo: z.string().optional(),
 });
 
 /** Facts about node 0's machine that can change results or speed. */
@@ -91,6 +97,8 @@ export const RunRecordSchema = z.object({
     nprocPerNode: z.int().positive(),
     worldSize: z.int().positive(),
     hosts: z.array(z.string()),
+    /** the process group CPU ranks use: "single", "shm" (one machine) or "gloo" (several) */
+    backend: z.enum(["single", "shm", "gloo"]).optional(),
   }),
   versions: VersionsSchema,
   machine: MachineSchema.optional(),
@@ -134,6 +142,8 @@ export const ConfigRecordSchema = z.object({
   worldSize: z.int().positive(),
   /** e.g. "cpu" or "cuda" */
   device: z.string(),
+  /** the process group's backend: "single", "shm", "gloo" (and "nccl" on GPUs) */
+  processGroup: z.string().optional(),
 });
 
 /** One metrics.jsonl line: one optimizer step, appended by rank 0. */

@@ -180,7 +180,13 @@ export interface NewRunInput {
   argv: readonly string[];
   cwd: string;
   script: { path: string; sha256: string; args: readonly string[] };
-  world: { nnodes: number; nprocPerNode: number; hosts: readonly string[] };
+  world: {
+    nnodes: number;
+    nprocPerNode: number;
+    hosts: readonly string[];
+    /** the process group of CPU ranks (plannedCpuBackend), when the run is on the CPU */
+    backend?: "single" | "shm" | "gloo";
+  };
   versions: Versions;
   /** behaviourEnv() of the ranks' environment */
   env: Record<string, string>;
@@ -200,7 +206,7 @@ export interface NewRunInput {
  * ```
  */
 export function newRunRecord(input: NewRunInput): RunRecord {
-  const { nnodes, nprocPerNode, hosts } = input.world;
+  const { nnodes, nprocPerNode, hosts, backend } = input.world;
   const record: RunRecord = {
     format: RUN_FORMAT,
     runId: input.runId,
@@ -209,7 +215,13 @@ export function newRunRecord(input: NewRunInput): RunRecord {
     endedAt: null,
     command: { argv: redactArgv(input.argv), cwd: input.cwd },
     script: { path: input.script.path, sha256: input.script.sha256, args: [...input.script.args] },
-    world: { nnodes, nprocPerNode, worldSize: nnodes * nprocPerNode, hosts: [...hosts] },
+    world: {
+      nnodes,
+      nprocPerNode,
+      worldSize: nnodes * nprocPerNode,
+      hosts: [...hosts],
+      ...(backend ? { backend } : {}),
+    },
     versions: structuredClone(input.versions),
     env: behaviourEnv(input.env),
     attempts: [],

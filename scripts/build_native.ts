@@ -89,6 +89,51 @@ const CPU_FLAGS = [
   "-Wl,-z,nodelete",
 ];
 
+// ---- libdtrain_gloo.so: the Gloo process group (CPU ranks across machines) ----
+// A C++ shim over Debian's libgloo (libgloo-dev) with an extern "C" API. Its
+// RPATH is $ORIGIN as DT_RPATH (not RUNPATH), which also applies to libgloo's
+// own dependencies, so the single file can carry libgloo.so.0 and the
+// libraries it needs beside it (see GLOO_RUNTIME_LIBS in scripts/build_single.ts).
+export const GLOO_HEADER = "/usr/include/gloo/allreduce.h";
+
+function hasGloo(): boolean {
+  try {
+    return Deno.statSync(GLOO_HEADER).isFile && hasCommand("g++");
+  } catch {
+    return false;
+  }
+}
+
+const GLOO_LIBRARY: LibrarySpec = {
+  name: "libdtrain_gloo.so",
+  dirs: ["kernels/common", "kernels/gloo"],
+  compileExt: [".cc"],
+  command: (out, hash, sources) => [
+    "g++",
+    "-O2",
+    "-std=c++17",
+    "-fPIC",
+    "-shared",
+    "-pthread",
+    "-fvisibility=hidden",
+    "-march=x86-64",
+    "-mtune=generic",
+    "-ffp-contract=off",
+    "-Wall",
+    `-DDT_BUILD_HASH="${hash}"`,
+    "-Ikernels/common",
+    "-o",
+    out,
+    ...sources,
+    "-lgloo",
+    "-Wl,--disable-new-dtags,-rpath,$ORIGIN",
+    // Gloo's TCP device runs a thread inside libgloo: never unload.
+    "-Wl,-z,nodelete",
+  ],
+  available: () => hasGloo() && Deno.env.get("DTRAIN_GLOO") !== "0",
+};
+// ---- end of libdtrain_gloo.so ----
+
 // The emulated device (host C++): flags of the kernel sources as nvcc's host
 // side sees them, no FMA contraction (nvcc builds with --fmad=false).
 const EMU_FLAGS = [
@@ -276,6 +321,7 @@ export const LIBRARIES: LibrarySpec[] = [
     ],
     available: haveEmuToolchain,
   },
+  GLOO_LIBRARY,
 ];
 
 function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {

@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import pkg from "../package.json" with { type: "json" };
 import { BUILD_DIR, buildNative, LIBRARIES } from "./build_native.ts";
+import { stageGlooRuntime } from "./gloo_runtime_libs.ts";
 import { bundleCompiledMain, bundleDtrain, stopBundler } from "../sfx/bundle.ts";
 import { chooseBuildMode, denortUrl, downloadReachable } from "../sfx/build_mode.ts";
 import { sha256File } from "../sfx/manifest.ts";
@@ -64,6 +65,7 @@ function stageLibraries(libDir: string, quiet: boolean): Record<string, string> 
     hashes[spec.name] = Deno.readTextFileSync(`${src}.hash`).trim();
   }
   if (!hashes["libdtrain_cpu.so"]) throw new Error("Cannot build: libdtrain_cpu.so was not built");
+  stageGlooRuntime(libDir); // libgloo and what it needs, beside libdtrain_gloo.so
   return hashes;
 }
 

@@ -306,7 +306,13 @@ export class Trainer<M extends Module> {
     };
     result.resumedFrom = this.#resume(log);
     log.begin({
-      config: { config: cfg, seed: cfg.seed, worldSize: this.pg.size, device: backend().device },
+      config: {
+        config: cfg,
+        seed: cfg.seed,
+        worldSize: this.pg.size,
+        device: backend().device,
+        processGroup: this.pg.backend,
+      },
       step: this.#step,
     });
     const k = cfg.data.gradAccumulation;

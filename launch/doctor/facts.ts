@@ -1,13 +1,15 @@
 /**
  * Everything `dtrain doctor` looks at, gathered into one plain object: the
  * versions, how dtrain is installed, the native libraries, the CPU, memory,
- * /dev/shm against what the chosen ranks need, the GPU stack and the limits.
+ * /dev/shm against what the chosen ranks need, Gloo and its network interface
+ * for runs across machines, the GPU stack and the limits.
  */
 import pkg from "../../package.json" with { type: "json" };
 import { resolveProcessGroupConfig } from "../../distributed/pg_config.ts";
 import { checkExtraction } from "../../sfx/manifest.ts";
 import { installLayout, SFX_FILE_ENV } from "../../os/install_layout.ts";
 import { type GpuFacts, type LibraryFacts, probeCpuLibraries, probeGpu } from "./native.ts";
+import { type GlooFacts, probeGloo } from "./gloo.ts";
 import { shmSegmentBytes } from "./shm.ts";
 import {
   type CpuFacts,
@@ -25,6 +27,10 @@ export interface DoctorRequest {
   /** ranks on this machine */
   nproc: number;
   device: "auto" | "cpu" | "cuda";
+  /** machines in the run (default 1) */
+  nnodes?: number;
+  /** node 0's address (default: this machine's host name) */
+  masterAddr?: string | null;
 }
 
 /** How dtrain is installed. */
@@ -61,6 +67,7 @@ export interface DoctorFacts {
   cpu: CpuFacts;
   memory: MemoryFacts;
   shm: ShmFacts;
+  gloo: GlooFacts;
   gpu: GpuFacts;
   limits: LimitFacts;
 }
@@ -128,6 +135,7 @@ export function gatherFacts(request: DoctorRequest, shmPath = "/dev/shm"): Docto
     cpu: readCpu(),
     memory: readMemory(),
     shm: shmFacts(request.nproc, shmPath),
+    gloo: probeGloo(request.nnodes ?? 1, request.nproc, request.masterAddr ?? null),
     gpu: probeGpu(),
     limits: readLimits(),
   };

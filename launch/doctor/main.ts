@@ -12,7 +12,7 @@ import { judge } from "./verdict.ts";
 /** `dtrain doctor --help`. */
 export function doctorHelp(): string {
   return [
-    "Usage: dtrain doctor [--nproc N] [--device auto|cpu|cuda] [--json]",
+    "Usage: dtrain doctor [--nproc N] [--device auto|cpu|cuda] [--nnodes N --master-addr A] [--json]",
     "",
     "Checks this machine for a run of N ranks and prints what it found.",
     "Exits 0 when the run can start, 1 with `- fix:` lines when it cannot.",
@@ -20,6 +20,9 @@ export function doctorHelp(): string {
     "  --nproc N      ranks the run will start on this machine (default: the cores, " +
     `${navigator.hardwareConcurrency || 1})`,
     "  --device D     auto (GPU when usable), cpu or cuda (default: auto)",
+    "  --nnodes N     machines in the run (default 1); CPU ranks across machines use Gloo",
+    "  --master-addr A  node 0's address: Gloo binds the interface that reaches it unless",
+    "                 GLOO_SOCKET_IFNAME names one (default: this machine's host name)",
     "  --json         print the facts and the verdict as JSON",
   ].join("\n");
 }
@@ -30,6 +33,8 @@ function parseDoctorArgs(args: string[]): (DoctorRequest & { json: boolean }) | 
     options: {
       nproc: { type: "string" },
       device: { type: "string", default: "auto" },
+      nnodes: { type: "string", default: "1" },
+      "master-addr": { type: "string" },
       json: { type: "boolean", default: false },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -47,7 +52,11 @@ function parseDoctorArgs(args: string[]): (DoctorRequest & { json: boolean }) | 
   if (device !== "auto" && device !== "cpu" && device !== "cuda") {
     throw new RangeError(`--device ${device}: expected auto, cpu or cuda`);
   }
-  return { nproc, device, json: values.json };
+  const nnodes = Number(values.nnodes);
+  if (!Number.isInteger(nnodes) || nnodes < 1) {
+    throw new RangeError(`--nnodes ${values.nnodes}: expected a whole number >= 1`);
+  }
+  return { nproc, device, nnodes, masterAddr: values["master-addr"] ?? null, json: values.json };
 }
 
 /**
@@ -71,7 +80,12 @@ export function doctorMain(args: string[]): Promise<number> {
     console.log(doctorHelp());
     return Promise.resolve(0);
   }
-  const facts = gatherFacts({ nproc: opts.nproc, device: opts.device });
+  const facts = gatherFacts({
+    nproc: opts.nproc,
+    device: opts.device,
+    nnodes: opts.nnodes,
+    masterAddr: opts.masterAddr,
+  });
   const verdict = judge(facts);
   console.log(
     opts.json ? JSON.stringify({ ...verdict, facts }, null, 2) : renderReport(facts, verdict),

@@ -34,6 +34,7 @@ export interface LibraryFacts {
 const PURPOSE: Record<string, string> = {
   "libdtrain_cpu.so": "CPU kernels (every run)",
   "libdtrain_shm.so": "CPU process group (runs of several ranks)",
+  "libdtrain_gloo.so": "CPU process group across machines (runs of --nnodes > 1)",
   [CUDA_LIBRARY_NAME]: "GPU kernels",
 };
 
@@ -46,7 +47,7 @@ function recordedHash(path: string): string | null {
 }
 
 /** Finds and opens one library with its full symbol table; `describe` reads it once open. */
-function probeLibrary<S extends Deno.ForeignLibraryInterface>(
+export function probeLibrary<S extends Deno.ForeignLibraryInterface>(
   name: string,
   symbols: S,
   describe: (

@@ -1,6 +1,6 @@
 /**
  * The doctor's report as text: one section per topic (dtrain, native
- * libraries, cpu, memory, shared memory, gpu, limits), then the verdict and
+ * libraries, cpu, memory, shared memory, multi-node, gpu, limits), then the verdict and
  * one `- fix:` or `- warn:` line per problem.
  */
 import type { DoctorFacts } from "./facts.ts";
@@ -14,6 +14,7 @@ export const SECTIONS = [
   "cpu",
   "memory",
   "shared memory",
+  "multi-node",
   "gpu",
   "limits",
 ] as const;
@@ -33,6 +34,37 @@ function libraryRows(lib: LibraryFacts): string[] {
   }
   if (lib.error) rows.push(row("", lib.error));
   return rows;
+}
+
+/** The multi-node section: the CPU process group, Gloo's library and the interface it would bind. */
+function glooRows(f: DoctorFacts): string[] {
+  const gl = f.gloo;
+  const nnodes = f.request.nnodes ?? 1;
+  const backend = gl.backend === "gloo"
+    ? `gloo across ${nnodes} machines${
+      f.request.nproc > 1 && (Deno.env.get("DTRAIN_GLOO_HIERARCHY") ?? "") !== "off"
+        ? " (allReduce through shared memory within each machine first)"
+        : ""
+    }`
+    : `${gl.backend} (one machine; gloo with --nnodes > 1)`;
+  const chosen = gl.ifname
+    ? `GLOO_SOCKET_IFNAME=${gl.ifname}`
+    : `the interface that reaches ${gl.toward} (set GLOO_SOCKET_IFNAME to choose)`;
+  const speed = gl.speedMbps ? `, ${gl.speedMbps} Mb/s` : "";
+  return [
+    "multi-node",
+    row("cpu backend", backend),
+    row(
+      "gloo",
+      gl.library.loaded
+        ? `Gloo ${gl.version} (${gl.library.path})`
+        : `not available: ${gl.library.error}`,
+    ),
+    row(
+      "interface",
+      gl.device ? `${gl.iface} ${gl.addr}${speed}, ${chosen}` : `none: ${gl.error}; ${chosen}`,
+    ),
+  ];
 }
 
 function limitText(l: { soft: number | null; hard: number | null } | null, bytes: boolean): string {
@@ -106,6 +138,8 @@ export function renderReport(f: DoctorFacts, v: Verdict): string {
       `${formatBytes(f.shm.needBytes)} for a CPU run of ${nproc} ranks ` +
         `(${nproc} x 2 x ${formatBytes(f.shm.chunkBytes)} buffers + control)`,
     ),
+    "",
+    ...glooRows(f),
     "",
     "gpu",
     row("usable", g.usable ? "yes" : `no: ${g.summary}`),

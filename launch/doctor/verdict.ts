@@ -124,6 +124,35 @@ function gpuProblems(f: DoctorFacts): Problem[] {
   return out;
 }
 
+/** A CPU run across machines: Gloo must load and bind an interface the other machines can reach. */
+function glooProblems(f: DoctorFacts): Problem[] {
+  const g = f.gloo;
+  const nnodes = f.request.nnodes ?? 1;
+  if (!g.library.loaded) {
+    const lib = libraryProblem(g.library, f, `needed by a CPU run across ${nnodes} machines`);
+    return [{
+      level: "fix",
+      text:
+        `${
+          lib?.text ?? g.library.error
+        }; install Debian's libgloo0 (apt-get install libgloo0), or ` +
+        `use the single file, which carries it; build the library with libgloo-dev installed`,
+    }];
+  }
+  if (!g.device) {
+    return [{ level: "fix", text: `Gloo cannot open a TCP device: ${g.error}` }];
+  }
+  if (g.loopback && nnodes > 1) {
+    return [{
+      level: "warn",
+      text:
+        `Gloo would bind ${g.iface} ${g.addr}, which other machines cannot reach: give every node ` +
+        `--master-addr <node 0's address>, or set GLOO_SOCKET_IFNAME to the interface between the machines`,
+    }];
+  }
+  return [];
+}
+
 /**
  * Judges the facts.
  *
@@ -148,6 +177,7 @@ export function judge(f: DoctorFacts): Verdict {
     if (shm) problems.push(shm);
     problems.push(...shmProblems(f));
   }
+  if (!gpuRun && f.gloo.backend === "gloo") problems.push(...glooProblems(f));
   const files = f.limits.openFiles;
   const minFiles = Math.max(MIN_OPEN_FILES, 64 + 8 * nproc);
   if (files && files.soft !== null && files.soft < minFiles) {

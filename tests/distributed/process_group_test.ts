@@ -87,20 +87,27 @@ Deno.test("every collective reports enter and exit to the phase sink with its se
   ]);
 });
 
-Deno.test("a CPU group across machines is refused with a clear error", () => {
+Deno.test("a CPU group across machines chooses Gloo, which needs the launcher's store; shm across machines is refused", () => {
   const twoNodes = { ...launcherEnv(0, 4, "multi"), LOCAL_WORLD_SIZE: "2", DTRAIN_NNODES: "2" };
+  assert.equal(resolveProcessGroupConfig({ env: twoNodes }).backend, "gloo");
+  assert.equal(resolveProcessGroupConfig({ env: launcherEnv(0, 4, "one") }).backend, "shm");
+  assert.equal(
+    resolveProcessGroupConfig({ env: { ...launcherEnv(0, 4, "one"), DTRAIN_CPU_BACKEND: "gloo" } })
+      .backend,
+    "gloo",
+  );
   assert.throws(
     () => initProcessGroup({ env: twoNodes }),
-    /Cannot create a CPU process group across machines: WORLD_SIZE=4, LOCAL_WORLD_SIZE=2, DTRAIN_NNODES=2\. .*Gloo backend, which dtrain does not have yet/,
+    /meets its peers through the dtrain launcher's control store, and this process has none \(DTRAIN_STORE_TOKEN/,
   );
-  const nnodesOnly = {
-    RANK: "0",
-    WORLD_SIZE: "2",
-    LOCAL_WORLD_SIZE: "2",
-    DTRAIN_NNODES: "2",
-    DTRAIN_RUN_ID: "",
-  };
-  assert.throws(() => initProcessGroup({ env: nnodesOnly }), /across machines: .*DTRAIN_NNODES=2/);
+  assert.throws(
+    () => resolveProcessGroupConfig({ env: { ...twoNodes, DTRAIN_CPU_BACKEND: "shm" } }),
+    /Cannot use the shared-memory backend across machines/,
+  );
+  assert.throws(
+    () => resolveProcessGroupConfig({ env: { ...twoNodes, DTRAIN_CPU_BACKEND: "mpi" } }),
+    /DTRAIN_CPU_BACKEND="mpi": expected shm, gloo, or unset/,
+  );
 });
 
 Deno.test("resolveProcessGroupConfig() reads the timeout, debug flag and run id, and names bad values", () => {

@@ -108,18 +108,27 @@ export interface RunResult {
 /**
  * Runs `argv` in `cwd` with exactly `env` (nothing inherited), without
  * network when `isolate` and NO_NETWORK allow, or inside a mount namespace
- * with a tmpfs (of the given mount options) on each folder of `tmpfs`.
+ * with a tmpfs (of the given mount options) on each folder of `tmpfs` and
+ * /dev/null over each file of `hide` (a library this machine must seem to lack).
  * Kills its process group after `timeoutMs`.
  */
 export async function runIn(
   cwd: string,
   argv: string[],
   env: Record<string, string>,
-  opts: { isolate?: boolean; tmpfs?: Record<string, string>; timeoutMs?: number } = {},
+  opts: {
+    isolate?: boolean;
+    tmpfs?: Record<string, string>;
+    hide?: string[];
+    timeoutMs?: number;
+  } = {},
 ): Promise<RunResult> {
-  const mounts = Object.entries(opts.tmpfs ?? {}).map(([dir, options]) =>
-    `${MOUNT} -t tmpfs -o ${options} tmpfs '${dir}'`
-  );
+  const mounts = [
+    ...Object.entries(opts.tmpfs ?? {}).map(([dir, options]) =>
+      `${MOUNT} -t tmpfs -o ${options} tmpfs '${dir}'`
+    ),
+    ...(opts.hide ?? []).map((file) => `${MOUNT} --bind /dev/null '${file}'`),
+  ];
   const setup = [
     ...mounts,
     ...(opts.isolate && NO_NETWORK.ok ? [`${IP} link set lo up`] : []),

@@ -2,7 +2,8 @@
  * The single file end to end: build it once, copy it alone into an empty
  * folder and, with a PATH of only the header's tools, an empty HOME and no
  * network, run a 2-rank training script that imports "dtrain", `dtrain
- * doctor`, simultaneous first starts, broken cache folders, and the
+ * doctor`, two nodes over Gloo with the system's libgloo hidden, simultaneous
+ * first starts, broken cache folders, and the
  * `deno compile` program's unpacking of the same payload. Reports the size
  * and the cold and warm start-up to the first training step.
  */
@@ -10,6 +11,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { buildBlocker, cacheEntries, MOUNTS_OK, NO_NETWORK, runIn, Sandbox } from "./_sandbox.ts";
+import { glooRuntimeLibraries } from "../../scripts/gloo_runtime_libs.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
 const BLOCKER = buildBlocker(REPO);
@@ -251,6 +253,63 @@ test(
     }
   },
   { ignore: !MOUNTS_OK },
+);
+
+/** The system's copies of what libdtrain_gloo.so needs (libgloo0 and its libraries), to hide. */
+function systemGlooLibraries(): string[] {
+  try {
+    Deno.statSync(join(REPO, "build/libdtrain_gloo.so"));
+  } catch {
+    return [];
+  }
+  return glooRuntimeLibraries(join(REPO, "build/libdtrain_gloo.so"))
+    .map((l) => Deno.realPathSync(l.path));
+}
+const GLOO_HIDDEN = systemGlooLibraries();
+
+test(
+  "the single file carries Gloo: with libgloo0 and its libraries hidden, two launchers of it train 2 nodes over Gloo",
+  async () => {
+    const box = await sandboxWithFile();
+    try {
+      Deno.writeTextFileSync(join(box.work, "run.ts"), USER_SCRIPT);
+      Deno.writeTextFileSync(join(box.work, "token"), "0123456789abcdef0123456789abcdef");
+      Deno.chmodSync(join(box.work, "token"), 0o600);
+      const node = (n: number) =>
+        `./dtrain --nnodes 2 --node-rank ${n} --nproc 1 --master-port 29587 --rdzv-token-file token run.ts 3`;
+      const cache = join(box.dir, "cache");
+      const r = await runIn(
+        box.work,
+        ["sh", "-c", `${node(1)} > node1.out 2>&1 & ${node(0)}; s=$?; wait $! || s=$?; exit $s`],
+        box.env(cache),
+        { isolate: true, hide: GLOO_HIDDEN, timeoutMs: 180_000 },
+      );
+      const node1 = Deno.readTextFileSync(join(box.work, "node1.out"));
+      assert.equal(
+        r.code,
+        0,
+        `the 2-node run failed:\n${r.stdout}\n${r.stderr}\nnode 1:\n${node1}`,
+      );
+      assert.match(r.stdout, /rank 0 of 2 step 2 loss \d/);
+      assert.match(node1, /finished: every rank exited 0/);
+      const unpacked = join(cache, cacheEntries(cache)[0]!);
+      for (const name of ["libdtrain_gloo.so", "libgloo.so.0", "licenses"]) {
+        assert.ok(
+          cacheEntries(join(unpacked, "lib")).includes(name),
+          `lib/${name} was not carried`,
+        );
+      }
+      const run = JSON.parse(
+        Deno.readTextFileSync(
+          join(box.work, "runs", cacheEntries(join(box.work, "runs"))[0]!, "run.json"),
+        ),
+      );
+      assert.equal(run.world.backend, "gloo");
+    } finally {
+      box.remove();
+    }
+  },
+  { ignore: !MOUNTS_OK || GLOO_HIDDEN.length === 0 },
 );
 
 test("a file altered in the extraction folder is refused, naming it and the folder to delete", async () => {

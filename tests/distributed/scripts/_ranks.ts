@@ -34,7 +34,7 @@ export function launcherEnv(rank: number, world: number, runId: string): Record<
 /** Settings of every test rank unless a test overrides them: a bounded
  *  timeout (a broken collective fails the test instead of hanging it), and
  *  the library defaults whatever the environment running the tests says. */
-const TEST_DEFAULTS = {
+export const TEST_DEFAULTS = {
   DTRAIN_TIMEOUT: "60",
   DTRAIN_DISTRIBUTED_DEBUG: "OFF",
   DTRAIN_SHM_CHUNK_BYTES: "",

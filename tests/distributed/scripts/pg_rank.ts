@@ -75,7 +75,7 @@ function matrix(outFile: string): void {
   }
   Deno.writeFileSync(outFile, all);
   pg.close();
-  say({ event: "done", rank: pg.rank, bytes: total });
+  say({ event: "done", rank: pg.rank, bytes: total, backend: pg.backend });
 }
 
 /** Runs one stdin command: `allreduce <count> <dtype> <timeoutMs>`,
@@ -120,7 +120,7 @@ async function serve(): Promise<void> {
     say({ event: "init-failed", error: (e as Error).message, ms: performance.now() - t0 });
     return;
   }
-  say({ event: "ready", rank: pg.rank, pid: Deno.pid });
+  say({ event: "ready", rank: pg.rank, pid: Deno.pid, backend: pg.backend });
   const lines = Deno.stdin.readable.pipeThrough(new TextDecoderStream());
   let pending = "";
   for await (const text of lines) {

@@ -1,0 +1,412 @@
+/**
+ * The CPU process group for ranks on several machines, on Gloo (the engine of
+ * PyTorch's CPU collectives) through libdtrain_gloo.so. Every call first
+ * exchanges call records among all ranks (mismatches fail on every rank with
+ * both sides, a timeout names the ranks that did not arrive), then moves the
+ * data with Gloo. allReduce can go through shared memory within each node
+ * first (hierarchical): reduce-scatter in the node, Gloo all-reduce of each
+ * rank's share between nodes, all-gather in the node.
+ */
+import { DT_ERR_ARG, SHM_DTYPE_CODE, SHM_REDUCE_CODE } from "../ffi/shm.ts";
+import { GLOO_OP, glooCalls, glooLibrary } from "../ffi/gloo.ts";
+import { reportCollective } from "./control/phase.ts";
+import {
+  type BufferLike,
+  checkReduceDType,
+  checkReduceOp,
+  checkSizes,
+  type CollectiveDType,
+  DTYPE_BYTES,
+  type ReduceOp,
+  resolveBuffer,
+} from "./collective_buffer.ts";
+import { type GlooSettings, glooSettings } from "./gloo_config.ts";
+import { cString, GlooNativeGroup } from "./gloo_native_group.ts";
+import { NodeShm } from "./node_shm.ts";
+import type { ResolvedProcessGroupConfig } from "./pg_config.ts";
+import type { CallOptions, ProcessGroup } from "./process_group.ts";
+import { COMPLETED, type Work } from "./work.ts";
+import { attemptKeys } from "./control/store_keys.ts";
+
+/** Groups opened by this process: every rank opens them in the same order. */
+let groups = 0;
+
+/** The native steps of one collective, run after the call-record exchange. */
+type Steps = (seq: bigint, timeoutMs: bigint) => void;
+
+const SIXTEEN_BIT: readonly CollectiveDType[] = ["bf16", "f16"];
+
+/** The native parts of a joined group. */
+interface Joined {
+  world: GlooNativeGroup;
+  /** this node's shared-memory group and this local rank's column across nodes (hierarchical only) */
+  node: NodeShm | null;
+  column: GlooNativeGroup | null;
+}
+
+/**
+ * The Gloo process group; create it with initProcessGroup() on several
+ * machines. It joins its peers at its first collective, not in
+ * initProcessGroup(): that first call is then reported like any other, so
+ * the launcher's hang table shows who is waiting for whom even while the
+ * group forms (a report sent just before a long synchronous call can be held
+ * back behind it).
+ */
+export class GlooProcessGroup implements ProcessGroup {
+  readonly rank: number;
+  readonly size: number;
+  readonly backend = "gloo" as const;
+  /** machines in the job */
+  readonly nnodes: number;
+  /** ranks on each machine */
+  readonly ranksPerNode: number;
+  /** whether allReduce goes through shared memory within each node first */
+  readonly hierarchical: boolean;
+  readonly #cfg: ResolvedProcessGroupConfig;
+  readonly #settings: GlooSettings;
+  readonly #gen: number;
+  readonly #timeoutMs: number;
+  #joined: Joined | null = null;
+  #failed: Error | null = null;
+  #scratch = new Uint8Array(0);
+  #scratchPtr: Deno.PointerValue = null;
+  #seq = 0;
+  #closed = false;
+
+  private constructor(cfg: ResolvedProcessGroupConfig, settings: GlooSettings) {
+    this.rank = cfg.rank;
+    this.size = cfg.size;
+    this.nnodes = cfg.world.nnodes;
+    this.ranksPerNode = cfg.world.localWorldSize;
+    this.hierarchical = settings.hierarchy !== "off" && this.ranksPerNode > 1 && this.nnodes > 1;
+    this.#cfg = cfg;
+    this.#settings = settings;
+    this.#gen = ++groups;
+    this.#timeoutMs = cfg.timeoutMs;
+  }
+
+  /**
+   * The group of this launch. Checks the settings and loads the library now;
+   * the rendezvous happens in the first collective: every rank's pair
+   * addresses go through the run's control store, each connection proves it
+   * belongs to the run, and a rank or node that does not join within the
+   * timeout is named.
+   */
+  static open(cfg: ResolvedProcessGroupConfig): GlooProcessGroup {
+    const settings = glooSettings(cfg);
+    glooLibrary(); // a missing library is reported at once, not at the first collective
+    return new GlooProcessGroup(cfg, settings);
+  }
+
+  /** Gloo's description of this rank's TCP device (interface, address, speed), once joined. */
+  get device(): string | null {
+    return this.#joined?.world.device ?? null;
+  }
+
+  /** Joins every part of the group (blocking), once, within `timeoutMs` (the first call's). */
+  #join(timeoutMs: number): Joined {
+    if (this.#joined) return this.#joined;
+    if (this.#failed) throw this.#failed;
+    const cfg = this.#cfg, s = this.#settings, world = cfg.world;
+    const perNode = this.ranksPerNode;
+    const node = world.groupRank;
+    const keys = attemptKeys(s.attempt);
+    const label = (r: number) => `rank ${r} (node ${Math.floor(r / perNode)})`;
+    const common = { attemptAbortKey: keys.abort, detail: cfg.detail, timeoutMs };
+    let all: GlooNativeGroup | null = null;
+    let shm: NodeShm | null = null;
+    try {
+      all = GlooNativeGroup.open({
+        ...common,
+        prefix: keys.user(`gloo/${this.#gen}/world/`),
+        member: cfg.rank,
+        labels: Array.from({ length: cfg.size }, (_, r) => label(r)),
+        identity: `rank ${cfg.rank} gloo`,
+      }, s);
+      if (!this.hierarchical) return this.#joined = { world: all, node: null, column: null };
+      shm = NodeShm.open({
+        name: `/dtrain-${cfg.runId}-a${s.attempt}-n${node}-gloo${this.#gen}`,
+        localRank: world.localRank,
+        localSize: perNode,
+        firstRank: node * perNode,
+        chunkBytes: cfg.chunkBytes,
+        spinUs: cfg.spinUs,
+        detail: cfg.detail,
+        timeoutMs,
+      });
+      const column = GlooNativeGroup.open({
+        ...common,
+        prefix: keys.user(`gloo/${this.#gen}/column${world.localRank}/`),
+        member: node,
+        labels: Array.from({ length: this.nnodes }, (_, n) => label(n * perNode + world.localRank)),
+        identity: `rank ${cfg.rank} gloo column`,
+      }, s);
+      return this.#joined = { world: all, node: shm, column };
+    } catch (e) {
+      const why = `rank ${cfg.rank} could not join the Gloo process group: ${(e as Error).message}`;
+      all?.abort(DT_ERR_ARG, why);
+      shm?.abort(DT_ERR_ARG, why);
+      all?.close();
+      shm?.close();
+      this.#failed = e as Error;
+      throw e;
+    }
+  }
+
+  allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
+    this.#run("allReduce", opts, () => {
+      const b = resolveBuffer(buf, "allReduce buf");
+      checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
+      const record = [GLOO_OP.allReduce, b.dtype, b.count, op, -1, ""] as const;
+      const flat: Steps = (seq, t) =>
+        glooCalls().dt_gloo_allreduce(
+          this.#parts().world.handle,
+          b.ptr,
+          BigInt(b.count),
+          SHM_DTYPE_CODE[b.dtype],
+          SHM_REDUCE_CODE[op],
+          BigInt(this.size),
+          seq,
+          t,
+        );
+      const split = this.hierarchical && !SIXTEEN_BIT.includes(b.dtype) &&
+        b.count >= this.ranksPerNode;
+      const steps: Steps = split ? (seq, t) => this.#hierarchicalAllReduce(b, op, seq, t) : flat;
+      return [b.bytes, record, steps];
+    });
+  }
+
+  /** Gloo's calls complete before they return (they block this thread): the Work is done. */
+  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
+    this.allReduce(buf, op, opts);
+    return COMPLETED;
+  }
+
+  broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
+    this.#run("broadcast", opts, () => {
+      const b = resolveBuffer(buf, "broadcast buf");
+      if (!Number.isInteger(root) || root < 0 || root >= this.size) {
+        throw new RangeError(
+          `broadcast: root ${root} is not a rank of this group (size ${this.size})`,
+        );
+      }
+      const record = [GLOO_OP.broadcast, b.dtype, b.count, "sum", root, ""] as const;
+      const steps: Steps = (seq, t) =>
+        glooCalls().dt_gloo_broadcast(
+          this.#parts().world.handle,
+          b.ptr,
+          BigInt(b.count),
+          SHM_DTYPE_CODE[b.dtype],
+          root,
+          seq,
+          t,
+        );
+      return [b.bytes, record, steps];
+    }, `root ${root}`);
+  }
+
+  allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
+    this.#run("allGather", opts, () => {
+      const o = resolveBuffer(out, "allGather out");
+      const i = resolveBuffer(inp, "allGather inp");
+      checkSizes(o, i, this.size, 1, "allGather");
+      const record = [GLOO_OP.allGather, i.dtype, i.count, "sum", -1, ""] as const;
+      const steps: Steps = (seq, t) =>
+        glooCalls().dt_gloo_allgather(
+          this.#parts().world.handle,
+          o.ptr,
+          i.ptr,
+          BigInt(i.count),
+          SHM_DTYPE_CODE[i.dtype],
+          seq,
+          t,
+        );
+      return [i.bytes, record, steps];
+    });
+  }
+
+  reduceScatter(
+    out: BufferLike,
+    inp: BufferLike,
+    op: ReduceOp = "sum",
+    opts: CallOptions = {},
+  ): void {
+    this.#run("reduceScatter", opts, () => {
+      const o = resolveBuffer(out, "reduceScatter out");
+      const i = resolveBuffer(inp, "reduceScatter inp");
+      checkSizes(o, i, 1, this.size, "reduceScatter");
+      checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
+      const record = [GLOO_OP.reduceScatter, o.dtype, o.count, op, -1, ""] as const;
+      const steps: Steps = (seq, t) =>
+        glooCalls().dt_gloo_reduce_scatter(
+          this.#parts().world.handle,
+          o.ptr,
+          i.ptr,
+          BigInt(o.count),
+          SHM_DTYPE_CODE[o.dtype],
+          SHM_REDUCE_CODE[op],
+          seq,
+          t,
+        );
+      return [o.bytes, record, steps];
+    });
+  }
+
+  barrier(name: string, opts: CallOptions = {}): void {
+    // The call-record exchange is itself a barrier: every rank waits for every other's record.
+    this.#run("barrier", opts, () => {
+      const record = [GLOO_OP.barrier, "u8", 0, "sum", -1, String(name)] as const;
+      return [0, record, () => {}];
+    }, String(name));
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    const j = this.#joined;
+    if (!j) return;
+    let first: unknown = null;
+    for (const part of [j.column, j.node, j.world]) {
+      try {
+        part?.close();
+      } catch (e) {
+        first ??= e;
+      }
+    }
+    if (first) throw first;
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  /** Shared memory within the node, Gloo between nodes: each local rank carries
+   *  1/ranksPerNode of the data across the network. Elements past the last
+   *  whole share go through Gloo among all ranks. */
+  #hierarchicalAllReduce(
+    b: ReturnType<typeof resolveBuffer>,
+    op: ReduceOp,
+    seq: bigint,
+    t: bigint,
+  ): void {
+    const per = this.ranksPerNode;
+    const share = Math.floor(b.count / per);
+    const es = DTYPE_BYTES[b.dtype];
+    const scratch = this.#scratchOf(share * es);
+    const timeoutMs = Number(t);
+    this.#parts().node!.reduceScatter(
+      scratch,
+      b.ptr,
+      share,
+      b.dtype,
+      op === "avg" ? "sum" : op,
+      timeoutMs,
+    );
+    glooCalls().dt_gloo_allreduce(
+      this.#parts().column!.handle,
+      scratch,
+      BigInt(share),
+      SHM_DTYPE_CODE[b.dtype],
+      SHM_REDUCE_CODE[op],
+      BigInt(this.size),
+      seq,
+      t,
+    );
+    this.#parts().node!.allGather(b.ptr, scratch, share, b.dtype, timeoutMs);
+    const tail = b.count - share * per;
+    if (tail > 0) {
+      glooCalls().dt_gloo_allreduce(
+        this.#parts().world.handle,
+        Deno.UnsafePointer.offset(b.ptr!, share * per * es),
+        BigInt(tail),
+        SHM_DTYPE_CODE[b.dtype],
+        SHM_REDUCE_CODE[op],
+        BigInt(this.size),
+        seq,
+        t,
+      );
+    }
+  }
+
+  /** The joined parts (the steps run only after #join succeeded). */
+  #parts(): Joined {
+    return this.#joined!;
+  }
+
+  #scratchOf(bytes: number): Deno.PointerValue {
+    if (this.#scratch.length < bytes) {
+      this.#scratch = new Uint8Array(bytes);
+      this.#scratchPtr = Deno.UnsafePointer.of(this.#scratch);
+    }
+    return this.#scratchPtr;
+  }
+
+  /** Checks the arguments (`prepare` returns the payload bytes, the call
+   *  record and the native steps), reports the call, exchanges call records,
+   *  and runs the steps. Any failure fails the whole group on every rank. */
+  #run(
+    op: string,
+    opts: CallOptions,
+    prepare: () => readonly [
+      number,
+      readonly [number, CollectiveDType, number, ReduceOp, number, string],
+      Steps,
+    ],
+    detail?: string,
+  ): void {
+    if (this.#closed) {
+      throw new Error(`${op}: the Gloo process group of rank ${this.rank} is closed`);
+    }
+    const seq = ++this.#seq;
+    let bytes: number, record, steps: Steps, timeoutMs: number;
+    try {
+      [bytes, record, steps] = prepare();
+      timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
+      if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+        throw new RangeError(`${op}: timeoutMs must be a positive number, got ${timeoutMs}`);
+      }
+    } catch (e) {
+      // Peers may be forming the group in this very call: join it first, so they hear why.
+      try {
+        this.#join(this.#timeoutMs);
+      } catch { /* they will time out naming this rank */ }
+      this.#abortAll(
+        `rank ${this.rank} called ${op} #${seq} with bad arguments: ${(e as Error).message}`,
+      );
+      throw e;
+    }
+    const rec = detail === undefined ? { seq, op, bytes } : { seq, op, bytes, detail };
+    reportCollective(rec, "enter");
+    try {
+      const [code, dtype, count, redop, root, name] = record;
+      const t = BigInt(Math.ceil(timeoutMs));
+      const { world } = this.#join(timeoutMs);
+      glooCalls().dt_gloo_check(
+        world.handle,
+        code,
+        SHM_DTYPE_CODE[dtype],
+        BigInt(count),
+        SHM_REDUCE_CODE[redop],
+        root,
+        cString(name),
+        t,
+      );
+      steps(BigInt(seq), t);
+    } catch (e) {
+      this.#abortAll((e as Error).message);
+      throw e;
+    } finally {
+      reportCollective(rec, "exit");
+    }
+  }
+
+  /** Fails every part of the group, so no peer waits for this rank. */
+  #abortAll(reason: string): void {
+    const j = this.#joined;
+    j?.world.abort(DT_ERR_ARG, reason);
+    j?.column?.abort(DT_ERR_ARG, reason);
+    j?.node?.abort(DT_ERR_ARG, reason);
+  }
+}
+
+export type { GlooSettings };
