@@ -20,11 +20,13 @@ import { needsGrad, record } from "../autograd.ts";
 
 /**
  * Floats of transformed values (inputs and outputs of the GEMMs together) a
- * block of tiles holds on the CPU: 2 MiB, so a block's transform, GEMMs and
+ * block of tiles holds: on the CPU 2 MiB, so a block's transform, GEMMs and
  * back-transform work within the core's caches (the benchmark CNN's second
- * layer: 341 tiles of 3136 per block).
+ * layer: 341 tiles of 3136 per block); on a GPU 64 MiB, few launches and
+ * bounded scratch (as im2col's column chunks).
  */
-const BLOCK_FLOATS = 1 << 19;
+const BLOCK_FLOATS_CPU = 1 << 19;
+const BLOCK_FLOATS_GPU = 1 << 24;
 
 /** @internal Tiles per block when > 0 (tests: blocks that split tile rows); 0: automatic. */
 export const winogradBlock = { tiles: 0 };
@@ -64,12 +66,10 @@ export function winogradConv2d(
     BigInt,
   );
   const T = N * Math.ceil(OH / 2) * Math.ceil(OW / 2);
-  // a GPU takes every tile at once
+  const budget = k.device === "cpu" ? BLOCK_FLOATS_CPU : BLOCK_FLOATS_GPU;
   const block = winogradBlock.tiles > 0
     ? winogradBlock.tiles
-    : k.device !== "cpu"
-    ? Math.max(T, 1)
-    : Math.max(8, Math.min(T, Math.floor(BLOCK_FLOATS / (16 * (C + Cout)))));
+    : Math.max(8, Math.min(T, Math.floor(budget / (16 * (C + Cout)))));
   const blocks: [number, number][] = [];
   for (let t0 = 0; t0 < T; t0 += block) blocks.push([t0, Math.min(block, T - t0)]);
   const [c, co] = [BigInt(C), BigInt(Cout)];
