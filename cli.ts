@@ -4,9 +4,8 @@
  */
 import pkg from "./package.json" with { type: "json" };
 import { launch } from "./launch/launcher.ts";
-import { launchHelp, parseLaunchArgs } from "./launch/options.ts";
+import { launchHelp, parseLaunchArgs, UsageError } from "./launch/options.ts";
 import { LaunchTimeout, TIMEOUT_EXIT_CODE } from "./launch/failure_report.ts";
-import { NprocLimitError } from "./launch/nproc_limit.ts";
 
 /** One sub-command of `dtrain`. */
 export interface Verb {
@@ -31,7 +30,7 @@ async function runLauncher(args: string[]): Promise<number> {
   try {
     return await launch(parsed, args);
   } catch (e) {
-    if (e instanceof NprocLimitError) {
+    if (e instanceof UsageError) {
       console.error(`dtrain: ${e.message}\n(see \`dtrain --help\`)`);
       return 2;
     }
@@ -66,6 +65,19 @@ export const VERBS: Record<string, Verb> = {
   doctor: {
     summary: "check this machine for a run: versions, native libraries, /dev/shm, GPUs, limits",
     main: async (args) => (await import("./launch/doctor/main.ts")).doctorMain(args),
+  },
+  exec: {
+    summary:
+      "run a script as one plain process with this dtrain's Deno and libraries (no launcher)",
+    main: async (args) => {
+      try {
+        return await (await import("./launch/exec.ts")).execMain(args);
+      } catch (e) {
+        if (!(e instanceof UsageError)) throw e;
+        console.error(`dtrain: ${e.message}`);
+        return 2;
+      }
+    },
   },
 };
 

@@ -26,14 +26,16 @@
 // tensors and autograd
 export { castTensor, empty, fromArray, full, scope, Tensor, zeros } from "./tensor/tensor.ts";
 export type { DType } from "./tensor/dtype.ts";
-export { backend, type Device, setDevice } from "./tensor/backend.ts";
+export { backend, type Device, type DeviceKind, setDevice } from "./tensor/backend.ts";
 export {
+  describeBackend,
   type DeviceRequest,
   resolveDevice,
   type ResolveDeviceOptions,
   useDevice,
 } from "./tensor/device_choice.ts";
 export { memoryStats } from "./tensor/allocator.ts";
+export { hostSyncCounts } from "./tensor/host_sync.ts";
 export { backward, isGradEnabled, noGrad } from "./tensor/autograd.ts";
 export { add, cast, div, dropout, gelu, mul, relu, scale, sub } from "./tensor/ops/elementwise.ts";
 export {

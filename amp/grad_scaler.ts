@@ -30,10 +30,13 @@ export interface GradScalerState {
 }
 
 /**
- * Reduces "found inf" across ranks (max) so every rank skips the same steps;
- * the trainer passes its process group's allReduce.
+ * Reduces "found inf" across ranks (max, in place) so every rank skips the
+ * same steps: `flag` is a one-element f32 tensor on the compute device, 1
+ * when some gradient of this rank was not finite; the trainer passes its
+ * process group's allReduce. The flag is read once afterwards, so on a GPU
+ * the reduction and the check cost the step one wait for the device.
  */
-export type FoundInfReducer = (foundInf: number) => number;
+export type FoundInfReducer = (flag: Tensor) => void;
 
 export class GradScaler {
   readonly opts: GradScalerOptions;
@@ -45,7 +48,7 @@ export class GradScaler {
 
   constructor(
     opts: Partial<GradScalerOptions> = {},
-    readonly reduceFoundInf: FoundInfReducer = (x) => x,
+    readonly reduceFoundInf: FoundInfReducer = () => {},
   ) {
     this.opts = {
       initScale: 65536,
@@ -84,9 +87,12 @@ export class GradScaler {
       if (!p.grad) continue;
       b.call.dt_unscale_check(p.grad.ptr, BigInt(p.grad.numel), inv, flag.ptr);
     }
-    const found = flag.item();
-    flag.dispose();
-    this.#foundInf = this.reduceFoundInf(found);
+    try {
+      this.reduceFoundInf(flag);
+      this.#foundInf = flag.item(); // the step's one read of the flag
+    } finally {
+      flag.dispose();
+    }
     this.#unscaled = true;
   }
 

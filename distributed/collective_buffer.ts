@@ -14,11 +14,14 @@ export type CollectiveDType = "f32" | "f64" | "bf16" | "f16" | "i32" | "i64" | "
 export type ReduceOp = "sum" | "avg" | "max" | "min";
 
 /** Native memory a collective works on: `count` elements of `dtype` at `ptr`
- *  (`ptr` may be null only when `count` is 0). */
+ *  (`ptr` may be null only when `count` is 0), in host memory ("cpu") or a
+ *  GPU's ("cuda"). Without `device`, the memory is the group's own kind: host
+ *  memory for the CPU groups, GPU memory for the NCCL group. */
 export interface CollectiveBuffer {
   ptr: Deno.PointerObject | null;
   count: number;
   dtype: CollectiveDType;
+  device?: "cpu" | "cuda";
 }
 
 /** Typed arrays accepted in place of a CollectiveBuffer (bf16 only as a
@@ -53,6 +56,8 @@ export interface ResolvedBuffer {
   count: number;
   dtype: CollectiveDType;
   bytes: number;
+  /** "cpu" for typed arrays; a CollectiveBuffer's `device`, or null when it left it to the group */
+  device: "cpu" | "cuda" | null;
 }
 
 const pointerCache = new WeakMap<CollectiveArray, Deno.PointerValue>();
@@ -88,7 +93,7 @@ export function resolveBuffer(b: BufferLike, what: string): ResolvedBuffer {
       pointerCache.set(b, ptr);
     }
     const dtype = arrayDType(b);
-    return { ptr, count: b.length, dtype, bytes: b.byteLength };
+    return { ptr, count: b.length, dtype, bytes: b.byteLength, device: "cpu" };
   }
   if (b === null || typeof b !== "object" || !("count" in b) || !("dtype" in b) || !("ptr" in b)) {
     throw new TypeError(
@@ -108,7 +113,25 @@ export function resolveBuffer(b: BufferLike, what: string): ResolvedBuffer {
   if (b.ptr === null && b.count > 0) {
     throw new TypeError(`${what} has a null pointer but count ${b.count}`);
   }
-  return { ptr: b.ptr, count: b.count, dtype: b.dtype, bytes: b.count * bytesPer };
+  const device = b.device ?? null;
+  if (device !== null && device !== "cpu" && device !== "cuda") {
+    throw new TypeError(`${what} has device ${JSON.stringify(device)}: expected "cpu" or "cuda"`);
+  }
+  return { ptr: b.ptr, count: b.count, dtype: b.dtype, bytes: b.count * bytesPer, device };
+}
+
+/**
+ * Throws unless the buffer is host memory, for a group that reads and writes
+ * buffers on the host (`group` names it): GPU memory must never be touched
+ * there (on a GPU that is a crash, not an error).
+ */
+export function requireHostBuffer(b: ResolvedBuffer, what: string, group: string): void {
+  if (b.device !== "cuda") return;
+  throw new TypeError(
+    `${what} is GPU memory, but the ${group} reads and writes buffers on the host: GPU ranks ` +
+      `reduce through NCCL (initProcessGroup() on a rank whose device is CUDA returns it), or copy ` +
+      `the data to the host first (toArray)`,
+  );
 }
 
 /** Throws unless `op` is a ReduceOp. */

@@ -292,12 +292,17 @@ export class DistributedDataParallel<M extends Module> {
   }
 }
 
-/** A tensor as a collective buffer. */
+/** A tensor as a collective buffer, saying where its memory is (a group refuses the wrong device). */
 function bufferOf(
   t: Tensor,
-): { ptr: Deno.PointerObject; count: number; dtype: "f32" | "i32" | "i64" } {
+): {
+  ptr: Deno.PointerObject;
+  count: number;
+  dtype: "f32" | "i32" | "i64";
+  device: "cpu" | "cuda";
+} {
   if (t.dtype !== "f32" && t.dtype !== "i32" && t.dtype !== "i64") {
     throw new TypeError(`DDP: cannot synchronise a ${t.dtype} tensor`);
   }
-  return { ptr: t.ptr, count: t.numel, dtype: t.dtype };
+  return { ptr: t.ptr, count: t.numel, dtype: t.dtype, device: t.device };
 }

@@ -18,6 +18,7 @@ import {
   type CollectiveDType,
   DTYPE_BYTES,
   type ReduceOp,
+  requireHostBuffer,
   resolveBuffer,
 } from "./collective_buffer.ts";
 import { type GlooSettings, glooSettings } from "./gloo_config.ts";
@@ -52,6 +53,13 @@ interface Joined {
  * group forms (a report sent just before a long synchronous call can be held
  * back behind it).
  */
+/** A checked buffer in host memory: GPU memory is refused before any byte is touched. */
+function hostBuffer(b: BufferLike, what: string): ReturnType<typeof resolveBuffer> {
+  const r = resolveBuffer(b, what);
+  requireHostBuffer(r, what, "Gloo process group");
+  return r;
+}
+
 export class GlooProcessGroup implements ProcessGroup {
   readonly rank: number;
   readonly size: number;
@@ -155,7 +163,7 @@ export class GlooProcessGroup implements ProcessGroup {
 
   allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
     this.#run("allReduce", opts, () => {
-      const b = resolveBuffer(buf, "allReduce buf");
+      const b = hostBuffer(buf, "allReduce buf");
       checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
       const record = [GLOO_OP.allReduce, b.dtype, b.count, op, -1, ""] as const;
       const flat: Steps = (seq, t) =>
@@ -184,7 +192,7 @@ export class GlooProcessGroup implements ProcessGroup {
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
     this.#run("broadcast", opts, () => {
-      const b = resolveBuffer(buf, "broadcast buf");
+      const b = hostBuffer(buf, "broadcast buf");
       if (!Number.isInteger(root) || root < 0 || root >= this.size) {
         throw new RangeError(
           `broadcast: root ${root} is not a rank of this group (size ${this.size})`,
@@ -207,8 +215,8 @@ export class GlooProcessGroup implements ProcessGroup {
 
   allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
     this.#run("allGather", opts, () => {
-      const o = resolveBuffer(out, "allGather out");
-      const i = resolveBuffer(inp, "allGather inp");
+      const o = hostBuffer(out, "allGather out");
+      const i = hostBuffer(inp, "allGather inp");
       checkSizes(o, i, this.size, 1, "allGather");
       const record = [GLOO_OP.allGather, i.dtype, i.count, "sum", -1, ""] as const;
       const steps: Steps = (seq, t) =>
@@ -232,8 +240,8 @@ export class GlooProcessGroup implements ProcessGroup {
     opts: CallOptions = {},
   ): void {
     this.#run("reduceScatter", opts, () => {
-      const o = resolveBuffer(out, "reduceScatter out");
-      const i = resolveBuffer(inp, "reduceScatter inp");
+      const o = hostBuffer(out, "reduceScatter out");
+      const i = hostBuffer(inp, "reduceScatter inp");
       checkSizes(o, i, 1, this.size, "reduceScatter");
       checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
       const record = [GLOO_OP.reduceScatter, o.dtype, o.count, op, -1, ""] as const;

@@ -1,11 +1,24 @@
 /**
- * The NCCL process group of GPU ranks, behind the ProcessGroup API: rank 0's
- * ncclUniqueId travels through the control store, collectives run on a
- * communication stream ordered after the compute stream with events, and
- * every wait polls ncclCommGetAsyncError and a deadline (NCCL has no timeout
- * of its own) and aborts the communicator on an error, a timeout or the
- * launcher's abort record, so that no rank hangs. Calls are reported to
- * distributed/control/phase.ts like those of the shared-memory backend.
+ * The NCCL process group of GPU ranks, behind the ProcessGroup API.
+ *
+ * - Start: rank 0's ncclUniqueId travels through the control store; each rank
+ *   creates its communicator with ncclCommInitRankConfig(blocking = 0) from
+ *   the main thread, the thread that chose the rank's GPU (NCCL takes the
+ *   calling thread's current device), and polls ncclCommGetAsyncError up to
+ *   the timeout, aborting the communicator when it runs out. Why not
+ *   CUDA_VISIBLE_DEVICES per rank instead: it would hide the other GPUs from
+ *   the rank (and from the user's script), change what device indices mean
+ *   for it, and still leave a blocking init that nothing could bound or abort.
+ * - Collectives run on a communication stream ordered after the compute
+ *   stream by an event; on device memory the host does not wait: the compute
+ *   stream waits for the collective's completion event (allReduceStart's
+ *   Work.wait() likewise), so DDP's reductions overlap backward and the
+ *   optimizer step follows them on the GPU. Host arrays are staged through
+ *   device memory and copied back (the host waits then), and barrier() waits.
+ * - A watchdog thread (nccl_watchdog.ts) enforces deadlines, NCCL's
+ *   asynchronous errors and the launcher's abort record, aborting the
+ *   communicator exactly once; the group reports its failure at the next
+ *   call, at Work.wait(), and after any host wait for the device.
  */
 import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
@@ -14,11 +27,13 @@ import {
   NCCL_IN_PROGRESS,
   NCCL_OP,
   NCCL_SUCCESS,
+  ncclConfig,
   type NcclLibrary,
   ncclLibrary,
 } from "../ffi/nccl.ts";
 import { DtNativeError } from "../ffi/native.ts";
-import { openCudaBackend } from "../tensor/cuda_backend.ts";
+import { type CudaBackend, openCudaBackend, openedCudaBackend } from "../tensor/cuda_backend.ts";
+import { noteHostSync, onHostSync } from "../tensor/host_sync.ts";
 import { reportCollective } from "./control/phase.ts";
 import {
   type BufferLike,
@@ -29,14 +44,22 @@ import {
   resolveBuffer,
   type ResolvedBuffer,
 } from "./collective_buffer.ts";
-import { getRankSettings, getWorld } from "./control/env.ts";
-import { getStore, storeKey } from "./control/rank_runtime.ts";
+import { getRankSettings, getWorld, storeToken } from "./control/env.ts";
 import { attemptKeys } from "./control/store_keys.ts";
-import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
+import { type FailureKind, failureKind, withFailureKind } from "./control/failure_kind.ts";
+import { syncStore } from "./control/sync_store.ts";
+import {
+  describeCollective,
+  FAIL,
+  NcclWatchdog,
+  OPS,
+  SLOTS,
+  type Tracked,
+} from "./nccl_watchdog.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
 import { COMPLETED, type Work } from "./work.ts";
 
-/** What the host watches while a collective is in flight. */
+/** What the host watches while it waits for a collective. */
 export interface CompletionProbe {
   /** whether the collective's completion event has fired */
   done(): boolean;
@@ -67,13 +90,14 @@ export function pauseBetweenPolls(polls: number): void {
 }
 
 /**
- * Waits until the collective described by `what` completes. NCCL has no
- * timeout, so this polls: an asynchronous NCCL error or the deadline aborts
- * the communicator (peers then fail instead of hanging) and throws.
+ * Waits on the host until the collective described by `what` completes
+ * (barrier, and the group's close). NCCL has no timeout, so this polls: an
+ * asynchronous NCCL error or the deadline aborts the communicator (peers
+ * then fail instead of hanging) and throws.
  *
  * @example
  * ```ts
- * waitForCollective(probe, "allReduce #12 (4096 bytes) on rank 1 of 8", Date.now() + 60_000, 60_000);
+ * waitForCollective(probe, "barrier #12 (0 bytes) on rank 1 of 8", Date.now() + 60_000, 60_000);
  * ```
  */
 export function waitForCollective(
@@ -113,184 +137,245 @@ export function waitForCollective(
 
 /** Options of NcclProcessGroup.open; the defaults come from the launcher's environment. */
 export interface NcclGroupOptions {
+  /** this rank and the world size (default: the launcher's RANK and WORLD_SIZE) */
+  rank?: number;
+  size?: number;
   /** default timeout of every call and of the communicator's start, ms (default: DTRAIN_TIMEOUT) */
   timeoutMs?: number;
-  /** how often the launcher's abort record is looked for between calls, ms (default 1000) */
-  abortPollMs?: number;
+  /** how often the watchdog looks at the collectives in flight, ms (default 10) */
+  pollMs?: number;
 }
 
 /** A collective as #run needs it: the buffers it reads and writes, and the NCCL call. */
 interface Plan {
+  op: (typeof OPS)[number];
   bytes: number;
-  /** read by the collective (staged to the GPU first when they are host arrays) */
+  /** read by the collective (staged to the GPU first when they are host memory) */
   inputs: ResolvedBuffer[];
-  /** written by it (copied back when they are host arrays) */
+  /** written by it (copied back when they are host memory) */
   outputs: ResolvedBuffer[];
   symbol: string;
   /** enqueues the call, given the device pointers of inputs then outputs */
-  enqueue(ptrs: Deno.PointerValue[], stream: Deno.PointerObject): number;
+  enqueue(comm: Deno.PointerObject, ptrs: Deno.PointerValue[], stream: Deno.PointerObject): number;
 }
+
+/** How #run finishes a call. */
+type Finish =
+  /** the compute stream waits for the collective; the host does not */
+  | "stream"
+  /** the host waits (barrier) */
+  | "host"
+  /** nothing yet: the caller's Work orders the compute stream later */
+  | "later";
 
 let groups = 0; // groups opened by this process: every rank opens them in the same order
 
-/** The NCCL process group; create it with `await NcclProcessGroup.open()`. */
-export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
+/** Polls of the watchdog, ms. */
+const DEFAULT_POLL_MS = 10;
+
+/** The NCCL process group; create it with initProcessGroup() on a GPU rank, or NcclProcessGroup.open(). */
+export class NcclProcessGroup implements ProcessGroup {
   readonly rank: number;
   readonly size: number;
   readonly backend = "nccl" as const;
   /** NCCL's version, e.g. "2.27.3" */
   readonly ncclVersion: string;
+  /** the GPU of this rank (its index among the visible ones) */
+  readonly gpu: number;
   readonly #lib: NcclLibrary;
   readonly #rt: CudaRuntime;
   readonly #compute: Deno.PointerObject;
-  readonly #comm: Deno.PointerObject;
   readonly #stream: Deno.PointerObject;
   /** Kernel calls on the communication stream (staging copies). */
   readonly #onStream: KernelCalls;
   readonly #ready: Deno.PointerObject;
-  readonly #done: Deno.PointerObject;
+  readonly #events: Deno.PointerObject[];
+  readonly #watch: NcclWatchdog;
   readonly #timeoutMs: number;
   readonly #asyncError = new Int32Array(1);
+  readonly #stopSyncHook: () => void;
   #staging: { ptr: Deno.PointerObject; bytes: number } | null = null;
   #barrierBuf: Deno.PointerObject | null = null;
-  #abortWatch: ReturnType<typeof setInterval> | null = null;
-  #failed: Error | null = null;
   #closed = false;
   #seq = 0;
 
   private constructor(
     rank: number,
     size: number,
+    gpu: CudaBackend,
     lib: NcclLibrary,
-    rt: CudaRuntime,
     comm: Deno.PointerObject,
     timeoutMs: number,
+    pollMs: number,
   ) {
     this.rank = rank;
     this.size = size;
+    this.gpu = gpu.index;
     this.ncclVersion = lib.version;
     this.#lib = lib;
-    this.#rt = rt;
-    this.#comm = comm;
     this.#timeoutMs = timeoutMs;
-    this.#compute = rt.computeStream();
-    this.#stream = rt.createStream();
-    this.#onStream = kernelCalls(cudaKernels(), this.#stream);
-    this.#ready = rt.createEvent();
-    this.#done = rt.createEvent();
+    const kernels = cudaKernels();
+    this.#rt = new CudaRuntime(kernels);
+    this.#compute = this.#rt.computeStream();
+    this.#stream = this.#rt.createStream();
+    this.#onStream = kernelCalls(kernels, this.#stream);
+    this.#ready = this.#rt.createEvent();
+    this.#events = Array.from({ length: SLOTS }, () => this.#rt.createEvent());
+    const world = getWorld();
+    const token = storeToken();
+    this.#watch = new NcclWatchdog(lib, comm, this.#events, {
+      cudaPath: kernels.path,
+      rank,
+      size,
+      pollMs,
+      store: world.isLauncher && token !== null && size > 1
+        ? {
+          host: world.masterAddr,
+          port: world.masterPort,
+          token,
+          identity: `rank ${rank} (NCCL watchdog)`,
+          abortKey: attemptKeys(getRankSettings().restartCount).abort,
+        }
+        : null,
+    });
+    // A collective that failed while the host waited for the device is reported by that wait.
+    this.#stopSyncHook = onHostSync(() => {
+      const f = this.#watch.failure();
+      if (f && !this.#closed) throw this.#failedEarlier("the device", f);
+    });
   }
 
   /**
-   * Joins the NCCL communicator of this launch: opens this rank's GPU
-   * (LOCAL_RANK), exchanges rank 0's unique id through the store and waits
-   * for every rank, at most the timeout.
+   * Joins the NCCL communicator of this launch on this rank's GPU (the
+   * backend's: GPU LOCAL_RANK), exchanging rank 0's unique id through the
+   * control store; returns once every rank has joined, at most the timeout.
    *
    * @example
    * ```ts
-   * using pg = await NcclProcessGroup.open();
+   * using pg = NcclProcessGroup.open({ timeoutMs: 60_000 });
    * pg.allReduce({ ptr: grads.ptr, count: grads.numel, dtype: "f32" }, "avg");
    * ```
    */
-  static async open(opts: NcclGroupOptions = {}): Promise<NcclProcessGroup> {
+  static open(opts: NcclGroupOptions = {}): NcclProcessGroup {
     const world = getWorld();
-    const settings = getRankSettings();
-    const timeoutMs = opts.timeoutMs ?? settings.timeoutS * 1000;
+    const rank = opts.rank ?? world.rank;
+    const size = opts.size ?? world.worldSize;
+    const timeoutMs = opts.timeoutMs ?? getRankSettings().timeoutS * 1000;
     if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
       throw new RangeError(`timeoutMs must be > 0, got ${timeoutMs}`);
     }
-    openCudaBackend(); // the GPU of this local rank, chosen before NCCL looks at the current device
-    const rt = new CudaRuntime(cudaKernels());
-    const lib = ncclLibrary();
-    const { rank, worldSize: size } = world;
+    // The rank's GPU, chosen (on this thread) before NCCL looks at the current device.
+    const gpu = openedCudaBackend() ?? openCudaBackend();
+    if (gpu.kind === "cuda-emu" && gpu.libraries.nccl === null) {
+      throw new Error(
+        "Cannot create the NCCL process group on the emulated device: its NCCL stand-in " +
+          "(libdtrain_nccl_emu.so) is not built (g++ builds it: `deno task native`)",
+      );
+    }
+    const lib = ncclLibrary(undefined, gpu.kind === "cuda-emu" ? gpu.libraries.nccl! : undefined);
     const gen = ++groups;
-    const id = new Uint8Array(128);
     const rec = { seq: 0, op: "barrier", bytes: 0, detail: `NCCL communicator ${gen} start` };
     reportCollective(rec, "enter");
     let comm: Deno.PointerObject;
     try {
+      const id = new Uint8Array(128);
       if (rank === 0) lib.check(lib.symbols.ncclGetUniqueId(id), "ncclGetUniqueId");
-      if (size > 1) await exchangeUniqueId(id, rank, gen, timeoutMs);
-      comm = await initCommunicator(lib, id, rank, size, gen, timeoutMs);
+      const keys = attemptKeys(getRankSettings().restartCount);
+      const joined = keys.user(`nccl/${gen}/joined`);
+      if (size > 1) {
+        exchangeUniqueId(id, rank, keys.user(`nccl/${gen}/unique-id`), joined, timeoutMs);
+      }
+      comm = startCommunicator(lib, id, rank, size, timeoutMs, size > 1 ? joined : null);
     } finally {
       reportCollective(rec, "exit");
     }
-    const pg = new NcclProcessGroup(rank, size, lib, rt, comm, timeoutMs);
-    if (size > 1) pg.#watchForAbort(opts.abortPollMs ?? 1000);
-    return pg;
+    return new NcclProcessGroup(
+      rank,
+      size,
+      gpu,
+      lib,
+      comm,
+      timeoutMs,
+      opts.pollMs ?? DEFAULT_POLL_MS,
+    );
   }
 
   allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
-    this.#run("allReduce", undefined, opts, () => this.#allReducePlan(buf, op), true);
+    this.#run(opts, () => this.#allReducePlan(buf, op), "stream");
   }
 
   /**
-   * Starts an in-place allReduce of device memory on the communication
-   * stream and returns at once, so the compute stream keeps working (DDP
-   * buckets during backward); wait() polls for errors and the deadline, then
-   * orders the compute stream after the result. A host array is reduced
-   * before this returns (it is staged through device memory anyway).
+   * Starts an in-place allReduce on the communication stream and returns at
+   * once, so the compute stream keeps working (DDP buckets during backward);
+   * wait() makes the compute stream wait for the result — on the GPU, not the
+   * host — and throws the group's failure if it has one. A host array is
+   * reduced before this returns (it is staged through device memory anyway).
    */
   allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
-    if (!(typeof buf === "object" && buf !== null && "ptr" in buf)) {
-      this.allReduce(buf, op, opts);
+    const plan = () => this.#allReducePlan(buf, op);
+    if (ArrayBuffer.isView(buf) || (buf as { device?: string }).device === "cpu") {
+      this.#run(opts, plan, "stream");
       return COMPLETED;
     }
-    const event = this.#rt.createEvent();
+    const started = this.#run(opts, plan, "later");
     let finished = false;
-    const started = this.#run(
-      "allReduce",
-      "async",
-      opts,
-      () => this.#allReducePlan(buf, op),
-      false,
-      event,
-    );
     return {
       wait: () => {
         if (finished) return;
         finished = true;
         try {
-          this.#finish(started, event);
+          this.#requireHealthy(started.what);
+          // A slot reused since means the collective is long done: nothing to wait for.
+          if (this.#watch.inFlight(started.tracked)) {
+            this.#rt.streamWait(this.#compute, started.tracked.event);
+          }
         } finally {
-          this.#rt.destroyEvent(event);
+          reportCollective(started.rec, "exit");
         }
       },
     };
   }
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
-    this.#run("broadcast", `root ${root}`, opts, () => {
-      const b = resolve(buf, "broadcast buf");
-      if (!Number.isInteger(root) || root < 0 || root >= this.size) {
-        throw new RangeError(
-          `broadcast: root ${root} is not a rank of this group (size ${this.size})`,
-        );
-      }
-      const args = [BigInt(b.count), NCCL_DTYPE[b.dtype], root] as const;
-      return {
-        bytes: b.bytes,
-        inputs: [b],
-        outputs: [b],
-        symbol: "ncclBroadcast",
-        enqueue: (p, s) => this.#lib.symbols.ncclBroadcast(p[0]!, p[1]!, ...args, this.#comm, s),
-      };
-    }, true);
+    this.#run(
+      opts,
+      () => {
+        const b = resolveBuffer(buf, "broadcast buf");
+        if (!Number.isInteger(root) || root < 0 || root >= this.size) {
+          throw new RangeError(
+            `broadcast: root ${root} is not a rank of this group (size ${this.size})`,
+          );
+        }
+        const args = [BigInt(b.count), NCCL_DTYPE[b.dtype], root] as const;
+        return {
+          op: "broadcast",
+          bytes: b.bytes,
+          inputs: [b],
+          outputs: [b],
+          symbol: "ncclBroadcast",
+          enqueue: (c, p, s) => this.#lib.symbols.ncclBroadcast(p[0]!, p[1]!, ...args, c, s),
+        };
+      },
+      "stream",
+      `root ${root}`,
+    );
   }
 
   allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
-    this.#run("allGather", undefined, opts, () => {
-      const o = resolve(out, "allGather out");
-      const i = resolve(inp, "allGather inp");
+    this.#run(opts, () => {
+      const o = resolveBuffer(out, "allGather out");
+      const i = resolveBuffer(inp, "allGather inp");
       checkSizes(o, i, this.size, 1, "allGather");
       const args = [BigInt(i.count), NCCL_DTYPE[i.dtype]] as const;
       return {
+        op: "allGather",
         bytes: i.bytes,
         inputs: [i],
         outputs: [o],
         symbol: "ncclAllGather",
-        enqueue: (p, s) => this.#lib.symbols.ncclAllGather(p[0]!, p[1]!, ...args, this.#comm, s),
+        enqueue: (c, p, s) => this.#lib.symbols.ncclAllGather(p[0]!, p[1]!, ...args, c, s),
       };
-    }, true);
+    }, "stream");
   }
 
   reduceScatter(
@@ -299,61 +384,76 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     op: ReduceOp = "sum",
     opts: CallOptions = {},
   ): void {
-    this.#run("reduceScatter", undefined, opts, () => {
-      const o = resolve(out, "reduceScatter out");
-      const i = resolve(inp, "reduceScatter inp");
+    this.#run(opts, () => {
+      const o = resolveBuffer(out, "reduceScatter out");
+      const i = resolveBuffer(inp, "reduceScatter inp");
       checkSizes(o, i, 1, this.size, "reduceScatter");
       checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
       const args = [BigInt(o.count), NCCL_DTYPE[o.dtype], NCCL_OP[op]] as const;
       return {
+        op: "reduceScatter",
         bytes: o.bytes,
         inputs: [i],
         outputs: [o],
         symbol: "ncclReduceScatter",
-        enqueue: (p, s) =>
-          this.#lib.symbols.ncclReduceScatter(p[0]!, p[1]!, ...args, this.#comm, s),
+        enqueue: (c, p, s) => this.#lib.symbols.ncclReduceScatter(p[0]!, p[1]!, ...args, c, s),
       };
-    }, true);
+    }, "stream");
   }
 
+  /** Returns once every rank has reached it: the host waits for a one-element allReduce. */
   barrier(name: string, opts: CallOptions = {}): void {
-    this.#run("barrier", String(name), opts, () => {
-      this.#barrierBuf ??= this.#alloc(4);
-      const b: ResolvedBuffer = { ptr: this.#barrierBuf, count: 1, dtype: "f32", bytes: 4 };
-      return {
-        bytes: 0,
-        inputs: [b],
-        outputs: [b],
-        symbol: "ncclAllReduce",
-        enqueue: (p, s) =>
-          this.#lib.symbols.ncclAllReduce(
-            p[0]!,
-            p[1]!,
-            1n,
-            NCCL_DTYPE.f32,
-            NCCL_OP.sum,
-            this.#comm,
-            s,
-          ),
-      };
-    }, true);
+    this.#run(
+      opts,
+      () => {
+        this.#barrierBuf ??= this.#alloc(4);
+        const b: ResolvedBuffer = {
+          ptr: this.#barrierBuf,
+          count: 1,
+          dtype: "f32",
+          bytes: 4,
+          device: "cuda",
+        };
+        return {
+          op: "barrier",
+          bytes: 0,
+          inputs: [b],
+          outputs: [b],
+          symbol: "ncclAllReduce",
+          enqueue: (c, p, s) =>
+            this.#lib.symbols.ncclAllReduce(p[0]!, p[1]!, 1n, NCCL_DTYPE.f32, NCCL_OP.sum, c, s),
+        };
+      },
+      "host",
+      String(name),
+    );
   }
 
-  /** Aborts the communicator when it failed (peers then fail too), else destroys it; idempotent. */
+  /**
+   * Detaches from the group, once: after a failure (here or, through the
+   * watchdog, anywhere) the communicator was or is now aborted, so peers
+   * fail too; otherwise the collectives in flight finish (at most the
+   * timeout) and it is destroyed. Never frees the communicator twice.
+   */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    if (this.#abortWatch !== null) clearInterval(this.#abortWatch);
-    if (this.#failed) {
-      this.#lib.symbols.ncclCommAbort(this.#comm); // already aborted: a second abort is harmless
-    } else {
-      this.#lib.check(this.#lib.symbols.ncclCommDestroy(this.#comm), "ncclCommDestroy", this.#comm);
+    this.#stopSyncHook();
+    const deadline = Date.now() + this.#timeoutMs;
+    for (let polls = 0; this.#watch.anyInFlight() && !this.#watch.failure(); polls++) {
+      if (Date.now() > deadline) {
+        this.#watch.fail(FAIL.TIMEOUT, 0, "collectives were still running when the group closed");
+        break;
+      }
+      pauseBetweenPolls(polls);
     }
+    this.#watch.stop(); // from here on this thread alone reaches the communicator
+    if (this.#watch.failure() || this.#watch.anyInFlight()) this.#watch.abortOnce();
+    else this.#watch.destroyOnce();
     for (const p of [this.#staging?.ptr, this.#barrierBuf]) {
       if (p) this.#onStream.dt_free(p);
     }
-    this.#rt.destroyEvent(this.#ready);
-    this.#rt.destroyEvent(this.#done);
+    for (const e of [...this.#events, this.#ready]) this.#rt.destroyEvent(e);
     this.#rt.destroyStream(this.#stream);
   }
 
@@ -362,138 +462,182 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
   }
 
   #allReducePlan(buf: BufferLike, op: ReduceOp): Plan {
-    const b = resolve(buf, "allReduce buf");
+    const b = resolveBuffer(buf, "allReduce buf");
     checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
     const args = [BigInt(b.count), NCCL_DTYPE[b.dtype], NCCL_OP[op]] as const;
     return {
+      op: "allReduce",
       bytes: b.bytes,
       inputs: [b],
       outputs: [b],
       symbol: "ncclAllReduce",
-      enqueue: (p, s) => this.#lib.symbols.ncclAllReduce(p[0]!, p[1]!, ...args, this.#comm, s),
+      enqueue: (c, p, s) => this.#lib.symbols.ncclAllReduce(p[0]!, p[1]!, ...args, c, s),
     };
   }
 
-  /** State of one started collective, for #finish. */
-  #describe(op: string, seq: number, bytes: number): string {
-    return `${op} #${seq} (${bytes} bytes) on rank ${this.rank} of ${this.size}`;
+  /** The error of a call on a group that failed before: the first failure, with its kind. */
+  #failedEarlier(what: string, f: Error): Error {
+    return withFailureKind(
+      new Error(`${what}: the NCCL process group failed: ${f.message}`, { cause: f }),
+      failureKind(f),
+      { inCollective: true },
+    );
+  }
+
+  #requireHealthy(what: string): void {
+    const f = this.#watch.failure();
+    if (f) throw this.#failedEarlier(what, f);
   }
 
   /**
-   * Checks the arguments, stages host arrays, enqueues the call after the
-   * compute stream's work and records `done`; with `wait`, also waits and
-   * copies host outputs back. An argument error aborts the communicator too,
-   * since the peers would otherwise wait for this rank until their timeout.
+   * Checks the arguments, stages host memory, queues the call on the
+   * communication stream after the compute stream's work, hands it to the
+   * watchdog and finishes it as `finish` says. An argument error aborts the
+   * communicator too, since the peers would otherwise wait for this rank
+   * until their timeout.
    */
   #run(
-    op: string,
-    detail: string | undefined,
     opts: CallOptions,
     prepare: () => Plan,
-    wait: boolean,
-    done: Deno.PointerObject = this.#done,
-  ): Started {
-    if (this.#closed) throw new Error(`${op}: the NCCL process group is closed`);
-    if (this.#failed) {
-      throw new Error(`${op}: the NCCL process group failed earlier: ${this.#failed.message}`);
-    }
+    finish: Finish,
+    detail?: string,
+  ): {
+    rec: { seq: number; op: string; bytes: number; detail?: string };
+    what: string;
+    tracked: Tracked;
+  } {
+    if (this.#closed) throw new Error(`the NCCL process group is closed`);
+    this.#requireHealthy("a collective");
     const seq = ++this.#seq;
     let plan: Plan, timeoutMs: number;
     try {
       plan = prepare();
       timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
       if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-        throw new RangeError(`${op}: timeoutMs must be a positive number, got ${timeoutMs}`);
+        throw new RangeError(`${plan.op}: timeoutMs must be a positive number, got ${timeoutMs}`);
       }
     } catch (e) {
-      this.#fail(
-        new Error(
-          `rank ${this.rank} called ${op} #${seq} with bad arguments: ${(e as Error).message}`,
-        ),
+      this.#watch.fail(
+        FAIL.OWN,
+        0,
+        `rank ${this.rank} called a collective (#${seq}) with bad arguments: ${
+          (e as Error).message
+        }`,
       );
+      this.#watch.abortOnce();
       throw e;
     }
+    const op = plan.op;
     const rec = detail === undefined
       ? { seq, op, bytes: plan.bytes }
       : { seq, op, bytes: plan.bytes, detail };
+    const what = describeCollective(op, seq, plan.bytes, this.rank, this.size);
     reportCollective(rec, "enter");
-    const started: Started = {
-      rec,
-      plan,
-      what: this.#describe(op, seq, plan.bytes),
-      deadline: Date.now() + timeoutMs,
-      timeoutMs,
-      ptrs: [],
-    };
     try {
-      this.#rt.record(this.#ready, this.#compute);
-      this.#rt.streamWait(this.#stream, this.#ready); // inputs written by the compute stream are ready
-      started.ptrs = this.#stageInputs(plan);
-      const result = plan.enqueue(started.ptrs, this.#stream);
-      if (result !== NCCL_SUCCESS) {
-        throw new DtNativeError(
-          "nccl",
-          plan.symbol,
-          result,
-          this.#lib.errorText(result, this.#comm),
-        );
+      const deadline = Date.now() + timeoutMs;
+      const { slot, event } = this.#watch.slot(deadline);
+      let ptrs: Deno.PointerValue[] = [];
+      this.#watch.withComm((comm) => {
+        this.#rt.record(this.#ready, this.#compute);
+        this.#rt.streamWait(this.#stream, this.#ready); // inputs written by the compute stream are ready
+        ptrs = this.#stageInputs(plan);
+        this.#enqueue(plan, comm, ptrs, deadline, what);
+        this.#rt.record(event, this.#stream);
+      });
+      const tracked = this.#watch.track(slot, { seq, op, bytes: plan.bytes, deadline, timeoutMs });
+      const staged = [...plan.inputs, ...plan.outputs].some(isHost);
+      if (staged) {
+        this.#copyOutputsBack(plan, ptrs); // the host waits for the collective here
+        noteHostSync(`nccl ${op}`);
+        this.#requireHealthy(what);
+      } else if (finish === "host") {
+        this.#hostWait(tracked, what, deadline, timeoutMs);
+        noteHostSync(`nccl ${op}`);
+      } else if (finish === "stream") {
+        this.#rt.streamWait(this.#compute, event); // later kernels see the result
       }
-      this.#rt.record(done, this.#stream);
+      if (finish !== "later" || staged) reportCollective(rec, "exit");
+      return { rec, what, tracked };
     } catch (e) {
       reportCollective(rec, "exit");
-      this.#fail(e as Error);
-      throw e;
-    }
-    if (wait) this.#finish(started, done);
-    return started;
-  }
-
-  /** Waits for a started collective, copies host outputs back, and orders the compute stream after it. */
-  #finish(s: Started, done: Deno.PointerObject): void {
-    try {
-      if (this.#failed) {
-        throw new Error(`${s.what}: the NCCL process group failed: ${this.#failed.message}`);
+      const f = this.#watch.failure();
+      if (!f) {
+        this.#watch.fail(FAIL.OWN, 0, `${what} failed: ${(e as Error).message}`);
+        this.#watch.abortOnce();
       }
-      waitForCollective(this.#probe(done), s.what, s.deadline, s.timeoutMs);
-      this.#copyOutputsBack(s.plan, s.ptrs);
-      this.#rt.streamWait(this.#compute, done);
-    } catch (e) {
-      this.#fail(e as Error);
       throw e;
-    } finally {
-      reportCollective(s.rec, "exit");
     }
   }
 
-  #probe(done: Deno.PointerObject): CompletionProbe {
-    return {
-      done: () => this.#rt.query(done),
-      asyncError: () => {
-        this.#lib.check(
-          this.#lib.symbols.ncclCommGetAsyncError(this.#comm, this.#asyncError),
-          "ncclCommGetAsyncError",
-        );
-        return this.#asyncError[0]!;
-      },
-      errorText: (r) => this.#lib.errorText(r, this.#comm),
-      abort: () => this.#abort(),
-      now: () => Date.now(),
-      pause: pauseBetweenPolls,
-    };
+  /** Queues the NCCL call; a nonblocking communicator may answer "in progress" until it is queued. */
+  #enqueue(
+    plan: Plan,
+    comm: Deno.PointerObject,
+    ptrs: Deno.PointerValue[],
+    deadline: number,
+    what: string,
+  ): void {
+    let result = plan.enqueue(comm, ptrs, this.#stream);
+    for (let polls = 0; result === NCCL_IN_PROGRESS; polls++) {
+      const r = this.#lib.symbols.ncclCommGetAsyncError(comm, this.#asyncError);
+      result = r !== NCCL_SUCCESS ? r : this.#asyncError[0]!;
+      if (result === NCCL_IN_PROGRESS && Date.now() > deadline) {
+        throw new Error(`${what}: NCCL did not queue the call before the deadline`);
+      }
+      if (result === NCCL_IN_PROGRESS) pauseBetweenPolls(polls);
+    }
+    if (result !== NCCL_SUCCESS) {
+      throw new DtNativeError("nccl", plan.symbol, result, this.#lib.errorText(result, comm));
+    }
   }
 
-  /** Device pointers of the plan's buffers (inputs then outputs); host arrays get staging memory. */
+  /** The host waits for a tracked collective; the watchdog aborts it at its deadline or on an NCCL error. */
+  #hostWait(t: Tracked, what: string, deadline: number, timeoutMs: number): void {
+    try {
+      waitForCollective(
+        {
+          done: () => !this.#watch.inFlight(t) || this.#rt.query(t.event),
+          asyncError: () => {
+            const f = this.#watch.failure();
+            if (f) throw f;
+            this.#watch.withComm((comm) =>
+              this.#lib.check(
+                this.#lib.symbols.ncclCommGetAsyncError(comm, this.#asyncError),
+                "ncclCommGetAsyncError",
+              )
+            );
+            return this.#asyncError[0]!;
+          },
+          errorText: (r) => this.#lib.errorText(r),
+          abort: () => {}, // the failure is recorded below, then the communicator aborted once
+          now: () => Date.now(),
+          pause: pauseBetweenPolls,
+        },
+        what,
+        deadline,
+        timeoutMs,
+      );
+    } catch (e) {
+      const f = this.#watch.failure();
+      if (f) throw this.#failedEarlier(what, f);
+      const kind = failureKind(e);
+      this.#watch.fail(kind === "timeout" ? FAIL.TIMEOUT : FAIL.NCCL, 0, (e as Error).message);
+      this.#watch.abortOnce();
+      throw e;
+    }
+  }
+
+  /** Device pointers of the plan's buffers (inputs then outputs); host memory gets staging memory. */
   #stageInputs(plan: Plan): Deno.PointerValue[] {
     const all = [...plan.inputs, ...plan.outputs];
-    const host = all.filter((b) => isHostArray(b));
+    const host = all.filter(isHost);
     if (host.length === 0) return all.map((b) => b.ptr);
     const total = host.reduce((n, b) => n + align256(b.bytes), 0);
     const base = this.#stagingArea(total);
     let offset = 0;
     const at = new Map<ResolvedBuffer, Deno.PointerValue>();
     for (const b of all) {
-      if (!isHostArray(b)) continue;
-      if (at.has(b)) continue; // in place: one staging region
+      if (!isHost(b) || at.has(b)) continue; // in place: one staging region
       const dev = Deno.UnsafePointer.offset(base, offset);
       at.set(b, dev);
       offset += align256(b.bytes);
@@ -504,9 +648,10 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     return all.map((b) => at.get(b) ?? b.ptr);
   }
 
+  /** Copies host outputs back (on the communication stream: returns once they are there). */
   #copyOutputsBack(plan: Plan, ptrs: Deno.PointerValue[]): void {
     plan.outputs.forEach((b, i) => {
-      if (!isHostArray(b) || b.bytes === 0) return;
+      if (!isHost(b) || b.bytes === 0) return;
       const dev = ptrs[plan.inputs.length + i]!;
       this.#onStream.dt_memcpy(b.ptr, dev, BigInt(b.bytes), 2);
     });
@@ -530,130 +675,105 @@ export class NcclProcessGroup implements Omit<ProcessGroup, "backend"> {
     }
     return p;
   }
-
-  /** Aborts the communicator once; later calls fail at once with the first reason. */
-  #fail(reason: Error): void {
-    if (this.#failed) return;
-    this.#failed = reason;
-    this.#abort();
-  }
-
-  #aborted = false;
-  #abort(): void {
-    if (this.#aborted) return;
-    this.#aborted = true;
-    this.#failed ??= new Error("the communicator was aborted");
-    this.#lib.symbols.ncclCommAbort(this.#comm); // its own failure cannot be acted on: the group is gone either way
-  }
-
-  /**
-   * Between calls, looks for the launcher's abort record (another rank
-   * failed, or the run timed out) and aborts the communicator, so that this
-   * rank's next call fails at once. The timer does not keep the process alive.
-   */
-  #watchForAbort(everyMs: number): void {
-    const key = attemptKeys(getRankSettings().restartCount).abort;
-    const store = getStore();
-    let busy = false;
-    const timer = setInterval(async () => {
-      if (busy || this.#closed || this.#failed) return;
-      busy = true;
-      try {
-        const record = await store.getText(key);
-        if (record !== null) this.#fail(new Error(`the launcher is stopping the run: ${record}`));
-      } catch {
-        clearInterval(timer); // the store is gone: the launcher ends this process anyway
-      } finally {
-        busy = false;
-      }
-    }, everyMs);
-    Deno.unrefTimer(timer);
-    this.#abortWatch = timer;
-  }
 }
 
-/** A collective between #run and #finish. */
-interface Started {
-  rec: { seq: number; op: string; bytes: number; detail?: string };
-  plan: Plan;
-  what: string;
-  deadline: number;
-  timeoutMs: number;
-  ptrs: Deno.PointerValue[];
-}
-
-const hostArrays = new WeakSet<ResolvedBuffer>();
-
-/** Whether a resolved buffer came from a typed array (host memory) rather than {ptr, count, dtype}. */
-function isHostArray(b: ResolvedBuffer): boolean {
-  return hostArrays.has(b);
+/** Whether a buffer is host memory (typed arrays, or `device: "cpu"`): staged through the GPU. */
+function isHost(b: ResolvedBuffer): boolean {
+  return b.device === "cpu";
 }
 
 function align256(n: number): number {
   return Math.ceil(n / 256) * 256;
 }
 
-/** Publishes (rank 0) or fetches (the others) the communicator's unique id through the store. */
-async function exchangeUniqueId(
+/**
+ * Publishes (rank 0) or fetches (the others) the communicator's unique id
+ * through the store, each rank counting itself in `joined` (for the message
+ * of a start that times out).
+ */
+function exchangeUniqueId(
   id: Uint8Array,
   rank: number,
-  gen: number,
+  key: string,
+  joined: string,
   timeoutMs: number,
-): Promise<void> {
-  const store = getStore();
-  const key = storeKey(`nccl/${gen}/unique-id`);
+): void {
   if (rank === 0) {
-    await store.set(key, id);
+    syncStore([{ op: "set", key, value: id }, { op: "add", key: joined, amount: 1 }], timeoutMs);
     return;
   }
-  const value = await store.get(key, { timeoutMs });
-  if (value === null || value.length !== 128) {
+  const [, value] = syncStore(
+    [{ op: "add", key: joined, amount: 1 }, { op: "get", key, timeoutMs }],
+    timeoutMs,
+  );
+  if (!(value instanceof Uint8Array) || value.length !== 128) {
     throw new Error(
-      `NCCL unique id from rank 0 (store key ${key}) has ${value?.length ?? 0} bytes, expected 128`,
+      `NCCL unique id from rank 0 (store key ${key}) has ${
+        value instanceof Uint8Array ? value.length : 0
+      } bytes, expected 128`,
     );
   }
   id.set(value);
 }
 
-/** ncclCommInitRank on Deno's thread pool, raced against the timeout. */
-async function initCommunicator(
+/**
+ * ncclCommInitRankConfig(blocking = 0) on this thread, then polls
+ * ncclCommGetAsyncError until the start ends; aborts the communicator when
+ * it fails or outlives the timeout.
+ */
+function startCommunicator(
   lib: NcclLibrary,
   id: Uint8Array,
   rank: number,
   size: number,
-  gen: number,
   timeoutMs: number,
-): Promise<Deno.PointerObject> {
+  joined: string | null,
+): Deno.PointerObject {
   const out = new BigUint64Array(1);
-  const joined = size > 1 ? storeKey(`nccl/${gen}/joined`) : "";
-  if (size > 1) await getStore().add(joined, 1);
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<"timeout">((resolve) =>
-    timer = setTimeout(() => resolve("timeout"), timeoutMs)
+  const r = lib.symbols.ncclCommInitRankConfig(
+    out,
+    size,
+    id,
+    rank,
+    ncclConfig({ blocking: false }),
   );
-  const result = await Promise.race([lib.symbols.ncclCommInitRank(out, size, id, rank), timeout]);
-  clearTimeout(timer);
-  if (result === "timeout") {
-    const arrived = size > 1 ? await getStore().getText(joined).catch(() => null) : "1";
-    throw new Error(
-      `NCCL communicator start on rank ${rank} of ${size} did not finish within ${timeoutMs} ms ` +
-        `(${
-          arrived ?? "?"
-        } of ${size} ranks reached it): a rank is missing or the network between GPUs is ` +
-        `blocked (NCCL_DEBUG=INFO shows where)`,
-    );
-  }
-  lib.check(result, "ncclCommInitRank");
   const comm = Deno.UnsafePointer.create(out[0]!);
-  if (comm === null) {
-    throw new Error("ncclCommInitRank reported success but returned no communicator");
+  if (r !== NCCL_SUCCESS && r !== NCCL_IN_PROGRESS) {
+    const text = lib.errorText(r, comm);
+    if (comm !== null) lib.symbols.ncclCommAbort(comm);
+    throw new DtNativeError("nccl", "ncclCommInitRankConfig", r, text);
   }
-  return comm;
-}
-
-/** resolveBuffer that remembers which buffers are host typed arrays (they need staging). */
-function resolve(b: BufferLike, what: string): ResolvedBuffer {
-  const r = resolveBuffer(b, what);
-  if (ArrayBuffer.isView(b)) hostArrays.add(r);
-  return r;
+  if (comm === null) throw new Error("ncclCommInitRankConfig returned no communicator");
+  const deadline = Date.now() + timeoutMs;
+  const state = new Int32Array(1);
+  for (let polls = 0;; polls++) {
+    const q = lib.symbols.ncclCommGetAsyncError(comm, state);
+    const e = q !== NCCL_SUCCESS ? q : state[0]!;
+    if (e === NCCL_SUCCESS) return comm;
+    if (e !== NCCL_IN_PROGRESS) {
+      const text = lib.errorText(e, comm);
+      lib.symbols.ncclCommAbort(comm);
+      throw new DtNativeError("nccl", "ncclCommInitRankConfig", e, text);
+    }
+    if (Date.now() > deadline) {
+      lib.symbols.ncclCommAbort(comm); // the start ends (and frees) with it: nothing is left blocked
+      let arrived = size > 1 ? "?" : "1";
+      if (joined !== null) {
+        try {
+          const [v] = syncStore([{ op: "get", key: joined }], 5000);
+          if (v instanceof Uint8Array) arrived = new TextDecoder().decode(v);
+        } catch { /* the count is only for the message */ }
+      }
+      throw withFailureKind(
+        new Error(
+          `NCCL communicator start on rank ${rank} of ${size} did not finish within ${timeoutMs} ms ` +
+            `(${arrived} of ${size} ranks reached it); the communicator was aborted: a rank is missing ` +
+            `or the network between GPUs is blocked (NCCL_DEBUG=INFO shows where)`,
+        ),
+        "timeout",
+        { inCollective: true },
+      );
+    }
+    pauseBetweenPolls(polls);
+  }
 }

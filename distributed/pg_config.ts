@@ -22,11 +22,14 @@ export interface ProcessGroupOptions {
   /** Microseconds a waiting rank spins before it sleeps on a futex. Default:
    *  DTRAIN_SHM_SPIN_US, else 50. */
   spinUs?: number;
-  /** "gloo" or "shm"; default DTRAIN_CPU_BACKEND, else shm on one machine and
-   *  gloo across machines (shm cannot span machines). */
-  backend?: CpuBackend;
+  /** The backend, instead of the default: NCCL on a GPU rank; on the CPU DTRAIN_CPU_BACKEND,
+   *  else shm on one machine and gloo across machines (shm cannot span machines); "single"
+   *  alone. "nccl" also makes a one-rank NCCL group (a check of NCCL itself). */
+  backend?: CpuBackend | "nccl" | "single";
   /** The environment to read; default Deno.env (tests pass their own). */
   env?: Record<string, string | undefined>;
+  /** The rank's device (initProcessGroup passes it): GPU ranks use NCCL, also across machines. */
+  device?: "cpu" | "cuda";
 }
 
 /** Everything a backend needs, resolved. */
@@ -108,7 +111,15 @@ export function resolveProcessGroupConfig(
   };
   const { rank, worldSize: size, localWorldSize: localSize, nnodes } = world;
   const spansMachines = nnodes > 1 || localSize !== size;
-  const backend = cpuBackend(opts.backend ?? get("DTRAIN_CPU_BACKEND"), spansMachines);
+  const cpuRequest = opts.backend === "shm" || opts.backend === "gloo"
+    ? opts.backend
+    : get("DTRAIN_CPU_BACKEND");
+  // GPU ranks use NCCL whatever DTRAIN_CPU_BACKEND says: the CPU backend matters on the CPU only
+  const backend = (opts.device ?? "cpu") === "cpu"
+    ? cpuBackend(cpuRequest, spansMachines)
+    : spansMachines
+    ? "gloo"
+    : "shm";
   const base = { ...common, backend, world, lookup: get };
   if (size === 1) return { rank: 0, size: 1, runId: world.runId, ...base };
   if (!RUN_ID.test(world.runId)) {

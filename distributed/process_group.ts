@@ -1,10 +1,10 @@
 /**
  * The ProcessGroup API that training code uses for collectives (allReduce,
  * broadcast, allGather, reduceScatter, barrier), and initProcessGroup, which
- * builds the group this process belongs to from the launcher's environment:
- * the shared-memory CPU backend for ranks on one machine, Gloo for CPU ranks
- * on several machines, or a trivial group when the process runs alone. GPU
- * ranks will get NCCL behind the same API.
+ * builds the group this process belongs to from the launcher's environment
+ * and the rank's device: NCCL for GPU ranks, the shared-memory backend for
+ * CPU ranks on one machine, Gloo for CPU ranks on several machines, or a
+ * trivial group when the process runs alone.
  *
  * @module
  */
@@ -13,6 +13,10 @@ import type { Work } from "./work.ts";
 import { type ProcessGroupOptions, resolveProcessGroupConfig } from "./pg_config.ts";
 import { GlooProcessGroup } from "./gloo_backend.ts";
 import { ShmProcessGroup } from "./shm_backend.ts";
+import { NcclProcessGroup } from "./nccl_backend.ts";
+import { backend } from "../tensor/backend.ts";
+import { describeBackend } from "../tensor/device_choice.ts";
+import { reportProcessGroup } from "./control/rank_runtime.ts";
 import { SingleProcessGroup } from "./single_process_group.ts";
 
 export type {
@@ -43,9 +47,9 @@ export interface ProcessGroup {
   readonly rank: number;
   /** Number of ranks. */
   readonly size: number;
-  /** "shm" (ranks on one machine), "gloo" (CPU ranks on several machines)
-   *  or "single" (a world of one process). */
-  readonly backend: "shm" | "gloo" | "single";
+  /** "nccl" (GPU ranks), "shm" (CPU ranks on one machine), "gloo" (CPU ranks on several
+   *  machines) or "single" (a world of one process). */
+  readonly backend: "nccl" | "shm" | "gloo" | "single";
   /** In place: every element becomes `op` over the ranks' values, the same
    *  bits on every rank (floats are combined in rank order 0..size-1). */
   allReduce(buf: BufferLike, op?: ReduceOp, opts?: CallOptions): void;
@@ -76,12 +80,15 @@ export interface ProcessGroup {
 
 /**
  * Creates this process's group from the environment set by the launcher
- * (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, DTRAIN_RUN_ID). Without
- * it, the group is this process alone and every collective is an identity.
- * Ranks on one machine share memory; ranks on several machines (DTRAIN_NNODES
- * > 1) meet through the run's control store and use Gloo over TCP
- * (GLOO_SOCKET_IFNAME picks the interface), with shared memory within each
- * node where that is faster. DTRAIN_CPU_BACKEND=gloo forces Gloo on one machine.
+ * (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, DTRAIN_RUN_ID) and the
+ * rank's device (tensor/backend.ts; a launched rank computes on its GPU
+ * unless the script chose the CPU). GPU ranks use NCCL on their GPUs. CPU
+ * ranks on one machine share memory; CPU ranks on several machines
+ * (DTRAIN_NNODES > 1) meet through the run's control store and use Gloo over
+ * TCP (GLOO_SOCKET_IFNAME picks the interface), with shared memory within
+ * each node where that is faster; DTRAIN_CPU_BACKEND=gloo forces Gloo on one
+ * machine. Without a launcher, the group is this process alone and every
+ * collective is an identity.
  *
  * @example
  * ```ts
@@ -92,8 +99,33 @@ export interface ProcessGroup {
  * ```
  */
 export function initProcessGroup(options: ProcessGroupOptions = {}): ProcessGroup {
-  const cfg = resolveProcessGroupConfig(options);
-  if (cfg.size === 1) return new SingleProcessGroup(cfg.timeoutMs);
-  if (cfg.backend === "gloo") return GlooProcessGroup.open(cfg);
-  return ShmProcessGroup.open(cfg);
+  const b = backend();
+  const cfg = resolveProcessGroupConfig({ ...options, device: b.device });
+  const kind = options.backend ??
+    (cfg.size === 1 ? "single" : b.device === "cuda" ? "nccl" : cfg.backend);
+  if (!["nccl", "shm", "gloo", "single"].includes(kind)) {
+    throw new TypeError(
+      `initProcessGroup: backend ${
+        JSON.stringify(kind)
+      } is not one of "nccl", "gloo", "shm", "single"`,
+    );
+  }
+  if (kind === "nccl" && b.device !== "cuda") {
+    throw new Error(
+      `initProcessGroup({ backend: "nccl" }): this rank computes on the CPU; NCCL needs its GPU ` +
+        `(start the run with --device cuda, or call useDevice("cuda") first)`,
+    );
+  }
+  if (kind === "single" && cfg.size !== 1) {
+    throw new RangeError(`initProcessGroup({ backend: "single" }) in a world of ${cfg.size} ranks`);
+  }
+  const pg: ProcessGroup = kind === "single"
+    ? new SingleProcessGroup(cfg.timeoutMs, b.device)
+    : kind === "nccl"
+    ? NcclProcessGroup.open({ rank: cfg.rank, size: cfg.size, timeoutMs: cfg.timeoutMs })
+    : kind === "gloo"
+    ? GlooProcessGroup.open(cfg)
+    : ShmProcessGroup.open(cfg);
+  reportProcessGroup({ backend: pg.backend, worldSize: pg.size, device: describeBackend(b) });
+  return pg;
 }

@@ -22,7 +22,9 @@ import {
   checkReduceOp,
   checkSizes,
   type ReduceOp,
+  requireHostBuffer,
   resolveBuffer,
+  type ResolvedBuffer,
 } from "./collective_buffer.ts";
 import type { ProcessGroupConfig } from "./pg_config.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
@@ -47,6 +49,13 @@ function shmFailureKind(e: unknown): FailureKind {
   if (!(e instanceof DtNativeError)) return "error";
   if (e.status === DT_ERR_TIMEOUT) return "timeout";
   return e.status === DT_ERR_SYS ? "peer" : "error";
+}
+
+/** A checked buffer in host memory: GPU memory is refused before any byte is touched. */
+function hostBuffer(b: BufferLike, what: string): ResolvedBuffer {
+  const r = resolveBuffer(b, what);
+  requireHostBuffer(r, what, "shared-memory process group");
+  return r;
 }
 
 /** A native call of one collective, given the handle and the timeout. */
@@ -113,7 +122,7 @@ export class ShmProcessGroup implements ProcessGroup {
 
   allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
     this.#run("allReduce", undefined, () => {
-      const b = resolveBuffer(buf, "allReduce buf");
+      const b = hostBuffer(buf, "allReduce buf");
       checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
       const args = [b.ptr, BigInt(b.count), SHM_DTYPE_CODE[b.dtype], SHM_REDUCE_CODE[op]] as const;
       return [b.bytes, (h, t) => shmLibrary().symbols.dt_shm_allreduce(h, ...args, t)];
@@ -128,7 +137,7 @@ export class ShmProcessGroup implements ProcessGroup {
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
     this.#run("broadcast", `root ${root}`, () => {
-      const b = resolveBuffer(buf, "broadcast buf");
+      const b = hostBuffer(buf, "broadcast buf");
       if (!Number.isInteger(root) || root < 0 || root >= this.size) {
         throw new RangeError(
           `broadcast: root ${root} is not a rank of this group (size ${this.size})`,
@@ -141,8 +150,8 @@ export class ShmProcessGroup implements ProcessGroup {
 
   allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
     this.#run("allGather", undefined, () => {
-      const o = resolveBuffer(out, "allGather out");
-      const i = resolveBuffer(inp, "allGather inp");
+      const o = hostBuffer(out, "allGather out");
+      const i = hostBuffer(inp, "allGather inp");
       checkSizes(o, i, this.size, 1, "allGather");
       const args = [o.ptr, i.ptr, BigInt(i.count), SHM_DTYPE_CODE[i.dtype]] as const;
       return [i.bytes, (h, t) => shmLibrary().symbols.dt_shm_allgather(h, ...args, t)];
@@ -156,8 +165,8 @@ export class ShmProcessGroup implements ProcessGroup {
     opts: CallOptions = {},
   ): void {
     this.#run("reduceScatter", undefined, () => {
-      const o = resolveBuffer(out, "reduceScatter out");
-      const i = resolveBuffer(inp, "reduceScatter inp");
+      const o = hostBuffer(out, "reduceScatter out");
+      const i = hostBuffer(inp, "reduceScatter inp");
       checkSizes(o, i, 1, this.size, "reduceScatter");
       checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
       const args = [

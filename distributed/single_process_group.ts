@@ -3,8 +3,11 @@
  * or WORLD_SIZE=1): every collective is an identity (allGather and
  * reduceScatter copy inp to out), so single-process code runs the same
  * calls, with the same argument checks and phase reports, as a distributed one.
+ * GPU memory is copied by the GPU (on the compute stream), never touched by
+ * the host; a copy between host and GPU memory is refused.
  */
 import { reportCollective } from "./control/phase.ts";
+import { backendOf, type Device } from "../tensor/backend.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -17,10 +20,31 @@ import {
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
 import { COMPLETED, type Work } from "./work.ts";
 
-/** Copies `src` to `dst` (native memory; a no-op when they are the same). */
-function copyBuffer(dst: ResolvedBuffer, src: ResolvedBuffer): void {
+/** Where a buffer is: its own `device`, else the group's. */
+function placeOf(b: ResolvedBuffer, group: Device): Device {
+  return b.device ?? group;
+}
+
+/** Throws unless out and inp are on one device (the copy is that device's). */
+function checkSameDevice(o: ResolvedBuffer, i: ResolvedBuffer, group: Device, what: string): void {
+  const [od, id] = [placeOf(o, group), placeOf(i, group)];
+  if (od !== id) {
+    throw new TypeError(
+      `${what}: out is ${od === "cuda" ? "GPU" : "host"} memory but inp is ${
+        id === "cuda" ? "GPU" : "host"
+      } memory; a world of one copies inp to out, so both must be on one device`,
+    );
+  }
+}
+
+/** Copies `src` to `dst` (a no-op when they are the same): host memory by the host, GPU memory by the GPU. */
+function copyBuffer(dst: ResolvedBuffer, src: ResolvedBuffer, group: Device): void {
   if (src.bytes === 0 || dst.ptr === null || src.ptr === null) return;
   if (Deno.UnsafePointer.equals(dst.ptr, src.ptr)) return;
+  if (placeOf(src, group) === "cuda") {
+    backendOf("cuda").call.dt_memcpy(dst.ptr, src.ptr, BigInt(src.bytes), 3); // device to device
+    return;
+  }
   const to = new Uint8Array(Deno.UnsafePointerView.getArrayBuffer(dst.ptr, dst.bytes));
   to.set(new Uint8Array(Deno.UnsafePointerView.getArrayBuffer(src.ptr, src.bytes)));
 }
@@ -33,12 +57,15 @@ export class SingleProcessGroup implements ProcessGroup {
   readonly rank = 0;
   readonly size = 1;
   readonly backend = "single" as const;
+  /** The memory kind of buffers that do not say theirs: the process's device at creation. */
+  readonly device: Device;
   #seq = 0;
   #closed = false;
   #timeoutMs: number;
 
-  constructor(timeoutMs: number) {
+  constructor(timeoutMs: number, device: Device = "cpu") {
     this.#timeoutMs = timeoutMs;
+    this.device = device;
   }
 
   allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
@@ -70,7 +97,8 @@ export class SingleProcessGroup implements ProcessGroup {
       const o = resolveBuffer(out, "allGather out");
       const i = resolveBuffer(inp, "allGather inp");
       checkSizes(o, i, 1, 1, "allGather");
-      return [i.bytes, () => copyBuffer(o, i)];
+      checkSameDevice(o, i, this.device, "allGather");
+      return [i.bytes, () => copyBuffer(o, i, this.device)];
     });
   }
 
@@ -85,7 +113,8 @@ export class SingleProcessGroup implements ProcessGroup {
       const i = resolveBuffer(inp, "reduceScatter inp");
       checkSizes(o, i, 1, 1, "reduceScatter");
       checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
-      return [o.bytes, () => copyBuffer(o, i)];
+      checkSameDevice(o, i, this.device, "reduceScatter");
+      return [o.bytes, () => copyBuffer(o, i, this.device)];
     });
   }
 

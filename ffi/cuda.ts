@@ -5,6 +5,7 @@
  * opening (after the driver, which may live outside the loader's path), and
  * thin typed wrappers over the extras.
  */
+import { basename } from "node:path";
 import { CUDA_PENDING_SYMBOLS, KERNEL_SYMBOLS } from "./symbols.ts";
 import { cString, type NativeLibrary, openLibrary } from "./native.ts";
 import { type CheckedCalls, checkedCalls } from "./calls.ts";
@@ -110,14 +111,32 @@ let cuda: NativeLibrary<CudaSymbols> | undefined;
 let driver: Deno.DynamicLibrary<Record<string, never>> | undefined;
 
 /**
- * Opens libdtrain_cuda.so (once). `driverPath`, when given, is opened first,
- * so that the statically linked CUDA runtime finds libcuda.so.1 even where
- * the system loader would not look.
+ * Opens the CUDA kernel library (once per process): libdtrain_cuda.so found
+ * by ffi/native.ts, or the file `path` (the emulated device's build).
+ * `driverPath`, when given, is opened first, so that the statically linked
+ * CUDA runtime finds libcuda.so.1 even where the system loader would not
+ * look. A process drives one CUDA library: asking for another file after
+ * the first was opened throws.
  */
-export function cudaKernels(driverPath?: string | null): NativeLibrary<CudaSymbols> {
+export function cudaKernels(driverPath?: string | null, path?: string): NativeLibrary<CudaSymbols> {
+  if (cuda) {
+    if (path !== undefined && path !== cuda.path) {
+      throw new Error(
+        `Cannot open ${path}: this process already computes with ${cuda.path} (one CUDA library per process)`,
+      );
+    }
+    return cuda;
+  }
   if (!driver && driverPath) driver = Deno.dlopen(driverPath, {});
-  cuda ??= openLibrary(CUDA_LIBRARY_NAME, CUDA_SYMBOLS);
+  cuda = path === undefined
+    ? openLibrary(CUDA_LIBRARY_NAME, CUDA_SYMBOLS)
+    : openLibrary(basename(path), CUDA_SYMBOLS, path);
   return cuda;
+}
+
+/** The CUDA kernel library this process opened, or null before the first cudaKernels(). */
+export function openedCudaKernels(): NativeLibrary<CudaSymbols> | null {
+  return cuda ?? null;
 }
 
 /** A NUL-terminated copy of s for a `const char*` parameter. */

@@ -2,9 +2,9 @@
  * Where the NVIDIA libraries that dtrain opens at run time are looked for —
  * the driver (libcuda), cuBLASLt and NCCL, plus libcudart for `dtrain doctor`
  * — and the search itself: LD_LIBRARY_PATH, CUDA_HOME, the usual system
- * folders, then the lib folders of pip's nvidia-* packages of every python3
- * on PATH (found by listing folders; no Python is run). A miss names every
- * folder tried.
+ * folders, the folders of the dynamic loader's cache (`ldconfig -p`), then
+ * the lib folders of pip's nvidia-* packages of every python3 on PATH (found
+ * by listing folders; no Python is run). A miss names every folder tried.
  */
 import { dirname, join } from "node:path";
 
@@ -39,6 +39,9 @@ export interface LibrarySearchOptions {
   systemDirs?: readonly string[];
   /** folders that may hold python's site-packages (default: PYTHON_PREFIXES plus ~/.local) */
   pythonPrefixes?: readonly string[];
+  /** the text of `ldconfig -p` (default: run it once, "" when it cannot run; none when
+   *  systemDirs is given) */
+  ldconfig?: () => string;
 }
 
 /** The usual places of the driver and of a CUDA toolkit on Linux. */
@@ -79,6 +82,45 @@ function isFile(path: string): boolean {
   } catch {
     return false;
   }
+}
+
+let ldconfigText: string | undefined;
+
+/** `ldconfig -p` of this machine (read once), or "" where it cannot run. */
+function systemLdconfig(): string {
+  if (ldconfigText !== undefined) return ldconfigText;
+  ldconfigText = "";
+  for (const cmd of ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]) {
+    try {
+      const r = new Deno.Command(cmd, { args: ["-p"], stdout: "piped", stderr: "null" })
+        .outputSync();
+      if (r.success) {
+        ldconfigText = new TextDecoder().decode(r.stdout);
+        break;
+      }
+    } catch { /* not this one */ }
+  }
+  return ldconfigText;
+}
+
+/**
+ * The folders of the libraries in `ldconfig -p`'s output, in its order
+ * ("\tlibcuda.so.1 (libc6,x86-64) => /usr/lib64/libcuda.so.1" gives /usr/lib64).
+ *
+ * @example
+ * ```ts
+ * ldconfigDirs("\tlibnccl.so.2 (libc6,x86-64) => /opt/nccl/lib/libnccl.so.2"); // ["/opt/nccl/lib"]
+ * ```
+ */
+export function ldconfigDirs(text: string): string[] {
+  const dirs: string[] = [];
+  for (const line of text.split("\n")) {
+    const at = line.indexOf("=> ");
+    if (at < 0) continue;
+    const path = line.slice(at + 3).trim();
+    if (path.startsWith("/")) dirs.push(dirname(path));
+  }
+  return [...new Set(dirs)];
 }
 
 /** The prefixes of the python3 interpreters on PATH: a venv's bin/python3 gives the venv. */
@@ -131,6 +173,9 @@ export function cudaLibraryDirs(opts: LibrarySearchOptions = {}): string[] {
   const conda = env("CONDA_PREFIX");
   if (conda) dirs.push(join(conda, "lib"));
   dirs.push(...(opts.systemDirs ?? SYSTEM_LIBRARY_DIRS));
+  // A caller that chose the system folders (a test) chooses the loader cache too.
+  const ldconfig = opts.ldconfig ?? (opts.systemDirs === undefined ? systemLdconfig : () => "");
+  dirs.push(...ldconfigDirs(ldconfig()));
   const home = env("HOME");
   const prefixes = [
     ...pathPythonPrefixes(env("PATH") ?? ""),
@@ -154,8 +199,8 @@ export function cudaLibraryDirs(opts: LibrarySearchOptions = {}): string[] {
 export function findCudaLibrary(
   role: CudaLibraryRole,
   opts: LibrarySearchOptions = {},
+  files: readonly string[] = CUDA_LIBRARY_FILES[role],
 ): LibrarySearchResult {
-  const files = CUDA_LIBRARY_FILES[role];
   const tried = cudaLibraryDirs(opts);
   for (const dir of tried) {
     for (const f of files) {

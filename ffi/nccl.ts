@@ -20,9 +20,11 @@ export const NCCL_SYMBOLS = {
   ncclGetVersion: { parameters: [B], result: I32 },
   /** ncclResult_t ncclGetUniqueId(ncclUniqueId* id) */
   ncclGetUniqueId: { parameters: [B], result: I32 },
-  /** ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank):
-   *  blocks until every rank has joined, so it runs on Deno's thread pool. */
-  ncclCommInitRank: { parameters: [B, I32, UNIQUE_ID, I32], result: I32, nonblocking: true },
+  /** ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+   *  ncclConfig_t* config): called with config.blocking = 0 from the thread that chose the GPU
+   *  (NCCL takes the calling thread's current device); returns ncclInProgress at once, and
+   *  ncclCommGetAsyncError says when the start ended (distributed/nccl_comm.ts). */
+  ncclCommInitRankConfig: { parameters: [B, I32, UNIQUE_ID, I32, B], result: I32 },
   /** (sendbuff, recvbuff, count, datatype, op, comm, stream) */
   ncclAllReduce: { parameters: [P, P, USIZE, I32, I32, P, P], result: I32 },
   /** (sendbuff, recvbuff, count, datatype, root, comm, stream) */
@@ -41,6 +43,9 @@ export const NCCL_SYMBOLS = {
   ncclGetErrorString: { parameters: [I32], result: P },
   /** const char* ncclGetLastError(ncclComm_t comm): NCCL 2.13+, hence optional */
   ncclGetLastError: { parameters: [P], result: P, optional: true },
+  /** int dt_nccl_emu_live_communicators(void): only the emulated device's stand-in
+   *  (kernels/nccl_emu) has it: communicators not freed yet, for lifecycle tests */
+  dt_nccl_emu_live_communicators: { parameters: [], result: I32, optional: true },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 export type NcclSymbols = typeof NCCL_SYMBOLS;
@@ -63,6 +68,29 @@ export const NCCL_DTYPE = {
 
 /** ncclRedOp_t of each reduce op (avg needs NCCL 2.10+). */
 export const NCCL_OP = { sum: 0, max: 2, min: 3, avg: 4 } as const;
+
+/** ncclConfig_t's magic (NCCL_CONFIG_INITIALIZER). */
+const NCCL_CONFIG_MAGIC = 0xcafebeef;
+
+/**
+ * An ncclConfig_t that sets only `blocking`: the struct's head as NCCL 2.14
+ * defined it (size, magic, version, blocking). NCCL copies `size` bytes over
+ * its own defaults, so every later field keeps NCCL's default.
+ *
+ * @example
+ * ```ts
+ * lib.symbols.ncclCommInitRankConfig(out, size, id, rank, ncclConfig({ blocking: false }));
+ * ```
+ */
+export function ncclConfig(opts: { blocking: boolean }): Uint8Array<ArrayBuffer> {
+  const bytes = new Uint8Array(24);
+  const v = new DataView(bytes.buffer);
+  v.setBigUint64(0, 24n, true); // size_t size
+  v.setUint32(8, NCCL_CONFIG_MAGIC, true); // unsigned int magic
+  v.setUint32(12, 21400, true); // unsigned int version: NCCL_VERSION(2, 14, 0)
+  v.setInt32(16, opts.blocking ? 1 : 0, true); // int blocking
+  return bytes;
+}
 
 /** An opened NCCL with status checking. */
 export interface NcclLibrary {
@@ -87,22 +115,30 @@ let nccl: NcclLibrary | undefined;
  * console.log(`NCCL ${n.version} from ${n.path}`);
  * ```
  */
-export function ncclLibrary(opts?: LibrarySearchOptions): NcclLibrary {
-  if (nccl && !opts) return nccl;
-  const found = findCudaLibrary("nccl", opts);
-  if (!found.path) {
-    throw new Error(
-      `Cannot use NCCL for a process group of GPU ranks: ${
-        describeMissing(found)
-      }. Install NCCL (pip install ` +
-        `nvidia-nccl-cu13, or the system package libnccl2) or put its folder on LD_LIBRARY_PATH.`,
-    );
+export function ncclLibrary(opts?: LibrarySearchOptions, path?: string): NcclLibrary {
+  if (nccl && !opts) {
+    if (path !== undefined && path !== nccl.path) {
+      throw new Error(`Cannot open NCCL from ${path}: this process already uses ${nccl.path}`);
+    }
+    return nccl;
+  }
+  let file = path; // the emulated device's stand-in, or a file the caller chose
+  if (file === undefined) {
+    const found = findCudaLibrary("nccl", opts);
+    if (!found.path) {
+      throw new Error(
+        `Cannot use NCCL for a process group of GPU ranks: ${describeMissing(found)}. ` +
+          `Install NCCL (pip install nvidia-nccl-cu13, or the system package libnccl2) or put ` +
+          `its folder on LD_LIBRARY_PATH.`,
+      );
+    }
+    file = found.path;
   }
   let lib: Deno.DynamicLibrary<NcclSymbols>;
   try {
-    lib = Deno.dlopen(found.path, NCCL_SYMBOLS);
+    lib = Deno.dlopen(file, NCCL_SYMBOLS);
   } catch (e) {
-    throw new Error(`Cannot load NCCL from ${found.path}: ${(e as Error).message}`, { cause: e });
+    throw new Error(`Cannot load NCCL from ${file}: ${(e as Error).message}`, { cause: e });
   }
   const errorText = (result: number, comm?: Deno.PointerValue): string => {
     const text = cString(lib.symbols.ncclGetErrorString(result));
@@ -119,7 +155,7 @@ export function ncclLibrary(opts?: LibrarySearchOptions): NcclLibrary {
     v[0]! % 100
   }`;
   const opened: NcclLibrary = {
-    path: found.path,
+    path: file,
     version,
     symbols: lib.symbols,
     errorText,

@@ -16,6 +16,7 @@ import { type RankExit, RankProcess } from "./rank_process.ts";
 import { signalExitCode } from "../os/exit_status.ts";
 import { join } from "node:path";
 import { removeAttemptSegments } from "./attempt_segments.ts";
+import { type DevicePlan, rankDeviceEnv } from "./device_plan.ts";
 
 /** Ranks stopped because of a failure get this long between SIGTERM and SIGKILL (the whole stop must take < 5 s). */
 export const FAILURE_GRACE_MS = 2000;
@@ -43,6 +44,8 @@ export interface RunContext {
   threads: number;
   /** absolute path of the user's script */
   script: string;
+  /** the device of each local rank (absent: the CPU) */
+  plan?: DevicePlan;
   /**
    * Attempts earlier launches into this run directory made (run.json): this
    * launch's attempt k is the run's attempt attemptBase + k, the ranks'
@@ -381,7 +384,9 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         logRanks: opts.logRanks,
         launcherPid: Deno.pid,
         device: opts.device,
+        resume: opts.resume,
       });
+      if (ctx.plan) Object.assign(env, rankDeviceEnv(ctx.plan, local, Deno.hostname()));
       let p: RankProcess;
       try {
         p = new RankProcess({

@@ -4,7 +4,10 @@
  * forwards SIGINT/SIGTERM, records launch.json, and returns 0 only when every rank exited 0.
  */
 import { resolveDevice } from "../tensor/device_choice.ts";
-import { cudaAvailability } from "../tensor/cuda_backend.ts";
+import type { DeviceKind } from "../tensor/backend.ts";
+import { type CudaAvailability, cudaAvailability, gpuSharing } from "../tensor/cuda_backend.ts";
+import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
+import { describePlan, type DevicePlan, planDevices } from "./device_plan.ts";
 import { basename } from "node:path";
 import {
   type AttemptEnd,
@@ -12,6 +15,7 @@ import {
   behaviourEnv,
   continueRunRecord,
   finishAttempt,
+  type GpuVersions,
   machineFacts,
   newRunRecord,
   readRunRecord,
@@ -24,9 +28,12 @@ import { glooBuildInfo } from "../ffi/gloo.ts";
 import { plannedCpuBackend } from "../distributed/pg_config.ts";
 import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
-import { runKeys } from "../distributed/control/store_keys.ts";
+import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
+import { AttemptSchema } from "../run/format.ts";
+import { ncclLibrary } from "../ffi/nccl.ts";
+import { cString } from "../ffi/native.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
-import type { LaunchOptions } from "./options.ts";
+import { type LaunchOptions, UsageError } from "./options.ts";
 import { LauncherLog } from "./output.ts";
 import { signalExitCode } from "../os/exit_status.ts";
 import { LaunchTimeout } from "./failure_report.ts";
@@ -65,19 +72,55 @@ interface RunInfo {
   attemptBase?: number;
 }
 
+/** The GPU setup of the resolved device (null on the CPU). */
+function gpuAvailability(device: string): CudaAvailability | null {
+  if (device === "cuda") return cudaAvailability();
+  if (device === "cuda-emu") return cudaAvailability(undefined, "cuda-emu");
+  return null;
+}
+
 /** What bounds --nproc on this machine for the resolved device. */
 function nodeCapacity(opts: LaunchOptions): NodeCapacity {
-  const device = opts.device === "cuda" ? "cuda" : "cpu";
+  const device = opts.device === "cuda" || opts.device === "cuda-emu" ? opts.device : "cpu";
   const cap: NodeCapacity = {
     device,
     cores: navigator.hardwareConcurrency || 1,
     oversubscribe: opts.oversubscribe,
+    shareGpus: gpuSharing(),
   };
-  if (device === "cuda") {
-    const a = cudaAvailability();
-    cap.gpus = a.ok ? a.deviceCount : 0;
-  }
+  const a = gpuAvailability(device);
+  if (a) cap.gpus = a.ok ? a.deviceCount : 0;
   return cap;
+}
+
+/** The GPU of each local rank, with the GPUs' names (the driver's; "" when it cannot say). */
+function devicePlan(opts: LaunchOptions): DevicePlan {
+  const kind = opts.device as DeviceKind;
+  const a = gpuAvailability(kind);
+  return planDevices(kind, opts.nproc, a, gpuSharing(), (gpu) => {
+    try {
+      return new CudaRuntime(cudaKernels()).deviceInfo(gpu).name;
+    } catch {
+      return "";
+    }
+  });
+}
+
+/**
+ * The absolute path of --resume's folder: a run directory (its checkpoints/
+ * are used) or a checkpoint folder. Refused at once when it holds neither.
+ */
+function checkResume(dir: string): string {
+  const path = resolve(dir);
+  const isDir = (p: string) => {
+    try {
+      return Deno.statSync(p).isDirectory;
+    } catch {
+      return false;
+    }
+  };
+  if (!isDir(path)) throw new UsageError(`--resume ${dir}: no such folder (looked at ${path})`);
+  return path;
 }
 
 function checkScript(script: string): string {
@@ -198,6 +241,32 @@ async function rendezvous(
   return info;
 }
 
+/** What run.json says of the GPUs of a GPU run: the CUDA library's build hash, versions, NCCL's. */
+function gpuVersions(plan: DevicePlan): GpuVersions {
+  if (plan.kind === "cpu") return {};
+  const emulated = plan.kind === "cuda-emu";
+  const a = cudaAvailability(undefined, emulated ? "cuda-emu" : "cuda");
+  if (!a.ok) return {};
+  const out: GpuVersions = {
+    cuda: {
+      runtime: emulated ? `${a.runtimeVersion} (emulated)` : a.runtimeVersion,
+      driver: emulated ? "none (emulated device)" : a.driverVersion,
+      gpus: plan.names,
+    },
+  };
+  try {
+    out.nativeCuda = cString(cudaKernels().symbols.dt_build_hash());
+  } catch { /* left out */ }
+  try {
+    const nccl = ncclLibrary(
+      undefined,
+      emulated && a.libraries.nccl ? a.libraries.nccl : undefined,
+    );
+    out.nccl = emulated ? `${nccl.version} (stand-in)` : nccl.version;
+  } catch { /* no NCCL: a one-rank GPU run needs none */ }
+  return out;
+}
+
 /**
  * run.json of this launch: written at start and rewritten as each attempt
  * begins and ends; continued (not replaced) when the directory holds the
@@ -210,10 +279,13 @@ async function startRunRecord(
 ) {
   const { opts, runDir, runId, threads, script } = ctx;
   // What CPU ranks' initProcessGroup() will choose (the same rule), and Gloo's versions when it is Gloo.
+  // GPU ranks: NCCL, unless they are alone.
   const backend = opts.device === "cpu"
     ? plannedCpuBackend(opts.nnodes, opts.nproc, Deno.env.get("DTRAIN_CPU_BACKEND"))
-    : undefined;
-  const v = versions();
+    : opts.nnodes * opts.nproc > 1
+    ? "nccl" as const
+    : "single" as const;
+  const v = versions(ctx.plan ? gpuVersions(ctx.plan) : {});
   if (backend === "gloo") {
     try {
       const info = glooBuildInfo();
@@ -234,7 +306,9 @@ async function startRunRecord(
       nprocPerNode: opts.nproc,
       hosts: [Deno.hostname()],
       ...(backend ? { backend } : {}),
+      device: opts.device,
     },
+    ...(opts.resume !== null ? { resume: opts.resume } : {}),
     versions: v,
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
@@ -246,8 +320,15 @@ async function startRunRecord(
       rec = beginAttempt(rec);
       writeRunRecord(runDir, rec);
     },
-    finish(end: AttemptEnd) {
-      rec = finishAttempt(rec, end);
+    /** Ends attempt k's entry, with the process group its rank 0 reported. */
+    async finish(k: number, end: AttemptEnd) {
+      const key = attemptKeys((ctx.attemptBase ?? 0) + k).processGroup; // the ranks' DTRAIN_RESTART_COUNT
+      const pg = await ctx.client.getText(key).catch(() => null);
+      let processGroup: AttemptEnd["processGroup"];
+      try {
+        if (pg !== null) processGroup = AttemptSchema.shape.processGroup.parse(JSON.parse(pg));
+      } catch { /* a malformed report is left out of the record */ }
+      rec = finishAttempt(rec, processGroup ? { ...end, processGroup } : end);
       writeRunRecord(runDir, rec);
     },
   };
@@ -273,6 +354,8 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   });
   // Refused before anything starts: no store, no run directory, no rank.
   checkNproc(opts.nproc, nodeCapacity(opts));
+  const plan = devicePlan(opts);
+  if (opts.resume !== null) opts.resume = checkResume(opts.resume);
   // After the cheap refusals: a bad option must not wait for seconds of type-checking.
   if (!opts.noCheck) await typeCheck(opts.script, script, log);
   let current: AttemptHandle | null = null;
@@ -374,6 +457,11 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
 
     for (const line of deviceNotices) log.info(line);
+    const planLine = describePlan(plan, opts.nodeRank, opts.nproc);
+    if (planLine) log.info(planLine);
+    if (opts.resume !== null) {
+      log.info(`a Trainer resumes from the latest good checkpoint in ${opts.resume}`);
+    }
     const threads = opts.threads ??
       Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
     const ctx: RunContext = {
@@ -386,6 +474,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       masterPort,
       threads,
       script,
+      plan,
       attemptBase,
     };
     const record: LaunchRecord = {
@@ -418,14 +507,14 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       if (result.ok) {
         code = 0;
         record.outcome = `every rank exited 0${k > 0 ? ` after ${k} restart(s)` : ""}`;
-        run?.finish({ exitCode: 0 });
+        await run?.finish(k, { exitCode: 0 });
         break;
       }
       const { abort } = result;
       code = abort.code;
       graceMs = abort.graceMs;
       record.outcome = abort.detail + (abort.rank !== undefined ? ` (rank ${abort.rank})` : "");
-      run?.finish({
+      await run?.finish(k, {
         exitCode: abort.code,
         signal: abort.signal ?? null,
         failingRank: abort.rank ?? null,

@@ -2,37 +2,44 @@
  * How many ranks one node may start, checked before anything starts: a CPU
  * run is held to a few ranks per core (more only with --oversubscribe) and
  * never beyond what the shared-memory process group takes; a GPU run to one
- * rank per visible GPU (NCCL refuses two ranks on one device).
+ * rank per visible GPU (NCCL refuses two ranks on one device), unless GPU
+ * sharing (DTRAIN_SHARE_GPUS=1, a test mode) is on.
  */
 import { SHM_MAX_RANKS } from "./doctor/shm.ts";
+import { UsageError } from "./options.ts";
 
 /** CPU ranks allowed per core without --oversubscribe. */
 export const RANKS_PER_CORE = 4;
 
 /** What the limit depends on. */
 export interface NodeCapacity {
-  device: "cpu" | "cuda";
+  device: "cpu" | "cuda" | "cuda-emu";
   /** logical cores of this machine */
   cores: number;
-  /** GPUs visible to this process (CUDA runs) */
+  /** GPUs visible to this process (CUDA runs; the emulated device's for cuda-emu) */
   gpus?: number;
+  /** DTRAIN_SHARE_GPUS=1: ranks beyond the GPUs share them */
+  shareGpus?: boolean;
   /** --oversubscribe: more CPU ranks than RANKS_PER_CORE × cores */
   oversubscribe: boolean;
 }
 
 /** --nproc asks for more ranks than this node can run (a usage error: exit 2). */
-export class NprocLimitError extends RangeError {
+export class NprocLimitError extends UsageError {
   override name = "NprocLimitError";
 }
 
 /** Throws an NprocLimitError saying why `nproc` ranks cannot run on this node, and what can. */
 export function checkNproc(nproc: number, cap: NodeCapacity): void {
-  if (cap.device === "cuda") {
+  if (cap.device !== "cpu") {
     const gpus = cap.gpus ?? 0;
-    if (nproc > gpus) {
+    if (nproc > gpus && !(cap.shareGpus && gpus > 0)) {
       const visible = Deno.env.get("CUDA_VISIBLE_DEVICES");
+      const which = cap.device === "cuda-emu"
+        ? "emulated GPU(s)"
+        : "GPU(s) visible on this machine";
       throw new NprocLimitError(
-        `--nproc ${nproc} is more than the ${gpus} GPU(s) visible on this machine` +
+        `--nproc ${nproc} is more than the ${gpus} ${which}` +
           `${visible !== undefined ? ` (CUDA_VISIBLE_DEVICES=${visible})` : ""}: a GPU run ` +
           `starts one rank per GPU (NCCL cannot put two ranks on one device); use --nproc ${gpus} ` +
           `or --device cpu`,

@@ -5,6 +5,11 @@
  */
 import { parseArgs } from "node:util";
 
+/** A command line the launcher cannot run as given (exit status 2), found after parsing. */
+export class UsageError extends RangeError {
+  override name = "UsageError";
+}
+
 /** Validated launcher settings. */
 export interface LaunchOptions {
   script: string;
@@ -26,8 +31,10 @@ export interface LaunchOptions {
   graceS: number;
   runDir: string | null;
   logRanks: string;
-  /** "auto", "cpu" or "cuda" (DTRAIN_DEVICE for the ranks) */
+  /** "auto", "cpu", "cuda" or "cuda-emu" (DTRAIN_DEVICE for the ranks) */
   device: string;
+  /** a run directory or checkpoint folder the Trainer resumes from (DTRAIN_RESUME), or null */
+  resume: string | null;
   /** allow more CPU ranks than a few per core */
   oversubscribe: boolean;
   /** start the ranks without type-checking the script */
@@ -84,12 +91,22 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
   },
   {
     name: "device",
-    value: "auto|cpu|cuda",
+    value: "auto|cpu|cuda|cuda-emu",
     key: "device",
     kind: "string",
     topic: "Processes",
-    defaultText: "auto: a GPU per local rank when CUDA works, else the CPU (said once)",
-    help: "where ranks compute (DTRAIN_DEVICE)",
+    defaultText: "auto: GPU LOCAL_RANK for each rank when CUDA works, else the CPU (said once)",
+    help: "where ranks compute (DTRAIN_DEVICE); cuda-emu is the emulated GPU, a slow test device",
+  },
+  {
+    name: "resume",
+    value: "DIR",
+    key: "resume",
+    kind: "string",
+    topic: "Processes",
+    defaultText: "none: a Trainer resumes only from its own run directory's checkpoints",
+    help:
+      "a Trainer continues from the latest good checkpoint of this run directory (or checkpoint folder)",
   },
   {
     name: "no-check",
@@ -240,6 +257,7 @@ const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
   graceS: 30,
   runDir: null,
   device: "auto",
+  resume: null,
   oversubscribe: false,
   noCheck: false,
 };
@@ -339,8 +357,8 @@ export function parseLaunchArgs(
   if (out.masterPort !== null && out.masterPort > 65535) {
     throw new RangeError(`--master-port ${out.masterPort} is not a TCP port (0 … 65535)`);
   }
-  if (!["auto", "cpu", "cuda"].includes(out.device)) {
-    throw new RangeError(`--device ${out.device} is not one of auto, cpu, cuda`);
+  if (!["auto", "cpu", "cuda", "cuda-emu"].includes(out.device)) {
+    throw new RangeError(`--device ${out.device} is not one of auto, cpu, cuda, cuda-emu`);
   }
   if (out.rdzvToken !== null && out.rdzvTokenFile !== null) {
     throw new RangeError("Give --rdzv-token or --rdzv-token-file, not both");

@@ -4,8 +4,15 @@
  * exit code 1, and installs `dtrain check`'s probe when the check asks for it. The launcher loads
  * it with `deno run --preload`, before the user's script.
  */
-import { currentPhase, setPhaseSink } from "../distributed/control/phase.ts";
-import { getRankSettings, getWorld, launcherPid, storeToken } from "../distributed/control/env.ts";
+import { currentPhase, phase, setPhaseSink } from "../distributed/control/phase.ts";
+import {
+  ENV,
+  getRankSettings,
+  getWorld,
+  launcherPid,
+  storeToken,
+} from "../distributed/control/env.ts";
+import { useDevice } from "../tensor/device_choice.ts";
 import { installRankStore, publishFailure } from "../distributed/control/rank_runtime.ts";
 import { StorePhaseSink } from "../distributed/control/rank_state.ts";
 import { StoreClient } from "../distributed/control/store.ts";
@@ -110,6 +117,20 @@ client.closed.then((info) => {
   }
 });
 client.unrefWhenIdle();
+
+// The rank's device, before the script runs: its tensors live there without a call of its own
+// (`useDevice("cpu")` in the script still moves it back). A GPU rank gets GPU LOCAL_RANK.
+const device = Deno.env.get(ENV.DEVICE) || "cpu";
+if (device !== "cpu") {
+  const before = currentPhase().phase;
+  phase(`open device ${device}`);
+  try {
+    useDevice(device);
+  } catch (e) {
+    await fail(e);
+  }
+  phase(before);
+}
 
 // `dtrain check` runs the user's script with its probe: the library offers hook points, the probe
 // installs itself on them from here (loaded only when asked for).

@@ -2,60 +2,107 @@
  * Gradient clipping to a global L2 norm, as torch.nn.utils.clip_grad_norm_
  * (1.13): total = ||(||g_i||_2)_i||_2 in f32, coef = min(max / (total + 1e-6), 1),
  * every gradient multiplied by coef. Also the f64 gradient norm used for
- * logging and for comparing runs.
+ * logging and for comparing runs. Every gradient goes through one native
+ * call (dt_clip_grad_norm, dt_sumsq_many): one reduction, and on a GPU one
+ * wait for the device, to read the norm back.
  */
 import { backend } from "../tensor/backend.ts";
 import type { Tensor } from "../tensor/tensor.ts";
 import { allocBlock, releaseBlock } from "../tensor/allocator.ts";
+import { noteHostSync } from "../tensor/host_sync.ts";
 import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
-const sumsqOut = new Float64Array(1);
-const sumsqPtr = Deno.UnsafePointer.of(sumsqOut)!;
+/** The gradients' addresses and element counts, as the native calls take them (host arrays). */
+function gradTable(grads: Tensor[]): { ptrs: BigUint64Array; counts: BigInt64Array } {
+  const ptrs = new BigUint64Array(grads.length);
+  const counts = new BigInt64Array(grads.length);
+  grads.forEach((g, i) => {
+    if (g.dtype !== "f32") {
+      throw new TypeError(`clipping: gradient ${i} is ${g.dtype}; gradients must be f32`);
+    }
+    ptrs[i] = BigInt(Deno.UnsafePointer.value(g.ptr));
+    counts[i] = BigInt(g.numel);
+  });
+  return { ptrs, counts };
+}
 
-/** Sum of squares of a tensor's elements, accumulated in double. */
-export function sumOfSquares(t: Tensor): number {
+/**
+ * Runs `fill(ptr)`, which writes `bytes` bytes of results at ptr (device
+ * memory on a GPU), and copies them into `out`: on a GPU the one wait of the
+ * call (counted as `what`).
+ */
+function readResult(
+  out: Float64Array | Float32Array,
+  what: string,
+  fill: (ptr: Deno.PointerValue) => void,
+): void {
   const b = backend();
   if (b.device === "cpu") {
-    b.call.dt_sumsq(sumsqPtr, t.ptr, BigInt(t.numel));
-    return sumsqOut[0]!;
+    fill(Deno.UnsafePointer.of(out));
+    return;
   }
   // Device memory from the caching allocator: a cudaFree per call would synchronise the device.
-  const dev = allocBlock(8);
+  const dev = allocBlock(out.byteLength);
   try {
-    b.call.dt_sumsq(dev.ptr, t.ptr, BigInt(t.numel));
-    b.call.dt_memcpy(sumsqPtr, dev.ptr, 8n, 2);
-    b.call.dt_synchronize();
+    fill(dev.ptr);
+    b.call.dt_memcpy(Deno.UnsafePointer.of(out), dev.ptr, BigInt(out.byteLength), 2);
+    noteHostSync(what);
   } finally {
     releaseBlock(dev);
   }
-  return sumsqOut[0]!;
 }
 
-/** sqrt(sum over grads of sum(g^2)) in double (the fixtures' grad_norms). */
+/** Sum of squares of a tensor's elements, accumulated in double. */
+export function sumOfSquares(t: Tensor): number {
+  const out = new Float64Array(1);
+  readResult(out, "sumOfSquares", (p) => backend().call.dt_sumsq(p, t.ptr, BigInt(t.numel)));
+  return out[0]!;
+}
+
+/** sqrt(sum over grads of sum(g^2)) in double (the fixtures' grad_norms), in one reduction. */
 export function gradNorm(params: Tensor[]): number {
+  const grads = params.map((p) => p.grad).filter((g): g is Tensor => g !== null);
+  if (grads.length === 0) return 0;
+  const { ptrs, counts } = gradTable(grads);
+  const sumsq = new Float64Array(grads.length);
+  readResult(sumsq, "gradNorm", (p) =>
+    backend().call.dt_sumsq_many(
+      p,
+      Deno.UnsafePointer.of(ptrs),
+      Deno.UnsafePointer.of(counts),
+      BigInt(grads.length),
+    ));
   let s = 0;
-  for (const p of params) if (p.grad) s += sumOfSquares(p.grad);
+  for (const v of sumsq) s += v; // in parameter order, as the per-tensor loop did
   return Math.sqrt(s);
 }
 
 /**
  * Scales gradients so their global L2 norm is at most maxNorm; returns the
- * norm before clipping (f32, as torch returns it).
+ * norm before clipping (f32, as torch returns it). Under plain arithmetic
+ * (tensor/plain_arithmetic.ts) the norm is measured, not clipped.
  */
 export function clipGradNorm(params: Tensor[], maxNorm: number): number {
+  if (!(maxNorm >= 0)) throw new RangeError(`clipGradNorm: maxNorm must be >= 0, got ${maxNorm}`);
   const grads = params.map((p) => p.grad).filter((g): g is Tensor => g !== null);
   if (grads.length === 0) return 0;
-  let totalSq = 0;
-  for (const g of grads) {
-    const n = Math.fround(Math.sqrt(sumOfSquares(g)));
-    totalSq = Math.fround(totalSq + Math.fround(n * n));
-  }
-  const total = Math.fround(Math.sqrt(totalSq));
-  if (plainArithmetic()) return total; // measured, not clipped (tensor/plain_arithmetic.ts)
-  const coef = Math.min(Math.fround(maxNorm / Math.fround(total + 1e-6)), 1);
+  const { ptrs, counts } = gradTable(grads);
+  const max = plainArithmetic() ? Infinity : maxNorm; // +inf: the norm only
   const b = backend();
-  for (const g of grads) {
-    b.call.dt_scale(g.ptr, g.ptr, BigInt(g.numel), coef);
+  const total = new Float32Array(2); // [total, padding]: 8 bytes, one allocator block
+  const sumsq = allocBlock(8 * grads.length);
+  try {
+    readResult(total, "clipGradNorm", (p) =>
+      b.call.dt_clip_grad_norm(
+        p,
+        sumsq.ptr,
+        Deno.UnsafePointer.of(ptrs),
+        Deno.UnsafePointer.of(counts),
+        BigInt(grads.length),
+        max,
+      ));
+  } finally {
+    releaseBlock(sumsq);
   }
-  return total;
+  return total[0]!;
 }

@@ -7,7 +7,7 @@
  * knows nothing of how the single file is packed or verified (sfx/).
  */
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 /** Where dtrain's own files are, for the layout this process runs from. */
 export interface InstallLayout {
@@ -24,6 +24,37 @@ export interface InstallLayout {
   probeMain: string;
   /** the folder of the native libraries shipped with this dtrain */
   libDir: string;
+}
+
+/**
+ * Modules that run in Deno workers (started by the library at run time, so
+ * they are found by path): where each is in a checkout, and its name in the
+ * single file's bundle (sfx/bundle.ts makes it an entry of its own).
+ */
+export const WORKER_MODULES = {
+  /** store calls for synchronous code (distributed/control/sync_store.ts) */
+  syncStore: { source: "distributed/control/sync_store_worker.ts", bundled: "sync_store_worker" },
+  /** the NCCL group's watchdog (distributed/nccl_watchdog.ts) */
+  ncclWatchdog: { source: "distributed/nccl_watchdog_worker.ts", bundled: "nccl_watchdog_worker" },
+} as const;
+
+/**
+ * The URL of a worker module of this dtrain (`fallback`, the caller's own
+ * URL for it, when dtrain has no files of its own).
+ *
+ * @example
+ * ```ts
+ * new Worker(workerModuleUrl("syncStore", new URL("./sync_store_worker.ts", import.meta.url)), { type: "module" });
+ * ```
+ */
+export function workerModuleUrl(name: keyof typeof WORKER_MODULES, fallback: URL): URL {
+  const layout = installLayout();
+  if (!layout) return fallback;
+  const m = WORKER_MODULES[name];
+  const path = layout.kind === "checkout"
+    ? join(layout.root, m.source)
+    : join(layout.root, "js", `${m.bundled}.js`);
+  return pathToFileURL(path);
 }
 
 /** The variable the single file's start-up sets to the single file's own path. */

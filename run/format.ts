@@ -34,6 +34,14 @@ export const AttemptSchema = z.object({
   signal: z.string().nullable(),
   failingRank: count.nullable(),
   reason: z.string().nullable(),
+  /** the process group the ranks trained with, as rank 0 reported it (absent when none was made) */
+  processGroup: z.object({
+    /** "nccl", "shm" or "single" */
+    backend: z.string(),
+    worldSize: z.int().positive(),
+    /** rank 0's device: "cpu", "cuda:0", "cuda-emu:0" */
+    device: z.string(),
+  }).optional(),
 });
 
 /** Versions of everything that computes: the CUDA fields only on GPU runs. */
@@ -97,9 +105,14 @@ export const RunRecordSchema = z.object({
     nprocPerNode: z.int().positive(),
     worldSize: z.int().positive(),
     hosts: z.array(z.string()),
-    /** the process group CPU ranks use: "single", "shm" (one machine) or "gloo" (several) */
-    backend: z.enum(["single", "shm", "gloo"]).optional(),
+    /** where ranks compute, as the launcher resolved --device: "cpu", "cuda" or "cuda-emu" */
+    device: z.string().optional(),
+    /** the process group the ranks use, as planned: "single", "shm" (one machine), "gloo"
+     *  (several), "nccl" (GPU ranks) */
+    backend: z.enum(["single", "shm", "gloo", "nccl"]).optional(),
   }),
+  /** --resume: the folder whose latest good checkpoint a Trainer continues from */
+  resume: z.string().optional(),
   versions: VersionsSchema,
   machine: MachineSchema.optional(),
   env: z.record(z.string(), z.string()),
@@ -140,7 +153,7 @@ export const ConfigRecordSchema = z.object({
   config: z.record(z.string(), z.unknown()),
   seed: z.int(),
   worldSize: z.int().positive(),
-  /** e.g. "cpu" or "cuda" */
+  /** e.g. "cpu", "cuda" or "cuda-emu" */
   device: z.string(),
   /** the process group's backend: "single", "shm", "gloo" (and "nccl" on GPUs) */
   processGroup: z.string().optional(),

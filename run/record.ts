@@ -184,9 +184,13 @@ export interface NewRunInput {
     nnodes: number;
     nprocPerNode: number;
     hosts: readonly string[];
-    /** the process group of CPU ranks (plannedCpuBackend), when the run is on the CPU */
-    backend?: "single" | "shm" | "gloo";
+    /** the process group the ranks will use (plannedCpuBackend, or "nccl" on GPUs) */
+    backend?: "single" | "shm" | "gloo" | "nccl";
+    /** where ranks compute, as the launcher resolved --device */
+    device?: string;
   };
+  /** --resume's folder */
+  resume?: string;
   versions: Versions;
   /** behaviourEnv() of the ranks' environment */
   env: Record<string, string>;
@@ -221,7 +225,9 @@ export function newRunRecord(input: NewRunInput): RunRecord {
       worldSize: nnodes * nprocPerNode,
       hosts: [...hosts],
       ...(backend ? { backend } : {}),
+      ...(input.world.device !== undefined ? { device: input.world.device } : {}),
     },
+    ...(input.resume !== undefined ? { resume: input.resume } : {}),
     versions: structuredClone(input.versions),
     env: behaviourEnv(input.env),
     attempts: [],
@@ -328,6 +334,8 @@ export interface AttemptEnd {
   interrupted?: boolean;
   /** defaults to now */
   endedAt?: Date;
+  /** the process group rank 0 reported (distributed/control/rank_runtime.ts reportProcessGroup) */
+  processGroup?: Attempt["processGroup"];
 }
 
 /**
@@ -351,6 +359,7 @@ export function finishAttempt(record: RunRecord, end: AttemptEnd): RunRecord {
     signal,
     failingRank: end.failingRank ?? null,
     reason: end.reason ?? null,
+    ...(end.processGroup !== undefined ? { processGroup: end.processGroup } : {}),
   };
   const status = end.interrupted
     ? "interrupted"

@@ -14,6 +14,7 @@
 import { join } from "node:path";
 import { fileURLToPath as fromFileUrl } from "node:url";
 import { createHash } from "node:crypto";
+import { nvccHostArgs, toolVersion } from "./nvcc_host.ts";
 
 const ROOT = fromFileUrl(new URL("..", import.meta.url));
 export const BUILD_DIR = Deno.env.get("DTRAIN_BUILD_DIR") ??
@@ -34,6 +35,10 @@ export interface LibrarySpec {
   available: () => boolean;
   /** the compiler's stderr is kept in build/<name><report> (e.g. ptxas's per-kernel report) */
   report?: string;
+  /** the toolchain's versions, part of the build hash (a new compiler rebuilds the library) */
+  toolchain?: () => string;
+  /** arguments decided only when the library is built (nvcc's host compiler), put first */
+  buildArgs?: () => string[];
 }
 
 function listFiles(dir: string): string[] {
@@ -232,6 +237,9 @@ export const LIBRARIES: LibrarySpec[] = [
     ],
     available: () => hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0",
     report: ".ptxas.txt",
+    toolchain: () =>
+      [toolVersion("nvcc"), toolVersion("g++"), Deno.env.get("CUDAHOSTCXX") ?? ""].join("\n"),
+    buildArgs: nvccHostArgs,
   },
   {
     // The emulated GPU's runtime: CUDA's runtime API, fibers for CUDA threads,
@@ -332,6 +340,7 @@ function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
     h.update(Deno.readFileSync(join(ROOT, f)));
   }
   h.update(spec.command("OUT", "HASH", []).join(" "));
+  if (spec.toolchain) h.update(spec.toolchain());
   const sources = (spec.compileDirs ?? spec.dirs).flatMap(listFiles)
     .filter((f) => spec.compileExt.some((ext) => f.endsWith(ext)));
   return { hash: h.digest("hex").slice(0, 16), sources };
@@ -358,6 +367,7 @@ export function buildNative(
     if (!opts.force && current === hash) continue;
     const tmp = `${out}.tmp-${Deno.pid}`;
     const [cmd, ...args] = spec.command(tmp, hash, sources);
+    if (spec.buildArgs) args.unshift(...spec.buildArgs());
     if (!opts.quiet) {
       console.error(
         `dtrain: building ${spec.name} (${sources.length} sources)`,

@@ -19,6 +19,9 @@ export const BUNDLE_ENTRIES = {
   mod: "mod.ts",
   /** run once after unpacking: the full sha256 check */
   verify: "sfx/verify_main.ts",
+  /** workers the library starts (os/install_layout.ts WORKER_MODULES) */
+  sync_store_worker: "distributed/control/sync_store_worker.ts",
+  nccl_watchdog_worker: "distributed/nccl_watchdog_worker.ts",
 } as const;
 
 const COMMON: esbuild.BuildOptions = {
@@ -52,6 +55,34 @@ export async function bundleDtrain(root: string, outdir: string): Promise<string
   const result = await esbuild.build({
     ...COMMON,
     entryPoints,
+    splitting: true,
+    outdir,
+    chunkNames: "chunk-[hash]",
+    absWorkingDir: root,
+  });
+  return Object.keys(result.metafile!.outputs).map((p) => p.slice(p.lastIndexOf("/") + 1)).sort();
+}
+
+/**
+ * Bundles scripts that run on their own (with `dtrain exec`): `entries`
+ * (output name -> source file in `root`) with code splitting into `outdir`,
+ * everything they import included. Returns the files written.
+ *
+ * @example
+ * ```ts
+ * await bundleScripts("/repo", { ops_vs_cpu: "scripts/gpu_check/ops_vs_cpu.ts" }, "/out/js");
+ * ```
+ */
+export async function bundleScripts(
+  root: string,
+  entries: Record<string, string>,
+  outdir: string,
+): Promise<string[]> {
+  const result = await esbuild.build({
+    ...COMMON,
+    entryPoints: Object.fromEntries(
+      Object.entries(entries).map(([name, src]) => [name, join(root, src)]),
+    ),
     splitting: true,
     outdir,
     chunkNames: "chunk-[hash]",

@@ -1,10 +1,12 @@
 /**
- * A caching allocator over the backend's dt_alloc/dt_free: freed blocks go
- * to a free list keyed by their rounded size and are handed out again, so a
- * training step that allocates the same shapes every time stops calling the
- * system allocator after its first step and its resident memory stays flat.
+ * A caching allocator over the backends' dt_alloc/dt_free: freed blocks go
+ * to a free list keyed by their device and rounded size and are handed out
+ * again, so a training step that allocates the same shapes every time stops
+ * calling the system (or CUDA) allocator after its first step and its
+ * resident memory stays flat. A block of one device is never handed out for
+ * another, and each is freed by the library that allocated it.
  */
-import { backend } from "./backend.ts";
+import { backend, backendOf, type Device } from "./backend.ts";
 import { cString } from "../ffi/native.ts";
 
 /** Sizes are rounded up to 256 bytes, or to 1/8 of their power of two above 64 KiB. */
@@ -14,26 +16,35 @@ function roundSize(bytes: number): number {
   return Math.ceil(bytes / step) * step;
 }
 
-const free = new Map<number, Deno.PointerObject[]>();
+/** Free lists: device -> rounded size -> pointers. */
+const free = new Map<Device, Map<number, Deno.PointerObject[]>>();
 let cachedBytes = 0;
 let liveBytes = 0;
 let peakLiveBytes = 0;
 
-/** A block of device memory: its pointer and its (rounded) capacity. */
+/** A block of device memory: its pointer, its (rounded) capacity and its device. */
 export interface Block {
   ptr: Deno.PointerObject;
   capacity: number;
+  device: Device;
 }
 
-/** Returns a block of at least `bytes` bytes, reusing a cached one when possible. */
+function freeList(device: Device, capacity: number): Deno.PointerObject[] {
+  let bySize = free.get(device);
+  if (!bySize) free.set(device, bySize = new Map());
+  let list = bySize.get(capacity);
+  if (!list) bySize.set(capacity, list = []);
+  return list;
+}
+
+/** Returns a block of at least `bytes` bytes on the active device, reusing a cached one when possible. */
 export function allocBlock(bytes: number): Block {
+  const b = backend();
   const capacity = roundSize(bytes);
-  const list = free.get(capacity);
-  let ptr = list?.pop();
+  let ptr = free.get(b.device)?.get(capacity)?.pop();
   if (ptr) {
     cachedBytes -= capacity;
   } else {
-    const b = backend();
     const p = b.lib.symbols.dt_alloc(BigInt(capacity));
     if (p === null) {
       // Memory may be held in the cache: give it back and try once more.
@@ -41,7 +52,7 @@ export function allocBlock(bytes: number): Block {
       const q = b.lib.symbols.dt_alloc(BigInt(capacity));
       if (q === null) {
         throw new Error(
-          `Cannot allocate ${capacity} bytes on ${b.device}: ${
+          `Cannot allocate ${capacity} bytes on ${b.kind}: ${
             cString(b.lib.symbols.dt_last_error())
           }`,
         );
@@ -53,23 +64,23 @@ export function allocBlock(bytes: number): Block {
   }
   liveBytes += capacity;
   if (liveBytes > peakLiveBytes) peakLiveBytes = liveBytes;
-  return { ptr, capacity };
+  return { ptr, capacity, device: b.device };
 }
 
-/** Returns a block to the cache. */
+/** Returns a block to its device's cache. */
 export function releaseBlock(block: Block): void {
   liveBytes -= block.capacity;
   cachedBytes += block.capacity;
-  let list = free.get(block.capacity);
-  if (!list) free.set(block.capacity, list = []);
-  list.push(block.ptr);
+  freeList(block.device, block.capacity).push(block.ptr);
 }
 
-/** Frees every cached block back to the system. */
+/** Frees every cached block back to the library that allocated it. */
 export function emptyCache(): void {
-  const b = backend();
-  for (const list of free.values()) {
-    for (const p of list) b.call.dt_free(p);
+  for (const [device, bySize] of free) {
+    const b = backendOf(device);
+    for (const list of bySize.values()) {
+      for (const p of list) b.call.dt_free(p);
+    }
   }
   free.clear();
   cachedBytes = 0;

@@ -1,20 +1,39 @@
 /**
  * The CUDA backend: whether this process can compute on a GPU (and, if not,
- * exactly what is missing), and the opening of the GPU backend — one GPU per
- * local rank (LOCAL_RANK modulo the visible GPUs; CUDA_VISIBLE_DEVICES is
- * applied by the CUDA runtime itself) with the library's compute stream.
- * tensor/backend.ts opens it on setDevice("cuda").
+ * exactly what is missing), and the opening of the GPU backend — GPU
+ * LOCAL_RANK of this node (CUDA_VISIBLE_DEVICES is applied by the CUDA
+ * runtime itself) with the library's compute stream. Two flavours share
+ * everything but their files: "cuda" (libdtrain_cuda.so, the driver,
+ * cuBLASLt, NCCL) and "cuda-emu", the emulated device that runs the same
+ * CUDA sources on the CPU (kernels/cuda_emu, with stand-ins for cuBLASLt and
+ * NCCL), so the whole GPU path runs in CI. tensor/backend.ts opens it.
  */
 import type { Backend } from "./backend.ts";
 import { kernelCalls } from "../ffi/calls.ts";
-import { CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
-import { describeMissing, findCudaLibrary, type LibrarySearchOptions } from "../ffi/cuda_libs.ts";
-import { findLibrary } from "../ffi/native.ts";
+import { CUDA_EMU_LIBRARIES, CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
+import {
+  CUDA_LIBRARY_FILES,
+  describeMissing,
+  findCudaLibrary,
+  type LibrarySearchOptions,
+} from "../ffi/cuda_libs.ts";
+import { findLibrary, libraryDirs } from "../ffi/native.ts";
+
+/** Which CUDA: a real GPU, or the emulated device (slow; for tests). */
+export type CudaFlavor = "cuda" | "cuda-emu";
+
+/** The emulated device's files, built beside the CPU library where g++ exists. */
+export const EMULATED_FILES = {
+  ...CUDA_EMU_LIBRARIES,
+  /** its runtime (the others link it; reported as the real runtime is) */
+  cudart: "libdtrain_cudart_emu.so",
+} as const;
 
 /** What was found, whether or not CUDA is usable. */
 export interface CudaLibraries {
-  /** libdtrain_cuda.so, or null when it is not built */
+  /** libdtrain_cuda.so (or the emulated build), or null when it is not built */
   kernels: string | null;
+  /** null for the emulated device, which needs none */
   driver: string | null;
   cublasLt: string | null;
   /** needed only by process groups of several GPU ranks */
@@ -26,6 +45,7 @@ export interface CudaLibraries {
 /** A usable GPU setup. */
 export interface CudaAvailable {
   ok: true;
+  flavor: CudaFlavor;
   libraries: CudaLibraries;
   deviceCount: number;
   /** name of GPU 0 */
@@ -46,24 +66,56 @@ export interface CudaUnavailable {
 
 export type CudaAvailability = CudaAvailable | CudaUnavailable;
 
-/** libdtrain_cuda.so's path, or why it was not found. */
-function findKernels(): { path: string | null; why: string } {
+/** A library of dtrain's own (ffi/native.ts search), or why it was not found. */
+function findOwn(name: string): { path: string | null; why: string } {
   try {
-    return { path: findLibrary(CUDA_LIBRARY_NAME), why: "" };
+    return { path: findLibrary(name), why: "" };
   } catch (e) {
     return { path: null, why: (e as Error).message };
   }
 }
 
+/** "13.0" -> 13 */
+function major(version: string): number {
+  return Number(version.split(".")[0]);
+}
+
+/**
+ * cuBLASLt for the runtime's major version: libcublasLt.so.<major> first;
+ * a cuBLASLt of another major version is reported as the mismatch it is.
+ *
+ * @example
+ * ```ts
+ * findCublasLt(13, {}).path; // "/usr/local/lib/python3.12/dist-packages/nvidia/cu13/lib/libcublasLt.so.13"
+ * ```
+ */
+export function findCublasLt(
+  runtimeMajor: number,
+  opts: LibrarySearchOptions,
+): { path: string | null; why: string } {
+  const wanted = [`libcublasLt.so.${runtimeMajor}`, "libcublasLt.so"];
+  const exact = findCudaLibrary("cublasLt", opts, wanted);
+  if (exact.path) return { path: exact.path, why: "" };
+  const other = findCudaLibrary("cublasLt", opts);
+  if (other.path) {
+    return {
+      path: null,
+      why: `cuBLASLt for CUDA ${runtimeMajor} (libcublasLt.so.${runtimeMajor}) not found; ` +
+        `${other.path} is for another CUDA major version, and the CUDA library was built with ` +
+        `CUDA ${runtimeMajor} (pip install nvidia-cublas for CUDA ${runtimeMajor}, or add its lib folder to LD_LIBRARY_PATH)`,
+    };
+  }
+  return { path: null, why: `cuBLASLt is missing: ${describeMissing(exact)}` };
+}
+
 /** Searches the libraries and, when they are all there, asks the driver for GPUs. */
 function probe(opts: LibrarySearchOptions): CudaAvailability {
   const driver = findCudaLibrary("driver", opts);
-  const cublasLt = findCudaLibrary("cublasLt", opts);
-  const kernels = findKernels();
+  const kernels = findOwn(CUDA_LIBRARY_NAME);
   const libraries: CudaLibraries = {
     kernels: kernels.path,
     driver: driver.path,
-    cublasLt: cublasLt.path,
+    cublasLt: null,
     nccl: findCudaLibrary("nccl", opts).path,
     cudart: findCudaLibrary("cudart", opts).path,
   };
@@ -79,15 +131,23 @@ function probe(opts: LibrarySearchOptions): CudaAvailability {
     missing.push(`the NVIDIA driver is missing: ${describeMissing(driver)}`);
     short.push(`NVIDIA driver (${driver.files[0]}) not found`);
   }
-  if (!cublasLt.path) {
-    missing.push(`cuBLASLt is missing: ${describeMissing(cublasLt)}`);
-    short.push(`cuBLASLt (${cublasLt.files[0]}) not found`);
-  }
   if (missing.length) {
+    const cublasLt = findCudaLibrary("cublasLt", opts);
+    libraries.cublasLt = cublasLt.path;
+    if (!cublasLt.path) {
+      missing.push(`cuBLASLt is missing: ${describeMissing(cublasLt)}`);
+      short.push(`cuBLASLt (${cublasLt.files[0]}) not found`);
+    }
     return { ok: false, reason: missing.join("; "), summary: short.join(", "), libraries };
   }
   try {
     const rt = new CudaRuntime(cudaKernels(driver.path));
+    const { driver: driverVersion, runtime: runtimeVersion } = rt.versions();
+    const lt = findCublasLt(major(runtimeVersion), opts);
+    libraries.cublasLt = lt.path;
+    if (!lt.path) {
+      return { ok: false, reason: lt.why, summary: lt.why.split(";")[0]!, libraries };
+    }
     const deviceCount = rt.deviceCount();
     if (deviceCount === 0) {
       const visible = Deno.env.get("CUDA_VISIBLE_DEVICES");
@@ -96,9 +156,9 @@ function probe(opts: LibrarySearchOptions): CudaAvailability {
       }`;
       return { ok: false, reason, summary: reason, libraries };
     }
-    const { driver: driverVersion, runtime: runtimeVersion } = rt.versions();
     return {
       ok: true,
+      flavor: "cuda",
       libraries,
       deviceCount,
       deviceName: rt.deviceInfo(0).name,
@@ -111,13 +171,74 @@ function probe(opts: LibrarySearchOptions): CudaAvailability {
   }
 }
 
-let cached: CudaAvailability | undefined;
+/**
+ * The NCCL stand-in's file: DTRAIN_NCCL_EMU_LIB names another build of it
+ * (the lifecycle tests' AddressSanitizer one, loaded with libasan preloaded).
+ */
+function emulatedNccl(): { path: string | null; why: string } {
+  const file = Deno.env.get("DTRAIN_NCCL_EMU_LIB");
+  if (file) return { path: file, why: "" };
+  return findOwn(EMULATED_FILES.nccl);
+}
+
+/** The emulated device: its libraries in dtrain's library folders, then its devices. */
+function probeEmulated(): CudaAvailability {
+  const kernels = findOwn(EMULATED_FILES.kernels);
+  const cublasLt = findOwn(EMULATED_FILES.cublasLt);
+  const libraries: CudaLibraries = {
+    kernels: kernels.path,
+    driver: null,
+    cublasLt: cublasLt.path,
+    nccl: emulatedNccl().path,
+    cudart: findOwn(EMULATED_FILES.cudart).path,
+  };
+  const absent = [
+    [EMULATED_FILES.kernels, kernels.path],
+    [EMULATED_FILES.cublasLt, cublasLt.path],
+  ].filter(([, p]) => p === null).map(([n]) => n);
+  if (absent.length) {
+    const where = libraryDirs().join(", ") || "(no folders)";
+    return {
+      ok: false,
+      reason: `the emulated CUDA device is not built: ${absent.join(", ")} not found in ${where} ` +
+        `(g++ builds it: \`deno task native\` in a dtrain checkout)`,
+      summary: `emulated CUDA device not built`,
+      libraries,
+    };
+  }
+  try {
+    const rt = new CudaRuntime(cudaKernels(null, kernels.path!));
+    const { driver: driverVersion, runtime: runtimeVersion } = rt.versions();
+    const deviceCount = rt.deviceCount();
+    if (deviceCount === 0) {
+      const reason = `the emulated device shows no GPU (CUDA_VISIBLE_DEVICES=${
+        Deno.env.get("CUDA_VISIBLE_DEVICES") ?? ""
+      })`;
+      return { ok: false, reason, summary: reason, libraries };
+    }
+    return {
+      ok: true,
+      flavor: "cuda-emu",
+      libraries,
+      deviceCount,
+      deviceName: rt.deviceInfo(0).name,
+      driverVersion,
+      runtimeVersion,
+    };
+  } catch (e) {
+    const reason = `the emulated CUDA device does not start: ${(e as Error).message}`;
+    return { ok: false, reason, summary: reason.slice(0, 160), libraries };
+  }
+}
+
+const cached = new Map<CudaFlavor, CudaAvailability>();
 
 /**
- * Whether this process can compute on a GPU; when not, `reason` names
- * everything that is missing (the kernel library, the driver, cuBLASLt, a
- * GPU) and where it was looked for. The answer for the default search is
- * cached; passing `opts` searches again.
+ * Whether this process can compute on a GPU of `flavor` (default: a real
+ * one); when not, `reason` names everything that is missing (the kernel
+ * library, the driver, cuBLASLt for the runtime's CUDA version, a GPU) and
+ * where it was looked for. The answer for the default search is cached;
+ * passing `opts` searches again.
  *
  * @example
  * ```ts
@@ -125,34 +246,123 @@ let cached: CudaAvailability | undefined;
  * console.log(a.ok ? `GPU: ${a.deviceName}` : `no GPU: ${a.reason}`);
  * ```
  */
-export function cudaAvailability(opts?: LibrarySearchOptions): CudaAvailability {
+export function cudaAvailability(
+  opts?: LibrarySearchOptions,
+  flavor: CudaFlavor = "cuda",
+): CudaAvailability {
+  if (flavor === "cuda-emu") {
+    let a = cached.get(flavor);
+    if (!a) cached.set(flavor, a = probeEmulated());
+    return a;
+  }
   if (opts) return probe(opts);
-  cached ??= probe({});
-  return cached;
+  let a = cached.get(flavor);
+  if (!a) cached.set(flavor, a = probe({}));
+  return a;
 }
 
-let opened: Backend | undefined;
+/** DTRAIN_SHARE_GPUS=1: ranks beyond the visible GPUs share them (a test mode; see the launcher). */
+export function gpuSharing(
+  get: (n: string) => string | undefined = (n) => Deno.env.get(n),
+): boolean {
+  return get("DTRAIN_SHARE_GPUS") === "1";
+}
 
 /**
- * Opens the GPU backend of this process (once): loads cuBLASLt from where it
- * was found, picks GPU LOCAL_RANK modulo the visible count, and returns the
- * backend whose kernels run on the library's compute stream.
- * DTRAIN_ALLOW_TF32=1 lets f32 GEMMs use TF32.
+ * The GPU of local rank `localRank` among `count` visible ones: the rank's
+ * own, GPU LOCAL_RANK. A rank without one is refused (NCCL cannot put two
+ * ranks of a communicator on one device), unless GPU sharing is on, where it
+ * takes LOCAL_RANK modulo the count.
+ *
+ * @example
+ * ```ts
+ * gpuForLocalRank(3, 8, false); // 3
+ * ```
  */
-export function openCudaBackend(): Backend {
-  if (opened) return opened;
-  const a = cudaAvailability();
-  if (!a.ok) throw new Error(`Cannot use device "cuda": ${a.reason}`);
-  const lib = cudaKernels(a.libraries.driver);
-  const rt = new CudaRuntime(lib);
-  const localRank = Number(Deno.env.get("LOCAL_RANK") ?? "0");
-  if (!Number.isInteger(localRank) || localRank < 0) {
-    throw new RangeError(`LOCAL_RANK=${Deno.env.get("LOCAL_RANK")} is not a non-negative integer`);
+export function gpuForLocalRank(localRank: number, count: number, share: boolean): number {
+  if (localRank < count) return localRank;
+  if (share) return localRank % count;
+  const visible = Deno.env.get("CUDA_VISIBLE_DEVICES");
+  throw new RangeError(
+    `Local rank ${localRank} has no GPU of its own: this machine shows ${count} GPU(s)` +
+      `${visible !== undefined ? ` (CUDA_VISIBLE_DEVICES=${visible})` : ""}, one per local rank; ` +
+      `start at most ${count} rank(s) per node (--nproc ${count}) or compute on the CPU (--device cpu)`,
+  );
+}
+
+/** This process's LOCAL_RANK (0 outside a launcher), checked. */
+function localRank(): number {
+  const raw = Deno.env.get("LOCAL_RANK") ?? "0";
+  const r = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(r)) {
+    throw new RangeError(`LOCAL_RANK=${raw} is not a non-negative integer`);
   }
-  rt.setDevice(localRank % a.deviceCount); // first: everything after lives on this GPU
-  rt.loadCublasLt(a.libraries.cublasLt);
+  return r;
+}
+
+/** The opened GPU backend and what it runs on. */
+export interface CudaBackend extends Backend {
+  readonly device: "cuda";
+  readonly kind: CudaFlavor;
+  /** the GPU's index among the visible ones */
+  readonly index: number;
+  /** the files behind it (NCCL's is what process groups open) */
+  readonly libraries: CudaLibraries;
+  /** the GPU's name */
+  readonly gpuName: string;
+}
+
+let opened: CudaBackend | undefined;
+
+/** The GPU backend of this process when one was opened, else null. */
+export function openedCudaBackend(): CudaBackend | null {
+  return opened ?? null;
+}
+
+/**
+ * Opens the GPU backend of this process (once): picks GPU LOCAL_RANK of the
+ * visible ones (see gpuForLocalRank), loads cuBLASLt (whose major version
+ * must be the CUDA runtime's), and returns the backend whose kernels run on
+ * the library's compute stream. DTRAIN_ALLOW_TF32=1 lets f32 GEMMs use TF32.
+ * "cuda-emu" opens the emulated device instead; a process uses one flavour.
+ */
+export function openCudaBackend(flavor: CudaFlavor = "cuda"): CudaBackend {
+  if (opened) {
+    if (opened.kind !== flavor) {
+      throw new Error(
+        `Cannot use device "${flavor}": this process already computes on "${opened.kind}"`,
+      );
+    }
+    return opened;
+  }
+  const a = cudaAvailability(undefined, flavor);
+  if (!a.ok) throw new Error(`Cannot use device "${flavor}": ${a.reason}`);
+  const lib = flavor === "cuda-emu"
+    ? cudaKernels(null, a.libraries.kernels!)
+    : cudaKernels(a.libraries.driver);
+  const rt = new CudaRuntime(lib);
+  const index = gpuForLocalRank(localRank(), a.deviceCount, gpuSharing());
+  rt.setDevice(index); // first: everything after lives on this GPU
+  const ltVersion = rt.loadCublasLt(a.libraries.cublasLt);
+  const ltMajor = Math.floor(ltVersion / 10000);
+  if (ltMajor !== major(a.runtimeVersion)) {
+    throw new Error(
+      `Cannot use device "${flavor}": ${a.libraries.cublasLt} is cuBLASLt ${ltMajor}, but the CUDA ` +
+        `library was built with CUDA ${a.runtimeVersion}; cuBLASLt's major version must match ` +
+        `(${CUDA_LIBRARY_FILES.cublasLt.join(", ")})`,
+    );
+  }
   rt.allowTf32(Deno.env.get("DTRAIN_ALLOW_TF32") === "1");
   const stream = rt.computeStream();
-  opened = { device: "cuda", lib, call: kernelCalls(lib, stream), stream };
+  opened = {
+    device: "cuda",
+    kind: flavor,
+    index,
+    libraries: a.libraries,
+    gpuName: rt.deviceInfo(index).name,
+    lib,
+    call: kernelCalls(lib, stream),
+    stream,
+  };
   return opened;
 }

@@ -1,14 +1,18 @@
 /**
- * Which device a run computes on: "cpu", "cuda", or "auto" — a GPU when the
- * CUDA backend can open one, else the CPU, said once. A machine without the
- * NVIDIA device node is answered in microseconds; only where a GPU may exist
- * are the CUDA libraries searched (tensor/cuda_backend.ts).
+ * Which device a run computes on: "cpu", "cuda", "cuda-emu" (the emulated
+ * GPU: the whole CUDA path on the CPU, slowly, for tests), or "auto" — a GPU
+ * when the CUDA backend can open one, else the CPU, said once. A machine
+ * without the NVIDIA device node is answered in microseconds; only where a
+ * GPU may exist are the CUDA libraries searched (tensor/cuda_backend.ts).
  */
-import { type Device, setDevice } from "./backend.ts";
+import { type Backend, backend, type DeviceKind, setDevice } from "./backend.ts";
 import { type CudaAvailability, cudaAvailability } from "./cuda_backend.ts";
 
 /** What a user may ask for (the --device flag). */
-export type DeviceRequest = "auto" | "cpu" | "cuda";
+export type DeviceRequest = "auto" | DeviceKind;
+
+/** Every value --device takes. */
+export const DEVICE_REQUESTS: readonly DeviceRequest[] = ["auto", "cpu", "cuda", "cuda-emu"];
 
 /** Options of resolveDevice. */
 export interface ResolveDeviceOptions {
@@ -29,21 +33,26 @@ function nvidiaDeviceNode(): boolean {
 }
 
 /**
- * Resolves a request to a device: "cuda" that cannot work throws naming what
- * is missing; "auto" takes the GPU when it can and otherwise falls back to
- * the CPU, calling `notice` once with why.
+ * Resolves a request to a device: "cuda" or "cuda-emu" that cannot work
+ * throws naming what is missing; "auto" takes the GPU when it can and
+ * otherwise falls back to the CPU, calling `notice` once with why.
  *
  * @example
  * ```ts
  * const device = resolveDevice(args.device ?? "auto", { notice: (l) => log.info(l) });
  * ```
  */
-export function resolveDevice(request: string, opts: ResolveDeviceOptions = {}): Device {
+export function resolveDevice(request: string, opts: ResolveDeviceOptions = {}): DeviceKind {
   if (request === "cpu") return "cpu";
-  if (request !== "auto" && request !== "cuda") {
+  if (!(DEVICE_REQUESTS as readonly string[]).includes(request)) {
     throw new TypeError(
-      `Unknown device ${JSON.stringify(request)}: expected "auto", "cpu" or "cuda"`,
+      `Unknown device ${JSON.stringify(request)}: expected "auto", "cpu", "cuda" or "cuda-emu"`,
     );
+  }
+  if (request === "cuda-emu") {
+    const a = opts.availability ?? cudaAvailability(undefined, "cuda-emu");
+    if (a.ok) return "cuda-emu";
+    throw new Error(`Cannot use --device cuda-emu: ${a.reason}.`);
   }
   const notice = opts.notice ?? console.error;
   if (!opts.availability && request === "auto" && !nvidiaDeviceNode()) {
@@ -64,10 +73,24 @@ export function resolveDevice(request: string, opts: ResolveDeviceOptions = {}):
 /**
  * Makes the requested device (default: DTRAIN_DEVICE, which the launcher
  * sets from --device, else "auto") the one tensors are created on from now
- * on; call it before building the model. Returns the device chosen.
+ * on, and returns it. A launched rank already computes on its device (the
+ * rank bootstrap calls this before the script runs), so scripts need not;
+ * `useDevice("cpu")` moves a script back to the CPU. On a GPU each rank gets
+ * GPU LOCAL_RANK of its node.
+ *
+ * @example
+ * ```ts
+ * useDevice("cpu"); // this rank computes on the CPU whatever --device said
+ * ```
  */
-export function useDevice(request = Deno.env.get("DTRAIN_DEVICE") ?? "auto"): Device {
+export function useDevice(request = Deno.env.get("DTRAIN_DEVICE") || "auto"): DeviceKind {
   const device = resolveDevice(request);
-  if (device === "cuda") setDevice("cuda");
+  setDevice(device);
   return device;
+}
+
+/** The active device in words: "cpu", "cuda:1" (GPU 1), "cuda-emu:0" (emulated GPU 0). */
+export function describeBackend(b: Backend = backend()): string {
+  if (b.device === "cpu") return "cpu";
+  return `${b.kind}:${b.index}`;
 }

@@ -5,7 +5,8 @@
  * TypeScript never touches the elements: reads and writes copy through the
  * backend's dt_memcpy.
  */
-import { backend, type Device } from "./backend.ts";
+import { backend, backendOf, type Device } from "./backend.ts";
+import { noteHostSync } from "./host_sync.ts";
 import { allocBlock, type Block, releaseBlock } from "./allocator.ts";
 import { type DType, DTYPE_CODE, DTYPE_SIZE } from "./dtype.ts";
 import type { Node } from "./autograd.ts";
@@ -146,27 +147,25 @@ export class Tensor {
       : this.dtype === "i64"
       ? new BigInt64Array(this.numel)
       : new Uint8Array(this.numel);
-    if (this.numel > 0) {
-      const b = backend();
-      b.call.dt_memcpy(Deno.UnsafePointer.of(out), this.ptr, BigInt(this.bytes), 2);
-      b.call.dt_synchronize();
-      // a bad index or cast value the device found since the last read is reported here
-      b.call.dt_deferred_error();
-    }
+    if (this.numel > 0) this.#readInto(out, "toArray");
     return out;
+  }
+
+  /** Copies the bytes out into `out`: the host waits for the device (counted, tensor/host_sync.ts). */
+  #readInto(out: ArrayBufferView, what: string): void {
+    const b = backendOf(this.device);
+    // a copy into host memory returns once the data is there (dt_memcpy waits for the stream)
+    b.call.dt_memcpy(Deno.UnsafePointer.of(out as BufferSource), this.ptr, BigInt(this.bytes), 2);
+    // a bad index or cast value the device found since the last read is reported here
+    b.call.dt_deferred_error();
+    if (b.device !== "cpu") noteHostSync(what);
   }
 
   /** The raw bytes of the tensor (a copy). */
   toBytes(): Uint8Array {
     this.assertLive("toBytes");
     const out = new Uint8Array(this.bytes);
-    if (out.length > 0) {
-      const b = backend();
-      b.call.dt_memcpy(Deno.UnsafePointer.of(out), this.ptr, BigInt(this.bytes), 2);
-      b.call.dt_synchronize();
-      // a bad index or cast value the device found since the last read is reported here
-      b.call.dt_deferred_error();
-    }
+    if (out.length > 0) this.#readInto(out, "toBytes");
     return out;
   }
 
@@ -190,10 +189,10 @@ export class Tensor {
       );
     }
     if (this.bytes > 0) {
-      const b = backend();
+      // A copy from pageable host memory has taken the data when it returns (CUDA stages it):
+      // no wait for the device, and `data` may change at once.
       const src = Deno.UnsafePointer.of(data as unknown as BufferSource);
-      b.call.dt_memcpy(this.ptr, src, BigInt(this.bytes), 1);
-      b.call.dt_synchronize();
+      backendOf(this.device).call.dt_memcpy(this.ptr, src, BigInt(this.bytes), 1);
     }
     return this;
   }
@@ -206,16 +205,25 @@ export class Tensor {
         `Cannot copy tensor [${src.shape}] ${src.dtype} into [${this.shape}] ${this.dtype}`,
       );
     }
-    const b = backend();
-    b.call.dt_memcpy(this.ptr, src.ptr, BigInt(this.bytes), 3);
+    if (src.device !== this.device) {
+      throw new TypeError(
+        `Cannot copy a ${src.device} tensor into a ${this.device} tensor with copyFrom: ` +
+          `read it back (toArray) and copyFromArray into the other device's tensor`,
+      );
+    }
+    backendOf(this.device).call.dt_memcpy(this.ptr, src.ptr, BigInt(this.bytes), 3);
     return this;
   }
 
   /** Sets every element to `value`. */
   fill(value: number): this {
     this.assertLive("fill");
-    const b = backend();
-    b.call.dt_fill(this.ptr, DTYPE_CODE[this.dtype], BigInt(this.numel), value);
+    backendOf(this.device).call.dt_fill(
+      this.ptr,
+      DTYPE_CODE[this.dtype],
+      BigInt(this.numel),
+      value,
+    );
     return this;
   }
 

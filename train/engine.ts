@@ -29,7 +29,7 @@ import { initProcessGroup, type ProcessGroup } from "../distributed/process_grou
 import { DistributedDataParallel } from "../distributed/ddp.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/control/phase.ts";
-import { getWorld } from "../distributed/control/env.ts";
+import { getRankSettings, getWorld } from "../distributed/control/env.ts";
 import { publishFailure } from "../distributed/control/rank_runtime.ts";
 import { manualSeed } from "../nn/init.ts";
 import { CheckpointManager, type LoadedCheckpoint } from "./checkpoint/manager.ts";
@@ -53,7 +53,8 @@ import {
   restoreRng,
   trainState,
 } from "./state.ts";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { MANIFEST_FILE } from "./checkpoint/format.ts";
 import { stateTensor } from "../nn/load.ts";
 
 /**
@@ -207,10 +208,8 @@ export class Trainer<M extends Module> {
     // The schedule is written for optim.lr; groups with their own rate are scaled alike.
     this.schedule = new LrScheduler(this.optimizer, this.#lrFunction(), { baseLr: cfg.optim.lr });
     const useScaler = cfg.precision.gradScaler ?? cfg.precision.autocast === "f16";
-    this.scaler = new GradScaler({ enabled: useScaler }, (found) => {
-      const buf = Float32Array.of(found);
-      this.pg.allReduce(buf, "max");
-      return buf[0]!;
+    this.scaler = new GradScaler({ enabled: useScaler }, (flag) => {
+      this.pg.allReduce({ ptr: flag.ptr, count: 1, dtype: "f32", device: flag.device }, "max");
     });
     const ckDir = cfg.checkpoint.dir ?? (this.runDir ? join(this.runDir, "checkpoints") : null);
     this.checkpoints = ckDir
@@ -310,7 +309,7 @@ export class Trainer<M extends Module> {
         config: cfg,
         seed: cfg.seed,
         worldSize: this.pg.size,
-        device: backend().device,
+        device: backend().kind,
         processGroup: this.pg.backend,
       },
       step: this.#step,
@@ -562,8 +561,9 @@ export class Trainer<M extends Module> {
     };
     let loaded: LoadedCheckpoint;
     if (mode === "auto") {
-      if (!this.checkpoints) return null;
-      const latest = this.checkpoints.loadLatest({ accept: check });
+      // This run's own checkpoints first (a restart's), else those of the run named by --resume.
+      const latest = this.checkpoints?.loadLatest({ accept: check }) ??
+        this.#loadResumeSource(check);
       if (!latest) return null;
       loaded = latest;
       for (const s of loaded.skipped) log.print(`skipped checkpoint ${s.dir}: ${s.reason}`);
@@ -596,6 +596,39 @@ export class Trainer<M extends Module> {
       : ` (saved by ${st.worldSize} ranks, continuing on ${this.pg.size})`;
     log.print(`resumed from ${loaded.dir}: epoch ${st.data.epoch}, step ${st.step}${how}`);
     return st.step;
+  }
+
+  /**
+   * The latest good checkpoint of the launcher's --resume folder
+   * (DTRAIN_RESUME): a checkpoint itself, a run directory (its checkpoints/)
+   * or a folder of checkpoints; null without --resume. A folder that holds
+   * none is an error, not a fresh start.
+   */
+  #loadResumeSource(accept: (loaded: LoadedCheckpoint) => void): LoadedCheckpoint | null {
+    const from = getRankSettings().resume;
+    if (from === null) return null;
+    const exists = (p: string) => {
+      try {
+        Deno.statSync(p);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    if (exists(join(from, MANIFEST_FILE))) {
+      const loaded = new CheckpointManager(dirname(from), { rank: this.pg.rank }).load(from);
+      accept(loaded);
+      return loaded;
+    }
+    const dir = exists(join(from, "checkpoints")) ? join(from, "checkpoints") : from;
+    const source = new CheckpointManager(dir, { rank: this.pg.rank });
+    const loaded = source.loadLatest({ accept });
+    if (!loaded) {
+      throw new Error(
+        `Cannot resume from ${from} (--resume): it holds no checkpoint (looked in ${dir})`,
+      );
+    }
+    return loaded;
   }
 
   /** This epoch's data-order digest from every rank, recorded by rank 0. */

@@ -39,16 +39,20 @@ export interface RankSettings {
   restartCount: number;
   /** "0" (rank 0 only), "all", or a comma list of ranks whose info output is shown */
   logRanks: string;
+  /** --resume: the folder a Trainer resumes from when its own run has no checkpoint yet */
+  resume: string | null;
 }
 
 /** Everything the launcher needs to describe one rank's environment. */
-export interface RankEnvInput extends RankSettings {
+export interface RankEnvInput extends Omit<RankSettings, "resume"> {
+  /** --resume's folder (absent: none) */
+  resume?: string | null;
   world: World;
   /** the run's store secret */
   storeToken: string;
   /** pid of the launcher, so a rank can notice it died before it could watch it */
   launcherPid: number;
-  /** "auto", "cpu" or "cuda" */
+  /** "auto", "cpu", "cuda" or "cuda-emu" */
   device?: string;
 }
 
@@ -72,6 +76,7 @@ export const ENV = {
   LOG_RANKS: "DTRAIN_LOG_RANKS",
   LAUNCHER_PID: "DTRAIN_LAUNCHER_PID",
   DEVICE: "DTRAIN_DEVICE",
+  RESUME: "DTRAIN_RESUME",
 } as const;
 
 /** The variables the launcher sets for one rank. */
@@ -96,6 +101,7 @@ export function rankEnv(input: RankEnvInput): Record<string, string> {
     [ENV.LOG_RANKS]: input.logRanks,
     [ENV.LAUNCHER_PID]: String(input.launcherPid),
     [ENV.DEVICE]: input.device ?? "auto",
+    ...(input.resume ? { [ENV.RESUME]: input.resume } : {}),
   };
 }
 
@@ -221,6 +227,7 @@ export function getRankSettings(get: Lookup = (n) => Deno.env.get(n)): RankSetti
     timeoutS: numberVar(get, ENV.TIMEOUT, 1800),
     restartCount: intVar(get, ENV.RESTART_COUNT, 0, 0),
     logRanks: get(ENV.LOG_RANKS) || "0",
+    resume: get(ENV.RESUME) || null,
   };
 }
 

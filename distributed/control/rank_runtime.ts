@@ -175,6 +175,26 @@ export function publishFailure(err: unknown): Promise<void> {
   return published;
 }
 
+/** What rank 0 tells its launcher about the process group it made (run.json). */
+export interface ProcessGroupReport {
+  backend: string;
+  worldSize: number;
+  device: string;
+}
+
+/**
+ * Tells the launcher which process group rank 0 made, for the run record;
+ * does nothing on other ranks or outside a launched job. Does not wait. Sent
+ * on the event loop's next turn: the store connection writes one record at
+ * a time, and the phase a script sets right after making its group (then
+ * perhaps blocking the event loop) must not queue behind this one.
+ */
+export function reportProcessGroup(report: ProcessGroupReport): void {
+  if (!store || !keys || getWorld().rank !== 0) return;
+  const [client, key] = [store, keys.processGroup];
+  setTimeout(() => client.post(key, JSON.stringify(report)), 0);
+}
+
 /**
  * Runs `fn` on rank 0 while every other rank waits at the barrier `name`,
  * then runs `fn` on the other ranks. Use it for work that one rank must do

@@ -46,6 +46,8 @@ export function attemptKeys(attempt: number) {
     barrierCount: (name: string, gen: number) => `${a}/barrier/${name}/${gen}/count`,
     /** set by the last arrival at barrier `name`, generation `gen` */
     barrierDone: (name: string, gen: number) => `${a}/barrier/${name}/${gen}/done`,
+    /** JSON: the process group rank 0 made (backend, world size, device), for run.json */
+    processGroup: `${a}/process-group`,
     /** a key of the user's (or a backend's) own, scoped to this attempt */
     user: (name: string) => `${a}/user/${name}`,
   };

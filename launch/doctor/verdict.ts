@@ -101,8 +101,11 @@ function gpuProblems(f: DoctorFacts): Problem[] {
   if (nproc > 1 && g.ncclError) out.push({ level: "fix", text: g.ncclError });
   if (nproc > g.deviceCount) {
     out.push({
-      level: "warn",
-      text: `${nproc} ranks on ${g.deviceCount} visible GPU(s): ranks will share GPUs`,
+      level: "fix",
+      text:
+        `${nproc} ranks on ${g.deviceCount} visible GPU(s): a GPU run starts one rank per GPU ` +
+        `(NCCL refuses two ranks of a host on one device), so the launcher refuses --nproc ${nproc}; ` +
+        `use --nproc ${g.deviceCount}`,
     });
   }
   if (nproc > 1 && f.shm.space.ok && f.shm.space.totalBytes < NCCL_SHM_WARN_BYTES) {

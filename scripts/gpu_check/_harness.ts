@@ -6,7 +6,7 @@
  */
 import { KERNEL_SYMBOLS, type KernelSymbols } from "../../ffi/symbols.ts";
 import { cString, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
-import { openCudaBackend } from "../../tensor/cuda_backend.ts";
+import { type CudaFlavor, openCudaBackend } from "../../tensor/cuda_backend.ts";
 
 export type Arr =
   | Float32Array
@@ -57,11 +57,16 @@ let cpu: NativeLibrary<KernelSymbols> | undefined;
  *  that the cases and the harness can be checked on a machine without a GPU. */
 export const SELF_TEST = Deno.env.get("DTRAIN_GPU_CHECK_SELF_TEST") === "1";
 
+/** The device the checks run on: DTRAIN_DEVICE=cuda-emu for the emulated GPU, else a real one. */
+export function checkFlavor(): CudaFlavor {
+  return Deno.env.get("DTRAIN_DEVICE") === "cuda-emu" ? "cuda-emu" : "cuda";
+}
+
 /** Both libraries: the CPU one, and the GPU backend (device, cuBLASLt, compute stream). */
 export function libraries(): CaseLibraries {
   cpu ??= openLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS);
   if (SELF_TEST) return { cpu, gpu: cpu, stream: null };
-  const b = openCudaBackend();
+  const b = openCudaBackend(checkFlavor());
   return { cpu, gpu: b.lib, stream: b.stream };
 }
 

@@ -4,11 +4,12 @@
  * autocast: forward, backward and AdamW on random tokens. Prints tokens/s and
  * MFU with llm.c's count (6N + 6·L·C·T flops per token) against a bf16 dense
  * peak (989 TFLOP/s for an H200/H100 SXM unless --peak-tflops says otherwise),
- * then one RESULT line for scripts/gpu-check.sh.
+ * then one RESULT line and a SUMMARY line for the device bundle's run.sh.
  *
  *   deno run -A scripts/gpu_check/bench_gpt.ts [--batch 8] [--steps 10] [--warmup 3]
  *
- * `--device cpu --tiny` (2 layers, width 64, 32 tokens) checks the script itself without a GPU.
+ * `--device cpu --tiny` (2 layers, width 64, 32 tokens) checks the script itself without a GPU
+ * (`--device cuda-emu --tiny` on the emulated GPU).
  */
 import { parseArgs } from "node:util";
 import { setDevice } from "../../tensor/backend.ts";
@@ -38,8 +39,8 @@ const peak = Number(values["peak-tflops"]) * 1e12;
 const cfg = tiny
   ? { vocabSize: 50257, blockSize: 64, nLayer: 2, nHead: 2, nEmbd: 64 }
   : { vocabSize: 50257, blockSize: 1024, nLayer: 12, nHead: 12, nEmbd: 768 };
-if (values.device !== "cuda" && values.device !== "cpu") {
-  throw new TypeError(`--device ${values.device}: expected cuda or cpu`);
+if (values.device !== "cuda" && values.device !== "cpu" && values.device !== "cuda-emu") {
+  throw new TypeError(`--device ${values.device}: expected cuda, cuda-emu or cpu`);
 }
 
 const backend = setDevice(values.device);
@@ -107,6 +108,10 @@ console.log(
   `tokens/s ${tokensPerS.toFixed(0)}, MFU ${(100 * mfu).toFixed(1)}% of ${
     values["peak-tflops"]
   } TFLOP/s`,
+);
+console.log(
+  `SUMMARY ${tokensPerS.toFixed(0)} tokens/s, MFU ${(100 * mfu).toFixed(1)}%, ` +
+    `${mean.toFixed(1)} ms/step (batch ${B} x ${T}${tiny ? ", tiny model" : ""})`,
 );
 console.log(
   `RESULT ${

@@ -101,6 +101,8 @@ def main():
     print(f"steps: {a.steps}, mean {mean * 1000:.1f} ms, loss {loss:.4f}; tokens/s {tps:.0f}, MFU {100 * mfu:.1f}%")
     print("RESULT " + json.dumps({"impl": f"torch-{a.attn}", "tokens_per_s": tps, "mfu": mfu, "step_ms": mean * 1000,
                                   "loss": loss, "batch": a.batch, "seq": a.seq}))
+    print(f"SUMMARY {tps:.0f} tokens/s, MFU {100 * mfu:.1f}%, {mean * 1000:.1f} ms/step "
+          f"(torch {torch.__version__} eager, {a.attn} attention)")
 
 
 if __name__ == "__main__":

@@ -4,16 +4,21 @@
  * random inputs of several sizes (the cases of op_cases.ts). Prints a row per
  * case, then the symbols no case covered; exits 1 on any failure.
  * DTRAIN_GPU_CHECK_SELF_TEST=1 runs the CPU library on both sides (every case
- * must then be exact), to check the cases without a GPU.
+ * must then be exact), to check the cases without a GPU; DTRAIN_DEVICE=cuda-emu
+ * runs them on the emulated GPU (at its smaller sizes). After a failing case
+ * the device is asked for a small copy: a GPU whose context is broken (a
+ * sticky CUDA error) fails every later call, so the sweep stops there and
+ * names the first failing op instead of listing a hundred consequences.
  *
  *   deno run -A scripts/gpu_check/ops_vs_cpu.ts [--seed N]
  */
 import { parseArgs } from "node:util";
-import { KERNEL_SYMBOLS, type KernelSymbols } from "../../ffi/symbols.ts";
+import { CUDA_PENDING_SYMBOLS, KERNEL_SYMBOLS, type KernelSymbols } from "../../ffi/symbols.ts";
 import { cString } from "../../ffi/native.ts";
-import { libraries, Rng, runCase, SELF_TEST } from "./_harness.ts";
+import { checkFlavor, libraries, Rng, runCase, SELF_TEST } from "./_harness.ts";
+import { runSweep } from "./sweep.ts";
 import { checkDataErrors } from "./data_errors.ts";
-import { buildOpCases, GPU_SIZES } from "./op_cases.ts";
+import { buildOpCases, EMULATED_SIZES, GPU_SIZES } from "./op_cases.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -23,8 +28,30 @@ const n64 = BigInt;
 const cases = buildOpCases({
   rng: new Rng(Number(values.seed)),
   cpu: libraries().cpu,
-  sizes: GPU_SIZES,
+  sizes: checkFlavor() === "cuda-emu" ? EMULATED_SIZES : GPU_SIZES,
 });
+
+/** Whether the device still works: a small round trip through its memory. Null when it does, else why. */
+function deviceBroken(): string | null {
+  const { gpu, stream } = libraries();
+  const k = gpu.symbols;
+  const src = Uint8Array.of(1, 2, 3, 4), back = new Uint8Array(4);
+  const p = k.dt_alloc(4n);
+  if (p === null) return cString(k.dt_last_error());
+  try {
+    for (
+      const st of [
+        k.dt_memcpy(p, Deno.UnsafePointer.of(src), 4n, 1, stream),
+        k.dt_memcpy(Deno.UnsafePointer.of(back), p, 4n, 2, stream),
+      ]
+    ) {
+      if (st !== 0) return cString(k.dt_last_error());
+    }
+    return back.every((v, i) => v === src[i]) ? null : "a 4-byte round trip changed the bytes";
+  } finally {
+    k.dt_free(p);
+  }
+}
 
 // ---- runtime symbols, and errors that the GPU must report like the CPU ---------------------
 const RUNTIME: (keyof KernelSymbols)[] = [
@@ -83,30 +110,23 @@ function runtimeChecks(): { ok: boolean; detail: string } {
 }
 
 // ---- run and report -----------------------------------------------------------------------------
-let failed = 0;
-const covered = new Set<string>();
-console.log(
-  `${"op".padEnd(40)} ${"dtype".padEnd(10)} ${"size".padEnd(24)} ${"max rel err".padEnd(12)} ${
-    "tol".padEnd(8)
-  } result`,
+const sweep = runSweep(
+  cases,
+  (c) => runCase(c),
+  SELF_TEST ? () => null : deviceBroken,
+  console.log,
 );
-for (const c of cases) {
-  const t0 = performance.now();
-  let r;
-  try {
-    r = runCase(c);
-  } catch (e) {
-    r = { ok: false, err: Infinity, detail: (e as Error).message };
-  }
-  if (r.ok) c.symbols.forEach((s) => covered.add(s));
-  else failed++;
-  const ms = (performance.now() - t0).toFixed(0);
+let failed = sweep.failed;
+const covered = sweep.covered;
+if (sweep.stoppedAt) {
+  const c = sweep.stoppedAt.case;
+  const at = `${c.op} ${c.dtype} ${c.size}`;
   console.log(
-    `${c.op.padEnd(40)} ${c.dtype.padEnd(10)} ${c.size.padEnd(24)} ${
-      r.err.toExponential(2).padEnd(12)
-    } ` +
-      `${String(c.tol).padEnd(8)} ${r.ok ? "PASS" : "FAIL"} ${ms}ms${r.ok ? "" : `  ${r.detail}`}`,
+    `ops_vs_cpu: the device stopped working at ${at}, the first failing op (a sticky CUDA ` +
+      `error: ${sweep.stoppedAt.why}); the sweep stops here`,
   );
+  console.log(`SUMMARY sticky CUDA error at ${at}: ${sweep.stoppedAt.why}`);
+  Deno.exit(1);
 }
 const rt = runtimeChecks();
 console.log(
@@ -116,14 +136,23 @@ console.log(
 );
 if (rt.ok) RUNTIME.forEach((s) => covered.add(s));
 else failed++;
-const uncovered = Object.keys(KERNEL_SYMBOLS).filter((s) => !covered.has(s));
+// Kernels the CUDA library does not have yet (their calls throw naming them) are not held against it.
+const expected = Object.keys(KERNEL_SYMBOLS).filter((s) =>
+  !CUDA_PENDING_SYMBOLS.has(s as keyof KernelSymbols)
+);
+const uncovered = expected.filter((s) => !covered.has(s));
 if (uncovered.length) {
   failed++;
   console.log(`not verified on the GPU: ${uncovered.join(", ")}`);
 }
-console.log(
-  `ops_vs_cpu: ${cases.length + 1} checks, ${failed} failed, ${
-    Object.keys(KERNEL_SYMBOLS).length - uncovered.length
-  }/${Object.keys(KERNEL_SYMBOLS).length} symbols verified`,
-);
+if (CUDA_PENDING_SYMBOLS.size) {
+  console.log(`not in the CUDA library yet: ${[...CUDA_PENDING_SYMBOLS].join(", ")}`);
+}
+const verdict =
+  `${cases.length + 1} checks, ${failed} failed, ${
+    expected.length - uncovered.length
+  }/${expected.length} symbols verified` +
+  (CUDA_PENDING_SYMBOLS.size ? ` (${CUDA_PENDING_SYMBOLS.size} not in the CUDA library yet)` : "");
+console.log(`ops_vs_cpu: ${verdict}`);
+console.log(`SUMMARY ${verdict}`);
 Deno.exit(failed ? 1 : 0);

@@ -27,6 +27,7 @@ const NOT_FOUND: CudaAvailability = {
 };
 const FOUND: CudaAvailability = {
   ok: true,
+  flavor: "cuda",
   libraries: {
     kernels: "/b/k.so",
     driver: "/d/libcuda.so.1",
@@ -68,7 +69,7 @@ Deno.test("resolveDevice() takes the GPU when one is usable, and cpu whatever th
   assert.deepEqual(lines, []);
   assert.throws(
     () => resolveDevice("gpu"),
-    /Unknown device "gpu": expected "auto", "cpu" or "cuda"/,
+    /Unknown device "gpu": expected "auto", "cpu", "cuda" or "cuda-emu"/,
   );
 });
 

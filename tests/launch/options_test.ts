@@ -59,10 +59,13 @@ Deno.test("parseLaunchArgs() fills documented defaults", () => {
       runDir: null,
       logRanks: "0",
       device: "auto",
+      resume: null,
       oversubscribe: false,
       noCheck: false,
     },
   );
+  assert.equal(parse(["--device", "cuda-emu", "run.ts"]).device, "cuda-emu");
+  assert.equal(parse(["--resume", "runs/a", "run.ts"]).resume, "runs/a");
   assert.equal(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).oversubscribe, true);
   assert.deepEqual(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).scriptArgs, [
     "--oversubscribe",

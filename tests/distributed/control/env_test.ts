@@ -29,7 +29,7 @@ const world: World = {
   runDir: "/runs/x",
   isLauncher: true,
 };
-const launched = rankEnv({
+const input = {
   world,
   storeToken: "secret-token-0123456789",
   numThreads: 4,
@@ -38,7 +38,8 @@ const launched = rankEnv({
   restartCount: 2,
   logRanks: "all",
   launcherPid: 1234,
-});
+};
+const launched = rankEnv(input);
 
 Deno.test("rankEnv() sets the torchrun variables and getWorld() reads them back", () => {
   assert.equal(launched.RANK, "5");
@@ -55,7 +56,12 @@ Deno.test("rankEnv() sets the torchrun variables and getWorld() reads them back"
     timeoutS: 1800,
     restartCount: 2,
     logRanks: "all",
+    resume: null,
   });
+  assert.equal(
+    getRankSettings(lookup(rankEnv({ ...input, resume: "/runs/a" }))).resume,
+    "/runs/a",
+  );
   assert.equal(storeToken(lookup(launched)), "secret-token-0123456789");
   assert.equal(launcherPid(lookup(launched)), 1234);
   assert.ok(!("OMP_NUM_THREADS" in launched), "OMP_NUM_THREADS is the user's");

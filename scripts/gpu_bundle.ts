@@ -1,0 +1,185 @@
+/**
+ * `deno task gpu-bundle`: dist/gpu-check/, dtrain's device check packed to
+ * travel to a GPU machine like an air-gapped install — at most 60 MiB, and
+ * nothing needed there but sh, coreutils and the NVIDIA driver (no network,
+ * node, npm or Deno):
+ *
+ *   dtrain        the single file, holding the CUDA library built here by nvcc
+ *                 (sm_80 + sm_90 + PTX, cudart linked statically) and the emulated device
+ *   run.sh        the steps, a table row per step as it ends, gpu-check.log
+ *   js/           the single-process checks, bundled (facts, ops vs CPU, parity,
+ *                 benchmark, resume verdict), run with `dtrain exec`
+ *   scripts/      the launched checks, TypeScript on the public API (NCCL ranks, a training job)
+ *   fixtures/     the PyTorch parity fixtures (and the repository's own fixtures/, if any)
+ *   bench_gpt_torch.py  the PyTorch side of the benchmark
+ *
+ *   deno run -A scripts/gpu_bundle.ts [--out DIR] [--fixtures DIR] [--allow-no-cuda] [--quiet]
+ */
+import { basename, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { buildSingle } from "./build_single.ts";
+import { bundleScripts, stopBundler } from "../sfx/bundle.ts";
+import { defaultFixtureDir } from "../parity/fixtures.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+
+/** The bundle may not be larger than this: what travels to the lent GPU machine (64 MiB) with room. */
+export const MAX_BUNDLE_BYTES = 60 * 2 ** 20;
+
+/** Single-process checks, bundled into js/<name>.js (with the workers the library may start). */
+export const CHECK_ENTRIES = {
+  gpu_env: "scripts/gpu_check/env.ts",
+  ops_vs_cpu: "scripts/gpu_check/ops_vs_cpu.ts",
+  parity: "scripts/gpu_check/parity_entry.ts",
+  bench_gpt: "scripts/gpu_check/bench_gpt.ts",
+  resume_check: "scripts/gpu_check/resume_check.ts",
+  sync_store_worker: "distributed/control/sync_store_worker.ts",
+  nccl_watchdog_worker: "distributed/nccl_watchdog_worker.ts",
+} as const;
+
+/** Launched checks, copied as they are into scripts/ (they import only "dtrain"). */
+export const LAUNCHED_SCRIPTS = [
+  "scripts/gpu_check/nccl_ranks.ts",
+  "scripts/gpu_check/train_job.ts",
+];
+
+function copyTree(from: string, to: string): number {
+  Deno.mkdirSync(to, { recursive: true });
+  let files = 0;
+  for (const e of Deno.readDirSync(from)) {
+    if (e.isDirectory) files += copyTree(join(from, e.name), join(to, e.name));
+    else if (e.isFile) {
+      Deno.copyFileSync(join(from, e.name), join(to, e.name));
+      files++;
+    }
+  }
+  return files;
+}
+
+/** Bytes of every file under `dir`. */
+export function treeBytes(dir: string): number {
+  let n = 0;
+  for (const e of Deno.readDirSync(dir)) {
+    const p = join(dir, e.name);
+    n += e.isDirectory ? treeBytes(p) : Deno.statSync(p).size;
+  }
+  return n;
+}
+
+/** What was written. */
+export interface GpuBundle {
+  dir: string;
+  bytes: number;
+  /** native libraries inside the single file */
+  libraries: string[];
+  fixtures: number;
+}
+
+/**
+ * Writes the bundle into `out` (replacing it). Refuses when the CUDA library
+ * could not be built here (no nvcc), unless `allowNoCuda` (a bundle that can
+ * only check the emulated device, for tests), and when it exceeds 60 MiB.
+ *
+ * @example
+ * ```ts
+ * const b = await buildGpuBundle({ out: "dist/gpu-check" });
+ * console.log(`${b.dir}: ${(b.bytes / 2 ** 20).toFixed(1)} MiB`);
+ * ```
+ */
+export async function buildGpuBundle(opts: {
+  out: string;
+  fixtures?: string;
+  allowNoCuda?: boolean;
+  quiet?: boolean;
+}): Promise<GpuBundle> {
+  const out = resolve(opts.out);
+  const say = (line: string) => opts.quiet || console.error(`gpu-bundle: ${line}`);
+  try {
+    Deno.removeSync(out, { recursive: true });
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
+  }
+  Deno.mkdirSync(out, { recursive: true });
+  const single = await buildSingle({
+    request: "sfx",
+    out: join(out, "dtrain"),
+    offline: true,
+    gzipLevel: 9,
+    quiet: opts.quiet ?? false,
+  });
+  if (!single.libraries.includes("libdtrain_cuda.so") && !opts.allowNoCuda) {
+    throw new Error(
+      "the CUDA library was not built (nvcc is not on PATH, or DTRAIN_CUDA=0): the bundle could " +
+        "not check a GPU. Install the CUDA toolkit's nvcc, or pass --allow-no-cuda for a bundle " +
+        "that checks only the emulated device",
+    );
+  }
+  say(`dtrain: ${(single.bytes / 2 ** 20).toFixed(1)} MiB with ${single.libraries.join(", ")}`);
+  try {
+    await bundleScripts(ROOT, CHECK_ENTRIES, join(out, "js"));
+  } finally {
+    await stopBundler();
+  }
+  Deno.mkdirSync(join(out, "scripts"));
+  for (const s of LAUNCHED_SCRIPTS) {
+    Deno.copyFileSync(join(ROOT, s), join(out, "scripts", basename(s)));
+  }
+  Deno.copyFileSync(
+    join(ROOT, "scripts/gpu_check/bench_gpt_torch.py"),
+    join(out, "bench_gpt_torch.py"),
+  );
+  Deno.copyFileSync(join(ROOT, "scripts/gpu_check/run.sh"), join(out, "run.sh"));
+  Deno.chmodSync(join(out, "run.sh"), 0o755);
+  let fixtures = copyTree(opts.fixtures ?? defaultFixtureDir(), join(out, "fixtures", "pytorch"));
+  try {
+    if (Deno.statSync(join(ROOT, "fixtures")).isDirectory) {
+      fixtures += copyTree(join(ROOT, "fixtures"), join(out, "fixtures"));
+    }
+  } catch { /* the repository has no fixtures of its own */ }
+  const bytes = treeBytes(out);
+  if (bytes > MAX_BUNDLE_BYTES) {
+    throw new Error(
+      `${out} is ${(bytes / 2 ** 20).toFixed(1)} MiB, more than the ${
+        MAX_BUNDLE_BYTES / 2 ** 20
+      } MiB that may travel to the GPU machine`,
+    );
+  }
+  say(
+    `${out}: ${
+      (bytes / 2 ** 20).toFixed(1)
+    } MiB, ${fixtures} fixture files; run it with \`sh run.sh\``,
+  );
+  return { dir: out, bytes, libraries: single.libraries, fixtures };
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      out: { type: "string", default: join(ROOT, "dist", "gpu-check") },
+      fixtures: { type: "string" },
+      "allow-no-cuda": { type: "boolean", default: false },
+      quiet: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+  if (values.help) {
+    console.log(
+      "Usage: deno task gpu-bundle [--out DIR] [--fixtures DIR] [--allow-no-cuda] [--quiet]\n\n" +
+        "Writes dist/gpu-check/ (at most 60 MiB): copy it to a GPU machine and run `sh run.sh` there.",
+    );
+    Deno.exit(0);
+  }
+  try {
+    await buildGpuBundle({
+      out: values.out,
+      ...(values.fixtures ? { fixtures: values.fixtures } : {}),
+      allowNoCuda: values["allow-no-cuda"],
+      quiet: values.quiet,
+    });
+  } catch (e) {
+    console.error(`gpu-bundle: ${(e as Error).message}`);
+    Deno.exit(1);
+  }
+}

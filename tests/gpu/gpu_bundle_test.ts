@@ -1,0 +1,207 @@
+/**
+ * The device bundle (`deno task gpu-bundle`): at most 60 MiB with the single
+ * file, the checks, the fixtures and run.sh; and `sh run.sh` run as on the
+ * GPU machine — no network (unshare -n where permitted), an empty HOME, no
+ * Deno, node or npm on PATH — here without a GPU: it says what it found,
+ * marks the GPU steps SKIP with the reason and exits 0; then with the hidden
+ * switch that puts every step on the emulated GPU, so each step's code runs
+ * (ops sweep, parity, NCCL with one and two ranks, a training job resumed
+ * from its checkpoint, the benchmark) and passes.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { REPO } from "../launch/launch_helpers.ts";
+import { buildBlocker, NO_NETWORK, runIn, Sandbox } from "../single/_sandbox.ts";
+import { HAVE_EMU } from "./_emu.ts";
+import { MAX_BUNDLE_BYTES, treeBytes } from "../../scripts/gpu_bundle.ts";
+
+const BLOCKER = buildBlocker(REPO);
+if (BLOCKER) console.log(`device bundle tests skipped: ${BLOCKER}`);
+
+/** What run.sh calls besides the single file's header tools (sh, tail, gzip, tar, …). */
+const RUN_TOOLS = [
+  "date",
+  "timeout",
+  "cat",
+  "sed",
+  "grep",
+  "cut",
+  "tee",
+  "awk",
+  "uname",
+  "env",
+  "dirname",
+  "head",
+  "sleep",
+];
+
+function findTool(name: string): string {
+  for (const dir of ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]) {
+    try {
+      if (Deno.statSync(join(dir, name)).isFile) return join(dir, name);
+    } catch { /* next */ }
+  }
+  throw new Error(`${name} not found in /usr/bin or /bin`);
+}
+
+const scratch = Deno.makeTempDirSync({ prefix: "dtrain-gpu-bundle-test-" });
+globalThis.addEventListener("unload", () => Deno.removeSync(scratch, { recursive: true }));
+let built: Promise<string> | null = null;
+
+/** Builds the bundle once for this file (without the CUDA library where nvcc is missing). */
+function bundle(): Promise<string> {
+  built ??= (async () => {
+    const out = join(scratch, "gpu-check");
+    const r = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "scripts/gpu_bundle.ts", "--out", out, "--allow-no-cuda"],
+      cwd: REPO,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(r.stdout) + new TextDecoder().decode(r.stderr);
+    assert.equal(r.code, 0, `the bundle build failed:\n${text}`);
+    return out;
+  })();
+  return built;
+}
+
+/** A sandbox whose PATH holds the header's tools and run.sh's, nothing else (no deno). */
+function sandbox(): Sandbox {
+  const box = new Sandbox();
+  for (const t of RUN_TOOLS) Deno.symlinkSync(findTool(t), join(box.tools, t));
+  return box;
+}
+
+/** The rows run.sh printed (the first table: one line per step, as each ended). */
+function rows(stdout: string): Map<string, { result: string; why: string }> {
+  const out = new Map<string, { result: string; why: string }>();
+  for (const line of stdout.split("\n")) {
+    const m = /^(\d\w? [^ ].*?) +(PASS|FAIL|SKIP) +\d+s {2}(.*)$/.exec(line);
+    if (m && !out.has(m[1]!)) out.set(m[1]!, { result: m[2]!, why: m[3]! });
+  }
+  return out;
+}
+
+Deno.test({
+  name:
+    "gpu-bundle writes dist/gpu-check: the single file, checks, fixtures and run.sh, under 60 MiB",
+  ignore: BLOCKER !== null,
+  async fn() {
+    const dir = await bundle();
+    const bytes = treeBytes(dir);
+    assert.ok(bytes <= MAX_BUNDLE_BYTES, `${(bytes / 2 ** 20).toFixed(1)} MiB`);
+    for (
+      const f of [
+        "dtrain",
+        "run.sh",
+        "bench_gpt_torch.py",
+        "js/gpu_env.js",
+        "js/ops_vs_cpu.js",
+        "js/parity.js",
+        "js/bench_gpt.js",
+        "js/resume_check.js",
+        "js/nccl_watchdog_worker.js",
+        "scripts/nccl_ranks.ts",
+        "scripts/train_job.ts",
+        "fixtures/pytorch/toy_mlp.json",
+        "fixtures/pytorch/gpt_mini.json",
+      ]
+    ) {
+      assert.ok(Deno.statSync(join(dir, f)).isFile, `${f} is missing`);
+    }
+    // the launched checks travel as TypeScript and may import nothing but the library
+    for (const s of ["nccl_ranks.ts", "train_job.ts"]) {
+      const text = Deno.readTextFileSync(join(dir, "scripts", s));
+      const imports = [...text.matchAll(/from "([^"]+)"/g)].map((m) => m[1]);
+      assert.deepEqual([...new Set(imports)], ["dtrain"], `${s} imports ${imports}`);
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "run.sh without a GPU, offline, empty HOME, no Deno: facts, every GPU step SKIP with the reason, exit 0",
+  ignore: BLOCKER !== null,
+  async fn() {
+    const dir = await bundle();
+    const box = sandbox();
+    try {
+      const r = await runIn(dir, ["sh", "run.sh"], box.env(join(box.dir, "cache")), {
+        isolate: true,
+        timeoutMs: 300_000,
+      });
+      assert.equal(r.code, 0, `run.sh failed:\n${r.stdout}\n${r.stderr}`);
+      const table = rows(r.stdout);
+      assert.equal(table.get("1 facts")?.result, "PASS", r.stdout);
+      assert.match(table.get("1 facts")!.why, /^no usable GPU: /);
+      for (
+        const s of [
+          "2 ops vs CPU",
+          "3 parity fixtures",
+          "4 NCCL and a training job",
+          "5 GPT-2 124M benchmark",
+        ]
+      ) {
+        assert.equal(table.get(s)?.result, "SKIP", `${s}: ${r.stdout}`);
+        assert.match(table.get(s)!.why, /no usable GPU: .*not found/);
+      }
+      const log = Deno.readTextFileSync(join(dir, "gpu-check.log"));
+      assert.match(log, /total \d+s; 0 step\(s\) failed/);
+      assert.match(log, /CUDA is not usable: /);
+      assert.deepEqual([...Deno.readDirSync(box.home)], [], "run.sh wrote into HOME");
+      console.log(
+        `run.sh without a GPU: ${r.elapsedMs} ms, ${
+          NO_NETWORK.ok ? "no network" : `network: ${NO_NETWORK.why}`
+        }`,
+      );
+    } finally {
+      box.remove();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "run.sh with every step on the emulated GPU (its hidden switch): each step's code runs and passes",
+  ignore: BLOCKER !== null || !HAVE_EMU,
+  async fn() {
+    const dir = await bundle();
+    const box = sandbox();
+    try {
+      const env = { ...box.env(join(box.dir, "cache")), DTRAIN_GPU_CHECK_DEVICE: "cuda-emu" };
+      const r = await runIn(dir, ["sh", "run.sh", "emu.log"], env, {
+        isolate: true,
+        timeoutMs: 480_000,
+      });
+      assert.equal(r.code, 0, `run.sh failed:\n${r.stdout}\n${r.stderr}`);
+      const table = rows(r.stdout);
+      const passed = [
+        "1 facts",
+        "2 ops vs CPU",
+        "3 parity fixtures",
+        "4a NCCL, 1 rank",
+        "4b NCCL, 2 ranks",
+        "4c train, checkpoint, resume",
+        "5a GPT-2 124M bf16, dtrain",
+      ];
+      for (const s of passed) assert.equal(table.get(s)?.result, "PASS", `${s}: ${r.stdout}`);
+      assert.match(table.get("1 facts")!.why, /emulated GPU/);
+      assert.match(
+        table.get("2 ops vs CPU")!.why,
+        /^\d+ checks, 0 failed, (\d+)\/\1 symbols verified\b/,
+      );
+      assert.match(table.get("4b NCCL, 2 ranks")!.why, /^2 rank\(s\), every collective right/);
+      assert.match(
+        table.get("4c train, checkpoint, resume")!.why,
+        /^resumed at step 5 and repeated 2 step/,
+      );
+      assert.equal(table.get("5b same model, PyTorch eager")?.result, "SKIP");
+      // the rows came out as the steps ended, before the closing table
+      assert.ok(r.stdout.indexOf("1 facts") < r.stdout.lastIndexOf("\nstep "), r.stdout);
+      const log = Deno.readTextFileSync(join(dir, "emu.log"));
+      assert.match(log, /ranks compute on cuda-emu/);
+    } finally {
+      box.remove();
+    }
+  },
+});

@@ -1,0 +1,43 @@
+/**
+ * The PyTorch parity fixtures on the emulated GPU, with the CPU's
+ * tolerances: `deno task parity --device cuda-emu` over the comparisons that
+ * compute on the device (toy MLP variants with AMP and clipping, GPT mini
+ * forward/backward/AdamW, checkpoints loaded into a model). The device is
+ * process-wide, so the comparisons run in a child process.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { REPO } from "../launch/launch_helpers.ts";
+import { HAVE_EMU } from "./_emu.ts";
+
+Deno.test({
+  name: "parity fixtures on cuda-emu: every device comparison within the CPU's tolerances",
+  ignore: !HAVE_EMU,
+  async fn() {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        "--config",
+        join(REPO, "deno.json"),
+        join(REPO, "scripts/parity.ts"),
+        "--device",
+        "cuda-emu",
+        "--only",
+        "toy,gpt,checkpoint",
+      ],
+      env: { NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(out.stdout);
+    assert.equal(out.code, 0, text + new TextDecoder().decode(out.stderr));
+    assert.match(text, /^device: cuda-emu \(cuda-emu:0\)$/m);
+    const rows = text.split("\n").filter((l) => / (PASS|FAIL)\b/.test(l));
+    assert.ok(rows.length >= 30, `expected the toy, gpt and checkpoint rows, got ${rows.length}`);
+    assert.deepEqual(rows.filter((r) => /\bFAIL\b/.test(r)), []);
+    for (const c of ["toy_mlp_e", "gpt_mini", "ckpt_gpt_mini_state_dict.pt"]) {
+      assert.ok(rows.some((r) => r.startsWith(c)), `no ${c} rows`);
+    }
+  },
+});
