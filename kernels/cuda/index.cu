@@ -81,13 +81,15 @@ static dt_status dt_gather_run_(void* out, const void* inp, const int32_t* idx, 
   uintptr_t bits = (uintptr_t)out | (uintptr_t)inp | (uintptr_t)elem;
   int word = (bits & 15) == 0 ? 16 : (bits & 7) == 0 ? 8 : (bits & 3) == 0 ? 4 : (bits & 1) == 0 ? 2 : 1;
   dt_status st;
+#define DT_GATHER_AS_(W) dt_gather_dim_as_<W>(out, inp, idx, n, D, J, inner, elem, per_element, first_bad, s, name)
   switch (word) {
-    case 16: st = dt_gather_dim_as_<uint4>(out, inp, idx, n, D, J, inner, elem, per_element, first_bad, s, name); break;
-    case 8: st = dt_gather_dim_as_<uint2>(out, inp, idx, n, D, J, inner, elem, per_element, first_bad, s, name); break;
-    case 4: st = dt_gather_dim_as_<uint32_t>(out, inp, idx, n, D, J, inner, elem, per_element, first_bad, s, name); break;
-    case 2: st = dt_gather_dim_as_<uint16_t>(out, inp, idx, n, D, J, inner, elem, per_element, first_bad, s, name); break;
-    default: st = dt_gather_dim_as_<uint8_t>(out, inp, idx, n, D, J, inner, elem, per_element, first_bad, s, name);
+    case 16: st = DT_GATHER_AS_(uint4); break;
+    case 8: st = DT_GATHER_AS_(uint2); break;
+    case 4: st = DT_GATHER_AS_(uint32_t); break;
+    case 2: st = DT_GATHER_AS_(uint16_t); break;
+    default: st = DT_GATHER_AS_(uint8_t);
   }
+#undef DT_GATHER_AS_
   if (st != DT_OK) {
     dt_scratch_free_(first_bad, s);
     return st;
