@@ -7,6 +7,8 @@
  */
 import type { Dataset } from "./dataset.ts";
 import type { Tensor } from "../tensor/tensor.ts";
+import { setImmediate } from "node:timers";
+import { enter, leave } from "../profile/profile.ts";
 
 /** What orders the indices of an epoch. */
 export interface Sampler {
@@ -220,18 +222,25 @@ export class DataLoader {
         // Batches that are ready at once resolve as microtasks, which would starve the event
         // loop (signal handlers, the control store's phase reports): give it a turn now and then.
         if (performance.now() - this.#lastYield > YIELD_EVERY_MS) {
-          await new Promise((r) => setTimeout(r, 0));
+          // setImmediate, not setTimeout(0): one turn of the loop (timers, I/O, signals) in a few
+          // microseconds, where a timer waits for the clock's next millisecond (~1-3 ms here).
+          await new Promise((r) => setImmediate(r));
           this.#lastYield = performance.now();
         }
         const t0 = performance.now();
+        const prev = enter("data wait");
         let tensors: Tensor[];
-        if (useAsync) {
-          start(b);
-          for (let k = 1; k <= this.prefetch; k++) start(b + k);
-          tensors = await pending.get(b)!;
-          pending.delete(b);
-        } else {
-          tensors = this.dataset.getBatch(slice(b));
+        try {
+          if (useAsync) {
+            start(b);
+            for (let k = 1; k <= this.prefetch; k++) start(b + k);
+            tensors = await pending.get(b)!;
+            pending.delete(b);
+          } else {
+            tensors = this.dataset.getBatch(slice(b));
+          }
+        } finally {
+          leave(prev);
         }
         const waitMs = performance.now() - t0;
         this.#totalWaitMs += waitMs;

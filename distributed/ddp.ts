@@ -26,6 +26,7 @@ import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/a
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./control/phase.ts";
 import { allGatherJson } from "./gather_json.ts";
+import { enter, leave } from "../profile/profile.ts";
 
 /** DDP options (torch's names in camelCase). */
 export interface DDPOptions {
@@ -64,6 +65,7 @@ export class DistributedDataParallel<M extends Module> {
 
   constructor(readonly module: M, readonly pg: ProcessGroup, opts: DDPOptions = {}) {
     this.#findUnused = opts.findUnusedParameters ?? false;
+    const profiled = enter("ddp setup");
     const named = module.namedParameters();
     for (const [n, p] of named) this.#names.set(p, n);
     phase("ddp: verify parameters");
@@ -78,6 +80,7 @@ export class DistributedDataParallel<M extends Module> {
     this.#removeObserver = addBackwardObserver({
       onBackwardEnd: (received) => this.#endPass(received),
     });
+    leave(profiled);
   }
 
   /** The wrapped module's forward, typed by the module. */
@@ -121,10 +124,12 @@ export class DistributedDataParallel<M extends Module> {
    */
   finishGradSync(): void {
     if (!this.#syncPending) return;
+    const profiled = enter("reduction wait");
     try {
       for (const b of this.buckets) if (!b.work) this.#start(b);
       for (const b of this.#started) b.work!.wait();
     } finally {
+      leave(profiled);
       for (const b of this.buckets) b.work = null;
       this.#started = [];
       this.#syncPending = false;

@@ -20,7 +20,7 @@ export interface ProcessGroupOptions {
    *  64). Default: DTRAIN_SHM_CHUNK_BYTES, else 1 MiB. Rank 0's value wins. */
   chunkBytes?: number;
   /** Microseconds a waiting rank spins before it sleeps on a futex. Default:
-   *  DTRAIN_SHM_SPIN_US, else 50. */
+   *  DTRAIN_SHM_SPIN_US, else 50, or 0 when this machine runs more ranks than it has cores. */
   spinUs?: number;
   /** The backend, instead of the default: NCCL on a GPU rank; on the CPU DTRAIN_CPU_BACKEND,
    *  else shm on one machine and gloo across machines (shm cannot span machines); "single"
@@ -59,6 +59,18 @@ export interface ResolvedProcessGroupConfig extends ProcessGroupConfig {
 export const DEFAULT_CHUNK_BYTES = 1 << 20;
 /** Default spin before sleeping: a few barrier round trips. */
 export const DEFAULT_SPIN_US = 50;
+
+/**
+ * The spin before sleeping when nobody set one: DEFAULT_SPIN_US while every
+ * rank of this machine can have a core, none when there are more ranks than
+ * cores (a spinning rank would take the core the rank it waits for needs).
+ */
+export function defaultSpinUs(
+  localRanks: number,
+  cores = navigator.hardwareConcurrency || 1,
+): number {
+  return localRanks > cores ? 0 : DEFAULT_SPIN_US;
+}
 
 const RUN_ID = /^[A-Za-z0-9._-]{1,160}$/;
 
@@ -107,7 +119,7 @@ export function resolveProcessGroupConfig(
     timeoutMs,
     detail: debugDetail(get),
     chunkBytes: opts.chunkBytes ?? intVar(get, "DTRAIN_SHM_CHUNK_BYTES") ?? DEFAULT_CHUNK_BYTES,
-    spinUs: opts.spinUs ?? intVar(get, "DTRAIN_SHM_SPIN_US") ?? DEFAULT_SPIN_US,
+    spinUs: opts.spinUs ?? intVar(get, "DTRAIN_SHM_SPIN_US") ?? defaultSpinUs(world.localWorldSize),
   };
   const { rank, worldSize: size, localWorldSize: localSize, nnodes } = world;
   const spansMachines = nnodes > 1 || localSize !== size;

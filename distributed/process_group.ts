@@ -18,6 +18,7 @@ import { backend } from "../tensor/backend.ts";
 import { describeBackend } from "../tensor/device_choice.ts";
 import { reportProcessGroup } from "./control/rank_runtime.ts";
 import { SingleProcessGroup } from "./single_process_group.ts";
+import { section } from "../profile/profile.ts";
 
 export type {
   BufferLike,
@@ -121,11 +122,12 @@ export function initProcessGroup(options: ProcessGroupOptions = {}): ProcessGrou
   }
   const pg: ProcessGroup = kind === "single"
     ? new SingleProcessGroup(cfg.timeoutMs, b.device)
-    : kind === "nccl"
-    ? NcclProcessGroup.open({ rank: cfg.rank, size: cfg.size, timeoutMs: cfg.timeoutMs })
-    : kind === "gloo"
-    ? GlooProcessGroup.open(cfg)
-    : ShmProcessGroup.open(cfg);
+    : section("rendezvous", () =>
+      kind === "nccl"
+        ? NcclProcessGroup.open({ rank: cfg.rank, size: cfg.size, timeoutMs: cfg.timeoutMs })
+        : kind === "gloo"
+        ? GlooProcessGroup.open(cfg)
+        : ShmProcessGroup.open(cfg));
   reportProcessGroup({ backend: pg.backend, worldSize: pg.size, device: describeBackend(b) });
   return pg;
 }

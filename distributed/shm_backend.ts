@@ -16,6 +16,7 @@ import {
 import { DtNativeError } from "../ffi/native.ts";
 import { reportCollective } from "./control/phase.ts";
 import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
+import { enter, leave } from "../profile/profile.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -227,11 +228,13 @@ export class ShmProcessGroup implements ProcessGroup {
     }
     const rec = detail === undefined ? { seq, op, bytes } : { seq, op, bytes, detail };
     reportCollective(rec, "enter");
+    const prev = enter("reduction wait");
     try {
       shmLibrary().check(call(handle, BigInt(Math.ceil(timeoutMs))), SYMBOL_OF[op] ?? op);
     } catch (e) {
       throw withFailureKind(e as Error, shmFailureKind(e), { inCollective: true });
     } finally {
+      leave(prev);
       reportCollective(rec, "exit");
     }
   }

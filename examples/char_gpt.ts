@@ -67,6 +67,9 @@ const log = new RunLog({
   totalSteps: steps,
   tokensPerSample: BLOCK,
 });
+// scripts/bench_ddp.ts times this script side by side with PyTorch's w2_gpt.py: the same stamps.
+const bench = Deno.env.get("DTRAIN_BENCH") === "1";
+let tFirst = 0;
 
 let heldOut = NaN;
 try {
@@ -84,6 +87,7 @@ try {
       return l.item();
     });
     log.step({ loss, samples: BATCH, indices: offsets }); // prints the mean over ranks every 10 steps
+    if (step === 1) tFirst = Date.now() / 1000;
     if (step === 10) tWarm = performance.now();
   }
   const tokensPerS = ((steps - 10) * BATCH * BLOCK * pg.size) /
@@ -109,6 +113,9 @@ try {
         Math.round(tokensPerS)
       } tokens/s (steps 11..${steps})`,
     );
+    if (bench) {
+      console.log("BENCH " + JSON.stringify({ t_first_step: tFirst, tokens_per_s: tokensPerS }));
+    }
     heldOut = evalLoss;
     new CheckpointManager(`${world.runDir ?? "runs/char_gpt"}/checkpoints`, { rank: 0 })
       .save({ step: steps, files: [tensorFile("model", ddp.stateDict())], state: { steps } });

@@ -4,6 +4,8 @@
  * (SIGTERM, then SIGKILL after a grace period). Node 0 also polls phases to diagnose hangs.
  */
 import { rankEnv } from "../distributed/control/env.ts";
+import { profiling } from "../profile/profile.ts";
+import { setImmediate } from "node:timers";
 import { type RankView, toFailureNotice, toRankView } from "../distributed/control/rank_state.ts";
 import type { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
@@ -393,7 +395,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
           rank,
           script: ctx.script,
           scriptArgs: opts.scriptArgs,
-          env,
+          env: { ...env, ...profileClock() },
           logPath: join(ctx.runDir, `rank-${rank}.log`),
           logRanks: opts.logRanks,
         });
@@ -410,7 +412,9 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       }
       ranks.push(p);
       p.exited.then((exit) => onRankExit(p, exit));
-      await new Promise((r) => setTimeout(r, 0));
+      // One turn of the event loop (signals, the store) between spawns: setImmediate takes a few
+      // microseconds, a setTimeout(0) waits for the timer clock's next millisecond.
+      await new Promise((r) => setImmediate(r));
     }
     if (ranks.length === 0) return; // stopped before any rank started: onAbort reports it
     log.info(
@@ -443,4 +447,13 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   run();
 
   return { signal, nodeLost, result };
+}
+
+/** With DTRAIN_PROFILE=1, when this launcher started and spawns a rank (epoch ms), for the rank's report. */
+function profileClock(): Record<string, string> {
+  if (!profiling) return {};
+  return {
+    DTRAIN_LAUNCH_MS: String(performance.timeOrigin),
+    DTRAIN_SPAWN_MS: String(performance.timeOrigin + performance.now()),
+  };
 }

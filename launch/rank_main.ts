@@ -19,6 +19,7 @@ import { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys } from "../distributed/control/store_keys.ts";
 import { dieWithParent } from "./pdeathsig.ts";
 import { CHECK_ENV } from "../check/env.ts";
+import { enter, leave } from "../profile/profile.ts";
 
 // Why --preload rather than `await import(script)`: the user's script stays the main module, so
 // import.meta.main is true, Deno.args holds only its own arguments, and the process ends when the
@@ -58,6 +59,7 @@ if (!watch.ok) {
 }
 
 let client: StoreClient;
+const profiled = enter("rendezvous");
 try {
   client = await StoreClient.connect({
     host: world.masterAddr,
@@ -69,6 +71,7 @@ try {
 } catch (e) {
   fatal(`rank ${me}: ${(e as Error).message}`);
 }
+leave(profiled);
 installRankStore(client);
 const keys = attemptKeys(getRankSettings().restartCount);
 const host = Deno.hostname();
@@ -138,3 +141,13 @@ if (Deno.env.get(CHECK_ENV.OUT)) {
   const { installProbeFromEnv } = await import("../check/probe.ts");
   installProbeFromEnv();
 }
+
+// The library the script is about to import, loaded here (once: the script's import finds it
+// evaluated), so that a rank's profile shows module loading apart from the script's own work.
+const loading = enter("module load");
+try {
+  await import("../mod.ts");
+} catch (e) {
+  await fail(e);
+}
+leave(loading);

@@ -11,6 +11,7 @@ import type { Tensor } from "../tensor/tensor.ts";
 import { allocBlock, releaseBlock } from "../tensor/allocator.ts";
 import { noteHostSync } from "../tensor/host_sync.ts";
 import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
+import { section } from "../profile/profile.ts";
 
 /** The gradients' addresses and element counts, as the native calls take them (host arrays). */
 function gradTable(grads: Tensor[]): { ptrs: BigUint64Array; counts: BigInt64Array } {
@@ -61,6 +62,10 @@ export function sumOfSquares(t: Tensor): number {
 
 /** sqrt(sum over grads of sum(g^2)) in double (the fixtures' grad_norms), in one reduction. */
 export function gradNorm(params: Tensor[]): number {
+  return section("optimizer", () => gradNormOf(params));
+}
+
+function gradNormOf(params: Tensor[]): number {
   const grads = params.map((p) => p.grad).filter((g): g is Tensor => g !== null);
   if (grads.length === 0) return 0;
   const { ptrs, counts } = gradTable(grads);
@@ -83,6 +88,10 @@ export function gradNorm(params: Tensor[]): number {
  * (tensor/plain_arithmetic.ts) the norm is measured, not clipped.
  */
 export function clipGradNorm(params: Tensor[], maxNorm: number): number {
+  return section("optimizer", () => clipInPlace(params, maxNorm));
+}
+
+function clipInPlace(params: Tensor[], maxNorm: number): number {
   if (!(maxNorm >= 0)) throw new RangeError(`clipGradNorm: maxNorm must be >= 0, got ${maxNorm}`);
   const grads = params.map((p) => p.grad).filter((g): g is Tensor => g !== null);
   if (grads.length === 0) return 0;

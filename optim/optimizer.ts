@@ -8,6 +8,7 @@ import { scope, Tensor } from "../tensor/tensor.ts";
 import { fromStTensor } from "../tensor/st_bridge.ts";
 import { isStTensor } from "../io/st_tensor.ts";
 import { type CheckpointLike, pickTensors, type TensorFileLike } from "../tensor/state_source.ts";
+import { enter, leave, stepDone } from "../profile/profile.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
 export interface ParamGroup<H> {
@@ -98,7 +99,9 @@ export abstract class Optimizer<H extends { lr: number }> {
 
   /** Sets every gradient to zero (torch 1.13's default zero_grad, not None). */
   zeroGrad(): void {
+    const prev = enter("optimizer");
     for (const p of this.params()) p.grad?.fill(0);
+    leave(prev);
   }
 
   /** Learning rate of the first group. */
@@ -129,7 +132,13 @@ export abstract class Optimizer<H extends { lr: number }> {
   /** Applies one update from the current gradients (parameters without a grad are skipped). */
   step(): void {
     for (const hook of stepHooks) hook(this);
-    this.update();
+    const prev = enter("optimizer");
+    try {
+      this.update();
+    } finally {
+      leave(prev);
+    }
+    stepDone();
   }
 
   /** The update rule itself (step() without the step hooks). */

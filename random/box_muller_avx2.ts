@@ -6,6 +6,7 @@
  * `mul` whose only use is an `add`/`sub` becomes one fused, once-rounded step.
  */
 import { fmaf32 } from "./float32_fma.ts";
+import { cpuExtras } from "../ffi/cpu_extras.ts";
 
 const f = Math.fround;
 
@@ -131,4 +132,32 @@ export function normalFill16Avx2(
     data[offset + j] = fmaf32(f(radius * laneCos), std, mean);
     data[offset + j + 8] = fmaf32(f(radius * laneSin), std, mean);
   }
+}
+
+/**
+ * normalFill16Avx2 over `blocks` consecutive blocks of 16 from `offset`: in
+ * native code (kernels/cpu/random.c, the same bits) when the CPU library is
+ * there, else block by block here.
+ */
+export function normalFillBlocks(
+  data: Float32Array,
+  offset: number,
+  blocks: number,
+  mean: number,
+  std: number,
+): void {
+  const native = blocks >= 4 ? cpuExtras() : null;
+  if (native) {
+    native.check(
+      native.symbols.dt_cpu_normal_fill16(
+        data.subarray(offset, offset + 16 * blocks),
+        BigInt(blocks),
+        mean,
+        std,
+      ),
+      "dt_cpu_normal_fill16",
+    );
+    return;
+  }
+  for (let b = 0; b < blocks; b++) normalFill16Avx2(data, offset + 16 * b, mean, std);
 }

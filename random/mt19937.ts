@@ -2,8 +2,10 @@
  * The MT19937 engine (Matsumoto & Nishimura 1998) exactly as std::mt19937 and
  * torch's CPU generator run it: init_genrand seeding, the 624-word twist and
  * the usual tempering. Only the raw 32-bit stream lives here; distributions
- * built on top of it are in torch_generator.ts.
+ * built on top of it are in torch_generator.ts. Bulk draws run in native code
+ * (kernels/cpu/random.c) when the CPU library is there, with the same bits.
  */
+import { cpuExtras } from "../ffi/cpu_extras.ts";
 
 /** Number of 32-bit words in the MT19937 state. */
 export const MT_STATE_WORDS = 624;
@@ -11,6 +13,9 @@ const M = 397;
 const MATRIX_A = 0x9908b0df;
 const UPPER_MASK = 0x80000000;
 const LOWER_MASK = 0x7fffffff;
+const TWO_POW_MINUS_24 = 2 ** -24;
+/** Below this many draws the JavaScript loop is cheaper than a native call. */
+const NATIVE_MIN = 64;
 
 /** A snapshot of an engine: the 624 state words and the next word to read. */
 export interface Mt19937State {
@@ -32,6 +37,8 @@ export interface Mt19937State {
 export class Mt19937 {
   #words = new Uint32Array(MT_STATE_WORDS);
   #index = MT_STATE_WORDS;
+  /** #index as the native fills read and advance it */
+  readonly #nativeIndex = new Int32Array(1);
 
   /** Creates an engine seeded with the 32-bit value `seed` (init_genrand). */
   constructor(seed: number) {
@@ -64,6 +71,62 @@ export class Mt19937 {
     y ^= (y << 15) & 0xefc60000;
     y ^= y >>> 18;
     return y >>> 0;
+  }
+
+  /**
+   * Writes `(u & 0xFFFFFF) * 2**-24` for the next `to - from` outputs u into
+   * out[from..to): uniform_real_distribution<float>(0, 1) as torch draws it.
+   */
+  fillUnit(out: Float32Array, from: number, to: number): void {
+    const native = to - from >= NATIVE_MIN ? cpuExtras() : null;
+    if (native) {
+      this.#nativeIndex[0] = this.#index;
+      native.check(
+        native.symbols.dt_cpu_mt_unit(
+          this.#words,
+          this.#nativeIndex,
+          out.subarray(from, to),
+          BigInt(to - from),
+        ),
+        "dt_cpu_mt_unit",
+      );
+      this.#index = this.#nativeIndex[0]!;
+      return;
+    }
+    for (let i = from; i < to; i++) out[i] = (this.nextU32() & 0xffffff) * TWO_POW_MINUS_24;
+  }
+
+  /**
+   * out[i] = fmaf(x, span, from) rounded once to float32 for the next unit
+   * draws x (torch's uniform_); `fma` is the float32 fused multiply-add used
+   * when native code is not available.
+   */
+  fillUniform(
+    out: Float32Array,
+    from: number,
+    span: number,
+    fma: (a: number, b: number, c: number) => number,
+  ): void {
+    const native = out.length >= NATIVE_MIN ? cpuExtras() : null;
+    if (native) {
+      this.#nativeIndex[0] = this.#index;
+      native.check(
+        native.symbols.dt_cpu_mt_uniform(
+          this.#words,
+          this.#nativeIndex,
+          out,
+          BigInt(out.length),
+          from,
+          span,
+        ),
+        "dt_cpu_mt_uniform",
+      );
+      this.#index = this.#nativeIndex[0]!;
+      return;
+    }
+    for (let i = 0; i < out.length; i++) {
+      out[i] = fma((this.nextU32() & 0xffffff) * TWO_POW_MINUS_24, span, from);
+    }
   }
 
   /** Copies the state out; restoring it with setState() continues the identical stream. */

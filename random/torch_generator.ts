@@ -6,13 +6,13 @@
  */
 import { Mt19937 } from "./mt19937.ts";
 import { fmaf32 } from "./float32_fma.ts";
-import { normalFill16Avx2 } from "./box_muller_avx2.ts";
+import { normalFillBlocks } from "./box_muller_avx2.ts";
+import { section } from "../profile/profile.ts";
 
 /** torch's default seed (`default_rng_seed_val`), used by `torch.Generator()`. */
 export const TORCH_DEFAULT_SEED = 67280421310721n;
 
 const TWO_POW_32 = 4294967296;
-const TWO_POW_MINUS_24 = 2 ** -24;
 const TWO_POW_MINUS_53 = 2 ** -53;
 const MAX_RANDPERM = 2 ** 31 - 1;
 
@@ -152,9 +152,7 @@ export class TorchGenerator {
       );
     }
     const out = new Float32Array(n);
-    for (let i = 0; i < n; i++) {
-      out[i] = (this.#mt.nextU32() & 0xffffff) * TWO_POW_MINUS_24;
-    }
+    this.#mt.fillUnit(out, 0, n);
     return out;
   }
 
@@ -164,13 +162,14 @@ export class TorchGenerator {
    * `fma(x, hi - lo, lo)` rounded once. Returns `out`.
    */
   uniform_<T extends Float32Array>(out: T, lo: number, hi: number): T {
+    return section("data generation", () => this.#uniform(out, lo, hi));
+  }
+
+  #uniform<T extends Float32Array>(out: T, lo: number, hi: number): T {
     checkBounds("uniform_", lo, hi);
     const from = Math.fround(lo);
     const span = Math.fround(Math.fround(hi) - from);
-    const mt = this.#mt;
-    for (let i = 0; i < out.length; i++) {
-      out[i] = fmaf32((mt.nextU32() & 0xffffff) * TWO_POW_MINUS_24, span, from);
-    }
+    this.#mt.fillUniform(out, from, span, fmaf32);
     return out;
   }
 
@@ -184,6 +183,10 @@ export class TorchGenerator {
    * may differ from glibc in the last bit of a double. Returns `out`.
    */
   normal_<T extends Float32Array>(out: T, mean: number, std: number): T {
+    return section("data generation", () => this.#normal(out, mean, std));
+  }
+
+  #normal<T extends Float32Array>(out: T, mean: number, std: number): T {
     if (!Number.isFinite(mean) || !Number.isFinite(std) || std < 0) {
       throw new RangeError(
         `Cannot draw normal_(mean=${mean}, std=${std}): expected finite values with std >= 0`,
@@ -196,13 +199,11 @@ export class TorchGenerator {
     }
     const meanF = Math.fround(mean);
     const stdF = Math.fround(std);
-    this.#fillUnit(out, 0, size);
-    for (let i = 0; i + 16 <= size; i += 16) {
-      normalFill16Avx2(out, i, meanF, stdF);
-    }
+    this.#mt.fillUnit(out, 0, size);
+    normalFillBlocks(out, 0, Math.floor(size / 16), meanF, stdF);
     if (size % 16 !== 0) {
-      this.#fillUnit(out, size - 16, size);
-      normalFill16Avx2(out, size - 16, meanF, stdF);
+      this.#mt.fillUnit(out, size - 16, size);
+      normalFillBlocks(out, size - 16, 1, meanF, stdF);
     }
     return out;
   }
@@ -240,14 +241,6 @@ export class TorchGenerator {
     this.#mt.setState({ words: state.words, index: state.index });
     this.#seed = seed;
     this.#nextDoubleNormal = cached;
-  }
-
-  /** Writes `uniform_real_distribution<float>(0, 1)` draws into out[from..to). */
-  #fillUnit(out: Float32Array, from: number, to: number): void {
-    const mt = this.#mt;
-    for (let i = from; i < to; i++) {
-      out[i] = (mt.nextU32() & 0xffffff) * TWO_POW_MINUS_24;
-    }
   }
 
   /** torch's `normal_distribution<double>` draw of N(0, 1), with its one-sample cache. */

@@ -1,9 +1,10 @@
 /**
- * Benchmark of allReduce(sum) of f32 between 2 ranks on this machine: dtrain's
- * shared-memory process group side by side with PyTorch's gloo, plus the
- * machine's single-thread memory-copy bandwidth as the physical reference.
+ * Benchmark of allReduce(sum) of f32 between 2, 4 and 8 ranks on this
+ * machine: dtrain's shared-memory process group side by side with PyTorch's
+ * gloo, plus the machine's single-thread memory-copy bandwidth as the
+ * physical reference.
  *
- *   deno run -A scripts/bench_allreduce.ts [--sizes 1,16,64] [--iters 20]
+ *   deno run -A scripts/bench_allreduce.ts [--ranks 2,4,8] [--sizes 1,16,64] [--iters 20]
  *       [--warmup 5] [--repeat 1] [--chunk BYTES] [--spin-us US] [--no-gloo] [--json]
  *
  * Method (the same as ../shared/peers/pytorch/w3_allreduce.py): per size,
@@ -19,7 +20,6 @@ import { fileURLToPath } from "node:url";
 import { initProcessGroup } from "../distributed/process_group.ts";
 import { cpuCalls, cpuKernels } from "../ffi/cpu.ts";
 
-const WORLD = 2;
 /** A rank that runs longer than this is killed (a hang must not outlive the benchmark). */
 const RANK_LIMIT_MS = 300_000;
 const SELF = fileURLToPath(import.meta.url);
@@ -56,6 +56,7 @@ function latencyUs(fn: () => void): number {
 
 /** One rank of the dtrain measurement: prints the times as JSON (rank 0). */
 function worker(sizes: number[], warmup: number, iters: number): void {
+  const world = Number(Deno.env.get("WORLD_SIZE"));
   using pg = initProcessGroup();
   const out: SizeTimes[] = [];
   for (const mib of sizes) {
@@ -70,7 +71,7 @@ function worker(sizes: number[], warmup: number, iters: number): void {
     }
     const all = new Float64Array(iters * pg.size);
     pg.allGather(all, mine);
-    const want = WORLD ** (warmup + iters);
+    const want = world ** (warmup + iters);
     if (t[0] !== want || t[t.length - 1] !== want) {
       throw new Error(`wrong allReduce result: ${t[0]}, ${t[t.length - 1]}, expected ${want}`);
     }
@@ -91,14 +92,15 @@ function worker(sizes: number[], warmup: number, iters: number): void {
   if (pg.rank === 0) console.log(JSON.stringify(result));
 }
 
-/** Starts `WORLD` processes and returns rank 0's stdout (the others' must succeed). */
+/** Starts `world` processes and returns rank 0's stdout (the others' must succeed). */
 async function runRanks(
+  world: number,
   cmd: string,
   argsOf: (rank: number) => string[],
   envOf: (rank: number) => Record<string, string>,
 ): Promise<string> {
   const children = Array.from(
-    { length: WORLD },
+    { length: world },
     (_, r) =>
       new Deno.Command(cmd, {
         args: argsOf(r),
@@ -128,6 +130,7 @@ async function runRanks(
 }
 
 async function benchDtrain(
+  world: number,
   sizes: number[],
   warmup: number,
   iters: number,
@@ -135,6 +138,7 @@ async function benchDtrain(
 ): Promise<DtrainResult> {
   const runId = `bench-${Deno.pid}-${Date.now()}`;
   const stdout = await runRanks(
+    world,
     Deno.execPath(),
     () => [
       "run",
@@ -151,8 +155,8 @@ async function benchDtrain(
     (r) => ({
       RANK: String(r),
       LOCAL_RANK: String(r),
-      WORLD_SIZE: String(WORLD),
-      LOCAL_WORLD_SIZE: String(WORLD),
+      WORLD_SIZE: String(world),
+      LOCAL_WORLD_SIZE: String(world),
       GROUP_RANK: "0",
       DTRAIN_NNODES: "1",
       DTRAIN_RUN_ID: runId,
@@ -220,6 +224,7 @@ function freePort(): number {
 }
 
 async function benchGloo(
+  world: number,
   python: string,
   sizes: number[],
   warmup: number,
@@ -227,11 +232,12 @@ async function benchGloo(
 ): Promise<SizeTimes[]> {
   const port = String(freePort());
   const stdout = await runRanks(
+    world,
     python,
     () => ["-c", GLOO_RANK, sizes.join(","), String(warmup), String(iters)],
     (r) => ({
       RANK: String(r),
-      WORLD_SIZE: String(WORLD),
+      WORLD_SIZE: String(world),
       LOCAL_RANK: String(r),
       MASTER_ADDR: "127.0.0.1",
       MASTER_PORT: port,
@@ -265,13 +271,51 @@ function benchMemcpy(): number {
   }
 }
 
-const busbw = (mib: number, seconds: number) =>
-  ((mib * 2 ** 20) / seconds) * (2 * (WORLD - 1) / WORLD) / 1e9;
+const busbw = (world: number, mib: number, seconds: number) =>
+  ((mib * 2 ** 20) / seconds) * (2 * (world - 1) / world) / 1e9;
+
+/** What one world size measured: dtrain's and gloo's pooled call times, latencies. */
+interface WorldResult {
+  world: number;
+  dtrain: SizeTimes[];
+  gloo: SizeTimes[] | null;
+  barrierUs: number;
+  tinyAllReduceUs: number;
+}
+
+async function measureWorld(
+  world: number,
+  sizes: number[],
+  warmup: number,
+  iters: number,
+  repeat: number,
+  python: string | null,
+  env: Record<string, string>,
+): Promise<WorldResult> {
+  // Runs alternate between dtrain and gloo, so both see the same machine load;
+  // the timed calls of all runs are pooled per size.
+  const runs: DtrainResult[] = [];
+  const glooRuns: SizeTimes[][] = [];
+  for (let i = 0; i < repeat; i++) {
+    runs.push(await benchDtrain(world, sizes, warmup, iters, env));
+    if (python) glooRuns.push(await benchGloo(world, python, sizes, warmup, iters));
+  }
+  const pool = (rs: SizeTimes[][]) =>
+    sizes.map((mib) => ({ mib, times: rs.flatMap((r) => r.find((x) => x.mib === mib)!.times) }));
+  return {
+    world,
+    dtrain: pool(runs.map((r) => r.sizes)),
+    gloo: python ? pool(glooRuns) : null,
+    barrierUs: median(runs.map((r) => r.barrierUs)),
+    tinyAllReduceUs: median(runs.map((r) => r.tinyAllReduceUs)),
+  };
+}
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       worker: { type: "boolean", default: false },
+      ranks: { type: "string", default: "2,4,8" },
       sizes: { type: "string", default: "1,16,64" },
       iters: { type: "string", default: "20" },
       warmup: { type: "string", default: "5" },
@@ -289,63 +333,61 @@ async function main(): Promise<void> {
   const env: Record<string, string> = {};
   if (values.chunk) env.DTRAIN_SHM_CHUNK_BYTES = values.chunk;
   if (values["spin-us"]) env.DTRAIN_SHM_SPIN_US = values["spin-us"];
-  // Runs alternate between dtrain and gloo, so both see the same machine load;
-  // the timed calls of all runs are pooled per size.
   const repeat = Number(values.repeat);
   const python = values["no-gloo"] ? null : findTorchPython();
-  const runs: DtrainResult[] = [];
-  const glooRuns: SizeTimes[][] = [];
-  for (let i = 0; i < repeat; i++) {
-    runs.push(await benchDtrain(sizes, warmup, iters, env));
-    if (python) glooRuns.push(await benchGloo(python, sizes, warmup, iters));
+  const memcpyBefore = benchMemcpy();
+  const results: WorldResult[] = [];
+  for (const world of values.ranks.split(",").map(Number)) {
+    results.push(await measureWorld(world, sizes, warmup, iters, repeat, python, env));
   }
-  const pool = (rs: SizeTimes[][]) =>
-    sizes.map((mib) => ({ mib, times: rs.flatMap((r) => r.find((x) => x.mib === mib)!.times) }));
-  const dtrain = pool(runs.map((r) => r.sizes));
-  const gloo = python ? pool(glooRuns) : null;
-  const barrierUs = median(runs.map((r) => r.barrierUs));
-  const tinyAllReduceUs = median(runs.map((r) => r.tinyAllReduceUs));
-  const memcpy = benchMemcpy();
+  // memcpy before and after the collectives: the reference is their mean
+  const memcpy = (memcpyBefore + benchMemcpy()) / 2;
 
   if (values.json) {
     const loadavg = Deno.loadavg();
-    console.log(
-      JSON.stringify({ dtrain, barrierUs, tinyAllReduceUs, gloo, memcpyGBs: memcpy, loadavg }),
-    );
+    console.log(JSON.stringify({ results, memcpyGBs: memcpy, loadavg }));
     return;
   }
   const fmt = (x: number | undefined, d = 2) => x === undefined ? "-" : x.toFixed(d);
   console.log(
-    `allReduce(sum) f32, ${WORLD} ranks, 1 thread each; ${warmup} warm-up + ${iters} timed calls ` +
-      `x ${repeat} run(s), median`,
+    `allReduce(sum) f32, 1 thread per rank; ${warmup} warm-up + ${iters} timed calls ` +
+      `x ${repeat} run(s), median; busbw = bytes / time x 2(n-1)/n`,
   );
   console.log(
-    "| size MiB | dtrain ms/call | dtrain busbw GB/s | gloo ms/call | gloo busbw GB/s | ratio |",
+    "| ranks | size MiB | dtrain ms/call | dtrain busbw GB/s | busbw / memcpy | gloo ms/call | gloo busbw GB/s | ratio |",
   );
-  console.log("|---:|---:|---:|---:|---:|---:|");
-  for (const d of dtrain) {
-    const g = gloo?.find((x) => x.mib === d.mib);
-    const dms = median(d.times), gms = g ? median(g.times) : undefined;
-    const dbw = busbw(d.mib, dms), gbw = gms === undefined ? undefined : busbw(d.mib, gms);
-    console.log(
-      `| ${d.mib} | ${fmt(dms * 1e3, 3)} | ${fmt(dbw)} | ${
-        fmt(gms === undefined ? undefined : gms * 1e3, 3)
-      } | ` +
-        `${fmt(gbw)} | ${gbw === undefined ? "-" : (dbw / gbw).toFixed(1) + "x"} |`,
-    );
+  console.log("|---:|---:|---:|---:|---:|---:|---:|---:|");
+  for (const r of results) {
+    for (const d of r.dtrain) {
+      const g = r.gloo?.find((x) => x.mib === d.mib);
+      const dms = median(d.times), gms = g ? median(g.times) : undefined;
+      const dbw = busbw(r.world, d.mib, dms);
+      const gbw = gms === undefined ? undefined : busbw(r.world, d.mib, gms);
+      console.log(
+        `| ${r.world} | ${d.mib} | ${fmt(dms * 1e3, 3)} | ${fmt(dbw)} | ${fmt(dbw / memcpy)} | ${
+          fmt(gms === undefined ? undefined : gms * 1e3, 3)
+        } | ` +
+          `${fmt(gbw)} | ${gbw === undefined ? "-" : (dbw / gbw).toFixed(1) + "x"} |`,
+      );
+    }
   }
-  if (!gloo) {
+  if (!python) {
     console.log(
       values["no-gloo"]
         ? "gloo: skipped (--no-gloo)"
         : "gloo: skipped (no python3 here can import torch; set DTRAIN_BENCH_PYTHON)",
     );
   }
-  console.log(`memcpy 256 MiB, 1 thread: ${memcpy.toFixed(2)} GB/s (read + written bytes / time)`);
   console.log(
-    `dtrain latency, back to back: barrier ${barrierUs.toFixed(2)} µs, ` +
-      `allReduce of 1 f32 ${tinyAllReduceUs.toFixed(2)} µs`,
+    `memcpy 256 MiB, 1 thread: ${memcpy.toFixed(2)} GB/s (read + written bytes / time; ` +
+      `mean of before and after the collectives)`,
   );
+  for (const r of results) {
+    console.log(
+      `dtrain latency, ${r.world} ranks, back to back: barrier ${r.barrierUs.toFixed(2)} µs, ` +
+        `allReduce of 1 f32 ${r.tinyAllReduceUs.toFixed(2)} µs`,
+    );
+  }
   console.log(`load average: ${Deno.loadavg().map((x) => x.toFixed(2)).join(" ")}`);
 }
 

@@ -1,12 +1,18 @@
 /**
- * The original harness on 2 CPU ranks, dtrain against PyTorch DDP (gloo,
- * torchrun), side by side in one run, one thread per rank, alternating
- * trials: steady-state samples/s (steps 11..end, epoch-end checkpoints and
- * barriers included), launch → first finished optimizer step, and the whole
- * command's wall time. dtrain runs examples/toy_ddp.ts; PyTorch runs
- * ../shared/peers/pytorch/w1_toy.py through its torchrun_fix.py.
+ * DDP on 2 CPU ranks, dtrain against PyTorch DDP (gloo, torchrun), side by
+ * side in one run, one thread per rank, alternating trials. Two workloads:
+ * - toy: the original harness; dtrain runs examples/toy_ddp.ts, PyTorch
+ *   ../shared/peers/pytorch/w1_toy.py: steady-state samples/s (steps 11..end,
+ *   epoch-end checkpoints and barriers included), launch → first finished
+ *   optimizer step, and the whole command's wall time;
+ * - gpt: GPT-mini on the fortunes corpus, 60 steps of 16 x 128 tokens per
+ *   rank; dtrain runs examples/char_gpt.ts, PyTorch w2_gpt.py: tokens/s over
+ *   steps 11..60 (needs Debian's fortunes package).
  *
- *   deno run -A scripts/bench_ddp.ts [--trials 3] [--peers DIR]
+ * Then one more dtrain toy run under DTRAIN_PROFILE=1 prints where each
+ * rank's start-up and steps went.
+ *
+ *   deno run -A scripts/bench_ddp.ts [--trials 3] [--workloads toy,gpt] [--peers DIR]
  */
 import { parseArgs } from "node:util";
 import { join } from "node:path";
@@ -18,14 +24,41 @@ const PYTHON = "/usr/bin/python3";
 interface Sample {
   wallS: number;
   firstStepS: number;
-  samplesPerS: number;
+  /** samples/s (toy) or tokens/s (gpt) */
+  rate: number;
 }
+
+interface Workload {
+  /** dtrain's script and its arguments */
+  dtrain: string[];
+  /** the PyTorch peer's script and its arguments (run by torchrun_fix.py), given a scratch folder */
+  torch: (tmp: string) => string[];
+  /** the BENCH field holding the rate */
+  rateField: string;
+  rateName: string;
+}
+
+const WORKLOADS: Record<string, Workload> = {
+  toy: {
+    dtrain: ["examples/toy_ddp.ts"],
+    torch: (tmp) => ["w1_toy.py", "--ckpt-dir", tmp],
+    rateField: "ss_samples_per_s",
+    rateName: "toy DDP steady-state samples/s",
+  },
+  gpt: {
+    dtrain: ["examples/char_gpt.ts", "60"],
+    torch: () => ["w2_gpt.py", "--steps", "60"],
+    rateField: "tokens_per_s",
+    rateName: "GPT-mini DDP tokens/s (steps 11..60)",
+  },
+};
 
 async function timed(
   cmd: string,
   args: string[],
   cwd: string,
   env: Record<string, string>,
+  rateField: string,
 ): Promise<Sample> {
   const t0 = Date.now() / 1000;
   const out = await new Deno.Command(cmd, {
@@ -43,9 +76,29 @@ async function timed(
     );
   }
   const lines = [...text.matchAll(/BENCH (\{.*\})/g)].map((m) => JSON.parse(m[1]!));
-  const r0 = lines.find((l) => l.ss_samples_per_s !== undefined);
-  if (!r0) throw new Error(`no BENCH line with samples/s in the output of ${cmd}:\n${text}`);
-  return { wallS, firstStepS: r0.t_first_step - t0, samplesPerS: r0.ss_samples_per_s };
+  const r0 = lines.find((l) => l[rateField] !== undefined);
+  if (!r0) throw new Error(`no BENCH line with ${rateField} in the output of ${cmd}:\n${text}`);
+  return { wallS, firstStepS: r0.t_first_step - t0, rate: r0[rateField] };
+}
+
+/** The [profile] lines of one toy run with DTRAIN_PROFILE=1. */
+async function profiledToyRun(tmp: string): Promise<string[]> {
+  const out = await new Deno.Command(join(ROOT, "dtrain"), {
+    args: [
+      "--nproc",
+      "2",
+      "--threads",
+      "1",
+      "--run-dir",
+      join(tmp, "profiled"),
+      join(ROOT, "examples/toy_ddp.ts"),
+    ],
+    cwd: tmp,
+    env: { DTRAIN_PROFILE: "1" },
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  return new TextDecoder().decode(out.stderr).split("\n").filter((l) => l.includes("[profile]"));
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -55,82 +108,94 @@ if (import.meta.main) {
     args: Deno.args,
     options: {
       trials: { type: "string", default: "3" },
+      workloads: { type: "string", default: "toy,gpt" },
       peers: { type: "string", default: join(ROOT, "..", "shared", "peers", "pytorch") },
     },
   });
   const tmp = Deno.makeTempDirSync({ prefix: "dtrain-bench-ddp-" });
-  const ours: Sample[] = [], theirs: Sample[] = [];
+  const rows = [[
+    "quantity (2 ranks, 1 thread each)",
+    "dtrain",
+    "PyTorch DDP",
+    "dtrain advantage",
+    "goal",
+  ]];
+  const counts: string[] = [];
+  let profile: string[] = [];
   try {
-    for (let t = 0; t < Number(values.trials); t++) {
-      ours.push(
-        await timed(
-          join(ROOT, "dtrain"),
-          [
-            "--nproc",
-            "2",
-            "--threads",
-            "1",
-            "--run-dir",
-            join(tmp, `d${t}`),
-            join(ROOT, "examples/toy_ddp.ts"),
-          ],
-          tmp,
-          {
-            DTRAIN_BENCH: "1",
-          },
-        ),
-      );
-      try {
-        theirs.push(
+    for (const name of values.workloads!.split(",")) {
+      const w = WORKLOADS[name];
+      if (!w) throw new Error(`unknown workload ${name}: expected ${Object.keys(WORKLOADS)}`);
+      const ours: Sample[] = [], theirs: Sample[] = [];
+      for (let t = 0; t < Number(values.trials); t++) {
+        ours.push(
           await timed(
-            PYTHON,
+            join(ROOT, "dtrain"),
             [
-              "torchrun_fix.py",
-              "--nproc_per_node",
+              "--nproc",
               "2",
-              "--standalone",
-              "w1_toy.py",
-              "--ckpt-dir",
-              tmp,
+              "--threads",
+              "1",
+              "--run-dir",
+              join(tmp, `${name}${t}`),
+              join(ROOT, w.dtrain[0]!),
+              ...w.dtrain.slice(1),
             ],
-            values.peers!,
-            {
-              OMP_NUM_THREADS: "1",
-              BENCH_TMP: tmp,
-            },
+            tmp,
+            { DTRAIN_BENCH: "1" },
+            w.rateField,
           ),
         );
-      } catch (e) {
-        console.error(`PyTorch peer skipped: ${(e as Error).message.split("\n")[0]}`);
+        try {
+          theirs.push(
+            await timed(
+              PYTHON,
+              ["torchrun_fix.py", "--nproc_per_node", "2", "--standalone", ...w.torch(tmp)],
+              values.peers!,
+              { OMP_NUM_THREADS: "1", BENCH_TMP: tmp },
+              w.rateField,
+            ),
+          );
+        } catch (e) {
+          console.error(`PyTorch peer skipped: ${(e as Error).message.split("\n")[0]}`);
+        }
       }
+      const row = (
+        label: string,
+        pick: (s: Sample) => number,
+        higherIsBetter: boolean,
+        goal: string,
+        digits = 2,
+      ) => {
+        const o = median(ours.map(pick));
+        const p = theirs.length ? median(theirs.map(pick)) : NaN;
+        const ratio = higherIsBetter ? o / p : p / o;
+        return [
+          label,
+          o.toFixed(digits),
+          Number.isNaN(p) ? "n/a" : p.toFixed(digits),
+          Number.isNaN(p) ? "n/a" : `${ratio.toFixed(2)}x`,
+          goal,
+        ];
+      };
+      if (name === "toy") {
+        rows.push(row(w.rateName, (s) => s.rate, true, ">= 6x", 0));
+        rows.push(row("launch -> first optimizer step (s)", (s) => s.firstStepS, false, ">= 6x"));
+        rows.push(row("whole command wall time (s)", (s) => s.wallS, false, ""));
+      } else {
+        rows.push(row(w.rateName, (s) => s.rate, true, ">= 3x", 0));
+      }
+      counts.push(`${name}: ${ours.length} dtrain and ${theirs.length} PyTorch trials`);
     }
+    if (values.workloads!.split(",").includes("toy")) profile = await profiledToyRun(tmp);
   } finally {
     Deno.removeSync(tmp, { recursive: true });
   }
-  const row = (
-    name: string,
-    pick: (s: Sample) => number,
-    higherIsBetter: boolean,
-    goal: string,
-  ) => {
-    const o = median(ours.map(pick));
-    const p = theirs.length ? median(theirs.map(pick)) : NaN;
-    const ratio = higherIsBetter ? o / p : p / o;
-    return [
-      name,
-      o.toFixed(2),
-      Number.isNaN(p) ? "n/a" : p.toFixed(2),
-      Number.isNaN(p) ? "n/a" : `${ratio.toFixed(2)}x`,
-      goal,
-    ];
-  };
-  const rows = [
-    ["quantity (2 ranks, 1 thread each)", "dtrain", "PyTorch DDP", "dtrain advantage", "goal"],
-    row("steady-state samples/s", (s) => s.samplesPerS, true, ">= 3x"),
-    row("launch -> first optimizer step (s)", (s) => s.firstStepS, false, ">= 3x"),
-    row("whole command wall time (s)", (s) => s.wallS, false, ""),
-  ];
-  const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  for (const r of rows) console.log(r.map((c, i) => c.padEnd(w[i]!)).join("  "));
-  console.log(`(median of ${ours.length} dtrain and ${theirs.length} PyTorch trials, alternating)`);
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join("  "));
+  console.log(`(median of ${counts.join(", ")}, alternating)`);
+  if (profile.length) {
+    console.log("\nDTRAIN_PROFILE=1 ./dtrain --nproc 2 --threads 1 examples/toy_ddp.ts:");
+    for (const line of profile) console.log(line);
+  }
 }

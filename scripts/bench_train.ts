@@ -1,13 +1,15 @@
 /**
  * Single-process training steps/s (forward + backward + AdamW) of the toy
  * classifier (batch 64), GPT-mini (vocab 256, block 128, 4 layers, 4 heads,
- * width 128, batch 16) and a small CNN (two conv + batch-norm + ReLU +
- * max-pool blocks and a linear head, batch 64 of 28x28), dtrain and PyTorch
- * side by side in one run, both on one thread, alternating trials; prints
- * both and the ratio of wall-clock steps/s, and the ratio of steps per CPU
- * second (what each process itself spent: steadier on a shared machine).
+ * width 128, batch 16) in f32 and with its forward under bf16 autocast
+ * (gpt-bf16), and a small CNN (two conv + batch-norm + ReLU + max-pool blocks
+ * and a linear head, batch 64 of 28x28), dtrain and PyTorch side by side in
+ * one run, both on one thread, alternating trials; prints both and the ratio
+ * of wall-clock steps/s, and the ratio of steps per CPU second (what each
+ * process itself spent: steadier on a shared machine); with gpt and gpt-bf16,
+ * also dtrain's bf16 against its own f32.
  *
- *   deno run -A scripts/bench_train.ts [--trials 3] [--models toy,gpt,cnn]
+ *   deno run -A scripts/bench_train.ts [--trials 3] [--models toy,gpt,gpt-bf16,cnn]
  */
 import process from "node:process";
 import { parseArgs } from "node:util";
@@ -22,8 +24,10 @@ import { crossEntropy } from "../tensor/ops/nn.ts";
 import { backward } from "../tensor/autograd.ts";
 import { getDefaultGenerator, manualSeed } from "../nn/init.ts";
 import { smallCnn } from "../parity/cnn.ts";
+import { autocast } from "../amp/autocast.ts";
+import { gemmKernel } from "../ffi/cpu_extras.ts";
 
-type Model = "toy" | "gpt" | "cnn";
+type Model = "toy" | "gpt" | "gpt-bf16" | "cnn";
 
 /** Steps per second of wall clock and of this process's CPU time. */
 interface Rate {
@@ -93,10 +97,11 @@ function dtrainSteps(which: Model, steps: number): Rate {
       ).keep();
     const xt = tok(), yt = tok();
     const opt = new AdamW(model.parameters(), { lr: 3e-4 });
+    const low = which === "gpt-bf16" ? "bf16" : null;
     stepFn = () =>
       scope(() => {
         opt.zeroGrad();
-        const loss = model.loss(xt, yt);
+        const loss = autocast(low, () => model.loss(xt, yt));
         backward(loss);
         opt.step();
         loss.item();
@@ -145,17 +150,23 @@ function median(xs: number[]): number {
 const LABEL: Record<Model, string> = {
   toy: "toy (batch 64)",
   gpt: "GPT-mini (batch 16x128)",
+  "gpt-bf16": "GPT-mini, bf16 autocast",
   cnn: "CNN (batch 64, 28x28)",
 };
-const GOAL: Record<Model, string> = { toy: ">= 3x", gpt: ">= 1.0x", cnn: ">= 1.5x" };
-const STEPS: Record<Model, number> = { toy: 2000, gpt: 20, cnn: 30 };
+const GOAL: Record<Model, string> = {
+  toy: ">= 3x",
+  gpt: ">= 1.0x",
+  "gpt-bf16": "",
+  cnn: ">= 1.5x",
+};
+const STEPS: Record<Model, number> = { toy: 2000, gpt: 20, "gpt-bf16": 20, cnn: 30 };
 
 if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
     options: {
       trials: { type: "string", default: "3" },
-      models: { type: "string", default: "toy,gpt,cnn" },
+      models: { type: "string", default: "toy,gpt,gpt-bf16,cnn" },
     },
   });
   buildNative({ quiet: true });
@@ -169,9 +180,10 @@ if (import.meta.main) {
     "ratio per CPU second",
     "goal",
   ]];
+  const dtrainMedian = new Map<Model, Rate>();
   for (const which of values.models!.split(",") as Model[]) {
     if (!(which in LABEL)) {
-      throw new RangeError(`--models: unknown model "${which}" (toy, gpt, cnn)`);
+      throw new RangeError(`--models: unknown model "${which}" (toy, gpt, gpt-bf16, cnn)`);
     }
     const ours: Rate[] = [], theirs: Rate[] = [];
     for (let t = 0; t < trials; t++) {
@@ -182,6 +194,7 @@ if (import.meta.main) {
     const o = median(ours.map((r) => r.wall)), oc = median(ours.map((r) => r.cpu));
     const p = theirs.length ? median(theirs.map((r) => r.wall)) : NaN;
     const pc = theirs.length ? median(theirs.map((r) => r.cpu)) : NaN;
+    dtrainMedian.set(which, { wall: o, cpu: oc });
     rows.push([
       LABEL[which],
       o.toFixed(1),
@@ -191,9 +204,24 @@ if (import.meta.main) {
       GOAL[which],
     ]);
   }
+  const f32 = dtrainMedian.get("gpt"), bf16 = dtrainMedian.get("gpt-bf16");
+  if (f32 && bf16) {
+    rows.push([
+      "GPT-mini bf16 / dtrain f32",
+      "",
+      "",
+      (bf16.wall / f32.wall).toFixed(2) + "x",
+      (bf16.cpu / f32.cpu).toFixed(2) + "x",
+      ">= 1.5x",
+    ]);
+  }
   const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) {
     console.log(r.map((c, i) => c.padEnd(w[i]!)).join("  "));
   }
-  console.log(`(median of ${trials} alternating trials, one thread each)`);
+  console.log(
+    `(median of ${trials} alternating trials, one thread each; dtrain's bf16 GEMM kernel: ${
+      gemmKernel("bf16")
+    })`,
+  );
 }

@@ -7,6 +7,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { backend } from "./backend.ts";
 import { empty, full, type Tensor } from "./tensor.ts";
+import { enter, leave } from "../profile/profile.ts";
 
 /** One recorded op: given the gradient of its output, the gradients of its inputs. */
 export interface Node {
@@ -131,6 +132,15 @@ export interface BackwardOptions {
  * any scope, so it lives as long as the parameter).
  */
 export function backward(output: Tensor, opts: BackwardOptions = {}): void {
+  const prev = enter("backward");
+  try {
+    backwardPass(output, opts);
+  } finally {
+    leave(prev);
+  }
+}
+
+function backwardPass(output: Tensor, opts: BackwardOptions): void {
   if (!output.requiresGrad || !output.node) {
     throw new Error(
       `backward(): the tensor of shape [${output.shape}] does not require grad (no recorded op)`,

@@ -11,6 +11,7 @@ import { allocBlock, type Block, releaseBlock } from "./allocator.ts";
 import { type DType, DTYPE_CODE, DTYPE_SIZE } from "./dtype.ts";
 import type { Node } from "./autograd.ts";
 import { formatTensor } from "./format.ts";
+import { enter, leave } from "../profile/profile.ts";
 
 /** Reference-counted memory shared by a tensor and its views (reshape). */
 class Storage {
@@ -333,11 +334,13 @@ export function scope<T>(fn: () => T): T {
     throw e;
   }
   scopes.pop();
+  const prev = enter("bookkeeping");
   const survivors = new Set<Tensor>();
   collectTensors(result, survivors);
   for (const t of mine) if (!survivors.has(t)) t.dispose();
   const outer = scopes[scopes.length - 1];
   if (outer) { for (const t of survivors) if (mine.has(t)) outer.add(t); }
+  leave(prev);
   return result;
 }
 

@@ -20,9 +20,9 @@ const REPO = fileURLToPath(new URL("../", import.meta.url)).replace(/\/$/, "");
  * of `distributed/`.
  */
 const LIBRARY_LAYERS: readonly (readonly string[])[] = [
-  ["os", "io"],
-  ["ffi", "random", "distributed/control"],
-  ["tensor"],
+  ["os", "io", "profile"],
+  ["ffi", "distributed/control"],
+  ["tensor", "random"],
   ["nn", "optim", "data"],
   ["amp", "distributed"],
 ];

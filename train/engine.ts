@@ -56,6 +56,7 @@ import {
 import { dirname, join } from "node:path";
 import { MANIFEST_FILE } from "./checkpoint/format.ts";
 import { stateTensor } from "../nn/load.ts";
+import { section } from "../profile/profile.ts";
 
 /**
  * Called with every Trainer's resolved config, before the Trainer uses it: a
@@ -317,7 +318,6 @@ export class Trainer<M extends Module> {
     const k = cfg.data.gradAccumulation;
     const params = this.model.parameters();
     const tokens = this.#opts.tokensPerSample ?? null;
-    const reduceBuf = new Float64Array(2);
     for (let epoch = this.#epoch; epoch < cfg.epochs; epoch++) {
       if (this.#step >= this.totalSteps) break;
       this.loader.setEpoch(epoch);
@@ -350,14 +350,13 @@ export class Trainer<M extends Module> {
         const norm = this.#clipAndStep(params);
         this.#step++;
         this.#consumed += samples * this.pg.size;
-        // Mean loss over ranks and whether any rank was asked to stop, in one collective.
-        reduceBuf[0] = stepLoss;
-        reduceBuf[1] = this.#stopRequested ? 1 : 0;
-        this.pg.allReduce(reduceBuf, "sum");
-        const loss = reduceBuf[0]! / this.pg.size;
-        const stopNow = reduceBuf[1]! > 0;
+        // Every rank's loss, stop request and step time in one collective (on a GPU, one host
+        // wait): the mean loss sums them in rank order, so every backend gives the same bits.
+        const { loss, stopNow, byRank } = this.#gatherStepFacts(
+          stepLoss,
+          performance.now() - stepStart,
+        );
         const stepMs = performance.now() - stepStart;
-        const byRank = this.#stepTimes(stepMs);
         const mem = memoryStats();
         log.log({
           step: this.#step,
@@ -464,12 +463,32 @@ export class Trainer<M extends Module> {
     }
   }
 
-  /** Every rank's step time (ms), indexed by rank. */
-  #stepTimes(ms: number): number[] {
-    if (this.pg.size === 1) return [ms];
-    const all = new Float64Array(this.pg.size);
-    this.pg.allGather(all, Float64Array.of(ms));
-    return [...all];
+  readonly #stepFacts = new Float64Array(3);
+
+  /**
+   * One allGather of (loss, stop requested, step time) per rank: the mean loss over
+   * ranks (summed in rank order), whether any rank was asked to stop, and every
+   * rank's step time in ms up to this collective, indexed by rank.
+   */
+  #gatherStepFacts(
+    stepLoss: number,
+    stepMs: number,
+  ): { loss: number; stopNow: boolean; byRank: number[] } {
+    const n = this.pg.size;
+    const mine = this.#stepFacts;
+    mine[0] = stepLoss;
+    mine[1] = this.#stopRequested ? 1 : 0;
+    mine[2] = stepMs;
+    const all = n === 1 ? mine : new Float64Array(3 * n);
+    if (n > 1) this.pg.allGather(all, mine);
+    let sum = 0, stop = false;
+    const byRank: number[] = [];
+    for (let r = 0; r < n; r++) {
+      sum += all[3 * r]!;
+      stop ||= all[3 * r + 1]! > 0;
+      byRank.push(all[3 * r + 2]!);
+    }
+    return { loss: sum / n, stopNow: stop, byRank };
   }
 
   /**
@@ -486,13 +505,18 @@ export class Trainer<M extends Module> {
     micro.forEach((batch, i) =>
       scope(() => {
         phase("forward", { frequent: true });
-        const loss = autocast(low, () => this.#opts.loss(this.model, batch));
+        const loss = section("forward", () =>
+          autocast(low, () => this.#opts.loss(this.model, batch)));
         total += loss.item() / k;
         phase("backward", { frequent: true });
         const scaled = this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss);
-        if (!ddp) backward(scaled);
-        else if (i === k - 1) ddp.backward(scaled);
-        else ddp.noSync(() => ddp.backward(scaled));
+        if (!ddp) {
+          backward(scaled);
+        } else if (i === k - 1) {
+          ddp.backward(scaled);
+        } else {ddp.noSync(() =>
+            ddp.backward(scaled)
+          );}
       })
     );
     return total;

@@ -7,6 +7,7 @@
 import { appendEval, appendMetrics, writeConfigRecord } from "../run/record.ts";
 import type { ConfigRecord, EvalRecord, MetricsRecord } from "../run/format.ts";
 import { TensorBoardLog } from "./tensorboard.ts";
+import { section } from "../profile/profile.ts";
 
 /** One optimizer step as metrics.jsonl records it (docs/RUN_DIR.md). */
 export type StepMetrics = MetricsRecord;
@@ -76,6 +77,10 @@ export class MetricsLogger {
 
   /** Appends one step; prints progress every logEvery steps. */
   log(m: StepMetrics): void {
+    section("bookkeeping", () => this.#log(m));
+  }
+
+  #log(m: StepMetrics): void {
     if (!this.enabled) return;
     if (this.#runDir) appendMetrics(this.#runDir, m);
     this.#tb?.step(m);

@@ -6,6 +6,7 @@
  * runtime installs; without one (a plain single process) they only update
  * the local record.
  */
+import { enter, leave } from "../../profile/profile.ts";
 
 /** One collective call as the hang diagnosis and the mismatch check see it. */
 export interface CollectiveRecord {
@@ -54,9 +55,11 @@ export function setPhaseSink(next: PhaseSink | null): void {
  */
 export function phase(name: string, opts: { frequent?: boolean } = {}): void {
   if (name === state.phase) return;
+  const prev = enter("bookkeeping");
   state.phase = name;
   state.sinceMs = Date.now();
   sink?.phase(name, state.sinceMs, opts.frequent ?? false);
+  leave(prev);
 }
 
 /** Called by process groups around every collective. */
@@ -64,8 +67,10 @@ export function reportCollective(
   rec: CollectiveRecord,
   s: "enter" | "exit",
 ): void {
+  const prev = enter("bookkeeping");
   if (s === "enter") state.lastCollective = rec;
   sink?.collective(rec, s);
+  leave(prev);
 }
 
 /** Sends phase reports still waiting to be sent (a failing rank's last phase and collective). */

@@ -5,10 +5,13 @@
 #include <stdlib.h>
 
 /* ---- kernel choice -------------------------------------------------------------
- * The best kernel the CPU supports, capped by DTRAIN_CPU_ISA (avx512, avx2 or
- * generic) so that every kernel can be tested and timed on one machine. */
+ * The best kernel the CPU supports, capped by DTRAIN_CPU_ISA (avx512bf16,
+ * avx512, avx2 or generic) so that every kernel can be tested and timed on one
+ * machine. bf16 products use vdpbf16ps where the CPU has AVX512_BF16 and the
+ * cap allows it; elsewhere they convert to f32 for the f32 kernel. */
 
 static const dt_gemm_isa_* dt_gemm_isa_chosen_;
+static int dt_gemm_bf16_dot_; /* bf16 products through gemm_bf16_avx512.c */
 
 static dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out) {
   const dt_gemm_isa_* isa = __atomic_load_n(&dt_gemm_isa_chosen_, __ATOMIC_ACQUIRE);
@@ -17,23 +20,41 @@ static dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out) {
     return DT_OK;
   }
   const char* cap = getenv("DTRAIN_CPU_ISA");
-  int level = 2; /* 2 = avx512, 1 = avx2, 0 = generic */
+  int level = 3; /* 3 = avx512bf16, 2 = avx512, 1 = avx2, 0 = generic */
   if (cap && *cap) {
-    if (strcmp(cap, "avx512") == 0) level = 2;
+    if (strcmp(cap, "avx512bf16") == 0) level = 3;
+    else if (strcmp(cap, "avx512") == 0) level = 2;
     else if (strcmp(cap, "avx2") == 0) level = 1;
     else if (strcmp(cap, "generic") == 0) level = 0;
     else
-      return dt_fail_(DT_ERR_ARG, "dt_gemm: DTRAIN_CPU_ISA=%s is not supported: expected avx512, avx2 or generic",
+      return dt_fail_(DT_ERR_ARG,
+                      "dt_gemm: DTRAIN_CPU_ISA=%s is not supported: expected avx512bf16, avx512, avx2 or generic",
                       cap);
   }
   __builtin_cpu_init();
   int has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (level >= 2 && has_avx2 && __builtin_cpu_supports("avx512f")) isa = &dt_gemm_isa_avx512_;
+  int has_avx512 = has_avx2 && __builtin_cpu_supports("avx512f");
+  if (level >= 2 && has_avx512) isa = &dt_gemm_isa_avx512_;
   else if (level >= 1 && has_avx2) isa = &dt_gemm_isa_avx2_;
   else isa = &dt_gemm_isa_generic_;
+  dt_gemm_bf16_dot_ = level >= 3 && has_avx512 && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
   __atomic_store_n(&dt_gemm_isa_chosen_, isa, __ATOMIC_RELEASE);
   *out = isa;
   return DT_OK;
+}
+
+/** The kernel dt_gemm uses for `dtype` on this CPU under DTRAIN_CPU_ISA:
+ *  "avx512bf16", "avx512", "avx2" or "generic" (NULL with the error text set
+ *  for a bad DTRAIN_CPU_ISA or dtype). */
+DT_EXPORT const char* dt_cpu_gemm_kernel(int32_t dtype) {
+  const dt_gemm_isa_* isa = NULL;
+  if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16) {
+    dt_fail_(DT_ERR_ARG, "dt_cpu_gemm_kernel: dtype %d is not DT_F32, DT_BF16 or DT_F16", dtype);
+    return NULL;
+  }
+  if (dt_gemm_pick_isa_(&isa) != DT_OK) return NULL;
+  return dtype == DT_BF16 && dt_gemm_bf16_dot_ ? "avx512bf16" : isa->name;
 }
 
 /* ---- per-thread buffers ----------------------------------------------------------
@@ -174,6 +195,8 @@ static dt_status dt_gemm_tile_(dt_gemm_job_* job, int64_t t) {
   size_t esize = dt_dtype_size(job->dtype);
   char* c = (char*)job->c + (size_t)(bi * job->stride_c + i0 * job->ldc + j0) * esize;
   if (job->dtype == DT_F32) return dt_gemm_blocked_(job, &a, &b, m, n, (float*)c, job->ldc, job->alpha, job->beta);
+  if (job->dtype == DT_BF16 && dt_gemm_bf16_dot_)
+    return dt_gemm_bf16_(&a, &b, m, n, job->K, job->alpha, job->beta, (uint16_t*)c, job->ldc, &job->failed_floats);
 
   float* acc = dt_gemm_reserve_(&dt_gemm_buf_c_, (size_t)(m * n));
   if (!acc) {
@@ -224,7 +247,7 @@ static int64_t dt_ceil_div_(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static void dt_gemm_split_(dt_gemm_job_* job, int64_t batch) {
   int64_t mr = job->isa->mr, nr = job->isa->nr;
   int64_t m_tile = job->M, n_tile = job->N;
-  if (job->dtype != DT_F32) {
+  if (job->dtype != DT_F32 && !(job->dtype == DT_BF16 && dt_gemm_bf16_dot_)) {
     if (m_tile > DT_GEMM_HALF_TILE_M) m_tile = DT_GEMM_HALF_TILE_M;
     if (n_tile > DT_GEMM_HALF_TILE_N) n_tile = DT_GEMM_HALF_TILE_N;
   }

@@ -58,6 +58,7 @@ static dt_status dt_shm_null_arg_(dt_shm_t* g, const char* fn, const char* what,
  * never the share being read, also when the last chunk is shorter. */
 typedef struct {
   int64_t es, chunk, stride; /* element size; elements per chunk (a multiple of w) and per share */
+  int stream;                /* write the caller's buffer with streaming stores (a large message) */
 } dt_shm_layout_t;
 
 static inline int64_t dt_shm_share_lo_(int64_t m, int32_t q, int32_t w) { return m * q / w; }
@@ -79,7 +80,12 @@ static void dt_shm_reduce_share_(dt_shm_t* g, const dt_shm_layout_t* L, char* mi
   const int64_t lo = dt_shm_share_lo_(m, r, w), hi = dt_shm_share_lo_(m, r + 1, w), at = r * L->stride * L->es;
   const void* src[DT_SHM_MAX_RANKS];
   for (int32_t q = 0; q < w; q++) src[q] = q == r ? mine + lo * L->es : dt_shm_slot_(g, q, b) + at;
-  dt_shm_reduce_(dtype, redop, mine + lo * L->es, dt_shm_slot_(g, r, b) + at, src, w, hi - lo);
+  if (dtype == DT_F32 && (redop == DT_SHM_SUM || redop == DT_SHM_AVG)) {
+    dt_shm_add_f32_((float*)(mine + lo * L->es), (float*)(dt_shm_slot_(g, r, b) + at), (const float* const*)src, w,
+                    hi - lo, redop == DT_SHM_AVG, L->stream);
+  } else {
+    dt_shm_reduce_(dtype, redop, mine + lo * L->es, dt_shm_slot_(g, r, b) + at, src, w, hi - lo);
+  }
 }
 
 /* Copies the other ranks' reduced shares of a chunk into this rank's buffer. */
@@ -87,7 +93,7 @@ static void dt_shm_gather_shares_(dt_shm_t* g, const dt_shm_layout_t* L, char* m
   for (int32_t q = 0; q < g->world; q++) {
     if (q == g->rank) continue;
     int64_t lo = dt_shm_share_lo_(m, q, g->world), hi = dt_shm_share_lo_(m, q + 1, g->world);
-    memcpy(mine + lo * L->es, dt_shm_slot_(g, q, b) + q * L->stride * L->es, (size_t)((hi - lo) * L->es));
+    dt_shm_copy_(mine + lo * L->es, dt_shm_slot_(g, q, b) + q * L->stride * L->es, (hi - lo) * L->es, L->stream);
   }
 }
 
@@ -106,6 +112,7 @@ DT_EXPORT dt_status dt_shm_allreduce(dt_shm_t* g, void* buf, int64_t count, int3
   L.es = (int64_t)dt_shm_dtype_size_(dtype);
   L.stride = g->chunk_bytes / L.es / g->world;
   L.chunk = L.stride * g->world;
+  L.stream = count * L.es >= DT_SHM_STREAM_MIN_BYTES;
   const int64_t chunks = (count + L.chunk - 1) / L.chunk;
   const uint64_t b0 = g->buffers;
   g->buffers += (uint64_t)chunks;
@@ -119,6 +126,7 @@ DT_EXPORT dt_status dt_shm_allreduce(dt_shm_t* g, void* buf, int64_t count, int3
     if (k < chunks) dt_shm_reduce_share_(g, &L, at, DT_SHM_CHUNK_LEN_(k), b0 + (uint64_t)k, dtype, redop);
   }
 #undef DT_SHM_CHUNK_LEN_
+  if (L.stream) dt_shm_stream_fence_();
   return DT_OK;
 }
 

@@ -19,7 +19,7 @@
 #define DT_SHM_TEXT_MAX 384
 
 /* open flags */
-#define DT_SHM_FLAG_DETAIL 1 /* compare every field of each collective across ranks */
+#define DT_SHM_FLAG_DETAIL 1 /* also compare barrier names across ranks */
 
 /* Status for "a peer aborted the group or is gone"; dt_common.h has no
  * DT_ERR_ABORTED yet, so the closest existing code. */
@@ -130,6 +130,21 @@ int dt_shm_reduce_supported_(int32_t dtype, int32_t redop);
  * src[w-1][i], combined in rank order; avg divides the sum by w. */
 void dt_shm_reduce_(int32_t dtype, int32_t redop, void* out1, void* out2, const void* const* src, int w, int64_t n);
 size_t dt_shm_dtype_size_(int32_t dtype);
+
+/* ---- shm_stream.c ---- */
+/* Messages of at least this many bytes are written into the caller's buffer
+ * with streaming stores: they would not stay in cache anyway, and a streaming
+ * store does not read the line it overwrites. */
+#ifndef DT_SHM_STREAM_MIN_BYTES
+#define DT_SHM_STREAM_MIN_BYTES (4LL << 20)
+#endif
+/* memcpy, with streaming stores when `stream`. */
+void dt_shm_copy_(void* dst, const void* src, int64_t bytes, int stream);
+/* out1[i] (and out2[i] unless NULL) = src[0][i] + ... + src[w-1][i] in rank
+ * order, divided by w when `avg`; streaming stores into out1 when `stream`. */
+void dt_shm_add_f32_(float* out1, float* out2, const float* const* src, int w, int64_t n, int avg, int stream);
+/* Orders streaming stores before what follows (call before returning). */
+void dt_shm_stream_fence_(void);
 
 /* a data buffer: rank r's buffer b (0 or 1) */
 static inline char* dt_shm_slot_(dt_shm_t* g, int32_t r, uint64_t b) {

@@ -268,11 +268,13 @@ void dt_shm_post_call_(dt_shm_t* g, int32_t op, int32_t dtype, int64_t bytes, in
   atomic_store(&me->last_seq, g->seq);
 }
 
+/* Sequence, op, size, dtype, reduce op and root always (a few integer
+ * compares per peer); barrier names only under DETAIL. */
 static int dt_shm_calls_differ_(const dt_shm_call_t* a, const dt_shm_call_t* b, int detail) {
-  if (a->seq != b->seq || a->op != b->op || a->bytes != b->bytes) return 1;
-  if (!detail) return 0;
-  return a->dtype != b->dtype || a->root != b->root || a->redop != b->redop ||
-         strncmp(a->detail, b->detail, sizeof a->detail) != 0;
+  if (a->seq != b->seq || a->op != b->op || a->bytes != b->bytes || a->dtype != b->dtype || a->root != b->root ||
+      a->redop != b->redop)
+    return 1;
+  return detail && strncmp(a->detail, b->detail, sizeof a->detail) != 0;
 }
 
 /* After a collective's first barrier every rank's call record for it is
@@ -289,10 +291,10 @@ static dt_status dt_shm_check_calls_(dt_shm_t* g) {
     dt_shm_describe_call_(theirs, b, sizeof b);
     return dt_shm_fail_(DT_ERR_ARG,
                         "Collective mismatch at #%llu: rank %d called %s but rank %d called #%llu %s. "
-                        "Every rank must call the same collectives in the same order with the same sizes%s",
+                        "Every rank must call the same collectives in the same order with the same sizes, dtypes, "
+                        "reduce ops and roots%s",
                         (unsigned long long)g->seq, g->rank, a, q, (unsigned long long)theirs->seq, b,
-                        detail ? "" : " (set DTRAIN_DISTRIBUTED_DEBUG=DETAIL to also compare dtypes, reduce ops, "
-                                      "roots and barrier names)");
+                        detail ? "" : " (set DTRAIN_DISTRIBUTED_DEBUG=DETAIL to also compare barrier names)");
   }
   return DT_OK;
 }

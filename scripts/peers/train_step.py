@@ -2,7 +2,8 @@
 (forward + backward + AdamW) of the toy classifier, GPT-mini or the small CNN,
 one thread.
 
-  /usr/bin/python3 scripts/peers/train_step.py toy|gpt|cnn STEPS
+  /usr/bin/python3 scripts/peers/train_step.py toy|gpt|gpt-bf16|cnn STEPS
+(gpt-bf16: GPT-mini with the forward under torch.autocast("cpu", dtype=torch.bfloat16).)
 Prints one JSON line: {"model", "steps", "seconds", "cpu_seconds",
 "steps_per_s", "loss"} (cpu_seconds: this process's CPU time over the steps).
 """
@@ -61,6 +62,7 @@ class GPT(nn.Module):
 def main():
     which, steps = sys.argv[1], int(sys.argv[2])
     torch.manual_seed(0)
+    low = which == "gpt-bf16"
     if which == "toy":
         model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 2))
         x, y = torch.randn(64, 128), torch.randint(0, 2, (64,))
@@ -81,7 +83,8 @@ def main():
 
     def step():
         opt.zero_grad()
-        loss = step_loss()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
+            loss = step_loss()
         loss.backward()
         opt.step()
         return loss.item()

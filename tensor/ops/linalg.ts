@@ -5,7 +5,7 @@
  * accumulates in f32, its output rounded to the low precision.
  */
 import { backend } from "../backend.ts";
-import { castTensor, empty, type Tensor } from "../tensor.ts";
+import { castTensor, empty, full, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { type DType, DTYPE_CODE } from "../dtype.ts";
 import { matmulLowPrecision } from "../matmul_precision.ts";
@@ -179,23 +179,55 @@ export function linear(
       })`,
     );
   }
+  const low = matmulLowPrecision();
+  if (low && bias) return linearLow(x, weight, bias, low);
   const y = matmul(x, weight, { transB: true });
   if (!bias) return y;
-  const low = matmulLowPrecision();
-  const sum = add(y, bias);
-  // Under autocast the whole linear (bias included) produces a low-precision output.
-  return low ? castLow(sum, low) : sum;
+  return add(y, bias);
 }
 
-function castLow(t: Tensor, dt: DType): Tensor {
-  const out = castTensor(t, dt);
-  if (needsGrad(t)) {
-    record(
-      out,
-      "cast",
-      [t],
-      (g) => [g.dtype === "f32" ? g : castTensor(g, "f32")],
-    );
+/**
+ * linear under autocast, as torch's addmm: x, weight and bias rounded to the
+ * low precision, the bias broadcast into the output, and one GEMM with beta =
+ * 1 adding the product to it with f32 accumulation, rounded once. (The bias
+ * goes in by a rank-1 GEMM, ones(M, 1) @ bias(1, N), which is exact.) The
+ * bias gradient is the f32 sum of the output gradient over rows.
+ */
+function linearLow(x: Tensor, weight: Tensor, bias: Tensor, low: DType): Tensor {
+  requireFloat("linear", x);
+  const N = weight.shape[0]!, K = weight.shape[1]!, M = x.numel / K;
+  const xl = x.dtype === low ? x : castTensor(x, low);
+  const wl = weight.dtype === low ? weight : castTensor(weight, low);
+  const bl = bias.dtype === low ? bias : castTensor(bias, low);
+  const out = empty([...x.shape.slice(0, -1), N], low);
+  const ones = full([M, 1], 1, low);
+  gemm(low, false, false, M, N, 1, ones, bl, out);
+  ones.dispose();
+  gemm(low, false, true, M, N, K, xl, wl, out, { beta: 1 });
+  if (needsGrad(x, weight, bias)) {
+    record(out, "linear", [x, weight, bias], (g0) => {
+      const g = gradIn(g0, low);
+      let gx: Tensor | null = null, gw: Tensor | null = null, gb: Tensor | null = null;
+      if (x.requiresGrad) {
+        gx = empty(x.shape, low);
+        gemm(low, false, false, M, K, N, g, wl, gx); // (M, N) @ (N, K)
+        gx = toF32(gx);
+      }
+      if (weight.requiresGrad) {
+        gw = empty(weight.shape, low);
+        gemm(low, true, false, N, K, M, g, xl, gw); // (N, M) @ (M, K)
+        gw = toF32(gw);
+      }
+      if (bias.requiresGrad) gb = sumRows(toF32(g0), M, N);
+      return [gx, gw, gb];
+    });
   }
+  return out;
+}
+
+/** out[j] = sum over the M rows of g[i, j] (f64 accumulation), as add's bias gradient. */
+function sumRows(g: Tensor, M: number, N: number): Tensor {
+  const out = empty([N], "f32");
+  backend().call.dt_reduce_bcast(out.ptr, g.ptr, BigInt(M * N), BigInt(N), 1n);
   return out;
 }

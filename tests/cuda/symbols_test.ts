@@ -13,6 +13,7 @@ import { BUILD_DIR, buildNative, hasCommand } from "../../scripts/build_native.t
 import { CUDA_PENDING_SYMBOLS, KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
 import { CUDA_EXTRA_SYMBOLS, CUDA_LIBRARY_NAME, CUDA_SYMBOLS } from "../../ffi/cuda.ts";
 import { ABI_VERSION, cString, openLibrary } from "../../ffi/native.ts";
+import { CPU_EXTRA_SYMBOLS } from "../../ffi/cpu_extras.ts";
 
 const HAVE_NVCC = hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0";
 const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
@@ -62,8 +63,14 @@ function assertExactly(actual: string[], expected: string[], what: string): void
 const ABI = Object.keys(KERNEL_SYMBOLS).sort();
 const EXTRAS = Object.keys(CUDA_EXTRA_SYMBOLS).sort();
 
-Deno.test("libdtrain_cpu.so exports exactly the kernel ABI of ffi/symbols.ts", () => {
-  assertExactly(exportedSymbols(join(BUILD_DIR, "libdtrain_cpu.so")), ABI, "libdtrain_cpu.so");
+Deno.test("libdtrain_cpu.so exports exactly the kernel ABI of ffi/symbols.ts plus its dt_cpu_* extras", () => {
+  const extras = Object.keys(CPU_EXTRA_SYMBOLS);
+  assert.ok(extras.every((s) => s.startsWith("dt_cpu_") && !(s in KERNEL_SYMBOLS)));
+  assertExactly(
+    exportedSymbols(join(BUILD_DIR, "libdtrain_cpu.so")),
+    [...ABI, ...extras].sort(),
+    "libdtrain_cpu.so",
+  );
 });
 
 Deno.test("the dt_cuda_* extras are named dt_cuda_* and are not part of the kernel ABI", () => {

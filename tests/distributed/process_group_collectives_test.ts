@@ -32,7 +32,7 @@ async function runMatrix(
       },
     );
     assert.deepEqual(shmEntries(runId), [], "segment left in /dev/shm");
-    const cases = buildCases(world, sizes, dtypes);
+    const cases = buildCases(world, sizes, dtypes, env.CASE_ALLREDUCE_ONLY === "1");
     const results = Array.from(
       { length: world },
       (_, r) => Deno.readFileSync(join(dir, `rank${r}.bin`)),
@@ -80,4 +80,12 @@ Deno.test("collectives match independent results with 2 ranks and with 4 ranks",
 
 Deno.test("collectives larger than the default 1 MiB buffer match independent results, 2 ranks", async () => {
   await runMatrix(2, [270_001], {}, ["f32"]); // 1 MiB = 262144 f32
+});
+
+Deno.test("allReduce of messages written with streaming stores (>= 4 MiB) at unaligned addresses matches, 2 and 3 ranks", async () => {
+  // 1,048,603 f32 is just over 4 MiB: the f32 sum/avg path streams into the caller's buffer,
+  // whose start is 4 bytes past a 64-byte boundary here, and whose length leaves a ragged tail
+  const env = { CASE_OFFSET: "4", CASE_ALLREDUCE_ONLY: "1" };
+  await runMatrix(2, [1_048_603], env, ["f32"]);
+  await runMatrix(3, [1_048_603], env, ["f32"]);
 });

@@ -6,7 +6,11 @@
  */
 import assert from "node:assert/strict";
 import { initProcessGroup } from "../../distributed/process_group.ts";
-import { resolveProcessGroupConfig } from "../../distributed/pg_config.ts";
+import {
+  DEFAULT_SPIN_US,
+  defaultSpinUs,
+  resolveProcessGroupConfig,
+} from "../../distributed/pg_config.ts";
 import { ShmProcessGroup } from "../../distributed/shm_backend.ts";
 import { type CollectiveRecord, setPhaseSink } from "../../distributed/control/phase.ts";
 import { SHM_DTYPE_CODE, shmLibrary } from "../../ffi/shm.ts";
@@ -140,6 +144,19 @@ Deno.test("resolveProcessGroupConfig() reads the timeout, debug flag and run id,
     () => resolveProcessGroupConfig({ env: { RANK: "0" } }),
     /RANK is set but WORLD_SIZE is not/,
   );
+});
+
+Deno.test("a waiting rank spins only while every local rank can have a core; DTRAIN_SHM_SPIN_US decides when set", () => {
+  assert.equal(defaultSpinUs(2, 2), DEFAULT_SPIN_US);
+  assert.equal(defaultSpinUs(8, 16), DEFAULT_SPIN_US);
+  assert.equal(defaultSpinUs(3, 2), 0);
+  assert.equal(defaultSpinUs(8, 2), 0);
+  const env = launcherEnv(1, 2, "run-spin");
+  assert.equal(
+    resolveProcessGroupConfig({ env }).spinUs,
+    defaultSpinUs(2, navigator.hardwareConcurrency),
+  );
+  assert.equal(resolveProcessGroupConfig({ env: { ...env, DTRAIN_SHM_SPIN_US: "7" } }).spinUs, 7);
 });
 
 function oneRankGroup(tag: string, chunkBytes = 4096): ShmProcessGroup {

@@ -548,6 +548,19 @@ Deno.test("dt_gemm() bf16 and f16 match the reference with one rounding of the r
     }
     // more than one f32 scratch tile (240 rows) and a batch
     checkCase(rng, makeCase(250, 20, 5, { dtype, batch: 2, beta: -1 }));
+    // odd K over three K blocks, ragged row and column tiles, padded leading dimensions
+    for (const [transA, transB] of TRANS) {
+      checkCase(
+        rng,
+        makeCase(25, 97, 769, {
+          dtype,
+          transA,
+          transB,
+          lda: (transA ? 25 : 769) + 3,
+          ldb: (transB ? 769 : 97) + 5,
+        }),
+      );
+    }
   }
 });
 
@@ -744,10 +757,11 @@ async function runDeno(
 }
 
 Deno.test({
-  name: "dt_gemm() passes these tests with each kernel (DTRAIN_CPU_ISA = avx2, generic)",
+  name: "dt_gemm() passes these tests with each kernel (DTRAIN_CPU_ISA = avx512, avx2, generic)",
   ignore: child,
   fn: async () => {
-    for (const isa of ["avx2", "generic"]) {
+    // avx512: bf16 converted to f32 for the f32 kernel, where the default may use vdpbf16ps
+    for (const isa of ["avx512", "avx2", "generic"]) {
       const r = await runDeno(["test", "-A", "--no-check", THIS_FILE], {
         DTRAIN_CPU_ISA: isa,
       });
@@ -775,7 +789,47 @@ Deno.test({
     assert.equal(r.code, 0, r.output);
     assert.match(
       r.output,
-      /^1 dt_gemm: DTRAIN_CPU_ISA=sse9 is not supported: expected avx512, avx2 or generic/,
+      /^1 dt_gemm: DTRAIN_CPU_ISA=sse9 is not supported: expected avx512bf16, avx512, avx2 or generic/,
     );
+  },
+});
+
+/** The CPU's feature flags (Linux), for what dt_gemm may choose. */
+function cpuFlags(): Set<string> {
+  const info = Deno.readTextFileSync("/proc/cpuinfo");
+  return new Set(/^flags\s*:\s*(.*)$/m.exec(info)?.[1]?.split(/\s+/) ?? []);
+}
+
+Deno.test({
+  name:
+    "dt_gemm() picks vdpbf16ps for bf16 only where the CPU has AVX512_BF16 and DTRAIN_CPU_ISA allows it",
+  ignore: child,
+  fn: async () => {
+    const flags = cpuFlags();
+    const avx512 = flags.has("avx512f") && flags.has("avx2") && flags.has("fma");
+    const bf16 = avx512 && flags.has("avx512bw") && flags.has("avx512vl") &&
+      flags.has("avx512_bf16");
+    const avx2 = flags.has("avx2") && flags.has("fma");
+    const f32Best = avx512 ? "avx512" : avx2 ? "avx2" : "generic";
+    const expected: [string | undefined, string, string][] = [
+      [undefined, bf16 ? "avx512bf16" : f32Best, f32Best],
+      ["avx512bf16", bf16 ? "avx512bf16" : f32Best, f32Best],
+      [
+        "avx512",
+        avx512 ? "avx512" : avx2 ? "avx2" : "generic",
+        avx512 ? "avx512" : avx2 ? "avx2" : "generic",
+      ],
+      ["avx2", avx2 ? "avx2" : "generic", avx2 ? "avx2" : "generic"],
+      ["generic", "generic", "generic"],
+    ];
+    const script = `import { gemmKernel } from ${
+      JSON.stringify(new URL("../../ffi/cpu_extras.ts", import.meta.url).href)
+    };
+      console.log(gemmKernel("bf16"), gemmKernel("f32"), gemmKernel("f16"));`;
+    for (const [cap, wantBf16, wantF32] of expected) {
+      const r = await runDeno(["eval", "--ext=ts", script], cap ? { DTRAIN_CPU_ISA: cap } : {});
+      assert.equal(r.code, 0, r.output);
+      assert.equal(r.output.trim(), `${wantBf16} ${wantF32} ${wantF32}`, `DTRAIN_CPU_ISA=${cap}`);
+    }
   },
 });

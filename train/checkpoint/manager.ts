@@ -36,6 +36,7 @@
  * One process writes a directory at a time (rank 0 of one run).
  */
 import { basename, join, resolve } from "node:path";
+import { section } from "../../profile/profile.ts";
 import type { StTensor } from "../../io/safetensors.ts";
 import { type CheckpointIO, denoCheckpointIO, describeError } from "./io.ts";
 import {
@@ -184,6 +185,10 @@ export class CheckpointManager {
    * earlier checkpoint and `latest` as they were.
    */
   save(payload: CheckpointPayload): string | null {
+    return section("checkpoint", () => this.#save(payload));
+  }
+
+  #save(payload: CheckpointPayload): string | null {
     if (this.#rank !== 0) return null;
     const progress = new Progress(`saving checkpoint ${stepDirName(payload.step)}`, {
       unit: "bytes",

@@ -37,7 +37,20 @@ export function buildCases(
   world: number,
   sizes: readonly number[],
   dtypes: readonly CollectiveDType[] = DTYPES,
+  allReduceOnly = false,
 ): CollectiveCase[] {
+  if (allReduceOnly) {
+    return dtypes.flatMap((dtype) =>
+      sizes.flatMap((count) =>
+        (["sum", "avg", "max"] as const).map((redop) => ({
+          op: "allReduce" as const,
+          dtype,
+          redop,
+          count,
+        }))
+      )
+    );
+  }
   const cases: CollectiveCase[] = [];
   for (const dtype of dtypes) {
     const redops: ReduceOp[] = FLOATS.includes(dtype)

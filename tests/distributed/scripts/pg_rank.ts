@@ -3,7 +3,9 @@
  * process_group*_test.ts with the launcher's environment set.
  *
  *   pg_rank.ts matrix <out file>   run the case matrix (_cases.ts; sizes from
- *                                  CASE_SIZES, dtypes from CASE_DTYPES) and
+ *                                  CASE_SIZES, dtypes from CASE_DTYPES, data
+ *                                  CASE_OFFSET bytes past an aligned address;
+ *                                  CASE_ALLREDUCE_ONLY=1: sum, avg, max only) and
  *                                  write every result, concatenated, to the file
  *   pg_rank.ts serve               join the group, print {"event":"ready"}, then
  *                                  run one command per stdin line (see below)
@@ -11,7 +13,7 @@
  * Every outcome is one JSON line on stdout, so the test can assert on it.
  */
 import { initProcessGroup, type ProcessGroup } from "../../../distributed/process_group.ts";
-import type { BufferLike, CollectiveDType } from "../../../distributed/process_group.ts";
+import type { BufferLike, CollectiveDType, ReduceOp } from "../../../distributed/process_group.ts";
 import { buildCases, BYTES, type CollectiveCase, makeInput, outputCount } from "./_cases.ts";
 
 function say(obj: Record<string, unknown>): void {
@@ -38,8 +40,18 @@ function asBuffer(bytes: Uint8Array, dtype: CollectiveDType): BufferLike {
   }
 }
 
+/** `bytes` copied to `offset` bytes past the start of a fresh (aligned) buffer. */
+function atOffset(bytes: Uint8Array, offset: number): Uint8Array {
+  if (offset === 0) return bytes;
+  const moved = new Uint8Array(bytes.length + offset).subarray(offset);
+  moved.set(bytes);
+  return moved;
+}
+
+const OFFSET = Number(Deno.env.get("CASE_OFFSET") ?? 0);
+
 function runCase(pg: ProcessGroup, c: CollectiveCase, index: number): Uint8Array {
-  const inp = makeInput(c, index, pg.rank, pg.size);
+  const inp = atOffset(makeInput(c, index, pg.rank, pg.size), OFFSET);
   switch (c.op) {
     case "allReduce":
       pg.allReduce(asBuffer(inp, c.dtype), c.redop);
@@ -49,7 +61,7 @@ function runCase(pg: ProcessGroup, c: CollectiveCase, index: number): Uint8Array
       return inp;
     case "allGather":
     case "reduceScatter": {
-      const out = new Uint8Array(outputCount(c, pg.size) * BYTES[c.dtype]);
+      const out = atOffset(new Uint8Array(outputCount(c, pg.size) * BYTES[c.dtype]), OFFSET);
       if (c.op === "allGather") pg.allGather(asBuffer(out, c.dtype), asBuffer(inp, c.dtype));
       else pg.reduceScatter(asBuffer(out, c.dtype), asBuffer(inp, c.dtype), c.redop);
       return out;
@@ -61,7 +73,8 @@ function matrix(outFile: string): void {
   const pg = initProcessGroup();
   const sizes = (Deno.env.get("CASE_SIZES") ?? "0,1,7,1000").split(",").map(Number);
   const dtypes = Deno.env.get("CASE_DTYPES")?.split(",") as CollectiveDType[] | undefined;
-  const results = buildCases(pg.size, sizes, dtypes).map((c, i) => {
+  const allReduceOnly = Deno.env.get("CASE_ALLREDUCE_ONLY") === "1";
+  const results = buildCases(pg.size, sizes, dtypes, allReduceOnly).map((c, i) => {
     const out = runCase(pg, c, i);
     if (i % 16 === 0) pg.barrier(`after case ${i}`);
     return out;
@@ -78,16 +91,16 @@ function matrix(outFile: string): void {
   say({ event: "done", rank: pg.rank, bytes: total, backend: pg.backend });
 }
 
-/** Runs one stdin command: `allreduce <count> <dtype> <timeoutMs>`,
+/** Runs one stdin command: `allreduce <count> <dtype> <timeoutMs> [sum|avg|max|min]`,
  *  `broadcast <count> <root> <timeoutMs>`, `barrier <name> <timeoutMs>`, `close`. */
 function command(pg: ProcessGroup, words: string[]): Record<string, unknown> {
-  const [cmd, a = "", b = "", c = ""] = words;
+  const [cmd, a = "", b = "", c = "", d = "sum"] = words;
   const t0 = performance.now();
   try {
     if (cmd === "allreduce") {
       const dtype = b as CollectiveDType;
       const bytes = new Uint8Array(Number(a) * BYTES[dtype]);
-      pg.allReduce(asBuffer(bytes, dtype), "sum", { timeoutMs: Number(c) });
+      pg.allReduce(asBuffer(bytes, dtype), d as ReduceOp, { timeoutMs: Number(c) });
     } else if (cmd === "broadcast") {
       pg.broadcast(new Float32Array(Number(a)), Number(b), { timeoutMs: Number(c) });
     } else if (cmd === "barrier") {

@@ -1,0 +1,331 @@
+/* gemm_bf16_avx512.c — bf16 GEMM on CPUs with AVX512_BF16: vdpbf16ps multiplies
+ * a pair of bf16 along K by a pair and adds both products to an f32 lane, twice
+ * the multiply-adds per instruction of the f32 kernel, with no conversion of the
+ * operands. A 12 x 32 f32 tile in 24 zmm accumulators; A and B are packed as
+ * dwords holding the pair (k, k+1), K padded to even with zeros.
+ *
+ * Arithmetic: each pair adds its two exact products to the accumulator one
+ * after the other (k+1 first), rounding to nearest even each time, with bf16
+ * denormals read as zero and f32 denormal sums flushed to zero (the
+ * instruction's fixed mode). The plain path converts to f32 and adds k in
+ * order; both keep f32 accumulators and round to bf16 once, so results agree
+ * to about one bf16 rounding. Compiled with target attributes; dt_gemm calls it
+ * only where the CPU reports AVX512_BF16. */
+#include "gemm_internal.h"
+#include <immintrin.h>
+#include <stdlib.h>
+
+#define MR 12
+#define NR 32
+#define MC 144 /* A block: MC x KC pairs-packed, in L2 */
+#define KC 384 /* K block (192 pairs): a B sliver of KC x NR bf16 is 24 KiB, in L1 */
+#define NC 4096
+#define BF16_ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+static inline uint32_t dt_pair_(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+
+/* ---- packing ----------------------------------------------------------------------- */
+
+/* A rows [i0, i0 + mc) x K [p0, p0 + kc) into slivers of MR rows: sliver s holds,
+ * for each pair q, its MR dwords (rows past mc are zero) */
+BF16_ static void dt_bf16_pack_a_(const dt_gemm_view_* v, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                                  uint32_t* dst) {
+  const int64_t kq = (kc + 1) / 2, full = kc / 2;
+  const uint16_t* data = v->data;
+  if (v->rs == 1) { /* A transposed: the sliver's rows are contiguous in each k; interleave k = 2q, 2q + 1 */
+    uint16_t idx_words[32];
+    for (int j = 0; j < 16; j++) {
+      idx_words[2 * j] = (uint16_t)j;
+      idx_words[2 * j + 1] = (uint16_t)(16 + j);
+    }
+    const __m512i idx = _mm512_loadu_si512(idx_words);
+    for (int64_t s = 0; s * MR < mc; s++) {
+      uint32_t* d = dst + s * kq * MR;
+      int64_t rows = mc - s * MR < MR ? mc - s * MR : MR;
+      __mmask16 m = (__mmask16)((1u << rows) - 1);
+      const uint16_t* a = data + (i0 + s * MR) + p0 * v->cs;
+      for (int64_t q = 0; q < kq; q++) {
+        __m256i r0 = _mm256_maskz_loadu_epi16(m, a + 2 * q * v->cs);
+        __m256i r1 = 2 * q + 1 < kc ? _mm256_maskz_loadu_epi16(m, a + (2 * q + 1) * v->cs) : _mm256_setzero_si256();
+        __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(r0), r1, 1);
+        _mm512_mask_storeu_epi32(d + q * MR, 0x0fff, _mm512_permutexvar_epi16(idx, both));
+      }
+    }
+    return;
+  }
+  for (int64_t s = 0; s * MR < mc; s++) {
+    uint32_t* sliver = dst + s * kq * MR;
+    for (int i = 0; i < MR; i++) {
+      uint32_t* d = sliver + i;
+      int64_t row = s * MR + i;
+      if (row >= mc) {
+        for (int64_t q = 0; q < kq; q++) d[q * MR] = 0;
+        continue;
+      }
+      const uint16_t* a = data + (i0 + row) * v->rs + p0 * v->cs;
+      if (v->cs == 1) {
+        for (int64_t q = 0; q < full; q++) memcpy(&d[q * MR], a + 2 * q, 4);
+      } else {
+        for (int64_t q = 0; q < full; q++) d[q * MR] = dt_pair_(a[2 * q * v->cs], a[(2 * q + 1) * v->cs]);
+      }
+      if (kc & 1) d[full * MR] = a[(kc - 1) * v->cs]; /* the odd last k pairs with a zero */
+    }
+  }
+}
+
+/* B K [p0, p0 + kc) x columns [j0, j0 + nc) into slivers of NR columns: sliver s
+ * holds, for each pair q, its NR dwords (columns past nc are zero) */
+BF16_ static void dt_bf16_pack_b_(const dt_gemm_view_* v, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                                  uint32_t* dst) {
+  const int64_t kq = (kc + 1) / 2, full = kc / 2;
+  const uint16_t* data = v->data;
+  /* word 2j of the result is r0[j], word 2j + 1 is r1[j] (index 32 + j) */
+  uint16_t lo_idx[32], hi_idx[32];
+  for (int j = 0; j < 16; j++) {
+    lo_idx[2 * j] = (uint16_t)j;
+    lo_idx[2 * j + 1] = (uint16_t)(32 + j);
+    hi_idx[2 * j] = (uint16_t)(16 + j);
+    hi_idx[2 * j + 1] = (uint16_t)(48 + j);
+  }
+  const __m512i lo = _mm512_loadu_si512(lo_idx), hi = _mm512_loadu_si512(hi_idx), zero = _mm512_setzero_si512();
+  for (int64_t s = 0; s * NR < nc; s++) {
+    uint32_t* d = dst + s * kq * NR;
+    const int64_t cols = nc - s * NR < NR ? nc - s * NR : NR;
+    const uint16_t* b = data + p0 * v->rs + (j0 + s * NR) * v->cs;
+    if (v->cs == 1 && cols == NR) { /* rows of 32 contiguous bf16: interleave rows 2q and 2q + 1 */
+      for (int64_t q = 0; q < kq; q++) {
+        __m512i r0 = _mm512_loadu_si512(b + 2 * q * v->rs);
+        __m512i r1 = 2 * q + 1 < kc ? _mm512_loadu_si512(b + (2 * q + 1) * v->rs) : zero;
+        _mm512_storeu_si512(d + q * NR, _mm512_permutex2var_epi16(r0, lo, r1));
+        _mm512_storeu_si512(d + q * NR + 16, _mm512_permutex2var_epi16(r0, hi, r1));
+      }
+      continue;
+    }
+    if (v->rs == 1 && cols == NR && kc % 2 == 0 && v->cs < (1 << 25)) { /* B transposed: a pair is a dword */
+      __m512i at0 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                       _mm512_set1_epi32((int)v->cs));
+      __m512i at1 = _mm512_add_epi32(at0, _mm512_set1_epi32((int)(16 * v->cs)));
+      for (int64_t q = 0; q < kq; q++) {
+        _mm512_storeu_si512(d + q * NR, _mm512_i32gather_epi32(at0, b + 2 * q, 2));
+        _mm512_storeu_si512(d + q * NR + 16, _mm512_i32gather_epi32(at1, b + 2 * q, 2));
+      }
+      continue;
+    }
+    for (int64_t q = 0; q < kq; q++) {
+      for (int64_t j = 0; j < NR; j++) {
+        if (j >= cols) {
+          d[q * NR + j] = 0;
+          continue;
+        }
+        const uint16_t* col = b + j * v->cs + 2 * q * v->rs;
+        d[q * NR + j] = dt_pair_(col[0], q < full ? col[v->rs] : 0);
+      }
+    }
+  }
+}
+
+/* ---- the micro-kernel ---------------------------------------------------------------- */
+
+/* Where a 12 x 32 tile's sums go: f32 partial sums (first K blocks, `acc`
+ * read too unless `first`), or the bf16 result alpha * sum + beta * c, with
+ * the partial sums of earlier blocks (acc, unless first) added first. */
+typedef struct {
+  float* acc;      /* f32 partial sums, row stride acc_ld (NULL: single K block) */
+  int64_t acc_ld;
+  uint16_t* c;     /* bf16 output, row stride ldc; NULL: write partial sums only */
+  int64_t ldc;
+  float alpha, beta;
+  int first;       /* no earlier K block */
+} dt_bf16_out_;
+
+/* f32 -> bf16 bits as dt_f32_to_bf16: round to nearest even, NaN kept quiet */
+BF16_ static inline __m256i dt_bf16_round_(__m512 v) {
+  __m512i u = _mm512_castps_si512(v);
+  __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+  __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+/* One row of the tile's 32 sums (columns past the masks untouched). */
+BF16_ static inline void dt_bf16_store_row_(const dt_bf16_out_* o, int64_t i, __m512 s0, __m512 s1, __mmask16 m0,
+                                            __mmask16 m1) {
+  if (o->acc && !o->first) {
+    const float* p = o->acc + i * o->acc_ld;
+    s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(m0, p));
+    s1 = _mm512_add_ps(s1, _mm512_maskz_loadu_ps(m1, p + 16));
+  }
+  if (!o->c) {
+    float* p = o->acc + i * o->acc_ld;
+    _mm512_mask_storeu_ps(p, m0, s0);
+    _mm512_mask_storeu_ps(p + 16, m1, s1);
+    return;
+  }
+  uint16_t* row = o->c + i * o->ldc;
+  __m512 va = _mm512_set1_ps(o->alpha);
+  __m512 v0 = _mm512_mul_ps(va, s0), v1 = _mm512_mul_ps(va, s1);
+  if (o->beta != 0.0f) {
+    __m512 vb = _mm512_set1_ps(o->beta);
+    __m512 old0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, row)), 16));
+    __m512 old1 =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, row + 16)), 16));
+    v0 = _mm512_add_ps(v0, _mm512_mul_ps(vb, old0));
+    v1 = _mm512_add_ps(v1, _mm512_mul_ps(vb, old1));
+  }
+  _mm256_mask_storeu_epi16(row, m0, dt_bf16_round_(v0));
+  _mm256_mask_storeu_epi16(row + 16, m1, dt_bf16_round_(v1));
+}
+
+/* The sums of a 12 x 32 tile over kq pairs: A pair q of row i is the dword at
+ * a + i * a_row + q * a_q (bytes), B pair q is the 32 dwords at b + q * NR. */
+#define DT_ROW_(i)                                                             \
+  do {                                                                         \
+    int32_t w;                                                                 \
+    memcpy(&w, a + (i) * a_row, 4);                                            \
+    __m512bh x = (__m512bh)_mm512_set1_epi32(w);                               \
+    c##i##0 = _mm512_dpbf16_ps(c##i##0, x, b0);                                \
+    c##i##1 = _mm512_dpbf16_ps(c##i##1, x, b1);                                \
+  } while (0)
+#define DT_STORE_(i) \
+  if (i < mr) dt_bf16_store_row_(o, i, c##i##0, c##i##1, m0, m1)
+
+BF16_ static void dt_bf16_kernel_(int64_t kq, const char* a, int64_t a_row, int64_t a_q, const uint32_t* b,
+                                  const dt_bf16_out_* o, int mr, int nr) {
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  __m512 c80 = c00, c81 = c00, c90 = c00, c91 = c00, c100 = c00, c101 = c00, c110 = c00, c111 = c00;
+  for (int64_t q = 0; q < kq; q++) {
+    __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+    DT_ROW_(0);
+    DT_ROW_(1);
+    DT_ROW_(2);
+    DT_ROW_(3);
+    DT_ROW_(4);
+    DT_ROW_(5);
+    DT_ROW_(6);
+    DT_ROW_(7);
+    DT_ROW_(8);
+    DT_ROW_(9);
+    DT_ROW_(10);
+    DT_ROW_(11);
+    a += a_q;
+    b += NR;
+  }
+  __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+  __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+  DT_STORE_(0);
+  DT_STORE_(1);
+  DT_STORE_(2);
+  DT_STORE_(3);
+  DT_STORE_(4);
+  DT_STORE_(5);
+  DT_STORE_(6);
+  DT_STORE_(7);
+  DT_STORE_(8);
+  DT_STORE_(9);
+  DT_STORE_(10);
+  DT_STORE_(11);
+}
+#undef DT_ROW_
+#undef DT_STORE_
+
+/* ---- the blocked product -------------------------------------------------------------- */
+
+static __thread uint32_t *dt_bf16_buf_a_, *dt_bf16_buf_b_;
+static __thread float* dt_bf16_buf_acc_;
+static __thread size_t dt_bf16_acc_cap_;
+
+static uint32_t* dt_bf16_reserve_(uint32_t** buf, size_t dwords) {
+  if (!*buf) {
+    void* p = NULL;
+    if (posix_memalign(&p, 64, dwords * sizeof(uint32_t)) != 0) return NULL;
+    *buf = p;
+  }
+  return *buf;
+}
+
+/* bf16 C (m x n, row stride ldc) = alpha * A @ B + beta * C (beta == 0 never
+ * reads C) for bf16 views a (m x K) and b (K x n). Sums of several K blocks
+ * meet in an f32 scratch; the last block writes C. */
+dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t m, int64_t n, int64_t K,
+                        float alpha, float beta, uint16_t* c, int64_t ldc, int64_t* failed_floats) {
+  uint32_t* ap = dt_bf16_reserve_(&dt_bf16_buf_a_, (size_t)MC * (KC / 2));
+  uint32_t* bp = dt_bf16_reserve_(&dt_bf16_buf_b_, (size_t)NC * (KC / 2));
+  if (!ap || !bp) {
+    *failed_floats = ap ? (int64_t)NC * (KC / 2) : (int64_t)MC * (KC / 2);
+    return DT_ERR_ALLOC;
+  }
+  /* equal K blocks of an even length (but the last), so pairs never straddle blocks */
+  const int64_t blocks = (K + KC - 1) / KC, kc_even = ((K + blocks - 1) / blocks + 1) / 2 * 2;
+  float* acc = NULL;
+  int64_t acc_ld = 0;
+  if (blocks > 1) {
+    acc_ld = n < NC ? n : NC;
+    size_t need = (size_t)(m * acc_ld);
+    if (dt_bf16_acc_cap_ < need) {
+      free(dt_bf16_buf_acc_);
+      dt_bf16_buf_acc_ = NULL;
+      dt_bf16_acc_cap_ = 0;
+      void* p = NULL;
+      if (posix_memalign(&p, 64, need * sizeof(float)) != 0) {
+        *failed_floats = (int64_t)need;
+        return DT_ERR_ALLOC;
+      }
+      dt_bf16_buf_acc_ = p;
+      dt_bf16_acc_cap_ = need;
+    }
+    acc = dt_bf16_buf_acc_;
+  }
+  /* f32 A read in place when its rows hold K contiguously: a pair is a dword */
+  const int direct_a = a->cs == 1;
+  for (int64_t jc = 0; jc < n; jc += NC) {
+    int64_t nc = n - jc < NC ? n - jc : NC;
+    for (int64_t pc = 0; pc < K; pc += kc_even) {
+      int64_t kc = K - pc < kc_even ? K - pc : kc_even, kq = (kc + 1) / 2;
+      int last = pc + kc >= K;
+      dt_bf16_pack_b_(b, pc, kc, jc, nc, bp);
+      for (int64_t ic = 0; ic < m; ic += MC) {
+        int64_t mc = m - ic < MC ? m - ic : MC;
+        /* the odd last k of a direct A cannot be read as a dword (the next
+         * element may be past the matrix): such blocks are packed */
+        int direct = direct_a && kc % 2 == 0;
+        if (!direct) dt_bf16_pack_a_(a, ic, mc, pc, kc, ap);
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          int nrr = nc - jr < NR ? (int)(nc - jr) : NR;
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            int mrr = mc - ir < MR ? (int)(mc - ir) : MR;
+            dt_bf16_out_ o = {
+                .acc = acc ? acc + (ic + ir) * acc_ld + jr : NULL,
+                .acc_ld = acc_ld,
+                .c = last ? c + (ic + ir) * ldc + jc + jr : NULL,
+                .ldc = ldc,
+                .alpha = alpha,
+                .beta = beta,
+                .first = pc == 0,
+            };
+            const char* at;
+            int64_t a_row, a_q;
+            if (direct) {
+              at = (const char*)a->data + ((ic + ir) * a->rs + pc) * 2;
+              a_row = a->rs * 2;
+              a_q = 4;
+              if (mrr < MR) { /* the kernel reads 12 rows; give it a packed copy of the few */
+                dt_bf16_pack_a_(a, ic + ir, mrr, pc, kc, ap);
+                at = (const char*)ap;
+                a_row = 4;
+                a_q = 4 * MR;
+              }
+            } else {
+              at = (const char*)(ap + ir * kq);
+              a_row = 4;
+              a_q = 4 * MR;
+            }
+            dt_bf16_kernel_(kq, at, a_row, a_q, bp + jr * kq, &o, mrr, nrr);
+          }
+        }
+      }
+    }
+  }
+  return DT_OK;
+}

@@ -1,0 +1,102 @@
+/**
+ * The text of a DTRAIN_PROFILE=1 report: one block per process with its
+ * start-up (launcher, spawn, bootstrap — the runtime's clock starts to the
+ * profiler's module evaluated —, then the parts up to the end of the first
+ * optimizer step: module load, rendezvous, data generation, …) and the mean
+ * breakdown of the steps after it.
+ */
+import type { Breakdown, Part, Unclaimed } from "./profile.ts";
+
+/** What a report is made of (profile.ts's totals plus the launcher's clock). */
+export interface ProfileInput {
+  /** "rank 1", or "process" outside a launch */
+  who: string;
+  startup: Breakdown;
+  steps: Breakdown;
+  stepCount: number;
+  /** ms since the process started: library loaded, first step done */
+  loadedAtMs: number;
+  firstStepAtMs: number | null;
+  /** epoch ms: this process started (performance.timeOrigin) */
+  processStartEpochMs: number;
+  /** epoch ms: the `dtrain` command started (its wrapper script), when known */
+  commandEpochMs: number | null;
+  /** epoch ms: the launcher started, and spawned this rank (absent outside a launch) */
+  launchEpochMs: number | null;
+  spawnEpochMs: number | null;
+}
+
+const STARTUP_ORDER: (Part | Unclaimed)[] = [
+  "module load",
+  "rendezvous",
+  "data generation",
+  "ddp setup",
+  "script",
+  "first step",
+  "data wait",
+  "forward",
+  "backward",
+  "reduction wait",
+  "optimizer",
+  "checkpoint",
+  "bookkeeping",
+];
+
+const STEP_ORDER: (Part | Unclaimed)[] = [
+  "data wait",
+  "forward",
+  "backward",
+  "reduction wait",
+  "optimizer",
+  "bookkeeping",
+  "checkpoint",
+  "other",
+  "rendezvous",
+  "data generation",
+  "ddp setup",
+];
+
+const ms = (x: number) => x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2);
+const us = (x: number) => (x * 1000).toFixed(x * 1000 >= 100 ? 0 : 1);
+
+/** The report's lines. */
+export function formatProfile(p: ProfileInput): string[] {
+  const lines: string[] = [];
+  const parts: string[] = [];
+  if (p.launchEpochMs !== null && p.spawnEpochMs !== null) {
+    if (p.commandEpochMs !== null) parts.push(`command ${ms(p.launchEpochMs - p.commandEpochMs)}`);
+    parts.push(`launcher ${ms(p.spawnEpochMs - p.launchEpochMs)}`);
+    parts.push(`spawn ${ms(p.processStartEpochMs - p.spawnEpochMs)}`);
+  }
+  parts.push(`bootstrap ${ms(p.loadedAtMs)}`);
+  for (const k of STARTUP_ORDER) {
+    const v = p.startup.get(k);
+    if (v !== undefined && v >= 0.005) parts.push(`${k} ${ms(v)}`);
+  }
+  const origin = p.commandEpochMs ?? p.launchEpochMs ?? p.processStartEpochMs;
+  const from = p.commandEpochMs !== null
+    ? "command"
+    : p.launchEpochMs !== null
+    ? "launch"
+    : "process start";
+  const end = p.firstStepAtMs === null
+    ? "no optimizer step yet"
+    : `${from} → first optimizer step ${ms(p.processStartEpochMs + p.firstStepAtMs - origin)} ms`;
+  lines.push(`[profile] ${p.who} start-up, ${end}:`);
+  lines.push(`[profile]   ${parts.join(" | ")} (ms)`);
+  if (p.stepCount > 0) {
+    const total = [...p.steps.values()].reduce((a, b) => a + b, 0);
+    const per = total / p.stepCount;
+    lines.push(
+      `[profile] ${p.who} ${p.stepCount} steps after the first, ${us(per)} µs per step:`,
+    );
+    const cells: string[] = [];
+    for (const k of STEP_ORDER) {
+      const v = p.steps.get(k);
+      if (v === undefined || v / total < 0.0005) continue;
+      cells.push(`${k} ${us(v / p.stepCount)} (${((100 * v) / total).toFixed(1)}%)`);
+    }
+    lines.push(`[profile]   ${cells.join(" | ")} (µs per step)`);
+  }
+  return lines;
+}

@@ -1,0 +1,96 @@
+/**
+ * DTRAIN_PROFILE=1: a process prints where its start-up and its steps went,
+ * by part, on stderr at exit; a launched rank also gets the launcher's and
+ * the spawn's share; without the variable nothing is printed.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { REPO, TestRun } from "../launch/launch_helpers.ts";
+
+const SCRIPT = join(REPO, "tests/profile/scripts/profiled_loop.ts");
+const CONFIG = join(REPO, "deno.json");
+
+async function runAlone(env: Record<string, string>, dir: string): Promise<string> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "--config", CONFIG, SCRIPT, "20", join(dir, "ck")],
+    env: { NO_COLOR: "1", ...env },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const err = new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 0, err);
+  return err;
+}
+
+/** The "part value (share%)" cells of a steps line, as a map. */
+function stepCells(line: string): Map<string, { us: number; pct: number }> {
+  const cells = new Map<string, { us: number; pct: number }>();
+  for (const m of line.matchAll(/([a-z ]+?) ([\d.]+) \(([\d.]+)%\)/g)) {
+    cells.set(m[1]!.trim(), { us: Number(m[2]), pct: Number(m[3]) });
+  }
+  return cells;
+}
+
+Deno.test("DTRAIN_PROFILE=1 breaks a single process's start-up and steps down by part", async () => {
+  const dir = Deno.makeTempDirSync({ prefix: "dtrain-profile-" });
+  try {
+    const err = await runAlone({ DTRAIN_PROFILE: "1" }, dir);
+    const lines = err.split("\n").filter((l) => l.startsWith("[profile]"));
+    assert.equal(lines.length, 4, err);
+    assert.match(
+      lines[0]!,
+      /^\[profile\] process start-up, process start → first optimizer step [\d.]+ ms:$/,
+    );
+    assert.match(lines[1]!, /bootstrap [\d.]+ \| data generation [\d.]+ \|.* first step [\d.]+/);
+    assert.match(lines[2]!, /^\[profile\] process 19 steps after the first, [\d.]+ µs per step:$/);
+    const cells = stepCells(lines[3]!);
+    for (
+      const part of ["data wait", "backward", "optimizer", "bookkeeping", "checkpoint", "other"]
+    ) {
+      assert.ok(cells.has(part), `no "${part}" in ${lines[3]}`);
+    }
+    assert.ok(!cells.has("reduction wait"), "a single process has no reduction");
+    const pct = [...cells.values()].reduce((a, c) => a + c.pct, 0);
+    assert.ok(Math.abs(pct - 100) < 1, `shares add up to ${pct}%: ${lines[3]}`);
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
+
+Deno.test("without DTRAIN_PROFILE nothing is printed", async () => {
+  const dir = Deno.makeTempDirSync({ prefix: "dtrain-profile-" });
+  try {
+    const err = await runAlone({}, dir);
+    assert.ok(!err.includes("[profile]"), err);
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
+
+Deno.test("each launched rank reports the launcher, the spawn, the rendezvous, the DDP set-up and the reduction", async () => {
+  const run = new TestRun();
+  try {
+    const l = run.launch(["--nproc", "2", SCRIPT, "10", join(run.dir, "ck")], {
+      env: { DTRAIN_PROFILE: "1" },
+    });
+    const r = await run.finish(l, 60_000);
+    assert.equal(r.code, 0, r.stderr);
+    for (const rank of [0, 1]) {
+      const mine = r.stderr.split("\n").filter((s) => s.startsWith(`[r${rank}] [profile]`));
+      assert.equal(mine.length, 4, r.stderr);
+      assert.match(
+        mine[0]!,
+        new RegExp(`rank ${rank} start-up, launch → first optimizer step [\\d.]+ ms:`),
+      );
+      assert.match(
+        mine[1]!,
+        /launcher [\d.]+ \| spawn [\d.]+ \| bootstrap [\d.]+ \| module load [\d.]+ \| rendezvous [\d.]+ \|/,
+      );
+      assert.match(mine[1]!, /ddp setup [\d.]+/);
+      assert.match(mine[2]!, new RegExp(`rank ${rank} 9 steps after the first`));
+      assert.ok(stepCells(mine[3]!).has("reduction wait"), mine[3]);
+    }
+  } finally {
+    await run.cleanup();
+  }
+});
