@@ -807,6 +807,26 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
+  /** Batch norm's output, ReLU and 2x2 max pooling at stride 2 in one pass (the
+   *  bits of dt_bn_apply, dt_relu_fwd, dt_maxpool2d_fwd): out[n, c, oh, ow] = the
+   *  max over the window of relu(x * alpha + beta), idx as dt_maxpool2d_fwd's. */
+  dt_bn_relu_maxpool2x2_fwd: {
+    parameters: [
+      P, // float* out (N, C, H/2, W/2)
+      P, // int32* idx (N, C, H/2, W/2): ih * W + iw of each maximum within its plane
+      P, // const float* inp (N, C, H, W)
+      P, // const float* mean (C)
+      P, // const float* rstd (C)
+      P, // const float* weight (C) or NULL (1)
+      P, // const float* bias (C) or NULL (0)
+      I64, // int64 N
+      I64, // int64 C
+      I64, // int64 H
+      I64, // int64 W
+      P, // stream
+    ],
+    ...STATUS,
+  },
   /** Backward step 1: acc = [sum dy, sum (x - mean) dy] per channel (local;
    *  all-reduced next when synchronised); dweight = acc[C+c] * rstd, dbias = acc[c]. */
   dt_bn_bwd_reduce: {

@@ -11,6 +11,7 @@
  * only. */
 #pragma once
 #include "batchnorm.h"
+#include "bn_relu_pool.h"
 #include "conv.h"
 #include "dt_checks.h"
 #include "pool.h"
@@ -570,5 +571,24 @@ static inline dt_status dt_check_bn_bwd_apply(const float* dinp, const float* do
               "dt_bn_bwd_apply: null pointer (dinp=%p dout=%p inp=%p mean=%p rstd=%p)", (const void*)dinp,
               (const void*)dout, (const void*)inp, (const void*)mean, (const void*)rstd);
   DT_REQUIRE_(!acc || count, "dt_bn_bwd_apply: acc needs the element count (count is NULL)");
+  return DT_OK;
+}
+
+/* The fused batch norm, ReLU and 2x2 max pooling of (N, C, H, W): output
+ * (N, C, H/2, W/2); a plane's indices are int32. */
+static inline dt_status dt_check_bn_relu_maxpool2x2_fwd(const float* out, const int32_t* idx, const float* inp,
+                                                         const float* mean, const float* rstd, int64_t N, int64_t C,
+                                                         int64_t H, int64_t W) {
+  DT_REQUIRE_(H >= 0 && W >= 0, "dt_bn_relu_maxpool2x2_fwd: negative size (H=%lld W=%lld)", (long long)H,
+              (long long)W);
+  int64_t hw;
+  DT_REQUIRE_(dt_mul_ok_(H, W, &hw) && hw <= INT32_MAX,
+              "dt_bn_relu_maxpool2x2_fwd: a plane of %lld x %lld must have < 2^31 elements", (long long)H,
+              (long long)W);
+  DT_TRY_(dt_check_bn_sizes_("dt_bn_relu_maxpool2x2_fwd", N, C, hw));
+  if (N * C * (H / 2) * (W / 2) == 0) return DT_OK;
+  DT_REQUIRE_(out && idx && inp && mean && rstd,
+              "dt_bn_relu_maxpool2x2_fwd: null pointer (out=%p idx=%p inp=%p mean=%p rstd=%p)", (const void*)out,
+              (const void*)idx, (const void*)inp, (const void*)mean, (const void*)rstd);
   return DT_OK;
 }

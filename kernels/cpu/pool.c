@@ -6,6 +6,7 @@
 #include "cpu_internal.h"
 #include "ops_checks.h"
 #include "pool.h"
+#include "bn_relu_pool.h"
 
 #define POOL_GRAIN_ELEMS (1 << 14)
 
@@ -58,23 +59,41 @@ typedef int32_t v4i_ __attribute__((vector_size(16)));
     *(pick) = (take_ & (at)) | (~take_ & *(pick));         \
   } while (0)
 
-#define POOL2X2_VEC_(N, VF, VI, EVEN, ODD, LANES)                                                         \
-  static inline __attribute__((always_inline)) void pool2x2_fwd_##N##_(                                  \
-      const float* r0, const float* r1, float* out, int32_t* idx, int32_t base, int32_t w, int64_t ow) { \
-    VF a0, a1, b0, b1;                                                                                    \
-    memcpy(&a0, r0 + 2 * ow, sizeof a0);                                                                  \
-    memcpy(&a1, r0 + 2 * ow + N, sizeof a1);                                                              \
-    memcpy(&b0, r1 + 2 * ow, sizeof b0);                                                                  \
-    memcpy(&b1, r1 + 2 * ow + N, sizeof b1);                                                              \
-    VF v1 = __builtin_shuffle(a0, a1, ODD), v2 = __builtin_shuffle(b0, b1, EVEN);                         \
-    VF v3 = __builtin_shuffle(b0, b1, ODD), best = __builtin_shuffle(a0, a1, EVEN);                       \
-    VI zero = {0}, pick = zero; /* the window's first element, then the others in order */               \
-    POOL_TAKE_(VI, &best, &pick, v1, zero + 1);                                                           \
-    POOL_TAKE_(VI, &best, &pick, v2, zero + w);                                                           \
-    POOL_TAKE_(VI, &best, &pick, v3, zero + (w + 1));                                                     \
-    VI at = pick + LANES + (base + 2 * (int32_t)ow);                                                      \
-    memcpy(out + ow, &best, sizeof best);                                                                 \
-    memcpy(idx + ow, &at, sizeof at);                                                                     \
+/* With bn set, each value first becomes relu(x * alpha + beta), as
+ * dt_relu_f(dt_bn_out_f(x, alpha, beta)) does (a negative to +0, a NaN kept). */
+#define POOL_BN_RELU_(VF, VI, v)              \
+  do {                                        \
+    if (bn) {                                 \
+      VF y_ = (v) * alpha + beta;             \
+      VI neg_ = y_ < (VF){0}, b_;             \
+      memcpy(&b_, &y_, sizeof b_);            \
+      b_ &= ~neg_;                            \
+      memcpy(&(v), &b_, sizeof b_);           \
+    }                                         \
+  } while (0)
+
+#define POOL2X2_VEC_(N, VF, VI, EVEN, ODD, LANES)                                                          \
+  static inline __attribute__((always_inline)) void pool2x2_fwd_##N##_(                                   \
+      const float* r0, const float* r1, float* out, int32_t* idx, int32_t base, int32_t w, int64_t ow,    \
+      int bn, float alpha, float beta) {                                                                   \
+    VF a0, a1, b0, b1;                                                                                     \
+    memcpy(&a0, r0 + 2 * ow, sizeof a0);                                                                   \
+    memcpy(&a1, r0 + 2 * ow + N, sizeof a1);                                                               \
+    memcpy(&b0, r1 + 2 * ow, sizeof b0);                                                                   \
+    memcpy(&b1, r1 + 2 * ow + N, sizeof b1);                                                               \
+    VF v1 = __builtin_shuffle(a0, a1, ODD), v2 = __builtin_shuffle(b0, b1, EVEN);                          \
+    VF v3 = __builtin_shuffle(b0, b1, ODD), best = __builtin_shuffle(a0, a1, EVEN);                        \
+    POOL_BN_RELU_(VF, VI, best);                                                                           \
+    POOL_BN_RELU_(VF, VI, v1);                                                                             \
+    POOL_BN_RELU_(VF, VI, v2);                                                                             \
+    POOL_BN_RELU_(VF, VI, v3);                                                                             \
+    VI zero = {0}, pick = zero; /* the window's first element, then the others in order */                \
+    POOL_TAKE_(VI, &best, &pick, v1, zero + 1);                                                            \
+    POOL_TAKE_(VI, &best, &pick, v2, zero + w);                                                            \
+    POOL_TAKE_(VI, &best, &pick, v3, zero + (w + 1));                                                      \
+    VI at = pick + LANES + (base + 2 * (int32_t)ow);                                                       \
+    memcpy(out + ow, &best, sizeof best);                                                                  \
+    memcpy(idx + ow, &at, sizeof at);                                                                      \
   }
 
 #define EVEN8_ ((v8i_){0, 2, 4, 6, 8, 10, 12, 14})
@@ -86,43 +105,74 @@ typedef int32_t v4i_ __attribute__((vector_size(16)));
 POOL2X2_VEC_(8, v8f_, v8i_, EVEN8_, ODD8_, LANES8_)
 POOL2X2_VEC_(4, v4f_, v4i_, EVEN4_, ODD4_, LANES4_)
 
+/* One plane's 2x2 pooling, a vector of windows at a time; with bn, of
+ * relu(x * alpha + beta) (always inlined: bn is a constant at each call). */
+static inline __attribute__((always_inline)) void pool2x2_plane_(const float* plane, float* out, int32_t* idx,
+                                                                 int64_t OH, int64_t OW, int64_t W, int bn,
+                                                                 float alpha, float beta) {
+  int32_t w = (int32_t)W;
+  for (int64_t oh = 0; oh < OH; oh++) {
+    const float* r0 = plane + 2 * oh * W;
+    const float* r1 = r0 + W;
+    float* o = out + oh * OW;
+    int32_t* at = idx + oh * OW;
+    int32_t base = (int32_t)(2 * oh * W);
+    if (OW >= 8) {
+      for (int64_t ow = 0;; ow += 8) {
+        if (ow > OW - 8) ow = OW - 8; /* the last vector ends at the row's end */
+        pool2x2_fwd_8_(r0, r1, o, at, base, w, ow, bn, alpha, beta);
+        if (ow == OW - 8) break;
+      }
+    } else if (OW >= 4) {
+      pool2x2_fwd_4_(r0, r1, o, at, base, w, 0, bn, alpha, beta);
+      pool2x2_fwd_4_(r0, r1, o, at, base, w, OW - 4, bn, alpha, beta);
+    } else {
+      for (int64_t ow = 0; ow < OW; ow++) {
+        if (bn) {
+          o[ow] = dt_bn_relu_maxpool2x2(plane, W, oh, ow, alpha, beta, &at[ow]);
+          continue;
+        }
+        float v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+        int32_t off[4] = {0, 1, w, w + 1};
+        float best = v[0];
+        int32_t pick = 0;
+        for (int k = 1; k < 4; k++) {
+          int take = dt_maxpool_takes(v[k], best);
+          best = take ? v[k] : best;
+          pick = take ? off[k] : pick;
+        }
+        o[ow] = best;
+        at[ow] = base + 2 * (int32_t)ow + pick;
+      }
+    }
+  }
+}
+
 DT_VEC_CLONES static void maxpool_2x2_range_(void* vctx, int64_t p0, int64_t p1) {
   const pool_ctx_* c = vctx;
   const dt_pool_geom* g = &c->g;
-  int64_t hw = g->H * g->W, ohw = g->OH * g->OW, OW = g->OW;
-  int32_t w = (int32_t)g->W;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  for (int64_t p = p0; p < p1; p++)
+    pool2x2_plane_(c->inp + p * hw, c->out + p * ohw, c->idx + p * ohw, g->OH, g->OW, g->W, 0, 0.0f, 0.0f);
+}
+
+typedef struct {
+  int64_t C, H, W;
+  float* out;
+  int32_t* idx;
+  const float *inp, *mean, *rstd, *weight, *bias;
+} bn_pool_ctx_;
+
+/* Work item = plane (n, c): batch norm's affine form of channel c, then the pooling. */
+DT_VEC_CLONES static void bn_relu_pool_range_(void* vctx, int64_t p0, int64_t p1) {
+  const bn_pool_ctx_* c = vctx;
+  int64_t OH = c->H / 2, OW = c->W / 2, hw = c->H * c->W, ohw = OH * OW;
   for (int64_t p = p0; p < p1; p++) {
-    for (int64_t oh = 0; oh < g->OH; oh++) {
-      const float* r0 = c->inp + p * hw + 2 * oh * g->W;
-      const float* r1 = r0 + g->W;
-      float* out = c->out + p * ohw + oh * OW;
-      int32_t* idx = c->idx + p * ohw + oh * OW;
-      int32_t base = (int32_t)(2 * oh * g->W);
-      if (OW >= 8) {
-        for (int64_t ow = 0;; ow += 8) {
-          if (ow > OW - 8) ow = OW - 8; /* the last vector ends at the row's end */
-          pool2x2_fwd_8_(r0, r1, out, idx, base, w, ow);
-          if (ow == OW - 8) break;
-        }
-      } else if (OW >= 4) {
-        pool2x2_fwd_4_(r0, r1, out, idx, base, w, 0);
-        pool2x2_fwd_4_(r0, r1, out, idx, base, w, OW - 4);
-      } else {
-        for (int64_t ow = 0; ow < OW; ow++) {
-          float v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
-          int32_t at[4] = {0, 1, w, w + 1};
-          float best = v[0];
-          int32_t pick = 0;
-          for (int k = 1; k < 4; k++) {
-            int take = dt_maxpool_takes(v[k], best);
-            best = take ? v[k] : best;
-            pick = take ? at[k] : pick;
-          }
-          out[ow] = best;
-          idx[ow] = base + 2 * (int32_t)ow + pick;
-        }
-      }
-    }
+    int64_t ch = p % c->C;
+    float alpha, beta;
+    dt_bn_affine(c->mean[ch], c->rstd[ch], c->weight ? c->weight[ch] : 1.0f, c->bias ? c->bias[ch] : 0.0f, &alpha,
+                 &beta);
+    pool2x2_plane_(c->inp + p * hw, c->out + p * ohw, c->idx + p * ohw, OH, OW, c->W, 1, alpha, beta);
   }
 }
 
@@ -341,6 +391,18 @@ DT_EXPORT dt_status dt_maxpool2d_fwd(float* out, int32_t* idx, const float* inp,
   dt_range_fn_ fn = maxpool_2x2_inside_(g) ? maxpool_2x2_range_ : maxpool_inside_(g) ? maxpool_inside_range_
                                                                                       : maxpool_fwd_range_;
   dt_parallel_for_(g->P, plane_grain_(g, g->KH * g->KW), fn, &c);
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_bn_relu_maxpool2x2_fwd(float* out, int32_t* idx, const float* inp, const float* mean,
+                                              const float* rstd, const float* weight, const float* bias, int64_t N,
+                                              int64_t C, int64_t H, int64_t W, void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_bn_relu_maxpool2x2_fwd(out, idx, inp, mean, rstd, N, C, H, W));
+  if (N * C * (H / 2) * (W / 2) == 0) return DT_OK;
+  bn_pool_ctx_ c = {C, H, W, out, idx, inp, mean, rstd, weight, bias};
+  int64_t per = H * W + (H / 2) * (W / 2);
+  dt_parallel_for_(N * C, per >= POOL_GRAIN_ELEMS ? 1 : POOL_GRAIN_ELEMS / per, bn_relu_pool_range_, &c);
   return DT_OK;
 }
 

@@ -9,6 +9,7 @@
 #include "cuda_internal.cuh"
 #include "ops_checks.h"
 #include "pool.h"
+#include "bn_relu_pool.h"
 
 /* ---- kernels -------------------------------------------------------------------- */
 
@@ -17,6 +18,19 @@ __global__ void dt_maxpool_fwd_k_(float* out, int32_t* idx, const float* inp, dt
   DT_GRID_STRIDE(k, total) {
     int64_t p = k / ohw, j = k % ohw;
     out[k] = dt_maxpool_window(inp + p * g.H * g.W, &g, j / g.OW, j % g.OW, &idx[k]);
+  }
+}
+
+/* Each output of batch norm, ReLU and 2x2 max pooling (bn_relu_pool.h). */
+__global__ void dt_bn_relu_pool_k_(float* out, int32_t* idx, const float* inp, const float* mean, const float* rstd,
+                                   const float* weight, const float* bias, int64_t C, int64_t H, int64_t W,
+                                   int64_t total) {
+  int64_t OH = H / 2, OW = W / 2, ohw = OH * OW;
+  DT_GRID_STRIDE(k, total) {
+    int64_t p = k / ohw, j = k % ohw, ch = p % C;
+    float alpha, beta;
+    dt_bn_affine(mean[ch], rstd[ch], weight ? weight[ch] : 1.0f, bias ? bias[ch] : 0.0f, &alpha, &beta);
+    out[k] = dt_bn_relu_maxpool2x2(inp + p * H * W, W, j / OW, j % OW, alpha, beta, &idx[k]);
   }
 }
 
@@ -167,6 +181,20 @@ DT_EXPORT dt_status dt_maxpool2d_bwd(float* dinp, const float* dout, const int32
     return st;
   }
   return dt_bad_end_(first_bad, DT_DATA_MAXPOOL2D_BWD, idx, DT_I32, g.H * g.W, 0, s);
+}
+
+DT_EXPORT dt_status dt_bn_relu_maxpool2x2_fwd(float* out, int32_t* idx, const float* inp, const float* mean,
+                                              const float* rstd, const float* weight, const float* bias, int64_t N,
+                                              int64_t C, int64_t H, int64_t W, void* stream) {
+  DT_TRY_(dt_check_bn_relu_maxpool2x2_fwd(out, idx, inp, mean, rstd, N, C, H, W));
+  int64_t total = N * C * (H / 2) * (W / 2);
+  if (total == 0) return DT_OK;
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  DT_LAUNCH(dt_bn_relu_pool_k_, dt_grid_for_(total, DT_BLOCK), DT_BLOCK, 0, s, out, idx, inp, mean, rstd, weight, bias,
+            C, H, W, total);
+  DT_CHECK_LAUNCH(s, "dt_bn_relu_maxpool2x2_fwd");
+  return DT_OK;
 }
 
 DT_EXPORT dt_status dt_avgpool2d_fwd(float* out, const float* inp, const int64_t* geom, int32_t count_include_pad,

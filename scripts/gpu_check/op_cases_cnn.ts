@@ -53,6 +53,8 @@ export interface CnnSizeSet {
   adaptive: [number, number, number, number, number][];
   /** [N, C, HW] */
   bn: [number, number, number][];
+  /** batch norm, ReLU and 2x2 max pooling in one op: [N, C, H, W] */
+  bnPool: [number, number, number, number][];
   /** Winograd F(2x2, 3x3): [N, C, H, W, Cout, PH, PW, tiles per block (0: all)] */
   winograd: [number, number, number, number, number, number, number, number][];
 }
@@ -94,6 +96,7 @@ export const CNN_GPU_SIZES: CnnSizeSet = {
   pool: [pool(64 * 32, 28, 28, [2, 2], [2, 2]), pool(500, 55, 55, [3, 3], [2, 2], [1, 1])],
   adaptive: [[2048, 7, 7, 1, 1], [100, 30, 31, 7, 7]],
   bn: [[64, 32, 784], [256, 512, 49], [3, 7, 100_003]],
+  bnPool: [[64, 32, 28, 28], [64, 64, 14, 14], [7, 5, 33, 17]],
   winograd: [[64, 32, 14, 14, 64, 1, 1, 0], [32, 64, 56, 56, 64, 1, 1, 5000], [
     3,
     5,
@@ -155,6 +158,7 @@ export const CNN_EMULATED_SIZES: CnnSizeSet = {
     5,
   ]],
   bn: [[0, 3, 4], [2, 0, 5], [3, 2, 0], [4, 3, 37], [200, 100, 3], [3, 2, 20_000]],
+  bnPool: [[0, 2, 4, 4], [2, 3, 5, 7], [3, 4, 10, 12], [20, 30, 16, 18]],
   winograd: [
     [0, 3, 5, 5, 2, 1, 1, 0],
     [2, 3, 6, 5, 4, 1, 1, 0],
@@ -771,6 +775,43 @@ export function buildCnnOpCases(
       });
     }
   }
+  // ---- batch norm, ReLU and 2x2 max pooling in one op ------------------------------------------
+  for (const [N, C, H, W] of S.bnPool) {
+    const m = N * C * Math.floor(H / 2) * Math.floor(W / 2);
+    const x = Float32Array.from(rng.normals(N * C * H * W), (v) => Math.round(v * 4) / 4); // ties
+    if (x.length > 3) setNaN(x, 3);
+    const mean = rng.normals(C, 0.3),
+      rstd = Float32Array.from(rng.normals(C), (v) => 0.5 + Math.abs(v));
+    for (const affine of [true, false]) {
+      add({
+        op: `bn_relu_maxpool2x2 fwd${affine ? "" : " (no affine)"} (ties, a NaN)`,
+        symbols: ["dt_bn_relu_maxpool2x2_fwd"],
+        dtype: "f32",
+        size: `${N}x${C}x${H}x${W}`,
+        tol: exact,
+        inputs: affine
+          ? { x, mean, rstd, w: rng.normals(C), b: rng.normals(C) }
+          : { x, mean, rstd },
+        outputs: { y: [f32(m), "f32"], idx: [new Int32Array(m), "int"] },
+        call: (k, p, s) =>
+          k.dt_bn_relu_maxpool2x2_fwd(
+            p("y"),
+            p("idx"),
+            p("x"),
+            p("mean"),
+            p("rstd"),
+            p("w"),
+            p("b"),
+            n64(N),
+            n64(C),
+            n64(H),
+            n64(W),
+            s,
+          ),
+      });
+    }
+  }
+
   // ---- Winograd F(2x2, 3x3) transforms -------------------------------------------------------
   for (const [N, C, H, W, Cout, PH, PW, blockTiles] of S.winograd) {
     const OH = Math.max(0, H + 2 * PH - 2), OW = Math.max(0, W + 2 * PW - 2);

@@ -192,6 +192,11 @@ const BAD_CALLS: BadCall[] = [
     "dt_bn_bwd_apply with sums but no count",
     (k) => k.dt_bn_bwd_apply(p(F), p(F), p(F), p(F), p(F), null, p(D), null, 2n, 4n, 4n, null),
   ],
+  [
+    "dt_bn_relu_maxpool2x2_fwd with a null mean",
+    (k) =>
+      k.dt_bn_relu_maxpool2x2_fwd(p(F), p(I), p(F), null, p(F), null, null, 1n, 2n, 4n, 4n, null),
+  ],
   ["dt_winograd_weight with Cout = -1", (k) => k.dt_winograd_weight(p(F), p(F), -1n, 2n, null)],
   [
     "dt_winograd_weight_grad with a null m",

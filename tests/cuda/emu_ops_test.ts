@@ -114,6 +114,10 @@ Deno.test({
       return Ch * Math.min(block || T, T - Math.floor(T / 3)) > 64 * 256;
     }));
     assert.ok(C.winograd.some(([N]) => N === 0));
+    // the fused batch norm, ReLU and pooling: past a pass, every vector width of the CPU, empty
+    const outs = ([N, Ch, H, W]: number[]) => N! * Ch! * Math.floor(H! / 2) * Math.floor(W! / 2);
+    assert.ok(C.bnPool.some((d) => outs(d) > 64 * 256) && C.bnPool.some((d) => outs(d) === 0));
+    assert.ok([2, 5, 8].every((w) => C.bnPool.some(([, , , W]) => Math.floor(W / 2) >= w)));
     for (const sym of ["dt_strided_copy", "dt_gather_dim", "dt_index_select"]) {
       assert.ok(
         cases.some((c) => c.symbols.includes(sym as never) && /^bf16/.test(c.dtype)),

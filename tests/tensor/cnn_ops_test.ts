@@ -11,7 +11,7 @@ import { fromArray, full, scope, zeros } from "../../tensor/tensor.ts";
 import { backward } from "../../tensor/autograd.ts";
 import { conv2d, withConvPaths } from "../../tensor/ops/conv.ts";
 import { adaptiveAvgPool2d, avgPool2d, maxPool2d } from "../../tensor/ops/pool.ts";
-import { batchNorm } from "../../tensor/ops/batchnorm.ts";
+import { batchNorm, batchNormReluMaxPool2d, type StatsBuffer } from "../../tensor/ops/batchnorm.ts";
 import {
   cat,
   expand,
@@ -26,7 +26,7 @@ import {
 } from "../../tensor/ops/layout.ts";
 import { argmax, argmin, max, mean, min, sum, sumTo } from "../../tensor/ops/reduce.ts";
 import { clamp, exp, log, pow, sigmoid, sqrt, tanh } from "../../tensor/ops/unary.ts";
-import { add, div, mul, sub } from "../../tensor/ops/elementwise.ts";
+import { add, div, mul, relu, sub } from "../../tensor/ops/elementwise.ts";
 import { gather, indexSelect, maskedFill, where } from "../../tensor/ops/select.ts";
 import { logSoftmax, softmax } from "../../tensor/ops/softmax.ts";
 
@@ -477,4 +477,52 @@ Deno.test("softmax and logSoftmax along any dim: gradients and normalisation", (
       /causal and scale apply along the last dim only/,
     );
   });
+});
+
+Deno.test("batchNormReluMaxPool2d gives maxPool2d(relu(batchNorm(x)), 2)'s bits: outputs, gradients, statistics", () => {
+  for (const [N, C, H, W] of [[4, 3, 8, 10], [2, 2, 7, 9], [3, 1, 2, 3]]) {
+    for (const training of [true, false]) {
+      for (const affine of [true, false]) {
+        scope(() => {
+          /** One run: the fused op or the three, from the same data; what each produced. */
+          const run = (fused: boolean) => {
+            const x = fromArray(rand(N * C * H * W, 31).map((v) => Math.round(v * 8) / 8), [
+              N,
+              C,
+              H,
+              W,
+            ]);
+            const w = affine ? fromArray(rand(C, 32), [C]) : null;
+            const b = affine ? fromArray(rand(C, 33), [C]) : null;
+            for (const t of [x, w, b]) if (t) t.requiresGrad = true;
+            const rm = fromArray(rand(C, 34), [C]), rv = full([C], 1.5);
+            const nbt = zeros([], "i64");
+            const sums: number[] = []; // what a synchronised norm would all-reduce, in order
+            const allReduce = (buf: StatsBuffer) => sums.push(buf.count);
+            const opts = { weight: w, bias: b, training, numBatchesTracked: nbt, allReduce };
+            const y = fused
+              ? batchNormReluMaxPool2d(x, rm, rv, opts)
+              : maxPool2d(relu(batchNorm(x, rm, rv, opts)), 2);
+            backward(sum(mul(y, fromArray(rand(y.numel, 35), [...y.shape]))));
+            const arrays = [y, x.grad!, w?.grad, b?.grad, rm, rv, nbt].filter((t) => t)
+              .map((t) => t!.toArray());
+            return { arrays, sums, shape: y.shape };
+          };
+          const a = run(true), u = run(false);
+          const what = `${[N, C, H, W]} training=${training} affine=${affine}`;
+          assert.deepEqual(a.shape, [N, C, Math.floor(H / 2), Math.floor(W / 2)], what);
+          assert.deepEqual(a.sums, u.sums, `${what}: all-reduced buffers`);
+          a.arrays.forEach((arr, i) => {
+            const v = Array.from(arr as ArrayLike<number | bigint>);
+            const r = Array.from(u.arrays[i] as ArrayLike<number | bigint>);
+            assert.ok(v.every((e, k) => Object.is(e, r[k])), `${what}: tensor ${i} differs`);
+          });
+        });
+      }
+    }
+  }
+  assert.throws(
+    () => scope(() => batchNormReluMaxPool2d(zeros([2, 3, 1, 4]), null, null, { training: true })),
+    /batchNormReluMaxPool2d: expected an input \(N, C, H, W\) with H, W >= 2, got \[2,3,1,4\]/,
+  );
 });
