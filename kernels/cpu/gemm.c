@@ -13,7 +13,7 @@
 static const dt_gemm_isa_* dt_gemm_isa_chosen_;
 static int dt_gemm_bf16_dot_; /* bf16 products through gemm_bf16_avx512.c */
 
-dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out) {
+static dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out) {
   const dt_gemm_isa_* isa = __atomic_load_n(&dt_gemm_isa_chosen_, __ATOMIC_ACQUIRE);
   if (isa) {
     *out = isa;
@@ -83,8 +83,9 @@ static float* dt_gemm_reserve_(dt_gemm_buf_* buf, size_t floats) {
 /* Everything one dt_gemm call shares between its threads. */
 typedef struct {
   const dt_gemm_isa_* isa;
-  int32_t dtype;   /* of A and B */
-  int32_t c_dtype; /* of C: dtype, or f32 (dt_gemm_f32c_) */
+  int32_t dtype;   /* what the products compute in */
+  int32_t c_dtype; /* C's own dtype: dtype, or f32 under dt_cpu_gemm_bf16_mixed and dt_gemm_f32c_ */
+  int c_exact;     /* f32 C of low-precision operands not rounded through their dtype (dt_gemm_f32c_) */
   int64_t M, N, K, kc; /* kc: the K block, the same for every tile */
   float alpha, beta;
   dt_gemm_view_ a, b;  /* op(A) (M x K) and op(B) (K x N) of batch 0 */
@@ -195,12 +196,12 @@ static dt_status dt_gemm_tile_(dt_gemm_job_* job, int64_t t) {
   dt_gemm_view_ b = dt_gemm_offset_(&job->b, bi * job->stride_b, 0, j0);
   size_t esize = dt_dtype_size(job->c_dtype);
   char* c = (char*)job->c + (size_t)(bi * job->stride_c + i0 * job->ldc + j0) * esize;
+  if (job->dtype == DT_F32) return dt_gemm_blocked_(job, &a, &b, m, n, (float*)c, job->ldc, job->alpha, job->beta);
   if (job->dtype == DT_BF16 && dt_gemm_bf16_dot_)
-    return dt_gemm_bf16_(&a, &b, m, n, job->K, job->alpha, job->beta, c, job->c_dtype == DT_F32, job->ldc,
+    return dt_gemm_bf16_(&a, &b, m, n, job->K, job->alpha, job->beta, c, job->c_dtype, job->c_exact, job->ldc,
                          &job->failed_floats);
-  /* f32 C (of any operands, converted while packing) accumulates in place */
-  if (job->c_dtype == DT_F32)
-    return dt_gemm_blocked_(job, &a, &b, m, n, (float*)c, job->ldc, job->alpha, job->beta);
+  /* an exact f32 C of any operands (converted while packing) accumulates in place */
+  if (job->c_exact) return dt_gemm_blocked_(job, &a, &b, m, n, (float*)c, job->ldc, job->alpha, job->beta);
 
   float* acc = dt_gemm_reserve_(&dt_gemm_buf_c_, (size_t)(m * n));
   if (!acc) {
@@ -251,7 +252,7 @@ static int64_t dt_ceil_div_(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static void dt_gemm_split_(dt_gemm_job_* job, int64_t batch) {
   int64_t mr = job->isa->mr, nr = job->isa->nr;
   int64_t m_tile = job->M, n_tile = job->N;
-  if (job->c_dtype != DT_F32 && !(job->dtype == DT_BF16 && dt_gemm_bf16_dot_)) {
+  if (job->dtype != DT_F32 && !job->c_exact && !(job->dtype == DT_BF16 && dt_gemm_bf16_dot_)) {
     if (m_tile > DT_GEMM_HALF_TILE_M) m_tile = DT_GEMM_HALF_TILE_M;
     if (n_tile > DT_GEMM_HALF_TILE_N) n_tile = DT_GEMM_HALF_TILE_N;
   }
@@ -294,19 +295,21 @@ static void dt_gemm_scale_c_(int32_t dtype, void* c, int64_t M, int64_t N, int64
   }
 }
 
-/* The checked product: C of c_dtype (dtype, or f32 for dt_gemm_f32c_). */
-static dt_status dt_gemm_run_(int32_t dtype, int32_t c_dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N,
-                              int64_t K, float alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
-                              float beta, void* C, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
-                              int64_t stride_c) {
+DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
+                            float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+                            int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+                            void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_gemm(dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, batch, stride_a, stride_b,
+                        stride_c));
   if (M == 0 || N == 0 || batch == 0) return DT_OK;
   if (K == 0 || alpha == 0.0f) { /* the product vanishes: A and B are not read, as in BLAS */
-    dt_gemm_scale_c_(c_dtype, C, M, N, ldc, batch, stride_c, beta);
+    dt_gemm_scale_c_(dtype, C, M, N, ldc, batch, stride_c, beta);
     return DT_OK;
   }
   dt_status st;
 
-  dt_gemm_job_ job = {.dtype = dtype, .c_dtype = c_dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .c = C, .ldc = ldc,
+  dt_gemm_job_ job = {.dtype = dtype, .c_dtype = dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .c = C, .ldc = ldc,
                       .stride_a = stride_a, .stride_b = stride_b, .stride_c = stride_c, .status = DT_OK};
   if ((st = dt_gemm_pick_isa_(&job.isa)) != DT_OK) return st;
   job.a = (dt_gemm_view_){A, dtype, trans_a ? 1 : lda, trans_a ? lda : 1};
@@ -322,19 +325,85 @@ static dt_status dt_gemm_run_(int32_t dtype, int32_t c_dtype, int32_t trans_a, i
   return DT_OK;
 }
 
-DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
-                            float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
-                            int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
-                            void* stream) {
-  (void)stream;
-  DT_TRY_(dt_check_gemm(dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, batch, stride_a, stride_b,
-                        stride_c));
-  return dt_gemm_run_(dtype, dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, stride_a,
-                      stride_b, stride_c);
+/** dt_gemm computed in bf16 products (vdpbf16ps) for operands that need not
+ *  be bf16: A and B each DT_F32 or DT_BF16, an f32 one rounded to bf16 as it
+ *  is packed (as dt_cast rounds); C DT_BF16, or DT_F32 receiving the bf16
+ *  result widened (beta reads C as it is). The bits are those of casting A and
+ *  B to bf16, dt_gemm(DT_BF16) and casting C to f32, without the passes over
+ *  memory and the temporaries. Only where dt_cpu_gemm_kernel(DT_BF16) is
+ *  "avx512bf16"; elsewhere it fails (DT_ERR_ARG) and nothing is written. */
+DT_EXPORT dt_status dt_cpu_gemm_bf16_mixed(int32_t a_dtype, int32_t b_dtype, int32_t c_dtype, int32_t trans_a,
+                                           int32_t trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
+                                           int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
+                                           int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  const int32_t dt[3] = {a_dtype, b_dtype, c_dtype};
+  for (int i = 0; i < 3; i++) {
+    if (dt[i] != DT_F32 && dt[i] != DT_BF16)
+      return dt_fail_(DT_ERR_ARG, "dt_cpu_gemm_bf16_mixed: the dtype of %c is %d: expected DT_F32 (0) or DT_BF16 (1)",
+                      "ABC"[i], dt[i]);
+  }
+  /* shapes, strides and pointers as dt_gemm checks them, each operand with its own element size */
+  DT_TRY_(dt_check_gemm(DT_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, batch, stride_a,
+                        stride_b, stride_c));
+  DT_TRY_(dt_check_gemm_matrix_("A", "lda", trans_a ? K : M, trans_a ? M : K, lda, batch, stride_a, "strideA",
+                                (int64_t)dt_dtype_size(a_dtype)));
+  DT_TRY_(dt_check_gemm_matrix_("B", "ldb", trans_b ? N : K, trans_b ? K : N, ldb, batch, stride_b, "strideB",
+                                (int64_t)dt_dtype_size(b_dtype)));
+  DT_TRY_(dt_check_gemm_matrix_("C", "ldc", M, N, ldc, batch, stride_c, "strideC", (int64_t)dt_dtype_size(c_dtype)));
+  dt_gemm_job_ job = {.dtype = DT_BF16, .c_dtype = c_dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
+                      .c = C, .ldc = ldc, .stride_a = stride_a, .stride_b = stride_b, .stride_c = stride_c,
+                      .status = DT_OK};
+  dt_status st;
+  if ((st = dt_gemm_pick_isa_(&job.isa)) != DT_OK) return st;
+  if (!dt_gemm_bf16_dot_)
+    return dt_fail_(DT_ERR_ARG, "dt_cpu_gemm_bf16_mixed: this CPU (or DTRAIN_CPU_ISA) has no AVX512_BF16 kernel");
+  if (M == 0 || N == 0 || batch == 0) return DT_OK;
+  if (K == 0 || alpha == 0.0f) { /* C = beta * C, rounded to bf16 as the product would be */
+    for (int64_t bi = 0; bi < batch; bi++) {
+      for (int64_t i = 0; i < M; i++) {
+        for (int64_t j = 0; j < N; j++) {
+          int64_t at = bi * stride_c + i * ldc + j;
+          float v = beta == 0.0f ? 0.0f : beta * dt_gemm_load_(C, c_dtype, at);
+          uint16_t h = dt_f32_to_bf16(v);
+          if (c_dtype == DT_F32) ((float*)C)[at] = dt_bf16_to_f32(h);
+          else ((uint16_t*)C)[at] = h;
+        }
+      }
+    }
+    return DT_OK;
+  }
+  job.a = (dt_gemm_view_){A, a_dtype, trans_a ? 1 : lda, trans_a ? lda : 1};
+  job.b = (dt_gemm_view_){B, b_dtype, trans_b ? 1 : ldb, trans_b ? ldb : 1};
+  job.kc = dt_ceil_div_(K, dt_ceil_div_(K, job.isa->kc));
+  dt_gemm_split_(&job, batch);
+  dt_parallel_for_(batch * job.m_tiles * job.n_tiles, 1, dt_gemm_tiles_, &job);
+  if (job.status != DT_OK)
+    return dt_fail_(job.status, "dt_cpu_gemm_bf16_mixed: cannot allocate a buffer of %lld floats (M = %lld, N = %lld, K = %lld)",
+                    (long long)job.failed_floats, (long long)M, (long long)N, (long long)K);
+  return DT_OK;
 }
 
 dt_status dt_gemm_f32c_(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
                         float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
                         int64_t ldc) {
-  return dt_gemm_run_(dtype, DT_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, 0, 0, 0);
+  if (dtype == DT_F32)
+    return dt_gemm(DT_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, 0, 0, 0, NULL);
+  if (M == 0 || N == 0) return DT_OK;
+  if (K == 0 || alpha == 0.0f) {
+    dt_gemm_scale_c_(DT_F32, C, M, N, ldc, 1, 0, beta);
+    return DT_OK;
+  }
+  dt_gemm_job_ job = {.dtype = dtype, .c_dtype = DT_F32, .c_exact = 1, .M = M, .N = N, .K = K, .alpha = alpha,
+                      .beta = beta, .c = C, .ldc = ldc, .status = DT_OK};
+  dt_status st;
+  if ((st = dt_gemm_pick_isa_(&job.isa)) != DT_OK) return st;
+  job.a = (dt_gemm_view_){A, dtype, trans_a ? 1 : lda, trans_a ? lda : 1};
+  job.b = (dt_gemm_view_){B, dtype, trans_b ? 1 : ldb, trans_b ? ldb : 1};
+  job.kc = dt_ceil_div_(K, dt_ceil_div_(K, job.isa->kc));
+  dt_gemm_split_(&job, 1);
+  dt_parallel_for_(job.m_tiles * job.n_tiles, 1, dt_gemm_tiles_, &job);
+  if (job.status != DT_OK)
+    return dt_fail_(job.status, "dt_gemm_ex: cannot allocate a buffer of %lld floats (%s kernel, M = %lld, N = %lld, K = %lld)",
+                    (long long)job.failed_floats, job.isa->name, (long long)M, (long long)N, (long long)K);
+  return DT_OK;
 }

@@ -57,10 +57,6 @@ typedef struct {
  * would be mostly padding there. */
 #define DT_GEMM_DOT_MAX 4
 
-/* The kernel for this CPU under DTRAIN_CPU_ISA (gemm.c), chosen once; other
- * files use its micro-kernel for products of their own tiles (attention.c). */
-dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out);
-
 extern const dt_gemm_isa_ dt_gemm_isa_generic_;
 extern const dt_gemm_isa_ dt_gemm_isa_avx2_;
 extern const dt_gemm_isa_ dt_gemm_isa_avx512_;
@@ -82,14 +78,16 @@ void dt_gemm_pack_b_avx2_(const dt_gemm_view_* v, int64_t p0, int64_t kc, int64_
 void dt_gemm_dot_avx2_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                        int64_t ldb, float beta, float* c, int64_t ldc);
 
-/* C (m x n, row stride ldc; bf16, or f32 when c_f32) = alpha * A @ B + beta * C
- * with AVX512_BF16 (gemm_bf16_avx512.c); beta == 0 never reads C. Fails only
- * to allocate (*failed_floats set). Call only on CPUs with AVX512_BF16. */
+/* bf16 C (m x n, row stride ldc) = alpha * A @ B + beta * C with AVX512_BF16
+ * (gemm_bf16_avx512.c); beta == 0 never reads C. Fails only to allocate
+ * (*failed_floats set). Call only on CPUs with AVX512_BF16. */
 dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t m, int64_t n, int64_t K,
-                        float alpha, float beta, void* c, int c_f32, int64_t ldc, int64_t* failed_floats);
+                        float alpha, float beta, void* c, int32_t c_dtype, int c_exact, int64_t ldc,
+                        int64_t* failed_floats);
 
-/* An f32 C (row stride ldc, one product) of A and B of `dtype`: dt_gemm's
- * kernels without rounding C to the operands' dtype (dt_gemm_ex's product). */
+/* An f32 C (row stride ldc, one product) of A and B of `dtype`, not rounded
+ * to the operands' dtype: dt_gemm's kernels (vdpbf16ps for bf16 where the CPU
+ * has it, f16 widened while packing) for dt_gemm_ex's product. */
 dt_status dt_gemm_f32c_(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
                         float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
                         int64_t ldc);

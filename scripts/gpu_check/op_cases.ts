@@ -24,6 +24,12 @@ import {
 } from "./op_cases_gemm_ex.ts";
 import { layerNormCases } from "./op_cases_layernorm.ts";
 import { EMULATED_VEC_BROADCAST, EMULATED_VEC_SIZES, vecCases } from "./op_cases_vec.ts";
+import {
+  buildCnnOpCases,
+  CNN_EMULATED_SIZES,
+  CNN_GPU_SIZES,
+  type CnnSizeSet,
+} from "./op_cases_cnn.ts";
 
 /** dtype codes of kernels/common/dt_common.h. */
 export const DT = { F32: 0, BF16: 1, F16: 2, I32: 3, I64: 4, U8: 5 } as const;
@@ -75,6 +81,8 @@ export interface SizeSet {
   /** elementwise maps at offsets (op_cases_vec.ts): sizes, and [n, bn, inner] broadcasts */
   vec: number[];
   vecBroadcast: [number, number, number][];
+  /** the convolutional-network and everyday ops (op_cases_cnn.ts) */
+  cnn: CnnSizeSet;
 }
 
 const GEMMS: GemmShape[] = [
@@ -113,6 +121,7 @@ export const GPU_SIZES: SizeSet = {
   gemmEx: GPU_GEMM_EX,
   vec: [3, 1_000_003],
   vecBroadcast: [[1000 * 768 + 768, 768, 1], [12_345, 7, 10]],
+  cnn: CNN_GPU_SIZES,
 };
 
 /** Sizes for the emulated device in CI (DTRAIN_CUDA_EMU_SMS = 2: a grid-stride pass covers
@@ -172,6 +181,7 @@ export const EMULATED_SIZES: SizeSet = {
   gemmEx: EMULATED_GEMM_EX,
   vec: EMULATED_VEC_SIZES,
   vecBroadcast: EMULATED_VEC_BROADCAST,
+  cnn: CNN_EMULATED_SIZES,
 };
 
 /**
@@ -663,6 +673,7 @@ export function buildOpCases(
     }
   }
 
+  cases.push(...buildCnnOpCases({ rng, cpu, sizes: S.cnn }));
   return cases;
 
   function cpuSoftmax(

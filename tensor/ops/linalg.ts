@@ -11,6 +11,7 @@ import { lowPrecisionOf } from "../low_precision.ts";
 import { type DType, DTYPE_CODE } from "../dtype.ts";
 import { matmulLowPrecision } from "../matmul_precision.ts";
 import { requireFloat } from "./_util.ts";
+import { gemmBf16Mixed, hasGemmBf16Mixed, type MixedOperand } from "../../ffi/cpu_extras.ts";
 
 /** Low-level GEMM on row-major matrices: C = alpha op(A) op(B) + beta C, batched. */
 export function gemm(
@@ -54,6 +55,38 @@ export function gemm(
     BigInt(opts.strideB ?? k * n),
     BigInt(opts.strideC ?? m * n),
   );
+}
+
+/**
+ * Whether this product runs in bf16 with its f32 operands rounded while the
+ * GEMM packs them and its f32 gradients written by the GEMM itself (a CPU
+ * with vdpbf16ps, dt_cpu_gemm_bf16_mixed): the bits of the casts it replaces,
+ * without their passes over memory and temporaries. Decided in the forward
+ * pass, for its backward too.
+ */
+function mixedBf16(...ts: Tensor[]): boolean {
+  return matmulLowPrecision() === "bf16" && backend().device === "cpu" &&
+    ts.every((t) => t.dtype === "f32" || t.dtype === "bf16") && hasGemmBf16Mixed();
+}
+
+const operand = (t: Tensor): MixedOperand => ({ ptr: t.ptr, f32: t.dtype === "f32" });
+
+/** gemm(), or the mixed bf16 product of tensors of their own dtypes. */
+function product(
+  mixed: boolean,
+  dt: DType,
+  transA: boolean,
+  transB: boolean,
+  m: number,
+  n: number,
+  k: number,
+  a: Tensor,
+  b: Tensor,
+  c: Tensor,
+  opts: { alpha?: number; beta?: number; batch?: number } = {},
+): void {
+  if (mixed) gemmBf16Mixed(transA, transB, m, n, k, operand(a), operand(b), operand(c), opts);
+  else gemm(dt, transA, transB, m, n, k, a, b, c, opts);
 }
 
 /** The dtype a product computes in, and its inputs converted to it. */
@@ -117,14 +150,34 @@ export function matmul(
       `matmul: batch dimensions differ: [${a0.shape}] @ [${b0.shape}]`,
     );
   }
-  const [dt, a, b] = productInputs(a0, b0);
+  const mixed = mixedBf16(a0, b0);
+  // as linear: operands the backward reads again are cast once, others rounded while packed
+  const [dt, a, b]: [DType, Tensor, Tensor] = mixed && !needsGrad(a0, b0)
+    ? ["bf16", a0, b0]
+    : productInputs(a0, b0);
+  // the gradients' dtype as the GEMMs write them: f32 straight away from a mixed product
+  const gradDt: DType = mixed ? "f32" : dt;
+  const mm = (
+    tA: boolean,
+    tB: boolean,
+    m: number,
+    n: number,
+    k: number,
+    x: Tensor,
+    y: Tensor,
+    z: Tensor,
+    o: {
+      alpha?: number;
+      batch?: number;
+    },
+  ) => product(mixed, dt, tA, tB, m, n, k, x, y, z, o);
   const outShape = [...a0.shape.slice(0, -1), N];
   const out = empty(outShape, dt);
   if (shared) {
     // (batch*M, K) @ (K, N): one GEMM.
-    gemm(dt, false, transB, batchA * M, N, K, a, b, out, { alpha });
+    mm(false, transB, batchA * M, N, K, a, b, out, { alpha });
   } else {
-    gemm(dt, false, transB, M, N, K, a, b, out, { alpha, batch: batchA });
+    mm(false, transB, M, N, K, a, b, out, { alpha, batch: batchA });
   }
   if (needsGrad(a0, b0)) {
     record(out, "matmul", [a0, b0], (g0) => {
@@ -132,29 +185,23 @@ export function matmul(
       let ga: Tensor | null = null, gb: Tensor | null = null;
       if (a0.requiresGrad) {
         // dA = g @ op(B)^T : (.., M, N) x (N, K)
-        ga = empty(a0.shape, dt);
+        ga = empty(a0.shape, gradDt);
         if (shared) {
-          gemm(dt, false, !transB, batchA * M, K, N, g, b, ga, { alpha });
-        } else {gemm(dt, false, !transB, M, K, N, g, b, ga, {
-            alpha,
-            batch: batchA,
-          });}
+          mm(false, !transB, batchA * M, K, N, g, b, ga, { alpha });
+        } else mm(false, !transB, M, K, N, g, b, ga, { alpha, batch: batchA });
         ga = toF32(ga);
       }
       if (b0.requiresGrad) {
-        gb = empty(b0.shape, dt);
+        gb = empty(b0.shape, gradDt);
         if (shared) {
           // dB = A^T g (K, N), or for transB: g^T A (N, K); rows of all batches summed by the GEMM.
           if (transB) {
-            gemm(dt, true, false, N, K, batchA * M, g, a, gb, { alpha });
-          } else gemm(dt, true, false, K, N, batchA * M, a, g, gb, { alpha });
+            mm(true, false, N, K, batchA * M, g, a, gb, { alpha });
+          } else mm(true, false, K, N, batchA * M, a, g, gb, { alpha });
         } else {
           if (transB) {
-            gemm(dt, true, false, N, K, M, g, a, gb, { alpha, batch: batchA });
-          } else {gemm(dt, true, false, K, N, M, a, g, gb, {
-              alpha,
-              batch: batchA,
-            });}
+            mm(true, false, N, K, M, g, a, gb, { alpha, batch: batchA });
+          } else mm(true, false, K, N, M, a, g, gb, { alpha, batch: batchA });
         }
         gb = toF32(gb);
       }
