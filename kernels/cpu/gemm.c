@@ -13,7 +13,7 @@
 static const dt_gemm_isa_* dt_gemm_isa_chosen_;
 static int dt_gemm_bf16_dot_; /* bf16 products through gemm_bf16_avx512.c */
 
-static dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out) {
+dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out) {
   const dt_gemm_isa_* isa = __atomic_load_n(&dt_gemm_isa_chosen_, __ATOMIC_ACQUIRE);
   if (isa) {
     *out = isa;
@@ -345,11 +345,11 @@ DT_EXPORT dt_status dt_cpu_gemm_bf16_mixed(int32_t a_dtype, int32_t b_dtype, int
   /* shapes, strides and pointers as dt_gemm checks them, each operand with its own element size */
   DT_TRY_(dt_check_gemm(DT_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, batch, stride_a,
                         stride_b, stride_c));
-  DT_TRY_(dt_check_gemm_matrix_("A", "lda", trans_a ? K : M, trans_a ? M : K, lda, batch, stride_a, "strideA",
+  DT_TRY_(dt_check_gemm_matrix_("dt_cpu_gemm_bf16_mixed", "A", "lda", trans_a ? K : M, trans_a ? M : K, lda, batch, stride_a, "strideA",
                                 (int64_t)dt_dtype_size(a_dtype)));
-  DT_TRY_(dt_check_gemm_matrix_("B", "ldb", trans_b ? N : K, trans_b ? K : N, ldb, batch, stride_b, "strideB",
+  DT_TRY_(dt_check_gemm_matrix_("dt_cpu_gemm_bf16_mixed", "B", "ldb", trans_b ? N : K, trans_b ? K : N, ldb, batch, stride_b, "strideB",
                                 (int64_t)dt_dtype_size(b_dtype)));
-  DT_TRY_(dt_check_gemm_matrix_("C", "ldc", M, N, ldc, batch, stride_c, "strideC", (int64_t)dt_dtype_size(c_dtype)));
+  DT_TRY_(dt_check_gemm_matrix_("dt_cpu_gemm_bf16_mixed", "C", "ldc", M, N, ldc, batch, stride_c, "strideC", (int64_t)dt_dtype_size(c_dtype)));
   dt_gemm_job_ job = {.dtype = DT_BF16, .c_dtype = c_dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
                       .c = C, .ldc = ldc, .stride_a = stride_a, .stride_b = stride_b, .stride_c = stride_c,
                       .status = DT_OK};

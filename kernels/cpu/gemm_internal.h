@@ -57,6 +57,10 @@ typedef struct {
  * would be mostly padding there. */
 #define DT_GEMM_DOT_MAX 4
 
+/* The kernel for this CPU under DTRAIN_CPU_ISA (gemm.c), chosen once; other
+ * files use its micro-kernel for products of their own tiles (attention.c). */
+dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out);
+
 extern const dt_gemm_isa_ dt_gemm_isa_generic_;
 extern const dt_gemm_isa_ dt_gemm_isa_avx2_;
 extern const dt_gemm_isa_ dt_gemm_isa_avx512_;
@@ -79,7 +83,8 @@ void dt_gemm_dot_avx2_(int64_t m, int64_t n, int64_t k, float alpha, const float
                        int64_t ldb, float beta, float* c, int64_t ldc);
 
 /* bf16 C (m x n, row stride ldc) = alpha * A @ B + beta * C with AVX512_BF16
- * (gemm_bf16_avx512.c); beta == 0 never reads C. Fails only to allocate
+ * (gemm_bf16_avx512.c); beta == 0 never reads C. An f32 C (c_dtype) gets the
+ * bf16 result widened, or with c_exact the f32 result. Fails only to allocate
  * (*failed_floats set). Call only on CPUs with AVX512_BF16. */
 dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t m, int64_t n, int64_t K,
                         float alpha, float beta, void* c, int32_t c_dtype, int c_exact, int64_t ldc,
