@@ -807,6 +807,41 @@ export const KERNEL_SYMBOLS = {
   /** (g, n, inv_scale, found_inf f32[1], stream): g *= inv_scale; found_inf = 1
    *  when any element of g is inf or NaN (never reset to 0 here). */
   dt_unscale_check: { parameters: [P, I64, F32, P, P], ...STATUS },
+
+  // ---- one-launch optimizer steps (ABI 3) ---------------------------------
+  /** dt_adamw over `num` tensors in one call (one launch on a GPU), each with
+   *  its own step and hyperparameters: the same bits as one dt_adamw per
+   *  tensor. Every table is a host array of `num` entries (hyper: 5 per
+   *  tensor); the tensors are device (CPU: host) memory. */
+  dt_adamw_many: {
+    parameters: [
+      P, // float* const* params [num]: updated
+      P, // const float* const* grads [num]
+      P, // float* const* exp_avgs [num]: updated
+      P, // float* const* exp_avg_sqs [num]: updated
+      P, // const int64_t* counts [num]: elements of each tensor
+      P, // const int64_t* steps [num]: each tensor's step, >= 1
+      P, // const double* hyper [5 num]: lr, beta1, beta2, eps, weight_decay of each tensor
+      I64, // int64_t num
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** dt_sgd over `num` tensors in one call (one launch on a GPU): the same
+   *  bits as one dt_sgd per tensor. Host tables as dt_adamw_many's. */
+  dt_sgd_many: {
+    parameters: [
+      P, // float* const* params [num]: updated
+      P, // const float* const* grads [num]
+      P, // float* const* bufs [num]: momentum buffers, updated (NULL where momentum is 0)
+      P, // const int64_t* counts [num]
+      P, // const double* hyper [4 num]: lr, momentum, dampening, weight_decay of each tensor
+      P, // const int32_t* flags [2 num]: nesterov, first of each tensor (as dt_sgd's)
+      I64, // int64_t num
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 export type KernelSymbols = typeof KERNEL_SYMBOLS;

@@ -1,9 +1,13 @@
 /**
  * AdamW as torch 1.13 runs it (decoupled weight decay, bias corrections in
- * double), one fused native kernel per parameter.
+ * double): every parameter of a device in one native call (dt_adamw_many, one
+ * kernel launch on a GPU, like torch's fused AdamW), each with its group's
+ * hyperparameters and its own step, the same bits as torch's single-tensor
+ * loop.
  */
-import { backend } from "../tensor/backend.ts";
+import { backendOf } from "../tensor/backend.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
+import { address, byDevice, tablePtr } from "./tensor_table.ts";
 import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer.ts";
 
 /** AdamW hyperparameters; defaults are torch's. */
@@ -41,10 +45,11 @@ export class AdamW extends Optimizer<AdamWOptions> {
   }
 
   protected update(): void {
-    const b = backend();
+    const items: { p: Tensor; g: Tensor; s: AdamState; h: AdamWOptions; index: number }[] = [];
+    let index = 0;
     for (const g of this.groups) {
-      const h = g.hyper;
       for (const p of g.params) {
+        const i = index++;
         if (!p.grad) continue;
         let s = this.#state.get(p);
         if (!s) {
@@ -55,21 +60,36 @@ export class AdamW extends Optimizer<AdamWOptions> {
           };
           this.#state.set(p, s);
         }
-        s.step++;
-        b.call.dt_adamw(
-          p.ptr,
-          p.grad.ptr,
-          s.expAvg.ptr,
-          s.expAvgSq.ptr,
-          BigInt(p.numel),
-          h.lr,
-          h.beta1,
-          h.beta2,
-          h.eps,
-          h.weightDecay,
-          BigInt(s.step),
-        );
+        items.push({ p, g: p.grad, s, h: g.hyper, index: i });
       }
+    }
+    const devices = byDevice("AdamW.step", items, (it) => [it.g, it.s.expAvg, it.s.expAvgSq]);
+    for (const it of items) it.s.step++;
+    for (const [device, list] of devices) {
+      const n = list.length;
+      const params = new BigUint64Array(n), grads = new BigUint64Array(n);
+      const m = new BigUint64Array(n), v = new BigUint64Array(n);
+      const counts = new BigInt64Array(n), steps = new BigInt64Array(n);
+      const hyper = new Float64Array(5 * n);
+      list.forEach((it, t) => {
+        params[t] = address(it.p);
+        grads[t] = address(it.g);
+        m[t] = address(it.s.expAvg);
+        v[t] = address(it.s.expAvgSq);
+        counts[t] = BigInt(it.p.numel);
+        steps[t] = BigInt(it.s.step);
+        hyper.set([it.h.lr, it.h.beta1, it.h.beta2, it.h.eps, it.h.weightDecay], 5 * t);
+      });
+      backendOf(device).call.dt_adamw_many(
+        tablePtr(params),
+        tablePtr(grads),
+        tablePtr(m),
+        tablePtr(v),
+        tablePtr(counts),
+        tablePtr(steps),
+        tablePtr(hyper),
+        BigInt(n),
+      );
     }
   }
 

@@ -1,6 +1,11 @@
-/** SGD with momentum, dampening, Nesterov and weight decay, as torch 1.13 (fused native kernel). */
-import { backend } from "../tensor/backend.ts";
+/**
+ * SGD with momentum, dampening, Nesterov and weight decay, as torch 1.13:
+ * every parameter of a device in one native call (dt_sgd_many, one kernel
+ * launch on a GPU), the same bits as torch's single-tensor loop.
+ */
+import { backendOf } from "../tensor/backend.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
+import { address, byDevice, tablePtr } from "./tensor_table.ts";
 import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer.ts";
 
 /** SGD hyperparameters; defaults are torch's (lr has none there; 1e-2 here). */
@@ -41,10 +46,19 @@ export class SGD extends Optimizer<SGDOptions> {
   }
 
   protected update(): void {
-    const b = backend();
+    const items: {
+      p: Tensor;
+      g: Tensor;
+      buf: Tensor | undefined;
+      first: boolean;
+      h: SGDOptions;
+      index: number;
+    }[] = [];
+    let index = 0;
     for (const g of this.groups) {
       const h = g.hyper;
       for (const p of g.params) {
+        const i = index++;
         if (!p.grad) continue;
         let buf = this.#buf.get(p);
         const first = !buf;
@@ -52,19 +66,34 @@ export class SGD extends Optimizer<SGDOptions> {
           buf = zeros(p.shape).keep();
           this.#buf.set(p, buf);
         }
-        b.call.dt_sgd(
-          p.ptr,
-          p.grad.ptr,
-          buf?.ptr ?? null,
-          BigInt(p.numel),
-          h.lr,
-          h.momentum,
-          h.dampening,
-          h.weightDecay,
-          h.nesterov ? 1 : 0,
-          first ? 1 : 0,
-        );
+        items.push({ p, g: p.grad, buf, first, h, index: i });
       }
+    }
+    const devices = byDevice("SGD.step", items, (it) => [it.g, it.buf]);
+    for (const [device, list] of devices) {
+      const n = list.length;
+      const params = new BigUint64Array(n), grads = new BigUint64Array(n);
+      const bufs = new BigUint64Array(n), counts = new BigInt64Array(n);
+      const hyper = new Float64Array(4 * n), flags = new Int32Array(2 * n);
+      list.forEach((it, t) => {
+        params[t] = address(it.p);
+        grads[t] = address(it.g);
+        // momentum 0: no buffer (torch keeps none either)
+        bufs[t] = it.h.momentum !== 0 ? address(it.buf) : 0n;
+        counts[t] = BigInt(it.p.numel);
+        hyper.set([it.h.lr, it.h.momentum, it.h.dampening, it.h.weightDecay], 4 * t);
+        flags[2 * t] = it.h.nesterov ? 1 : 0;
+        flags[2 * t + 1] = it.first ? 1 : 0;
+      });
+      backendOf(device).call.dt_sgd_many(
+        tablePtr(params),
+        tablePtr(grads),
+        tablePtr(bufs),
+        tablePtr(counts),
+        tablePtr(hyper),
+        tablePtr(flags),
+        BigInt(n),
+      );
     }
   }
 

@@ -672,6 +672,94 @@ export function buildOpCases(
     }
   }
 
+  // every parameter in one launch: odd and empty tensors, one past a chunk, and more chunks
+  // than the emulated grid (64 blocks) through 70 small tensors; each tensor its own step and
+  // hyperparameters, so the table must pair them right. Same bits as the CPU library.
+  {
+    const sizes = [...S.optim, 0, 4096, 4097, 77, ...Array.from({ length: 70 }, (_, i) => 1 + i)];
+    const num = sizes.length;
+    const total = sizes.reduce((a, b) => a + b, 0);
+    /** A host table of the named buffers' addresses (0 for an absent name). */
+    const table = (p: (name: string) => Deno.PointerValue, prefix: string) =>
+      Deno.UnsafePointer.of(
+        BigUint64Array.from(sizes, (_, t) => BigInt(Deno.UnsafePointer.value(p(`${prefix}${t}`)))),
+      );
+    const counts = BigInt64Array.from(sizes, BigInt);
+    const named = (prefix: string, make: (n: number) => Float32Array) =>
+      Object.fromEntries(sizes.map((n, t) => [`${prefix}${t}`, make(n)]));
+    const inout = (prefix: string, make: (n: number) => Float32Array) =>
+      Object.fromEntries(sizes.map((n, t) => [`${prefix}${t}`, [make(n), "f32"] as [Arr, "f32"]]));
+    const steps = BigInt64Array.from(sizes, (_, t) => BigInt(1 + (t % 4) * 3));
+    const hyper = Float64Array.from(
+      sizes.flatMap((_, t) => [[6e-4, 0.9, 0.95, 1e-8, 0.1], [1e-3, 0.8, 0.999, 1e-6, 0]][t % 2]!),
+    );
+    add({
+      op: "adamw_many",
+      symbols: ["dt_adamw_many"],
+      dtype: "f32",
+      size: `${num} tensors, ${total}`,
+      tol: TOL.exact,
+      inputs: named("g", (n) => rng.normals(n)),
+      inout: {
+        ...inout("p", (n) => rng.normals(n)),
+        ...inout("m", (n) => rng.normals(n, 0.1)),
+        ...inout("v", (n) => Float32Array.from(rng.normals(n, 0.1), Math.abs)),
+      },
+      call: (k, p, s) =>
+        k.dt_adamw_many(
+          table(p, "p"),
+          table(p, "g"),
+          table(p, "m"),
+          table(p, "v"),
+          Deno.UnsafePointer.of(counts),
+          Deno.UnsafePointer.of(steps),
+          Deno.UnsafePointer.of(hyper),
+          n64(num),
+          s,
+        ),
+    });
+    // momentum 0 (no buffer), plain, dampened and Nesterov momentum, first steps among later ones
+    const modes = [[0.1, 0, 0, 1e-4, 0], [0.01, 0.9, 0, 0, 0], [0.05, 0.9, 0.1, 1e-2, 0], [
+      0.01,
+      0.5,
+      0,
+      0,
+      1,
+    ]];
+    const sgdHyper = Float64Array.from(sizes.flatMap((_, t) => modes[t % 4]!.slice(0, 4)));
+    const flags = Int32Array.from(
+      sizes.flatMap((_, t) => [modes[t % 4]![4]!, t % 3 === 0 ? 1 : 0]),
+    );
+    const hasBuf = (t: number) => modes[t % 4]![1] !== 0;
+    add({
+      op: "sgd_many",
+      symbols: ["dt_sgd_many"],
+      dtype: "f32",
+      size: `${num} tensors, ${total}`,
+      tol: TOL.exact,
+      inputs: named("g", (n) => rng.normals(n)),
+      inout: {
+        ...inout("p", (n) => rng.normals(n)),
+        ...Object.fromEntries(
+          sizes.flatMap((n, t) =>
+            hasBuf(t) ? [[`b${t}`, [rng.normals(n), "f32"] as [Arr, "f32"]]] : []
+          ),
+        ),
+      },
+      call: (k, p, s) =>
+        k.dt_sgd_many(
+          table(p, "p"),
+          table(p, "g"),
+          table(p, "b"),
+          Deno.UnsafePointer.of(counts),
+          Deno.UnsafePointer.of(sgdHyper),
+          Deno.UnsafePointer.of(flags),
+          n64(num),
+          s,
+        ),
+    });
+  }
+
   return cases;
 
   function cpuSoftmax(
