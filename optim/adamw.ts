@@ -7,7 +7,7 @@
  */
 import { backendOf } from "../tensor/backend.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
-import { address, byDevice, tablePtr } from "./tensor_table.ts";
+import { address, byDevice, checkStepTensor, count, HostTable } from "./tensor_table.ts";
 import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer.ts";
 
 /** AdamW hyperparameters; defaults are torch's. */
@@ -36,6 +36,8 @@ interface AdamState {
 /** torch.optim.AdamW. */
 export class AdamW extends Optimizer<AdamWOptions> {
   readonly #state = new Map<Tensor, AdamState>();
+  /** the step's host tables (params, grads, exp_avgs, exp_avg_sqs; steps; 5 scalars each) */
+  readonly #table = new HostTable(4, 5, 0);
 
   constructor(
     params: Tensor[] | ParamGroupSpec<AdamWOptions>[],
@@ -63,31 +65,47 @@ export class AdamW extends Optimizer<AdamWOptions> {
         items.push({ p, g: p.grad, s, h: g.hyper, index: i });
       }
     }
-    const devices = byDevice("AdamW.step", items, (it) => [it.g, it.s.expAvg, it.s.expAvgSq]);
+    for (const it of items) {
+      checkStepTensor("AdamW.step", it.p, it.index, it.p);
+      checkStepTensor("AdamW.step", it.p, it.index, it.g);
+      checkStepTensor("AdamW.step", it.p, it.index, it.s.expAvg);
+      checkStepTensor("AdamW.step", it.p, it.index, it.s.expAvgSq);
+    }
+    const devices = byDevice(items);
     for (const it of items) it.s.step++;
     for (const [device, list] of devices) {
       const n = list.length;
-      const params = new BigUint64Array(n), grads = new BigUint64Array(n);
-      const m = new BigUint64Array(n), v = new BigUint64Array(n);
-      const counts = new BigInt64Array(n), steps = new BigInt64Array(n);
-      const hyper = new Float64Array(5 * n);
-      list.forEach((it, t) => {
+      const T = this.#table.reserve(n);
+      const [params, grads, m, v] = T.ptrs as [
+        BigUint64Array<ArrayBuffer>,
+        BigUint64Array<ArrayBuffer>,
+        BigUint64Array<ArrayBuffer>,
+        BigUint64Array<ArrayBuffer>,
+      ];
+      for (let t = 0; t < n; t++) {
+        const it = list[t]!;
         params[t] = address(it.p);
         grads[t] = address(it.g);
         m[t] = address(it.s.expAvg);
         v[t] = address(it.s.expAvgSq);
-        counts[t] = BigInt(it.p.numel);
-        steps[t] = BigInt(it.s.step);
-        hyper.set([it.h.lr, it.h.beta1, it.h.beta2, it.h.eps, it.h.weightDecay], 5 * t);
-      });
+        T.counts[t] = count(it.p);
+        T.ints[t] = BigInt(it.s.step);
+        const h = T.f64, k = 5 * t;
+        h[k] = it.h.lr;
+        h[k + 1] = it.h.beta1;
+        h[k + 2] = it.h.beta2;
+        h[k + 3] = it.h.eps;
+        h[k + 4] = it.h.weightDecay;
+      }
+      const at = T.at;
       backendOf(device).call.dt_adamw_many(
-        tablePtr(params),
-        tablePtr(grads),
-        tablePtr(m),
-        tablePtr(v),
-        tablePtr(counts),
-        tablePtr(steps),
-        tablePtr(hyper),
+        at.ptrs[0]!,
+        at.ptrs[1]!,
+        at.ptrs[2]!,
+        at.ptrs[3]!,
+        at.counts,
+        at.ints,
+        at.f64,
         BigInt(n),
       );
     }

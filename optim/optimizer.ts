@@ -9,6 +9,7 @@ import { fromStTensor } from "../tensor/st_bridge.ts";
 import { isStTensor } from "../io/st_tensor.ts";
 import { type CheckpointLike, pickTensors, type TensorFileLike } from "../tensor/state_source.ts";
 import { enter, leave, stepDone } from "../profile/profile.ts";
+import { dropWeightCasts } from "../tensor/weight_cast.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
 export interface ParamGroup<H> {
@@ -136,6 +137,12 @@ export abstract class Optimizer<H extends { lr: number }> {
     try {
       this.update();
     } finally {
+      // the parameters changed in place: nothing derived from their old values (autocast's
+      // cached low-precision copies) may be used again, also when the update failed part way
+      for (const g of this.groups) {
+        for (const p of g.params) if (p.grad && !p.disposed) p.markModified();
+      }
+      dropWeightCasts();
       leave(prev);
     }
     stepDone();

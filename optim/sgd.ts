@@ -5,7 +5,7 @@
  */
 import { backendOf } from "../tensor/backend.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
-import { address, byDevice, tablePtr } from "./tensor_table.ts";
+import { address, byDevice, checkStepTensor, count, HostTable } from "./tensor_table.ts";
 import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer.ts";
 
 /** SGD hyperparameters; defaults are torch's (lr has none there; 1e-2 here). */
@@ -28,6 +28,8 @@ const DEFAULTS: SGDOptions = {
 /** torch.optim.SGD. */
 export class SGD extends Optimizer<SGDOptions> {
   readonly #buf = new Map<Tensor, Tensor>();
+  /** the step's host tables (params, grads, buffers; 4 scalars and 2 flags each) */
+  readonly #table = new HostTable(3, 4, 2);
 
   constructor(
     params: Tensor[] | ParamGroupSpec<SGDOptions>[],
@@ -69,29 +71,43 @@ export class SGD extends Optimizer<SGDOptions> {
         items.push({ p, g: p.grad, buf, first, h, index: i });
       }
     }
-    const devices = byDevice("SGD.step", items, (it) => [it.g, it.buf]);
+    for (const it of items) {
+      checkStepTensor("SGD.step", it.p, it.index, it.p);
+      checkStepTensor("SGD.step", it.p, it.index, it.g);
+      checkStepTensor("SGD.step", it.p, it.index, it.buf);
+    }
+    const devices = byDevice(items);
     for (const [device, list] of devices) {
       const n = list.length;
-      const params = new BigUint64Array(n), grads = new BigUint64Array(n);
-      const bufs = new BigUint64Array(n), counts = new BigInt64Array(n);
-      const hyper = new Float64Array(4 * n), flags = new Int32Array(2 * n);
-      list.forEach((it, t) => {
+      const T = this.#table.reserve(n);
+      const [params, grads, bufs] = T.ptrs as [
+        BigUint64Array<ArrayBuffer>,
+        BigUint64Array<ArrayBuffer>,
+        BigUint64Array<ArrayBuffer>,
+      ];
+      for (let t = 0; t < n; t++) {
+        const it = list[t]!;
         params[t] = address(it.p);
         grads[t] = address(it.g);
         // momentum 0: no buffer (torch keeps none either)
         bufs[t] = it.h.momentum !== 0 ? address(it.buf) : 0n;
-        counts[t] = BigInt(it.p.numel);
-        hyper.set([it.h.lr, it.h.momentum, it.h.dampening, it.h.weightDecay], 4 * t);
-        flags[2 * t] = it.h.nesterov ? 1 : 0;
-        flags[2 * t + 1] = it.first ? 1 : 0;
-      });
+        T.counts[t] = count(it.p);
+        const h = T.f64, k = 4 * t;
+        h[k] = it.h.lr;
+        h[k + 1] = it.h.momentum;
+        h[k + 2] = it.h.dampening;
+        h[k + 3] = it.h.weightDecay;
+        T.i32[2 * t] = it.h.nesterov ? 1 : 0;
+        T.i32[2 * t + 1] = it.first ? 1 : 0;
+      }
+      const at = T.at;
       backendOf(device).call.dt_sgd_many(
-        tablePtr(params),
-        tablePtr(grads),
-        tablePtr(bufs),
-        tablePtr(counts),
-        tablePtr(hyper),
-        tablePtr(flags),
+        at.ptrs[0]!,
+        at.ptrs[1]!,
+        at.ptrs[2]!,
+        at.counts,
+        at.f64,
+        at.i32,
         BigInt(n),
       );
     }

@@ -1,14 +1,16 @@
 /**
  * Matrix products with autograd: matmul (2-D and batched), linear
  * (x @ W^T + b, as torch.nn.functional.linear) and the batched products of
- * attention. Under autocast, inputs are rounded to bf16/f16 and the product
- * accumulates in f32, its output rounded to the low precision.
+ * attention. Under autocast, inputs are rounded to bf16/f16 (parameters once
+ * per change, tensor/weight_cast.ts) and the product accumulates in f32, its
+ * output rounded to the low precision.
  */
 import { backend } from "../backend.ts";
 import { castTensor, empty, full, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { type DType, DTYPE_CODE } from "../dtype.ts";
 import { matmulLowPrecision } from "../matmul_precision.ts";
+import { castOperand } from "../weight_cast.ts";
 import { requireFloat } from "./_util.ts";
 import { add } from "./elementwise.ts";
 
@@ -62,8 +64,8 @@ function productInputs(a: Tensor, b: Tensor): [DType, Tensor, Tensor] {
   if (low) {
     return [
       low,
-      a.dtype === low ? a : castTensor(a, low),
-      b.dtype === low ? b : castTensor(b, low),
+      a.dtype === low ? a : castOperand(a, low),
+      b.dtype === low ? b : castOperand(b, low),
     ];
   }
   const fa = a.dtype === "f32" ? a : castTensor(a, "f32");
@@ -196,9 +198,9 @@ export function linear(
 function linearLow(x: Tensor, weight: Tensor, bias: Tensor, low: DType): Tensor {
   requireFloat("linear", x);
   const N = weight.shape[0]!, K = weight.shape[1]!, M = x.numel / K;
-  const xl = x.dtype === low ? x : castTensor(x, low);
-  const wl = weight.dtype === low ? weight : castTensor(weight, low);
-  const bl = bias.dtype === low ? bias : castTensor(bias, low);
+  const xl = x.dtype === low ? x : castOperand(x, low);
+  const wl = weight.dtype === low ? weight : castOperand(weight, low);
+  const bl = bias.dtype === low ? bias : castOperand(bias, low);
   const out = empty([...x.shape.slice(0, -1), N], low);
   const ones = full([M, 1], 1, low);
   gemm(low, false, false, M, N, 1, ones, bl, out);
