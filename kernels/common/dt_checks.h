@@ -446,6 +446,37 @@ static inline dt_status dt_check_sgd_many(float* const* p, const float* const* g
   return DT_OK;
 }
 
+/* ---- mixed-dtype elementwise ops (dt_binary_ex, dt_gelu_*_ex) ------------------------------------ */
+
+static inline int dt_check_float_dtype_(int32_t dtype) {
+  return dtype == DT_F32 || dtype == DT_BF16 || dtype == DT_F16;
+}
+
+static inline dt_status dt_check_binary_ex(int32_t op, const void* out, int32_t out_dtype, const void* a,
+                                           int32_t a_dtype, const void* b, int32_t b_dtype, int64_t n, int64_t bn,
+                                           int64_t inner) {
+  DT_REQUIRE_(op >= DT_OP_ADD && op <= DT_OP_DIV, "dt_binary_ex: unknown op %d (expected DT_OP_ADD..DT_OP_DIV, 0..3)",
+              op);
+  DT_REQUIRE_(dt_check_float_dtype_(out_dtype) && dt_check_float_dtype_(a_dtype) && dt_check_float_dtype_(b_dtype),
+              "dt_binary_ex: dtypes out=%s a=%s b=%s must be f32, bf16 or f16", dt_dtype_name(out_dtype),
+              dt_dtype_name(a_dtype), dt_dtype_name(b_dtype));
+  DT_REQUIRE_(n >= 0, "dt_binary_ex: negative size n=%lld", (long long)n);
+  if (n == 0) return DT_OK;
+  DT_REQUIRE_(bn >= 1 && inner >= 1, "dt_binary_ex: broadcast bn=%lld inner=%lld must both be >= 1", (long long)bn,
+              (long long)inner);
+  DT_REQUIRE_(out && a && b, "dt_binary_ex: null pointer (out=%p a=%p b=%p)", out, a, b);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_gelu_ex(const char* name, const void* out, const void* x, const void* y, int needs_y,
+                                         int64_t n, int32_t dtype) {
+  DT_REQUIRE_(dt_check_float_dtype_(dtype), "%s: dtype %s must be f32, bf16 or f16", name, dt_dtype_name(dtype));
+  DT_REQUIRE_(n >= 0, "%s: negative size n=%lld", name, (long long)n);
+  if (n == 0) return DT_OK;
+  DT_REQUIRE_(out && x && (y || !needs_y), "%s: null pointer", name);
+  return DT_OK;
+}
+
 static inline dt_status dt_check_unscale(const float* g, int64_t n, const float* found_inf) {
   DT_REQUIRE_(n >= 0, "dt_unscale_check: negative size n=%lld", (long long)n);
   DT_REQUIRE_(found_inf, "dt_unscale_check: null found_inf");

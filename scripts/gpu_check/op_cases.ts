@@ -247,6 +247,80 @@ export function buildOpCases(
       call: (k, p, s) => k.dt_unscale_check(p("g"), n64(n), 1 / 1024, p("found"), s),
     });
   }
+  // ---- mixed-dtype elementwise (bf16/f16 activations under autocast) -----------------------
+  {
+    type FD = "f32" | "bf16" | "f16";
+    const code = { f32: DT.F32, bf16: DT.BF16, f16: DT.F16 } as const;
+    const inDtype = (x: Float32Array, d: FD): Arr =>
+      d === "f32" ? x : d === "bf16" ? toBf16(x) : toF16(x);
+    const outArr = (n: number, d: FD): Arr => d === "f32" ? f32(n) : new Uint16Array(n);
+    const mixes: [FD, FD, FD][] = [
+      ["bf16", "bf16", "bf16"],
+      ["f32", "bf16", "f32"],
+      ["bf16", "f32", "f32"],
+      ["f16", "f16", "f16"],
+      ["f32", "f32", "bf16"],
+      ["f32", "f32", "f32"],
+    ];
+    const forms: [number, number, number][] = [
+      ...S.elementwise.map((n): [number, number, number] => [n, n, 1]),
+      ...S.broadcast,
+    ];
+    forms.forEach(([n, bn, inner], i) => {
+      const [ad, bd, od] = mixes[i % mixes.length]!;
+      for (const [op, name] of [[0, "add"], [2, "mul"]] as const) {
+        add({
+          op: `binary_ex ${name} ${ad}+${bd}->${od}`,
+          symbols: ["dt_binary_ex"],
+          dtype: od,
+          size: `${n}/${bn}x${inner}`,
+          tol: TOL.exact,
+          inputs: { a: inDtype(rng.normals(n), ad), b: inDtype(rng.normals(bn), bd) },
+          outputs: { out: [outArr(n, od), od] },
+          call: (k, p, s) =>
+            k.dt_binary_ex(
+              op,
+              p("out"),
+              code[od],
+              p("a"),
+              code[ad],
+              p("b"),
+              code[bd],
+              n64(n),
+              n64(bn),
+              n64(inner),
+              s,
+            ),
+        });
+      }
+    });
+    for (const n of S.elementwise) {
+      for (const d of ["bf16", "f16", "f32"] as const) {
+        const x = inDtype(rng.normals(n, 2), d), dy = inDtype(rng.normals(n), d);
+        const tol = d === "f32" ? TOL.f32 : d === "bf16" ? TOL.bf16 : TOL.f16;
+        add({
+          op: "gelu_ex fwd",
+          symbols: ["dt_gelu_fwd_ex"],
+          dtype: d,
+          size: `${n}`,
+          tol,
+          inputs: { x },
+          outputs: { y: [outArr(n, d), d] },
+          call: (k, p, s) => k.dt_gelu_fwd_ex(p("y"), p("x"), n64(n), code[d], s),
+        });
+        add({
+          op: "gelu_ex bwd",
+          symbols: ["dt_gelu_bwd_ex"],
+          dtype: d,
+          size: `${n}`,
+          tol,
+          inputs: { x, dy },
+          outputs: { dx: [outArr(n, d), d] },
+          call: (k, p, s) => k.dt_gelu_bwd_ex(p("dx"), p("dy"), p("x"), n64(n), code[d], s),
+        });
+      }
+    }
+  }
   {
     const n = 4099, g = rng.normals(n);
     g[4000] = Infinity;

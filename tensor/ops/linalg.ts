@@ -83,6 +83,9 @@ function toF32(t: Tensor): Tensor {
   return t.dtype === "f32" ? t : castTensor(t, "f32");
 }
 
+/** Products record low-precision gradients as they are (autograd widens them where needed). */
+const LOW_GRAD = { lowPrecisionGrad: true } as const;
+
 /**
  * Matrix product. a: (..., M, K); b: (K, N) shared by every batch, or
  * (..., K, N) with the same batch dims as a. transB: b is given as (..., N, K).
@@ -141,7 +144,6 @@ export function matmul(
             alpha,
             batch: batchA,
           });}
-        ga = toF32(ga);
       }
       if (b0.requiresGrad) {
         gb = empty(b0.shape, dt);
@@ -158,10 +160,11 @@ export function matmul(
               batch: batchA,
             });}
         }
-        gb = toF32(gb);
       }
+      // in the product's dtype: a parameter adds it into its f32 grad, a low-precision
+      // activation's op takes it as it is, anything else gets it widened (tensor/autograd.ts)
       return [ga, gb];
-    });
+    }, LOW_GRAD);
   }
   return out;
 }
@@ -213,16 +216,14 @@ function linearLow(x: Tensor, weight: Tensor, bias: Tensor, low: DType): Tensor 
       if (x.requiresGrad) {
         gx = empty(x.shape, low);
         gemm(low, false, false, M, K, N, g, wl, gx); // (M, N) @ (N, K)
-        gx = toF32(gx);
       }
       if (weight.requiresGrad) {
         gw = empty(weight.shape, low);
         gemm(low, true, false, N, K, M, g, xl, gw); // (N, M) @ (M, K)
-        gw = toF32(gw);
       }
       if (bias.requiresGrad) gb = sumRows(toF32(g0), M, N);
-      return [gx, gw, gb];
-    });
+      return [gx, gw, gb]; // gx, gw in the low precision, as matmul's
+    }, LOW_GRAD);
   }
   return out;
 }

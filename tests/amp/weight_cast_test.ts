@@ -67,7 +67,10 @@ Deno.test("under autocast a weight is cast once for many uses, and its gradient 
     assert.deepEqual(bytes(y3!), bytes(y1!));
     // a matmul with the weight as either operand uses the same copy
     const [, more] = castsDuring(() =>
-      autocast("bf16", () => [matmul(x1, lin.weight, { transB: true }), matmul(lin.weight, x2, { transB: true })])
+      autocast(
+        "bf16",
+        () => [matmul(x1, lin.weight, { transB: true }), matmul(lin.weight, x2, { transB: true })],
+      )
     );
     assert.equal(more, 2, "only the inputs are cast again");
     // gradients go to the f32 parameters, also after the copies were dropped before backward
