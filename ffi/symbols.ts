@@ -842,6 +842,17 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
+  /** Every element of `num` f32 tensors = 0 in one call (one launch on a GPU):
+   *  zero_grad. Host tables as dt_adamw_many's. */
+  dt_zero_many: {
+    parameters: [
+      P, // float* const* ptrs [num]
+      P, // const int64_t* counts [num]
+      I64, // int64_t num
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
 
   // ---- mixed-dtype elementwise ops (ABI 3) --------------------------------
   /** dt_binary with each operand in its own float dtype (f32, bf16, f16):

@@ -60,20 +60,32 @@ export function checkStepTensor(
   }
 }
 
+/** The device of an item's parameter (byDevice's key for the optimizers' items). */
+export const onDevice = (it: { p: Tensor }): Device => it.p.device;
+
+/** The device of every item, or null when they are on several (or there are none). */
+export function oneDevice<T>(items: T[], deviceOf: (item: T) => Device): Device | null {
+  if (items.length === 0) return null;
+  const first = deviceOf(items[0]!);
+  for (const it of items) if (deviceOf(it) !== first) return null;
+  return first;
+}
+
 /**
- * `items` split by the device of their parameter (one native call per
- * device), in order inside each device; one device (the usual case) without
- * regrouping.
+ * `items` split by device (`deviceOf`), one native call per device, in
+ * order inside each device; one device (the usual case) without regrouping.
  */
-export function byDevice<T extends { p: Tensor }>(items: T[]): Iterable<[Device, T[]]> {
+export function byDevice<T>(items: T[], deviceOf: (item: T) => Device): Iterable<[Device, T[]]> {
   if (items.length === 0) return [];
-  const first = items[0]!.p.device;
-  if (items.every((it) => it.p.device === first)) return [[first, items]];
+  const first = deviceOf(items[0]!);
+  let one = true;
+  for (const it of items) if (deviceOf(it) !== first) one = false;
+  if (one) return [[first, items]];
   const out = new Map<Device, T[]>();
   for (const it of items) {
-    const list = out.get(it.p.device) ?? [];
+    const list = out.get(deviceOf(it)) ?? [];
     list.push(it);
-    out.set(it.p.device, list);
+    out.set(deviceOf(it), list);
   }
   return out;
 }

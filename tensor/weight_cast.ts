@@ -65,6 +65,7 @@ function sweepDisposed(): void {
  * free the copies' memory). Views in use keep their memory until freed.
  */
 export function dropWeightCasts(): void {
+  if (cache.size === 0) return;
   for (const e of cache.values()) e.cast.dispose();
   cache.clear();
 }

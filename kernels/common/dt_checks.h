@@ -446,6 +446,19 @@ static inline dt_status dt_check_sgd_many(float* const* p, const float* const* g
   return DT_OK;
 }
 
+static inline dt_status dt_check_zero_many(float* const* p, const int64_t* counts, int64_t num) {
+  DT_REQUIRE_(num >= 0, "dt_zero_many: negative tensor count %lld", (long long)num);
+  if (num == 0) return DT_OK;
+  DT_REQUIRE_(p && counts, "dt_zero_many: null table (ptrs=%p counts=%p)", (const void*)p, (const void*)counts);
+  for (int64_t t = 0; t < num; t++) {
+    DT_REQUIRE_(counts[t] >= 0, "dt_zero_many: tensor %lld has a negative size %lld", (long long)t,
+                (long long)counts[t]);
+    DT_REQUIRE_(counts[t] == 0 || p[t], "dt_zero_many: tensor %lld of %lld elements is a null pointer", (long long)t,
+                (long long)counts[t]);
+  }
+  return DT_OK;
+}
+
 /* ---- mixed-dtype elementwise ops (dt_binary_ex, dt_gelu_*_ex) ------------------------------------ */
 
 static inline int dt_check_float_dtype_(int32_t dtype) {

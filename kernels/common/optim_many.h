@@ -1,5 +1,5 @@
 /* optim_many.h — the layout shared by the one-launch optimizer steps
- * (dt_adamw_many, dt_sgd_many): each tensor is cut into chunks of
+ * (dt_adamw_many, dt_sgd_many, and dt_zero_many of zero_grad): each tensor is cut into chunks of
  * DT_OPTIM_CHUNK elements, tensor t owning chunks [first[t], first[t+1]), so
  * one grid walks every parameter of a model. The per-element arithmetic is
  * adamw.h's and sgd.h's, with each tensor's scalars made once on the host:
@@ -30,6 +30,12 @@ typedef struct {
   int64_t n;
   dt_sgd_scalars s;
 } dt_sgd_entry;
+
+/* One tensor of dt_zero_many. */
+typedef struct {
+  float* p;
+  int64_t n;
+} dt_zero_entry;
 
 DT_HD int64_t dt_optim_chunks(int64_t n) { return (n + DT_OPTIM_CHUNK - 1) / DT_OPTIM_CHUNK; }
 

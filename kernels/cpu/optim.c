@@ -1,6 +1,7 @@
 /* optim.c — CPU loops of the optimizer steps (dt_adamw, dt_sgd, torch 1.13
  * single-tensor semantics; dt_adamw_many, dt_sgd_many: every tensor in one
- * call) and of the loss-scale unscale/inf check. The per-element updates
+ * call; dt_zero_many: zero_grad in one call) and of the loss-scale
+ * unscale/inf check. The per-element updates
  * live in kernels/common/adamw.h, sgd.h, loss_scale.h. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
@@ -96,6 +97,15 @@ DT_EXPORT dt_status dt_sgd_many(float* const* p, const float* const* g, float* c
     sgd_ctx_ c = {p[t], buf[t], g[t], dt_sgd_make_scalars(h[0], h[1], h[2], h[3], flags[2 * t], flags[2 * t + 1])};
     dt_parallel_for_(counts[t], OPTIM_GRAIN, sgd_range_, &c);
   }
+  return DT_OK;
+}
+
+/* zero_grad of every gradient in one call. */
+DT_EXPORT dt_status dt_zero_many(float* const* p, const int64_t* counts, int64_t num, void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_zero_many(p, counts, num));
+  for (int64_t t = 0; t < num; t++)
+    if (counts[t] > 0) memset(p[t], 0, (size_t)counts[t] * sizeof(float));
   return DT_OK;
 }
 

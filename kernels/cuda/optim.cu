@@ -1,6 +1,7 @@
 /* optim.cu — CUDA launches of the fused optimizer steps (dt_adamw, dt_sgd:
  * torch 1.13 single-tensor semantics; dt_adamw_many, dt_sgd_many: every
- * tensor in one launch) and of the loss-scale unscale/inf check. The per-step scalars are computed once on the host and each element
+ * tensor in one launch; dt_zero_many: zero_grad in one launch) and of the
+ * loss-scale unscale/inf check. The per-step scalars are computed once on the host and each element
  * runs kernels/common/adamw.h, sgd.h or loss_scale.h, as on the CPU. */
 #include "adamw.h"
 #include "cuda_internal.cuh"
@@ -43,6 +44,15 @@ __global__ void dt_sgd_many_k_(const dt_sgd_entry* E, const int64_t* first, int6
       float unused = 0.0f;
       dt_sgd_update(&e->p[i], e->g[i], s.use_momentum ? &e->buf[i] : &unused, &s);
     }
+  }
+}
+
+__global__ void dt_zero_many_k_(const dt_zero_entry* E, const int64_t* first, int64_t num, int64_t chunks) {
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const dt_zero_entry* e = &E[dt_optim_chunk_owner(first, num, c)];
+    int64_t start = (c - first[e - E]) * DT_OPTIM_CHUNK;
+    int64_t end = start + DT_OPTIM_CHUNK < e->n ? start + DT_OPTIM_CHUNK : e->n;
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) e->p[i] = 0.0f;
   }
 }
 
@@ -181,6 +191,32 @@ DT_EXPORT dt_status dt_sgd_many(float* const* p, const float* const* g, float* c
     DT_LAUNCH(dt_sgd_many_k_, dt_grid_for_(chunks * DT_BLOCK, DT_BLOCK), DT_BLOCK, 0, s, (const dt_sgd_entry*)dev,
               (const int64_t*)first, num, chunks);
     DT_CHECK_LAUNCH(s, "dt_sgd_many");
+  }
+  return dt_scratch_free_(dev, s);
+}
+
+DT_EXPORT dt_status dt_zero_many(float* const* p, const int64_t* counts, int64_t num, void* stream) {
+  DT_TRY_(dt_check_zero_many(p, counts, num));
+  if (num == 0) return DT_OK;
+  cudaStream_t s;
+  DT_TRY_(dt_cuda_stream_(stream, &s));
+  char* host = dt_optim_host_table_(sizeof(dt_zero_entry), num);
+  if (!host) return dt_fail_(DT_ERR_ALLOC, "dt_zero_many: cannot allocate a table of %lld tensors", (long long)num);
+  dt_zero_entry* E = (dt_zero_entry*)host;
+  for (int64_t t = 0; t < num; t++) {
+    E[t].p = p[t];
+    E[t].n = counts[t];
+  }
+  void* dev = NULL;
+  int64_t* first = NULL;
+  int64_t chunks = 0;
+  dt_status st = dt_optim_table_(&dev, &first, &chunks, host, sizeof(dt_zero_entry), counts, num, s, "dt_zero_many");
+  free(host);
+  if (st != DT_OK) return st;
+  if (chunks > 0) {
+    DT_LAUNCH(dt_zero_many_k_, dt_grid_for_(chunks * DT_BLOCK, DT_BLOCK), DT_BLOCK, 0, s, (const dt_zero_entry*)dev,
+              (const int64_t*)first, num, chunks);
+    DT_CHECK_LAUNCH(s, "dt_zero_many");
   }
   return dt_scratch_free_(dev, s);
 }

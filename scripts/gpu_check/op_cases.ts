@@ -792,6 +792,15 @@ export function buildOpCases(
           s,
         ),
     });
+    add({
+      op: "zero_many",
+      symbols: ["dt_zero_many"],
+      dtype: "f32",
+      size: `${num} tensors, ${total}`,
+      tol: TOL.exact,
+      inout: inout("p", (n) => rng.normals(n)),
+      call: (k, p, s) => k.dt_zero_many(table(p, "p"), Deno.UnsafePointer.of(counts), n64(num), s),
+    });
     // momentum 0 (no buffer), plain, dampened and Nesterov momentum, first steps among later ones
     const modes = [[0.1, 0, 0, 1e-4, 0], [0.01, 0.9, 0, 0, 0], [0.05, 0.9, 0.1, 1e-2, 0], [
       0.01,

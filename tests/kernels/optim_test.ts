@@ -405,3 +405,23 @@ Deno.test("dt_adamw_many() and dt_sgd_many() refuse bad tables naming the tensor
   ok(sgd([0.1, 0, 0, 0], [0, 1], null)); // momentum 0 needs no buffer
   failsWith(K.dt_sgd_many(null, null, null, null, null, null, 1n, null), "dt_sgd_many: null table");
 });
+
+Deno.test("dt_zero_many() zeroes every tensor of its table, empty ones included, and refuses bad tables", () => {
+  const rng = new Rng(7);
+  const sizes = [5, 0, 4097, 100_003, 1];
+  const ts = sizes.map((n) => rng.normals(n));
+  const table = addresses(ts);
+  ok(K.dt_zero_many(ptr(table), ptr(BigInt64Array.from(sizes, BigInt)), n64(sizes.length), null));
+  ts.forEach((t, i) => assert.ok(t.every((v) => Object.is(v, 0)), `tensor ${i} is not all +0`));
+  // a size smaller than the tensor zeroes only that many elements
+  const part = rng.normals(10);
+  ok(K.dt_zero_many(ptr(addresses([part])), ptr(BigInt64Array.of(4n)), 1n, null));
+  assert.deepEqual([...part.subarray(0, 4)], [0, 0, 0, 0]);
+  assert.ok(part.subarray(4).every((v) => v !== 0));
+  failsWith(
+    K.dt_zero_many(ptr(addresses([null])), ptr(BigInt64Array.of(3n)), 1n, null),
+    "dt_zero_many: tensor 0 of 3 elements is a null pointer",
+  );
+  failsWith(K.dt_zero_many(null, null, 1n, null), "dt_zero_many: null table");
+  ok(K.dt_zero_many(null, null, 0n, null));
+});

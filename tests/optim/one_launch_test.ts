@@ -19,6 +19,7 @@ import {
   SIZES,
   STEPS,
   values,
+  zeroGradCalls,
 } from "./scripts/optim_steps.ts";
 
 const REPO = new URL("../..", import.meta.url).pathname;
@@ -133,4 +134,13 @@ Deno.test({
     assertSameParams(out.adamw.params, adamwReference(), "AdamW on cuda-emu");
     assertSameParams(out.sgd.params, sgdReference(), "SGD on cuda-emu");
   },
+});
+
+Deno.test("zeroGrad zeroes every f32 gradient in one native call", () => {
+  const r = runSteps("adamw");
+  assert.equal(r.params.length, SIZES.length);
+  const z = zeroGradCalls();
+  assert.deepEqual(z.calls, { dt_zero_many: 1, dt_fill: 0 });
+  assert.ok(z.grads.every((g) => g.every((v) => v === 0)), "a gradient is not zero");
+  assert.equal(z.grads.length, SIZES.length);
 });

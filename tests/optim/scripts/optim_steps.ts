@@ -76,6 +76,19 @@ export function runSteps(
   return { params: params.map((p) => p.toBytes()), calls };
 }
 
+/** zeroGrad of an AdamW whose parameters all have gradients: its calls and the gradients after. */
+export function zeroGradCalls(): { calls: Record<string, number>; grads: number[][] } {
+  const params = SIZES.map((n, t) => {
+    const p = fromArray(values(n, t + 1), [n]).keep();
+    p.requiresGrad = true;
+    p.grad = fromArray(values(n, t + 7), [n]).keep();
+    return p;
+  });
+  const opt = new AdamW([{ params: params.slice(0, 2) }, { params: params.slice(2), lr: 0.5 }]);
+  const calls = countCalls(["dt_zero_many", "dt_fill"], () => opt.zeroGrad());
+  return { calls, grads: params.map((p) => [...(p.grad!.toArray() as Float32Array)]) };
+}
+
 /** How often fn calls each named kernel (the wrappers are swapped for counting ones while it runs). */
 function countCalls(names: string[], fn: () => void): Record<string, number> {
   const call = backend().call as unknown as Record<string, (...a: unknown[]) => void>;
