@@ -83,6 +83,15 @@ static void binary_ex_range_(void* vctx, int64_t begin, int64_t end) {
   }
 }
 
+/* x[0:len] = gelu(x[0:len]); x = dinp from x = inp and g = dout. */
+DT_VEC_CLONES static void gelu_block_(float* x, int64_t len) {
+  for (int64_t j = 0; j < len; j++) x[j] = dt_gelu_f(x[j]);
+}
+
+DT_VEC_CLONES static void gelu_grad_block_(float* x, const float* g, int64_t len) {
+  for (int64_t j = 0; j < len; j++) x[j] = dt_gelu_grad_f(g[j], x[j]);
+}
+
 typedef struct {
   int32_t dtype;
   void* out;
@@ -95,7 +104,7 @@ static void gelu_ex_range_(void* vctx, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; i += BLK) {
     int64_t len = end - i < BLK ? end - i : BLK;
     load_block_(x, c->x, c->dtype, i, len);
-    for (int64_t j = 0; j < len; j++) x[j] = dt_gelu_f(x[j]);
+    gelu_block_(x, len);
     store_block_(c->out, c->dtype, i, x, len);
   }
 }
@@ -107,7 +116,7 @@ static void gelu_bwd_ex_range_(void* vctx, int64_t begin, int64_t end) {
     int64_t len = end - i < BLK ? end - i : BLK;
     load_block_(x, c->x, c->dtype, i, len);
     load_block_(g, c->dout, c->dtype, i, len);
-    for (int64_t j = 0; j < len; j++) x[j] = dt_gelu_grad_f(g[j], x[j]);
+    gelu_grad_block_(x, g, len);
     store_block_(c->out, c->dtype, i, x, len);
   }
 }
