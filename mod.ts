@@ -84,7 +84,11 @@ export {
   maxPool2d,
   type MaxPool2dOptions,
 } from "./tensor/ops/pool.ts";
-export { batchNorm, type BatchNormOptions } from "./tensor/ops/batchnorm.ts";
+export {
+  batchNorm,
+  type BatchNormOptions,
+  batchNormReluMaxPool2d,
+} from "./tensor/ops/batchnorm.ts";
 
 // layers and models
 export { Module, StateDictError, type StateDictSource, type StateTensor } from "./nn/module.ts";

@@ -582,6 +582,84 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
+  /** Winograd F(2x2, 3x3) kernel transform U = G g G^T of each (co, c) (common/winograd.h). */
+  dt_winograd_weight: {
+    parameters: [
+      P, // float* u [16][Cout][C]
+      P, // const float* weight (Cout, C, 3, 3)
+      I64, // int64 Cout
+      I64, // int64 C
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its adjoint: dweight (Cout, C, 3, 3) (overwritten) = G^T m G of each (co, c). */
+  dt_winograd_weight_grad: {
+    parameters: [
+      P, // float* dweight (Cout, C, 3, 3)
+      P, // const float* m [16][Cout][C]
+      I64, // int64 Cout
+      I64, // int64 C
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Input transform V = B^T d B of tiles [t0, t0 + nt) of a 3x3, stride-1 conv
+   *  (tile t = (n, ty, tx) over TH x TW = ceil(OH/2) x ceil(OW/2) per image). */
+  dt_winograd_input: {
+    parameters: [
+      P, // float* v [16][C][ld]: component xi of channel c of tile t0 + q at (xi * C + c) * ld + q
+      P, // const float* inp (N, C, H, W)
+      B, // const int64* geom[14] (host), as dt_im2col: kernel 3x3, stride 1, dilation 1
+      I64, // int64 t0
+      I64, // int64 nt
+      I64, // int64 ld >= nt
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its adjoint: dinp += B dv B^T of each tile, tiles in increasing order. */
+  dt_winograd_input_grad: {
+    parameters: [
+      P, // float* dinp (N, C, H, W): added to
+      P, // const float* dv [16][C][ld]
+      B, // const int64* geom[14] (host), as dt_winograd_input
+      I64, // int64 t0
+      I64, // int64 nt
+      I64, // int64 ld
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Output transform: the 2x2 outputs A^T m A (+ bias) of tiles [t0, t0 + nt). */
+  dt_winograd_output: {
+    parameters: [
+      P, // float* out (N, Cout, OH, OW): those tiles' outputs written
+      P, // const float* m [16][Cout][ld]
+      P, // const float* bias (Cout) or NULL
+      B, // const int64* geom[14] (host), as dt_winograd_input
+      I64, // int64 Cout
+      I64, // int64 t0
+      I64, // int64 nt
+      I64, // int64 ld
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Its adjoint: p = A dy A^T of tiles [t0, t0 + nt) (dy 0 past the output). */
+  dt_winograd_output_grad: {
+    parameters: [
+      P, // float* p [16][Cout][ld]
+      P, // const float* dout (N, Cout, OH, OW)
+      B, // const int64* geom[14] (host), as dt_winograd_input
+      I64, // int64 Cout
+      I64, // int64 t0
+      I64, // int64 nt
+      I64, // int64 ld
+      P, // stream
+    ],
+    ...STATUS,
+  },
   /** 2-D max pooling of P planes; padding counts as -inf, a NaN always wins. */
   dt_maxpool2d_fwd: {
     parameters: [
@@ -725,6 +803,26 @@ export const KERNEL_SYMBOLS = {
       I64, // int64 N
       I64, // int64 C
       I64, // int64 HW
+      P, // stream
+    ],
+    ...STATUS,
+  },
+  /** Batch norm's output, ReLU and 2x2 max pooling at stride 2 in one pass (the
+   *  bits of dt_bn_apply, dt_relu_fwd, dt_maxpool2d_fwd): out[n, c, oh, ow] = the
+   *  max over the window of relu(x * alpha + beta), idx as dt_maxpool2d_fwd's. */
+  dt_bn_relu_maxpool2x2_fwd: {
+    parameters: [
+      P, // float* out (N, C, H/2, W/2)
+      P, // int32* idx (N, C, H/2, W/2): ih * W + iw of each maximum within its plane
+      P, // const float* inp (N, C, H, W)
+      P, // const float* mean (C)
+      P, // const float* rstd (C)
+      P, // const float* weight (C) or NULL (1)
+      P, // const float* bias (C) or NULL (0)
+      I64, // int64 N
+      I64, // int64 C
+      I64, // int64 H
+      I64, // int64 W
       P, // stream
     ],
     ...STATUS,
@@ -915,34 +1013,6 @@ export const KERNEL_STREAMED = Object.keys(KERNEL_SYMBOLS).filter((name) =>
  * so the CUDA library still opens; an op that needs one on the GPU fails
  * naming it. Remove a name here once kernels/cuda exports it.
  */
-export const CUDA_PENDING_SYMBOLS: ReadonlySet<keyof KernelSymbols> = new Set<keyof KernelSymbols>([
-  "dt_unary_fwd",
-  "dt_unary_bwd",
-  "dt_where",
-  "dt_strided_copy",
-  "dt_reduce_dim",
-  "dt_softmax_dim_fwd",
-  "dt_softmax_dim_bwd",
-  "dt_gather_dim",
-  "dt_scatter_add_dim",
-  "dt_index_select",
-  "dt_index_add",
-  "dt_im2col",
-  "dt_col2im",
-  "dt_conv2d_direct_fwd",
-  "dt_conv2d_direct_bwd_weight",
-  "dt_conv2d_direct_bwd_input",
-  "dt_maxpool2d_fwd",
-  "dt_maxpool2d_bwd",
-  "dt_avgpool2d_fwd",
-  "dt_avgpool2d_bwd",
-  "dt_adaptive_avgpool2d_fwd",
-  "dt_adaptive_avgpool2d_bwd",
-  "dt_bn_sum",
-  "dt_bn_sqdev",
-  "dt_bn_finalize",
-  "dt_bn_eval_stats",
-  "dt_bn_apply",
-  "dt_bn_bwd_reduce",
-  "dt_bn_bwd_apply",
-]);
+export const CUDA_PENDING_SYMBOLS: ReadonlySet<keyof KernelSymbols> = new Set<keyof KernelSymbols>(
+  [],
+);

@@ -8,10 +8,8 @@
  */
 import { resolve } from "node:path";
 import { installLayout } from "../os/install_layout.ts";
-import { signalExitCode } from "../os/exit_status.ts";
+import { waitForwardingSignals } from "../os/forward_signals.ts";
 import { UsageError } from "./options.ts";
-
-const SIGNALS: Deno.Signal[] = ["SIGINT", "SIGTERM", "SIGHUP"];
 
 /** Usage of the verb. */
 export const EXEC_HELP = `Usage: dtrain exec script.(ts|js) [script args…]
@@ -48,19 +46,5 @@ export async function execMain(args: string[]): Promise<number> {
     stdout: "inherit",
     stderr: "inherit",
   }).spawn();
-  const forward = SIGNALS.map((sig) => {
-    const fn = () => {
-      try {
-        child.kill(sig);
-      } catch { /* it has exited */ }
-    };
-    Deno.addSignalListener(sig, fn);
-    return () => Deno.removeSignalListener(sig, fn);
-  });
-  try {
-    const status = await child.status;
-    return status.signal ? signalExitCode(status.signal) : status.code;
-  } finally {
-    for (const stop of forward) stop();
-  }
+  return await waitForwardingSignals(child);
 }

@@ -9,7 +9,12 @@
 import { Layer } from "./layers.ts";
 import type { Module } from "./module.ts";
 import { full, type Tensor, zeros } from "../tensor/tensor.ts";
-import { batchNorm, type StatsBuffer } from "../tensor/ops/batchnorm.ts";
+import {
+  batchNorm,
+  type BatchNormOptions,
+  batchNormReluMaxPool2d,
+  type StatsBuffer,
+} from "../tensor/ops/batchnorm.ts";
 /**
  * What SyncBatchNorm needs of a process group (distributed/'s ProcessGroup
  * is one; nn/ sits below distributed/, so it names only this much).
@@ -98,6 +103,25 @@ export abstract class BatchNormBase extends Layer {
   }
 
   forward(x: Tensor): Tensor {
+    return batchNorm(x, ...this.#arguments(x));
+  }
+
+  /**
+   * forward(x), then ReLU and 2x2 max pooling at stride 2, in one pass with
+   * the same bits (batchNormReluMaxPool2d): what Sequential runs for a batch
+   * norm followed by ReLU and MaxPool2d(2) on an (N, C, H, W) input.
+   */
+  forwardReluMaxPool2d(x: Tensor): Tensor {
+    return batchNormReluMaxPool2d(x, ...this.#arguments(x));
+  }
+
+  /** Whether forward is batch norm's own (Sequential fuses only then). */
+  fusesReluMaxPool(): boolean {
+    return this.forward === BatchNormBase.prototype.forward;
+  }
+
+  /** The running statistics and options of this layer's mode, for an input x. */
+  #arguments(x: Tensor): [Tensor | null, Tensor | null, BatchNormOptions] {
     this.checkInput(x);
     if (x.shape[1] !== this.numFeatures) {
       throw new RangeError(
@@ -109,7 +133,7 @@ export abstract class BatchNormBase extends Layer {
     // torch: batch statistics in training, or whenever there are no running ones
     const batchStats = this.training || this.runningMean === null;
     const useRunning = !this.training || this.trackRunningStats;
-    return batchNorm(x, useRunning ? this.runningMean : null, useRunning ? this.runningVar : null, {
+    return [useRunning ? this.runningMean : null, useRunning ? this.runningVar : null, {
       weight: this.weight,
       bias: this.bias,
       training: batchStats,
@@ -117,7 +141,7 @@ export abstract class BatchNormBase extends Layer {
       eps: this.eps,
       numBatchesTracked: this.training ? this.numBatchesTracked : null,
       allReduce: batchStats ? this.statsAllReduce() : null,
-    });
+    }];
   }
 
   /** The tensors, for a converted copy that shares them. */

@@ -54,6 +54,23 @@ export class Linear extends Layer {
   }
 }
 
+/** A layer that runs itself, then ReLU, then 2x2 max pooling in one op (batch norm). */
+interface FusesReluMaxPool {
+  /** Whether its forward is its class's own (a subclass may change it). */
+  fusesReluMaxPool(): boolean;
+  forwardReluMaxPool2d(x: Tensor): Tensor;
+}
+
+/** Whether layers a, b, c are a batch norm, ReLU and MaxPool2d(2) for input x (duck-typed:
+ *  the classes live in modules that import this one). */
+function fusesReluMaxPool(a: Layer, b: Layer, c: Layer, x: Tensor): boolean {
+  const norm = a as unknown as Partial<FusesReluMaxPool>;
+  const pool = c as unknown as { pools2x2?: () => boolean };
+  return typeof norm.fusesReluMaxPool === "function" && norm.fusesReluMaxPool() &&
+    b.forward === ReLU.prototype.forward && typeof pool.pools2x2 === "function" &&
+    pool.pools2x2() && x.shape.length === 4 && x.shape[2]! >= 2 && x.shape[3]! >= 2;
+}
+
 /** max(x, 0). */
 export class ReLU extends Layer {
   forward(x: Tensor): Tensor {
@@ -143,9 +160,23 @@ export class Sequential extends Layer {
     this.layers = layers;
     layers.forEach((l, i) => this.registerModule(String(i), l));
   }
+  /**
+   * Each layer in turn; a batch norm followed by ReLU and MaxPool2d(2) on an
+   * (N, C, H, W) input runs as one op with the same bits
+   * (batchNormReluMaxPool2d: no intermediate tensors, fewer passes over them).
+   */
   forward(x: Tensor): Tensor {
     let y = x;
-    for (const l of this.layers) y = l.forward(y);
+    const L = this.layers;
+    for (let i = 0; i < L.length; i++) {
+      const l = L[i]!;
+      if (i + 2 < L.length && fusesReluMaxPool(l, L[i + 1]!, L[i + 2]!, y)) {
+        y = (l as unknown as FusesReluMaxPool).forwardReluMaxPool2d(y);
+        i += 2;
+        continue;
+      }
+      y = l.forward(y);
+    }
     return y;
   }
   /** Replacing child "i" replaces layer i (what convertSyncBatchNorm does). */

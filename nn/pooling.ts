@@ -32,6 +32,20 @@ export class MaxPool2d extends Layer {
   forward(x: Tensor): Tensor {
     return maxPool2d(x, this.kernelSize, this.opts);
   }
+  /** Whether this is plain 2x2 pooling at stride 2 (no padding, dilation or ceil mode) with
+   *  its class's forward: what Sequential may fuse with a batch norm and ReLU before it. */
+  pools2x2(): boolean {
+    const o = this.opts;
+    /** v (a number, a pair, or absent meaning `absent`) is `want` in every dim */
+    const is = (v: number | readonly number[] | null | undefined, want: number, absent: number) =>
+      v === undefined || v === null
+        ? absent === want
+        : typeof v === "number"
+        ? v === want
+        : v.every((e) => e === want);
+    return this.forward === MaxPool2d.prototype.forward && is(this.kernelSize, 2, 0) &&
+      is(o.stride, 2, 2) && is(o.padding, 0, 0) && is(o.dilation, 1, 1) && !o.ceilMode;
+  }
 }
 
 /** Mean over kernel windows (torch.nn.AvgPool2d). */

@@ -72,6 +72,18 @@ export const MachineSchema = z.object({
   memBytes: count,
 });
 
+/** The launcher's command line and where it ran. */
+const CommandSchema = z.object({ argv: z.array(z.string()).min(1), cwd: z.string() });
+/** The user's script as launched: its path, its content's hash, its arguments. */
+const ScriptSchema = z.object({ path: z.string(), sha256, args: z.array(z.string()) });
+/** How many nodes and ranks, and which hosts. */
+const WorldShape = z.object({
+  nnodes: z.int().positive(),
+  nprocPerNode: z.int().positive(),
+  worldSize: z.int().positive(),
+  hosts: z.array(z.string()),
+});
+
 /**
  * One launch of the run: present in run.json when its directory was reused
  * (a resume with --run-dir), one entry per `dtrain` command, in order. The
@@ -81,14 +93,9 @@ export const LaunchSchema = z.object({
   /** the first attempt this launch made */
   firstAttempt: count,
   startedAt: time,
-  command: z.object({ argv: z.array(z.string()).min(1), cwd: z.string() }),
-  script: z.object({ path: z.string(), sha256, args: z.array(z.string()) }),
-  world: z.object({
-    nnodes: z.int().positive(),
-    nprocPerNode: z.int().positive(),
-    worldSize: z.int().positive(),
-    hosts: z.array(z.string()),
-  }),
+  command: CommandSchema,
+  script: ScriptSchema,
+  world: WorldShape,
 });
 
 /** run.json: written by the launcher at start and rewritten at the end of every attempt. */
@@ -98,13 +105,9 @@ export const RunRecordSchema = z.object({
   name: z.string(),
   createdAt: time,
   endedAt: time.nullable(),
-  command: z.object({ argv: z.array(z.string()).min(1), cwd: z.string() }),
-  script: z.object({ path: z.string(), sha256, args: z.array(z.string()) }),
-  world: z.object({
-    nnodes: z.int().positive(),
-    nprocPerNode: z.int().positive(),
-    worldSize: z.int().positive(),
-    hosts: z.array(z.string()),
+  command: CommandSchema,
+  script: ScriptSchema,
+  world: WorldShape.extend({
     /** where ranks compute, as the launcher resolved --device: "cpu", "cuda" or "cuda-emu" */
     device: z.string().optional(),
     /** the process group the ranks use, as planned: "single", "shm" (one machine), "gloo"

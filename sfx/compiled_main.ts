@@ -9,12 +9,11 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensureUnpacked, type PayloadInfo } from "./unpack.ts";
 import { SFX_FILE_ENV } from "../os/install_layout.ts";
-import { signalExitCode } from "../os/exit_status.ts";
+import { waitForwardingSignals } from "../os/forward_signals.ts";
 
 // Why a second runtime inside: ranks must run the user's TypeScript with
 // `deno run --preload` (the script stays the main module) and a config that
 // maps "dtrain"; a compiled binary can only run its own embedded program.
-const SIGNALS: Deno.Signal[] = ["SIGINT", "SIGTERM", "SIGHUP"];
 
 async function run(): Promise<number> {
   const here = (name: string) => fileURLToPath(new URL(name, import.meta.url));
@@ -44,18 +43,7 @@ async function run(): Promise<number> {
     stdout: "inherit",
     stderr: "inherit",
   }).spawn();
-  const forward = SIGNALS.map((sig) => {
-    const fn = () => {
-      try {
-        child.kill(sig);
-      } catch { /* it has exited */ }
-    };
-    Deno.addSignalListener(sig, fn);
-    return () => Deno.removeSignalListener(sig, fn);
-  });
-  const status = await child.status;
-  for (const stop of forward) stop();
-  return status.signal ? signalExitCode(status.signal) : status.code;
+  return await waitForwardingSignals(child);
 }
 
 Deno.exit(await run());

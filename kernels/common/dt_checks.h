@@ -509,6 +509,12 @@ static inline dt_status dt_fail_index_(const char* name, int64_t value, int64_t 
                   (long long)position);
 }
 
+/* A batch-norm element count (all-reduced for a synchronised norm) below 1:
+ * no statistics exist. */
+static inline dt_status dt_fail_bn_count_(const char* name, double count) {
+  return dt_fail_(DT_ERR_ARG, "%s: the element count %g must be >= 1", name, count);
+}
+
 /* A cross-entropy target that is neither in [0, V) nor ignore_index. */
 static inline dt_status dt_fail_target_(const char* name, int64_t target, int64_t row, int64_t V,
                                         int64_t ignore_index) {
@@ -572,6 +578,14 @@ static inline dt_status dt_fail_data_error_(const dt_data_error_t* e) {
       return dt_fail_target_("dt_crossentropy_bwd", e->ivalue, e->position, e->limit, e->ignore_index);
     case DT_DATA_CAST:
       return dt_fail_cast_value_(e->value_dtype, (int32_t)e->limit, e->position, e->fvalue, e->ivalue);
+    case DT_DATA_GATHER_DIM: return dt_fail_index_("dt_gather_dim", e->ivalue, e->position, e->limit);
+    case DT_DATA_INDEX_SELECT: return dt_fail_index_("dt_index_select", e->ivalue, e->position, e->limit);
+    case DT_DATA_SCATTER_ADD_DIM: return dt_fail_index_("dt_scatter_add_dim", e->ivalue, e->position, e->limit);
+    case DT_DATA_INDEX_ADD: return dt_fail_index_("dt_index_add", e->ivalue, e->position, e->limit);
+    case DT_DATA_MAXPOOL2D_BWD: return dt_fail_index_("dt_maxpool2d_bwd", e->ivalue, e->position, e->limit);
+    case DT_DATA_BN_SQDEV: return dt_fail_bn_count_("dt_bn_sqdev", e->fvalue);
+    case DT_DATA_BN_FINALIZE: return dt_fail_bn_count_("dt_bn_finalize", e->fvalue);
+    case DT_DATA_BN_BWD_APPLY: return dt_fail_bn_count_("dt_bn_bwd_apply", e->fvalue);
     default: return dt_fail_(DT_ERR_INTERNAL, "dt_deferred_error: unknown data error code %d", (int)e->op);
   }
 }

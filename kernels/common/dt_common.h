@@ -55,7 +55,15 @@ enum {
   DT_DATA_GATHER_ROWS = 3,
   DT_DATA_CROSSENTROPY_FWD = 4,
   DT_DATA_CROSSENTROPY_BWD = 5,
-  DT_DATA_CAST = 6
+  DT_DATA_CAST = 6,
+  DT_DATA_GATHER_DIM = 7,
+  DT_DATA_INDEX_SELECT = 8,
+  DT_DATA_SCATTER_ADD_DIM = 9,
+  DT_DATA_INDEX_ADD = 10,
+  DT_DATA_MAXPOOL2D_BWD = 11,
+  DT_DATA_BN_SQDEV = 12,     /* batch norm's element count (fvalue) below 1 */
+  DT_DATA_BN_FINALIZE = 13,
+  DT_DATA_BN_BWD_APPLY = 14
 };
 
 /* The first data error found on the device: enough to word it as the CPU library does. */

@@ -1,17 +1,24 @@
 /* ops_checks.h — the argument checks of the convolutional-network and
  * everyday-op kernels (unary, where, strided copy, reductions and softmax
  * along a dim, gathers, im2col/col2im and direct convolution, pooling, batch
- * norm), written once for both kernel libraries as dt_checks.h's are:
- * dt_check_<symbol>() returns DT_OK when the call may go ahead, an empty call
- * as soon as the checks before its shortcut pass. Host code only. */
+ * norm), written once for both kernel libraries as dt_checks.h's are (that
+ * file's rules hold here: dt_check_<symbol>() returns DT_OK when the call may
+ * go ahead, an empty call as soon as the checks before its shortcut pass;
+ * tests/cuda/arg_checks_test.ts holds both libraries to the same status and
+ * text). Nothing here reads the data: indices and the batch-norm element
+ * count are data, checked by the CPU loops during the call and by the CUDA
+ * kernels on the device, both worded by dt_checks.h's dt_fail_*_. Host code
+ * only. */
 #pragma once
 #include "batchnorm.h"
+#include "bn_relu_pool.h"
 #include "conv.h"
 #include "dt_checks.h"
 #include "pool.h"
 #include "reduce_dim.h"
 #include "strided.h"
 #include "unary.h"
+#include "winograd.h"
 
 /* ---- unary, where ---------------------------------------------------------------------- */
 
@@ -137,38 +144,32 @@ static inline dt_status dt_check_index_sizes_(const char* name, int64_t outer, i
   return DT_OK;
 }
 
-/* The first of idx[0:n] outside [0, D), worded as dt_fail_index_ (a data error). */
-static inline dt_status dt_check_indices_in_(const char* name, const int32_t* idx, int64_t n, int64_t D) {
-  for (int64_t k = 0; k < n; k++)
-    if (idx[k] < 0 || idx[k] >= D) return dt_fail_index_(name, idx[k], k, D);
-  return DT_OK;
-}
-
-/* dt_gather_dim (one index per output) and dt_index_select (one per j). */
+/* dt_gather_dim (one index per output) and dt_index_select (one per j); the
+ * indices are checked after this (outer * J * inner of them, or J). */
 static inline dt_status dt_check_gather_(const char* name, const void* out, const void* inp, const int32_t* idx,
-                                         int64_t outer, int64_t D, int64_t J, int64_t inner, int64_t elem_bytes,
-                                         int per_element) {
+                                         int64_t outer, int64_t D, int64_t J, int64_t inner, int64_t elem_bytes) {
   DT_TRY_(dt_check_index_sizes_(name, outer, D, J, inner, elem_bytes));
   if (outer * J * inner == 0) return DT_OK;
   DT_REQUIRE_(idx, "%s: null idx", name);
-  DT_TRY_(dt_check_indices_in_(name, idx, per_element ? outer * J * inner : J, D));
   DT_REQUIRE_(out && inp, "%s: null pointer (out=%p inp=%p)", name, out, inp);
   return DT_OK;
 }
 
 static inline dt_status dt_check_gather_dim(const void* out, const void* inp, const int32_t* idx, int64_t outer,
                                             int64_t D, int64_t J, int64_t inner, int64_t elem_bytes) {
-  return dt_check_gather_("dt_gather_dim", out, inp, idx, outer, D, J, inner, elem_bytes, 1);
+  return dt_check_gather_("dt_gather_dim", out, inp, idx, outer, D, J, inner, elem_bytes);
 }
 
 static inline dt_status dt_check_index_select(const void* out, const void* inp, const int32_t* idx, int64_t outer,
                                               int64_t D, int64_t J, int64_t inner, int64_t elem_bytes) {
-  return dt_check_gather_("dt_index_select", out, inp, idx, outer, D, J, inner, elem_bytes, 0);
+  return dt_check_gather_("dt_index_select", out, inp, idx, outer, D, J, inner, elem_bytes);
 }
 
-/* The backwards dt_scatter_add_dim and dt_index_add: an empty call is one with no dinp element. */
+/* The backwards dt_scatter_add_dim and dt_index_add: an empty call is one
+ * with no dinp element (its indices are not checked); otherwise the indices
+ * are checked after this. */
 static inline dt_status dt_check_scatter_(const char* name, const float* dinp, const float* dout, const int32_t* idx,
-                                          int64_t outer, int64_t D, int64_t J, int64_t inner, int per_element) {
+                                          int64_t outer, int64_t D, int64_t J, int64_t inner) {
   DT_TRY_(dt_check_index_sizes_(name, outer, D, J, inner, 4));
   if (outer * D * inner == 0) {
     DT_REQUIRE_(D > 0 || J == 0 || outer * inner == 0, "%s: %lld indices into an empty dimension (D=0)", name,
@@ -176,7 +177,6 @@ static inline dt_status dt_check_scatter_(const char* name, const float* dinp, c
     return DT_OK;
   }
   DT_REQUIRE_(idx || J == 0, "%s: null idx", name);
-  DT_TRY_(dt_check_indices_in_(name, idx, per_element ? outer * J * inner : J, D));
   DT_REQUIRE_(dinp && (dout || J == 0), "%s: null pointer (dinp=%p dout=%p)", name, (const void*)dinp,
               (const void*)dout);
   return DT_OK;
@@ -184,12 +184,12 @@ static inline dt_status dt_check_scatter_(const char* name, const float* dinp, c
 
 static inline dt_status dt_check_scatter_add_dim(const float* dinp, const float* dout, const int32_t* idx,
                                                  int64_t outer, int64_t D, int64_t J, int64_t inner) {
-  return dt_check_scatter_("dt_scatter_add_dim", dinp, dout, idx, outer, D, J, inner, 1);
+  return dt_check_scatter_("dt_scatter_add_dim", dinp, dout, idx, outer, D, J, inner);
 }
 
 static inline dt_status dt_check_index_add(const float* dinp, const float* dout, const int32_t* idx, int64_t outer,
                                            int64_t D, int64_t J, int64_t inner) {
-  return dt_check_scatter_("dt_index_add", dinp, dout, idx, outer, D, J, inner, 0);
+  return dt_check_scatter_("dt_index_add", dinp, dout, idx, outer, D, J, inner);
 }
 
 /* ---- convolution ------------------------------------------------------------------------------- */
@@ -286,6 +286,106 @@ static inline dt_status dt_check_conv2d_direct_bwd_input(const float* dinp, cons
   return DT_OK;
 }
 
+/* ---- Winograd F(2x2, 3x3) convolution ------------------------------------------------------------ */
+
+/* A conv geometry that Winograd F(2x2, 3x3) computes: 3x3 kernel, stride and
+ * dilation 1, the output size the padding gives; *w gets its tile grid. */
+static inline dt_status dt_check_wino_geom_(const char* name, const int64_t* geom, dt_wino_geom* w) {
+  dt_conv_geom g = {0};
+  DT_TRY_(dt_check_conv_geom_(name, geom, &g));
+  DT_REQUIRE_(g.KH == 3 && g.KW == 3 && g.SH == 1 && g.SW == 1 && g.DH == 1 && g.DW == 1,
+              "%s: Winograd F(2x2, 3x3) needs a 3x3 kernel at stride 1 and dilation 1, got kernel (%lld, %lld), "
+              "stride (%lld, %lld), dilation (%lld, %lld)",
+              name, (long long)g.KH, (long long)g.KW, (long long)g.SH, (long long)g.SW, (long long)g.DH,
+              (long long)g.DW);
+  DT_REQUIRE_(g.OH == (g.H + 2 * g.PH - 2 > 0 ? g.H + 2 * g.PH - 2 : 0) &&
+                  g.OW == (g.W + 2 * g.PW - 2 > 0 ? g.W + 2 * g.PW - 2 : 0),
+              "%s: output %lldx%lld does not match input %lldx%lld padded by (%lld, %lld)", name, (long long)g.OH,
+              (long long)g.OW, (long long)g.H, (long long)g.W, (long long)g.PH, (long long)g.PW);
+  *w = (dt_wino_geom){g.N, g.C, g.H, g.W, g.PH, g.PW, g.OH, g.OW, (g.OH + 1) / 2, (g.OW + 1) / 2};
+  return DT_OK;
+}
+
+/* Tiles [t0, t0 + nt) of the grid, stored for `channels` channels at leading dimension ld. */
+static inline dt_status dt_check_wino_block_(const char* name, const dt_wino_geom* w, int64_t channels, int64_t t0,
+                                             int64_t nt, int64_t ld) {
+  int64_t tiles, t;
+  DT_REQUIRE_(dt_mul_ok_(w->N, w->TH, &tiles) && dt_mul_ok_(tiles, w->TW, &tiles), "%s: the tile count overflows",
+              name);
+  DT_REQUIRE_(t0 >= 0 && nt >= 0 && t0 <= tiles && nt <= tiles - t0,
+              "%s: tiles [%lld, %lld + %lld) are not within the %lld tiles of the output", name, (long long)t0,
+              (long long)t0, (long long)nt, (long long)tiles);
+  DT_REQUIRE_(ld >= nt && ld >= 1, "%s: ld=%lld must be >= max(nt=%lld, 1)", name, (long long)ld, (long long)nt);
+  DT_REQUIRE_(channels >= 0 && dt_mul_ok_(channels, 16, &t) && dt_mul_ok_(t, ld, &t) && dt_mul_ok_(t, 4, &t),
+              "%s: the transformed block overflows (channels=%lld ld=%lld)", name, (long long)channels,
+              (long long)ld);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_wino_kernel_(const char* name, int pointers_ok, int64_t Cout, int64_t C) {
+  int64_t t;
+  DT_REQUIRE_(Cout >= 0 && C >= 0, "%s: negative size (Cout=%lld C=%lld)", name, (long long)Cout, (long long)C);
+  DT_REQUIRE_(dt_mul_ok_(Cout, C, &t) && dt_mul_ok_(t, 16 * 4, &t), "%s: size overflows (Cout=%lld C=%lld)", name,
+              (long long)Cout, (long long)C);
+  if (Cout * C == 0) return DT_OK;
+  DT_REQUIRE_(pointers_ok, "%s: null pointer", name);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_winograd_weight(const float* u, const float* w, int64_t Cout, int64_t C) {
+  return dt_check_wino_kernel_("dt_winograd_weight", u && w, Cout, C);
+}
+
+static inline dt_status dt_check_winograd_weight_grad(const float* dw, const float* m, int64_t Cout, int64_t C) {
+  return dt_check_wino_kernel_("dt_winograd_weight_grad", dw && m, Cout, C);
+}
+
+static inline dt_status dt_check_winograd_input(const float* v, const float* x, const int64_t* geom, int64_t t0,
+                                                int64_t nt, int64_t ld, dt_wino_geom* w) {
+  DT_TRY_(dt_check_wino_geom_("dt_winograd_input", geom, w));
+  DT_TRY_(dt_check_wino_block_("dt_winograd_input", w, w->C, t0, nt, ld));
+  if (nt * w->C == 0) return DT_OK;
+  DT_REQUIRE_(v && (x || w->H * w->W == 0), "dt_winograd_input: null pointer (v=%p x=%p)", (const void*)v,
+              (const void*)x);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_winograd_input_grad(const float* dx, const float* dv, const int64_t* geom,
+                                                     int64_t t0, int64_t nt, int64_t ld, dt_wino_geom* w) {
+  DT_TRY_(dt_check_wino_geom_("dt_winograd_input_grad", geom, w));
+  DT_TRY_(dt_check_wino_block_("dt_winograd_input_grad", w, w->C, t0, nt, ld));
+  if (nt * w->C * w->H * w->W == 0) return DT_OK;
+  DT_REQUIRE_(dx && dv, "dt_winograd_input_grad: null pointer (dx=%p dv=%p)", (const void*)dx, (const void*)dv);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_winograd_output(const float* y, const float* m, const int64_t* geom, int64_t Cout,
+                                                 int64_t t0, int64_t nt, int64_t ld, dt_wino_geom* w) {
+  DT_TRY_(dt_check_wino_geom_("dt_winograd_output", geom, w));
+  DT_REQUIRE_(Cout >= 0, "dt_winograd_output: negative Cout=%lld", (long long)Cout);
+  DT_TRY_(dt_check_wino_block_("dt_winograd_output", w, Cout, t0, nt, ld));
+  int64_t t;
+  DT_REQUIRE_(dt_mul_ok_(w->N * w->OH * w->OW, Cout, &t) && dt_mul_ok_(t, 4, &t),
+              "dt_winograd_output: output size overflows");
+  if (nt * Cout == 0) return DT_OK;
+  DT_REQUIRE_(y && m, "dt_winograd_output: null pointer (y=%p m=%p)", (const void*)y, (const void*)m);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_winograd_output_grad(const float* p, const float* dy, const int64_t* geom,
+                                                      int64_t Cout, int64_t t0, int64_t nt, int64_t ld,
+                                                      dt_wino_geom* w) {
+  DT_TRY_(dt_check_wino_geom_("dt_winograd_output_grad", geom, w));
+  DT_REQUIRE_(Cout >= 0, "dt_winograd_output_grad: negative Cout=%lld", (long long)Cout);
+  DT_TRY_(dt_check_wino_block_("dt_winograd_output_grad", w, Cout, t0, nt, ld));
+  int64_t t;
+  DT_REQUIRE_(dt_mul_ok_(w->N * w->OH * w->OW, Cout, &t) && dt_mul_ok_(t, 4, &t),
+              "dt_winograd_output_grad: output size overflows");
+  if (nt * Cout == 0) return DT_OK;
+  DT_REQUIRE_(p && dy, "dt_winograd_output_grad: null pointer (p=%p dy=%p)", (const void*)p, (const void*)dy);
+  return DT_OK;
+}
+
 /* ---- pooling ---------------------------------------------------------------------------------- */
 
 /* Reads and checks a pooling geometry; only max pooling (`max`) may dilate. */
@@ -324,16 +424,15 @@ static inline dt_status dt_check_maxpool2d_fwd(const float* out, const int32_t* 
   return DT_OK;
 }
 
-/* Also checks the saved indices: a stale one must not write astray (a data error). */
+/* The saved indices are checked after this (each in [-1, H*W): a stale one
+ * must not write astray). */
 static inline dt_status dt_check_maxpool2d_bwd(const float* dinp, const float* dout, const int32_t* idx,
                                                const int64_t* geom, dt_pool_geom* g) {
   DT_TRY_(dt_check_pool_geom_("dt_maxpool2d_bwd", geom, g, 1));
   if (g->P * g->H * g->W == 0) return DT_OK;
-  int64_t n = g->P * g->OH * g->OW, hw = g->H * g->W;
+  int64_t n = g->P * g->OH * g->OW;
   DT_REQUIRE_(dinp && ((dout && idx) || n == 0), "dt_maxpool2d_bwd: null pointer (dinp=%p dout=%p idx=%p)",
               (const void*)dinp, (const void*)dout, (const void*)idx);
-  for (int64_t k = 0; k < n; k++)
-    if (idx[k] < -1 || idx[k] >= hw) return dt_fail_index_("dt_maxpool2d_bwd", idx[k], k, hw);
   return DT_OK;
 }
 
@@ -411,7 +510,7 @@ static inline dt_status dt_check_bn_sum(const double* acc, const float* inp, int
   return DT_OK;
 }
 
-/* Reads the element count acc[C] (host memory on the CPU; the CUDA library checks it on the device). */
+/* The element count acc[C] is data: checked after this, when C > 0. */
 static inline dt_status dt_check_bn_sqdev(const double* sq, const float* inp, const double* acc, int64_t N, int64_t C,
                                           int64_t HW) {
   DT_TRY_(dt_check_bn_sizes_("dt_bn_sqdev", N, C, HW));
@@ -421,11 +520,7 @@ static inline dt_status dt_check_bn_sqdev(const double* sq, const float* inp, co
   return DT_OK;
 }
 
-static inline dt_status dt_check_bn_count_(const char* name, double count) {
-  DT_REQUIRE_(count >= 1.0, "%s: the element count %g must be >= 1", name, count);
-  return DT_OK;
-}
-
+/* The element count acc[C] is checked after this. */
 static inline dt_status dt_check_bn_finalize(const float* mean, const float* rstd, const double* acc, const double* sq,
                                              int64_t C, double eps, double momentum) {
   DT_REQUIRE_(C >= 0, "dt_bn_finalize: negative C=%lld", (long long)C);
@@ -466,6 +561,7 @@ static inline dt_status dt_check_bn_bwd_reduce(const double* acc, const float* d
   return DT_OK;
 }
 
+/* With acc, the element count *count is checked after this. */
 static inline dt_status dt_check_bn_bwd_apply(const float* dinp, const float* dout, const float* inp,
                                               const float* mean, const float* rstd, const double* acc,
                                               const double* count, int64_t N, int64_t C, int64_t HW) {
@@ -475,5 +571,24 @@ static inline dt_status dt_check_bn_bwd_apply(const float* dinp, const float* do
               "dt_bn_bwd_apply: null pointer (dinp=%p dout=%p inp=%p mean=%p rstd=%p)", (const void*)dinp,
               (const void*)dout, (const void*)inp, (const void*)mean, (const void*)rstd);
   DT_REQUIRE_(!acc || count, "dt_bn_bwd_apply: acc needs the element count (count is NULL)");
+  return DT_OK;
+}
+
+/* The fused batch norm, ReLU and 2x2 max pooling of (N, C, H, W): output
+ * (N, C, H/2, W/2); a plane's indices are int32. */
+static inline dt_status dt_check_bn_relu_maxpool2x2_fwd(const float* out, const int32_t* idx, const float* inp,
+                                                         const float* mean, const float* rstd, int64_t N, int64_t C,
+                                                         int64_t H, int64_t W) {
+  DT_REQUIRE_(H >= 0 && W >= 0, "dt_bn_relu_maxpool2x2_fwd: negative size (H=%lld W=%lld)", (long long)H,
+              (long long)W);
+  int64_t hw;
+  DT_REQUIRE_(dt_mul_ok_(H, W, &hw) && hw <= INT32_MAX,
+              "dt_bn_relu_maxpool2x2_fwd: a plane of %lld x %lld must have < 2^31 elements", (long long)H,
+              (long long)W);
+  DT_TRY_(dt_check_bn_sizes_("dt_bn_relu_maxpool2x2_fwd", N, C, hw));
+  if (N * C * (H / 2) * (W / 2) == 0) return DT_OK;
+  DT_REQUIRE_(out && idx && inp && mean && rstd,
+              "dt_bn_relu_maxpool2x2_fwd: null pointer (out=%p idx=%p inp=%p mean=%p rstd=%p)", (const void*)out,
+              (const void*)idx, (const void*)inp, (const void*)mean, (const void*)rstd);
   return DT_OK;
 }

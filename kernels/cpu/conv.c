@@ -225,16 +225,18 @@ DT_VEC_CLONES static void tap_planes4_(const float* restrict d, const float* con
 
 /* Work item = output channel co: each tap's share of every plane of the
  * chunk (dt_conv_tap_plane over the chunk's column matrix) and the bias's,
- * added in double to the totals. */
+ * added in double to the totals. Images are the outer loop, so an image's
+ * column rows stay in cache for every channel of the range; each total still
+ * takes its shares in image order. */
 static void direct_bwd_weight_range_(void* vctx, int64_t c0, int64_t c1) {
   const direct_ctx_* c = vctx;
   const dt_conv_geom* g = &c->g;
   int64_t Cg = g->C / c->groups, taps = Cg * g->KH * g->KW, ohw = g->OH * g->OW, L = g->N * ohw;
-  for (int64_t co = c0; co < c1; co++) {
-    double* tot = c->tot + co * (taps + 1);
-    /* the group's taps are rows [cin0 * KH * KW, ...) of the column matrix */
-    const float* rows = c->pad + dt_conv_in_channel(co, 0, c->Cout, Cg, c->groups) * g->KH * g->KW * L;
-    for (int64_t n = 0; n < g->N; n++) {
+  for (int64_t n = 0; n < g->N; n++) {
+    for (int64_t co = c0; co < c1; co++) {
+      double* tot = c->tot + co * (taps + 1);
+      /* the group's taps are rows [cin0 * KH * KW, ...) of the column matrix */
+      const float* rows = c->pad + dt_conv_in_channel(co, 0, c->Cout, Cg, c->groups) * g->KH * g->KW * L;
       const float* d = c->dout + ((c->n0 + n) * c->Cout + co) * ohw;
       tot[taps] += dt_sum_f64(d, ohw);
       for (int64_t t = 0; t < taps; t += 4) {

@@ -72,12 +72,20 @@ DT_VEC_CLONES static void scatter_range_(void* vctx, int64_t t0, int64_t t1) {
 
 /* ---- launchers ---------------------------------------------------------------- */
 
+/* The first of idx[0:n] outside [0, D), worded as dt_fail_index_ (a data error). */
+static dt_status check_indices_(const char* name, const int32_t* idx, int64_t n, int64_t D) {
+  for (int64_t k = 0; k < n; k++)
+    if (idx[k] < 0 || idx[k] >= D) return dt_fail_index_(name, idx[k], k, D);
+  return DT_OK;
+}
+
 DT_EXPORT dt_status dt_gather_dim(void* out, const void* inp, const int32_t* idx, int64_t outer, int64_t D, int64_t J,
                                   int64_t inner, int64_t elem_bytes, void* stream) {
   (void)stream;
   DT_TRY_(dt_check_gather_dim(out, inp, idx, outer, D, J, inner, elem_bytes));
   int64_t n = outer * J * inner;
   if (n == 0) return DT_OK;
+  DT_TRY_(check_indices_("dt_gather_dim", idx, n, D));
   index_ctx_ c = {out, inp, idx, D, J, inner, elem_bytes};
   dt_parallel_for_(n, COPY_GRAIN_BYTES / 16, gather_range_, &c);
   return DT_OK;
@@ -88,6 +96,7 @@ DT_EXPORT dt_status dt_index_select(void* out, const void* inp, const int32_t* i
   (void)stream;
   DT_TRY_(dt_check_index_select(out, inp, idx, outer, D, J, inner, elem_bytes));
   if (outer * J * inner == 0) return DT_OK;
+  DT_TRY_(check_indices_("dt_index_select", idx, J, D));
   index_ctx_ c = {out, inp, idx, D, J, inner, elem_bytes};
   int64_t row_bytes = inner * elem_bytes;
   dt_parallel_for_(outer * J, row_bytes >= COPY_GRAIN_BYTES ? 1 : COPY_GRAIN_BYTES / row_bytes, select_rows_range_,
@@ -95,10 +104,12 @@ DT_EXPORT dt_status dt_index_select(void* out, const void* inp, const int32_t* i
   return DT_OK;
 }
 
-/* The shared run of the two backwards, once their checks passed. */
-static dt_status scatter_run_(float* dinp, const float* dout, const int32_t* idx, int64_t outer, int64_t D, int64_t J,
-                              int64_t inner, int per_element) {
+/* The shared run of the two backwards, once their argument checks passed:
+ * every index is checked before anything is written. */
+static dt_status scatter_run_(const char* name, float* dinp, const float* dout, const int32_t* idx, int64_t outer,
+                              int64_t D, int64_t J, int64_t inner, int per_element) {
   if (outer * D * inner == 0) return DT_OK;
+  DT_TRY_(check_indices_(name, idx, per_element ? outer * J * inner : J, D));
   scatter_ctx_ c = {dinp, dout, idx, D, J, inner, (inner + COL_TILE - 1) / COL_TILE, per_element};
   int64_t per_item = (D + J) * (inner < COL_TILE ? inner : COL_TILE) * 4;
   dt_parallel_for_(outer * c.tiles, per_item >= COPY_GRAIN_BYTES ? 1 : COPY_GRAIN_BYTES / per_item, scatter_range_,
@@ -110,12 +121,12 @@ DT_EXPORT dt_status dt_scatter_add_dim(float* dinp, const float* dout, const int
                                        int64_t J, int64_t inner, void* stream) {
   (void)stream;
   DT_TRY_(dt_check_scatter_add_dim(dinp, dout, idx, outer, D, J, inner));
-  return scatter_run_(dinp, dout, idx, outer, D, J, inner, 1);
+  return scatter_run_("dt_scatter_add_dim", dinp, dout, idx, outer, D, J, inner, 1);
 }
 
 DT_EXPORT dt_status dt_index_add(float* dinp, const float* dout, const int32_t* idx, int64_t outer, int64_t D,
                                  int64_t J, int64_t inner, void* stream) {
   (void)stream;
   DT_TRY_(dt_check_index_add(dinp, dout, idx, outer, D, J, inner));
-  return scatter_run_(dinp, dout, idx, outer, D, J, inner, 0);
+  return scatter_run_("dt_index_add", dinp, dout, idx, outer, D, J, inner, 0);
 }

@@ -10,6 +10,7 @@
 #include "dt_common.h"
 #include "dt_error.h"
 #include "dt_math.h"
+#include "reduce.h"
 
 /* ---- error text ------------------------------------------------------------------ */
 
@@ -128,6 +129,40 @@ __device__ __forceinline__ float dt_block_max_(float v) {
   return total;
 }
 
+/* ---- reduce.h's eight-lane sums, by eight threads --------------------------------------
+ * dt_sum_f64 and its siblings keep eight lane sums (element i < len - len % 8
+ * in lane i % 8, in order), fold them in dt_fold8_'s tree, then add the tail
+ * in order. An aligned group of eight threads of a warp (lane = threadIdx.x &
+ * 7) reproduces that bit for bit: each thread keeps one lane, the group
+ * shares them by shuffles and every thread of the group returns the same sum
+ * of elem(0..len-1) (elem(i) returns the double to add; it is called once
+ * per element by its lane's thread, and for the tail by every thread of the
+ * group). The whole warp must make the call (len 0 for an idle group). */
+template <typename F>
+__device__ __forceinline__ double dt_lanes8_sum_(int64_t len, F elem) {
+  int lane = threadIdx.x & 7, base = threadIdx.x & 24;
+  int64_t full = len - len % 8;
+  double acc = 0.0;
+  for (int64_t i = lane; i < full; i += 8) acc += elem(i);
+  double a[8];
+  for (int k = 0; k < 8; k++) a[k] = __shfl_sync(0xffffffffu, acc, base + k);
+  double s = dt_fold8_(a);
+  for (int64_t i = full; i < len; i++) s += elem(i);
+  return s;
+}
+
+/* The loop of a kernel that gives each row an aligned group of eight threads:
+ * r runs over this group's rows, and on while any group of its warp has one
+ * (the warp stays together for dt_lanes8_sum_'s shuffles), so the body tests
+ * r < rows itself. The step is a multiple of 4 groups: r & 3 never changes.
+ * blockDim.x must be a multiple of 32. */
+#define DT_ROWS_BY_8(r, rows)                                                               \
+  for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3; r - (r & 3) < (rows); \
+       r += ((int64_t)gridDim.x * blockDim.x) >> 3)
+
+/* Blocks of DT_BLOCK threads for DT_ROWS_BY_8 over `rows` rows (grid-capped). */
+static inline unsigned dt_grid_by_8_(int64_t rows) { return dt_grid_for_(rows * 8, DT_BLOCK); }
+
 /* ---- scratch memory and host read-back ---------------------------------------------- */
 
 /* Device scratch that lives in stream order on `stream` (cudaMallocAsync from
@@ -154,6 +189,11 @@ dt_status dt_bad_begin_(unsigned long long** first, cudaStream_t s, const char* 
  * of dtype values_dtype is the bad value), then frees the word. */
 dt_status dt_bad_end_(unsigned long long* first, int32_t op, const void* values, int32_t values_dtype, int64_t limit,
                       int64_t ignore_index, cudaStream_t s);
+
+/* Queues the check of a batch-norm element count on the device: one below 1
+ * is recorded as data error `op` (the kernels that read it poison their
+ * outputs themselves). */
+dt_status dt_bad_count_(const double* count, int32_t op, cudaStream_t s);
 
 /* Marks element i bad (the smallest index wins, whatever the thread order). */
 __device__ __forceinline__ void dt_mark_bad_(unsigned long long* first, int64_t i) {

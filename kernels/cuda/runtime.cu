@@ -150,6 +150,25 @@ dt_status dt_bad_end_(unsigned long long* first, int32_t op, const void* values,
   return dt_scratch_free_(first, s);
 }
 
+/* Records a batch-norm element count below 1 as data error `op`, unless an
+ * earlier error is recorded. */
+__global__ void dt_record_bad_count_k_(dt_data_error_t* rec, const double* count, int32_t op) {
+  double c = *count;
+  if (c >= 1.0 || rec->op != DT_DATA_OK) return;
+  rec->position = 0;
+  rec->value_dtype = DT_F32;
+  rec->fvalue = c;
+  rec->limit = 0;
+  rec->ignore_index = 0;
+  rec->op = op;
+}
+
+dt_status dt_bad_count_(const double* count, int32_t op, cudaStream_t s) {
+  DT_LAUNCH(dt_record_bad_count_k_, 1, 1, 0, s, dt_data_error_, count, op);
+  DT_CHECK_LAUNCH(s, "recording a data error");
+  return DT_OK;
+}
+
 /* Reports (and forgets) the first data error that kernels recorded on the
  * device, in the CPU library's words; DT_OK when there is none. */
 DT_EXPORT dt_status dt_deferred_error(void* stream) {

@@ -145,8 +145,13 @@ export interface CaseLibraries {
   stream: Deno.PointerValue;
 }
 
-/** Runs the case on the CPU (host arrays) and the GPU (device copies), and compares. */
-export function runCase(c: Case, libs: CaseLibraries = libraries()): Outcome {
+/** Runs the case on the CPU (host arrays) and the GPU (device copies), and compares;
+ *  `around`, when given, makes the device call (after the uploads, before the read-back). */
+export function runCase(
+  c: Case,
+  libs: CaseLibraries = libraries(),
+  around?: (deviceCall: () => number) => number,
+): Outcome {
   const { cpu, gpu, stream } = libs;
   const names = new Map<string, { init: Arr; kind: Kind | null; poison: Arr | null }>();
   for (const [n, a] of Object.entries(c.inputs ?? {})) {
@@ -192,7 +197,8 @@ export function runCase(c: Case, libs: CaseLibraries = libraries()): Outcome {
         );
       }
     }
-    const st = c.call(k, (n) => dev.get(n) ?? null, stream);
+    const deviceCall = () => c.call(k, (n) => dev.get(n) ?? null, stream);
+    const st = around ? around(deviceCall) : deviceCall();
     if (st !== 0) {
       return {
         ok: false,

@@ -21,6 +21,20 @@ export const DATA_ERROR_CASES: [label: string, call: Call][] = (() => {
   const out = new Float32Array(5 * 3), loss = new Float32Array(1), probs = new Float32Array(5 * 50);
   const logits = Float32Array.from({ length: 5 * 50 }, (_, i) => Math.sin(i));
   const neg = new Int32Array([2, -3, 1]), rows = new Uint8Array(3 * 8), dst = new Uint8Array(3 * 8);
+  // (outer 2, D 3, J 4, inner 1) gathers and their backwards; 4x4 planes of max pooling
+  const inp = new Float32Array(2 * 3),
+    picked = new Float32Array(2 * 4),
+    grad = new Float32Array(2 * 3);
+  const perElem = new Int32Array([0, 2, 1, 1, 2, 3, 0, 1]), perJ = new Int32Array([1, 0, -2, 4]);
+  const pooled = new Float32Array(2 * 4), plane = new Float32Array(2 * 16);
+  const poolIdx = new Int32Array([0, 5, 99, 10, -1, 3, 15, -7]);
+  const poolGeom = new BigInt64Array([2n, 4n, 4n, 2n, 2n, 2n, 2n, 0n, 0n, 1n, 1n, 2n, 2n]);
+  // batch norm of (2, 2, 3) whose element count (all-reduced) is 0 or 0.5
+  const bx = Float32Array.from({ length: 12 }, (_, i) => i), bsq = new Float64Array(2);
+  const bacc = new Float64Array([1, 2, 0]),
+    bsums = new Float64Array(4),
+    half = new Float64Array([0.5]);
+  const bstat = new Float32Array([1, 1]);
   return [
     [
       "dt_embedding_fwd: index 99 >= V",
@@ -69,6 +83,53 @@ export const DATA_ERROR_CASES: [label: string, call: Call][] = (() => {
           DT.I32,
           p(new BigInt64Array([1n, 2n, -(1n << 40n)])),
           DT.I64,
+          3n,
+          s,
+        ),
+    ],
+    [
+      "dt_gather_dim: index 3 >= D",
+      (k, p, s) => k.dt_gather_dim(p(picked), p(inp), p(perElem), 2n, 3n, 4n, 1n, 4n, s),
+    ],
+    [
+      "dt_index_select: a negative index",
+      (k, p, s) => k.dt_index_select(p(picked), p(inp), p(perJ), 2n, 3n, 4n, 1n, 4n, s),
+    ],
+    [
+      "dt_scatter_add_dim: index 3 >= D",
+      (k, p, s) => k.dt_scatter_add_dim(p(grad), p(picked), p(perElem), 2n, 3n, 4n, 1n, s),
+    ],
+    [
+      "dt_index_add: a negative index",
+      (k, p, s) => k.dt_index_add(p(grad), p(picked), p(perJ), 2n, 3n, 4n, 1n, s),
+    ],
+    [
+      "dt_maxpool2d_bwd: a saved index past the plane",
+      (k, p, s) => k.dt_maxpool2d_bwd(p(plane), p(pooled), p(poolIdx), poolGeom, s),
+    ],
+    [
+      "dt_bn_sqdev: element count 0",
+      (k, p, s) => k.dt_bn_sqdev(p(bsq), p(bx), p(bacc), 2n, 2n, 3n, s),
+    ],
+    [
+      "dt_bn_finalize: element count 0",
+      (k, p, s) =>
+        k.dt_bn_finalize(p(bstat), p(bstat), null, null, null, p(bacc), p(bsq), 2n, 1e-5, 0.1, s),
+    ],
+    [
+      "dt_bn_bwd_apply: element count 0.5",
+      (k, p, s) =>
+        k.dt_bn_bwd_apply(
+          p(bx),
+          p(bx),
+          p(bx),
+          p(bstat),
+          p(bstat),
+          null,
+          p(bsums),
+          p(half),
+          2n,
+          2n,
           3n,
           s,
         ),

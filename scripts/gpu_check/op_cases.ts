@@ -10,6 +10,12 @@
 import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
 import { type Arr, type Case, Rng, toBf16, toF16 } from "./_harness.ts";
+import {
+  buildCnnOpCases,
+  CNN_EMULATED_SIZES,
+  CNN_GPU_SIZES,
+  type CnnSizeSet,
+} from "./op_cases_cnn.ts";
 
 /** dtype codes of kernels/common/dt_common.h. */
 export const DT = { F32: 0, BF16: 1, F16: 2, I32: 3, I64: 4, U8: 5 } as const;
@@ -54,6 +60,8 @@ export interface SizeSet {
   transpose: [number, number, number, number, number][];
   gemm: GemmShape[];
   optim: number[];
+  /** the convolutional-network and everyday ops (op_cases_cnn.ts) */
+  cnn: CnnSizeSet;
 }
 
 const GEMMS: GemmShape[] = [
@@ -88,6 +96,7 @@ export const GPU_SIZES: SizeSet = {
   ], [4, 1, 6, 8, 4]],
   gemm: GEMMS,
   optim: [1, 1001, 1_000_003],
+  cnn: CNN_GPU_SIZES,
 };
 
 /** Sizes for the emulated device in CI (DTRAIN_CUDA_EMU_SMS = 2: a grid-stride pass covers
@@ -143,6 +152,7 @@ export const EMULATED_SIZES: SizeSet = {
     batch: 0,
   }],
   optim: [0, 1, 1001, 40_009],
+  cnn: CNN_EMULATED_SIZES,
 };
 
 /**
@@ -843,6 +853,7 @@ export function buildOpCases(
     });
   }
 
+  cases.push(...buildCnnOpCases({ rng, cpu, sizes: S.cnn }));
   return cases;
 
   function cpuSoftmax(

@@ -19,7 +19,10 @@ buildNative({ quiet: true });
 
 const F = new Float32Array(64);
 const I = new Int32Array(64);
-const p = (a: Float32Array | Int32Array | BigInt64Array | BigUint64Array | Float64Array) =>
+const D = new Float64Array(64);
+const i64 = (a: number[]) => BigInt64Array.from(a, BigInt);
+const G = i64(Array(17).fill(1));
+const p = (a: Float32Array | Int32Array | Float64Array | BigInt64Array | BigUint64Array) =>
   Deno.UnsafePointer.of(a);
 /** A host table of two tensors of 4 elements (F twice), as the dt_*_many calls take. */
 const PTRS = BigUint64Array.of(
@@ -137,7 +140,135 @@ const BAD_CALLS: BadCall[] = [
     (k) => k.dt_sgd_many(null, null, null, null, null, null, 3n, null),
   ],
   ["dt_unscale_check with a null found_inf", (k) => k.dt_unscale_check(p(F), 4n, 0.5, null, null)],
+  // the convolutional-network and everyday ops (kernels/common/ops_checks.h)
+  ["dt_unary_fwd with op 7", (k) => k.dt_unary_fwd(7, p(F), p(F), 4n, 0, 0, null)],
+  [
+    "dt_unary_bwd with a null out",
+    (k) => k.dt_unary_bwd(0, p(F), p(F), p(F), null, 4n, 0, 0, null),
+  ],
+  ["dt_where with a null cond", (k) => k.dt_where(p(F), null, p(F), p(F), 4n, 0, 0, null)],
+  ["dt_strided_copy with 17 dims", (k) => k.dt_strided_copy(p(F), p(F), 17, G, G, G, 4n, null)],
+  [
+    "dt_strided_copy with a negative stride",
+    (k) => k.dt_strided_copy(p(F), p(F), 1, i64([4]), i64([-1]), i64([1]), 4n, null),
+  ],
+  ["dt_reduce_dim with op 4", (k) => k.dt_reduce_dim(4, p(F), null, p(F), 1n, 4n, 1n, null)],
+  ["dt_reduce_dim max over D = 0", (k) => k.dt_reduce_dim(2, p(F), null, p(F), 2n, 0n, 1n, null)],
+  [
+    "dt_softmax_dim_fwd with is_log 2",
+    (k) => k.dt_softmax_dim_fwd(p(F), p(F), 2n, 4n, 1n, 2, null),
+  ],
+  [
+    "dt_softmax_dim_bwd with a negative D",
+    (k) => k.dt_softmax_dim_bwd(p(F), p(F), p(F), 2n, -4n, 1n, 0, null),
+  ],
+  [
+    "dt_gather_dim with elem_bytes 65",
+    (k) => k.dt_gather_dim(p(F), p(F), p(I), 1n, 3n, 4n, 1n, 65n, null),
+  ],
+  [
+    "dt_index_select with a null idx",
+    (k) => k.dt_index_select(p(F), p(F), null, 1n, 3n, 4n, 1n, 4n, null),
+  ],
+  [
+    "dt_scatter_add_dim into an empty dimension",
+    (k) => k.dt_scatter_add_dim(p(F), p(F), p(I), 2n, 0n, 3n, 1n, null),
+  ],
+  ["dt_index_add with a null dout", (k) => k.dt_index_add(p(F), null, p(I), 2n, 3n, 4n, 1n, null)],
+  ["dt_im2col with a null geometry", (k) => k.dt_im2col(p(F), p(F), null, null)],
+  ["dt_col2im with stride 0", (k) => k.dt_col2im(p(F), p(F), conv({ SH: 0 }), null)],
+  [
+    "dt_conv2d_direct_fwd with groups 3",
+    (k) => k.dt_conv2d_direct_fwd(p(F), p(F), p(F), null, conv({}), 4n, 3n, null),
+  ],
+  [
+    "dt_conv2d_direct_bwd_weight with 72 taps",
+    (k) => k.dt_conv2d_direct_bwd_weight(p(F), null, p(F), p(F), conv({ C: 8 }), 4n, 1n, null),
+  ],
+  [
+    "dt_conv2d_direct_bwd_input with a null weight",
+    (k) => k.dt_conv2d_direct_bwd_input(p(F), p(F), null, conv({}), 4n, 1n, null),
+  ],
+  ["dt_maxpool2d_fwd with a null idx", (k) => k.dt_maxpool2d_fwd(p(F), null, p(F), pool({}), null)],
+  [
+    "dt_maxpool2d_bwd with kernel 0",
+    (k) => k.dt_maxpool2d_bwd(p(F), p(F), p(I), pool({ KH: 0 }), null),
+  ],
+  [
+    "dt_avgpool2d_fwd with dilation 2",
+    (k) => k.dt_avgpool2d_fwd(p(F), p(F), pool({ DW: 2 }), 1, 0n, null),
+  ],
+  [
+    "dt_avgpool2d_bwd with padding past half the kernel",
+    (k) => k.dt_avgpool2d_bwd(p(F), p(F), pool({ PH: 2 }), 1, 0n, null),
+  ],
+  [
+    "dt_adaptive_avgpool2d_fwd to an empty output",
+    (k) => k.dt_adaptive_avgpool2d_fwd(p(F), p(F), 2n, 4n, 4n, 0n, 2n, null),
+  ],
+  [
+    "dt_adaptive_avgpool2d_bwd with a null dout",
+    (k) => k.dt_adaptive_avgpool2d_bwd(p(F), null, 2n, 4n, 4n, 2n, 2n, null),
+  ],
+  ["dt_bn_sum with N = -1", (k) => k.dt_bn_sum(p(D), p(F), -1n, 4n, 4n, null)],
+  ["dt_bn_sqdev with a null acc", (k) => k.dt_bn_sqdev(p(D), p(F), null, 2n, 4n, 4n, null)],
+  [
+    "dt_bn_finalize with momentum 2",
+    (k) => k.dt_bn_finalize(p(F), p(F), null, null, null, p(D), p(D), 4n, 1e-5, 2, null),
+  ],
+  [
+    "dt_bn_eval_stats with eps -1",
+    (k) => k.dt_bn_eval_stats(p(F), p(F), p(F), p(F), 4n, -1, null),
+  ],
+  [
+    "dt_bn_apply with a null rstd",
+    (k) => k.dt_bn_apply(p(F), p(F), p(F), null, null, null, 2n, 4n, 4n, null),
+  ],
+  [
+    "dt_bn_bwd_reduce with HW overflowing",
+    (k) => k.dt_bn_bwd_reduce(p(D), null, null, p(F), p(F), p(F), p(F), 2n, 4n, 1n << 62n, null),
+  ],
+  [
+    "dt_bn_bwd_apply with sums but no count",
+    (k) => k.dt_bn_bwd_apply(p(F), p(F), p(F), p(F), p(F), null, p(D), null, 2n, 4n, 4n, null),
+  ],
+  [
+    "dt_bn_relu_maxpool2x2_fwd with a null mean",
+    (k) =>
+      k.dt_bn_relu_maxpool2x2_fwd(p(F), p(I), p(F), null, p(F), null, null, 1n, 2n, 4n, 4n, null),
+  ],
+  ["dt_winograd_weight with Cout = -1", (k) => k.dt_winograd_weight(p(F), p(F), -1n, 2n, null)],
+  [
+    "dt_winograd_weight_grad with a null m",
+    (k) => k.dt_winograd_weight_grad(p(F), null, 2n, 2n, null),
+  ],
+  [
+    "dt_winograd_input at stride 2",
+    (k) => k.dt_winograd_input(p(F), p(F), conv({ SH: 2 }), 0n, 1n, 1n, null),
+  ],
+  [
+    "dt_winograd_input_grad past the last tile",
+    (k) => k.dt_winograd_input_grad(p(F), p(F), conv({}), 10n, 7n, 7n, null),
+  ],
+  [
+    "dt_winograd_output with ld < nt",
+    (k) => k.dt_winograd_output(p(F), p(F), null, conv({}), 4n, 0n, 4n, 3n, null),
+  ],
+  [
+    "dt_winograd_output_grad with a 5x5 kernel",
+    (k) => k.dt_winograd_output_grad(p(F), p(F), conv({ K: 5 }), 4n, 0n, 1n, 1n, null),
+  ],
 ];
+
+/** A 3x3 convolution of (1, C=4, 8, 8) with one field changed. */
+function conv(o: Partial<Record<"C" | "SH" | "K", number>>): BigInt64Array<ArrayBuffer> {
+  return i64([1, o.C ?? 4, 8, 8, o.K ?? 3, o.K ?? 3, o.SH ?? 1, 1, 1, 1, 1, 1, 8, 8]);
+}
+
+/** A 2x2 pooling of (2, 8, 8) planes with one field changed. */
+function pool(o: Partial<Record<"KH" | "DW" | "PH", number>>): BigInt64Array<ArrayBuffer> {
+  return i64([2, 8, 8, o.KH ?? 2, 2, 2, 2, o.PH ?? 0, 0, 1, o.DW ?? 1, 4, 4]);
+}
 
 /** dt_gemm of a 3x4 @ 4x5 product with one field changed. */
 function gemm(

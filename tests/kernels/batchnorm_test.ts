@@ -6,7 +6,7 @@
  * all-reduce does) equal the whole batch's.
  */
 import assert from "node:assert/strict";
-import { assertClose, failsWith, K, n64, ok, ptr, Rng } from "./_helpers.ts";
+import { assertClose, assertSameBits, failsWith, K, n64, ok, ptr, Rng } from "./_helpers.ts";
 
 interface BnRef {
   mean: Float64Array;
@@ -355,4 +355,98 @@ Deno.test("batch-norm kernels refuse bad sizes, momentum, eps and counts", () =>
     K.dt_bn_apply(ptr(x), null, ptr(mean), ptr(mean), null, null, 1n, 4n, 4n, null),
     "dt_bn_apply: null pointer",
   );
+});
+
+Deno.test("dt_bn_relu_maxpool2x2_fwd() gives dt_bn_apply, dt_relu_fwd and dt_maxpool2d_fwd's bits", () => {
+  const rng = new Rng(11);
+  // widths a vector of 8 windows, of 4 and fewer reach; odd sizes leave a row and a column out
+  for (
+    const [N, C, H, W] of [[2, 3, 6, 20], [3, 2, 9, 13], [1, 4, 4, 5], [2, 2, 7, 34], [1, 1, 2, 2]]
+  ) {
+    const n = N * C * H * W, OH = Math.floor(H / 2), OW = Math.floor(W / 2), m = N * C * OH * OW;
+    const x = Float32Array.from(rng.normals(n), (v) => Math.round(v * 4) / 4); // ties after the affine
+    x[3] = NaN;
+    x[7] = -0;
+    const mean = rng.normals(C, 0.3),
+      rstd = Float32Array.from(rng.normals(C), (v) => 0.5 + Math.abs(v));
+    const w = rng.normals(C), b = rng.normals(C);
+    w[0] = 0; // a channel of zeros: every window ties (and relu(-0) stays -0 where beta is -0)
+    for (const affine of [true, false]) {
+      const y = new Float32Array(n), r = new Float32Array(n);
+      const want = new Float32Array(m), wantIdx = new Int32Array(m);
+      const [pw, pb] = affine ? [ptr(w), ptr(b)] : [null, null];
+      ok(
+        K.dt_bn_apply(
+          ptr(y),
+          ptr(x),
+          ptr(mean),
+          ptr(rstd),
+          pw,
+          pb,
+          n64(N),
+          n64(C),
+          n64(H * W),
+          null,
+        ),
+      );
+      ok(K.dt_relu_fwd(ptr(r), ptr(y), n64(n), null));
+      const geom = BigInt64Array.from([N * C, H, W, 2, 2, 2, 2, 0, 0, 1, 1, OH, OW].map(BigInt));
+      ok(K.dt_maxpool2d_fwd(ptr(want), ptr(wantIdx), ptr(r), geom, null));
+      const got = new Float32Array(m).fill(7), idx = new Int32Array(m).fill(-9);
+      ok(
+        K.dt_bn_relu_maxpool2x2_fwd(
+          ptr(got),
+          ptr(idx),
+          ptr(x),
+          ptr(mean),
+          ptr(rstd),
+          pw,
+          pb,
+          n64(N),
+          n64(C),
+          n64(H),
+          n64(W),
+          null,
+        ),
+      );
+      assertSameBits(got, want, `pooled ${[N, C, H, W]} affine=${affine}`);
+      assertSameBits(idx, wantIdx, `indices ${[N, C, H, W]} affine=${affine}`);
+    }
+  }
+  const f = new Float32Array(16), i = new Int32Array(16);
+  failsWith(
+    K.dt_bn_relu_maxpool2x2_fwd(
+      ptr(f),
+      ptr(i),
+      ptr(f),
+      null,
+      ptr(f),
+      null,
+      null,
+      1n,
+      1n,
+      4n,
+      4n,
+      null,
+    ),
+    "dt_bn_relu_maxpool2x2_fwd: null pointer",
+  );
+  failsWith(
+    K.dt_bn_relu_maxpool2x2_fwd(
+      ptr(f),
+      ptr(i),
+      ptr(f),
+      ptr(f),
+      ptr(f),
+      null,
+      null,
+      1n,
+      1n,
+      1n << 16n,
+      1n << 16n,
+      null,
+    ),
+    "must have < 2^31 elements",
+  );
+  ok(K.dt_bn_relu_maxpool2x2_fwd(null, null, null, null, null, null, null, 2n, 3n, 1n, 9n, null));
 });

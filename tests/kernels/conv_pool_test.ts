@@ -185,6 +185,11 @@ const INSIDE_POOLS: Pool[] = [
   { P: 3, H: 9, W: 7, KH: 3, KW: 2, SH: 1, SW: 2, PH: 0, PW: 0, DH: 2, DW: 1, OH: 5, OW: 3 },
   { P: 2, H: 8, W: 11, KH: 2, KW: 3, SH: 3, SW: 1, PH: 0, PW: 0, DH: 1, DW: 2, OH: 3, OW: 7 },
   { P: 3, H: 7, W: 9, KH: 2, KW: 2, SH: 2, SW: 2, PH: 0, PW: 0, DH: 1, DW: 1, OH: 3, OW: 4 }, // odd: a last row and column in no window
+  // 2x2 windows a vector at a time: 4 lanes (OW 4..7), 8 lanes with a last vector that overlaps
+  { P: 3, H: 14, W: 15, KH: 2, KW: 2, SH: 2, SW: 2, PH: 0, PW: 0, DH: 1, DW: 1, OH: 7, OW: 7 },
+  { P: 2, H: 6, W: 10, KH: 2, KW: 2, SH: 2, SW: 2, PH: 0, PW: 0, DH: 1, DW: 1, OH: 3, OW: 5 },
+  { P: 3, H: 28, W: 28, KH: 2, KW: 2, SH: 2, SW: 2, PH: 0, PW: 0, DH: 1, DW: 1, OH: 14, OW: 14 },
+  { P: 2, H: 9, W: 34, KH: 2, KW: 2, SH: 2, SW: 2, PH: 0, PW: 0, DH: 1, DW: 1, OH: 4, OW: 17 },
 ];
 
 Deno.test("dt_maxpool2d_fwd/bwd() follow torch's window, NaN and index rules", () => {

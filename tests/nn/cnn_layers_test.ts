@@ -24,6 +24,9 @@ import { loadWeights } from "../../nn/load.ts";
 import { StateDictError } from "../../nn/module.ts";
 import { fromArray, scope, type Tensor, zeros } from "../../tensor/tensor.ts";
 import { rand } from "../tensor/_gradcheck.ts";
+import { backward } from "../../tensor/autograd.ts";
+import { mul } from "../../tensor/ops/elementwise.ts";
+import { sum } from "../../tensor/ops/reduce.ts";
 
 buildNative({ quiet: true });
 const fx = new FixtureDir(repoFixtureDir());
@@ -222,4 +225,73 @@ Deno.test("Conv2d, pooling, Flatten and Identity are constructed as PyTorch's", 
     assert.throws(() => new MaxPool2d([2, 2, 2]), /kernelSize must be an integer >= 1 or a pair/);
     conv.dispose();
   });
+});
+
+Deno.test("Sequential runs batch norm, ReLU and MaxPool2d(2) as one op with the layers' bits, and only then", () => {
+  /** Whether the model's forward fused, and what it produced, from the same data. */
+  const run = (
+    make: () => Layer[],
+    fused: boolean,
+    training: boolean,
+  ): { fusions: number; arrays: ArrayLike<number | bigint>[] } => {
+    manualSeed(3);
+    const layers = make();
+    const model = new Sequential(...layers);
+    model.train(training);
+    let fusions = 0;
+    for (const l of layers) {
+      const bn = l as Partial<{ forwardReluMaxPool2d: (x: Tensor) => Tensor }>;
+      const f = bn.forwardReluMaxPool2d;
+      if (f) bn.forwardReluMaxPool2d = (x) => (fusions++, f.call(l, x));
+    }
+    return scope(() => {
+      const x = fromArray(rand(3 * 2 * 10 * 9, 5), [3, 2, 10, 9]);
+      x.requiresGrad = true;
+      let y = x;
+      if (fused) y = model.forward(x);
+      else for (const l of layers) y = l.forward(y); // each layer on its own
+      backward(sum(mul(y, fromArray(rand(y.numel, 6), [...y.shape]))));
+      const arrays = [y.toArray(), x.grad!.toArray()];
+      for (const [, t] of model.namedParameters()) arrays.push(t.grad!.toArray());
+      for (const [, t] of model.stateDict()) arrays.push(t.toArray());
+      return { fusions, arrays };
+    });
+  };
+  const block = (pool: () => Layer, relu: () => Layer = () => new ReLU()) => () => [
+    new Conv2d(2, 4, 3, { padding: 1 }),
+    new BatchNorm2d(4),
+    relu(),
+    pool(),
+    new Flatten(),
+  ];
+  const same = (a: ArrayLike<number | bigint>[], b: ArrayLike<number | bigint>[], what: string) =>
+    a.forEach((arr, i) =>
+      assert.ok(Array.from(arr).every((e, k) => Object.is(e, b[i]![k])), `${what}: tensor ${i}`)
+    );
+  for (const training of [true, false]) {
+    const make = block(() => new MaxPool2d(2));
+    const fused = run(make, true, training), plain = run(make, false, training);
+    assert.equal(fused.fusions, 1);
+    assert.equal(plain.fusions, 0);
+    same(fused.arrays, plain.arrays, `training=${training}`);
+    const sync = () => [new SyncBatchNorm(2), new ReLU(), new MaxPool2d([2, 2], { stride: 2 })];
+    assert.equal(run(sync, true, training).fusions, 1, "SyncBatchNorm, explicit stride");
+  }
+  // anything else runs layer by layer
+  class LeakyReLU extends ReLU {
+    override forward(x: Tensor): Tensor {
+      return x;
+    }
+  }
+  for (
+    const [what, make] of [
+      ["MaxPool2d(3)", block(() => new MaxPool2d(3))],
+      ["stride 1", block(() => new MaxPool2d(2, { stride: 1 }))],
+      ["padding", block(() => new MaxPool2d(2, { padding: 1 }))],
+      ["ceil mode", block(() => new MaxPool2d(2, { ceilMode: true }))],
+      ["a ReLU subclass", block(() => new MaxPool2d(2), () => new LeakyReLU())],
+    ] as const
+  ) {
+    assert.equal(run(make, true, true).fusions, 0, what);
+  }
 });

@@ -8,9 +8,10 @@ import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
 import { gradCheck, rand } from "./_gradcheck.ts";
 import { fromArray, full, scope, zeros } from "../../tensor/tensor.ts";
+import { backward } from "../../tensor/autograd.ts";
 import { conv2d, withConvPaths } from "../../tensor/ops/conv.ts";
 import { adaptiveAvgPool2d, avgPool2d, maxPool2d } from "../../tensor/ops/pool.ts";
-import { batchNorm } from "../../tensor/ops/batchnorm.ts";
+import { batchNorm, batchNormReluMaxPool2d, type StatsBuffer } from "../../tensor/ops/batchnorm.ts";
 import {
   cat,
   expand,
@@ -25,7 +26,7 @@ import {
 } from "../../tensor/ops/layout.ts";
 import { argmax, argmin, max, mean, min, sum, sumTo } from "../../tensor/ops/reduce.ts";
 import { clamp, exp, log, pow, sigmoid, sqrt, tanh } from "../../tensor/ops/unary.ts";
-import { add, div, mul, sub } from "../../tensor/ops/elementwise.ts";
+import { add, div, mul, relu, sub } from "../../tensor/ops/elementwise.ts";
 import { gather, indexSelect, maskedFill, where } from "../../tensor/ops/select.ts";
 import { logSoftmax, softmax } from "../../tensor/ops/softmax.ts";
 
@@ -57,7 +58,7 @@ const ok = (
 
 for (const [path, directMaxTaps] of [["GEMM", 0], ["direct", 64]] as const) {
   Deno.test(`conv2d gradients (${path} path): stride, padding, dilation, groups, bias`, () => {
-    withConvPaths({ directMaxTaps }, () => {
+    withConvPaths({ directMaxTaps, winograd: false }, () => {
       const cfgs = [
         { stride: 1, padding: 1 },
         { stride: 2, padding: 0 },
@@ -93,7 +94,7 @@ Deno.test("conv2d's GEMM and direct paths agree", () => {
       w = fromArray(rand(6 * 2 * 9, 8), [6, 2, 3, 3]);
     const b = fromArray(rand(6, 9), [6]);
     const cfg = { stride: [2, 1], padding: [1, 2], dilation: [1, 2], groups: 2 };
-    const viaGemm = withConvPaths({ directMaxTaps: 0 }, () => conv2d(x, w, b, cfg))
+    const viaGemm = withConvPaths({ directMaxTaps: 0, winograd: false }, () => conv2d(x, w, b, cfg))
       .toArray() as Float32Array;
     const direct = withConvPaths({ directMaxTaps: 64 }, () => conv2d(x, w, b, cfg))
       .toArray() as Float32Array;
@@ -113,7 +114,7 @@ Deno.test("conv2d in chunks of images (large batches) gives the unchunked gradie
       groups: 2,
     }]] as const
   ) {
-    withConvPaths({ chunkFloats: chunk, directMaxTaps: 0 }, () => {
+    withConvPaths({ chunkFloats: chunk, directMaxTaps: 0, winograd: false }, () => {
       const g = (cfg as { groups?: number }).groups ?? 1;
       ok(
         (x, w, b) => conv2d(x, w, b, cfg),
@@ -122,6 +123,60 @@ Deno.test("conv2d in chunks of images (large batches) gives the unchunked gradie
       );
     });
   }
+});
+
+Deno.test("conv2d gradients (Winograd path): 3x3 at stride 1, any padding, partial tiles, blocks", () => {
+  // every tile in one block, and blocks of 3 tiles (they split tile rows and images)
+  for (const winogradBlock of [0, 3]) {
+    withConvPaths({ directMaxTaps: 0, winogradBlock }, () => {
+      for (const padding of [1, 0, 2, [0, 1]] as const) {
+        ok(
+          (x, w, b) => conv2d(x, w, b, { padding: padding as number | number[] }),
+          [inp([2, 3, 6, 5]), inp([4, 3, 3, 3]), inp([4])],
+          `padding ${padding}, block ${winogradBlock}`,
+        );
+      }
+      ok((x, w) => conv2d(x, w), [inp([1, 2, 4, 4]), inp([3, 2, 3, 3])], "no bias, N = 1");
+      ok(
+        (x, w) => conv2d(x, w, null, { padding: "same" }),
+        [inp([2, 7, 3]), inp([2, 2, 3, 3])],
+        "unbatched, 'same', one row of tiles",
+      );
+    });
+  }
+});
+
+Deno.test("conv2d's Winograd and GEMM paths agree, in any blocks of tiles", () => {
+  scope(() => {
+    const [N, C, H, W, Cout] = [3, 8, 13, 11, 5];
+    const x = fromArray(rand(N * C * H * W, 17), [N, C, H, W]);
+    const w = fromArray(rand(Cout * C * 9, 18), [Cout, C, 3, 3]);
+    const b = fromArray(rand(Cout, 19), [Cout]);
+    for (const t of [x, w, b]) t.requiresGrad = true;
+    const dy = fromArray(rand(N * Cout * H * W, 20), [N, Cout, H, W]);
+    const run = (paths: Parameters<typeof withConvPaths>[0]) =>
+      withConvPaths(paths, () => {
+        const y = conv2d(x, w, b, { padding: 1 });
+        backward(sum(mul(y, dy)));
+        const got = [y, x.grad!, w.grad!, b.grad!].map((t) => t.toArray() as Float32Array);
+        for (const t of [x, w, b]) {
+          t.grad!.dispose();
+          t.grad = null;
+        }
+        return got;
+      });
+    const gemm = run({ directMaxTaps: 0, winograd: false });
+    for (const winogradBlock of [0, 1, 7, 40]) {
+      const wino = run({ directMaxTaps: 0, winogradBlock });
+      ["out", "grad x", "grad weight", "grad bias"].forEach((what, i) => {
+        const a = wino[i]!, r = gemm[i]!;
+        const scale = Math.max(...r.map(Math.abs));
+        const err = Math.max(...a.map((v, k) => Math.abs(v - r[k]!)));
+        // a few f32 ulps of the largest value: the two roundings of the same sums
+        assert.ok(err <= 2e-6 * scale, `${what}, block ${winogradBlock}: ${err} vs scale ${scale}`);
+      });
+    }
+  });
 });
 
 Deno.test("conv2d output shapes follow PyTorch's formula; bad shapes name what differs", () => {
@@ -422,4 +477,52 @@ Deno.test("softmax and logSoftmax along any dim: gradients and normalisation", (
       /causal and scale apply along the last dim only/,
     );
   });
+});
+
+Deno.test("batchNormReluMaxPool2d gives maxPool2d(relu(batchNorm(x)), 2)'s bits: outputs, gradients, statistics", () => {
+  for (const [N, C, H, W] of [[4, 3, 8, 10], [2, 2, 7, 9], [3, 1, 2, 3]]) {
+    for (const training of [true, false]) {
+      for (const affine of [true, false]) {
+        scope(() => {
+          /** One run: the fused op or the three, from the same data; what each produced. */
+          const run = (fused: boolean) => {
+            const x = fromArray(rand(N * C * H * W, 31).map((v) => Math.round(v * 8) / 8), [
+              N,
+              C,
+              H,
+              W,
+            ]);
+            const w = affine ? fromArray(rand(C, 32), [C]) : null;
+            const b = affine ? fromArray(rand(C, 33), [C]) : null;
+            for (const t of [x, w, b]) if (t) t.requiresGrad = true;
+            const rm = fromArray(rand(C, 34), [C]), rv = full([C], 1.5);
+            const nbt = zeros([], "i64");
+            const sums: number[] = []; // what a synchronised norm would all-reduce, in order
+            const allReduce = (buf: StatsBuffer) => sums.push(buf.count);
+            const opts = { weight: w, bias: b, training, numBatchesTracked: nbt, allReduce };
+            const y = fused
+              ? batchNormReluMaxPool2d(x, rm, rv, opts)
+              : maxPool2d(relu(batchNorm(x, rm, rv, opts)), 2);
+            backward(sum(mul(y, fromArray(rand(y.numel, 35), [...y.shape]))));
+            const arrays = [y, x.grad!, w?.grad, b?.grad, rm, rv, nbt].filter((t) => t)
+              .map((t) => t!.toArray());
+            return { arrays, sums, shape: y.shape };
+          };
+          const a = run(true), u = run(false);
+          const what = `${[N, C, H, W]} training=${training} affine=${affine}`;
+          assert.deepEqual(a.shape, [N, C, Math.floor(H / 2), Math.floor(W / 2)], what);
+          assert.deepEqual(a.sums, u.sums, `${what}: all-reduced buffers`);
+          a.arrays.forEach((arr, i) => {
+            const v = Array.from(arr as ArrayLike<number | bigint>);
+            const r = Array.from(u.arrays[i] as ArrayLike<number | bigint>);
+            assert.ok(v.every((e, k) => Object.is(e, r[k])), `${what}: tensor ${i} differs`);
+          });
+        });
+      }
+    }
+  }
+  assert.throws(
+    () => scope(() => batchNormReluMaxPool2d(zeros([2, 3, 1, 4]), null, null, { training: true })),
+    /batchNormReluMaxPool2d: expected an input \(N, C, H, W\) with H, W >= 2, got \[2,3,1,4\]/,
+  );
 });
