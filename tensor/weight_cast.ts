@@ -19,7 +19,6 @@ interface Entry {
 }
 
 const cache = new Map<Tensor, Entry>();
-let hits = 0, misses = 0;
 
 /** Whether `t` is a parameter: a leaf that requires grad (activations are never cached). */
 function isParameter(t: Tensor): boolean {
@@ -36,10 +35,8 @@ export function castOperand(t: Tensor, dtype: DType): Tensor {
   if (!isParameter(t)) return castTensor(t, dtype);
   const e = cache.get(t);
   if (e && e.dtype === dtype && e.version === t.version && !e.cast.disposed) {
-    hits++;
     return e.cast.view(t.shape);
   }
-  misses++;
   if (e) {
     e.cast.dispose(); // views handed out earlier keep the memory until they are freed
     cache.delete(t);
@@ -68,9 +65,4 @@ export function dropWeightCasts(): void {
   if (cache.size === 0) return;
   for (const e of cache.values()) e.cast.dispose();
   cache.clear();
-}
-
-/** Casts served from the cache and casts made, since the process started (for tests and counts). */
-export function weightCastStats(): { hits: number; casts: number; cached: number } {
-  return { hits, casts: misses, cached: cache.size };
 }
