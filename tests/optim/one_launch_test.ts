@@ -144,3 +144,21 @@ Deno.test("zeroGrad zeroes every f32 gradient in one native call", () => {
   assert.ok(z.grads.every((g) => g.every((v) => v === 0)), "a gradient is not zero");
   assert.equal(z.grads.length, SIZES.length);
 });
+
+Deno.test("a parameter the one-call step cannot update is refused by name, before any update", async () => {
+  const { AdamW } = await import("../../optim/adamw.ts");
+  const { castTensor, fromArray } = await import("../../tensor/tensor.ts");
+  const ok = fromArray(Float32Array.of(1, 2), [2]);
+  const low = castTensor(fromArray(Float32Array.of(1, 2, 3), [3]), "bf16");
+  for (const p of [ok, low]) {
+    p.requiresGrad = true;
+    p.grad = fromArray(Float32Array.of(1, 1, 1).subarray(0, p.numel), [p.numel]);
+  }
+  const opt = new AdamW([ok, low]);
+  assert.throws(
+    () => opt.step(),
+    /AdamW\.step: parameter 1 \[3\] has dtype bf16; the optimizer updates f32 tensors/,
+  );
+  assert.deepEqual([...(ok.toArray() as Float32Array)], [1, 2], "the f32 parameter was updated");
+  assert.equal(opt.stateDict().tensors.get("0.step")?.item(), 0, "the step advanced");
+});
