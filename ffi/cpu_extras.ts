@@ -14,6 +14,7 @@ const B = "buffer" as const;
 const I32 = "i32" as const;
 const I64 = "i64" as const;
 const F32 = "f32" as const;
+const P = "pointer" as const;
 const STATUS = { result: "i32" } as const;
 
 /** The dt_cpu_* extras: exported by libdtrain_cpu.so only. */
@@ -26,6 +27,34 @@ export const CPU_EXTRA_SYMBOLS = {
   dt_cpu_normal_fill16: { parameters: [B, I64, F32, F32], ...STATUS },
   /** (dtype): "avx512bf16", "avx512", "avx2" or "generic", as DTRAIN_CPU_ISA caps it; NULL on error. */
   dt_cpu_gemm_kernel: { parameters: [I32], result: "pointer" },
+  /** dt_gemm in bf16 products with A, B and C each f32 or bf16 (a_dtype, b_dtype, c_dtype first,
+   *  then dt_gemm's arguments without dtype and stream): f32 operands rounded while packed, an
+   *  f32 C gets the bf16 result widened. Only where dt_cpu_gemm_kernel(bf16) is "avx512bf16". */
+  dt_cpu_gemm_bf16_mixed: {
+    parameters: [
+      I32,
+      I32,
+      I32,
+      I32,
+      I32,
+      I64,
+      I64,
+      I64,
+      F32,
+      P,
+      I64,
+      P,
+      I64,
+      F32,
+      P,
+      I64,
+      I64,
+      I64,
+      I64,
+      I64,
+    ],
+    ...STATUS,
+  },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 const TABLE = {
@@ -72,4 +101,83 @@ export function gemmKernel(dtype: "f32" | "bf16" | "f16"): string {
     );
   }
   return Deno.UnsafePointerView.getCString(name);
+}
+
+let mixedBf16: boolean | undefined;
+
+/**
+ * Whether bf16 products can take f32 operands and give f32 results here
+ * (gemmBf16Mixed): the CPU library runs bf16 through vdpbf16ps.
+ */
+export function hasGemmBf16Mixed(): boolean {
+  if (mixedBf16 === undefined) {
+    try {
+      mixedBf16 = cpuExtras() !== null && gemmKernel("bf16") === "avx512bf16";
+    } catch {
+      mixedBf16 = false;
+    }
+  }
+  return mixedBf16;
+}
+
+/** One operand of gemmBf16Mixed: its memory and whether it holds f32 (else bf16). */
+export interface MixedOperand {
+  ptr: Deno.PointerValue;
+  f32: boolean;
+}
+
+/**
+ * Row-major C = alpha op(A) op(B) + beta C computed in bf16 products, as
+ * dt_gemm in bf16 after casting f32 operands to bf16 and casting the result
+ * to f32 where C is f32 — the same bits, without those passes. Only where
+ * hasGemmBf16Mixed(); throws with the library's text on failure.
+ */
+export function gemmBf16Mixed(
+  transA: boolean,
+  transB: boolean,
+  m: number,
+  n: number,
+  k: number,
+  a: MixedOperand,
+  b: MixedOperand,
+  c: MixedOperand,
+  opts: {
+    alpha?: number;
+    beta?: number;
+    batch?: number;
+    strideA?: number;
+    strideB?: number;
+    strideC?: number;
+  } = {},
+): void {
+  const lib = cpuExtras();
+  if (!lib) throw new Error("gemmBf16Mixed: the CPU kernel library cannot be opened");
+  const code = (o: MixedOperand) => (o.f32 ? 0 : 1);
+  const status = lib.symbols.dt_cpu_gemm_bf16_mixed(
+    code(a),
+    code(b),
+    code(c),
+    transA ? 1 : 0,
+    transB ? 1 : 0,
+    BigInt(m),
+    BigInt(n),
+    BigInt(k),
+    opts.alpha ?? 1,
+    a.ptr,
+    BigInt(transA ? m : k),
+    b.ptr,
+    BigInt(transB ? k : n),
+    opts.beta ?? 0,
+    c.ptr,
+    BigInt(n),
+    BigInt(opts.batch ?? 1),
+    BigInt(opts.strideA ?? m * k),
+    BigInt(opts.strideB ?? k * n),
+    BigInt(opts.strideC ?? m * n),
+  );
+  if (status !== 0) {
+    throw new Error(
+      `dt_cpu_gemm_bf16_mixed: ${Deno.UnsafePointerView.getCString(lib.symbols.dt_last_error()!)}`,
+    );
+  }
 }

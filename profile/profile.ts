@@ -8,6 +8,7 @@
  *
  * @module
  */
+import process from "node:process";
 import { formatProfile } from "./report.ts";
 
 /** Parts of the time line. Start-up and steps use the same names. */
@@ -68,6 +69,9 @@ interface Totals {
   firstStepAtMs: number | null;
   /** set-up marks, ms since the process started */
   marks: Map<string, number>;
+  /** this process's CPU time (user + system, ms) at the end of the first and of the last step */
+  cpuAtFirstStepMs: number | null;
+  cpuAtLastStepMs: number | null;
 }
 
 const totals: Totals = {
@@ -76,7 +80,15 @@ const totals: Totals = {
   stepCount: 0,
   firstStepAtMs: null,
   marks: new Map(),
+  cpuAtFirstStepMs: null,
+  cpuAtLastStepMs: null,
 };
+
+/** CPU time this process has used, ms (all its threads: the kernels' pool too). */
+function cpuMs(): number {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+}
 
 /** The part that owns the clock now; null: unclaimed time. */
 let current: Part | null = null;
@@ -144,8 +156,13 @@ export function stepDone(): void {
   if (!profiling) return;
   charge(performance.now());
   touched = true;
-  if (totals.firstStepAtMs === null) totals.firstStepAtMs = performance.now();
-  else totals.stepCount++;
+  if (totals.firstStepAtMs === null) {
+    totals.firstStepAtMs = performance.now();
+    totals.cpuAtFirstStepMs = cpuMs();
+  } else {
+    totals.stepCount++;
+    totals.cpuAtLastStepMs = cpuMs();
+  }
 }
 
 /** Records a named moment of start-up (ms since the process started). */
@@ -179,6 +196,9 @@ export function printProfile(): void {
     startup: t.startup,
     steps: t.steps,
     stepCount: t.stepCount,
+    stepCpuMs: t.cpuAtLastStepMs !== null && t.cpuAtFirstStepMs !== null
+      ? t.cpuAtLastStepMs - t.cpuAtFirstStepMs
+      : null,
     loadedAtMs,
     firstStepAtMs: t.firstStepAtMs,
     processStartEpochMs: performance.timeOrigin,

@@ -14,6 +14,8 @@ export interface ProfileInput {
   startup: Breakdown;
   steps: Breakdown;
   stepCount: number;
+  /** CPU time (user + system, ms) the process used over the steps after the first; null: unknown */
+  stepCpuMs?: number | null;
   /** ms since the process started: library loaded, first step done */
   loadedAtMs: number;
   firstStepAtMs: number | null;
@@ -87,8 +89,9 @@ export function formatProfile(p: ProfileInput): string[] {
   if (p.stepCount > 0) {
     const total = [...p.steps.values()].reduce((a, b) => a + b, 0);
     const per = total / p.stepCount;
+    const cpu = p.stepCpuMs != null ? `, CPU ${us(p.stepCpuMs / p.stepCount)} µs per step` : "";
     lines.push(
-      `[profile] ${p.who} ${p.stepCount} steps after the first, ${us(per)} µs per step:`,
+      `[profile] ${p.who} ${p.stepCount} steps after the first, ${us(per)} µs per step${cpu}:`,
     );
     const cells: string[] = [];
     for (const k of STEP_ORDER) {

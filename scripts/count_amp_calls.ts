@@ -2,10 +2,13 @@
  * Native calls of one GPT-mini training step under bf16 autocast (forward
  * and loss under autocast, backward, AdamW step), counted by symbol, and the
  * bf16 loss against PyTorch's (the gpt_mini fixture). Prints one JSON line:
- * `deno run -A scripts/count_amp_calls.ts [steps]`. A count, not a timing:
- * it holds on any machine.
+ * `deno run -A scripts/count_amp_calls.ts [steps] [device]` (cuda-emu counts
+ * the GPU path; on a CPU with AVX512_BF16 the mixed bf16 GEMMs are CPU extras,
+ * outside the kernel ABI, and not counted). A count, not a timing: it holds
+ * on any machine.
  */
 import { backend } from "../tensor/backend.ts";
+import { useDevice } from "../tensor/device_choice.ts";
 import { scope } from "../tensor/tensor.ts";
 import { backward } from "../tensor/autograd.ts";
 import { crossEntropy } from "../tensor/ops/nn.ts";
@@ -35,6 +38,7 @@ export function countNativeCalls(fn: () => void): Map<string, number> {
 
 if (import.meta.main) {
   const steps = Number(Deno.args[0] ?? 3);
+  useDevice(Deno.args[1] ?? "cpu");
   const fx = new FixtureDir(defaultFixtureDir());
   const meta = fx.json("gpt_mini.json");
   const io = fx.tensors("gpt_mini_io.safetensors");

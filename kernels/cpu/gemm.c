@@ -83,7 +83,8 @@ static float* dt_gemm_reserve_(dt_gemm_buf_* buf, size_t floats) {
 /* Everything one dt_gemm call shares between its threads. */
 typedef struct {
   const dt_gemm_isa_* isa;
-  int32_t dtype;
+  int32_t dtype;   /* what the products compute in */
+  int32_t c_dtype; /* C's own dtype: dtype, or f32 under dt_cpu_gemm_bf16_mixed */
   int64_t M, N, K, kc; /* kc: the K block, the same for every tile */
   float alpha, beta;
   dt_gemm_view_ a, b;  /* op(A) (M x K) and op(B) (K x N) of batch 0 */
@@ -192,11 +193,12 @@ static dt_status dt_gemm_tile_(dt_gemm_job_* job, int64_t t) {
   int64_t n = job->N - j0 < job->n_tile ? job->N - j0 : job->n_tile;
   dt_gemm_view_ a = dt_gemm_offset_(&job->a, bi * job->stride_a, i0, 0);
   dt_gemm_view_ b = dt_gemm_offset_(&job->b, bi * job->stride_b, 0, j0);
-  size_t esize = dt_dtype_size(job->dtype);
+  size_t esize = dt_dtype_size(job->c_dtype);
   char* c = (char*)job->c + (size_t)(bi * job->stride_c + i0 * job->ldc + j0) * esize;
   if (job->dtype == DT_F32) return dt_gemm_blocked_(job, &a, &b, m, n, (float*)c, job->ldc, job->alpha, job->beta);
   if (job->dtype == DT_BF16 && dt_gemm_bf16_dot_)
-    return dt_gemm_bf16_(&a, &b, m, n, job->K, job->alpha, job->beta, (uint16_t*)c, job->ldc, &job->failed_floats);
+    return dt_gemm_bf16_(&a, &b, m, n, job->K, job->alpha, job->beta, c, job->c_dtype, job->ldc,
+                         &job->failed_floats);
 
   float* acc = dt_gemm_reserve_(&dt_gemm_buf_c_, (size_t)(m * n));
   if (!acc) {
@@ -304,7 +306,7 @@ DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int
   }
   dt_status st;
 
-  dt_gemm_job_ job = {.dtype = dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .c = C, .ldc = ldc,
+  dt_gemm_job_ job = {.dtype = dtype, .c_dtype = dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta, .c = C, .ldc = ldc,
                       .stride_a = stride_a, .stride_b = stride_b, .stride_c = stride_c, .status = DT_OK};
   if ((st = dt_gemm_pick_isa_(&job.isa)) != DT_OK) return st;
   job.a = (dt_gemm_view_){A, dtype, trans_a ? 1 : lda, trans_a ? lda : 1};
@@ -317,5 +319,63 @@ DT_EXPORT dt_status dt_gemm(int32_t dtype, int32_t trans_a, int32_t trans_b, int
   if (job.status != DT_OK)
     return dt_fail_(job.status, "dt_gemm: cannot allocate a buffer of %lld floats (%s kernel, M = %lld, N = %lld, K = %lld)",
                     (long long)job.failed_floats, job.isa->name, (long long)M, (long long)N, (long long)K);
+  return DT_OK;
+}
+
+/** dt_gemm computed in bf16 products (vdpbf16ps) for operands that need not
+ *  be bf16: A and B each DT_F32 or DT_BF16, an f32 one rounded to bf16 as it
+ *  is packed (as dt_cast rounds); C DT_BF16, or DT_F32 receiving the bf16
+ *  result widened (beta reads C as it is). The bits are those of casting A and
+ *  B to bf16, dt_gemm(DT_BF16) and casting C to f32, without the passes over
+ *  memory and the temporaries. Only where dt_cpu_gemm_kernel(DT_BF16) is
+ *  "avx512bf16"; elsewhere it fails (DT_ERR_ARG) and nothing is written. */
+DT_EXPORT dt_status dt_cpu_gemm_bf16_mixed(int32_t a_dtype, int32_t b_dtype, int32_t c_dtype, int32_t trans_a,
+                                           int32_t trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
+                                           int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
+                                           int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
+  const int32_t dt[3] = {a_dtype, b_dtype, c_dtype};
+  for (int i = 0; i < 3; i++) {
+    if (dt[i] != DT_F32 && dt[i] != DT_BF16)
+      return dt_fail_(DT_ERR_ARG, "dt_cpu_gemm_bf16_mixed: the dtype of %c is %d: expected DT_F32 (0) or DT_BF16 (1)",
+                      "ABC"[i], dt[i]);
+  }
+  /* shapes, strides and pointers as dt_gemm checks them, each operand with its own element size */
+  DT_TRY_(dt_check_gemm(DT_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, batch, stride_a,
+                        stride_b, stride_c));
+  DT_TRY_(dt_check_gemm_matrix_("A", "lda", trans_a ? K : M, trans_a ? M : K, lda, batch, stride_a, "strideA",
+                                (int64_t)dt_dtype_size(a_dtype)));
+  DT_TRY_(dt_check_gemm_matrix_("B", "ldb", trans_b ? N : K, trans_b ? K : N, ldb, batch, stride_b, "strideB",
+                                (int64_t)dt_dtype_size(b_dtype)));
+  DT_TRY_(dt_check_gemm_matrix_("C", "ldc", M, N, ldc, batch, stride_c, "strideC", (int64_t)dt_dtype_size(c_dtype)));
+  dt_gemm_job_ job = {.dtype = DT_BF16, .c_dtype = c_dtype, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
+                      .c = C, .ldc = ldc, .stride_a = stride_a, .stride_b = stride_b, .stride_c = stride_c,
+                      .status = DT_OK};
+  dt_status st;
+  if ((st = dt_gemm_pick_isa_(&job.isa)) != DT_OK) return st;
+  if (!dt_gemm_bf16_dot_)
+    return dt_fail_(DT_ERR_ARG, "dt_cpu_gemm_bf16_mixed: this CPU (or DTRAIN_CPU_ISA) has no AVX512_BF16 kernel");
+  if (M == 0 || N == 0 || batch == 0) return DT_OK;
+  if (K == 0 || alpha == 0.0f) { /* C = beta * C, rounded to bf16 as the product would be */
+    for (int64_t bi = 0; bi < batch; bi++) {
+      for (int64_t i = 0; i < M; i++) {
+        for (int64_t j = 0; j < N; j++) {
+          int64_t at = bi * stride_c + i * ldc + j;
+          float v = beta == 0.0f ? 0.0f : beta * dt_gemm_load_(C, c_dtype, at);
+          uint16_t h = dt_f32_to_bf16(v);
+          if (c_dtype == DT_F32) ((float*)C)[at] = dt_bf16_to_f32(h);
+          else ((uint16_t*)C)[at] = h;
+        }
+      }
+    }
+    return DT_OK;
+  }
+  job.a = (dt_gemm_view_){A, a_dtype, trans_a ? 1 : lda, trans_a ? lda : 1};
+  job.b = (dt_gemm_view_){B, b_dtype, trans_b ? 1 : ldb, trans_b ? ldb : 1};
+  job.kc = dt_ceil_div_(K, dt_ceil_div_(K, job.isa->kc));
+  dt_gemm_split_(&job, batch);
+  dt_parallel_for_(batch * job.m_tiles * job.n_tiles, 1, dt_gemm_tiles_, &job);
+  if (job.status != DT_OK)
+    return dt_fail_(job.status, "dt_cpu_gemm_bf16_mixed: cannot allocate a buffer of %lld floats (M = %lld, N = %lld, K = %lld)",
+                    (long long)job.failed_floats, (long long)M, (long long)N, (long long)K);
   return DT_OK;
 }

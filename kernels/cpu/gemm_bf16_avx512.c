@@ -10,7 +10,10 @@
  * instruction's fixed mode). The plain path converts to f32 and adds k in
  * order; both keep f32 accumulators and round to bf16 once, so results agree
  * to about one bf16 rounding. Compiled with target attributes; dt_gemm calls it
- * only where the CPU reports AVX512_BF16. */
+ * only where the CPU reports AVX512_BF16. dt_cpu_gemm_bf16_mixed also gives
+ * it f32 operands, rounded to bf16 as they are packed, and f32 outputs, which
+ * receive the rounded result widened (autocast's f32 gradients, without a
+ * cast pass after the product). */
 #include "gemm_internal.h"
 #include <immintrin.h>
 #include <stdlib.h>
@@ -132,8 +135,9 @@ BF16_ static void dt_bf16_pack_b_(const dt_gemm_view_* v, int64_t p0, int64_t kc
 typedef struct {
   float* acc;      /* f32 partial sums, row stride acc_ld (NULL: single K block) */
   int64_t acc_ld;
-  uint16_t* c;     /* bf16 output, row stride ldc; NULL: write partial sums only */
+  void* c;         /* bf16 (or f32, c_f32) output, row stride ldc; NULL: write partial sums only */
   int64_t ldc;
+  int c_f32;       /* C is f32: it receives the bf16 result widened, and beta reads it as f32 */
   float alpha, beta;
   int first;       /* no earlier K block */
 } dt_bf16_out_;
@@ -146,6 +150,85 @@ BF16_ static inline __m256i dt_bf16_round_(__m512 v) {
   __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
   __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+/* 16 bf16 as the f32 values they are */
+BF16_ static inline __m512 dt_bf16_widen_(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* n f32 (contiguous) to bf16 as dt_f32_to_bf16 does */
+BF16_ static void dt_bf16_convert_(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i*)(dst + i), dt_bf16_round_(_mm512_loadu_ps(src + i)));
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(dst + i, m, dt_bf16_round_(_mm512_maskz_loadu_ps(m, src + i)));
+  }
+}
+
+/* ---- f32 operands ------------------------------------------------------------------------
+ * An f32 block is rounded to bf16 into a per-thread scratch laid out as the
+ * operand is (rows or columns contiguous), and packed from there by the bf16
+ * packers: one pass over the f32 data that stays in cache for the packing,
+ * instead of a cast of the whole tensor into memory before the product. */
+
+static __thread uint16_t* dt_bf16_scratch_[2];
+static __thread size_t dt_bf16_scratch_cap_[2];
+
+static uint16_t* dt_bf16_scratch_reserve_(int which, size_t halves) {
+  if (dt_bf16_scratch_cap_[which] >= halves) return dt_bf16_scratch_[which];
+  void* p = NULL;
+  if (posix_memalign(&p, 64, halves * sizeof(uint16_t)) != 0) return NULL;
+  free(dt_bf16_scratch_[which]);
+  dt_bf16_scratch_[which] = p;
+  dt_bf16_scratch_cap_[which] = halves;
+  return p;
+}
+
+/* Rows [r0, r0 + rows) x columns [c0, c0 + cols) of an f32 view, rounded into
+ * s; returns the bf16 view of s with the same orientation. */
+BF16_ static dt_gemm_view_ dt_bf16_round_block_(const dt_gemm_view_* v, int64_t r0, int64_t rows, int64_t c0,
+                                                int64_t cols, uint16_t* s) {
+  const float* f = v->data;
+  if (v->rs == 1 && v->cs != 1) { /* columns contiguous */
+    for (int64_t c = 0; c < cols; c++) dt_bf16_convert_(f + r0 + (c0 + c) * v->cs, s + c * rows, rows);
+    return (dt_gemm_view_){s, DT_BF16, 1, rows};
+  }
+  if (v->cs == 1) {
+    for (int64_t r = 0; r < rows; r++) dt_bf16_convert_(f + (r0 + r) * v->rs + c0, s + r * cols, cols);
+  } else {
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < cols; c++) s[r * cols + c] = dt_f32_to_bf16(f[(r0 + r) * v->rs + (c0 + c) * v->cs]);
+  }
+  return (dt_gemm_view_){s, DT_BF16, cols, 1};
+}
+
+/* dt_bf16_pack_a_ / _b_ for a bf16 or an f32 view (0, or DT_ERR_ALLOC) */
+BF16_ static dt_status dt_bf16_pack_a_any_(const dt_gemm_view_* v, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                                           uint32_t* dst) {
+  if (v->dtype == DT_BF16) {
+    dt_bf16_pack_a_(v, i0, mc, p0, kc, dst);
+    return DT_OK;
+  }
+  uint16_t* s = dt_bf16_scratch_reserve_(0, (size_t)(mc * kc));
+  if (!s) return DT_ERR_ALLOC;
+  dt_gemm_view_ b = dt_bf16_round_block_(v, i0, mc, p0, kc, s);
+  dt_bf16_pack_a_(&b, 0, mc, 0, kc, dst);
+  return DT_OK;
+}
+
+BF16_ static dt_status dt_bf16_pack_b_any_(const dt_gemm_view_* v, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                                           uint32_t* dst) {
+  if (v->dtype == DT_BF16) {
+    dt_bf16_pack_b_(v, p0, kc, j0, nc, dst);
+    return DT_OK;
+  }
+  uint16_t* s = dt_bf16_scratch_reserve_(1, (size_t)(kc * nc));
+  if (!s) return DT_ERR_ALLOC;
+  dt_gemm_view_ b = dt_bf16_round_block_(v, p0, kc, j0, nc, s);
+  dt_bf16_pack_b_(&b, 0, kc, 0, nc, dst);
+  return DT_OK;
 }
 
 /* One row of the tile's 32 sums (columns past the masks untouched). */
@@ -162,9 +245,20 @@ BF16_ static inline void dt_bf16_store_row_(const dt_bf16_out_* o, int64_t i, __
     _mm512_mask_storeu_ps(p + 16, m1, s1);
     return;
   }
-  uint16_t* row = o->c + i * o->ldc;
   __m512 va = _mm512_set1_ps(o->alpha);
   __m512 v0 = _mm512_mul_ps(va, s0), v1 = _mm512_mul_ps(va, s1);
+  if (o->c_f32) {
+    float* frow = (float*)o->c + i * o->ldc;
+    if (o->beta != 0.0f) {
+      __m512 vb = _mm512_set1_ps(o->beta);
+      v0 = _mm512_add_ps(v0, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m0, frow)));
+      v1 = _mm512_add_ps(v1, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m1, frow + 16)));
+    }
+    _mm512_mask_storeu_ps(frow, m0, dt_bf16_widen_(dt_bf16_round_(v0)));
+    _mm512_mask_storeu_ps(frow + 16, m1, dt_bf16_widen_(dt_bf16_round_(v1)));
+    return;
+  }
+  uint16_t* row = (uint16_t*)o->c + i * o->ldc;
   if (o->beta != 0.0f) {
     __m512 vb = _mm512_set1_ps(o->beta);
     __m512 old0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, row)), 16));
@@ -246,10 +340,11 @@ static uint32_t* dt_bf16_reserve_(uint32_t** buf, size_t dwords) {
 }
 
 /* bf16 C (m x n, row stride ldc) = alpha * A @ B + beta * C (beta == 0 never
- * reads C) for bf16 views a (m x K) and b (K x n). Sums of several K blocks
- * meet in an f32 scratch; the last block writes C. */
+ * reads C) for views a (m x K) and b (K x n), each bf16 or f32 (rounded to
+ * bf16 as it is packed); an f32 C (c_dtype) gets the bf16 result widened.
+ * Sums of several K blocks meet in an f32 scratch; the last block writes C. */
 dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t m, int64_t n, int64_t K,
-                        float alpha, float beta, uint16_t* c, int64_t ldc, int64_t* failed_floats) {
+                        float alpha, float beta, void* c, int32_t c_dtype, int64_t ldc, int64_t* failed_floats) {
   uint32_t* ap = dt_bf16_reserve_(&dt_bf16_buf_a_, (size_t)MC * (KC / 2));
   uint32_t* bp = dt_bf16_reserve_(&dt_bf16_buf_b_, (size_t)NC * (KC / 2));
   if (!ap || !bp) {
@@ -277,20 +372,29 @@ dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t 
     }
     acc = dt_bf16_buf_acc_;
   }
-  /* f32 A read in place when its rows hold K contiguously: a pair is a dword */
-  const int direct_a = a->cs == 1;
+  /* bf16 A read in place when its rows hold K contiguously: a pair is a dword */
+  const int direct_a = a->cs == 1 && a->dtype == DT_BF16;
+  const int c_f32 = c_dtype == DT_F32;
+  const size_t c_es = c_f32 ? 4 : 2;
+  dt_status st;
   for (int64_t jc = 0; jc < n; jc += NC) {
     int64_t nc = n - jc < NC ? n - jc : NC;
     for (int64_t pc = 0; pc < K; pc += kc_even) {
       int64_t kc = K - pc < kc_even ? K - pc : kc_even, kq = (kc + 1) / 2;
       int last = pc + kc >= K;
-      dt_bf16_pack_b_(b, pc, kc, jc, nc, bp);
+      if ((st = dt_bf16_pack_b_any_(b, pc, kc, jc, nc, bp)) != DT_OK) {
+        *failed_floats = (kc * nc + 1) / 2;
+        return st;
+      }
       for (int64_t ic = 0; ic < m; ic += MC) {
         int64_t mc = m - ic < MC ? m - ic : MC;
         /* the odd last k of a direct A cannot be read as a dword (the next
          * element may be past the matrix): such blocks are packed */
         int direct = direct_a && kc % 2 == 0;
-        if (!direct) dt_bf16_pack_a_(a, ic, mc, pc, kc, ap);
+        if (!direct && (st = dt_bf16_pack_a_any_(a, ic, mc, pc, kc, ap)) != DT_OK) {
+          *failed_floats = (mc * kc + 1) / 2;
+          return st;
+        }
         for (int64_t jr = 0; jr < nc; jr += NR) {
           int nrr = nc - jr < NR ? (int)(nc - jr) : NR;
           for (int64_t ir = 0; ir < mc; ir += MR) {
@@ -298,8 +402,9 @@ dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t 
             dt_bf16_out_ o = {
                 .acc = acc ? acc + (ic + ir) * acc_ld + jr : NULL,
                 .acc_ld = acc_ld,
-                .c = last ? c + (ic + ir) * ldc + jc + jr : NULL,
+                .c = last ? (char*)c + ((ic + ir) * ldc + jc + jr) * c_es : NULL,
                 .ldc = ldc,
+                .c_f32 = c_f32,
                 .alpha = alpha,
                 .beta = beta,
                 .first = pc == 0,

@@ -82,7 +82,7 @@ void dt_gemm_dot_avx2_(int64_t m, int64_t n, int64_t k, float alpha, const float
  * (gemm_bf16_avx512.c); beta == 0 never reads C. Fails only to allocate
  * (*failed_floats set). Call only on CPUs with AVX512_BF16. */
 dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t m, int64_t n, int64_t K,
-                        float alpha, float beta, uint16_t* c, int64_t ldc, int64_t* failed_floats);
+                        float alpha, float beta, void* c, int32_t c_dtype, int64_t ldc, int64_t* failed_floats);
 
 /* Reads element i of a float buffer of dtype as f32. */
 static inline float dt_gemm_load_(const void* p, int32_t dtype, int64_t i) {

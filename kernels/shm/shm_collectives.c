@@ -8,6 +8,8 @@
  *
  * allReduce is reduce-scatter + all-gather inside each chunk: rank r reduces
  * share r of the chunk over all ranks (in rank order) and the others copy it.
+ * A small message instead goes whole through one buffer and one barrier, each
+ * rank reducing all of it in the same rank order (the same bits).
  *
  * Why two buffers suffice: buffer k+2 reuses buffer k's memory. A rank fills
  * its part of buffer k+2 only after passing barrier k+1, which every rank
@@ -97,10 +99,29 @@ static void dt_shm_gather_shares_(dt_shm_t* g, const dt_shm_layout_t* L, char* m
   }
 }
 
+/* A small message in one barrier: every rank publishes all of it, then each
+ * reduces the whole message itself, in rank order as the shares are, so the
+ * bits are those of the pipelined path. A step's gradient sync then waits for
+ * its peers once instead of twice (the second wait, for a peer just woken
+ * from its futex, is the costly one on a busy machine), at the price of w
+ * reads of the message per rank instead of one: hence the size limit. */
+static void dt_shm_allreduce_oneshot_(dt_shm_t* g, char* buf, int64_t count, uint64_t b, int32_t dtype,
+                                      int32_t redop) {
+  const void* src[DT_SHM_MAX_RANKS];
+  for (int32_t q = 0; q < g->world; q++) src[q] = q == g->rank ? buf : dt_shm_slot_(g, q, b);
+  if (dtype == DT_F32 && (redop == DT_SHM_SUM || redop == DT_SHM_AVG)) {
+    dt_shm_add_f32_((float*)buf, NULL, (const float* const*)src, g->world, count, redop == DT_SHM_AVG, 0);
+  } else {
+    dt_shm_reduce_(dtype, redop, buf, NULL, src, g->world, count);
+  }
+}
+
 /** In place: buf[i] = op over ranks of buf[i], the same bits on every rank.
- *  Pipelined over chunks with one barrier each: after chunk k's barrier a
- *  rank copies out the reduced shares of chunk k-1 and reduces its share of
- *  chunk k; the last barrier is followed by the last copy-out only. */
+ *  A message of one buffer whose w copies stay in cache goes in one barrier
+ *  (dt_shm_allreduce_oneshot_). Larger ones are pipelined over chunks with
+ *  one barrier each: after chunk k's barrier a rank copies out the reduced
+ *  shares of chunk k-1 and reduces its share of chunk k; the last barrier is
+ *  followed by the last copy-out only. */
 DT_EXPORT dt_status dt_shm_allreduce(dt_shm_t* g, void* buf, int64_t count, int32_t dtype, int32_t redop,
                                      int64_t timeout_ms) {
   int64_t deadline = 0;
@@ -108,6 +129,14 @@ DT_EXPORT dt_status dt_shm_allreduce(dt_shm_t* g, void* buf, int64_t count, int3
   if (st) return st;
   if (count > 0 && !buf) return dt_shm_null_arg_(g, "allReduce", "buf", count);
   if (count == 0) return dt_shm_sync_(g, 1, deadline);
+  const int64_t bytes = count * (int64_t)dt_shm_dtype_size_(dtype);
+  if (bytes <= g->chunk_bytes && bytes * g->world <= DT_SHM_ONESHOT_MAX_BYTES) {
+    const uint64_t b = g->buffers++;
+    memcpy(dt_shm_slot_(g, g->rank, b), buf, (size_t)bytes);
+    if ((st = dt_shm_sync_(g, 1, deadline))) return st;
+    dt_shm_allreduce_oneshot_(g, buf, count, b, dtype, redop);
+    return DT_OK;
+  }
   dt_shm_layout_t L;
   L.es = (int64_t)dt_shm_dtype_size_(dtype);
   L.stride = g->chunk_bytes / L.es / g->world;

@@ -138,6 +138,11 @@ size_t dt_shm_dtype_size_(int32_t dtype);
 #ifndef DT_SHM_STREAM_MIN_BYTES
 #define DT_SHM_STREAM_MIN_BYTES (4LL << 20)
 #endif
+/* An allReduce of at most this many bytes times the world size (and of one
+ * buffer) goes in one barrier, each rank reducing the whole message. */
+#ifndef DT_SHM_ONESHOT_MAX_BYTES
+#define DT_SHM_ONESHOT_MAX_BYTES (1LL << 20)
+#endif
 /* memcpy, with streaming stores when `stream`. */
 void dt_shm_copy_(void* dst, const void* src, int64_t bytes, int stream);
 /* out1[i] (and out2[i] unless NULL) = src[0][i] + ... + src[w-1][i] in rank

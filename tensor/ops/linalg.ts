@@ -3,7 +3,9 @@
  * (x @ W^T + b, as torch.nn.functional.linear) and the batched products of
  * attention. Under autocast, inputs are rounded to bf16/f16 (parameters once
  * per change, tensor/weight_cast.ts) and the product accumulates in f32, its
- * output rounded to the low precision.
+ * output rounded to the low precision; gradients come in the low precision
+ * (f32 where a mixed CPU GEMM writes them so) and autograd widens them only
+ * where an f32 op needs them.
  */
 import { backend } from "../backend.ts";
 import { castTensor, empty, full, type Tensor } from "../tensor.ts";
@@ -13,6 +15,7 @@ import { matmulLowPrecision } from "../matmul_precision.ts";
 import { castOperand } from "../weight_cast.ts";
 import { requireFloat } from "./_util.ts";
 import { add } from "./elementwise.ts";
+import { gemmBf16Mixed, hasGemmBf16Mixed, type MixedOperand } from "../../ffi/cpu_extras.ts";
 
 /** Low-level GEMM on row-major matrices: C = alpha op(A) op(B) + beta C, batched. */
 export function gemm(
@@ -56,6 +59,38 @@ export function gemm(
     BigInt(opts.strideB ?? k * n),
     BigInt(opts.strideC ?? m * n),
   );
+}
+
+/**
+ * Whether this product runs in bf16 with its f32 operands rounded while the
+ * GEMM packs them and its f32 gradients written by the GEMM itself (a CPU
+ * with vdpbf16ps, dt_cpu_gemm_bf16_mixed): the bits of the casts it replaces,
+ * without their passes over memory and temporaries. Decided in the forward
+ * pass, for its backward too.
+ */
+function mixedBf16(...ts: Tensor[]): boolean {
+  return matmulLowPrecision() === "bf16" && backend().device === "cpu" &&
+    ts.every((t) => t.dtype === "f32" || t.dtype === "bf16") && hasGemmBf16Mixed();
+}
+
+const operand = (t: Tensor): MixedOperand => ({ ptr: t.ptr, f32: t.dtype === "f32" });
+
+/** gemm(), or the mixed bf16 product of tensors of their own dtypes. */
+function product(
+  mixed: boolean,
+  dt: DType,
+  transA: boolean,
+  transB: boolean,
+  m: number,
+  n: number,
+  k: number,
+  a: Tensor,
+  b: Tensor,
+  c: Tensor,
+  opts: { alpha?: number; beta?: number; batch?: number } = {},
+): void {
+  if (mixed) gemmBf16Mixed(transA, transB, m, n, k, operand(a), operand(b), operand(c), opts);
+  else gemm(dt, transA, transB, m, n, k, a, b, c, opts);
 }
 
 /** The dtype a product computes in, and its inputs converted to it. */
@@ -122,14 +157,34 @@ export function matmul(
       `matmul: batch dimensions differ: [${a0.shape}] @ [${b0.shape}]`,
     );
   }
-  const [dt, a, b] = productInputs(a0, b0);
+  const mixed = mixedBf16(a0, b0);
+  // as linear: operands the backward reads again are cast once, others rounded while packed
+  const [dt, a, b]: [DType, Tensor, Tensor] = mixed && !needsGrad(a0, b0)
+    ? ["bf16", a0, b0]
+    : productInputs(a0, b0);
+  // the gradients' dtype as the GEMMs write them: f32 straight away from a mixed product
+  const gradDt: DType = mixed ? "f32" : dt;
+  const mm = (
+    tA: boolean,
+    tB: boolean,
+    m: number,
+    n: number,
+    k: number,
+    x: Tensor,
+    y: Tensor,
+    z: Tensor,
+    o: {
+      alpha?: number;
+      batch?: number;
+    },
+  ) => product(mixed, dt, tA, tB, m, n, k, x, y, z, o);
   const outShape = [...a0.shape.slice(0, -1), N];
   const out = empty(outShape, dt);
   if (shared) {
     // (batch*M, K) @ (K, N): one GEMM.
-    gemm(dt, false, transB, batchA * M, N, K, a, b, out, { alpha });
+    mm(false, transB, batchA * M, N, K, a, b, out, { alpha });
   } else {
-    gemm(dt, false, transB, M, N, K, a, b, out, { alpha, batch: batchA });
+    mm(false, transB, M, N, K, a, b, out, { alpha, batch: batchA });
   }
   if (needsGrad(a0, b0)) {
     record(out, "matmul", [a0, b0], (g0) => {
@@ -137,31 +192,25 @@ export function matmul(
       let ga: Tensor | null = null, gb: Tensor | null = null;
       if (a0.requiresGrad) {
         // dA = g @ op(B)^T : (.., M, N) x (N, K)
-        ga = empty(a0.shape, dt);
+        ga = empty(a0.shape, gradDt);
         if (shared) {
-          gemm(dt, false, !transB, batchA * M, K, N, g, b, ga, { alpha });
-        } else {gemm(dt, false, !transB, M, K, N, g, b, ga, {
-            alpha,
-            batch: batchA,
-          });}
+          mm(false, !transB, batchA * M, K, N, g, b, ga, { alpha });
+        } else mm(false, !transB, M, K, N, g, b, ga, { alpha, batch: batchA });
       }
       if (b0.requiresGrad) {
-        gb = empty(b0.shape, dt);
+        gb = empty(b0.shape, gradDt);
         if (shared) {
           // dB = A^T g (K, N), or for transB: g^T A (N, K); rows of all batches summed by the GEMM.
           if (transB) {
-            gemm(dt, true, false, N, K, batchA * M, g, a, gb, { alpha });
-          } else gemm(dt, true, false, K, N, batchA * M, a, g, gb, { alpha });
+            mm(true, false, N, K, batchA * M, g, a, gb, { alpha });
+          } else mm(true, false, K, N, batchA * M, a, g, gb, { alpha });
         } else {
           if (transB) {
-            gemm(dt, true, false, N, K, M, g, a, gb, { alpha, batch: batchA });
-          } else {gemm(dt, true, false, K, N, M, a, g, gb, {
-              alpha,
-              batch: batchA,
-            });}
+            mm(true, false, N, K, M, g, a, gb, { alpha, batch: batchA });
+          } else mm(true, false, K, N, M, a, g, gb, { alpha, batch: batchA });
         }
       }
-      // in the product's dtype: a parameter adds it into its f32 grad, a low-precision
+      // in the GEMM's dtype: a parameter adds it into its f32 grad, a low-precision
       // activation's op takes it as it is, anything else gets it widened (tensor/autograd.ts)
       return [ga, gb];
     }, LOW_GRAD);
@@ -201,28 +250,35 @@ export function linear(
 function linearLow(x: Tensor, weight: Tensor, bias: Tensor, low: DType): Tensor {
   requireFloat("linear", x);
   const N = weight.shape[0]!, K = weight.shape[1]!, M = x.numel / K;
-  const xl = x.dtype === low ? x : castOperand(x, low);
-  const wl = weight.dtype === low ? weight : castOperand(weight, low);
-  const bl = bias.dtype === low ? bias : castOperand(bias, low);
+  const mixed = mixedBf16(x, weight, bias);
+  const grad = needsGrad(x, weight, bias);
+  // Operands the backward pass reads again are cast once; a product without a
+  // backward (mixedBf16) rounds its f32 operands itself while packing.
+  const direct = mixed && !grad;
+  const xl = direct || x.dtype === low ? x : castOperand(x, low);
+  const wl = direct || weight.dtype === low ? weight : castOperand(weight, low);
+  const bl = direct || bias.dtype === low ? bias : castOperand(bias, low);
+  const gradDt: DType = mixed ? "f32" : low;
   const out = empty([...x.shape.slice(0, -1), N], low);
   const ones = full([M, 1], 1, low);
-  gemm(low, false, false, M, N, 1, ones, bl, out);
+  product(mixed, low, false, false, M, N, 1, ones, bl, out);
   ones.dispose();
-  gemm(low, false, true, M, N, K, xl, wl, out, { beta: 1 });
-  if (needsGrad(x, weight, bias)) {
+  product(mixed, low, false, true, M, N, K, xl, wl, out, { beta: 1 });
+  if (grad) {
     record(out, "linear", [x, weight, bias], (g0) => {
+      // read by two products: cast once (their f32 results come from the GEMM)
       const g = gradIn(g0, low);
       let gx: Tensor | null = null, gw: Tensor | null = null, gb: Tensor | null = null;
       if (x.requiresGrad) {
-        gx = empty(x.shape, low);
-        gemm(low, false, false, M, K, N, g, wl, gx); // (M, N) @ (N, K)
+        gx = empty(x.shape, gradDt);
+        product(mixed, low, false, false, M, K, N, g, wl, gx); // (M, N) @ (N, K)
       }
       if (weight.requiresGrad) {
-        gw = empty(weight.shape, low);
-        gemm(low, true, false, N, K, M, g, xl, gw); // (N, M) @ (M, K)
+        gw = empty(weight.shape, gradDt);
+        product(mixed, low, true, false, N, K, M, g, xl, gw); // (N, M) @ (M, K)
       }
       if (bias.requiresGrad) gb = sumRows(toF32(g0), M, N);
-      return [gx, gw, gb]; // gx, gw in the low precision, as matmul's
+      return [gx, gw, gb]; // gx, gw as the GEMMs wrote them, as matmul's
     }, LOW_GRAD);
   }
   return out;

@@ -1,9 +1,11 @@
 /**
  * GPT-mini under bf16 autocast with bf16 activations end to end: the loss is
  * PyTorch's bf16 loss within the README's bf16 tolerance (8e-3 relative), the
- * GELU and the residual adds take bf16 operands without casts, so a training
- * step makes at most the measured number of casts and native calls; on the
- * emulated GPU the same step gives the CPU's loss and gradients.
+ * GELU and the residual adds take bf16 operands without casts, so forward and
+ * backward make at most the measured 57 casts and 253 kernel calls on the GPU
+ * path (76 and 272 before; a CPU with AVX512_BF16 makes fewer, its mixed GEMMs
+ * being CPU extras); on the emulated GPU the same step gives the CPU's loss
+ * and gradients.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -18,7 +20,7 @@ const cpuStep = () => (cpu ??= gptBf16Step());
 
 Deno.test({
   name:
-    "GPT-mini bf16 forward and backward: PyTorch's bf16 loss, at most 57 casts and 253 native calls (76, 272 before)",
+    "GPT-mini bf16 forward and backward on the CPU: PyTorch's bf16 loss, at most 57 casts and 253 calls",
   ignore: !HAVE_FIXTURE,
   fn() {
     const r = cpuStep();
@@ -73,7 +75,11 @@ Deno.test({
       });
       assert.ok(Math.sqrt(d) <= 1e-2 * Math.sqrt(s), `${name}: relative L2 ${Math.sqrt(d / s)}`);
     }
+    // the GPU path's counts (the CPU's may be lower: its mixed bf16 GEMMs cast while packing)
     assert.equal(emu.calls.dt_gelu_fwd_ex, 2);
-    assert.equal(emu.calls.dt_cast, c.calls.dt_cast);
+    assert.equal(emu.calls.dt_gelu_bwd_ex, 2);
+    const total = Object.values(emu.calls).reduce((a, b) => a + b, 0);
+    assert.ok(emu.calls.dt_cast! <= 57, `${emu.calls.dt_cast} casts: ${JSON.stringify(emu.calls)}`);
+    assert.ok(total <= 253, `${total} kernel calls: ${JSON.stringify(emu.calls)}`);
   },
 });
