@@ -26,7 +26,6 @@ import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/a
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./control/phase.ts";
 import { allGatherJson } from "./gather_json.ts";
-import { parametersChanged } from "../tensor/param_version.ts";
 import { enter, leave } from "../profile/profile.ts";
 
 /** DDP options (torch's names in camelCase). */
@@ -73,7 +72,7 @@ export class DistributedDataParallel<M extends Module> {
     this.#verifyAcrossRanks();
     phase("ddp: broadcast parameters");
     for (const [, p] of named) pg.broadcast(bufferOf(p), 0);
-    parametersChanged(); // rank 0's values replaced this rank's in place
+    for (const [, p] of named) p.markModified(); // written through its address: no cached copy of it holds
     if (opts.broadcastBuffers ?? true) {
       for (const [, b] of module.namedBuffers()) pg.broadcast(bufferOf(b), 0);
     }

@@ -2,11 +2,18 @@
  * Reverse-mode autograd over a tape: each op that needs gradients records a
  * Node (its inputs and a backward function next to the forward). backward()
  * sorts the nodes topologically from the loss and sweeps them in reverse,
- * accumulating leaf gradients (parameters) into `tensor.grad`.
+ * accumulating leaf gradients (parameters) into `tensor.grad` (f32).
+ *
+ * Gradients are f32, except that an op whose output is bf16/f16 under
+ * autocast may return low-precision gradients (as torch's do): a node that
+ * declares `lowPrecisionGrad` takes them as they are, any other node gets
+ * them widened to f32 first, and a leaf adds them into its f32 grad without
+ * a separate cast. The values are those of casting at every step.
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 import { backend } from "./backend.ts";
 import { castTensor, empty, full, type Tensor } from "./tensor.ts";
+import { DTYPE_CODE } from "./dtype.ts";
 import { enter, leave } from "../profile/profile.ts";
 import { countingCalls, currentLayer, switchLayer } from "../profile/call_count.ts";
 
@@ -26,6 +33,8 @@ export interface Node {
   readonly inputs: readonly Tensor[];
   /** Returns one gradient per input (null where an input needs none). */
   backward(gradOut: Tensor): InputGrad[];
+  /** backward() takes gradOut in bf16/f16 as well as f32 (otherwise it is widened to f32 first). */
+  readonly lowPrecisionGrad?: boolean;
   /** With DTRAIN_COUNT_CALLS=1: the model layer whose forward recorded the node (-1: none). */
   readonly layer?: number;
 }
@@ -96,10 +105,14 @@ export function record(
   name: string,
   inputs: Tensor[],
   backward: Node["backward"],
+  opts: { lowPrecisionGrad?: boolean } = {},
 ): Tensor {
   out.requiresGrad = true;
+  const low = opts.lowPrecisionGrad === true;
   out.node = countingCalls
-    ? { name, inputs, backward, layer: currentLayer() }
+    ? { name, inputs, backward, lowPrecisionGrad: low, layer: currentLayer() }
+    : low
+    ? { name, inputs, backward, lowPrecisionGrad: true }
     : { name, inputs, backward };
   return out;
 }
@@ -120,11 +133,12 @@ export function leafGradSink(t: Tensor): { grad: Tensor; fresh: boolean } | null
   return { grad: t.grad, fresh: false };
 }
 
-/** Adds `g` into `into` (same shape, f32): into += g (g of any float dtype). */
+/** Adds `g` (f32, or bf16/f16 widened exactly) into the f32 `into` (same shape): into += g. */
 export function accumulate(into: Tensor, g: Tensor): void {
   const b = backend();
-  const src = g.dtype === "f32" ? g : castTensor(g, "f32");
-  b.call.dt_axpy(into.ptr, src.ptr, BigInt(into.numel), 1);
+  const n = BigInt(into.numel);
+  if (g.dtype === "f32") b.call.dt_axpy(into.ptr, g.ptr, n, 1);
+  else b.call.dt_binary_ex(0, into.ptr, 0, into.ptr, 0, g.ptr, DTYPE_CODE[g.dtype], n, n, 1n);
 }
 
 /**
@@ -221,7 +235,9 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
     if (!g) continue;
     const node = t.node!;
     if (countingCalls) switchLayer(node.layer ?? -1);
-    const inGrads = node.backward(g);
+    const inGrads = node.backward(
+      g.dtype === "f32" || node.lowPrecisionGrad ? g : castTensor(g, "f32"),
+    );
     for (let j = 0; j < node.inputs.length; j++) {
       const inp = node.inputs[j]!;
       const gi = inGrads[j];
@@ -263,14 +279,29 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
   for (const o of observers) o.onBackwardEnd?.(received);
 }
 
-/** a + b for two gradients of one tensor (f32; a low-precision one is widened first). */
-function sumOf(a0: Tensor, b0: Tensor): Tensor {
-  const a = a0.dtype === "f32" ? a0 : castTensor(a0, "f32");
-  const b = b0.dtype === "f32" ? b0 : castTensor(b0, "f32");
-  const out = empty(a.shape, "f32");
+/** a + b, two gradients of one tensor: in their dtype when they share one, else in f32. */
+function sumOf(a: Tensor, b: Tensor): Tensor {
   const k = backend();
   const n = BigInt(a.numel);
-  k.call.dt_binary(0, out.ptr, a.ptr, b.ptr, n, n, 1n);
+  if (a.dtype === "f32" && b.dtype === "f32") {
+    const out = empty(a.shape, "f32");
+    k.call.dt_binary(0, out.ptr, a.ptr, b.ptr, n, n, 1n);
+    return out;
+  }
+  const dt = a.dtype === b.dtype ? a.dtype : "f32";
+  const out = empty(a.shape, dt);
+  k.call.dt_binary_ex(
+    0,
+    out.ptr,
+    DTYPE_CODE[dt],
+    a.ptr,
+    DTYPE_CODE[a.dtype],
+    b.ptr,
+    DTYPE_CODE[b.dtype],
+    n,
+    n,
+    1n,
+  );
   return out;
 }
 

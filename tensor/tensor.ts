@@ -10,13 +10,14 @@ import { noteHostSync } from "./host_sync.ts";
 import { allocBlock, type Block, releaseBlock } from "./allocator.ts";
 import { type DType, DTYPE_CODE, DTYPE_SIZE } from "./dtype.ts";
 import type { Node } from "./autograd.ts";
-import { parametersChanged } from "./param_version.ts";
 import { formatTensor } from "./format.ts";
 import { enter, leave } from "../profile/profile.ts";
 
 /** Reference-counted memory shared by a tensor and its views (reshape). */
 class Storage {
   refs = 1;
+  /** Bumped by every write into existing memory (shared by views, as torch's _version). */
+  version = 0;
   constructor(readonly block: Block) {}
   release(): void {
     if (--this.refs === 0) releaseBlock(this.block);
@@ -55,11 +56,6 @@ export class Tensor {
   grad: Tensor | null = null;
   /** The autograd node that produced this tensor, if any. */
   node: Node | null = null;
-  /**
-   * autocast's copy of this parameter in a low precision and the parameter
-   * generation it was made at (tensor/low_precision.ts); disposed with it.
-   */
-  lowPrecisionCopy: { copy: Tensor; generation: number } | null = null;
 
   /** @internal use empty(), zeros(), fromArray() or the ops. */
   constructor(
@@ -83,6 +79,27 @@ export class Tensor {
     return this.numel * DTYPE_SIZE[this.dtype];
   }
 
+  /**
+   * A counter of in-place writes into this tensor's memory (shared with its
+   * views): copyFrom, copyFromArray, fill, optimizer steps, loading a state
+   * dict, DDP's parameter broadcast. Caches derived from the values (the
+   * weight casts of autocast) compare it. -1 once disposed.
+   */
+  get version(): number {
+    return this.#storage?.version ?? -1;
+  }
+
+  /**
+   * Records that the memory was written in place by a caller other than the
+   * tensor's own methods (a raw kernel call, a collective into `ptr`), so
+   * nothing derived from the old values is used again.
+   */
+  markModified(): this {
+    this.assertLive("markModified");
+    this.#storage!.version++;
+    return this;
+  }
+
   /** True once dispose() ran. */
   get disposed(): boolean {
     return this.#storage === null;
@@ -94,8 +111,6 @@ export class Tensor {
     this.#storage.release();
     this.#storage = null;
     this.node = null;
-    this.lowPrecisionCopy?.copy.dispose();
-    this.lowPrecisionCopy = null;
     scopes[scopes.length - 1]?.delete(this);
   }
 
@@ -203,8 +218,7 @@ export class Tensor {
       const src = Deno.UnsafePointer.of(data as unknown as BufferSource);
       backendOf(this.device).call.dt_memcpy(this.ptr, src, BigInt(this.bytes), 1);
     }
-    if (this.requiresGrad) parametersChanged();
-    return this;
+    return this.markModified();
   }
 
   /** Overwrites the elements with another tensor's (same shape and dtype). */
@@ -222,8 +236,7 @@ export class Tensor {
       );
     }
     backendOf(this.device).call.dt_memcpy(this.ptr, src.ptr, BigInt(this.bytes), 3);
-    if (this.requiresGrad) parametersChanged();
-    return this;
+    return this.markModified();
   }
 
   /** Sets every element to `value`. */
@@ -235,8 +248,7 @@ export class Tensor {
       BigInt(this.numel),
       value,
     );
-    if (this.requiresGrad) parametersChanged();
-    return this;
+    return this.markModified();
   }
 
   /** Throws when the tensor was disposed. */

@@ -81,7 +81,7 @@ export function selfAttention(
         scale,
       );
       return [dqkv];
-    });
+    }, { lowPrecisionGrad: true }); // g in the product's dtype as it comes
   } else {
     lse.dispose();
   }

@@ -109,7 +109,9 @@ function normalize(
   const xin = sum ?? x;
   if (sum && needsGrad(x, y)) {
     // the sum's gradient passes to both terms (y's in y's dtype where that is lower)
-    record(sum, "add", [x, y!], (g) => [g, g.dtype === y!.dtype ? g : castTensor(g, y!.dtype)]);
+    record(sum, "add", [x, y!], (g) => [g, g.dtype === y!.dtype ? g : castTensor(g, y!.dtype)], {
+      lowPrecisionGrad: true,
+    });
   }
   const inputs = [xin, weight, bias].filter((t): t is Tensor => t !== null);
   if (!needsGrad(...inputs)) {
@@ -151,6 +153,6 @@ function normalize(
     if (weight) grads.push(sw ? ADDED_TO_LEAF : gw);
     if (bias) grads.push(sb ? ADDED_TO_LEAF : gb);
     return grads;
-  });
+  }, { lowPrecisionGrad: true }); // the kernel reads g in any float dtype
   return { sum, out };
 }

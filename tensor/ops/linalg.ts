@@ -1,15 +1,18 @@
 /**
  * Matrix products with autograd: matmul (2-D and batched), linear
  * (x @ W^T + b, as torch.nn.functional.linear) and the batched products of
- * attention. Under autocast, inputs are rounded to bf16/f16 and the product
- * accumulates in f32, its output rounded to the low precision.
+ * attention. Under autocast, inputs are rounded to bf16/f16 (parameters once
+ * per change, tensor/weight_cast.ts) and the product accumulates in f32, its
+ * output rounded to the low precision; gradients come in the low precision
+ * (f32 where a mixed CPU GEMM writes them so) and autograd widens them only
+ * where an f32 op needs them.
  */
 import { backend } from "../backend.ts";
 import { castTensor, empty, type Tensor } from "../tensor.ts";
 import { ADDED_TO_LEAF, type InputGrad, leafGradSink, needsGrad, record } from "../autograd.ts";
-import { lowPrecisionOf } from "../low_precision.ts";
 import { type DType, DTYPE_CODE } from "../dtype.ts";
 import { matmulLowPrecision } from "../matmul_precision.ts";
+import { castOperand } from "../weight_cast.ts";
 import { requireFloat } from "./_util.ts";
 import { gemmBf16Mixed, hasGemmBf16Mixed, type MixedOperand } from "../../ffi/cpu_extras.ts";
 
@@ -95,8 +98,8 @@ function productInputs(a: Tensor, b: Tensor): [DType, Tensor, Tensor] {
   if (low) {
     return [
       low,
-      a.dtype === low ? a : castTensor(a, low),
-      b.dtype === low ? b : castTensor(b, low),
+      a.dtype === low ? a : castOperand(a, low),
+      b.dtype === low ? b : castOperand(b, low),
     ];
   }
   const fa = a.dtype === "f32" ? a : castTensor(a, "f32");
@@ -109,10 +112,8 @@ function gradIn(g: Tensor, dt: DType): Tensor {
   return g.dtype === dt ? g : castTensor(g, dt);
 }
 
-/** The f32 version of a product's gradient. */
-function toF32(t: Tensor): Tensor {
-  return t.dtype === "f32" ? t : castTensor(t, "f32");
-}
+/** Products record low-precision gradients as they are (autograd widens them where needed). */
+const LOW_GRAD = { lowPrecisionGrad: true } as const;
 
 /**
  * Matrix product. a: (..., M, K); b: (K, N) shared by every batch, or
@@ -189,7 +190,6 @@ export function matmul(
         if (shared) {
           mm(false, !transB, batchA * M, K, N, g, b, ga, { alpha });
         } else mm(false, !transB, M, K, N, g, b, ga, { alpha, batch: batchA });
-        ga = toF32(ga);
       }
       if (b0.requiresGrad) {
         gb = empty(b0.shape, gradDt);
@@ -203,10 +203,11 @@ export function matmul(
             mm(true, false, N, K, M, g, a, gb, { alpha, batch: batchA });
           } else mm(true, false, K, N, M, a, g, gb, { alpha, batch: batchA });
         }
-        gb = toF32(gb);
       }
+      // in the GEMM's dtype: a parameter adds it into its f32 grad, a low-precision
+      // activation's op takes it as it is, anything else gets it widened (tensor/autograd.ts)
       return [ga, gb];
-    });
+    }, LOW_GRAD);
   }
   return out;
 }
@@ -224,8 +225,8 @@ const EPI = { none: 0, bias: 1, gelu: 2, bgrad: 3 } as const;
  * (out, in)), optionally followed by GELU, as one product with the bias (and
  * GELU) applied before a single rounding of each output (dt_gemm_ex's
  * epilogues, cuBLASLt's on the GPU). Under autocast the operands are the
- * low precision's — a parameter is cast once per optimizer step
- * (tensor/low_precision.ts) — and so is the output. In backward the weight
+ * low precision's — a parameter through autocast's weight cast cache
+ * (tensor/weight_cast.ts) — and so is the output. In backward the weight
  * gradient is accumulated in f32 straight into the parameter's .grad by its
  * GEMM, with the bias gradient from the same call.
  */
@@ -258,8 +259,8 @@ export function linear(
   const dt: DType = matmulLowPrecision() ?? "f32";
   const code = DTYPE_CODE[dt];
   const xl = x.dtype === dt ? x : castTensor(x, dt);
-  const wl = lowPrecisionOf(weight, dt);
-  const bl = bias ? lowPrecisionOf(bias, dt) : null;
+  const wl = weight.dtype === dt ? weight : castOperand(weight, dt);
+  const bl = bias ? (bias.dtype === dt ? bias : castOperand(bias, dt)) : null;
   if (gelu && !bl) {
     // the fused epilogue adds a bias: a zero one when there is none
     return linear(x, weight, zerosBias(N, dt), opts);
@@ -421,7 +422,7 @@ export function linear(
       );
     }
     return bias ? grads : grads.slice(0, 2);
-  });
+  }, LOW_GRAD);
   return out;
 }
 
@@ -431,16 +432,12 @@ function zerosBias(n: number, dtype: DType): Tensor {
 }
 
 /** dout * gelu'(pre), in pre's dtype. */
-function geluGrad(g: Tensor, pre: Tensor): Tensor {
+function geluGrad(g0: Tensor, pre: Tensor): Tensor {
   const k = backend();
   const n = BigInt(pre.numel);
-  if (pre.dtype === "f32" && g.dtype === "f32") {
-    const out = empty(pre.shape, "f32");
-    k.call.dt_gelu_bwd(out.ptr, g.ptr, pre.ptr, n);
-    return out;
-  }
-  const g32 = castTensor(g, "f32"), p32 = castTensor(pre, "f32");
-  const out = empty(pre.shape, "f32");
-  k.call.dt_gelu_bwd(out.ptr, g32.ptr, p32.ptr, n);
-  return castTensor(out, pre.dtype);
+  const g = g0.dtype === pre.dtype ? g0 : castTensor(g0, pre.dtype);
+  const out = empty(pre.shape, pre.dtype);
+  if (pre.dtype === "f32") k.call.dt_gelu_bwd(out.ptr, g.ptr, pre.ptr, n);
+  else k.call.dt_gelu_bwd_ex(out.ptr, g.ptr, pre.ptr, n, DTYPE_CODE[pre.dtype]); // in f32, rounded once
+  return out;
 }
