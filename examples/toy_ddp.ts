@@ -38,8 +38,11 @@ const loader = new DataLoader(dataset, { batchSize: 64, sampler });
 const model = new Sequential(new Linear(128, 256), new ReLU(), new Linear(256, 2));
 const ddp = new DistributedDataParallel(model, pg); // checks the replicas match, broadcasts rank 0's weights
 const optimizer = new AdamW(ddp.parameters(), { lr: 1e-3 });
+// async: save() takes a snapshot and a worker thread writes and fsyncs it, so the epoch-end
+// barrier does not wait for the disk (as PyTorch DCP's async_save); the next save or close() waits.
 const checkpoints = new CheckpointManager(`${world.runDir ?? "runs/toy_ddp"}/checkpoints`, {
   rank: pg.rank,
+  async: true,
 });
 
 // scripts/bench_ddp.ts times this script side by side with PyTorch's: the same stamps as the peer.
@@ -86,6 +89,7 @@ try {
     }); // rank 0 only
     pg.barrier("epoch-end");
   }
+  checkpoints.close(); // the last checkpoint is durable (or its failure thrown) before the end
   if (stepLosses && pg.rank === 0) console.log(`LOSSES ${JSON.stringify(stepLosses)}`);
   if (bench && pg.rank === 0) {
     const ss = (steadySamples * pg.size) / ((performance.now() - tSteady) / 1000);

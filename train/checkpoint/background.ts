@@ -78,6 +78,15 @@ export class BackgroundCommitter {
     this.#host = host;
   }
 
+  /**
+   * Starts the worker thread now rather than at the first commit: creating
+   * it blocks this thread for tens of milliseconds (a JS runtime of its own),
+   * which belongs to start-up, not to a training step.
+   */
+  prestart(): void {
+    this.#ensureWorker();
+  }
+
   /** True while a commit has not been settled. */
   get busy(): boolean {
     return this.#inFlight !== null;

@@ -191,7 +191,10 @@ export class CheckpointManager {
   readonly #async: boolean;
   #committer: BackgroundCommitter | null = null;
 
-  /** Checks the options; nothing touches the disk until the first save or load. */
+  /**
+   * Checks the options; nothing touches the disk until the first save or load.
+   * An async manager of rank 0 starts its worker thread here.
+   */
   constructor(dir: string, opts: CheckpointManagerOptions) {
     if (!Number.isSafeInteger(opts.rank) || opts.rank < 0) {
       throw new RangeError(
@@ -219,6 +222,19 @@ export class CheckpointManager {
           "system, so they cannot use a custom io; pass async: false with it",
       );
     }
+    if (this.#async && this.#rank === 0) this.#background().prestart();
+  }
+
+  #background(): BackgroundCommitter {
+    return this.#committer ??= new BackgroundCommitter({
+      root: this.dir,
+      fsync: this.#ctx.fsync,
+      policy: this.#policy,
+      warn: this.#ctx.warn,
+      committed: (dir, step) => {
+        for (const hook of savedHooks) hook({ dir, step });
+      },
+    });
   }
 
   /**
@@ -276,16 +292,7 @@ export class CheckpointManager {
     if (async) {
       const encoded = encodeCheckpoint(payload);
       const dir = join(this.dir, stepDirName(encoded.step));
-      this.#committer ??= new BackgroundCommitter({
-        root: this.dir,
-        fsync: this.#ctx.fsync,
-        policy: this.#policy,
-        warn: this.#ctx.warn,
-        committed: (dir, step) => {
-          for (const hook of savedHooks) hook({ dir, step });
-        },
-      });
-      this.#committer.start(encoded, dir);
+      this.#background().start(encoded, dir);
       return dir;
     }
     const progress = new Progress(`saving checkpoint ${stepDirName(payload.step)}`, {
