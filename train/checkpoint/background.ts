@@ -56,6 +56,44 @@ export function settleAllCommits(): Error[] {
   return errors;
 }
 
+/** Signals that end a process by default and that a launcher sends to stop ranks (preemption). */
+const STOP_SIGNALS: Deno.Signal[] = ["SIGTERM", "SIGINT"];
+const signalHandlers = new Map<Deno.Signal, () => void>();
+
+/**
+ * While a commit is in flight, SIGTERM/SIGINT first finish it (a signal's
+ * default action ends the process without the `unload` event), then the
+ * signal is raised again: with no other listener it ends the process as it
+ * would have; a Trainer's listener sees a second stop request, which it
+ * ignores. Not installed while idle, so the default action is untouched.
+ */
+function watchStopSignals(on: boolean): void {
+  if (Deno.build.os === "windows" || on === (signalHandlers.size > 0)) return;
+  if (!on) {
+    for (const [sig, fn] of signalHandlers) Deno.removeSignalListener(sig, fn);
+    signalHandlers.clear();
+    return;
+  }
+  for (const sig of STOP_SIGNALS) {
+    const fn = () => {
+      watchStopSignals(false);
+      for (const c of [...open]) {
+        c.settle();
+        const e = c.peekError();
+        if (e) console.error(`[dtrain] on ${sig}: ${e.message}`);
+      }
+      Deno.kill(Deno.pid, sig);
+    };
+    signalHandlers.set(sig, fn);
+    Deno.addSignalListener(sig, fn);
+  }
+}
+
+/** Installs or removes the signal watch to match whether any commit is in flight. */
+function updateSignalWatch(): void {
+  watchStopSignals([...open].some((c) => c.busy));
+}
+
 function installExitHandler(): void {
   if (exitHandlerInstalled) return;
   exitHandlerInstalled = true;
@@ -119,6 +157,7 @@ export class BackgroundCommitter {
     this.#inFlight = { step: encoded.step, dir, sab, hooksRun: false };
     open.add(this);
     installExitHandler();
+    updateSignalWatch();
     worker.ref(); // a script that returns keeps its process until the commit is durable
     worker.postMessage(job, files.map((f) => f.bytes.buffer as ArrayBuffer));
   }
@@ -133,6 +172,11 @@ export class BackgroundCommitter {
       state = this.#waitWhile(f, STATE.COMMITTED);
     }
     this.#finish(f);
+  }
+
+  /** The failure of a settled commit nobody was told of yet (kept), or null. */
+  peekError(): Error | null {
+    return this.#error;
   }
 
   /** The failure of a settled commit nobody was told of yet (then forgotten), or null. */
@@ -169,6 +213,7 @@ export class BackgroundCommitter {
       this.#worker = null;
       if (f !== null && Atomics.load(new Int32Array(f.sab, 0, 2), ANSWER.STATE) === STATE.PENDING) {
         this.#inFlight = null;
+        updateSignalWatch();
         this.#error = new Error(
           `Cannot save checkpoint step ${f.step} (${f.dir}): the background commit thread died: ` +
             `${e.message}. The previous checkpoint and latest are as they were.`,
@@ -228,6 +273,7 @@ export class BackgroundCommitter {
     for (const w of answer.warnings) this.#host.warn(w);
     if (state === STATE.FAILED) this.#error ??= asyncFailure(answer.error!, f.step);
     if (this.#error === null) open.delete(this);
+    updateSignalWatch();
   }
 }
 

@@ -194,3 +194,37 @@ Deno.test("a process that ends with a failed async save nobody asked about repor
     assert.match(stderr, /\[dtrain\] Cannot save checkpoint step-00000003 in .*blocker: creating/);
   });
 });
+
+Deno.test("SIGTERM during an async commit: the process finishes the commit, then dies of the signal", async () => {
+  await withTempDir(async (root) => {
+    const child = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", EXIT_CHILD, root, "signal"],
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+    let stdout = "";
+    try {
+      while (!stdout.includes("saved ")) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        stdout += value;
+      }
+      child.kill("SIGTERM"); // most likely while the worker is still writing (a few MiB, fsynced)
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        stdout += value;
+      }
+    } finally {
+      reader.releaseLock();
+      const status = await child.status;
+      const stderr = await new Response(child.stderr).text();
+      assert.equal(status.signal, "SIGTERM", `the child ended otherwise: ${stderr}`);
+    }
+    assert.match(stdout, /saved .*step-00000003/);
+    const loaded = new CheckpointManager(root, { rank: 0 }).loadLatest();
+    assert.ok(loaded !== null, "the checkpoint in flight at SIGTERM was lost");
+    assertHoldsPayload(loaded, payloadForStep(3, { scale: 512 }));
+  });
+});
