@@ -39,8 +39,8 @@
  * same order, on a worker thread (background.ts, commit_worker.ts): save()
  * only encodes the payload into fresh buffers (a snapshot: the optimizer may
  * update the tensors in place right after) and returns; the next save waits
- * for the previous commit first, so at most one is in flight and at most two
- * snapshots are in memory. Its failure is thrown by the next save(), wait()
+ * for the previous commit first (no queue), so at most one is in flight and
+ * one snapshot is held. Its failure is thrown by the next save(), wait()
  * or close(); at process exit a commit in flight is finished, and a failure
  * nobody was told of is printed and makes the exit code 1.
  */
@@ -261,7 +261,7 @@ export class CheckpointManager {
    */
   wait(): Promise<void> {
     try {
-      this.#settle();
+      section("checkpoint", () => this.#settle());
       return Promise.resolve();
     } catch (e) {
       return Promise.reject(e);
@@ -274,7 +274,7 @@ export class CheckpointManager {
    * asynchronous save starts a new thread.
    */
   close(): void {
-    const error = this.#committer?.close() ?? null;
+    const error = section("checkpoint", () => this.#committer?.close() ?? null);
     if (error) throw error;
   }
 
