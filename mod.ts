@@ -124,6 +124,7 @@ export { SGD, type SGDOptions } from "./optim/sgd.ts";
 export { constantLr, LrScheduler, stepLr, warmupCosineLr } from "./optim/lr_schedule.ts";
 export { clipGradNorm, gradNorm } from "./optim/clip.ts";
 export { autocast } from "./amp/autocast.ts";
+export { dropWeightCasts } from "./tensor/weight_cast.ts";
 export { GradScaler } from "./amp/grad_scaler.ts";
 
 // data

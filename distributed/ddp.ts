@@ -72,6 +72,7 @@ export class DistributedDataParallel<M extends Module> {
     this.#verifyAcrossRanks();
     phase("ddp: broadcast parameters");
     for (const [, p] of named) pg.broadcast(bufferOf(p), 0);
+    for (const [, p] of named) p.markModified(); // written through its address: no cached copy of it holds
     if (opts.broadcastBuffers ?? true) {
       for (const [, b] of module.namedBuffers()) pg.broadcast(bufferOf(b), 0);
     }

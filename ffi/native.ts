@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { installLayout } from "../os/install_layout.ts";
 
 /** Must equal DT_ABI_VERSION in kernels/common/dt_common.h. */
-export const ABI_VERSION = 2;
+export const ABI_VERSION = 3;
 
 /** An error reported by a native library, carrying its own text. */
 export class DtNativeError extends Error {

@@ -905,6 +905,79 @@ export const KERNEL_SYMBOLS = {
   /** (g, n, inv_scale, found_inf f32[1], stream): g *= inv_scale; found_inf = 1
    *  when any element of g is inf or NaN (never reset to 0 here). */
   dt_unscale_check: { parameters: [P, I64, F32, P, P], ...STATUS },
+
+  // ---- one-launch optimizer steps (ABI 3) ---------------------------------
+  /** dt_adamw over `num` tensors in one call (one launch on a GPU), each with
+   *  its own step and hyperparameters: the same bits as one dt_adamw per
+   *  tensor. Every table is a host array of `num` entries (hyper: 5 per
+   *  tensor); the tensors are device (CPU: host) memory. */
+  dt_adamw_many: {
+    parameters: [
+      P, // float* const* params [num]: updated
+      P, // const float* const* grads [num]
+      P, // float* const* exp_avgs [num]: updated
+      P, // float* const* exp_avg_sqs [num]: updated
+      P, // const int64_t* counts [num]: elements of each tensor
+      P, // const int64_t* steps [num]: each tensor's step, >= 1
+      P, // const double* hyper [5 num]: lr, beta1, beta2, eps, weight_decay of each tensor
+      I64, // int64_t num
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** dt_sgd over `num` tensors in one call (one launch on a GPU): the same
+   *  bits as one dt_sgd per tensor. Host tables as dt_adamw_many's. */
+  dt_sgd_many: {
+    parameters: [
+      P, // float* const* params [num]: updated
+      P, // const float* const* grads [num]
+      P, // float* const* bufs [num]: momentum buffers, updated (NULL where momentum is 0)
+      P, // const int64_t* counts [num]
+      P, // const double* hyper [4 num]: lr, momentum, dampening, weight_decay of each tensor
+      P, // const int32_t* flags [2 num]: nesterov, first of each tensor (as dt_sgd's)
+      I64, // int64_t num
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** Every element of `num` f32 tensors = 0 in one call (one launch on a GPU):
+   *  zero_grad. Host tables as dt_adamw_many's. */
+  dt_zero_many: {
+    parameters: [
+      P, // float* const* ptrs [num]
+      P, // const int64_t* counts [num]
+      I64, // int64_t num
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+
+  // ---- mixed-dtype elementwise ops (ABI 3) --------------------------------
+  /** dt_binary with each operand in its own float dtype (f32, bf16, f16):
+   *  out[i] = a[i] op b[(i / inner) % bn], computed in f32 from the widened
+   *  operands and rounded once into out_dtype (all f32: dt_binary's bits).
+   *  out may alias a when their dtypes match. */
+  dt_binary_ex: {
+    parameters: [
+      I32, // int32_t op: DT_OP_ADD 0, SUB 1, MUL 2, DIV 3
+      P, // void* out [n]
+      I32, // int32_t out_dtype
+      P, // const void* a [n]
+      I32, // int32_t a_dtype
+      P, // const void* b [bn]
+      I32, // int32_t b_dtype
+      I64, // int64_t n
+      I64, // int64_t bn
+      I64, // int64_t inner
+      P, // void* stream
+    ],
+    ...STATUS,
+  },
+  /** (out, inp, n, dtype, stream): dt_gelu_fwd on f32/bf16/f16 data, computed
+   *  in f32 and rounded once into dtype. */
+  dt_gelu_fwd_ex: { parameters: [P, P, I64, I32, P], ...STATUS },
+  /** (dinp, dout, inp, n, dtype, stream): dt_gelu_bwd with all three in dtype. */
+  dt_gelu_bwd_ex: { parameters: [P, P, P, I64, I32, P], ...STATUS },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 export type KernelSymbols = typeof KERNEL_SYMBOLS;

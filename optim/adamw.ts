@@ -1,9 +1,21 @@
 /**
  * AdamW as torch 1.13 runs it (decoupled weight decay, bias corrections in
- * double), one fused native kernel per parameter.
+ * double): every parameter of a device in one native call (dt_adamw_many, one
+ * kernel launch on a GPU, like torch's fused AdamW), each with its group's
+ * hyperparameters and its own step, the same bits as torch's single-tensor
+ * loop.
  */
-import { backend } from "../tensor/backend.ts";
+import { backendOf, type Device } from "../tensor/backend.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
+import {
+  address,
+  byDevice,
+  checkStepTensor,
+  count,
+  HostTable,
+  onDevice,
+  oneDevice,
+} from "./tensor_table.ts";
 import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer.ts";
 
 /** AdamW hyperparameters; defaults are torch's. */
@@ -29,9 +41,22 @@ interface AdamState {
   expAvgSq: Tensor;
 }
 
+/** A parameter in a step: its gradient, state, group hyperparameters and index. */
+interface AdamItem {
+  p: Tensor;
+  g: Tensor;
+  s: AdamState;
+  h: AdamWOptions;
+  index: number;
+}
+
 /** torch.optim.AdamW. */
 export class AdamW extends Optimizer<AdamWOptions> {
   readonly #state = new Map<Tensor, AdamState>();
+  /** the step's host tables (params, grads, exp_avgs, exp_avg_sqs; steps; 5 scalars each) */
+  readonly #table = new HostTable(4, 5, 0);
+  readonly #items = new Map<Tensor, AdamItem>();
+  readonly #list: AdamItem[] = [];
 
   constructor(
     params: Tensor[] | ParamGroupSpec<AdamWOptions>[],
@@ -41,10 +66,13 @@ export class AdamW extends Optimizer<AdamWOptions> {
   }
 
   protected update(): void {
-    const b = backend();
+    // the step's items are kept per parameter and the list reused: a step allocates nearly nothing
+    const items = this.#list;
+    items.length = 0;
+    let index = 0;
     for (const g of this.groups) {
-      const h = g.hyper;
       for (const p of g.params) {
+        const i = index++;
         if (!p.grad) continue;
         let s = this.#state.get(p);
         if (!s) {
@@ -55,22 +83,64 @@ export class AdamW extends Optimizer<AdamWOptions> {
           };
           this.#state.set(p, s);
         }
-        s.step++;
-        b.call.dt_adamw(
-          p.ptr,
-          p.grad.ptr,
-          s.expAvg.ptr,
-          s.expAvgSq.ptr,
-          BigInt(p.numel),
-          h.lr,
-          h.beta1,
-          h.beta2,
-          h.eps,
-          h.weightDecay,
-          BigInt(s.step),
-        );
+        let it = this.#items.get(p);
+        if (!it) {
+          it = { p, g: p.grad, s, h: g.hyper, index: i };
+          this.#items.set(p, it);
+        }
+        it.g = p.grad;
+        it.s = s;
+        it.h = g.hyper;
+        it.index = i;
+        items.push(it);
       }
     }
+    for (const it of items) {
+      checkStepTensor("AdamW.step", it.p, it.index, it.p);
+      checkStepTensor("AdamW.step", it.p, it.index, it.g);
+      checkStepTensor("AdamW.step", it.p, it.index, it.s.expAvg);
+      checkStepTensor("AdamW.step", it.p, it.index, it.s.expAvgSq);
+    }
+    for (const it of items) it.s.step++;
+    const device = oneDevice(items, onDevice);
+    if (device) this.#call(device, items);
+    else for (const [d, list] of byDevice(items, onDevice)) this.#call(d, list);
+  }
+
+  /** One dt_adamw_many over `list`, all on `device`. */
+  #call(device: Device, list: AdamItem[]): void {
+    const n = list.length;
+    const T = this.#table.reserve(n);
+    const params = T.ptrs[0]!;
+    const grads = T.ptrs[1]!;
+    const m = T.ptrs[2]!;
+    const v = T.ptrs[3]!;
+    for (let t = 0; t < n; t++) {
+      const it = list[t]!;
+      params[t] = address(it.p);
+      grads[t] = address(it.g);
+      m[t] = address(it.s.expAvg);
+      v[t] = address(it.s.expAvgSq);
+      T.counts[t] = count(it.p);
+      T.ints[t] = BigInt(it.s.step);
+      const h = T.f64, k = 5 * t;
+      h[k] = it.h.lr;
+      h[k + 1] = it.h.beta1;
+      h[k + 2] = it.h.beta2;
+      h[k + 3] = it.h.eps;
+      h[k + 4] = it.h.weightDecay;
+    }
+    const at = T.at;
+    backendOf(device).call.dt_adamw_many(
+      at.ptrs[0]!,
+      at.ptrs[1]!,
+      at.ptrs[2]!,
+      at.ptrs[3]!,
+      at.counts,
+      at.ints,
+      at.f64,
+      BigInt(n),
+    );
   }
 
   stateDict(): OptimizerState {

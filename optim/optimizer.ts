@@ -9,6 +9,9 @@ import { fromStTensor } from "../tensor/st_bridge.ts";
 import { isStTensor } from "../io/st_tensor.ts";
 import { type CheckpointLike, pickTensors, type TensorFileLike } from "../tensor/state_source.ts";
 import { enter, leave, stepDone } from "../profile/profile.ts";
+import { dropWeightCasts } from "../tensor/weight_cast.ts";
+import { backendOf } from "../tensor/backend.ts";
+import { address, count, HostTable } from "./tensor_table.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
 export interface ParamGroup<H> {
@@ -55,6 +58,8 @@ export function addOptimizerStepHook(hook: OptimizerStepHook): () => void {
 /** Base of SGD and AdamW. */
 export abstract class Optimizer<H extends { lr: number }> {
   readonly groups: ParamGroup<H>[];
+  /** zeroGrad's host table (the gradients' addresses and sizes) */
+  readonly #zeroTable = new HostTable(1, 0, 0);
 
   constructor(
     params: Tensor[] | ParamGroupSpec<H>[],
@@ -97,11 +102,43 @@ export abstract class Optimizer<H extends { lr: number }> {
     return this.groups.flatMap((g) => g.params);
   }
 
-  /** Sets every gradient to zero (torch 1.13's default zero_grad, not None). */
+  /**
+   * Sets every gradient to zero (torch 1.13's default zero_grad, not None):
+   * the f32 gradients, all on one device as usual, in one native call
+   * (dt_zero_many); others one by one. Allocates nothing in the usual case.
+   */
   zeroGrad(): void {
     const prev = enter("optimizer");
-    for (const p of this.params()) p.grad?.fill(0);
-    leave(prev);
+    try {
+      let n = 0, device: Tensor["device"] | null = null, oneDevice = true;
+      for (const g of this.groups) {
+        for (const p of g.params) {
+          if (p.grad?.dtype !== "f32") continue;
+          n++;
+          if (device === null) device = p.grad.device;
+          else if (p.grad.device !== device) oneDevice = false;
+        }
+      }
+      const T = this.#zeroTable.reserve(n);
+      let t = 0;
+      for (const g of this.groups) {
+        for (const p of g.params) {
+          if (!p.grad) continue;
+          if (p.grad.dtype !== "f32" || !oneDevice) {
+            p.grad.fill(0);
+            continue;
+          }
+          T.ptrs[0]![t] = address(p.grad);
+          T.counts[t++] = count(p.grad);
+          p.grad.markModified();
+        }
+      }
+      if (oneDevice && n > 0) {
+        backendOf(device!).call.dt_zero_many(T.at.ptrs[0]!, T.at.counts, BigInt(n));
+      }
+    } finally {
+      leave(prev);
+    }
   }
 
   /** Learning rate of the first group. */
@@ -136,6 +173,12 @@ export abstract class Optimizer<H extends { lr: number }> {
     try {
       this.update();
     } finally {
+      // the parameters changed in place: nothing derived from their old values (autocast's
+      // cached low-precision copies) may be used again, also when the update failed part way
+      for (const g of this.groups) {
+        for (const p of g.params) if (p.grad && !p.disposed) p.markModified();
+      }
+      dropWeightCasts();
       leave(prev);
     }
     stepDone();

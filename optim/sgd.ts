@@ -1,6 +1,19 @@
-/** SGD with momentum, dampening, Nesterov and weight decay, as torch 1.13 (fused native kernel). */
-import { backend } from "../tensor/backend.ts";
+/**
+ * SGD with momentum, dampening, Nesterov and weight decay, as torch 1.13:
+ * every parameter of a device in one native call (dt_sgd_many, one kernel
+ * launch on a GPU), the same bits as torch's single-tensor loop.
+ */
+import { backendOf, type Device } from "../tensor/backend.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
+import {
+  address,
+  byDevice,
+  checkStepTensor,
+  count,
+  HostTable,
+  onDevice,
+  oneDevice,
+} from "./tensor_table.ts";
 import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer.ts";
 
 /** SGD hyperparameters; defaults are torch's (lr has none there; 1e-2 here). */
@@ -20,9 +33,23 @@ const DEFAULTS: SGDOptions = {
   nesterov: false,
 };
 
+/** A parameter in a step: its gradient, buffer (first: made this step), group hyperparameters, index. */
+interface SgdItem {
+  p: Tensor;
+  g: Tensor;
+  buf: Tensor | undefined;
+  first: boolean;
+  h: SGDOptions;
+  index: number;
+}
+
 /** torch.optim.SGD. */
 export class SGD extends Optimizer<SGDOptions> {
   readonly #buf = new Map<Tensor, Tensor>();
+  /** the step's host tables (params, grads, buffers; 4 scalars and 2 flags each) */
+  readonly #table = new HostTable(3, 4, 2);
+  readonly #items = new Map<Tensor, SgdItem>();
+  readonly #list: SgdItem[] = [];
 
   constructor(
     params: Tensor[] | ParamGroupSpec<SGDOptions>[],
@@ -41,10 +68,14 @@ export class SGD extends Optimizer<SGDOptions> {
   }
 
   protected update(): void {
-    const b = backend();
+    // the step's items are kept per parameter and the list reused: a step allocates nearly nothing
+    const items = this.#list;
+    items.length = 0;
+    let index = 0;
     for (const g of this.groups) {
       const h = g.hyper;
       for (const p of g.params) {
+        const i = index++;
         if (!p.grad) continue;
         let buf = this.#buf.get(p);
         const first = !buf;
@@ -52,20 +83,61 @@ export class SGD extends Optimizer<SGDOptions> {
           buf = zeros(p.shape).keep();
           this.#buf.set(p, buf);
         }
-        b.call.dt_sgd(
-          p.ptr,
-          p.grad.ptr,
-          buf?.ptr ?? null,
-          BigInt(p.numel),
-          h.lr,
-          h.momentum,
-          h.dampening,
-          h.weightDecay,
-          h.nesterov ? 1 : 0,
-          first ? 1 : 0,
-        );
+        let it = this.#items.get(p);
+        if (!it) {
+          it = { p, g: p.grad, buf, first, h, index: i };
+          this.#items.set(p, it);
+        }
+        it.g = p.grad;
+        it.buf = buf;
+        it.first = first;
+        it.h = h;
+        it.index = i;
+        items.push(it);
       }
     }
+    for (const it of items) {
+      checkStepTensor("SGD.step", it.p, it.index, it.p);
+      checkStepTensor("SGD.step", it.p, it.index, it.g);
+      checkStepTensor("SGD.step", it.p, it.index, it.buf);
+    }
+    const device = oneDevice(items, onDevice);
+    if (device) this.#call(device, items);
+    else for (const [d, list] of byDevice(items, onDevice)) this.#call(d, list);
+  }
+
+  /** One dt_sgd_many over `list`, all on `device`. */
+  #call(device: Device, list: SgdItem[]): void {
+    const n = list.length;
+    const T = this.#table.reserve(n);
+    const params = T.ptrs[0]!;
+    const grads = T.ptrs[1]!;
+    const bufs = T.ptrs[2]!;
+    for (let t = 0; t < n; t++) {
+      const it = list[t]!;
+      params[t] = address(it.p);
+      grads[t] = address(it.g);
+      // momentum 0: no buffer (torch keeps none either)
+      bufs[t] = it.h.momentum !== 0 ? address(it.buf) : 0n;
+      T.counts[t] = count(it.p);
+      const h = T.f64, k = 4 * t;
+      h[k] = it.h.lr;
+      h[k + 1] = it.h.momentum;
+      h[k + 2] = it.h.dampening;
+      h[k + 3] = it.h.weightDecay;
+      T.i32[2 * t] = it.h.nesterov ? 1 : 0;
+      T.i32[2 * t + 1] = it.first ? 1 : 0;
+    }
+    const at = T.at;
+    backendOf(device).call.dt_sgd_many(
+      at.ptrs[0]!,
+      at.ptrs[1]!,
+      at.ptrs[2]!,
+      at.counts,
+      at.f64,
+      at.i32,
+      BigInt(n),
+    );
   }
 
   stateDict(): OptimizerState {

@@ -2,11 +2,18 @@
  * Reverse-mode autograd over a tape: each op that needs gradients records a
  * Node (its inputs and a backward function next to the forward). backward()
  * sorts the nodes topologically from the loss and sweeps them in reverse,
- * accumulating leaf gradients (parameters) into `tensor.grad`.
+ * accumulating leaf gradients (parameters) into `tensor.grad` (f32).
+ *
+ * Gradients are f32, except that an op whose output is bf16/f16 under
+ * autocast may return low-precision gradients (as torch's do): a node that
+ * declares `lowPrecisionGrad` takes them as they are, any other node gets
+ * them widened to f32 first, and a leaf adds them into its f32 grad without
+ * a separate cast. The values are those of casting at every step.
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 import { backend } from "./backend.ts";
-import { empty, full, type Tensor } from "./tensor.ts";
+import { castTensor, empty, full, type Tensor } from "./tensor.ts";
+import { DTYPE_CODE } from "./dtype.ts";
 import { enter, leave } from "../profile/profile.ts";
 
 /** One recorded op: given the gradient of its output, the gradients of its inputs. */
@@ -15,6 +22,8 @@ export interface Node {
   readonly inputs: readonly Tensor[];
   /** Returns one gradient per input (null where an input needs none). */
   backward(gradOut: Tensor): (Tensor | null)[];
+  /** backward() takes gradOut in bf16/f16 as well as f32 (otherwise it is widened to f32 first). */
+  readonly lowPrecisionGrad?: boolean;
 }
 
 /**
@@ -83,16 +92,21 @@ export function record(
   name: string,
   inputs: Tensor[],
   backward: Node["backward"],
+  opts: { lowPrecisionGrad?: boolean } = {},
 ): Tensor {
   out.requiresGrad = true;
-  out.node = { name, inputs, backward };
+  out.node = opts.lowPrecisionGrad
+    ? { name, inputs, backward, lowPrecisionGrad: true }
+    : { name, inputs, backward };
   return out;
 }
 
-/** Adds `g` into `into` (same shape): into += g. */
+/** Adds `g` (f32, or bf16/f16 widened exactly) into the f32 `into` (same shape): into += g. */
 export function accumulate(into: Tensor, g: Tensor): void {
   const b = backend();
-  b.call.dt_axpy(into.ptr, g.ptr, BigInt(into.numel), 1);
+  const n = BigInt(into.numel);
+  if (g.dtype === "f32") b.call.dt_axpy(into.ptr, g.ptr, n, 1);
+  else b.call.dt_binary_ex(0, into.ptr, 0, into.ptr, 0, g.ptr, DTYPE_CODE[g.dtype], n, n, 1n);
 }
 
 /**
@@ -186,7 +200,9 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
     grads.delete(t);
     if (!g) continue;
     const node = t.node!;
-    const inGrads = node.backward(g);
+    const inGrads = node.backward(
+      g.dtype === "f32" || node.lowPrecisionGrad ? g : castTensor(g, "f32"),
+    );
     for (let j = 0; j < node.inputs.length; j++) {
       const inp = node.inputs[j]!;
       const gi = inGrads[j];
@@ -218,11 +234,29 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
   for (const o of observers) o.onBackwardEnd?.(received);
 }
 
+/** a + b, two gradients of one tensor: in their dtype when they share one, else in f32. */
 function sumOf(a: Tensor, b: Tensor): Tensor {
-  const out = empty(a.shape, "f32");
   const k = backend();
   const n = BigInt(a.numel);
-  k.call.dt_binary(0, out.ptr, a.ptr, b.ptr, n, n, 1n);
+  if (a.dtype === "f32" && b.dtype === "f32") {
+    const out = empty(a.shape, "f32");
+    k.call.dt_binary(0, out.ptr, a.ptr, b.ptr, n, n, 1n);
+    return out;
+  }
+  const dt = a.dtype === b.dtype ? a.dtype : "f32";
+  const out = empty(a.shape, dt);
+  k.call.dt_binary_ex(
+    0,
+    out.ptr,
+    DTYPE_CODE[dt],
+    a.ptr,
+    DTYPE_CODE[a.dtype],
+    b.ptr,
+    DTYPE_CODE[b.dtype],
+    n,
+    n,
+    1n,
+  );
   return out;
 }
 

@@ -16,6 +16,8 @@ import { enter, leave } from "../profile/profile.ts";
 /** Reference-counted memory shared by a tensor and its views (reshape). */
 class Storage {
   refs = 1;
+  /** Bumped by every write into existing memory (shared by views, as torch's _version). */
+  version = 0;
   constructor(readonly block: Block) {}
   release(): void {
     if (--this.refs === 0) releaseBlock(this.block);
@@ -75,6 +77,27 @@ export class Tensor {
   /** Bytes of the tensor's elements. */
   get bytes(): number {
     return this.numel * DTYPE_SIZE[this.dtype];
+  }
+
+  /**
+   * A counter of in-place writes into this tensor's memory (shared with its
+   * views): copyFrom, copyFromArray, fill, optimizer steps, loading a state
+   * dict, DDP's parameter broadcast. Caches derived from the values (the
+   * weight casts of autocast) compare it. -1 once disposed.
+   */
+  get version(): number {
+    return this.#storage?.version ?? -1;
+  }
+
+  /**
+   * Records that the memory was written in place by a caller other than the
+   * tensor's own methods (a raw kernel call, a collective into `ptr`), so
+   * nothing derived from the old values is used again.
+   */
+  markModified(): this {
+    this.assertLive("markModified");
+    this.#storage!.version++;
+    return this;
   }
 
   /** True once dispose() ran. */
@@ -195,7 +218,7 @@ export class Tensor {
       const src = Deno.UnsafePointer.of(data as unknown as BufferSource);
       backendOf(this.device).call.dt_memcpy(this.ptr, src, BigInt(this.bytes), 1);
     }
-    return this;
+    return this.markModified();
   }
 
   /** Overwrites the elements with another tensor's (same shape and dtype). */
@@ -213,7 +236,7 @@ export class Tensor {
       );
     }
     backendOf(this.device).call.dt_memcpy(this.ptr, src.ptr, BigInt(this.bytes), 3);
-    return this;
+    return this.markModified();
   }
 
   /** Sets every element to `value`. */
@@ -225,7 +248,7 @@ export class Tensor {
       BigInt(this.numel),
       value,
     );
-    return this;
+    return this.markModified();
   }
 
   /** Throws when the tensor was disposed. */

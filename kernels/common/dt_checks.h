@@ -397,6 +397,99 @@ static inline dt_status dt_check_sgd(const float* p, const float* g, const float
   return DT_OK;
 }
 
+/* The host tables of a one-launch optimizer step: sizes, steps, betas and
+ * pointers of every tensor, each refusal naming the tensor. */
+static inline dt_status dt_check_adamw_many(float* const* p, const float* const* g, float* const* m, float* const* v,
+                                            const int64_t* counts, const int64_t* steps, const double* hyper,
+                                            int64_t num) {
+  DT_REQUIRE_(num >= 0, "dt_adamw_many: negative tensor count %lld", (long long)num);
+  if (num == 0) return DT_OK;
+  DT_REQUIRE_(p && g && m && v && counts && steps && hyper,
+              "dt_adamw_many: null table (params=%p grads=%p exp_avgs=%p exp_avg_sqs=%p counts=%p steps=%p hyper=%p)",
+              (const void*)p, (const void*)g, (const void*)m, (const void*)v, (const void*)counts,
+              (const void*)steps, (const void*)hyper);
+  for (int64_t t = 0; t < num; t++) {
+    double beta1 = hyper[5 * t + 1], beta2 = hyper[5 * t + 2];
+    DT_REQUIRE_(counts[t] >= 0, "dt_adamw_many: tensor %lld has a negative size %lld", (long long)t,
+                (long long)counts[t]);
+    DT_REQUIRE_(steps[t] >= 1, "dt_adamw_many: tensor %lld: step=%lld must be >= 1 (the first step is 1)",
+                (long long)t, (long long)steps[t]);
+    DT_REQUIRE_(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0,
+                "dt_adamw_many: tensor %lld: betas (%g, %g) must be in [0, 1)", (long long)t, beta1, beta2);
+    DT_REQUIRE_(counts[t] == 0 || (p[t] && g[t] && m[t] && v[t]),
+                "dt_adamw_many: tensor %lld of %lld elements has a null pointer (p=%p g=%p m=%p v=%p)", (long long)t,
+                (long long)counts[t], (const void*)p[t], (const void*)g[t], (const void*)m[t], (const void*)v[t]);
+  }
+  return DT_OK;
+}
+
+static inline dt_status dt_check_sgd_many(float* const* p, const float* const* g, float* const* buf,
+                                          const int64_t* counts, const double* hyper, const int32_t* flags,
+                                          int64_t num) {
+  DT_REQUIRE_(num >= 0, "dt_sgd_many: negative tensor count %lld", (long long)num);
+  if (num == 0) return DT_OK;
+  DT_REQUIRE_(p && g && buf && counts && hyper && flags,
+              "dt_sgd_many: null table (params=%p grads=%p bufs=%p counts=%p hyper=%p flags=%p)", (const void*)p,
+              (const void*)g, (const void*)buf, (const void*)counts, (const void*)hyper, (const void*)flags);
+  for (int64_t t = 0; t < num; t++) {
+    double momentum = hyper[4 * t + 1], dampening = hyper[4 * t + 2];
+    DT_REQUIRE_(counts[t] >= 0, "dt_sgd_many: tensor %lld has a negative size %lld", (long long)t,
+                (long long)counts[t]);
+    DT_REQUIRE_(!flags[2 * t] || (momentum > 0.0 && dampening == 0.0),
+                "dt_sgd_many: tensor %lld: nesterov needs momentum > 0 and dampening 0 (got momentum=%g dampening=%g)",
+                (long long)t, momentum, dampening);
+    DT_REQUIRE_(counts[t] == 0 || (p[t] && g[t] && (buf[t] || momentum == 0.0)),
+                "dt_sgd_many: tensor %lld of %lld elements has a null pointer (p=%p g=%p buf=%p, momentum=%g)",
+                (long long)t, (long long)counts[t], (const void*)p[t], (const void*)g[t], (const void*)buf[t],
+                momentum);
+  }
+  return DT_OK;
+}
+
+static inline dt_status dt_check_zero_many(float* const* p, const int64_t* counts, int64_t num) {
+  DT_REQUIRE_(num >= 0, "dt_zero_many: negative tensor count %lld", (long long)num);
+  if (num == 0) return DT_OK;
+  DT_REQUIRE_(p && counts, "dt_zero_many: null table (ptrs=%p counts=%p)", (const void*)p, (const void*)counts);
+  for (int64_t t = 0; t < num; t++) {
+    DT_REQUIRE_(counts[t] >= 0, "dt_zero_many: tensor %lld has a negative size %lld", (long long)t,
+                (long long)counts[t]);
+    DT_REQUIRE_(counts[t] == 0 || p[t], "dt_zero_many: tensor %lld of %lld elements is a null pointer", (long long)t,
+                (long long)counts[t]);
+  }
+  return DT_OK;
+}
+
+/* ---- mixed-dtype elementwise ops (dt_binary_ex, dt_gelu_*_ex) ------------------------------------ */
+
+static inline int dt_check_float_dtype_(int32_t dtype) {
+  return dtype == DT_F32 || dtype == DT_BF16 || dtype == DT_F16;
+}
+
+static inline dt_status dt_check_binary_ex(int32_t op, const void* out, int32_t out_dtype, const void* a,
+                                           int32_t a_dtype, const void* b, int32_t b_dtype, int64_t n, int64_t bn,
+                                           int64_t inner) {
+  DT_REQUIRE_(op >= DT_OP_ADD && op <= DT_OP_DIV, "dt_binary_ex: unknown op %d (expected DT_OP_ADD..DT_OP_DIV, 0..3)",
+              op);
+  DT_REQUIRE_(dt_check_float_dtype_(out_dtype) && dt_check_float_dtype_(a_dtype) && dt_check_float_dtype_(b_dtype),
+              "dt_binary_ex: dtypes out=%s a=%s b=%s must be f32, bf16 or f16", dt_dtype_name(out_dtype),
+              dt_dtype_name(a_dtype), dt_dtype_name(b_dtype));
+  DT_REQUIRE_(n >= 0, "dt_binary_ex: negative size n=%lld", (long long)n);
+  if (n == 0) return DT_OK;
+  DT_REQUIRE_(bn >= 1 && inner >= 1, "dt_binary_ex: broadcast bn=%lld inner=%lld must both be >= 1", (long long)bn,
+              (long long)inner);
+  DT_REQUIRE_(out && a && b, "dt_binary_ex: null pointer (out=%p a=%p b=%p)", out, a, b);
+  return DT_OK;
+}
+
+static inline dt_status dt_check_gelu_ex(const char* name, const void* out, const void* x, const void* y, int needs_y,
+                                         int64_t n, int32_t dtype) {
+  DT_REQUIRE_(dt_check_float_dtype_(dtype), "%s: dtype %s must be f32, bf16 or f16", name, dt_dtype_name(dtype));
+  DT_REQUIRE_(n >= 0, "%s: negative size n=%lld", name, (long long)n);
+  if (n == 0) return DT_OK;
+  DT_REQUIRE_(out && x && (y || !needs_y), "%s: null pointer", name);
+  return DT_OK;
+}
+
 static inline dt_status dt_check_unscale(const float* g, int64_t n, const float* found_inf) {
   DT_REQUIRE_(n >= 0, "dt_unscale_check: negative size n=%lld", (long long)n);
   DT_REQUIRE_(found_inf, "dt_unscale_check: null found_inf");

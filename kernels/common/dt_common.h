@@ -21,7 +21,7 @@
 #define DT_EXPORT DT_EXTERN_C __attribute__((visibility("default")))
 
 /* Bump when any exported signature or semantics change; ffi/ checks it. */
-#define DT_ABI_VERSION 2
+#define DT_ABI_VERSION 3
 
 typedef int32_t dt_status;
 enum {

@@ -1,10 +1,13 @@
 /* optim.c — CPU loops of the optimizer steps (dt_adamw, dt_sgd, torch 1.13
- * single-tensor semantics) and of the loss-scale unscale/inf check. The
- * per-element updates live in kernels/common/adamw.h, sgd.h, loss_scale.h. */
+ * single-tensor semantics; dt_adamw_many, dt_sgd_many: every tensor in one
+ * call; dt_zero_many: zero_grad in one call) and of the loss-scale
+ * unscale/inf check. The per-element updates
+ * live in kernels/common/adamw.h, sgd.h, loss_scale.h. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include "cpu_internal.h"
 #include "adamw.h"
 #include "loss_scale.h"
+#include "optim_many.h"
 #include "sgd.h"
 
 /* Elements per thread chunk (an update is a dozen flops and 16-20 bytes of traffic). */
@@ -64,6 +67,45 @@ DT_EXPORT dt_status dt_sgd(float* p, const float* g, float* buf, int64_t n, doub
   if (n == 0) return DT_OK;
   sgd_ctx_ c = {p, buf, g, dt_sgd_make_scalars(lr, momentum, dampening, weight_decay, nesterov, first)};
   dt_parallel_for_(n, OPTIM_GRAIN, sgd_range_, &c);
+  return DT_OK;
+}
+
+/* One call for many tensors, each with its own scalars (same bits as one
+ * dt_adamw per tensor: the same body and scalars; tensors run one after the
+ * other, each split across the thread pool when large enough). */
+DT_EXPORT dt_status dt_adamw_many(float* const* p, const float* const* g, float* const* m, float* const* v,
+                                  const int64_t* counts, const int64_t* steps, const double* hyper, int64_t num,
+                                  void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_adamw_many(p, g, m, v, counts, steps, hyper, num));
+  for (int64_t t = 0; t < num; t++) {
+    if (counts[t] == 0) continue;
+    const double* h = hyper + 5 * t;
+    adamw_ctx_ c = {p[t], m[t], v[t], g[t], dt_adamw_make_scalars(h[0], h[1], h[2], h[3], h[4], steps[t])};
+    dt_parallel_for_(counts[t], OPTIM_GRAIN, adamw_range_, &c);
+  }
+  return DT_OK;
+}
+
+DT_EXPORT dt_status dt_sgd_many(float* const* p, const float* const* g, float* const* buf, const int64_t* counts,
+                                const double* hyper, const int32_t* flags, int64_t num, void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_sgd_many(p, g, buf, counts, hyper, flags, num));
+  for (int64_t t = 0; t < num; t++) {
+    if (counts[t] == 0) continue;
+    const double* h = hyper + 4 * t;
+    sgd_ctx_ c = {p[t], buf[t], g[t], dt_sgd_make_scalars(h[0], h[1], h[2], h[3], flags[2 * t], flags[2 * t + 1])};
+    dt_parallel_for_(counts[t], OPTIM_GRAIN, sgd_range_, &c);
+  }
+  return DT_OK;
+}
+
+/* zero_grad of every gradient in one call. */
+DT_EXPORT dt_status dt_zero_many(float* const* p, const int64_t* counts, int64_t num, void* stream) {
+  (void)stream;
+  DT_TRY_(dt_check_zero_many(p, counts, num));
+  for (int64_t t = 0; t < num; t++)
+    if (counts[t] > 0) memset(p[t], 0, (size_t)counts[t] * sizeof(float));
   return DT_OK;
 }
 

@@ -257,6 +257,80 @@ export function buildOpCases(
       call: (k, p, s) => k.dt_unscale_check(p("g"), n64(n), 1 / 1024, p("found"), s),
     });
   }
+  // ---- mixed-dtype elementwise (bf16/f16 activations under autocast) -----------------------
+  {
+    type FD = "f32" | "bf16" | "f16";
+    const code = { f32: DT.F32, bf16: DT.BF16, f16: DT.F16 } as const;
+    const inDtype = (x: Float32Array, d: FD): Arr =>
+      d === "f32" ? x : d === "bf16" ? toBf16(x) : toF16(x);
+    const outArr = (n: number, d: FD): Arr => d === "f32" ? f32(n) : new Uint16Array(n);
+    const mixes: [FD, FD, FD][] = [
+      ["bf16", "bf16", "bf16"],
+      ["f32", "bf16", "f32"],
+      ["bf16", "f32", "f32"],
+      ["f16", "f16", "f16"],
+      ["f32", "f32", "bf16"],
+      ["f32", "f32", "f32"],
+    ];
+    const forms: [number, number, number][] = [
+      ...S.elementwise.map((n): [number, number, number] => [n, n, 1]),
+      ...S.broadcast,
+    ];
+    forms.forEach(([n, bn, inner], i) => {
+      const [ad, bd, od] = mixes[i % mixes.length]!;
+      for (const [op, name] of [[0, "add"], [2, "mul"]] as const) {
+        add({
+          op: `binary_ex ${name} ${ad}+${bd}->${od}`,
+          symbols: ["dt_binary_ex"],
+          dtype: od,
+          size: `${n}/${bn}x${inner}`,
+          tol: TOL.exact,
+          inputs: { a: inDtype(rng.normals(n), ad), b: inDtype(rng.normals(bn), bd) },
+          outputs: { out: [outArr(n, od), od] },
+          call: (k, p, s) =>
+            k.dt_binary_ex(
+              op,
+              p("out"),
+              code[od],
+              p("a"),
+              code[ad],
+              p("b"),
+              code[bd],
+              n64(n),
+              n64(bn),
+              n64(inner),
+              s,
+            ),
+        });
+      }
+    });
+    for (const n of S.elementwise) {
+      for (const d of ["bf16", "f16", "f32"] as const) {
+        const x = inDtype(rng.normals(n, 2), d), dy = inDtype(rng.normals(n), d);
+        const tol = d === "f32" ? TOL.f32 : d === "bf16" ? TOL.bf16 : TOL.f16;
+        add({
+          op: "gelu_ex fwd",
+          symbols: ["dt_gelu_fwd_ex"],
+          dtype: d,
+          size: `${n}`,
+          tol,
+          inputs: { x },
+          outputs: { y: [outArr(n, d), d] },
+          call: (k, p, s) => k.dt_gelu_fwd_ex(p("y"), p("x"), n64(n), code[d], s),
+        });
+        add({
+          op: "gelu_ex bwd",
+          symbols: ["dt_gelu_bwd_ex"],
+          dtype: d,
+          size: `${n}`,
+          tol,
+          inputs: { x, dy },
+          outputs: { dx: [outArr(n, d), d] },
+          call: (k, p, s) => k.dt_gelu_bwd_ex(p("dx"), p("dy"), p("x"), n64(n), code[d], s),
+        });
+      }
+    }
+  }
   {
     const n = 4099, g = rng.normals(n);
     g[4000] = Infinity;
@@ -680,6 +754,103 @@ export function buildOpCases(
           k.dt_sgd(p("p"), p("g"), p("buf"), n64(n), 0.01, momentum, 0, 1e-4, nesterov, first, s),
       });
     }
+  }
+
+  // every parameter in one launch: odd and empty tensors, one past a chunk, and more chunks
+  // than the emulated grid (64 blocks) through 70 small tensors; each tensor its own step and
+  // hyperparameters, so the table must pair them right. Same bits as the CPU library.
+  {
+    const sizes = [...S.optim, 0, 4096, 4097, 77, ...Array.from({ length: 70 }, (_, i) => 1 + i)];
+    const num = sizes.length;
+    const total = sizes.reduce((a, b) => a + b, 0);
+    /** A host table of the named buffers' addresses (0 for an absent name). */
+    const table = (p: (name: string) => Deno.PointerValue, prefix: string) =>
+      Deno.UnsafePointer.of(
+        BigUint64Array.from(sizes, (_, t) => BigInt(Deno.UnsafePointer.value(p(`${prefix}${t}`)))),
+      );
+    const counts = BigInt64Array.from(sizes, BigInt);
+    const named = (prefix: string, make: (n: number) => Float32Array) =>
+      Object.fromEntries(sizes.map((n, t) => [`${prefix}${t}`, make(n)]));
+    const inout = (prefix: string, make: (n: number) => Float32Array) =>
+      Object.fromEntries(sizes.map((n, t) => [`${prefix}${t}`, [make(n), "f32"] as [Arr, "f32"]]));
+    const steps = BigInt64Array.from(sizes, (_, t) => BigInt(1 + (t % 4) * 3));
+    const hyper = Float64Array.from(
+      sizes.flatMap((_, t) => [[6e-4, 0.9, 0.95, 1e-8, 0.1], [1e-3, 0.8, 0.999, 1e-6, 0]][t % 2]!),
+    );
+    add({
+      op: "adamw_many",
+      symbols: ["dt_adamw_many"],
+      dtype: "f32",
+      size: `${num} tensors, ${total}`,
+      tol: TOL.exact,
+      inputs: named("g", (n) => rng.normals(n)),
+      inout: {
+        ...inout("p", (n) => rng.normals(n)),
+        ...inout("m", (n) => rng.normals(n, 0.1)),
+        ...inout("v", (n) => Float32Array.from(rng.normals(n, 0.1), Math.abs)),
+      },
+      call: (k, p, s) =>
+        k.dt_adamw_many(
+          table(p, "p"),
+          table(p, "g"),
+          table(p, "m"),
+          table(p, "v"),
+          Deno.UnsafePointer.of(counts),
+          Deno.UnsafePointer.of(steps),
+          Deno.UnsafePointer.of(hyper),
+          n64(num),
+          s,
+        ),
+    });
+    add({
+      op: "zero_many",
+      symbols: ["dt_zero_many"],
+      dtype: "f32",
+      size: `${num} tensors, ${total}`,
+      tol: TOL.exact,
+      inout: inout("p", (n) => rng.normals(n)),
+      call: (k, p, s) => k.dt_zero_many(table(p, "p"), Deno.UnsafePointer.of(counts), n64(num), s),
+    });
+    // momentum 0 (no buffer), plain, dampened and Nesterov momentum, first steps among later ones
+    const modes = [[0.1, 0, 0, 1e-4, 0], [0.01, 0.9, 0, 0, 0], [0.05, 0.9, 0.1, 1e-2, 0], [
+      0.01,
+      0.5,
+      0,
+      0,
+      1,
+    ]];
+    const sgdHyper = Float64Array.from(sizes.flatMap((_, t) => modes[t % 4]!.slice(0, 4)));
+    const flags = Int32Array.from(
+      sizes.flatMap((_, t) => [modes[t % 4]![4]!, t % 3 === 0 ? 1 : 0]),
+    );
+    const hasBuf = (t: number) => modes[t % 4]![1] !== 0;
+    add({
+      op: "sgd_many",
+      symbols: ["dt_sgd_many"],
+      dtype: "f32",
+      size: `${num} tensors, ${total}`,
+      tol: TOL.exact,
+      inputs: named("g", (n) => rng.normals(n)),
+      inout: {
+        ...inout("p", (n) => rng.normals(n)),
+        ...Object.fromEntries(
+          sizes.flatMap((n, t) =>
+            hasBuf(t) ? [[`b${t}`, [rng.normals(n), "f32"] as [Arr, "f32"]]] : []
+          ),
+        ),
+      },
+      call: (k, p, s) =>
+        k.dt_sgd_many(
+          table(p, "p"),
+          table(p, "g"),
+          table(p, "b"),
+          Deno.UnsafePointer.of(counts),
+          Deno.UnsafePointer.of(sgdHyper),
+          Deno.UnsafePointer.of(flags),
+          n64(num),
+          s,
+        ),
+    });
   }
 
   cases.push(...buildCnnOpCases({ rng, cpu, sizes: S.cnn }));

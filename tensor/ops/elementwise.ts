@@ -1,12 +1,16 @@
 /**
  * Elementwise ops with autograd: add/sub/mul/div with PyTorch's broadcasting,
  * scale, relu, gelu (tanh approximation), dropout (seeded) and cast.
+ * add/sub/mul/div and gelu take bf16/f16 operands as they are (no cast before
+ * and after: the mixed-dtype kernels widen, compute in f32 and round once)
+ * and give torch's result dtype: the operands' when they share a low
+ * precision, else f32; the other ops compute in f32.
  */
 import { backend } from "../backend.ts";
 import { castTensor, empty, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { asF32, requireFloat } from "./_util.ts";
-import type { DType } from "../dtype.ts";
+import { type DType, DTYPE_CODE } from "../dtype.ts";
 import { expand } from "./layout.ts";
 
 const OP = { add: 0, sub: 1, mul: 2, div: 3 } as const;
@@ -55,6 +59,10 @@ function bcastPlanOrNull(
 function binary(op: keyof typeof OP, a0: Tensor, b0: Tensor): Tensor {
   requireFloat(op, a0);
   requireFloat(op, b0);
+  if (a0.dtype !== "f32" || b0.dtype !== "f32") {
+    const mixed = binaryMixed(op, a0, b0);
+    if (mixed) return mixed;
+  }
   let a = asF32(a0), b = asF32(b0);
   let swapped = false;
   if (b.numel > a.numel && (op === "add" || op === "mul")) {
@@ -116,6 +124,101 @@ function binary(op: keyof typeof OP, a0: Tensor, b0: Tensor): Tensor {
       }
       return swapped ? [gb, ga] : [ga, gb];
     });
+  }
+  return out;
+}
+
+/** torch's result dtype of a binary op on two float dtypes. */
+function promote(a: DType, b: DType): DType {
+  return a === b ? a : "f32";
+}
+
+/** out (dtype od) = a op b[(i / inner) % bn], each operand in its own float dtype. */
+function binaryEx(
+  op: number,
+  od: DType,
+  a: Tensor,
+  b: Tensor,
+  n: number,
+  bn: number,
+  inner: number,
+): Tensor {
+  const out = empty(a.shape, od);
+  backend().call.dt_binary_ex(
+    op,
+    out.ptr,
+    DTYPE_CODE[od],
+    a.ptr,
+    DTYPE_CODE[a.dtype],
+    b.ptr,
+    DTYPE_CODE[b.dtype],
+    BigInt(n),
+    BigInt(bn),
+    BigInt(inner),
+  );
+  return out;
+}
+
+/**
+ * binary() when an operand is bf16/f16 and b broadcasts into a without a
+ * copy: one mixed-dtype kernel, the result in torch's dtype. Gradients come
+ * in the operands' dtypes (rounded once); those summed over broadcast dims
+ * in f32. null: the general broadcast, which binary() does in f32.
+ */
+function binaryMixed(op: keyof typeof OP, a0: Tensor, b0: Tensor): Tensor | null {
+  let a = a0, b = b0, swapped = false;
+  if (b.numel > a.numel && (op === "add" || op === "mul")) {
+    [a, b] = [b, a];
+    swapped = true;
+  }
+  const plan = bcastPlanOrNull(a.shape, b.shape);
+  if (!plan) return null;
+  const { bn, inner } = plan;
+  const n = a.numel, full = bn === n && inner === 1;
+  const out = binaryEx(OP[op], promote(a.dtype, b.dtype), a, b, n, bn, inner);
+  if (needsGrad(a, b)) {
+    const A = a, B = b;
+    const k = backend();
+    /** g summed over B's broadcast dims, in f32 (g itself when B is full size). */
+    const toB = (g: Tensor) =>
+      full ? g : reduceTo(g.dtype === "f32" ? g : castTensor(g, "f32"), B, bn, inner);
+    const negate = (t: Tensor) => {
+      const f = t.dtype === "f32" ? t : castTensor(t, "f32");
+      const r = empty(f.shape, "f32");
+      k.call.dt_scale(r.ptr, f.ptr, BigInt(f.numel), -1);
+      return r;
+    };
+    record(out, op, swapped ? [B, A] : [A, B], (g) => {
+      let ga: Tensor | null = null, gb: Tensor | null = null;
+      if (op === "add" || op === "sub") {
+        ga = A.requiresGrad ? g : null;
+        if (B.requiresGrad) gb = op === "add" ? toB(g) : negate(toB(g));
+      } else if (op === "mul") {
+        if (A.requiresGrad) ga = binaryEx(OP.mul, A.dtype, g, B, n, bn, inner);
+        if (B.requiresGrad) gb = toB(binaryEx(OP.mul, full ? B.dtype : "f32", g, A, n, n, 1));
+      } else {
+        // div: d(a/b)/da = 1/b, d(a/b)/db = -(a/b)/b = -out/b
+        if (A.requiresGrad) ga = binaryEx(OP.div, A.dtype, g, B, n, bn, inner);
+        if (B.requiresGrad) {
+          const t = binaryEx(OP.mul, "f32", g, out, n, n, 1);
+          k.call.dt_binary_ex(
+            OP.div,
+            t.ptr,
+            0,
+            t.ptr,
+            0,
+            B.ptr,
+            DTYPE_CODE[B.dtype],
+            BigInt(n),
+            BigInt(bn),
+            BigInt(inner),
+          );
+          gb = negate(toB(t));
+          if (full && B.dtype !== "f32") gb = castTensor(gb, B.dtype); // as mul's, in B's dtype
+        }
+      }
+      return swapped ? [gb, ga] : [ga, gb];
+    }, { lowPrecisionGrad: true });
   }
   return out;
 }
@@ -197,8 +300,9 @@ export function relu(x0: Tensor): Tensor {
   return out;
 }
 
-/** GELU with the tanh approximation (torch's approximate="tanh"). */
+/** GELU with the tanh approximation (torch's approximate="tanh"); bf16/f16 in, the same out. */
 export function gelu(x0: Tensor): Tensor {
+  if (x0.dtype === "bf16" || x0.dtype === "f16") return geluLow(x0);
   const x = asF32(x0);
   const out = empty(x.shape, "f32");
   const k = backend();
@@ -210,6 +314,23 @@ export function gelu(x0: Tensor): Tensor {
       k.call.dt_gelu_bwd(gx.ptr, g.ptr, x.ptr, n);
       return [gx];
     });
+  }
+  return out;
+}
+
+/** gelu of bf16/f16 values, computed in f32 and rounded once (as torch's bf16 GELU). */
+function geluLow(x: Tensor): Tensor {
+  const out = empty(x.shape, x.dtype);
+  const k = backend();
+  const n = BigInt(x.numel), dt = DTYPE_CODE[x.dtype];
+  k.call.dt_gelu_fwd_ex(out.ptr, x.ptr, n, dt);
+  if (needsGrad(x)) {
+    record(out, "gelu", [x], (g0) => {
+      const g = g0.dtype === x.dtype ? g0 : castTensor(g0, x.dtype);
+      const gx = empty(x.shape, x.dtype);
+      k.call.dt_gelu_bwd_ex(gx.ptr, g.ptr, x.ptr, n, dt);
+      return [gx];
+    }, { lowPrecisionGrad: true });
   }
   return out;
 }
@@ -228,8 +349,9 @@ export function dropout(
   if (!(p >= 0 && p < 1)) {
     throw new RangeError(`dropout: p must be in [0, 1), got ${p}`);
   }
+  requireFloat("dropout", x0);
+  if (p === 0) return x0; // the identity, in the input's dtype (as torch's)
   const x = asF32(x0);
-  if (p === 0) return x;
   const out = empty(x.shape, "f32");
   const k = backend();
   const n = BigInt(x.numel);

@@ -1,14 +1,18 @@
 /**
  * Matrix products with autograd: matmul (2-D and batched), linear
  * (x @ W^T + b, as torch.nn.functional.linear) and the batched products of
- * attention. Under autocast, inputs are rounded to bf16/f16 and the product
- * accumulates in f32, its output rounded to the low precision.
+ * attention. Under autocast, inputs are rounded to bf16/f16 (parameters once
+ * per change, tensor/weight_cast.ts) and the product accumulates in f32, its
+ * output rounded to the low precision; gradients come in the low precision
+ * (f32 where a mixed CPU GEMM writes them so) and autograd widens them only
+ * where an f32 op needs them.
  */
 import { backend } from "../backend.ts";
 import { castTensor, empty, full, type Tensor } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { type DType, DTYPE_CODE } from "../dtype.ts";
 import { matmulLowPrecision } from "../matmul_precision.ts";
+import { castOperand } from "../weight_cast.ts";
 import { requireFloat } from "./_util.ts";
 import { add } from "./elementwise.ts";
 import { gemmBf16Mixed, hasGemmBf16Mixed, type MixedOperand } from "../../ffi/cpu_extras.ts";
@@ -95,8 +99,8 @@ function productInputs(a: Tensor, b: Tensor): [DType, Tensor, Tensor] {
   if (low) {
     return [
       low,
-      a.dtype === low ? a : castTensor(a, low),
-      b.dtype === low ? b : castTensor(b, low),
+      a.dtype === low ? a : castOperand(a, low),
+      b.dtype === low ? b : castOperand(b, low),
     ];
   }
   const fa = a.dtype === "f32" ? a : castTensor(a, "f32");
@@ -113,6 +117,9 @@ function gradIn(g: Tensor, dt: DType): Tensor {
 function toF32(t: Tensor): Tensor {
   return t.dtype === "f32" ? t : castTensor(t, "f32");
 }
+
+/** Products record low-precision gradients as they are (autograd widens them where needed). */
+const LOW_GRAD = { lowPrecisionGrad: true } as const;
 
 /**
  * Matrix product. a: (..., M, K); b: (K, N) shared by every batch, or
@@ -189,7 +196,6 @@ export function matmul(
         if (shared) {
           mm(false, !transB, batchA * M, K, N, g, b, ga, { alpha });
         } else mm(false, !transB, M, K, N, g, b, ga, { alpha, batch: batchA });
-        ga = toF32(ga);
       }
       if (b0.requiresGrad) {
         gb = empty(b0.shape, gradDt);
@@ -203,10 +209,11 @@ export function matmul(
             mm(true, false, N, K, M, g, a, gb, { alpha, batch: batchA });
           } else mm(true, false, K, N, M, a, g, gb, { alpha, batch: batchA });
         }
-        gb = toF32(gb);
       }
+      // in the GEMM's dtype: a parameter adds it into its f32 grad, a low-precision
+      // activation's op takes it as it is, anything else gets it widened (tensor/autograd.ts)
       return [ga, gb];
-    });
+    }, LOW_GRAD);
   }
   return out;
 }
@@ -248,9 +255,9 @@ function linearLow(x: Tensor, weight: Tensor, bias: Tensor, low: DType): Tensor 
   // Operands the backward pass reads again are cast once; a product without a
   // backward (mixedBf16) rounds its f32 operands itself while packing.
   const direct = mixed && !grad;
-  const xl = direct || x.dtype === low ? x : castTensor(x, low);
-  const wl = direct || weight.dtype === low ? weight : castTensor(weight, low);
-  const bl = direct || bias.dtype === low ? bias : castTensor(bias, low);
+  const xl = direct || x.dtype === low ? x : castOperand(x, low);
+  const wl = direct || weight.dtype === low ? weight : castOperand(weight, low);
+  const bl = direct || bias.dtype === low ? bias : castOperand(bias, low);
   const gradDt: DType = mixed ? "f32" : low;
   const out = empty([...x.shape.slice(0, -1), N], low);
   const ones = full([M, 1], 1, low);
@@ -265,16 +272,14 @@ function linearLow(x: Tensor, weight: Tensor, bias: Tensor, low: DType): Tensor 
       if (x.requiresGrad) {
         gx = empty(x.shape, gradDt);
         product(mixed, low, false, false, M, K, N, g, wl, gx); // (M, N) @ (N, K)
-        gx = toF32(gx);
       }
       if (weight.requiresGrad) {
         gw = empty(weight.shape, gradDt);
         product(mixed, low, true, false, N, K, M, g, xl, gw); // (N, M) @ (M, K)
-        gw = toF32(gw);
       }
       if (bias.requiresGrad) gb = sumRows(toF32(g0), M, N);
-      return [gx, gw, gb];
-    });
+      return [gx, gw, gb]; // gx, gw as the GEMMs wrote them, as matmul's
+    }, LOW_GRAD);
   }
   return out;
 }

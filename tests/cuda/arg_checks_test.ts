@@ -22,7 +22,14 @@ const I = new Int32Array(64);
 const D = new Float64Array(64);
 const i64 = (a: number[]) => BigInt64Array.from(a, BigInt);
 const G = i64(Array(17).fill(1));
-const p = (a: Float32Array | Int32Array | Float64Array) => Deno.UnsafePointer.of(a);
+const p = (a: Float32Array | Int32Array | Float64Array | BigInt64Array | BigUint64Array) =>
+  Deno.UnsafePointer.of(a);
+/** A host table of two tensors of 4 elements (F twice), as the dt_*_many calls take. */
+const PTRS = BigUint64Array.of(
+  BigInt(Deno.UnsafePointer.value(p(F))),
+  BigInt(Deno.UnsafePointer.value(p(F))),
+);
+const COUNTS = BigInt64Array.of(4n, 4n);
 
 /** A bad call, made the same way on both libraries. */
 type BadCall = [label: string, call: (k: NativeLibrary<KernelSymbols>["symbols"]) => number];
@@ -98,6 +105,39 @@ const BAD_CALLS: BadCall[] = [
   [
     "dt_sgd with nesterov and no momentum",
     (k) => k.dt_sgd(p(F), p(F), p(F), 4n, 0.1, 0, 0, 0, 1, 1, null),
+  ],
+  [
+    "dt_adamw_many with a step of 0",
+    (k) =>
+      k.dt_adamw_many(
+        p(PTRS),
+        p(PTRS),
+        p(PTRS),
+        p(PTRS),
+        p(COUNTS),
+        p(BigInt64Array.of(1n, 0n)),
+        p(Float64Array.of(1e-3, 0.9, 0.999, 1e-8, 0, 1e-3, 0.9, 0.999, 1e-8, 0)),
+        2n,
+        null,
+      ),
+  ],
+  [
+    "dt_sgd_many with nesterov and no momentum",
+    (k) =>
+      k.dt_sgd_many(
+        p(PTRS),
+        p(PTRS),
+        p(PTRS),
+        p(COUNTS),
+        p(Float64Array.of(0.1, 0.9, 0, 0, 0.1, 0, 0, 0)),
+        p(Int32Array.of(0, 1, 1, 1)),
+        2n,
+        null,
+      ),
+  ],
+  [
+    "dt_sgd_many with a null table",
+    (k) => k.dt_sgd_many(null, null, null, null, null, null, 3n, null),
   ],
   ["dt_unscale_check with a null found_inf", (k) => k.dt_unscale_check(p(F), 4n, 0.5, null, null)],
   // the convolutional-network and everyday ops (kernels/common/ops_checks.h)

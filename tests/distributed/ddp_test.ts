@@ -22,6 +22,8 @@ Deno.test("DDP broadcasts rank 0's weights at construction and keeps replicas id
   const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
   assert.equal(lines.length, 2);
   assert.equal(lines[0].atStart, lines[1].atStart);
+  // the broadcast wrote the weights in place: no rank uses a low-precision copy cast before it
+  assert.equal(lines[0].bf16AtStart, lines[1].bf16AtStart);
   assert.equal(lines[0].afterStep, lines[1].afterStep);
   assert.notEqual(lines[0].atStart, lines[0].afterStep);
 });

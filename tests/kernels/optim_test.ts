@@ -228,3 +228,200 @@ Deno.test("dt_unscale_check() multiplies by 1/scale and flags inf/NaN without ev
   assert.equal(found[0], 1, "a clean call leaves found_inf set");
   failsWith(K.dt_unscale_check(ptr(g), 4n, 1, null, null), "dt_unscale_check: null found_inf");
 });
+
+/** Host tables of a dt_*_many call: tensors' addresses (0 for none) and their sizes. */
+function addresses(arrays: (Float32Array<ArrayBuffer> | null)[]): BigUint64Array<ArrayBuffer> {
+  return BigUint64Array.from(arrays, (a) => a ? BigInt(Deno.UnsafePointer.value(ptr(a))) : 0n);
+}
+
+Deno.test("dt_adamw_many() equals one dt_adamw per tensor bit for bit: own steps and hyperparameters, empty tensors", () => {
+  const rng = new Rng(5);
+  const sizes = [1, 0, 7, 4096, 4097, 100_003, 0, 33];
+  const hypers: AdamW[] = sizes.map((_, t) => ({
+    lr: [1e-3, 3e-4, 0.1][t % 3]!,
+    beta1: [0.9, 0.8, 0][t % 3]!,
+    beta2: [0.999, 0.95, 0.5][t % 3]!,
+    eps: [1e-8, 1e-6, 1e-3][t % 3]!,
+    wd: [1e-2, 0, 0.5][t % 3]!,
+  }));
+  const p = sizes.map((n) => rng.normals(n)), pr = p.map((a) => a.slice());
+  const m = sizes.map((n) => new Float32Array(n)), mr = m.map((a) => a.slice());
+  const v = sizes.map((n) => new Float32Array(n)), vr = v.map((a) => a.slice());
+  const counts = BigInt64Array.from(sizes, BigInt);
+  const stepOf = (t: number, round: number) => round + 1 + (t % 2) * 5; // tensors at different steps
+  for (let round = 0; round < 3; round++) {
+    const g = sizes.map((n) => gradients(rng, n));
+    const steps = BigInt64Array.from(sizes, (_, t) => BigInt(stepOf(t, round)));
+    const hyper = Float64Array.from(hypers.flatMap((h) => [h.lr, h.beta1, h.beta2, h.eps, h.wd]));
+    ok(
+      K.dt_adamw_many(
+        ptr(addresses(p)),
+        ptr(addresses(g)),
+        ptr(addresses(m)),
+        ptr(addresses(v)),
+        ptr(counts),
+        ptr(steps),
+        ptr(hyper),
+        n64(sizes.length),
+        null,
+      ),
+    );
+    sizes.forEach((n, t) => {
+      const h = hypers[t]!;
+      ok(
+        K.dt_adamw(
+          ptr(pr[t]!),
+          ptr(g[t]!),
+          ptr(mr[t]!),
+          ptr(vr[t]!),
+          n64(n),
+          h.lr,
+          h.beta1,
+          h.beta2,
+          h.eps,
+          h.wd,
+          n64(stepOf(t, round)),
+          null,
+        ),
+      );
+    });
+  }
+  sizes.forEach((n, t) => {
+    assertSameBits(p[t]!, pr[t]!, `param ${t} (${n})`);
+    assertSameBits(m[t]!, mr[t]!, `exp_avg ${t} (${n})`);
+    assertSameBits(v[t]!, vr[t]!, `exp_avg_sq ${t} (${n})`);
+  });
+  // no tensors at all is a no-op
+  ok(K.dt_adamw_many(null, null, null, null, null, null, null, 0n, null));
+});
+
+Deno.test("dt_sgd_many() equals one dt_sgd per tensor bit for bit in every mode at once", () => {
+  const rng = new Rng(6);
+  const settings: Sgd[] = [
+    { lr: 0.1, momentum: 0.9, dampening: 0, wd: 1e-4, nesterov: false },
+    { lr: 0.05, momentum: 0.9, dampening: 0.1, wd: 1e-2, nesterov: false },
+    { lr: 0.01, momentum: 0.5, dampening: 0, wd: 0, nesterov: true },
+    { lr: 0.3, momentum: 0, dampening: 0, wd: 0.1, nesterov: false },
+  ];
+  const sizes = [9, 0, 100_003, 4096, 1, 4097];
+  const hs = sizes.map((_, t) => settings[t % settings.length]!);
+  const p = sizes.map((n) => rng.normals(n)), pr = p.map((a) => a.slice());
+  // momentum 0: no buffer, as torch keeps none (the kernel must not touch one)
+  const buf = sizes.map((n, t) => hs[t]!.momentum === 0 ? null : new Float32Array(n));
+  const br = buf.map((a) => a ? a.slice() : new Float32Array(0));
+  const counts = BigInt64Array.from(sizes, BigInt);
+  const hyper = Float64Array.from(hs.flatMap((h) => [h.lr, h.momentum, h.dampening, h.wd]));
+  for (let step = 0; step < 3; step++) {
+    const g = sizes.map((n) => rng.normals(n));
+    // tensor 0 starts a step late: its buffer is initialised when the others' are not
+    const first = (t: number) => t === 0 ? step === 1 : step === 0;
+    const flags = Int32Array.from(hs.flatMap((h, t) => [h.nesterov ? 1 : 0, first(t) ? 1 : 0]));
+    const skip = (t: number) => t === 0 && step === 0;
+    const live = sizes.map((_, t) => t).filter((t) => !skip(t));
+    ok(
+      K.dt_sgd_many(
+        ptr(addresses(live.map((t) => p[t]!))),
+        ptr(addresses(live.map((t) => g[t]!))),
+        ptr(addresses(live.map((t) => buf[t]!))),
+        ptr(BigInt64Array.from(live, (t) => counts[t]!)),
+        ptr(Float64Array.from(live.flatMap((t) => [...hyper.subarray(4 * t, 4 * t + 4)]))),
+        ptr(Int32Array.from(live.flatMap((t) => [flags[2 * t]!, flags[2 * t + 1]!]))),
+        n64(live.length),
+        null,
+      ),
+    );
+    for (const t of live) {
+      const h = hs[t]!;
+      ok(
+        K.dt_sgd(
+          ptr(pr[t]!),
+          ptr(g[t]!),
+          h.momentum === 0 ? null : ptr(br[t]!),
+          n64(sizes[t]!),
+          h.lr,
+          h.momentum,
+          h.dampening,
+          h.wd,
+          h.nesterov ? 1 : 0,
+          first(t) ? 1 : 0,
+          null,
+        ),
+      );
+    }
+  }
+  sizes.forEach((n, t) => {
+    assertSameBits(p[t]!, pr[t]!, `param ${t} (${n}) ${JSON.stringify(hs[t])}`);
+    if (buf[t]) assertSameBits(buf[t]!, br[t]!, `momentum buffer ${t}`);
+  });
+});
+
+Deno.test("dt_adamw_many() and dt_sgd_many() refuse bad tables naming the tensor", () => {
+  const x = new Float32Array(4);
+  const one = (a: Float32Array<ArrayBuffer> | null) => ptr(addresses([a]));
+  const counts = (n: number) => ptr(BigInt64Array.of(BigInt(n)));
+  const adamw = (
+    o: { step?: bigint; beta1?: number; n?: number; g?: Float32Array<ArrayBuffer> | null },
+  ) =>
+    K.dt_adamw_many(
+      ptr(addresses([x, x])),
+      ptr(addresses([x, o.g === undefined ? x : o.g])),
+      ptr(addresses([x, x])),
+      ptr(addresses([x, x])),
+      ptr(BigInt64Array.of(4n, BigInt(o.n ?? 4))),
+      ptr(BigInt64Array.of(1n, o.step ?? 1n)),
+      ptr(Float64Array.of(1e-3, 0.9, 0.999, 1e-8, 0, 1e-3, o.beta1 ?? 0.9, 0.999, 1e-8, 0)),
+      2n,
+      null,
+    );
+  failsWith(adamw({ step: 0n }), "dt_adamw_many: tensor 1: step=0 must be >= 1");
+  failsWith(adamw({ beta1: 1 }), "dt_adamw_many: tensor 1: betas (1, 0.999)");
+  failsWith(adamw({ g: null }), /^dt_adamw_many: tensor 1 of 4 elements has a null pointer/);
+  failsWith(adamw({ n: -4 }), "dt_adamw_many: tensor 1 has a negative size -4");
+  ok(adamw({ g: null, n: 0 })); // an empty tensor needs no memory
+  failsWith(
+    K.dt_adamw_many(null, null, null, null, null, null, null, 2n, null),
+    "dt_adamw_many: null table",
+  );
+  failsWith(
+    K.dt_adamw_many(null, null, null, null, null, null, null, -1n, null),
+    "dt_adamw_many: negative tensor count -1",
+  );
+  const sgd = (hyper: number[], flags: number[], buf: Float32Array<ArrayBuffer> | null = x) =>
+    K.dt_sgd_many(
+      one(x),
+      one(x),
+      one(buf),
+      counts(4),
+      ptr(Float64Array.from(hyper)),
+      ptr(Int32Array.from(flags)),
+      1n,
+      null,
+    );
+  failsWith(sgd([0.1, 0, 0, 0], [1, 0]), "dt_sgd_many: tensor 0: nesterov needs momentum > 0");
+  failsWith(
+    sgd([0.1, 0.9, 0, 0], [0, 0], null),
+    /^dt_sgd_many: tensor 0 of 4 elements has a null pointer/,
+  );
+  ok(sgd([0.1, 0, 0, 0], [0, 1], null)); // momentum 0 needs no buffer
+  failsWith(K.dt_sgd_many(null, null, null, null, null, null, 1n, null), "dt_sgd_many: null table");
+});
+
+Deno.test("dt_zero_many() zeroes every tensor of its table, empty ones included, and refuses bad tables", () => {
+  const rng = new Rng(7);
+  const sizes = [5, 0, 4097, 100_003, 1];
+  const ts = sizes.map((n) => rng.normals(n));
+  const table = addresses(ts);
+  ok(K.dt_zero_many(ptr(table), ptr(BigInt64Array.from(sizes, BigInt)), n64(sizes.length), null));
+  ts.forEach((t, i) => assert.ok(t.every((v) => Object.is(v, 0)), `tensor ${i} is not all +0`));
+  // a size smaller than the tensor zeroes only that many elements
+  const part = rng.normals(10);
+  ok(K.dt_zero_many(ptr(addresses([part])), ptr(BigInt64Array.of(4n)), 1n, null));
+  assert.deepEqual([...part.subarray(0, 4)], [0, 0, 0, 0]);
+  assert.ok(part.subarray(4).every((v) => v !== 0));
+  failsWith(
+    K.dt_zero_many(ptr(addresses([null])), ptr(BigInt64Array.of(3n)), 1n, null),
+    "dt_zero_many: tensor 0 of 3 elements is a null pointer",
+  );
+  failsWith(K.dt_zero_many(null, null, 1n, null), "dt_zero_many: null table");
+  ok(K.dt_zero_many(null, null, 0n, null));
+});

@@ -2,14 +2,16 @@
  * DDP behaviours under the launcher, chosen by CASE:
  * - "mismatch": rank 1 builds a wider hidden layer → construction must fail naming the difference;
  * - "unused": a parameter gets no gradient → backward must fail naming it;
- * - "broadcast": ranks init with different seeds → after DDP construction all hold rank 0's weights,
- *   and after a step with different data per rank the weights are still identical;
+ * - "broadcast": ranks init with different seeds → after DDP construction all hold rank 0's weights
+ *   (and a bf16 autocast forward uses them, not a cast of its own weights cached before), and after
+ *   a step with different data per rank the weights are still identical;
  * - "api": the ways of writing the step (ddp.backward, backward with ddp.gradReady, noSync
  *   accumulation, one bucket per parameter with an unused one allowed) print their weights' digests,
  *   and the misuses (a plain backward, a forward before finishGradSync) print their errors.
  */
 import {
   AdamW,
+  autocast,
   backward,
   crossEntropy,
   DistributedDataParallel,
@@ -38,6 +40,15 @@ const extra = new Linear(2, 2);
 if (mode === "unused") {
   (model as unknown as { registerModule(n: string, m: unknown): void }).registerModule("3", extra);
 }
+/** The digest of a bf16 autocast forward of a fixed input (the same on every rank). */
+const forwardBf16 = () =>
+  scope(() => {
+    const x = fromArray(new Float32Array(12).map((_, i) => i * 0.25 - 1), [3, 4]);
+    return createHash("sha256").update(autocast("bf16", () => model.forward(x)).toBytes()).digest(
+      "hex",
+    );
+  });
+forwardBf16(); // caches this rank's own weights' bf16 copies
 const ddp = new DistributedDataParallel(model, pg);
 const digest = () => {
   const h = createHash("sha256");
@@ -45,6 +56,7 @@ const digest = () => {
   return h.digest("hex");
 };
 const atStart = digest();
+const bf16AtStart = forwardBf16();
 const opt = new AdamW(ddp.parameters());
 scope(() => {
   const x = fromArray(new Float32Array(12).map((_, i) => (i + 1) * (pg.rank + 1) * 0.1), [3, 4]);
@@ -53,7 +65,7 @@ scope(() => {
   ddp.finishGradSync();
   opt.step();
 });
-console.log(JSON.stringify({ rank: pg.rank, atStart, afterStep: digest() }));
+console.log(JSON.stringify({ rank: pg.rank, atStart, bf16AtStart, afterStep: digest() }));
 pg.close();
 
 /** One step of each way of writing it, on fresh copies of the same model; prints a JSON line. */
