@@ -141,8 +141,11 @@ export { resolveConfig, type TrainConfig, type TrainConfigInput } from "./train/
 export { type EvalOptions, RunLog, type RunLogOptions, type StepInput } from "./train/run_log.ts";
 export {
   CheckpointManager,
+  type CheckpointManagerOptions,
   type CheckpointPayload,
   type LoadedCheckpoint,
+  type SaveOptions,
+  waitForCheckpoints,
 } from "./train/checkpoint/manager.ts";
 export { optimizerFile, restoreOptimizer, tensorFile } from "./train/state.ts";
 export { fromStTensor, toStTensor } from "./tensor/st_bridge.ts";

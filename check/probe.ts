@@ -23,7 +23,7 @@ import { gradNorm } from "../optim/clip.ts";
 import { addSamplerPassHook } from "../data/distributed_sampler.ts";
 import { addLoaderBatchHook, addLoaderPassHook } from "../data/dataloader.ts";
 import { getDefaultGenerator } from "../nn/init.ts";
-import { addCheckpointSavedHook } from "../train/checkpoint/manager.ts";
+import { addCheckpointSavedHook, waitForCheckpoints } from "../train/checkpoint/manager.ts";
 import { addTrainerConfigHook } from "../train/engine.ts";
 import { CHECK_ENV } from "./env.ts";
 
@@ -138,8 +138,11 @@ export function installProbe(s: ProbeSettings): void {
   const write = (e: ProbeEvent) => file.writeSync(encoder.encode(JSON.stringify(e) + "\n"));
   /** Ends the process the way a finished script ends (exit code 0); peers end at the same point. */
   const finish = (): never => {
+    // A checkpoint still being written in the background is finished first: its hook writes here.
+    const failed = waitForCheckpoints();
     file.close();
-    Deno.exit(0);
+    for (const e of failed) console.error(`[dtrain] ${e.message}`);
+    Deno.exit(failed.length === 0 ? 0 : 1);
   };
   let steps = 0;
   /** per sampler: its passes so far, and how many of them a backward followed */

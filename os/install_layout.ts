@@ -36,6 +36,11 @@ export const WORKER_MODULES = {
   syncStore: { source: "distributed/control/sync_store_worker.ts", bundled: "sync_store_worker" },
   /** the NCCL group's watchdog (distributed/nccl_watchdog.ts) */
   ncclWatchdog: { source: "distributed/nccl_watchdog_worker.ts", bundled: "nccl_watchdog_worker" },
+  /** asynchronous checkpoint commits (train/checkpoint/background.ts) */
+  checkpointCommit: {
+    source: "train/checkpoint/commit_worker.ts",
+    bundled: "checkpoint_commit_worker",
+  },
 } as const;
 
 /**

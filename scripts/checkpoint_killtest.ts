@@ -5,8 +5,10 @@
  * what its step wrote. A benchmark, not run in CI (200 trials by default, a
  * few minutes); tests/train/checkpoint/kill_test.ts runs a short version.
  *
+ * With --async the writer saves asynchronously (a worker thread commits).
+ *
  *   deno run -A scripts/checkpoint_killtest.ts [--trials 200] [--seed 1] [--max-delay-ms 300]
- *     [--scale 16] [--dir D] [--keep]
+ *     [--scale 16] [--dir D] [--keep] [--async]
  */
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -37,6 +39,8 @@ export interface KillTrialOptions {
   scale: number;
   /** Called with one line per trial. */
   log?: (line: string) => void;
+  /** The writer's saves are asynchronous (CheckpointManager's `async`). */
+  async?: boolean;
 }
 
 /** What the trials saw. */
@@ -111,6 +115,7 @@ async function runAndKill(
 ): Promise<{ lines: string[]; stderr: string }> {
   const args = ["run", "-A", WRITER, "--dir", opts.dir, "--scale", String(opts.scale)];
   args.push("--keep-last", String(KEEP_LAST), "--keep-every", String(KEEP_EVERY));
+  if (opts.async) args.push("--async");
   const child = new Deno.Command(Deno.execPath(), {
     args,
     stdin: "null",
@@ -276,6 +281,7 @@ if (import.meta.main) {
       scale: { type: "string", default: "16" },
       dir: { type: "string" },
       keep: { type: "boolean", default: false },
+      async: { type: "boolean", default: false },
     },
   });
   const dir = values.dir ?? Deno.makeTempDirSync({ prefix: "dtrain-killtest-" });
@@ -286,6 +292,7 @@ if (import.meta.main) {
     maxDelayMs: Number(values["max-delay-ms"]),
     scale: Number(values.scale),
     log: (line) => console.log(line),
+    async: values.async,
   };
   const started = performance.now();
   try {

@@ -36,6 +36,7 @@ export const CHECK_ENTRIES = {
   resume_check: "scripts/gpu_check/resume_check.ts",
   sync_store_worker: "distributed/control/sync_store_worker.ts",
   nccl_watchdog_worker: "distributed/nccl_watchdog_worker.ts",
+  checkpoint_commit_worker: "train/checkpoint/commit_worker.ts",
 } as const;
 
 /** Launched checks, copied as they are into scripts/ (they import only "dtrain"). */

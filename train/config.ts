@@ -103,6 +103,12 @@ export const TrainConfigSchema = z.strictObject({
     keepLast: positiveInt.default(3),
     /** Also keep every checkpoint whose step is a multiple of this. */
     keepEvery: positiveInt.nullable().default(null),
+    /**
+     * Write checkpoints on a background thread (training goes on after the
+     * snapshot); fit() returns, and a SIGTERM stop ends, only once the last one
+     * is durable. false: each save blocks until it is on disk.
+     */
+    async: z.boolean().default(true),
     /** "auto": continue from the latest good checkpoint when there is one; "never"; or a checkpoint path. */
     resume: z.string().default("auto"),
     /**

@@ -218,6 +218,7 @@ export class Trainer<M extends Module> {
         rank: this.pg.rank,
         keepLast: cfg.checkpoint.keepLast,
         ...(cfg.checkpoint.keepEvery ? { keepEvery: cfg.checkpoint.keepEvery } : {}),
+        async: cfg.checkpoint.async,
       })
       : null;
     if ((opts.evalData === undefined) !== (opts.evalStep === undefined)) {
@@ -386,6 +387,7 @@ export class Trainer<M extends Module> {
         const every = cfg.checkpoint.everySteps;
         if (stopNow || (every && this.#step % every === 0)) this.#save();
         if (stopNow) {
+          await this.checkpoints?.wait(); // preempted: the grace period is for making it durable
           log.print(`stopping at step ${this.#step} on request (SIGTERM/SIGINT); checkpoint saved`);
           await iterator.return(undefined);
           result.preempted = true;
@@ -415,6 +417,7 @@ export class Trainer<M extends Module> {
       if ((cfg.checkpoint.everyEpoch && exhausted) || last) this.#save();
       this.pg.barrier("epoch-end");
     }
+    await this.checkpoints?.wait(); // fit() returns with the last checkpoint durable
     result.steps = this.#step;
     result.best = this.#best;
     return result;

@@ -101,6 +101,7 @@ Deno.test({
         "js/bench_gpt.js",
         "js/resume_check.js",
         "js/nccl_watchdog_worker.js",
+        "js/checkpoint_commit_worker.js",
         "scripts/nccl_ranks.ts",
         "scripts/train_job.ts",
         "fixtures/pytorch/toy_mlp.json",

@@ -61,7 +61,7 @@ export function writerPid(name: string): number | null {
 /**
  * Whether the writer of a temporary name may still be saving: another
  * process of this machine with that pid is running (this process's own
- * leftovers are done: its saves are synchronous). A reused pid errs on the
+ * leftovers are done: a manager runs one save at a time, and at most one manager writes a directory). A reused pid errs on the
  * side of keeping the folder.
  */
 export function writerMayBeActive(pid: number): boolean {

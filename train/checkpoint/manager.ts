@@ -34,30 +34,34 @@
  *    checkpoint never looks like a checkpoint; the next save removes it.
  *
  * One process writes a directory at a time (rank 0 of one run).
+ *
+ * An asynchronous save (`async: true`) writes by the same protocol, in the
+ * same order, on a worker thread (background.ts, commit_worker.ts): save()
+ * only encodes the payload into fresh buffers (a snapshot: the optimizer may
+ * update the tensors in place right after) and returns; the next save waits
+ * for the previous commit first (no queue), so at most one is in flight and
+ * one snapshot is held. Its failure is thrown by the next save(), wait()
+ * or close(); at process exit a commit in flight is finished, and a failure
+ * nobody was told of is printed and makes the exit code 1.
  */
 import { basename, join, resolve } from "node:path";
 import { section } from "../../profile/profile.ts";
 import type { StTensor } from "../../io/safetensors.ts";
 import { type CheckpointIO, denoCheckpointIO, describeError } from "./io.ts";
-import {
-  type CheckpointTensors,
-  parseManifest,
-  readCheckpointDir,
-  readManifestText,
-} from "./format.ts";
+import { type CheckpointTensors, readCheckpointDir } from "./format.ts";
 import {
   asideStep,
   type Candidate,
   LATEST_FILE,
   parseStepDirName,
   readPointer,
-  readRoot,
   scanCandidates,
   stepDirName,
-  tempName,
 } from "./layout.ts";
-import { checkRotationPolicy, type RotationPolicy, stepsToDelete } from "./rotation.ts";
-import { removeQuietly, type SaveContext, writeCheckpoint } from "./save.ts";
+import { checkRotationPolicy, type RotationPolicy } from "./rotation.ts";
+import { commitCheckpoint, encodeCheckpoint, type SaveContext } from "./save.ts";
+import { listCheckpoints, rotateCheckpoints } from "./prune.ts";
+import { BackgroundCommitter, settleAllCommits } from "./background.ts";
 import { Progress, type ProgressOptions } from "../../distributed/control/progress.ts";
 
 export type { CheckpointDirEntry, CheckpointIO } from "./io.ts";
@@ -74,7 +78,9 @@ export interface SavedCheckpoint {
 /**
  * Called after every committed save, before rotation: a hook point for
  * tools (`dtrain check`'s probe keeps each checkpoint's files out of the
- * reach of rotation).
+ * reach of rotation). For an asynchronous save, once its commit is durable
+ * (on this thread: when the event loop next runs, or in the next
+ * save/wait/close, whichever comes first), never when the snapshot is taken.
  */
 export type CheckpointSavedHook = (saved: SavedCheckpoint) => void;
 
@@ -134,16 +140,46 @@ export interface CheckpointManagerOptions {
   io?: CheckpointIO;
   /** A save longer than 2 s prints progress lines; where they go and the clock (tests). */
   progress?: Pick<ProgressOptions, "print" | "now">;
+  /**
+   * Write checkpoints in the background (default false): save() snapshots the
+   * payload and returns; a worker thread commits it by the same protocol. Off
+   * by default because a plain save() promises that the checkpoint is on disk
+   * when it returns (as torch.save does), which callers that copy or upload
+   * it next rely on; loops that only need it durable eventually opt in, as
+   * with PyTorch DCP's async_save. Uses the real file system (not `io`), and
+   * prints no progress lines.
+   */
+  async?: boolean;
+}
+
+/** Options of one save. */
+export interface SaveOptions {
+  /** Overrides the manager's `async` for this save. */
+  async?: boolean;
+}
+
+/**
+ * Waits for every asynchronous checkpoint commit of this process and returns
+ * the failures nobody was told of yet. For code about to call Deno.exit()
+ * that wants the errors itself (the exit handler would only print them).
+ */
+export function waitForCheckpoints(): Error[] {
+  return settleAllCommits();
 }
 
 /**
  * Saves, rotates, lists and loads the checkpoints in one directory.
- * Synchronous: a save returns once the checkpoint is on disk and `latest`
- * names it.
+ * By default a save returns once the checkpoint is on disk and `latest`
+ * names it; with `async: true` it returns after taking a snapshot, and
+ * wait() or close() says when (and whether) it is on disk.
  * @example
  * const checkpoints = new CheckpointManager("runs/a/checkpoints", { rank, keepLast: 3 });
  * const resumed = checkpoints.loadLatest(); // null on a fresh run
  * checkpoints.save({ step, files: [{ name: "model", tensors }], state: { epoch, step } });
+ * @example
+ * const checkpoints = new CheckpointManager("runs/a/checkpoints", { rank, async: true });
+ * checkpoints.save(payload); // returns after the snapshot; training goes on
+ * await checkpoints.wait(); // on disk, or the commit's error is thrown here
  */
 export class CheckpointManager {
   /** The checkpoint directory (absolute). */
@@ -152,8 +188,13 @@ export class CheckpointManager {
   readonly #policy: RotationPolicy;
   readonly #ctx: SaveContext;
   readonly #progress: Pick<ProgressOptions, "print" | "now">;
+  readonly #async: boolean;
+  #committer: BackgroundCommitter | null = null;
 
-  /** Checks the options; nothing touches the disk until the first save or load. */
+  /**
+   * Checks the options; nothing touches the disk until the first save or load.
+   * An async manager of rank 0 starts its worker thread here.
+   */
   constructor(dir: string, opts: CheckpointManagerOptions) {
     if (!Number.isSafeInteger(opts.rank) || opts.rank < 0) {
       throw new RangeError(
@@ -174,6 +215,26 @@ export class CheckpointManager {
       warn: opts.onWarning ?? ((message) => console.warn(message)),
     };
     this.#progress = opts.progress ?? {};
+    this.#async = opts.async ?? false;
+    if (this.#async && opts.io !== undefined && opts.io !== denoCheckpointIO) {
+      throw new TypeError(
+        "CheckpointManager: async saves write from a worker thread through the real file " +
+          "system, so they cannot use a custom io; pass async: false with it",
+      );
+    }
+    if (this.#async && this.#rank === 0) this.#background().prestart();
+  }
+
+  #background(): BackgroundCommitter {
+    return this.#committer ??= new BackgroundCommitter({
+      root: this.dir,
+      fsync: this.#ctx.fsync,
+      policy: this.#policy,
+      warn: this.#ctx.warn,
+      committed: (dir, step) => {
+        for (const hook of savedHooks) hook({ dir, step });
+      },
+    });
   }
 
   /**
@@ -183,33 +244,72 @@ export class CheckpointManager {
    * throws a TypeError before anything is written; a failed write throws an
    * Error naming the checkpoint, the file and the cause, and leaves every
    * earlier checkpoint and `latest` as they were.
+   *
+   * Asynchronous (the manager's `async` or `opts.async`): first waits for
+   * the previous asynchronous commit and throws its failure, if any (this
+   * payload is then not saved); then snapshots `payload` and returns the
+   * directory the checkpoint will have once committed.
    */
-  save(payload: CheckpointPayload): string | null {
-    return section("checkpoint", () => this.#save(payload));
+  save(payload: CheckpointPayload, opts: SaveOptions = {}): string | null {
+    return section("checkpoint", () => this.#save(payload, opts.async ?? this.#async));
   }
 
-  #save(payload: CheckpointPayload): string | null {
+  /**
+   * Resolves once no asynchronous commit is in flight (the last one durable,
+   * `latest` naming it, rotation done); rejects with the failure of one that
+   * was not reported yet. Without asynchronous saves, resolves at once.
+   */
+  wait(): Promise<void> {
+    try {
+      section("checkpoint", () => this.#settle());
+      return Promise.resolve();
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /**
+   * Waits for the commit in flight (blocking), ends the background thread and
+   * throws a failure not reported yet. The manager stays usable: a later
+   * asynchronous save starts a new thread.
+   */
+  close(): void {
+    const error = section("checkpoint", () => this.#committer?.close() ?? null);
+    if (error) throw error;
+  }
+
+  #settle(): void {
+    const c = this.#committer;
+    if (c === null) return;
+    c.settle();
+    const error = c.takeError();
+    if (error) throw error;
+  }
+
+  #save(payload: CheckpointPayload, async: boolean): string | null {
     if (this.#rank !== 0) return null;
+    this.#settle();
+    if (async) {
+      const encoded = encodeCheckpoint(payload);
+      const dir = join(this.dir, stepDirName(encoded.step));
+      this.#background().start(encoded, dir);
+      return dir;
+    }
     const progress = new Progress(`saving checkpoint ${stepDirName(payload.step)}`, {
       unit: "bytes",
       enabled: true,
       ...this.#progress,
     });
-    const dir = writeCheckpoint({
+    const dir = commitCheckpoint({
       ...this.#ctx,
       progress: (stage, done, total) => {
         progress.total = total;
         progress.update(done, stage);
       },
-    }, payload);
+    }, encodeCheckpoint(payload));
     progress.done();
     for (const hook of savedHooks) hook({ dir, step: payload.step });
-    try {
-      this.#rotate(payload.step);
-    } catch (e) {
-      // The save itself is done; a rotation that cannot even list the directory is retried next time.
-      this.#ctx.warn(`Rotation after saving ${dir} failed: ${describeError(e)}`);
-    }
+    rotateCheckpoints(this.#ctx, this.#policy, payload.step);
     return dir;
   }
 
@@ -286,41 +386,6 @@ export class CheckpointManager {
    * manifest.json is in place (cheap: file hashes are checked by load).
    */
   list(): { dir: string; step: number; complete: boolean }[] {
-    return readRoot(this.#ctx.io, this.dir)
-      .flatMap((e) => {
-        const step = e.isDirectory ? parseStepDirName(e.name) : null;
-        return step === null ? [] : [{ dir: join(this.dir, e.name), step }];
-      })
-      .sort((a, b) => a.step - b.step)
-      .map(({ dir, step }) => ({ dir, step, complete: this.#hasManifest(dir, step) }));
-  }
-
-  #hasManifest(dir: string, step: number): boolean {
-    try {
-      parseManifest(readManifestText(this.#ctx.io, dir), step);
-      return true;
-    } catch {
-      return false;
-    }
-  }
-
-  /** Deletes what the policy drops, each renamed to a `.tmp-deleting-*` name first (crash window 4). */
-  #rotate(justSaved: number): void {
-    const complete = this.list().filter((c) => c.complete).map((c) => c.step);
-    for (const step of stepsToDelete(complete, justSaved, this.#policy)) {
-      const name = stepDirName(step);
-      const trash = join(this.dir, tempName(`deleting-${name}`));
-      try {
-        this.#ctx.io.rename(join(this.dir, name), trash);
-      } catch (e) {
-        const path = join(this.dir, name);
-        this.#ctx.warn(
-          `Could not delete old checkpoint ${path}: ${describeError(e)}; ` +
-            "the next rotation tries again",
-        );
-        continue;
-      }
-      removeQuietly(this.#ctx, trash, `old checkpoint ${name}`);
-    }
+    return listCheckpoints(this.#ctx);
   }
 }

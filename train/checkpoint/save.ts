@@ -60,8 +60,31 @@ interface Paths {
  * and the cause. Returns the checkpoint's directory.
  */
 export function writeCheckpoint(ctx: SaveContext, input: SaveInput): string {
-  const step = checkStep(input.step);
-  const files = encodeFiles(input);
+  return commitCheckpoint(ctx, encodeCheckpoint(input));
+}
+
+/**
+ * A checkpoint encoded for writing: its files' final bytes, in their own
+ * buffers (copies of the tensors, so later in-place updates cannot change
+ * what is written). The snapshot an asynchronous save hands to its worker.
+ */
+export interface EncodedCheckpoint {
+  step: number;
+  /** file names with extension, tensor files first and state.json last */
+  files: { name: string; bytes: Uint8Array }[];
+}
+
+/** Checks and encodes `input` (TypeError on bad input); touches no file. */
+export function encodeCheckpoint(input: SaveInput): EncodedCheckpoint {
+  return { step: checkStep(input.step), files: encodeFiles(input) };
+}
+
+/**
+ * Writes an encoded checkpoint by the protocol in manager.ts, hashing each
+ * file for the manifest; failures as writeCheckpoint's.
+ */
+export function commitCheckpoint(ctx: SaveContext, encoded: EncodedCheckpoint): string {
+  const { step, files } = encoded;
   const { io, root } = ctx;
   const name = stepDirName(step);
   const paths: Paths = {

@@ -29,36 +29,39 @@ function canMountTmpfs(): boolean {
   }
 }
 
-Deno.test({
-  name:
-    "CheckpointManager.save() on a really full disk fails clearly, cleans up, and the next save fits",
-  ignore: Deno.build.os !== "linux" || !canMountTmpfs(),
-  fn() {
-    const dir = Deno.makeTempDirSync({ prefix: "dtrain-ckpt-full-" });
-    try {
-      const run = inTmpfs(dir, "256k", [Deno.execPath(), "run", "-A", CHILD, dir]);
-      const stderr = new TextDecoder().decode(run.stderr);
-      assert.ok(run.success, `the child failed: ${stderr}`);
-      const got = JSON.parse(new TextDecoder().decode(run.stdout));
-      assert.ok(got.error !== null, "the oversized save did not fail");
-      assert.equal(got.error.code, "ENOSPC");
-      assert.match(
-        got.error.message,
-        /^Cannot save checkpoint step-00000002 in .*: writing (model|optimizer)\.safetensors failed: No space left on device \(os error 28\)\. The previous checkpoint step-00000001 is intact and latest still names it/,
-      );
-      assert.deepEqual(
-        got.afterFailure,
-        ["latest", "step-00000001"],
-        "the failed save left files on the full disk",
-      );
-      assert.deepEqual(got.warnings, []);
-      assert.deepEqual(
-        [...Deno.readDirSync(dir)],
-        [],
-        "the tmpfs must not be visible outside the child",
-      );
-    } finally {
-      Deno.removeSync(dir, { recursive: true });
-    }
-  },
-});
+for (const mode of ["sync", "async"] as const) {
+  Deno.test({
+    name:
+      `CheckpointManager.save() (${mode}) on a really full disk fails clearly, cleans up, and the next save fits`,
+    ignore: Deno.build.os !== "linux" || !canMountTmpfs(),
+    fn() {
+      const dir = Deno.makeTempDirSync({ prefix: "dtrain-ckpt-full-" });
+      try {
+        const run = inTmpfs(dir, "256k", [Deno.execPath(), "run", "-A", CHILD, dir, mode]);
+        const stderr = new TextDecoder().decode(run.stderr);
+        assert.ok(run.success, `the child failed: ${stderr}`);
+        const got = JSON.parse(new TextDecoder().decode(run.stdout));
+        assert.ok(got.error !== null, "the oversized save did not fail");
+        assert.equal(got.error.code, "ENOSPC");
+        assert.match(
+          got.error.message,
+          /^Cannot save checkpoint step-00000002 in .*: writing (model|optimizer)\.safetensors failed: No space left on device \(os error 28\)\. The previous checkpoint step-00000001 is intact and latest still names it/,
+        );
+        if (mode === "async") assert.match(got.error.message, /written in the background/);
+        assert.deepEqual(
+          got.afterFailure,
+          ["latest", "step-00000001"],
+          "the failed save left files on the full disk",
+        );
+        assert.deepEqual(got.warnings, []);
+        assert.deepEqual(
+          [...Deno.readDirSync(dir)],
+          [],
+          "the tmpfs must not be visible outside the child",
+        );
+      } finally {
+        Deno.removeSync(dir, { recursive: true });
+      }
+    },
+  });
+}

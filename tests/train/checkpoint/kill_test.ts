@@ -27,3 +27,21 @@ Deno.test("CheckpointManager survives 10 kill -9s at random moments of a save lo
     Deno.removeSync(dir, { recursive: true });
   }
 });
+
+Deno.test("async CheckpointManager survives 10 kill -9s at random moments, its worker mid-commit", async () => {
+  const dir = Deno.makeTempDirSync({ prefix: "dtrain-ckpt-kill-async-" });
+  try {
+    const opts = { dir, trials: 10, seed: 20241201, maxDelayMs: 250, scale: 8, async: true };
+    const summary = await runKillTrials(opts);
+    assert.equal(summary.trials, 10);
+    assert.ok(
+      summary.killedDuringWrite >= 1,
+      `no kill landed inside a commit: ${JSON.stringify(summary)}`,
+    );
+    assert.ok(summary.savesCompleted >= 1, `only ${summary.savesCompleted} commits completed`);
+    const left = finalCheck(opts, summary.finalStep + 1);
+    assert.ok(left.includes("latest") && left.length >= 3, left.join(", "));
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
