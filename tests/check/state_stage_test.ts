@@ -62,18 +62,13 @@ function asRow(answer: ReturnType<typeof planResume>): Row {
 
 Deno.test("planResume() explains a run without a usable checkpoint", () => {
   const at = (step: number, dir: string) => ({ step, dir, copy: `/kept/step-${step}` });
-  assertFailsWith(
-    [asRow(planResume([], 4, "/run"))],
-    "state",
-    "checkpoint to resume from",
-    "saved no checkpoint within 4 steps",
-  );
-  assertFailsWith(
-    [asRow(planResume([at(4, "/run/checkpoints/step-00000004")], 4, "/run"))],
-    "state",
-    "checkpoint",
-    "no checkpoint before step 4",
-  );
+  // A script that saves less often than the check runs is not at fault: resuming is not checked.
+  const none = asRow(planResume([], 4, "/run"));
+  assert.equal(none.outcome, "SKIP");
+  assert.match(none.cause!, /saved no checkpoint within 4 steps, so resuming was not checked/);
+  const late = asRow(planResume([at(4, "/run/checkpoints/step-00000004")], 4, "/run"));
+  assert.equal(late.outcome, "SKIP");
+  assert.match(late.cause!, /no checkpoint before step 4, so resuming was not checked/);
   const outside = asRow(planResume([at(2, "/elsewhere/ckpt/step-00000002")], 4, "/run"));
   assert.equal(outside.outcome, "SKIP");
   assert.match(outside.cause!, /outside the run directory/);
