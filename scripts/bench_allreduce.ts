@@ -169,33 +169,8 @@ async function benchDtrain(
   return JSON.parse(stdout.trim().split("\n").at(-1)!);
 }
 
-/** The gloo rank: w3_allreduce.py's loop, printing the same JSON shape. */
-const GLOO_RANK = `
-import json, os, sys, time
-import torch, torch.distributed as dist
-sizes, warmup, iters = [int(s) for s in sys.argv[1].split(",")], int(sys.argv[2]), int(sys.argv[3])
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-out = []
-for mib in sizes:
-    t = torch.ones(mib * 2**20 // 4, dtype=torch.float32)
-    for _ in range(warmup):
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    times = []
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        times.append(time.perf_counter() - t0)
-    gathered = [None] * world
-    dist.all_gather_object(gathered, times)
-    want = float(world) ** (warmup + iters)
-    assert t[0].item() == want and t[-1].item() == want, "wrong all_reduce result"
-    out.append({"mib": mib, "times": [max(ts) for ts in zip(*gathered)]})
-dist.destroy_process_group()
-if rank == 0:
-    print(json.dumps(out))
-`;
+/** The gloo rank: w3_allreduce.py's loop (shared with bench_gloo). */
+const GLOO_RANK = fileURLToPath(new URL("peers/gloo_allreduce.py", import.meta.url));
 
 /** A Python that can import torch.distributed: DTRAIN_BENCH_PYTHON, else
  *  `python3` on PATH, else Debian's system interpreter (where python3-torch
@@ -234,7 +209,7 @@ async function benchGloo(
   const stdout = await runRanks(
     world,
     python,
-    () => ["-c", GLOO_RANK, sizes.join(","), String(warmup), String(iters)],
+    () => [GLOO_RANK, sizes.join(","), String(warmup), String(iters)],
     (r) => ({
       RANK: String(r),
       WORLD_SIZE: String(world),
@@ -244,7 +219,9 @@ async function benchGloo(
       OMP_NUM_THREADS: "1",
     }),
   );
-  return JSON.parse(stdout.trim().split("\n").at(-1)!);
+  const line = stdout.split("\n").find((l) => l.startsWith("BENCH "));
+  if (!line) throw new Error(`the gloo ranks printed no result:\n${stdout}`);
+  return JSON.parse(line.slice("BENCH ".length)).sizes;
 }
 
 /** Single-thread copy bandwidth: (read + written bytes) / time, median of 10. */

@@ -179,41 +179,8 @@ async function benchDtrain(
   }
 }
 
-/** PyTorch's gloo: w3_allreduce.py's loop, printing the same JSON shape. */
-const TORCH_RANK = `
-import json, sys, time
-import torch, torch.distributed as dist
-sizes, warmup, iters = [int(s) for s in sys.argv[1].split(",")], int(sys.argv[2]), int(sys.argv[3])
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-out = []
-for mib in sizes:
-    t = torch.ones(mib * 2**20 // 4, dtype=torch.float32)
-    for _ in range(warmup):
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    times = []
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        times.append(time.perf_counter() - t0)
-    gathered = [None] * world
-    dist.all_gather_object(gathered, times)
-    want = float(world) ** (warmup + iters)
-    assert t[0].item() == want and t[-1].item() == want, "wrong all_reduce result"
-    out.append({"mib": mib, "times": [max(ts) for ts in zip(*gathered)]})
-one = torch.ones(1, dtype=torch.float32)
-for _ in range(50):
-    dist.all_reduce(one)
-dist.barrier()
-t0 = time.perf_counter()
-for _ in range(${TINY_CALLS}):
-    dist.all_reduce(one)
-tiny_us = (time.perf_counter() - t0) * 1e6 / ${TINY_CALLS}
-dist.destroy_process_group()
-if rank == 0:
-    print("BENCH " + json.dumps({"sizes": out, "tinyUs": tiny_us}))
-`;
+/** PyTorch's gloo rank (w3_allreduce.py's loop and the back-to-back latency), shared with bench_allreduce. */
+const TORCH_RANK = fileURLToPath(new URL("peers/gloo_allreduce.py", import.meta.url));
 
 /** Debian's python3 with python3-torch (a pyenv python3 on PATH may lack torch). */
 function findTorchPython(): string | null {
@@ -247,11 +214,11 @@ async function benchTorch(
       [
         ...place.prefix(host),
         python,
-        "-c",
         TORCH_RANK,
         sizes.join(","),
         String(warmup),
         String(iters),
+        String(TINY_CALLS),
       ],
       {
         RANK: String(r),
