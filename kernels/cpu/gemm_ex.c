@@ -138,6 +138,7 @@ DT_VEC_CLONES static void bgrad_range_(void* vctx, int64_t i0, int64_t i1) {
     }
     return;
   }
+  const uint16_t* half = c->dtype == DT_F32 ? NULL : (const uint16_t*)c->A;
   double acc[BGRAD_COLS];
   for (int64_t j0 = i0; j0 < i1; j0 += BGRAD_COLS) {
     int64_t n = i1 - j0 < BGRAD_COLS ? i1 - j0 : BGRAD_COLS;
@@ -146,6 +147,9 @@ DT_VEC_CLONES static void bgrad_range_(void* vctx, int64_t i0, int64_t i1) {
       if (c->dtype == DT_F32) {
         const float* row = (const float*)c->A + k * c->lda + j0;
         for (int64_t j = 0; j < n; j++) acc[j] += (double)row[j];
+      } else if (c->dtype == DT_BF16) { /* widened in the loop (a shift), so that it vectorises */
+        const uint16_t* row = half + k * c->lda + j0;
+        for (int64_t j = 0; j < n; j++) acc[j] += (double)dt_bf16_to_f32(row[j]);
       } else {
         for (int64_t j = 0; j < n; j++) acc[j] += (double)dt_load_float(c->A, c->dtype, k * c->lda + j0 + j);
       }
