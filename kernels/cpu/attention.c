@@ -11,6 +11,7 @@
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include <stdlib.h>
 #include "attention.h"
+#include "attention_internal.h"
 #include "convert.h"
 #include "gemm_internal.h"
 
@@ -55,6 +56,7 @@ typedef struct {
   const void* dout;
   const void* fwd_out;
   const dt_gemm_isa_* isa;
+  int bf16_dot; /* bf16 heads through attention_bf16_avx512.c */
   int32_t dtype, causal;
   int64_t T, H, D;
   float scale;
@@ -184,8 +186,19 @@ DT_VEC_CLONES static void att_fwd_head_(att_ctx_* c, int64_t bh, float* scratch)
   }
 }
 
+/* The arguments of the bf16 heads of attention_bf16_avx512.c. */
+static dt_att_args_ att_args_(const att_ctx_* c) {
+  return (dt_att_args_){.out = c->out, .lse = c->lse, .qkv = c->qkv, .dout = c->dout, .fwd_out = c->fwd_out,
+                        .causal = c->causal, .T = c->T, .H = c->H, .D = c->D, .scale = c->scale};
+}
+
 static void att_fwd_range_(void* vctx, int64_t t0, int64_t t1) {
   att_ctx_* c = vctx;
+  if (c->bf16_dot) {
+    dt_att_args_ a = att_args_(c);
+    for (int64_t t = t0; t < t1; t++) dt_att_bf16_fwd_head_(&a, t, &c->failed);
+    return;
+  }
   const int64_t Dp = att_pad_(c->D);
   float* scratch = att_reserve_((size_t)(2 * c->T * Dp + Dp * QT + KT * QT + QT * Dp));
   if (!scratch) {
@@ -277,6 +290,11 @@ DT_VEC_CLONES static void att_bwd_head_(att_ctx_* c, int64_t bh, float* scratch)
 
 static void att_bwd_range_(void* vctx, int64_t t0, int64_t t1) {
   att_ctx_* c = vctx;
+  if (c->bf16_dot) {
+    dt_att_args_ a = att_args_(c);
+    for (int64_t t = t0; t < t1; t++) dt_att_bf16_bwd_head_(&a, t, &c->failed);
+    return;
+  }
   const int64_t Dp = att_pad_(c->D);
   float* scratch = att_reserve_((size_t)(4 * c->T * Dp + 3 * QT * Dp + 2 * Dp * QT + 2 * KT * QT));
   if (!scratch) {
@@ -304,6 +322,7 @@ DT_EXPORT dt_status dt_attention_fwd(void* out, float* lse, const void* qkv, int
   att_ctx_ c = {.out = out, .lse = lse, .qkv = qkv, .dtype = dtype, .causal = causal, .T = T, .H = H, .D = D,
                 .scale = scale};
   DT_TRY_(dt_gemm_pick_isa_(&c.isa));
+  c.bf16_dot = dtype == DT_BF16 && dt_gemm_bf16_dot_available_();
   dt_parallel_for_(B * H, att_grain_(T, D, causal), att_fwd_range_, &c);
   if (c.failed)
     return dt_fail_(DT_ERR_ALLOC, "dt_attention_fwd: cannot allocate the scratch of a tile (D=%lld)", (long long)D);
@@ -320,6 +339,7 @@ DT_EXPORT dt_status dt_attention_bwd(void* dqkv, const void* dout, const void* q
   att_ctx_ c = {.out = dqkv, .lse = (float*)lse, .qkv = qkv, .dout = dout, .fwd_out = out, .dtype = dtype,
                 .causal = causal, .T = T, .H = H, .D = D, .scale = scale};
   DT_TRY_(dt_gemm_pick_isa_(&c.isa));
+  c.bf16_dot = dtype == DT_BF16 && dt_gemm_bf16_dot_available_();
   dt_parallel_for_(B * H, att_grain_(T, D, causal), att_bwd_range_, &c);
   if (c.failed)
     return dt_fail_(DT_ERR_ALLOC, "dt_attention_bwd: cannot allocate the scratch of a sequence (T=%lld D=%lld)",

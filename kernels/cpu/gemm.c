@@ -44,6 +44,11 @@ dt_status dt_gemm_pick_isa_(const dt_gemm_isa_** out) {
   return DT_OK;
 }
 
+int dt_gemm_bf16_dot_available_(void) {
+  const dt_gemm_isa_* isa = NULL;
+  return dt_gemm_pick_isa_(&isa) == DT_OK && dt_gemm_bf16_dot_;
+}
+
 /** The kernel dt_gemm uses for `dtype` on this CPU under DTRAIN_CPU_ISA:
  *  "avx512bf16", "avx512", "avx2" or "generic" (NULL with the error text set
  *  for a bad DTRAIN_CPU_ISA or dtype). */

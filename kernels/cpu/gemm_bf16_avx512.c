@@ -15,7 +15,7 @@
  * receive the rounded result widened (autocast's f32 gradients, without a
  * cast pass after the product). */
 #include "gemm_internal.h"
-#include <immintrin.h>
+#include "bf16_avx512.h"
 #include <stdlib.h>
 
 #define MR 12
@@ -23,7 +23,7 @@
 #define MC 144 /* A block: MC x KC pairs-packed, in L2 */
 #define KC 384 /* K block (192 pairs): a B sliver of KC x NR bf16 is 24 KiB, in L1 */
 #define NC 4096
-#define BF16_ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define BF16_ DT_BF16_TARGET_
 
 static inline uint32_t dt_pair_(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
 
@@ -142,21 +142,6 @@ typedef struct {
   float alpha, beta;
   int first;       /* no earlier K block */
 } dt_bf16_out_;
-
-/* f32 -> bf16 bits as dt_f32_to_bf16: round to nearest even, NaN kept quiet */
-BF16_ static inline __m256i dt_bf16_round_(__m512 v) {
-  __m512i u = _mm512_castps_si512(v);
-  __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
-  __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
-  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
-}
-
-/* 16 bf16 as the f32 values they are */
-BF16_ static inline __m512 dt_bf16_widen_(__m256i h) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
 
 /* n f32 (contiguous) to bf16 as dt_f32_to_bf16 does */
 BF16_ static void dt_bf16_convert_(const float* src, uint16_t* dst, int64_t n) {
@@ -441,4 +426,23 @@ dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t 
     }
   }
   return DT_OK;
+}
+
+/* C (m x n f32, row stride ldc) = alpha * A @ B + beta * C for attention's
+ * tiles (attention_bf16_avx512.c): pair q of A's row i is the dword at
+ * a[i * a_row + q * a_q], rows up to m rounded up to 12 readable (the
+ * kernel's extra rows are computed and dropped); B in slivers of 32 columns,
+ * sliver s at b + s * b_sliver, pair q's 32 dwords at + q * 32 (all readable;
+ * columns past n are dropped). beta == 0 never reads C. */
+BF16_ void dt_bf16_tile_gemm_(int64_t m, int64_t n, int64_t kq, const uint32_t* a, int64_t a_row, int64_t a_q,
+                              const uint32_t* b, int64_t b_sliver, float* c, int64_t ldc, float alpha, float beta) {
+  for (int64_t jr = 0; jr < n; jr += NR) {
+    int nrr = n - jr < NR ? (int)(n - jr) : NR;
+    for (int64_t ir = 0; ir < m; ir += MR) {
+      int mrr = m - ir < MR ? (int)(m - ir) : MR;
+      dt_bf16_out_ o = {.c = c + ir * ldc + jr, .ldc = ldc, .c_f32 = 1, .c_exact = 1, .alpha = alpha, .beta = beta,
+                        .first = 1};
+      dt_bf16_kernel_(kq, (const char*)(a + ir * a_row), a_row * 4, a_q * 4, b + jr / NR * b_sliver, &o, mrr, nrr);
+    }
+  }
 }

@@ -90,6 +90,20 @@ dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t 
                         float alpha, float beta, void* c, int32_t c_dtype, int c_exact, int64_t ldc,
                         int64_t* failed_floats);
 
+/* Whether dt_gemm runs bf16 through gemm_bf16_avx512.c here (the CPU has
+ * AVX512_BF16 and DTRAIN_CPU_ISA allows it); 0 when the choice fails. */
+int dt_gemm_bf16_dot_available_(void);
+
+/* C (m x n f32, row stride ldc) = alpha * A @ B + beta * C on the vdpbf16ps
+ * micro-kernel (12 x 32 tiles) for tiles of attention_bf16_avx512.c: pair q
+ * of A's row i (two bf16 along K, the lower first) is the dword
+ * a[i * a_row + q * a_q], rows up to m rounded up to 12 readable; B is in
+ * slivers of 32 columns, sliver s at b + s * b_sliver, pair q's 32 dwords at
+ * + q * 32, all readable. beta == 0 never reads C. Call only where
+ * dt_gemm_bf16_dot_available_(). */
+void dt_bf16_tile_gemm_(int64_t m, int64_t n, int64_t kq, const uint32_t* a, int64_t a_row, int64_t a_q,
+                        const uint32_t* b, int64_t b_sliver, float* c, int64_t ldc, float alpha, float beta);
+
 /* An f32 C (row stride ldc, one product) of A and B of `dtype`, not rounded
  * to the operands' dtype: dt_gemm's kernels (vdpbf16ps for bf16 where the CPU
  * has it, f16 widened while packing) for dt_gemm_ex's product. */
