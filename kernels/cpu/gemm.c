@@ -91,6 +91,7 @@ typedef struct {
   int32_t dtype;   /* what the products compute in */
   int32_t c_dtype; /* C's own dtype: dtype, or f32 under dt_cpu_gemm_bf16_mixed and dt_gemm_f32c_ */
   int c_exact;     /* f32 C of low-precision operands not rounded through their dtype (dt_gemm_f32c_) */
+  const dt_gemm_bf16_epi_* epi; /* a bf16 C's epilogue (dt_gemm_bf16_epi_ex_), or NULL */
   int64_t M, N, K, kc; /* kc: the K block, the same for every tile */
   float alpha, beta;
   dt_gemm_view_ a, b;  /* op(A) (M x K) and op(B) (K x N) of batch 0 */
@@ -202,9 +203,16 @@ static dt_status dt_gemm_tile_(dt_gemm_job_* job, int64_t t) {
   size_t esize = dt_dtype_size(job->c_dtype);
   char* c = (char*)job->c + (size_t)(bi * job->stride_c + i0 * job->ldc + j0) * esize;
   if (job->dtype == DT_F32) return dt_gemm_blocked_(job, &a, &b, m, n, (float*)c, job->ldc, job->alpha, job->beta);
-  if (job->dtype == DT_BF16 && dt_gemm_bf16_dot_)
+  if (job->dtype == DT_BF16 && dt_gemm_bf16_dot_) {
+    dt_gemm_bf16_epi_ epi;
+    if (job->epi) { /* the tile's columns of the bias and its block of aux */
+      epi = *job->epi;
+      epi.bias += j0;
+      if (epi.aux) epi.aux += i0 * epi.ldaux + j0;
+    }
     return dt_gemm_bf16_(&a, &b, m, n, job->K, job->alpha, job->beta, c, job->c_dtype, job->c_exact, job->ldc,
-                         &job->failed_floats);
+                         job->epi ? &epi : NULL, &job->failed_floats);
+  }
   /* an exact f32 C of any operands (converted while packing) accumulates in place */
   if (job->c_exact) return dt_gemm_blocked_(job, &a, &b, m, n, (float*)c, job->ldc, job->alpha, job->beta);
 
@@ -410,5 +418,23 @@ dt_status dt_gemm_f32c_(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t
   if (job.status != DT_OK)
     return dt_fail_(job.status, "dt_gemm_ex: cannot allocate a buffer of %lld floats (%s kernel, M = %lld, N = %lld, K = %lld)",
                     (long long)job.failed_floats, job.isa->name, (long long)M, (long long)N, (long long)K);
+  return DT_OK;
+}
+
+dt_status dt_gemm_bf16_epi_ex_(int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                               const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc,
+                               const dt_gemm_bf16_epi_* epi) {
+  dt_gemm_job_ job = {.dtype = DT_BF16, .c_dtype = DT_BF16, .epi = epi, .M = M, .N = N, .K = K, .alpha = alpha,
+                      .beta = 0.0f, .c = C, .ldc = ldc, .status = DT_OK};
+  dt_status st;
+  if ((st = dt_gemm_pick_isa_(&job.isa)) != DT_OK) return st;
+  job.a = (dt_gemm_view_){A, DT_BF16, trans_a ? 1 : lda, trans_a ? lda : 1};
+  job.b = (dt_gemm_view_){B, DT_BF16, trans_b ? 1 : ldb, trans_b ? ldb : 1};
+  job.kc = dt_ceil_div_(K, dt_ceil_div_(K, job.isa->kc));
+  dt_gemm_split_(&job, 1);
+  dt_parallel_for_(job.m_tiles * job.n_tiles, 1, dt_gemm_tiles_, &job);
+  if (job.status != DT_OK)
+    return dt_fail_(job.status, "dt_gemm_ex: cannot allocate a buffer of %lld floats (avx512bf16 kernel, M = %lld, N = %lld, K = %lld)",
+                    (long long)job.failed_floats, (long long)M, (long long)N, (long long)K);
   return DT_OK;
 }

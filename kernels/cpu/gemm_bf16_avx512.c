@@ -16,6 +16,7 @@
  * cast pass after the product). */
 #include "gemm_internal.h"
 #include "bf16_avx512.h"
+#include "gemm_epilogue.h"
 #include <stdlib.h>
 
 #define MR 12
@@ -141,7 +142,22 @@ typedef struct {
   int c_exact;     /* with c_f32: the f32 result itself, not rounded through bf16 (dt_gemm_f32c_) */
   float alpha, beta;
   int first;       /* no earlier K block */
+  const dt_gemm_bf16_epi_* epi; /* a bf16 C's epilogue (bias and aux at the tile's corner), or NULL */
+  float* gelu_pre;              /* with GELU: the tile's pre-activations, MR x NR */
 } dt_bf16_out_;
+
+/* C = gelu(pre) rounded, for the mr x nr corner of a tile's pre-activations:
+ * one loop over the whole tile, after the micro-kernel (its accumulators no
+ * longer hold the registers GELU needs). */
+BF16_ static void dt_bf16_gelu_tile_(float* pre, int mr, int nr, uint16_t* c, int64_t ldc) {
+  for (int j = 0; j < MR * NR; j++) pre[j] = dt_gelu_f(pre[j]);
+  __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+  __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+  for (int i = 0; i < mr; i++) {
+    _mm256_mask_storeu_epi16(c + i * ldc, m0, dt_bf16_round_(_mm512_loadu_ps(pre + i * NR)));
+    _mm256_mask_storeu_epi16(c + i * ldc + 16, m1, dt_bf16_round_(_mm512_loadu_ps(pre + i * NR + 16)));
+  }
+}
 
 /* n f32 (contiguous) to bf16 as dt_f32_to_bf16 does */
 BF16_ static void dt_bf16_convert_(const float* src, uint16_t* dst, int64_t n) {
@@ -249,6 +265,18 @@ BF16_ static inline void dt_bf16_store_row_(const dt_bf16_out_* o, int64_t i, __
     return;
   }
   uint16_t* row = (uint16_t*)o->c + i * o->ldc;
+  if (o->epi) { /* dt_gemm_ex's epilogue, beta 0: pre = product + bias, rounded once (with GELU also kept) */
+    v0 = _mm512_add_ps(v0, dt_bf16_widen_(_mm256_maskz_loadu_epi16(m0, o->epi->bias)));
+    v1 = _mm512_add_ps(v1, dt_bf16_widen_(_mm256_maskz_loadu_epi16(m1, o->epi->bias + 16)));
+    if (o->epi->epilogue == DT_EPI_GELU_BIAS) { /* pre kept; GELU after the tile (dt_bf16_gelu_tile_) */
+      uint16_t* aux = o->epi->aux + i * o->epi->ldaux;
+      _mm256_mask_storeu_epi16(aux, m0, dt_bf16_round_(v0));
+      _mm256_mask_storeu_epi16(aux + 16, m1, dt_bf16_round_(v1));
+      _mm512_storeu_ps(o->gelu_pre + i * NR, v0);
+      _mm512_storeu_ps(o->gelu_pre + i * NR + 16, v1);
+      return;
+    }
+  }
   if (o->beta != 0.0f) {
     __m512 vb = _mm512_set1_ps(o->beta);
     __m512 old0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, row)), 16));
@@ -336,7 +364,7 @@ static uint32_t* dt_bf16_reserve_(uint32_t** buf, size_t dwords) {
  * Sums of several K blocks meet in an f32 scratch; the last block writes C. */
 dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t m, int64_t n, int64_t K,
                         float alpha, float beta, void* c, int32_t c_dtype, int c_exact, int64_t ldc,
-                        int64_t* failed_floats) {
+                        const dt_gemm_bf16_epi_* epi, int64_t* failed_floats) {
   uint32_t* ap = dt_bf16_reserve_(&dt_bf16_buf_a_, (size_t)MC * (KC / 2));
   uint32_t* bp = dt_bf16_reserve_(&dt_bf16_buf_b_, (size_t)NC * (KC / 2));
   if (!ap || !bp) {
@@ -402,6 +430,15 @@ dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t 
                 .beta = beta,
                 .first = pc == 0,
             };
+            dt_gemm_bf16_epi_ tile_epi;
+            float gelu_pre[MR * NR] __attribute__((aligned(64)));
+            if (epi && last) {
+              tile_epi = *epi;
+              tile_epi.bias += jc + jr;
+              if (tile_epi.aux) tile_epi.aux += (ic + ir) * tile_epi.ldaux + jc + jr;
+              o.epi = &tile_epi;
+              o.gelu_pre = gelu_pre;
+            }
             const char* at;
             int64_t a_row, a_q;
             if (direct) {
@@ -420,6 +457,7 @@ dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t 
               a_q = 4 * MR;
             }
             dt_bf16_kernel_(kq, at, a_row, a_q, bp + jr * kq, &o, mrr, nrr);
+            if (o.epi && o.epi->epilogue == DT_EPI_GELU_BIAS) dt_bf16_gelu_tile_(gelu_pre, mrr, nrr, o.c, ldc);
           }
         }
       }

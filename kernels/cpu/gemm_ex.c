@@ -195,6 +195,13 @@ DT_EXPORT dt_status dt_gemm_ex(int32_t ab_dtype, int32_t c_dtype, int32_t trans_
   if (ab_dtype == c_dtype && epilogue == DT_EPI_NONE)
     return dt_gemm(ab_dtype, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, 0, 0, 0, NULL);
   int product = K > 0 && alpha != 0.0f;
+  /* bf16 operands, C and bias with vdpbf16ps: the epilogue in the kernel's tile store (the same bits,
+   * without the f32 product's pass through memory) */
+  if (product && ab_dtype == DT_BF16 && c_dtype == DT_BF16 && beta == 0.0f &&
+      (epilogue == DT_EPI_BIAS || epilogue == DT_EPI_GELU_BIAS) && dt_gemm_bf16_dot_available_()) {
+    dt_gemm_bf16_epi_ e = {.epilogue = epilogue, .bias = bias, .aux = aux, .ldaux = ldaux};
+    return dt_gemm_bf16_epi_ex_(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, &e);
+  }
   /* the f32 product: in C itself when it is f32 (beta applied by the product) */
   int in_place = c_dtype == DT_F32;
   int64_t lacc = in_place ? ldc : N;

@@ -82,13 +82,32 @@ void dt_gemm_pack_b_avx2_(const dt_gemm_view_* v, int64_t p0, int64_t kc, int64_
 void dt_gemm_dot_avx2_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                        int64_t ldb, float beta, float* c, int64_t ldc);
 
+/* dt_gemm_ex's bias or bias + GELU epilogue for a bf16 C, applied by the
+ * bf16 kernel as it stores each tile: pre = product + bias[j] (bf16 bias),
+ * C = pre or gelu(pre), aux = pre (with GELU), each rounded once, the bits
+ * of dt_gemm_ex's f32 product then epilogue. bias and aux point at the
+ * block's first column and row. */
+typedef struct {
+  int32_t epilogue; /* DT_EPI_BIAS or DT_EPI_GELU_BIAS */
+  const uint16_t* bias;
+  uint16_t* aux;
+  int64_t ldaux;
+} dt_gemm_bf16_epi_;
+
 /* bf16 C (m x n, row stride ldc) = alpha * A @ B + beta * C with AVX512_BF16
  * (gemm_bf16_avx512.c); beta == 0 never reads C. An f32 C (c_dtype) gets the
- * bf16 result widened, or with c_exact the f32 result. Fails only to allocate
- * (*failed_floats set). Call only on CPUs with AVX512_BF16. */
+ * bf16 result widened, or with c_exact the f32 result. epi (NULL: none) is a
+ * bf16 C's epilogue. Fails only to allocate (*failed_floats set). Call only
+ * on CPUs with AVX512_BF16. */
 dt_status dt_gemm_bf16_(const dt_gemm_view_* a, const dt_gemm_view_* b, int64_t m, int64_t n, int64_t K,
                         float alpha, float beta, void* c, int32_t c_dtype, int c_exact, int64_t ldc,
-                        int64_t* failed_floats);
+                        const dt_gemm_bf16_epi_* epi, int64_t* failed_floats);
+
+/* dt_gemm_ex's product and bias (+ GELU) epilogue in one pass for bf16
+ * operands and C, beta 0, where dt_gemm_bf16_dot_available_() (gemm.c). */
+dt_status dt_gemm_bf16_epi_ex_(int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                               const void* A, int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc,
+                               const dt_gemm_bf16_epi_* epi);
 
 /* Whether dt_gemm runs bf16 through gemm_bf16_avx512.c here (the CPU has
  * AVX512_BF16 and DTRAIN_CPU_ISA allows it); 0 when the choice fails. */

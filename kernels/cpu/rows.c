@@ -218,11 +218,13 @@ DT_VEC_CLONES static void ln_bwd_cols_range_(void* vctx, int64_t j0, int64_t j1)
           acc_w[k] += (double)(dy[k] * dt_layernorm_xhat_f(x[k], mean, rstd));
           acc_b[k] += (double)dy[k];
         }
-      } else {
+      } else { /* widened into row buffers first, so that both loops vectorise */
+        float dy[COL_TILE], x[COL_TILE];
+        ln_load_row_(dy, (const char*)c->dout + (size_t)at * ln_esize_(c->dout_dtype), c->dout_dtype, width);
+        ln_load_row_(x, (const char*)c->inp + (size_t)at * ln_esize_(c->inp_dtype), c->inp_dtype, width);
         for (int64_t k = 0; k < width; k++) {
-          float dy = dt_load_float(c->dout, c->dout_dtype, at + k);
-          acc_w[k] += (double)(dy * dt_layernorm_xhat_f(dt_load_float(c->inp, c->inp_dtype, at + k), mean, rstd));
-          acc_b[k] += (double)dy;
+          acc_w[k] += (double)(dy[k] * dt_layernorm_xhat_f(x[k], mean, rstd));
+          acc_b[k] += (double)dy[k];
         }
       }
     }

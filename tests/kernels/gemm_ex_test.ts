@@ -6,7 +6,8 @@
  * argument checks.
  */
 import assert from "node:assert/strict";
-import { failsWith, K, n64, ok, ptr, Rng } from "./_helpers.ts";
+import { fileURLToPath } from "node:url";
+import { failsWith, K, n64, ok, ptr, Rng, withThreads } from "./_helpers.ts";
 
 const DT = { f32: 0, bf16: 1, f16: 2 } as const;
 const EPI = { none: 0, bias: 1, gelu: 2, bgrad: 3 } as const;
@@ -252,4 +253,123 @@ Deno.test("dt_gemm_ex refuses what it does not take, naming it", () => {
   failsWith(call(0, 0, 2, p, null), "needs aux");
   failsWith(call(0, 0, 2, p, p, 3n), "ldaux = 3 is too small");
   ok(call(0, 0, 3, p, null));
+});
+
+/** bf16 bits of f32 values (round to nearest even; the inputs here are finite). */
+function roundBf16(x: Float32Array): Uint16Array<ArrayBuffer> {
+  return toBits(x, "bf16") as Uint16Array<ArrayBuffer>;
+}
+
+// A bf16 C with a bias or bias + GELU epilogue: with AVX512_BF16 the kernel adds the bias
+// (and keeps the pre-activation) as it stores each tile; everywhere the bits must be those of
+// the f32 product (dt_gemm_ex into an f32 C) plus the bias in f32, then dt_gelu_fwd, each
+// rounded once. Partial 12 x 32 tiles, several K blocks (K > 384, odd), more rows than one
+// A block (M > 144), each layout, one and two threads.
+for (
+  const [M, N, Kd, ta, tb] of [
+    [37, 70, 800, 0, 1],
+    [300, 33, 129, 0, 0],
+    [13, 40, 5, 1, 0],
+    [1, 1, 1, 1, 1],
+    [64, 512, 128, 0, 1],
+  ] as const
+) {
+  for (const epi of ["bias", "gelu"] as const) {
+    Deno.test(`dt_gemm_ex bf16 -> bf16 ${epi} ${M}x${N}x${Kd} ${ta ? "T" : "N"}${tb ? "T" : "N"}: the bits of the f32 product, then the epilogue`, () => {
+      const rng = new Rng(M + N + Kd);
+      const [ar, ac] = ta ? [Kd, M] : [M, Kd];
+      const [br, bc] = tb ? [N, Kd] : [Kd, N];
+      const A = roundBf16(rng.normals(ar * ac)), B = roundBf16(rng.normals(br * bc));
+      const bias = roundBf16(rng.normals(N));
+      // the f32 product of the same operands (no epilogue)
+      const prod = new Float32Array(M * N);
+      ok(
+        K.dt_gemm_ex(
+          1,
+          0,
+          ta,
+          tb,
+          n64(M),
+          n64(N),
+          n64(Kd),
+          0.75,
+          ptr(A),
+          n64(ac),
+          ptr(B),
+          n64(bc),
+          0,
+          ptr(prod),
+          n64(N),
+          0,
+          null,
+          null,
+          0n,
+          null,
+        ),
+      );
+      const bv = values(bias, "bf16");
+      const pre = Float32Array.from(prod, (p, i) => Math.fround(p + bv[i % N]!));
+      const act = new Float32Array(M * N);
+      ok(K.dt_gelu_fwd(ptr(act), ptr(pre), n64(M * N), null));
+      const wantC = roundBf16(epi === "gelu" ? act : pre), wantAux = roundBf16(pre);
+      for (const threads of [1, 2]) {
+        const C = new Uint16Array(M * N), aux = new Uint16Array(M * N);
+        withThreads(
+          threads,
+          () =>
+            ok(
+              K.dt_gemm_ex(
+                1,
+                1,
+                ta,
+                tb,
+                n64(M),
+                n64(N),
+                n64(Kd),
+                0.75,
+                ptr(A),
+                n64(ac),
+                ptr(B),
+                n64(bc),
+                0,
+                ptr(C),
+                n64(N),
+                EPI[epi],
+                ptr(bias),
+                epi === "gelu" ? ptr(aux) : null,
+                n64(N),
+                null,
+              ),
+            ),
+        );
+        assert.deepEqual(C, wantC, `C on ${threads} thread(s)`);
+        if (epi === "gelu") assert.deepEqual(aux, wantAux, `aux on ${threads} thread(s)`);
+      }
+    });
+  }
+}
+
+// Children of the next test run this file again with one kernel forced (DTRAIN_CPU_ISA).
+const child = Deno.env.get("DTRAIN_CPU_ISA") !== undefined;
+
+Deno.test({
+  name: "dt_gemm_ex passes these tests with each kernel (DTRAIN_CPU_ISA = avx512, avx2, generic)",
+  ignore: child,
+  fn: async () => {
+    for (const isa of ["avx512", "avx2", "generic"]) {
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["test", "-A", "--no-check", fileURLToPath(import.meta.url)],
+        env: { DTRAIN_CPU_ISA: isa },
+        cwd: fileURLToPath(new URL("../..", import.meta.url)),
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const text = new TextDecoder();
+      assert.equal(
+        out.code,
+        0,
+        `with DTRAIN_CPU_ISA=${isa}:\n${text.decode(out.stdout)}${text.decode(out.stderr)}`,
+      );
+    }
+  },
 });
