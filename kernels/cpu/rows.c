@@ -187,13 +187,23 @@ DT_VEC_CLONES static void ln_bwd_rows_range_(void* vctx, int64_t r0, int64_t r1)
     }
     float *dy = buf, *x = buf + C, *dx = buf + 2 * C;
     const size_t oe = ln_esize_(c->dinp_dtype);
-    ln_load_row_(dy, (const char*)c->dout + (size_t)(r * C) * ln_esize_(c->dout_dtype), c->dout_dtype, C);
-    ln_load_row_(x, (const char*)c->inp + (size_t)(r * C) * ln_esize_(c->inp_dtype), c->inp_dtype, C);
-    dt_layernorm_bwd_row(dx, dy, x, c->weight, c->mean[r], c->rstd[r], C);
+    /* f32 rows are read in place, others widened into the row buffers */
+    const float* dyr = dy;
+    const float* xr = x;
+    if (c->dout_dtype == DT_F32) dyr = (const float*)c->dout + r * C;
+    else ln_load_row_(dy, (const char*)c->dout + (size_t)(r * C) * ln_esize_(c->dout_dtype), c->dout_dtype, C);
+    if (c->inp_dtype == DT_F32) xr = (const float*)c->inp + r * C;
+    else ln_load_row_(x, (const char*)c->inp + (size_t)(r * C) * ln_esize_(c->inp_dtype), c->inp_dtype, C);
+    dt_layernorm_bwd_row(dx, dyr, xr, c->weight, c->mean[r], c->rstd[r], C);
     void* out = (char*)c->dinp + (size_t)(r * C) * oe;
     if (c->flags & 1) { /* dinp += dx, in f32, rounded once */
-      ln_load_row_(dy, out, c->dinp_dtype, C);
-      for (int64_t j = 0; j < C; j++) dx[j] += dy[j];
+      if (c->dinp_dtype == DT_F32) {
+        const float* o = out;
+        for (int64_t j = 0; j < C; j++) dx[j] += o[j];
+      } else {
+        ln_load_row_(dy, out, c->dinp_dtype, C);
+        for (int64_t j = 0; j < C; j++) dx[j] += dy[j];
+      }
     }
     ln_store_row_(out, c->dinp_dtype, dx, C);
   }
@@ -218,10 +228,14 @@ DT_VEC_CLONES static void ln_bwd_cols_range_(void* vctx, int64_t j0, int64_t j1)
           acc_w[k] += (double)(dy[k] * dt_layernorm_xhat_f(x[k], mean, rstd));
           acc_b[k] += (double)dy[k];
         }
-      } else { /* widened into row buffers first, so that both loops vectorise */
-        float dy[COL_TILE], x[COL_TILE];
-        ln_load_row_(dy, (const char*)c->dout + (size_t)at * ln_esize_(c->dout_dtype), c->dout_dtype, width);
-        ln_load_row_(x, (const char*)c->inp + (size_t)at * ln_esize_(c->inp_dtype), c->inp_dtype, width);
+      } else { /* bf16/f16 widened into row buffers first (f32 read in place), so that both loops vectorise */
+        float dyb[COL_TILE], xb[COL_TILE];
+        const float* dy = dyb;
+        const float* x = xb;
+        if (c->dout_dtype == DT_F32) dy = (const float*)c->dout + at;
+        else ln_load_row_(dyb, (const char*)c->dout + (size_t)at * ln_esize_(c->dout_dtype), c->dout_dtype, width);
+        if (c->inp_dtype == DT_F32) x = (const float*)c->inp + at;
+        else ln_load_row_(xb, (const char*)c->inp + (size_t)at * ln_esize_(c->inp_dtype), c->inp_dtype, width);
         for (int64_t k = 0; k < width; k++) {
           acc_w[k] += (double)(dy[k] * dt_layernorm_xhat_f(x[k], mean, rstd));
           acc_b[k] += (double)dy[k];
