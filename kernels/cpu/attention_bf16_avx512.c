@@ -212,11 +212,12 @@ T_ void dt_att_bf16_fwd_head_(const dt_att_args_* c, int64_t bh, int* failed) {
         int64_t vis = c->causal ? q0 + i - k0 + 1 : nk; /* keys of the tile this row sees */
         if (vis > nk) vis = nk;
         if (vis < 0) vis = 0;
-        float mt = row_max_(row, vis);
+        /* keys it does not see (and columns past nk) weigh exactly 0: the loops run over whole tiles */
+        for (int64_t j = vis; j < BK; j++) row[j] = -INFINITY;
+        float mt = row_max_(row, BK);
         float m_new = mt > m[i] ? mt : m[i];
         float corr = dt_attention_rescale_f(m[i], m_new);
-        for (int64_t j = 0; j < vis; j++) row[j] = dt_attention_p_f(row[j], m_new);
-        for (int64_t j = vis; j < BK; j++) row[j] = 0.0f;
+        for (int64_t j = 0; j < BK; j++) row[j] = dt_attention_p_f(row[j], m_new);
         float sum = row_sum_(row);
         l[i] = l[i] * corr + sum;
         m[i] = m_new;
@@ -301,12 +302,13 @@ T_ void dt_att_bf16_bwd_head_(const dt_att_args_* c, int64_t bh, int* failed) {
         int64_t vis = i >= nq ? 0 : c->causal ? q0 + i - k0 + 1 : nk; /* keys of the tile this row sees */
         if (vis > nk) vis = nk;
         if (vis < 0) vis = 0;
-        for (int64_t j = 0; j < vis; j++) {
+        /* what it does not see gets P = exp(-inf) = 0 and dS = 0: the loop runs over the whole tile */
+        for (int64_t j = vis; j < BK; j++) pr[j] = -INFINITY, dr[j] = 0.0f;
+        for (int64_t j = 0; j < BK; j++) {
           float pij = dt_attention_p_lse_f(pr[j], lse[i]);
           pr[j] = pij;
           dr[j] = dt_attention_ds_f(pij, dr[j], delta[i]) * c->scale;
         }
-        for (int64_t j = vis; j < BK; j++) pr[j] = dr[j] = 0.0f;
         round_row_(dsa + i * (BK / 2), dr);
       }
       interleave_tile_(pt, p);
