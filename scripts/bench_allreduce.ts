@@ -411,7 +411,9 @@ async function main(): Promise<void> {
       `memcpy 256 MiB on each of the ${r.world} ranks at once: ${r.memcpyAllGBs.toFixed(2)} GB/s ` +
         `together (${(r.memcpyAllGBs / memcpy).toFixed(2)}x one thread alone); an in-place ` +
         `allReduce reads and writes every byte of both ranks' buffers, so its busbw is at most ` +
-        `${(r.memcpyAllGBs / 4).toFixed(2)} GB/s = ${(r.memcpyAllGBs / 4 / memcpy).toFixed(2)}x memcpy`,
+        `${(r.memcpyAllGBs / 4).toFixed(2)} GB/s = ${
+          (r.memcpyAllGBs / 4 / memcpy).toFixed(2)
+        }x memcpy`,
     );
   }
   for (const r of results) {
