@@ -36,8 +36,25 @@ interface Shape {
 }
 
 /** A linear layer (rows x inp -> out) as linear() runs it: forward, dX, dW + bias gradient. */
-const linear = (name: string, rows: number, inp: number, out: number, perStep: number, gelu = false): Shape[] => [
-  { name: `${name} fwd`, M: rows, N: out, K: inp, ta: 0, tb: 1, epi: gelu ? "gelu" : "bias", f32c: false, perStep },
+const linear = (
+  name: string,
+  rows: number,
+  inp: number,
+  out: number,
+  perStep: number,
+  gelu = false,
+): Shape[] => [
+  {
+    name: `${name} fwd`,
+    M: rows,
+    N: out,
+    K: inp,
+    ta: 0,
+    tb: 1,
+    epi: gelu ? "gelu" : "bias",
+    f32c: false,
+    perStep,
+  },
   { name: `${name} dX`, M: rows, N: inp, K: out, ta: 0, tb: 0, epi: "none", f32c: false, perStep },
   { name: `${name} dW`, M: out, N: inp, K: rows, ta: 1, tb: 0, epi: "bgrad", f32c: true, perStep },
 ];
@@ -64,7 +81,10 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 function main() {
   const { values } = parseArgs({
     args: Deno.args,
-    options: { seconds: { type: "string", default: "0.3" }, trials: { type: "string", default: "3" } },
+    options: {
+      seconds: { type: "string", default: "0.3" },
+      trials: { type: "string", default: "3" },
+    },
   });
   const seconds = Number(values.seconds), trials = Number(values.trials);
   const dt = cpuKernels();
@@ -72,19 +92,42 @@ function main() {
   dt.check(k.dt_set_num_threads(1), "dt_set_num_threads");
   const big = 2048 * 512;
   const buf = (bytes: number) => new Uint8Array(bytes);
-  const A = buf(big * 4), B = buf(big * 4), C = buf(big * 4), aux = buf(big * 4), bias = buf(2048 * 4);
+  const A = buf(big * 4),
+    B = buf(big * 4),
+    C = buf(big * 4),
+    aux = buf(big * 4),
+    bias = buf(2048 * 4);
   // small finite values in both dtypes (bf16 is the upper half of an f32)
   const f = new Float32Array(A.buffer), g = new Float32Array(B.buffer);
-  for (let i = 0; i < big; i++) f[i] = ((i * 7919) % 1000) / 1000 - 0.5, g[i] = ((i * 104729) % 1000) / 1000 - 0.5;
+  for (let i = 0; i < big; i++) {
+    f[i] = ((i * 7919) % 1000) / 1000 - 0.5, g[i] = ((i * 104729) % 1000) / 1000 - 0.5;
+  }
   const p = (a: Uint8Array<ArrayBuffer>) => Deno.UnsafePointer.of(a);
   const call = (s: Shape, low: boolean) => {
     const ab = low ? 1 : 0, c = s.f32c || !low ? 0 : 1;
     const lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
     dt.check(
       k.dt_gemm_ex(
-        ab, c, s.ta, s.tb, BigInt(s.M), BigInt(s.N), BigInt(s.K), 1, p(A), BigInt(lda), p(B), BigInt(ldb),
-        s.f32c ? 1 : 0, p(C), BigInt(s.N), EPI[s.epi], s.epi === "none" ? null : p(bias),
-        s.epi === "gelu" ? p(aux) : null, BigInt(s.N), null,
+        ab,
+        c,
+        s.ta,
+        s.tb,
+        BigInt(s.M),
+        BigInt(s.N),
+        BigInt(s.K),
+        1,
+        p(A),
+        BigInt(lda),
+        p(B),
+        BigInt(ldb),
+        s.f32c ? 1 : 0,
+        p(C),
+        BigInt(s.N),
+        EPI[s.epi],
+        s.epi === "none" ? null : p(bias),
+        s.epi === "gelu" ? p(aux) : null,
+        BigInt(s.N),
+        null,
       ),
       "dt_gemm_ex",
     );
@@ -101,7 +144,9 @@ function main() {
     return t / n;
   };
   console.log(
-    `one thread; f32 kernel ${gemmKernel("f32")}, bf16 kernel ${gemmKernel("bf16")}; CPU time, median of ${trials}`,
+    `one thread; f32 kernel ${gemmKernel("f32")}, bf16 kernel ${
+      gemmKernel("bf16")
+    }; CPU time, median of ${trials}`,
   );
   console.log("| product | M x N x K | f32 GFLOP/s | bf16 GFLOP/s | bf16 speed-up |");
   console.log("| --- | --- | ---: | ---: | ---: |");
@@ -112,9 +157,9 @@ function main() {
     const a = median(tf), b = median(tb), flop = 2 * s.M * s.N * s.K;
     f32Total += a, bf16Total += b, f32Step += a * s.perStep, bf16Step += b * s.perStep;
     console.log(
-      `| ${s.name} | ${s.M} x ${s.N} x ${s.K} | ${(flop / a / 1e9).toFixed(1)} | ${(flop / b / 1e9).toFixed(1)} | ${
-        (a / b).toFixed(2)
-      }x |`,
+      `| ${s.name} | ${s.M} x ${s.N} x ${s.K} | ${(flop / a / 1e9).toFixed(1)} | ${
+        (flop / b / 1e9).toFixed(1)
+      } | ${(a / b).toFixed(2)}x |`,
     );
   }
   console.log(
