@@ -8,7 +8,6 @@
  *
  * @module
  */
-import process from "node:process";
 import { formatProfile } from "./report.ts";
 
 /** Parts of the time line. Start-up and steps use the same names. */
@@ -54,6 +53,9 @@ function readFlag(): boolean {
 /** True when DTRAIN_PROFILE=1 was set when the library was loaded. */
 export const profiling: boolean = readFlag();
 
+/** node:process, for its cpuUsage(): loaded only when profiling (its loading costs a start-up). */
+const nodeProcess = profiling ? (await import("node:process")).default : null;
+
 /** Time nobody claimed: the script's own before its first step, then "first step", then "other". */
 export type Unclaimed = "first step" | "other";
 
@@ -86,7 +88,7 @@ const totals: Totals = {
 
 /** CPU time this process has used, ms (all its threads: the kernels' pool too). */
 function cpuMs(): number {
-  const u = process.cpuUsage();
+  const u = nodeProcess!.cpuUsage();
   return (u.user + u.system) / 1000;
 }
 
