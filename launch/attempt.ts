@@ -4,7 +4,7 @@
  * (SIGTERM, then SIGKILL after a grace period). Node 0 also polls phases to diagnose hangs.
  */
 import { rankEnv } from "../distributed/control/env.ts";
-import { profiling } from "../profile/profile.ts";
+import { LAUNCHER_LOADED, markedAt, profiling } from "../profile/profile.ts";
 import { setImmediate } from "node:timers";
 import { type RankView, toFailureNotice, toRankView } from "../distributed/control/rank_state.ts";
 import type { StoreClient } from "../distributed/control/store.ts";
@@ -459,8 +459,12 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
 /** With DTRAIN_PROFILE=1, when this launcher started and spawns a rank (epoch ms), for the rank's report. */
 function profileClock(): Record<string, string> {
   if (!profiling) return {};
+  const loaded = markedAt(LAUNCHER_LOADED);
   return {
     DTRAIN_LAUNCH_MS: String(performance.timeOrigin),
+    ...(loaded !== undefined
+      ? { DTRAIN_LAUNCHER_LOADED_MS: String(performance.timeOrigin + loaded) }
+      : {}),
     DTRAIN_SPAWN_MS: String(performance.timeOrigin + performance.now()),
   };
 }

@@ -167,10 +167,18 @@ export function stepDone(): void {
   }
 }
 
+/** The launcher's mark: its modules are loaded (cli.ts's main() starts). */
+export const LAUNCHER_LOADED = "launcher loaded";
+
 /** Records a named moment of start-up (ms since the process started). */
 export function mark(name: string): void {
   if (!profiling || totals.marks.has(name)) return;
   totals.marks.set(name, performance.now());
+}
+
+/** When mark(name) was recorded (ms since the process started), if it was. */
+export function markedAt(name: string): number | undefined {
+  return totals.marks.get(name);
 }
 
 /** What has been measured so far (the current section's running time included). */
@@ -207,6 +215,7 @@ export function printProfile(): void {
     commandEpochMs: envNumber("DTRAIN_COMMAND_MS"),
     launchEpochMs: envNumber("DTRAIN_LAUNCH_MS"),
     spawnEpochMs: envNumber("DTRAIN_SPAWN_MS"),
+    launcherLoadedEpochMs: envNumber("DTRAIN_LAUNCHER_LOADED_MS"),
   });
   console.error(lines.join("\n"));
 }

@@ -16,7 +16,6 @@ import {
   continueRunRecord,
   finishAttempt,
   machineFacts,
-  orderDigest,
   redactArgv,
   sha256File,
   versions,
@@ -24,6 +23,7 @@ import {
   writeJsonAtomic,
   writeRunRecord,
 } from "../../run/record.ts";
+import { orderDigest } from "../../run/data_order.ts";
 import { baseSpec, configOf, runRecordOf, withTempDir } from "./_fixtures.ts";
 
 Deno.test("behaviourEnv() keeps behaviour-changing variables and drops secrets, run identity and the rest", () => {
