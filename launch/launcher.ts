@@ -268,9 +268,9 @@ async function readPreviousRecord(runDir: string): Promise<RunRecord | null> {
 }
 
 /**
- * run.json of this launch: written at start and rewritten as each attempt
- * begins and ends; continued (not replaced) when the directory holds the
- * record of an earlier launch.
+ * run.json of this launch: written as the first attempt begins and
+ * rewritten as each attempt begins and ends; continued (not replaced) when
+ * the directory holds the record of an earlier launch.
  */
 async function startRunRecord(
   ctx: RunContext,
@@ -287,6 +287,7 @@ async function startRunRecord(
     sha256File,
     versions,
     writeRunRecord,
+    writeRunRecordAsync,
   } = await import("../run/record.ts");
   const { AttemptSchema } = await import("../run/format.ts");
   const { opts, runDir, runId, threads, script } = ctx;
@@ -325,12 +326,13 @@ async function startRunRecord(
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
   };
+  // Written as the first attempt begins (begin(), called right after): one write, not two.
   let rec = previous ? continueRunRecord(previous, input) : newRunRecord(input);
-  writeRunRecord(runDir, rec);
   return {
-    begin() {
+    /** Records attempt k's start; its writes and fsyncs leave the store answering the ranks. */
+    async begin() {
       rec = beginAttempt(rec);
-      writeRunRecord(runDir, rec);
+      await writeRunRecordAsync(runDir, rec);
     },
     /** Ends attempt k's entry, with the process group its rank 0 reported. */
     async finish(k: number, end: AttemptEnd) {
@@ -521,15 +523,15 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
           writeLaunchRecord(recordPath, record);
           // run.json: the job's rerun record (node 0 only), one entry per attempt.
           run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
+          await run?.begin();
         } catch (e) {
           // No record, no run: the ranks just started are stopped before the error is reported.
           current.launchError(`cannot write the run's records: ${(e as Error).message}`);
           await current.result;
           throw e;
         }
-        run?.begin();
       } else {
-        run?.begin();
+        await run?.begin();
         current = startAttempt(ctx, k);
       }
       const result = await current.result;

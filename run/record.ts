@@ -356,9 +356,17 @@ export function writeJsonAtomic(path: string, value: unknown): void {
   writeTextAtomic(path, JSON.stringify(value, null, 2) + "\n");
 }
 
+/** The temp file writeTextAtomic() writes before renaming it over `path`. */
+function tempPathFor(path: string): string {
+  return join(
+    dirname(path),
+    `.${basename(path)}.tmp-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`,
+  );
+}
+
 function writeTextAtomic(path: string, text: string): void {
   const dir = dirname(path);
-  const tmp = join(dir, `.${basename(path)}.tmp-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`);
+  const tmp = tempPathFor(path);
   try {
     {
       using file = Deno.openSync(tmp, { write: true, createNew: true });
@@ -418,4 +426,28 @@ export function writeRunRecord(runDir: string, record: RunRecord): void {
     join(runDir, RUN_FILES.run),
     jsonFileText(RunRecordSchema, record, RUN_FILES.run),
   );
+}
+
+/**
+ * writeRunRecord() with asynchronous writes and fsyncs: the launcher, which serves the control
+ * store from the same thread, keeps answering its ranks while the disk syncs.
+ */
+export async function writeRunRecordAsync(runDir: string, record: RunRecord): Promise<void> {
+  const path = join(runDir, RUN_FILES.run);
+  const text = jsonFileText(RunRecordSchema, record, RUN_FILES.run);
+  const tmp = tempPathFor(path);
+  try {
+    {
+      using file = await Deno.open(tmp, { write: true, createNew: true });
+      const bytes = new TextEncoder().encode(text);
+      for (let done = 0; done < bytes.length;) done += await file.write(bytes.subarray(done));
+      await file.sync();
+    }
+    await Deno.rename(tmp, path);
+  } catch (e) {
+    await Deno.remove(tmp).catch(() => {});
+    throw new Error(`Cannot write ${path}: ${(e as Error).message}`, { cause: e });
+  }
+  using folder = await Deno.open(runDir, { read: true });
+  await folder.sync();
 }
