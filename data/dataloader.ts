@@ -246,8 +246,9 @@ export class DataLoader {
         this.#totalWaitMs += waitMs;
         this.#batches++;
         this.#position = b + 1;
-        for (const hook of batchHooks) hook({ epoch, position: b, indices: slice(b) });
-        yield { tensors, indices: slice(b), epoch, position: b, waitMs };
+        const indices = slice(b);
+        for (const hook of batchHooks) hook({ epoch, position: b, indices });
+        yield { tensors, indices, epoch, position: b, waitMs };
       }
       if (end < nBatches) return; // a hook cut the pass short
       if (this.#epoch === epoch) {

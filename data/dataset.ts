@@ -42,6 +42,8 @@ export class TensorDataset implements Dataset {
     host: Uint8Array;
     ptr: Deno.PointerObject;
     rowBytes: number;
+    /** rowBytes as the kernel takes it */
+    rowBytesBig: bigint;
     shape: number[];
     dtype: DType;
   }[];
@@ -70,6 +72,7 @@ export class TensorDataset implements Dataset {
         host,
         ptr: Deno.UnsafePointer.of(host)!,
         rowBytes: per * DTYPE_SIZE[dtype],
+        rowBytesBig: BigInt(per * DTYPE_SIZE[dtype]),
         shape: c.sampleShape,
         dtype,
       };
@@ -81,18 +84,23 @@ export class TensorDataset implements Dataset {
     const idxPtr = Deno.UnsafePointer.of(indices);
     const gather = cpuCalls().dt_gather_rows;
     const onCpu = backend().device === "cpu";
-    return this.#columns.map((c) => {
-      const out = empty([indices.length, ...c.shape], c.dtype);
-      const n = BigInt(indices.length), rowBytes = BigInt(c.rowBytes);
+    const n = BigInt(indices.length);
+    const out: Tensor[] = [];
+    for (const c of this.#columns) {
+      const t = empty(
+        c.shape.length === 0 ? [indices.length] : [indices.length, ...c.shape],
+        c.dtype,
+      );
       if (onCpu) {
-        gather(out.ptr, c.ptr, idxPtr, n, rowBytes);
+        gather(t.ptr, c.ptr, idxPtr, n, c.rowBytesBig);
       } else {
         const staging = new Uint8Array(indices.length * c.rowBytes);
-        gather(Deno.UnsafePointer.of(staging), c.ptr, idxPtr, n, rowBytes);
-        out.copyFromArray(staging);
+        gather(Deno.UnsafePointer.of(staging), c.ptr, idxPtr, n, c.rowBytesBig);
+        t.copyFromArray(staging);
       }
-      return out;
-    });
+      out.push(t);
+    }
+    return out;
   }
 
   async getBatchAsync(indices: Int32Array): Promise<Tensor[]> {
@@ -127,7 +135,11 @@ export class TensorDataset implements Dataset {
     // The kernel cannot see the dataset length: every index is checked here.
     if (indices.length > 0) {
       let lo = indices[0]!, hi = lo;
-      for (const i of indices) i < lo ? (lo = i) : i > hi ? (hi = i) : 0;
+      for (let k = 1; k < indices.length; k++) {
+        const i = indices[k]!;
+        if (i < lo) lo = i;
+        else if (i > hi) hi = i;
+      }
       if (lo < 0 || hi >= this.length) {
         throw new RangeError(
           `TensorDataset: index ${lo < 0 ? lo : hi} is outside [0, ${this.length})`,
