@@ -221,13 +221,13 @@ export class DataLoader {
       for (let b = this.#position; b < end; b++) {
         // Batches that are ready at once resolve as microtasks, which would starve the event
         // loop (signal handlers, the control store's phase reports): give it a turn now and then.
-        if (performance.now() - this.#lastYield > YIELD_EVERY_MS) {
+        let t0 = performance.now();
+        if (t0 - this.#lastYield > YIELD_EVERY_MS) {
           // setImmediate, not setTimeout(0): one turn of the loop (timers, I/O, signals) in a few
           // microseconds, where a timer waits for the clock's next millisecond (~1-3 ms here).
           await new Promise((r) => setImmediate(r));
-          this.#lastYield = performance.now();
+          this.#lastYield = t0 = performance.now();
         }
-        const t0 = performance.now();
         const prev = enter("data wait");
         let tensors: Tensor[];
         try {
