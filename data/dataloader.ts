@@ -207,8 +207,9 @@ export class DataLoader {
         b * this.batchSize,
         Math.min(order.length, (b + 1) * this.batchSize),
       );
-    const useAsync = this.prefetch > 0 &&
-      this.dataset.getBatchAsync !== undefined;
+    // Batches are prepared ahead only where that happens off this thread.
+    const useAsync = this.prefetch > 0 && this.dataset.getBatchAsync !== undefined &&
+      (this.dataset.fetchesInBackground?.(this.batchSize) ?? true);
     const pending = new Map<number, Promise<Tensor[]>>();
     const start = (b: number) => {
       if (b < nBatches && !pending.has(b)) {

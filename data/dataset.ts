@@ -18,6 +18,13 @@ export interface Dataset {
   getBatch(indices: Int32Array): Tensor[];
   /** The same, prepared off the JS thread when the dataset can (optional). */
   getBatchAsync?(indices: Int32Array): Promise<Tensor[]>;
+  /**
+   * Whether getBatchAsync does any work off the JS thread for batches of up
+   * to `batchSize` samples (optional; absent: assume it does). When it does
+   * not, the DataLoader calls getBatch as each batch is needed instead of
+   * preparing batches ahead on the same thread, which only adds promises.
+   */
+  fetchesInBackground?(batchSize: number): boolean;
 }
 
 /** One column of a TensorDataset: per-sample shape and host data for every sample. */
@@ -103,10 +110,14 @@ export class TensorDataset implements Dataset {
     return out;
   }
 
-  async getBatchAsync(indices: Int32Array): Promise<Tensor[]> {
+  fetchesInBackground(batchSize: number): boolean {
     // A hop to the FFI thread pool costs ~60 µs: only worth it for batches that take longer to copy.
-    const bytes = this.#columns.reduce((a, c) => a + c.rowBytes, 0) * indices.length;
-    if (backend().device !== "cpu" || bytes < BACKGROUND_MIN_BYTES) return this.getBatch(indices);
+    const bytes = this.#columns.reduce((a, c) => a + c.rowBytes, 0) * batchSize;
+    return backend().device === "cpu" && bytes >= BACKGROUND_MIN_BYTES;
+  }
+
+  async getBatchAsync(indices: Int32Array): Promise<Tensor[]> {
+    if (!this.fetchesInBackground(indices.length)) return this.getBatch(indices);
     this.#checkIndices(indices);
     const idx = indices.slice(); // owned by the background call until it resolves
     const idxPtr = Deno.UnsafePointer.of(idx);
@@ -179,6 +190,11 @@ export class Subset implements Dataset {
   getBatchAsync(indices: Int32Array): Promise<Tensor[]> {
     const mapped = this.#map(indices);
     return this.dataset.getBatchAsync?.(mapped) ?? Promise.resolve(this.dataset.getBatch(mapped));
+  }
+
+  fetchesInBackground(batchSize: number): boolean {
+    const d = this.dataset;
+    return d.getBatchAsync !== undefined && (d.fetchesInBackground?.(batchSize) ?? true);
   }
 
   #map(indices: Int32Array): Int32Array {
