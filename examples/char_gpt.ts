@@ -114,7 +114,17 @@ try {
       } tokens/s (steps 11..${steps})`,
     );
     if (bench) {
-      console.log("BENCH " + JSON.stringify({ t_first_step: tFirst, tokens_per_s: tokensPerS }));
+      // llm.c's count of a training step's arithmetic: 6 per parameter and 6·L·C·T for attention.
+      const params = model.parameters().reduce((n, p) => n + p.numel, 0);
+      const flopsPerToken = 6 * params + 6 * 4 * 128 * BLOCK;
+      console.log(
+        "BENCH " +
+          JSON.stringify({
+            t_first_step: tFirst,
+            tokens_per_s: tokensPerS,
+            flops_per_token: flopsPerToken,
+          }),
+      );
     }
     heldOut = evalLoss;
     new CheckpointManager(`${world.runDir ?? "runs/char_gpt"}/checkpoints`, { rank: 0 })

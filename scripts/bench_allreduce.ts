@@ -42,6 +42,8 @@ interface DtrainResult {
   barrierUs: number;
   /** µs per allReduce of one f32, back to back */
   tinyAllReduceUs: number;
+  /** 2-rank worlds: every rank copying 256 MiB at once, (read + written bytes of all) / time */
+  memcpyAllGBs?: number;
 }
 
 const LATENCY_CALLS = 2000;
@@ -88,8 +90,48 @@ function worker(sizes: number[], warmup: number, iters: number): void {
     sizes: out,
     barrierUs: latencyUs(() => pg.barrier("latency")),
     tinyAllReduceUs: latencyUs(() => pg.allReduce(one)),
+    // One rank per core only: with more ranks than cores the copies take turns.
+    memcpyAllGBs: pg.size === 2 ? memcpyAllRanks(pg) : undefined,
   };
   if (pg.rank === 0) console.log(JSON.stringify(result));
+}
+
+/**
+ * Memory bandwidth of every rank copying at once: each rank copies 256 MiB
+ * into another 256 MiB, all starting at a barrier; a copy's time is the
+ * slower rank's; (read + written bytes of all ranks) / median time. This is
+ * the bandwidth an in-place allReduce draws on: it must read and write every
+ * byte of every rank's buffer, 4 bytes of memory traffic per byte of busbw
+ * on 2 ranks, so busbw <= this / 4.
+ */
+function memcpyAllRanks(pg: ReturnType<typeof initProcessGroup>): number {
+  const k = cpuKernels().symbols, call = cpuCalls();
+  const bytes = 256 << 20;
+  const src = k.dt_alloc(BigInt(bytes)), dst = k.dt_alloc(BigInt(bytes));
+  if (src === null || dst === null) {
+    throw new Error("cannot allocate 2 x 256 MiB for the all-ranks memcpy benchmark");
+  }
+  try {
+    call.dt_fill(src, 0, BigInt(bytes / 4), 1);
+    call.dt_fill(dst, 0, BigInt(bytes / 4), 0);
+    const mine = new Float64Array(12);
+    for (let i = 0; i < mine.length; i++) {
+      pg.barrier("memcpy");
+      const t0 = performance.now();
+      call.dt_memcpy(dst, src, BigInt(bytes), 0);
+      mine[i] = (performance.now() - t0) / 1000;
+    }
+    const all = new Float64Array(mine.length * pg.size);
+    pg.allGather(all, mine);
+    const slowest = Array.from(
+      mine.subarray(2), // the first two copies warm the pages
+      (_, i) => Math.max(...Array.from({ length: pg.size }, (_, r) => all[r * 12 + i + 2]!)),
+    );
+    return (pg.size * 2 * bytes) / median(slowest) / 1e9;
+  } finally {
+    call.dt_free(src);
+    call.dt_free(dst);
+  }
 }
 
 /** Starts `world` processes and returns rank 0's stdout (the others' must succeed). */
@@ -258,6 +300,7 @@ interface WorldResult {
   gloo: SizeTimes[] | null;
   barrierUs: number;
   tinyAllReduceUs: number;
+  memcpyAllGBs?: number;
 }
 
 async function measureWorld(
@@ -285,6 +328,9 @@ async function measureWorld(
     gloo: python ? pool(glooRuns) : null,
     barrierUs: median(runs.map((r) => r.barrierUs)),
     tinyAllReduceUs: median(runs.map((r) => r.tinyAllReduceUs)),
+    memcpyAllGBs: runs[0]!.memcpyAllGBs === undefined
+      ? undefined
+      : median(runs.map((r) => r.memcpyAllGBs!)),
   };
 }
 
@@ -359,6 +405,17 @@ async function main(): Promise<void> {
     `memcpy 256 MiB, 1 thread: ${memcpy.toFixed(2)} GB/s (read + written bytes / time; ` +
       `mean of before and after the collectives)`,
   );
+  for (const r of results) {
+    if (r.memcpyAllGBs === undefined) continue;
+    console.log(
+      `memcpy 256 MiB on each of the ${r.world} ranks at once: ${r.memcpyAllGBs.toFixed(2)} GB/s ` +
+        `together (${(r.memcpyAllGBs / memcpy).toFixed(2)}x one thread alone); an in-place ` +
+        `allReduce reads and writes every byte of both ranks' buffers, so its busbw is at most ` +
+        `${(r.memcpyAllGBs / 4).toFixed(2)} GB/s = ${
+          (r.memcpyAllGBs / 4 / memcpy).toFixed(2)
+        }x memcpy`,
+    );
+  }
   for (const r of results) {
     console.log(
       `dtrain latency, ${r.world} ranks, back to back: barrier ${r.barrierUs.toFixed(2)} µs, ` +

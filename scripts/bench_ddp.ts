@@ -26,6 +26,8 @@ interface Sample {
   firstStepS: number;
   /** samples/s (toy) or tokens/s (gpt) */
   rate: number;
+  /** gpt: the arithmetic of one token's training step (the same model in both programs) */
+  flopsPerToken?: number;
 }
 
 interface Workload {
@@ -78,7 +80,12 @@ async function timed(
   const lines = [...text.matchAll(/BENCH (\{.*\})/g)].map((m) => JSON.parse(m[1]!));
   const r0 = lines.find((l) => l[rateField] !== undefined);
   if (!r0) throw new Error(`no BENCH line with ${rateField} in the output of ${cmd}:\n${text}`);
-  return { wallS, firstStepS: r0.t_first_step - t0, rate: r0[rateField] };
+  return {
+    wallS,
+    firstStepS: r0.t_first_step - t0,
+    rate: r0[rateField],
+    flopsPerToken: r0.flops_per_token,
+  };
 }
 
 /** The [profile] lines of one toy run with DTRAIN_PROFILE=1. */
@@ -184,6 +191,23 @@ if (import.meta.main) {
         rows.push(row("whole command wall time (s)", (s) => s.wallS, false, ""));
       } else {
         rows.push(row(w.rateName, (s) => s.rate, true, ">= 3x", 0));
+        // What the rates ask of each rank's core, in the units of bench_gemm's sgemm peak: the
+        // peer trains the same model, so dtrain's FLOPs per token count for both.
+        const fpt = ours[0]?.flopsPerToken;
+        if (fpt) {
+          const gflops = (s: Sample) => (s.rate / 2) * fpt / 1e9;
+          rows.push(row("  GFLOP/s per rank (6N + 6LCT per token)", gflops, true, "", 1));
+          const peer = theirs.length ? median(theirs.map(gflops)) : NaN;
+          if (!Number.isNaN(peer)) {
+            rows.push([
+              "  3x PyTorch asks per rank (GFLOP/s)",
+              (3 * peer).toFixed(1),
+              "",
+              "",
+              "vs sgemm peak",
+            ]);
+          }
+        }
       }
       counts.push(`${name}: ${ours.length} dtrain and ${theirs.length} PyTorch trials`);
     }
