@@ -109,6 +109,10 @@ export abstract class Module {
    * step's `clipGradNorm(model.parameters(), 1)` costs one array copy.
    */
   parameters(): Tensor[] {
+    // a subclass that lists its parameters its own way is asked, as before the cache
+    if (this.namedParameters !== Module.prototype.namedParameters) {
+      return this.namedParameters().map(([, t]) => t);
+    }
     const list = this.#namedList();
     const out = new Array<Tensor>(list.length);
     for (let i = 0; i < list.length; i++) out[i] = list[i]![1];

@@ -57,3 +57,17 @@ Deno.test("parameters() and namedParameters() return arrays the caller may chang
   named.length = 0;
   assert.deepEqual(m.namedParameters().map(([n]) => n), ["0.weight", "0.bias"]);
 });
+
+Deno.test("parameters() follows a subclass's own namedParameters()", () => {
+  class Frozen extends Layer {
+    readonly inner = this.registerModule("inner", new Linear(2, 2));
+    forward(x: Tensor): Tensor {
+      return this.inner.forward(x);
+    }
+    override namedParameters(): [string, Tensor][] {
+      return super.namedParameters().filter(([n]) => n.endsWith("weight"));
+    }
+  }
+  const m = new Frozen();
+  assert.deepEqual(m.parameters(), [m.inner.weight]);
+});
