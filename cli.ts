@@ -6,6 +6,7 @@ import pkg from "./package.json" with { type: "json" };
 import { launch } from "./launch/launcher.ts";
 import { launchHelp, parseLaunchArgs, UsageError } from "./launch/options.ts";
 import { LaunchTimeout, TIMEOUT_EXIT_CODE } from "./launch/failure_report.ts";
+import { LAUNCHER_LOADED, mark } from "./profile/profile.ts";
 
 /** One sub-command of `dtrain`. */
 export interface Verb {
@@ -106,6 +107,7 @@ export function generalHelp(): string {
  * ```
  */
 export async function main(argv: string[]): Promise<number> {
+  mark(LAUNCHER_LOADED); // DTRAIN_PROFILE=1: the ranks' reports split the launcher's time here
   const first = argv[0];
   if (first === "--version" || first === "-V") {
     console.log(`dtrain ${pkg.version} (deno ${Deno.version.deno})`);

@@ -207,8 +207,9 @@ export class DataLoader {
         b * this.batchSize,
         Math.min(order.length, (b + 1) * this.batchSize),
       );
-    const useAsync = this.prefetch > 0 &&
-      this.dataset.getBatchAsync !== undefined;
+    // Batches are prepared ahead only where that happens off this thread.
+    const useAsync = this.prefetch > 0 && this.dataset.getBatchAsync !== undefined &&
+      (this.dataset.fetchesInBackground?.(this.batchSize) ?? true);
     const pending = new Map<number, Promise<Tensor[]>>();
     const start = (b: number) => {
       if (b < nBatches && !pending.has(b)) {
@@ -221,13 +222,13 @@ export class DataLoader {
       for (let b = this.#position; b < end; b++) {
         // Batches that are ready at once resolve as microtasks, which would starve the event
         // loop (signal handlers, the control store's phase reports): give it a turn now and then.
-        if (performance.now() - this.#lastYield > YIELD_EVERY_MS) {
+        let t0 = performance.now();
+        if (t0 - this.#lastYield > YIELD_EVERY_MS) {
           // setImmediate, not setTimeout(0): one turn of the loop (timers, I/O, signals) in a few
           // microseconds, where a timer waits for the clock's next millisecond (~1-3 ms here).
           await new Promise((r) => setImmediate(r));
-          this.#lastYield = performance.now();
+          this.#lastYield = t0 = performance.now();
         }
-        const t0 = performance.now();
         const prev = enter("data wait");
         let tensors: Tensor[];
         try {
@@ -246,8 +247,9 @@ export class DataLoader {
         this.#totalWaitMs += waitMs;
         this.#batches++;
         this.#position = b + 1;
-        for (const hook of batchHooks) hook({ epoch, position: b, indices: slice(b) });
-        yield { tensors, indices: slice(b), epoch, position: b, waitMs };
+        const indices = slice(b);
+        for (const hook of batchHooks) hook({ epoch, position: b, indices });
+        yield { tensors, indices, epoch, position: b, waitMs };
       }
       if (end < nBatches) return; // a hook cut the pass short
       if (this.#epoch === epoch) {

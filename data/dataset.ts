@@ -18,6 +18,13 @@ export interface Dataset {
   getBatch(indices: Int32Array): Tensor[];
   /** The same, prepared off the JS thread when the dataset can (optional). */
   getBatchAsync?(indices: Int32Array): Promise<Tensor[]>;
+  /**
+   * Whether getBatchAsync does any work off the JS thread for batches of up
+   * to `batchSize` samples (optional; absent: assume it does). When it does
+   * not, the DataLoader calls getBatch as each batch is needed instead of
+   * preparing batches ahead on the same thread, which only adds promises.
+   */
+  fetchesInBackground?(batchSize: number): boolean;
 }
 
 /** One column of a TensorDataset: per-sample shape and host data for every sample. */
@@ -42,6 +49,8 @@ export class TensorDataset implements Dataset {
     host: Uint8Array;
     ptr: Deno.PointerObject;
     rowBytes: number;
+    /** rowBytes as the kernel takes it */
+    rowBytesBig: bigint;
     shape: number[];
     dtype: DType;
   }[];
@@ -70,6 +79,7 @@ export class TensorDataset implements Dataset {
         host,
         ptr: Deno.UnsafePointer.of(host)!,
         rowBytes: per * DTYPE_SIZE[dtype],
+        rowBytesBig: BigInt(per * DTYPE_SIZE[dtype]),
         shape: c.sampleShape,
         dtype,
       };
@@ -81,24 +91,33 @@ export class TensorDataset implements Dataset {
     const idxPtr = Deno.UnsafePointer.of(indices);
     const gather = cpuCalls().dt_gather_rows;
     const onCpu = backend().device === "cpu";
-    return this.#columns.map((c) => {
-      const out = empty([indices.length, ...c.shape], c.dtype);
-      const n = BigInt(indices.length), rowBytes = BigInt(c.rowBytes);
+    const n = BigInt(indices.length);
+    const out: Tensor[] = [];
+    for (const c of this.#columns) {
+      const t = empty(
+        c.shape.length === 0 ? [indices.length] : [indices.length, ...c.shape],
+        c.dtype,
+      );
       if (onCpu) {
-        gather(out.ptr, c.ptr, idxPtr, n, rowBytes);
+        gather(t.ptr, c.ptr, idxPtr, n, c.rowBytesBig);
       } else {
         const staging = new Uint8Array(indices.length * c.rowBytes);
-        gather(Deno.UnsafePointer.of(staging), c.ptr, idxPtr, n, rowBytes);
-        out.copyFromArray(staging);
+        gather(Deno.UnsafePointer.of(staging), c.ptr, idxPtr, n, c.rowBytesBig);
+        t.copyFromArray(staging);
       }
-      return out;
-    });
+      out.push(t);
+    }
+    return out;
+  }
+
+  fetchesInBackground(batchSize: number): boolean {
+    // A hop to the FFI thread pool costs ~60 µs: only worth it for batches that take longer to copy.
+    const bytes = this.#columns.reduce((a, c) => a + c.rowBytes, 0) * batchSize;
+    return backend().device === "cpu" && bytes >= BACKGROUND_MIN_BYTES;
   }
 
   async getBatchAsync(indices: Int32Array): Promise<Tensor[]> {
-    // A hop to the FFI thread pool costs ~60 µs: only worth it for batches that take longer to copy.
-    const bytes = this.#columns.reduce((a, c) => a + c.rowBytes, 0) * indices.length;
-    if (backend().device !== "cpu" || bytes < BACKGROUND_MIN_BYTES) return this.getBatch(indices);
+    if (!this.fetchesInBackground(indices.length)) return this.getBatch(indices);
     this.#checkIndices(indices);
     const idx = indices.slice(); // owned by the background call until it resolves
     const idxPtr = Deno.UnsafePointer.of(idx);
@@ -127,7 +146,11 @@ export class TensorDataset implements Dataset {
     // The kernel cannot see the dataset length: every index is checked here.
     if (indices.length > 0) {
       let lo = indices[0]!, hi = lo;
-      for (const i of indices) i < lo ? (lo = i) : i > hi ? (hi = i) : 0;
+      for (let k = 1; k < indices.length; k++) {
+        const i = indices[k]!;
+        if (i < lo) lo = i;
+        else if (i > hi) hi = i;
+      }
       if (lo < 0 || hi >= this.length) {
         throw new RangeError(
           `TensorDataset: index ${lo < 0 ? lo : hi} is outside [0, ${this.length})`,
@@ -167,6 +190,11 @@ export class Subset implements Dataset {
   getBatchAsync(indices: Int32Array): Promise<Tensor[]> {
     const mapped = this.#map(indices);
     return this.dataset.getBatchAsync?.(mapped) ?? Promise.resolve(this.dataset.getBatch(mapped));
+  }
+
+  fetchesInBackground(batchSize: number): boolean {
+    const d = this.dataset;
+    return d.getBatchAsync !== undefined && (d.fetchesInBackground?.(batchSize) ?? true);
   }
 
   #map(indices: Int32Array): Int32Array {

@@ -72,6 +72,8 @@ function arrayDType(a: CollectiveArray): CollectiveDType {
 }
 
 function isCollectiveArray(b: unknown): b is CollectiveArray {
+  // one builtin call answers for the usual {ptr, count, dtype} object
+  if (!ArrayBuffer.isView(b)) return false;
   return b instanceof Float32Array || b instanceof Float64Array || b instanceof Float16Array ||
     b instanceof Int32Array || b instanceof BigInt64Array || b instanceof Uint8Array;
 }
@@ -136,7 +138,7 @@ export function requireHostBuffer(b: ResolvedBuffer, what: string, group: string
 
 /** Throws unless `op` is a ReduceOp. */
 export function checkReduceOp(op: unknown, what: string): ReduceOp {
-  if (typeof op !== "string" || !(REDUCE_OPS as readonly string[]).includes(op)) {
+  if (op !== "sum" && op !== "avg" && op !== "max" && op !== "min") {
     throw new TypeError(
       `${what}: reduce op ${JSON.stringify(op)} is not one of ${REDUCE_OPS.join(", ")}`,
     );
@@ -146,7 +148,7 @@ export function checkReduceOp(op: unknown, what: string): ReduceOp {
 
 /** Throws unless avg is applied to a floating dtype. */
 export function checkReduceDType(op: ReduceOp, dtype: CollectiveDType, what: string): void {
-  if (op === "avg" && !["f32", "f64", "bf16", "f16"].includes(dtype)) {
+  if (op === "avg" && dtype !== "f32" && dtype !== "f64" && dtype !== "bf16" && dtype !== "f16") {
     throw new TypeError(`${what}: avg needs a floating dtype (f32, f64, bf16, f16), got ${dtype}`);
   }
 }

@@ -39,7 +39,11 @@ export interface DDPOptions {
 }
 
 interface Bucket {
+  /** its place in buckets (the phase names it) */
+  index: number;
   flat: Tensor;
+  /** the flat buffer as the process group takes it (made once: its address never changes) */
+  buffer: ReturnType<typeof bufferOf>;
   params: Tensor[];
   /** gradients of this backward pass still to come */
   pending: number;
@@ -62,9 +66,16 @@ export class DistributedDataParallel<M extends Module> {
   /** a synced backward ran and finishGradSync() has not yet completed its step */
   #syncPending = false;
   #removeObserver: () => void;
+  /** the module's forward function and its bound copy, as `forward` last returned them */
+  #boundOf: unknown = null;
+  // deno-lint-ignore no-explicit-any
+  #bound: any = null;
+  /** backward()'s options when the caller passes none (made once) */
+  readonly #wired: BackwardOptions;
 
   constructor(readonly module: M, readonly pg: ProcessGroup, opts: DDPOptions = {}) {
     this.#findUnused = opts.findUnusedParameters ?? false;
+    this.#wired = { onLeafGrad: this.gradReady };
     const profiled = enter("ddp setup");
     const named = module.namedParameters();
     for (const [n, p] of named) this.#names.set(p, n);
@@ -89,7 +100,12 @@ export class DistributedDataParallel<M extends Module> {
     this.#requireFinished("forward");
     // deno-lint-ignore no-explicit-any
     const m = this.module as any;
-    return m.forward.bind(m);
+    // Bound once per forward function (a step reads ddp.forward once: no closure per step).
+    if (this.#boundOf !== m.forward) {
+      this.#boundOf = m.forward;
+      this.#bound = m.forward.bind(m);
+    }
+    return this.#bound;
   }
 
   /**
@@ -100,7 +116,12 @@ export class DistributedDataParallel<M extends Module> {
    */
   backward(loss: Tensor, opts: Omit<BackwardOptions, "onLeafGrad"> = {}): void {
     this.#requireFinished("backward");
-    backward(loss, { ...opts, onLeafGrad: this.gradReady });
+    let any = false;
+    for (const _ in opts) {
+      any = true;
+      break;
+    }
+    backward(loss, any ? { ...opts, onLeafGrad: this.gradReady } : this.#wired);
   }
 
   /**
@@ -193,7 +214,14 @@ export class DistributedDataParallel<M extends Module> {
         p.grad = view;
         off += p.numel;
       }
-      const bucket: Bucket = { flat, params: group, pending: group.length, work: null };
+      const bucket: Bucket = {
+        index: this.buckets.length,
+        flat,
+        buffer: bufferOf(flat),
+        params: group,
+        pending: group.length,
+        work: null,
+      };
       for (const p of group) this.#bucketOf.set(p, bucket);
       this.buckets.push(bucket);
       group = [];
@@ -213,8 +241,8 @@ export class DistributedDataParallel<M extends Module> {
   }
 
   #start(b: Bucket): void {
-    phase(`allreduce bucket ${this.buckets.indexOf(b)} of step ${this.#step}`, { frequent: true });
-    b.work = this.pg.allReduceStart(bufferOf(b.flat), "avg");
+    phase(`allreduce bucket ${b.index} of step ${this.#step}`, FREQUENT);
+    b.work = this.pg.allReduceStart(b.buffer, "avg");
     this.#started.push(b);
   }
 
@@ -222,11 +250,16 @@ export class DistributedDataParallel<M extends Module> {
   #endPass(received: ReadonlySet<Tensor>): void {
     const wired = this.#passWired;
     this.#passWired = false;
-    for (const b of this.buckets) b.pending = b.params.length;
-    const relevant = [...this.#bucketOf.keys()].some((p) => received.has(p));
-    if (!relevant) return; // a backward pass over another model
-    // In parameter order, as the user knows them.
-    const unused = [...this.#names.keys()].filter((p) => this.#bucketOf.has(p) && !received.has(p));
+    let got = 0;
+    for (const b of this.buckets) {
+      b.pending = b.params.length;
+      for (const p of b.params) if (received.has(p)) got++;
+    }
+    if (got === 0) return; // a backward pass over another model
+    // In parameter order, as the user knows them (listed only when some are missing).
+    const unused = got === this.#bucketOf.size
+      ? []
+      : [...this.#names.keys()].filter((p) => this.#bucketOf.has(p) && !received.has(p));
     if (unused.length > 0 && !this.#findUnused) {
       this.#dropStarted();
       throw new Error(
@@ -297,6 +330,8 @@ export class DistributedDataParallel<M extends Module> {
     }
   }
 }
+
+const FREQUENT = { frequent: true } as const;
 
 /** A tensor as a collective buffer, saying where its memory is (a group refuses the wrong device). */
 function bufferOf(

@@ -14,7 +14,7 @@ import {
   shmLibrary,
 } from "../ffi/shm.ts";
 import { DtNativeError } from "../ffi/native.ts";
-import { reportCollective } from "./control/phase.ts";
+import { type CollectiveRecord, reportCollective } from "./control/phase.ts";
 import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
 import { enter, leave } from "../profile/profile.ts";
 import {
@@ -122,12 +122,42 @@ export class ShmProcessGroup implements ProcessGroup {
   }
 
   allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
-    this.#run("allReduce", undefined, () => {
-      const b = hostBuffer(buf, "allReduce buf");
+    // Written out rather than through #run: a DDP step calls it once per bucket, and the
+    // closures and argument lists of the general path cost more than the checks themselves.
+    const handle = this.#handle;
+    if (handle === null) throw new Error(`allReduce: process group ${this.segmentName} is closed`);
+    const seq = ++this.#seq;
+    let b: ResolvedBuffer, timeoutMs: number;
+    try {
+      b = hostBuffer(buf, "allReduce buf");
       checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
-      const args = [b.ptr, BigInt(b.count), SHM_DTYPE_CODE[b.dtype], SHM_REDUCE_CODE[op]] as const;
-      return [b.bytes, (h, t) => shmLibrary().symbols.dt_shm_allreduce(h, ...args, t)];
-    }, opts);
+      timeoutMs = this.#callTimeout("allReduce", opts);
+    } catch (e) {
+      this.#abortBadArgs(handle, "allReduce", seq, e);
+      throw e;
+    }
+    const rec: CollectiveRecord = { seq, op: "allReduce", bytes: b.bytes };
+    reportCollective(rec, "enter");
+    const prev = enter("reduction wait");
+    try {
+      const lib = shmLibrary();
+      lib.check(
+        lib.symbols.dt_shm_allreduce(
+          handle,
+          b.ptr,
+          BigInt(b.count),
+          SHM_DTYPE_CODE[b.dtype],
+          SHM_REDUCE_CODE[op],
+          BigInt(Math.ceil(timeoutMs)),
+        ),
+        "dt_shm_allreduce",
+      );
+    } catch (e) {
+      throw withFailureKind(e as Error, shmFailureKind(e), { inCollective: true });
+    } finally {
+      leave(prev);
+      reportCollective(rec, "exit");
+    }
   }
 
   /** allReduce, completed before it returns (this thread does the reduction). */
@@ -200,6 +230,23 @@ export class ShmProcessGroup implements ProcessGroup {
     this.close();
   }
 
+  /** The call's timeout: its own or the group's, checked. */
+  #callTimeout(op: string, opts: CallOptions): number {
+    const timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+      throw new RangeError(`${op}: timeoutMs must be a positive number, got ${timeoutMs}`);
+    }
+    return timeoutMs;
+  }
+
+  /** An argument error aborts the group, so the peers stop waiting for this rank instead of timing out. */
+  #abortBadArgs(handle: Deno.PointerObject, op: string, seq: number, e: unknown): void {
+    const reason = `rank ${this.rank} called ${op} #${seq} with bad arguments: ${
+      (e as Error).message
+    }`;
+    shmLibrary().symbols.dt_shm_abort(handle, DT_ERR_ARG, cString(reason));
+  }
+
   /** Checks the arguments (`prepare` returns the payload bytes and the native
    *  call), reports the call, and runs it. An argument error aborts the
    *  group, so the peers stop waiting for this rank instead of timing out. */
@@ -215,15 +262,9 @@ export class ShmProcessGroup implements ProcessGroup {
     let bytes: number, call: NativeCall, timeoutMs: number;
     try {
       [bytes, call] = prepare();
-      timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
-      if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-        throw new RangeError(`${op}: timeoutMs must be a positive number, got ${timeoutMs}`);
-      }
+      timeoutMs = this.#callTimeout(op, opts);
     } catch (e) {
-      const reason = `rank ${this.rank} called ${op} #${seq} with bad arguments: ${
-        (e as Error).message
-      }`;
-      shmLibrary().symbols.dt_shm_abort(handle, DT_ERR_ARG, cString(reason));
+      this.#abortBadArgs(handle, op, seq, e);
       throw e;
     }
     const rec = detail === undefined ? { seq, op, bytes } : { seq, op, bytes, detail };

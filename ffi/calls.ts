@@ -212,14 +212,62 @@ export function streamCalls<S extends Deno.ForeignLibraryInterface, K extends ke
   names: readonly K[],
   stream: Deno.PointerValue,
 ): StreamCalls<S, K> {
-  const fail: Fail = (symbol, status) => lib.fail(symbol, status);
-  const out: Record<string, unknown> = {};
+  const out = {};
   for (const name of names) {
-    const f = (lib.symbols as unknown as Record<string, Raw | null>)[name];
-    const n = arity(table, name, true);
-    out[name] = f ? counted(name, WITH_STREAM[n]!(f, name, stream, fail)) : absent(lib, name);
+    arity(table, name, true); // a table the wrappers cannot serve is refused now, not at a call
+    onFirstUse(out, name, () => streamCall(lib, table, name, stream));
   }
   return out as StreamCalls<S, K>;
+}
+
+/** The wrapper of one symbol that takes a stream (the stand-in that throws when it is absent). */
+function streamCall(
+  lib: NativeLibrary<Deno.ForeignLibraryInterface>,
+  table: Deno.ForeignLibraryInterface,
+  name: string,
+  stream: Deno.PointerValue,
+): unknown {
+  const f = (lib.symbols as unknown as Record<string, Raw | null>)[name];
+  const n = arity(table, name, true);
+  const fail: Fail = (symbol, status) => lib.fail(symbol, status);
+  return f ? counted(name, WITH_STREAM[n]!(f, name, stream, fail)) : absent(lib, name);
+}
+
+/** The wrapper of one symbol without a stream. */
+function plainCall(
+  lib: NativeLibrary<Deno.ForeignLibraryInterface>,
+  table: Deno.ForeignLibraryInterface,
+  name: string,
+): unknown {
+  const f = (lib.symbols as unknown as Record<string, Raw>)[name]!;
+  const fail: Fail = (symbol, status) => lib.fail(symbol, status);
+  return counted(name, PLAIN[arity(table, name, false)]!(f, name, fail));
+}
+
+/**
+ * Defines `out[name]` as `make()`, made when it is first read: the wrapper, and the binding of
+ * its native symbol under it (ffi/native.ts), cost only for the calls a process makes. Read once,
+ * it is a plain property holding the wrapper.
+ */
+function onFirstUse(out: object, name: string, make: () => unknown): void {
+  // A plain, writable property once settled, as the eager table's were (tests wrap wrappers).
+  const settle = (value: unknown) =>
+    Object.defineProperty(out, name, {
+      value,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  Object.defineProperty(out, name, {
+    configurable: true,
+    enumerable: true,
+    get() {
+      const value = make();
+      settle(value);
+      return value;
+    },
+    set: settle,
+  });
 }
 
 /** Symbols that read the counts themselves (not counted). */
@@ -255,11 +303,10 @@ export function checkedCalls<S extends Deno.ForeignLibraryInterface, K extends k
   table: S,
   names: readonly K[],
 ): CheckedCalls<S, K> {
-  const fail: Fail = (symbol, status) => lib.fail(symbol, status);
-  const out: Record<string, unknown> = {};
+  const out = {};
   for (const name of names) {
-    const f = (lib.symbols as unknown as Record<string, Raw>)[name]!;
-    out[name] = counted(name, PLAIN[arity(table, name, false)]!(f, name, fail));
+    arity(table, name, false);
+    onFirstUse(out, name, () => plainCall(lib, table, name));
   }
   return out as CheckedCalls<S, K>;
 }
@@ -274,8 +321,13 @@ export function kernelCalls(
   lib: NativeLibrary<KernelSymbols>,
   stream: Deno.PointerValue,
 ): KernelCalls {
-  return {
-    ...streamCalls(lib, KERNEL_SYMBOLS, KERNEL_STREAMED, stream),
-    ...checkedCalls(lib, KERNEL_SYMBOLS, KERNEL_UNSTREAMED),
-  };
+  // One object (a spread would read, and so bind, every wrapper).
+  const out = {};
+  for (const name of KERNEL_STREAMED) {
+    onFirstUse(out, name, () => streamCall(lib, KERNEL_SYMBOLS, name, stream));
+  }
+  for (const name of KERNEL_UNSTREAMED) {
+    onFirstUse(out, name, () => plainCall(lib, KERNEL_SYMBOLS, name));
+  }
+  return out as KernelCalls;
 }

@@ -23,6 +23,8 @@ export const CPU_EXTRA_SYMBOLS = {
   dt_cpu_mt_unit: { parameters: [B, B, B, I64], ...STATUS },
   /** (words, index, out, n, float from, float span): torch's uniform_, fmaf(unit, span, from). */
   dt_cpu_mt_uniform: { parameters: [B, B, B, I64, F32, F32], ...STATUS },
+  /** (words, index, int32* out, n): out = torch's randperm(n), drawing n - 1 words. */
+  dt_cpu_randperm: { parameters: [B, B, B, I64], ...STATUS },
   /** (float* data, blocks, float mean, float std): torch's normal_fill_16_AVX2 over 16 x blocks uniforms. */
   dt_cpu_normal_fill16: { parameters: [B, I64, F32, F32], ...STATUS },
   /** (dtype): "avx512bf16", "avx512", "avx2" or "generic", as DTRAIN_CPU_ISA caps it; NULL on error. */

@@ -74,15 +74,73 @@ export interface NativeLibrary<S extends Deno.ForeignLibraryInterface> {
   close(): void;
 }
 
+/** A library's symbols, each bound on first use, and the handles that binding opened. */
+interface LazySymbols<S extends Deno.ForeignLibraryInterface> {
+  symbols: Deno.DynamicLibrary<S>["symbols"];
+  close(): void;
+}
+
+/**
+ * The symbols of the library at `path`, each bound the first time it is read. Deno.dlopen builds
+ * a call stub for every function it binds, ~0.15 ms each, which made binding the CPU library's
+ * whole table 10-20 ms of every process start although a run calls a few dozen of its kernels.
+ * Every required symbol is still looked up here, at once, as a static (an address lookup without
+ * a stub), so a library that lacks one is refused when it is opened, as before, not at the first
+ * call. A bound symbol is the function Deno.dlopen makes, as fast to call as before.
+ */
+function bindOnFirstUse<S extends Deno.ForeignLibraryInterface>(
+  path: string,
+  table: S,
+): LazySymbols<S> {
+  const lookups: Record<string, Deno.ForeignStatic> = {};
+  for (const [key, def] of Object.entries(table)) {
+    if (!("optional" in def && def.optional)) {
+      lookups[key] = { name: "name" in def && def.name ? def.name : key, type: "pointer" };
+    }
+  }
+  const handles: Deno.DynamicLibrary<Deno.ForeignLibraryInterface>[] = [
+    Deno.dlopen(path, lookups),
+  ];
+  const symbols: Record<string, unknown> = {};
+  for (const key of Object.keys(table)) {
+    // Once bound (or assigned), a plain writable property, as in the table Deno.dlopen returns.
+    const settle = (value: unknown) =>
+      Object.defineProperty(symbols, key, {
+        value,
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    Object.defineProperty(symbols, key, {
+      configurable: true,
+      enumerable: true,
+      get() {
+        const one = Deno.dlopen(path, { [key]: table[key]! });
+        handles.push(one);
+        const value = one.symbols[key];
+        settle(value);
+        return value;
+      },
+      set: settle,
+    });
+  }
+  return {
+    symbols: symbols as Deno.DynamicLibrary<S>["symbols"],
+    close: () => {
+      for (const h of handles.splice(0)) h.close();
+    },
+  };
+}
+
 /** Opens `name` with `symbols`, verifying dt_abi_version() when it exists. */
 export function openLibrary<S extends Deno.ForeignLibraryInterface>(
   name: string,
   symbols: S,
   path = findLibrary(name),
 ): NativeLibrary<S> {
-  let lib: Deno.DynamicLibrary<S>;
+  let lib: LazySymbols<S>;
   try {
-    lib = Deno.dlopen(path, symbols);
+    lib = bindOnFirstUse(path, symbols);
   } catch (e) {
     throw new Error(
       `Cannot load native library ${path}: ${(e as Error).message}. ` +
@@ -92,7 +150,7 @@ export function openLibrary<S extends Deno.ForeignLibraryInterface>(
   }
   // deno-lint-ignore no-explicit-any
   const sym = lib.symbols as any;
-  if (typeof sym.dt_abi_version === "function") {
+  if ("dt_abi_version" in symbols) {
     const v = sym.dt_abi_version() as number;
     if (v !== ABI_VERSION) {
       lib.close();
@@ -102,7 +160,7 @@ export function openLibrary<S extends Deno.ForeignLibraryInterface>(
       );
     }
   }
-  const lastError = typeof sym.dt_last_error === "function"
+  const lastError = "dt_last_error" in symbols
     ? () => cString(sym.dt_last_error())
     : () => "(no error text)";
   const fail = (symbol: string, status: number): never => {

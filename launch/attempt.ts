@@ -4,7 +4,7 @@
  * (SIGTERM, then SIGKILL after a grace period). Node 0 also polls phases to diagnose hangs.
  */
 import { rankEnv } from "../distributed/control/env.ts";
-import { profiling } from "../profile/profile.ts";
+import { LAUNCHER_LOADED, markedAt, profiling } from "../profile/profile.ts";
 import { setImmediate } from "node:timers";
 import { type RankView, toFailureNotice, toRankView } from "../distributed/control/rank_state.ts";
 import type { StoreClient } from "../distributed/control/store.ts";
@@ -65,6 +65,10 @@ export interface AttemptHandle {
   signal(sig: "SIGINT" | "SIGTERM"): void;
   /** node 0's store saw node n's launcher disconnect */
   nodeLost(node: number, why: string): void;
+  /** the launcher cannot go on with this attempt (e.g. its run record cannot be written) */
+  launchError(detail: string): void;
+  /** resolves once this node's ranks are spawned (or the attempt stopped before they all were) */
+  readonly started: Promise<void>;
   readonly result: Promise<AttemptResult>;
 }
 
@@ -444,16 +448,23 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       });
     });
   };
-  run();
+  const started = run();
 
-  return { signal, nodeLost, result };
+  const launchError = (detail: string) => {
+    requestAbort({ reason: "launch-error", node, code: 1, detail, graceMs: FAILURE_GRACE_MS });
+  };
+  return { signal, nodeLost, launchError, started, result };
 }
 
 /** With DTRAIN_PROFILE=1, when this launcher started and spawns a rank (epoch ms), for the rank's report. */
 function profileClock(): Record<string, string> {
   if (!profiling) return {};
+  const loaded = markedAt(LAUNCHER_LOADED);
   return {
     DTRAIN_LAUNCH_MS: String(performance.timeOrigin),
+    ...(loaded !== undefined
+      ? { DTRAIN_LAUNCHER_LOADED_MS: String(performance.timeOrigin + loaded) }
+      : {}),
     DTRAIN_SPAWN_MS: String(performance.timeOrigin + performance.now()),
   };
 }

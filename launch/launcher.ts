@@ -9,27 +9,13 @@ import { type CudaAvailability, cudaAvailability, gpuSharing } from "../tensor/c
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import { describePlan, type DevicePlan, planDevices } from "./device_plan.ts";
 import { basename } from "node:path";
-import {
-  type AttemptEnd,
-  beginAttempt,
-  behaviourEnv,
-  continueRunRecord,
-  finishAttempt,
-  type GpuVersions,
-  machineFacts,
-  newRunRecord,
-  readRunRecord,
-  sha256File,
-  versions,
-  writeRunRecord,
-} from "../run/record.ts";
-import { resolve } from "node:path";
+import type { AttemptEnd, GpuVersions } from "../run/record.ts";
+import { join, resolve } from "node:path";
 import { glooBuildInfo } from "../ffi/gloo.ts";
 import { plannedCpuBackend } from "../distributed/pg_config.ts";
 import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
 import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
-import { AttemptSchema } from "../run/format.ts";
 import { ncclLibrary } from "../ffi/nccl.ts";
 import { cString } from "../ffi/native.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
@@ -50,6 +36,7 @@ import { resolveToken } from "./token.ts";
 import { checkScriptTypes } from "./type_check.ts";
 import { installLayout } from "../os/install_layout.ts";
 import type { RunRecord } from "../run/format.ts";
+import { RUN_FILES } from "../run/files.ts";
 import { checkNproc, type NodeCapacity } from "./nproc_limit.ts";
 import { lockRunDir, type RunLock } from "./run_lock.ts";
 
@@ -268,15 +255,41 @@ function gpuVersions(plan: DevicePlan): GpuVersions {
 }
 
 /**
- * run.json of this launch: written at start and rewritten as each attempt
- * begins and ends; continued (not replaced) when the directory holds the
- * record of an earlier launch.
+ * The run.json an earlier launch left in `runDir`, or null. The record's reader (and the schema
+ * library it validates with) loads only when there is one: a new run starts without them.
+ */
+async function readPreviousRecord(runDir: string): Promise<RunRecord | null> {
+  try {
+    Deno.statSync(join(runDir, RUN_FILES.run));
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return null;
+  }
+  return (await import("../run/record.ts")).readRunRecord(runDir);
+}
+
+/**
+ * run.json of this launch: written as the first attempt begins and
+ * rewritten as each attempt begins and ends; continued (not replaced) when
+ * the directory holds the record of an earlier launch.
  */
 async function startRunRecord(
   ctx: RunContext,
   argv: readonly string[],
   previous: RunRecord | null,
 ) {
+  const {
+    beginAttempt,
+    behaviourEnv,
+    continueRunRecord,
+    finishAttempt,
+    machineFacts,
+    newRunRecord,
+    sha256File,
+    versions,
+    writeRunRecord,
+    writeRunRecordAsync,
+  } = await import("../run/record.ts");
+  const { AttemptSchema } = await import("../run/format.ts");
   const { opts, runDir, runId, threads, script } = ctx;
   // What CPU ranks' initProcessGroup() will choose (the same rule), and Gloo's versions when it is Gloo.
   // GPU ranks: NCCL, unless they are alone.
@@ -313,12 +326,13 @@ async function startRunRecord(
     env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
     machine: machineFacts(),
   };
+  // Written as the first attempt begins (begin(), called right after): one write, not two.
   let rec = previous ? continueRunRecord(previous, input) : newRunRecord(input);
-  writeRunRecord(runDir, rec);
   return {
-    begin() {
+    /** Records attempt k's start; its writes and fsyncs leave the store answering the ranks. */
+    async begin() {
       rec = beginAttempt(rec);
-      writeRunRecord(runDir, rec);
+      await writeRunRecordAsync(runDir, rec);
     },
     /** Ends attempt k's entry, with the process group its rank 0 reported. */
     async finish(k: number, end: AttemptEnd) {
@@ -417,7 +431,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       // Node 0 refuses a run directory another live launcher holds before anyone joins.
       if (proposed) runLock = lockRunDir(proposed.dir, 0, proposed.runId);
       // A run directory reused to resume keeps its run's id and record (run.json).
-      previous = proposed ? readRunRecord(proposed.dir) : null;
+      previous = proposed ? await readPreviousRecord(proposed.dir) : null;
       const info = await rendezvous(
         client,
         opts,
@@ -492,16 +506,34 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
       outcome: null,
     };
     const recordPath = launchRecordPath(runDir, opts.nodeRank);
-    writeLaunchRecord(recordPath, record);
-    // run.json: the job's rerun record (node 0 only), one entry per attempt.
-    const run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
 
     let code = 1;
     let graceMs = 0;
+    let run: Awaited<ReturnType<typeof startRunRecord>> | null = null;
     for (let k = 0;; k++) {
       record.attempts = k + 1;
-      if (run) run.begin();
-      current = startAttempt(ctx, k);
+      if (k === 0) {
+        // The first attempt's ranks start before the records are written: their start-up (a Deno
+        // start, module loading) overlaps the launcher's bookkeeping (hashing the script, opening
+        // the CPU library for its build hash, loading the record schemas).
+        current = startAttempt(ctx, k);
+        // Spawning needs this process's event loop (the store it serves): the records wait for it.
+        await current.started;
+        try {
+          writeLaunchRecord(recordPath, record);
+          // run.json: the job's rerun record (node 0 only), one entry per attempt.
+          run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
+          await run?.begin();
+        } catch (e) {
+          // No record, no run: the ranks just started are stopped before the error is reported.
+          current.launchError(`cannot write the run's records: ${(e as Error).message}`);
+          await current.result;
+          throw e;
+        }
+      } else {
+        await run?.begin();
+        current = startAttempt(ctx, k);
+      }
       const result = await current.result;
       current = null;
       if (result.ok) {

@@ -6,7 +6,6 @@
  * dtrain's, the config, the npm type files), so the next start with nothing
  * changed skips the check after hashing those files (~10-50 ms).
  */
-import { createHash } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { join, resolve } from "node:path";
 import { cacheFolder } from "../os/cache_folder.ts";
@@ -34,17 +33,19 @@ interface Record {
   files: [string, string][];
 }
 
-function sha256(bytes: Uint8Array): string {
-  return createHash("sha256").update(bytes).digest("hex");
+/** Hex sha256 through WebCrypto (node:crypto would add its module loading to every launch). */
+async function sha256(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-function recordPath(cacheDir: string, script: string, config: string): string {
-  const key = sha256(new TextEncoder().encode(`${resolve(script)}\u0000${resolve(config)}`));
+async function recordPath(cacheDir: string, script: string, config: string): Promise<string> {
+  const key = await sha256(new TextEncoder().encode(`${resolve(script)}\u0000${resolve(config)}`));
   return join(cacheDir, `${key.slice(0, 24)}.json`);
 }
 
 /** True when the record is of this Deno and every file still has its recorded content. */
-function stillValid(path: string): boolean {
+async function stillValid(path: string): Promise<boolean> {
   let rec: Record;
   try {
     rec = JSON.parse(Deno.readTextFileSync(path));
@@ -54,14 +55,15 @@ function stillValid(path: string): boolean {
   if (rec?.deno !== Deno.version.deno || !Array.isArray(rec.files) || rec.files.length === 0) {
     return false;
   }
-  for (const [file, hash] of rec.files) {
+  // Every file at once: their digests run in parallel off the main thread.
+  const same = await Promise.all(rec.files.map(async ([file, hash]) => {
     try {
-      if (sha256(Deno.readFileSync(file)) !== hash) return false;
+      return await sha256(await Deno.readFile(file)) === hash;
     } catch {
       return false;
     }
-  }
-  return true;
+  }));
+  return same.every(Boolean);
 }
 
 /** The local files of the script's module graph (deno info), plus the config. */
@@ -117,8 +119,8 @@ export async function checkScriptTypes(
   } catch {
     cacheDir = null; // no HOME and no DTRAIN_CACHE: check every time
   }
-  const record = cacheDir ? recordPath(cacheDir, script, opts.config) : null;
-  if (record && stillValid(record)) return { ok: true, cached: true };
+  const record = cacheDir ? await recordPath(cacheDir, script, opts.config) : null;
+  if (record && await stillValid(record)) return { ok: true, cached: true };
   opts.onCheck?.();
   const out = await new Deno.Command(deno, {
     args: ["check", "--config", opts.config, script],
@@ -141,7 +143,11 @@ export async function checkScriptTypes(
         Deno.mkdirSync(cacheDir, { recursive: true });
         writeRecord(record, {
           deno: Deno.version.deno,
-          files: files.map((f) => [f, sha256(Deno.readFileSync(f))]),
+          files: await Promise.all(
+            files.map(async (
+              f,
+            ): Promise<[string, string]> => [f, await sha256(await Deno.readFile(f))]),
+          ),
         });
       }
     } catch { /* not remembered: checked again next time */ }

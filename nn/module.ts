@@ -38,8 +38,17 @@ export class StateDictError extends Error {
   }
 }
 
+/**
+ * Bumped by every registration of a parameter or child anywhere: a module's
+ * cached parameter list is valid while this is the value it was built at (a
+ * change deep in the tree reaches every ancestor without it knowing them).
+ */
+let structureVersion = 0;
+
 /** Base class of layers and models. */
 export abstract class Module {
+  /** namedParameters() as last walked, and the structureVersion it was walked at */
+  #named: { version: number; list: readonly (readonly [string, Tensor])[] } | null = null;
   readonly #params = new Map<string, Tensor>();
   readonly #buffers = new Map<string, Tensor>();
   readonly #children = new Map<string, Module>();
@@ -51,6 +60,7 @@ export abstract class Module {
     t.requiresGrad = true;
     t.keep();
     this.#params.set(name, t);
+    structureVersion++;
     return t;
   }
 
@@ -64,6 +74,7 @@ export abstract class Module {
   /** Registers a child module under `name`. */
   protected registerModule<M extends Module>(name: string, m: M): M {
     this.#children.set(name, m);
+    structureVersion++;
     return m;
   }
 
@@ -89,19 +100,36 @@ export abstract class Module {
    * listed once, under its first name, as named_parameters() does.
    */
   namedParameters(): [string, Tensor][] {
-    const seen = new Set<Tensor>();
-    const out: [string, Tensor][] = [];
-    for (const [name, t] of this.#walk("params")) {
-      if (seen.has(t)) continue;
-      seen.add(t);
-      out.push([name, t]);
+    return this.#namedList().map(([name, t]) => [name, t]);
+  }
+
+  /**
+   * The parameters, in namedParameters() order. The tree is walked again
+   * only after a parameter or child was registered somewhere: a training
+   * step's `clipGradNorm(model.parameters(), 1)` costs one array copy.
+   */
+  parameters(): Tensor[] {
+    // a subclass that lists its parameters its own way is asked, as before the cache
+    if (this.namedParameters !== Module.prototype.namedParameters) {
+      return this.namedParameters().map(([, t]) => t);
     }
+    const list = this.#namedList();
+    const out = new Array<Tensor>(list.length);
+    for (let i = 0; i < list.length; i++) out[i] = list[i]![1];
     return out;
   }
 
-  /** The parameters, in namedParameters() order. */
-  parameters(): Tensor[] {
-    return this.namedParameters().map(([, t]) => t);
+  #namedList(): readonly (readonly [string, Tensor])[] {
+    if (this.#named?.version === structureVersion) return this.#named.list;
+    const seen = new Set<Tensor>();
+    const list: [string, Tensor][] = [];
+    for (const [name, t] of this.#walk("params")) {
+      if (seen.has(t)) continue;
+      seen.add(t);
+      list.push([name, t]);
+    }
+    this.#named = { version: structureVersion, list };
+    return list;
   }
 
   /** Buffers with their dotted names. */

@@ -11,7 +11,8 @@ import type { Tensor } from "../tensor/tensor.ts";
 import { allocBlock, releaseBlock } from "../tensor/allocator.ts";
 import { noteHostSync } from "../tensor/host_sync.ts";
 import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
-import { section } from "../profile/profile.ts";
+import { enter, leave, section } from "../profile/profile.ts";
+import { address, count, HostTable } from "./tensor_table.ts";
 
 /** The gradients' addresses and element counts, as the native calls take them (host arrays). */
 function gradTable(grads: Tensor[]): { ptrs: BigUint64Array; counts: BigInt64Array } {
@@ -88,30 +89,54 @@ function gradNormOf(params: Tensor[]): number {
  * (tensor/plain_arithmetic.ts) the norm is measured, not clipped.
  */
 export function clipGradNorm(params: Tensor[], maxNorm: number): number {
-  return section("optimizer", () => clipInPlace(params, maxNorm));
+  const prev = enter("optimizer");
+  try {
+    return clipInPlace(params, maxNorm);
+  } finally {
+    leave(prev);
+  }
 }
+
+/** clipGradNorm's host table (the gradients' addresses and sizes), refilled every call. */
+const clipTable = new HostTable(1, 0, 0);
+/** clipGradNorm's result on the CPU: [total, padding], and its address. */
+const clipTotal = new Float32Array(2);
+const clipTotalAt = Deno.UnsafePointer.of(clipTotal);
 
 function clipInPlace(params: Tensor[], maxNorm: number): number {
   if (!(maxNorm >= 0)) throw new RangeError(`clipGradNorm: maxNorm must be >= 0, got ${maxNorm}`);
-  const grads = params.map((p) => p.grad).filter((g): g is Tensor => g !== null);
-  if (grads.length === 0) return 0;
-  const { ptrs, counts } = gradTable(grads);
+  // The table is filled straight from the parameters (no intermediate lists: a step calls this once).
+  let n = 0;
+  for (const p of params) if (p.grad !== null) n++;
+  if (n === 0) return 0;
+  const T = clipTable.reserve(n);
+  const ptrs = T.ptrs[0]!;
+  let i = 0;
+  for (const p of params) {
+    const g = p.grad;
+    if (g === null) continue;
+    if (g.dtype !== "f32") {
+      throw new TypeError(`clipping: gradient ${i} is ${g.dtype}; gradients must be f32`);
+    }
+    ptrs[i] = address(g);
+    T.counts[i++] = count(g);
+  }
   const max = plainArithmetic() ? Infinity : maxNorm; // +inf: the norm only
   const b = backend();
-  const total = new Float32Array(2); // [total, padding]: 8 bytes, one allocator block
-  const sumsq = allocBlock(8 * grads.length);
+  const sumsq = allocBlock(8 * n);
   try {
-    readResult(total, "clipGradNorm", (p) =>
-      b.call.dt_clip_grad_norm(
-        p,
-        sumsq.ptr,
-        Deno.UnsafePointer.of(ptrs),
-        Deno.UnsafePointer.of(counts),
-        BigInt(grads.length),
-        max,
-      ));
+    if (b.device === "cpu") {
+      b.call.dt_clip_grad_norm(clipTotalAt, sumsq.ptr, T.at.ptrs[0]!, T.at.counts, BigInt(n), max);
+      return clipTotal[0]!;
+    }
+    const total = new Float32Array(2); // [total, padding]: 8 bytes, one allocator block
+    readResult(
+      total,
+      "clipGradNorm",
+      (p) => b.call.dt_clip_grad_norm(p, sumsq.ptr, T.at.ptrs[0]!, T.at.counts, BigInt(n), max),
+    );
+    return total[0]!;
   } finally {
     releaseBlock(sumsq);
   }
-  return total[0]!;
 }

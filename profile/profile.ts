@@ -8,7 +8,6 @@
  *
  * @module
  */
-import process from "node:process";
 import { formatProfile } from "./report.ts";
 
 /** Parts of the time line. Start-up and steps use the same names. */
@@ -54,6 +53,9 @@ function readFlag(): boolean {
 /** True when DTRAIN_PROFILE=1 was set when the library was loaded. */
 export const profiling: boolean = readFlag();
 
+/** node:process, for its cpuUsage(): loaded only when profiling (its loading costs a start-up). */
+const nodeProcess = profiling ? (await import("node:process")).default : null;
+
 /** Time nobody claimed: the script's own before its first step, then "first step", then "other". */
 export type Unclaimed = "first step" | "other";
 
@@ -86,7 +88,7 @@ const totals: Totals = {
 
 /** CPU time this process has used, ms (all its threads: the kernels' pool too). */
 function cpuMs(): number {
-  const u = process.cpuUsage();
+  const u = nodeProcess!.cpuUsage();
   return (u.user + u.system) / 1000;
 }
 
@@ -165,10 +167,18 @@ export function stepDone(): void {
   }
 }
 
+/** The launcher's mark: its modules are loaded (cli.ts's main() starts). */
+export const LAUNCHER_LOADED = "launcher loaded";
+
 /** Records a named moment of start-up (ms since the process started). */
 export function mark(name: string): void {
   if (!profiling || totals.marks.has(name)) return;
   totals.marks.set(name, performance.now());
+}
+
+/** When mark(name) was recorded (ms since the process started), if it was. */
+export function markedAt(name: string): number | undefined {
+  return totals.marks.get(name);
 }
 
 /** What has been measured so far (the current section's running time included). */
@@ -205,6 +215,7 @@ export function printProfile(): void {
     commandEpochMs: envNumber("DTRAIN_COMMAND_MS"),
     launchEpochMs: envNumber("DTRAIN_LAUNCH_MS"),
     spawnEpochMs: envNumber("DTRAIN_SPAWN_MS"),
+    launcherLoadedEpochMs: envNumber("DTRAIN_LAUNCHER_LOADED_MS"),
   });
   console.error(lines.join("\n"));
 }

@@ -1,6 +1,6 @@
 /**
  * The text of a DTRAIN_PROFILE=1 report: one block per process with its
- * start-up (launcher, spawn, bootstrap — the runtime's clock starts to the
+ * start-up (launcher: its module loading and its set-up, spawn, bootstrap — the runtime's clock starts to the
  * profiler's module evaluated —, then the parts up to the end of the first
  * optimizer step: module load, rendezvous, data generation, …) and the mean
  * breakdown of the steps after it.
@@ -26,6 +26,8 @@ export interface ProfileInput {
   /** epoch ms: the launcher started, and spawned this rank (absent outside a launch) */
   launchEpochMs: number | null;
   spawnEpochMs: number | null;
+  /** epoch ms: the launcher's modules were loaded (its command line about to be read), when known */
+  launcherLoadedEpochMs?: number | null;
 }
 
 const STARTUP_ORDER: (Part | Unclaimed)[] = [
@@ -67,7 +69,13 @@ export function formatProfile(p: ProfileInput): string[] {
   const parts: string[] = [];
   if (p.launchEpochMs !== null && p.spawnEpochMs !== null) {
     if (p.commandEpochMs !== null) parts.push(`command ${ms(p.launchEpochMs - p.commandEpochMs)}`);
-    parts.push(`launcher ${ms(p.spawnEpochMs - p.launchEpochMs)}`);
+    const loaded = p.launcherLoadedEpochMs ?? null;
+    if (loaded !== null && loaded >= p.launchEpochMs && loaded <= p.spawnEpochMs) {
+      parts.push(`launcher load ${ms(loaded - p.launchEpochMs)}`);
+      parts.push(`launcher set-up ${ms(p.spawnEpochMs - loaded)}`);
+    } else {
+      parts.push(`launcher ${ms(p.spawnEpochMs - p.launchEpochMs)}`);
+    }
     parts.push(`spawn ${ms(p.processStartEpochMs - p.spawnEpochMs)}`);
   }
   parts.push(`bootstrap ${ms(p.loadedAtMs)}`);

@@ -97,6 +97,32 @@ export class Mt19937 {
   }
 
   /**
+   * Fills `out` with a permutation of 0..out.length-1 as torch's CPU randperm
+   * draws it: the identity, then for each i but the last, swap out[i] with
+   * out[i + u % (length - i)] for the next output u.
+   */
+  fillPermutation(out: Int32Array): void {
+    const n = out.length;
+    const native = n >= NATIVE_MIN ? cpuExtras() : null;
+    if (native) {
+      this.#nativeIndex[0] = this.#index;
+      native.check(
+        native.symbols.dt_cpu_randperm(this.#words, this.#nativeIndex, out, BigInt(n)),
+        "dt_cpu_randperm",
+      );
+      this.#index = this.#nativeIndex[0]!;
+      return;
+    }
+    for (let i = 0; i < n; i++) out[i] = i;
+    for (let i = 0; i < n - 1; i++) {
+      const z = this.nextU32() % (n - i);
+      const t = out[i]!;
+      out[i] = out[i + z]!;
+      out[i + z] = t;
+    }
+  }
+
+  /**
    * out[i] = fmaf(x, span, from) rounded once to float32 for the next unit
    * draws x (torch's uniform_); `fma` is the float32 fused multiply-add used
    * when native code is not available.

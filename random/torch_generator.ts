@@ -133,14 +133,7 @@ export class TorchGenerator {
       );
     }
     const r = new Int32Array(n);
-    for (let i = 0; i < n; i++) r[i] = i;
-    const mt = this.#mt;
-    for (let i = 0; i < n - 1; i++) {
-      const z = mt.nextU32() % (n - i);
-      const t = r[i]!;
-      r[i] = r[i + z]!;
-      r[i + z] = t;
-    }
+    this.#mt.fillPermutation(r);
     return r;
   }
 

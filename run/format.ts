@@ -6,185 +6,207 @@
  */
 import { join } from "node:path";
 import { z } from "zod";
+import { RUN_FILES } from "./files.ts";
+import { lazySchema } from "./lazy_schema.ts";
 
 /** The value of run.json's `format` field; a reader refuses any other. */
 export const RUN_FORMAT = "dtrain.run/1";
 
-/** File names inside a run directory. */
-export const RUN_FILES = {
-  run: "run.json",
-  config: "config.json",
-  metrics: "metrics.jsonl",
-  dataOrder: "data_order.jsonl",
-} as const;
+export { RUN_FILES };
 
-const time = z.iso.datetime({ offset: true });
-const sha256 = z.string().regex(/^[0-9a-f]{64}$/, "expected 64 lowercase hex digits (a sha256)");
-const count = z.int().nonnegative();
+const time = lazySchema(() => z.iso.datetime({ offset: true }));
+const sha256 = lazySchema(() =>
+  z.string().regex(/^[0-9a-f]{64}$/, "expected 64 lowercase hex digits (a sha256)")
+);
+const count = lazySchema(() => z.int().nonnegative());
 /** A number that may be non-finite: written as "NaN", "Infinity" or "-Infinity" since JSON has no such numbers. */
-const real = z.union([z.number(), z.enum(["NaN", "Infinity", "-Infinity"])])
-  .transform((v) => typeof v === "number" ? v : Number(v));
+const real = lazySchema(() =>
+  z.union([z.number(), z.enum(["NaN", "Infinity", "-Infinity"])])
+    .transform((v) => typeof v === "number" ? v : Number(v))
+);
 
 /** One launch attempt: the first has attempt 0 (= DTRAIN_RESTART_COUNT of its ranks). */
-export const AttemptSchema = z.object({
-  attempt: count,
-  startedAt: time,
-  endedAt: time.nullable(),
-  exitCode: z.int().nullable(),
-  signal: z.string().nullable(),
-  failingRank: count.nullable(),
-  reason: z.string().nullable(),
-  /** the process group the ranks trained with, as rank 0 reported it (absent when none was made) */
-  processGroup: z.object({
-    /** "nccl", "shm" or "single" */
-    backend: z.string(),
-    worldSize: z.int().positive(),
-    /** rank 0's device: "cpu", "cuda:0", "cuda-emu:0" */
-    device: z.string(),
-  }).optional(),
-});
+export const AttemptSchema = lazySchema(() =>
+  z.object({
+    attempt: count,
+    startedAt: time,
+    endedAt: time.nullable(),
+    exitCode: z.int().nullable(),
+    signal: z.string().nullable(),
+    failingRank: count.nullable(),
+    reason: z.string().nullable(),
+    /** the process group the ranks trained with, as rank 0 reported it (absent when none was made) */
+    processGroup: z.object({
+      /** "nccl", "shm" or "single" */
+      backend: z.string(),
+      worldSize: z.int().positive(),
+      /** rank 0's device: "cpu", "cuda:0", "cuda-emu:0" */
+      device: z.string(),
+    }).optional(),
+  })
+);
 
 /** Versions of everything that computes: the CUDA fields only on GPU runs. */
-export const VersionsSchema = z.object({
-  dtrain: z.string(),
-  deno: z.string(),
-  v8: z.string(),
-  typescript: z.string(),
-  /** build hashes (dt_build_hash) of the native libraries that were loaded */
-  native: z.object({
-    cpu: z.string().optional(),
-    cuda: z.string().optional(),
+export const VersionsSchema = lazySchema(() =>
+  z.object({
+    dtrain: z.string(),
+    deno: z.string(),
+    v8: z.string(),
+    typescript: z.string(),
+    /** build hashes (dt_build_hash) of the native libraries that were loaded */
+    native: z.object({
+      cpu: z.string().optional(),
+      cuda: z.string().optional(),
+      gloo: z.string().optional(),
+    }),
+    cuda: z.object({ runtime: z.string(), driver: z.string(), gpus: z.array(z.string()) })
+      .optional(),
+    nccl: z.string().optional(),
+    /** Gloo's version (libgloo), on runs whose CPU ranks span machines */
     gloo: z.string().optional(),
-  }),
-  cuda: z.object({ runtime: z.string(), driver: z.string(), gpus: z.array(z.string()) }).optional(),
-  nccl: z.string().optional(),
-  /** Gloo's version (libgloo), on runs whose CPU ranks span machines */
-  gloo: z.string().optional(),
-});
+  })
+);
 
 /** Facts about node 0's machine that can change results or speed. */
-export const MachineSchema = z.object({
-  hostname: z.string(),
-  os: z.string(),
-  arch: z.string(),
-  cpuModel: z.string(),
-  cpus: count,
-  memBytes: count,
-});
+export const MachineSchema = lazySchema(() =>
+  z.object({
+    hostname: z.string(),
+    os: z.string(),
+    arch: z.string(),
+    cpuModel: z.string(),
+    cpus: count,
+    memBytes: count,
+  })
+);
 
 /** The launcher's command line and where it ran. */
-const CommandSchema = z.object({ argv: z.array(z.string()).min(1), cwd: z.string() });
+const CommandSchema = lazySchema(() =>
+  z.object({ argv: z.array(z.string()).min(1), cwd: z.string() })
+);
 /** The user's script as launched: its path, its content's hash, its arguments. */
-const ScriptSchema = z.object({ path: z.string(), sha256, args: z.array(z.string()) });
+const ScriptSchema = lazySchema(() =>
+  z.object({ path: z.string(), sha256, args: z.array(z.string()) })
+);
 /** How many nodes and ranks, and which hosts. */
-const WorldShape = z.object({
-  nnodes: z.int().positive(),
-  nprocPerNode: z.int().positive(),
-  worldSize: z.int().positive(),
-  hosts: z.array(z.string()),
-});
+const WorldShape = lazySchema(() =>
+  z.object({
+    nnodes: z.int().positive(),
+    nprocPerNode: z.int().positive(),
+    worldSize: z.int().positive(),
+    hosts: z.array(z.string()),
+  })
+);
 
 /**
  * One launch of the run: present in run.json when its directory was reused
  * (a resume with --run-dir), one entry per `dtrain` command, in order. The
  * top-level command, script, world, versions and env are the latest launch's.
  */
-export const LaunchSchema = z.object({
-  /** the first attempt this launch made */
-  firstAttempt: count,
-  startedAt: time,
-  command: CommandSchema,
-  script: ScriptSchema,
-  world: WorldShape,
-});
+export const LaunchSchema = lazySchema(() =>
+  z.object({
+    /** the first attempt this launch made */
+    firstAttempt: count,
+    startedAt: time,
+    command: CommandSchema,
+    script: ScriptSchema,
+    world: WorldShape,
+  })
+);
 
 /** run.json: written by the launcher at start and rewritten at the end of every attempt. */
-export const RunRecordSchema = z.object({
-  format: z.literal(RUN_FORMAT),
-  runId: z.string().min(1),
-  name: z.string(),
-  createdAt: time,
-  endedAt: time.nullable(),
-  command: CommandSchema,
-  script: ScriptSchema,
-  world: WorldShape.extend({
-    /** where ranks compute, as the launcher resolved --device: "cpu", "cuda" or "cuda-emu" */
-    device: z.string().optional(),
-    /** the process group the ranks use, as planned: "single", "shm" (one machine), "gloo"
-     *  (several), "nccl" (GPU ranks) */
-    backend: z.enum(["single", "shm", "gloo", "nccl"]).optional(),
-  }),
-  /** --resume: the folder whose latest good checkpoint a Trainer continues from */
-  resume: z.string().optional(),
-  versions: VersionsSchema,
-  machine: MachineSchema.optional(),
-  env: z.record(z.string(), z.string()),
-  attempts: z.array(AttemptSchema),
-  /** every launch, when the run directory was launched into more than once */
-  launches: z.array(LaunchSchema).optional(),
-  status: z.enum(["running", "succeeded", "failed", "interrupted"]),
-}).superRefine((r, ctx) => {
-  const { nnodes, nprocPerNode, worldSize } = r.world;
-  if (worldSize !== nnodes * nprocPerNode) {
-    ctx.addIssue({
-      code: "custom",
-      path: ["world", "worldSize"],
-      message: `worldSize ${worldSize} != nnodes ${nnodes} × nprocPerNode ${nprocPerNode}`,
+export const RunRecordSchema = lazySchema(() =>
+  z.object({
+    format: z.literal(RUN_FORMAT),
+    runId: z.string().min(1),
+    name: z.string(),
+    createdAt: time,
+    endedAt: time.nullable(),
+    command: CommandSchema,
+    script: ScriptSchema,
+    world: WorldShape.extend({
+      /** where ranks compute, as the launcher resolved --device: "cpu", "cuda" or "cuda-emu" */
+      device: z.string().optional(),
+      /** the process group the ranks use, as planned: "single", "shm" (one machine), "gloo"
+       *  (several), "nccl" (GPU ranks) */
+      backend: z.enum(["single", "shm", "gloo", "nccl"]).optional(),
+    }),
+    /** --resume: the folder whose latest good checkpoint a Trainer continues from */
+    resume: z.string().optional(),
+    versions: VersionsSchema,
+    machine: MachineSchema.optional(),
+    env: z.record(z.string(), z.string()),
+    attempts: z.array(AttemptSchema),
+    /** every launch, when the run directory was launched into more than once */
+    launches: z.array(LaunchSchema).optional(),
+    status: z.enum(["running", "succeeded", "failed", "interrupted"]),
+  }).superRefine((r, ctx) => {
+    const { nnodes, nprocPerNode, worldSize } = r.world;
+    if (worldSize !== nnodes * nprocPerNode) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["world", "worldSize"],
+        message: `worldSize ${worldSize} != nnodes ${nnodes} × nprocPerNode ${nprocPerNode}`,
+      });
+    }
+    r.attempts.forEach((a, i) => {
+      if (a.attempt !== i) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["attempts", i, "attempt"],
+          message:
+            `expected attempt ${i} (attempts are numbered 0, 1, … in order), got ${a.attempt}`,
+        });
+      }
+      if (a.endedAt === null && i < r.attempts.length - 1) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["attempts", i, "endedAt"],
+          message: "only the last attempt may still be open (endedAt null)",
+        });
+      }
     });
-  }
-  r.attempts.forEach((a, i) => {
-    if (a.attempt !== i) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["attempts", i, "attempt"],
-        message: `expected attempt ${i} (attempts are numbered 0, 1, … in order), got ${a.attempt}`,
-      });
-    }
-    if (a.endedAt === null && i < r.attempts.length - 1) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["attempts", i, "endedAt"],
-        message: "only the last attempt may still be open (endedAt null)",
-      });
-    }
-  });
-});
+  })
+);
 
 /** config.json: written once by rank 0 of the training code. */
-export const ConfigRecordSchema = z.object({
-  /** the resolved, validated training config */
-  config: z.record(z.string(), z.unknown()),
-  seed: z.int(),
-  worldSize: z.int().positive(),
-  /** e.g. "cpu", "cuda" or "cuda-emu" */
-  device: z.string(),
-  /** the process group's backend: "single", "shm", "gloo" (and "nccl" on GPUs) */
-  processGroup: z.string().optional(),
-});
+export const ConfigRecordSchema = lazySchema(() =>
+  z.object({
+    /** the resolved, validated training config */
+    config: z.record(z.string(), z.unknown()),
+    seed: z.int(),
+    worldSize: z.int().positive(),
+    /** e.g. "cpu", "cuda" or "cuda-emu" */
+    device: z.string(),
+    /** the process group's backend: "single", "shm", "gloo" (and "nccl" on GPUs) */
+    processGroup: z.string().optional(),
+  })
+);
 
 /** One metrics.jsonl line: one optimizer step, appended by rank 0. */
-export const MetricsRecordSchema = z.object({
-  step: count,
-  epoch: count,
-  /** which launch attempt wrote it: a resumed run repeats steps with a higher attempt */
-  attempt: count,
-  /** mean over ranks; may be non-finite */
-  loss: real,
-  lr: z.number(),
-  gradNorm: real.nullable(),
-  lossScale: z.number().positive().nullable(),
-  /** optimizer steps skipped so far (AMP overflow) */
-  skipped: count,
-  samplesPerS: z.number().nonnegative(),
-  tokensPerS: z.number().nonnegative().nullable(),
-  stepMs: z.number().nonnegative(),
-  dataWaitMs: z.number().nonnegative(),
-  memBytes: count,
-  /** this step's wall time on each rank, index = rank */
-  stepMsByRank: z.array(z.number().nonnegative()).optional(),
-  /** samples the step trained on, all ranks (absent in files of older writers) */
-  samples: count.optional(),
-});
+export const MetricsRecordSchema = lazySchema(() =>
+  z.object({
+    step: count,
+    epoch: count,
+    /** which launch attempt wrote it: a resumed run repeats steps with a higher attempt */
+    attempt: count,
+    /** mean over ranks; may be non-finite */
+    loss: real,
+    lr: z.number(),
+    gradNorm: real.nullable(),
+    lossScale: z.number().positive().nullable(),
+    /** optimizer steps skipped so far (AMP overflow) */
+    skipped: count,
+    samplesPerS: z.number().nonnegative(),
+    tokensPerS: z.number().nonnegative().nullable(),
+    stepMs: z.number().nonnegative(),
+    dataWaitMs: z.number().nonnegative(),
+    memBytes: count,
+    /** this step's wall time on each rank, index = rank */
+    stepMsByRank: z.array(z.number().nonnegative()).optional(),
+    /** samples the step trained on, all ranks (absent in files of older writers) */
+    samples: count.optional(),
+  })
+);
 
 /** Longest evaluation metric name, in characters. */
 export const MAX_EVAL_NAME = 200;
@@ -204,43 +226,47 @@ function badEvalName(name: string): string | null {
  * One evaluation line of metrics.jsonl: the results of evaluating the model
  * after optimizer step `step`. Told from step lines by `kind`.
  */
-export const EvalRecordSchema = z.object({
-  kind: z.literal("eval"),
-  step: count,
-  epoch: count,
-  attempt: count,
-  /** metric name -> value; may be non-finite */
-  metrics: z.record(z.string(), real).superRefine((m, ctx) => {
-    const names = Object.keys(m);
-    if (names.length === 0) {
-      ctx.addIssue({ code: "custom", message: "an evaluation needs at least one metric" });
-    }
-    for (const name of names) {
-      const why = badEvalName(name);
-      if (why) {
-        ctx.addIssue({
-          code: "custom",
-          message: `evaluation metric name ${JSON.stringify(name.slice(0, 40))} ${why}`,
-        });
+export const EvalRecordSchema = lazySchema(() =>
+  z.object({
+    kind: z.literal("eval"),
+    step: count,
+    epoch: count,
+    attempt: count,
+    /** metric name -> value; may be non-finite */
+    metrics: z.record(z.string(), real).superRefine((m, ctx) => {
+      const names = Object.keys(m);
+      if (names.length === 0) {
+        ctx.addIssue({ code: "custom", message: "an evaluation needs at least one metric" });
       }
-    }
-  }),
-});
+      for (const name of names) {
+        const why = badEvalName(name);
+        if (why) {
+          ctx.addIssue({
+            code: "custom",
+            message: `evaluation metric name ${JSON.stringify(name.slice(0, 40))} ${why}`,
+          });
+        }
+      }
+    }),
+  })
+);
 
 /** One data_order.jsonl line: one rank's index order for one epoch, appended by rank 0. */
-export const DataOrderRecordSchema = z.object({
-  epoch: count,
-  rank: count,
-  /** indices this rank visits in the epoch */
-  count,
-  /** sha256 of the indices as little-endian int32 */
-  sha256,
-  /** the first min(16, count) indices */
-  first: z.array(z.int()).max(16),
-}).refine((r) => r.first.length === Math.min(16, r.count), {
-  message: "first must hold min(16, count) indices",
-  path: ["first"],
-});
+export const DataOrderRecordSchema = lazySchema(() =>
+  z.object({
+    epoch: count,
+    rank: count,
+    /** indices this rank visits in the epoch */
+    count,
+    /** sha256 of the indices as little-endian int32 */
+    sha256,
+    /** the first min(16, count) indices */
+    first: z.array(z.int()).max(16),
+  }).refine((r) => r.first.length === Math.min(16, r.count), {
+    message: "first must hold min(16, count) indices",
+    path: ["first"],
+  })
+);
 
 export type Attempt = z.output<typeof AttemptSchema>;
 export type Launch = z.output<typeof LaunchSchema>;

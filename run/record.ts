@@ -1,9 +1,8 @@
 /**
  * Builders of the run record, called by the launcher and the trainer: the
  * behaviour-changing environment, versions, machine facts, the script hash,
- * the data-order digest, run.json's attempt bookkeeping, and atomic writes.
+ * run.json's attempt bookkeeping, and atomic writes.
  */
-import { createHash } from "node:crypto";
 import { basename, dirname, join } from "node:path";
 import pkg from "../package.json" with { type: "json" };
 import { cString } from "../ffi/native.ts";
@@ -120,34 +119,13 @@ export function machineFacts(): Machine {
   };
 }
 
-/** The sha256 of a file's bytes, in hex, read in chunks. */
-export async function sha256File(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  using file = await Deno.open(path, { read: true });
-  for await (const chunk of file.readable) hash.update(chunk);
-  return hash.digest("hex");
-}
-
-const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
-
 /**
- * The data_order.jsonl line for one rank's index order in one epoch: the
- * sha256 of the indices as little-endian int32 bytes, and the first 16.
- *
- * @example
- * ```ts
- * orderDigest(0, 1, new Int32Array([5, 3, 9])); // → { epoch: 0, rank: 1, count: 3, sha256: "…", first: [5, 3, 9] }
- * ```
+ * The sha256 of a file's bytes, in hex (a script: read whole, hashed with WebCrypto, which costs
+ * the launcher no node:crypto loading).
  */
-export function orderDigest(epoch: number, rank: number, indices: Int32Array): DataOrderRecord {
-  let bytes = new Uint8Array(indices.buffer, indices.byteOffset, indices.byteLength);
-  if (!LITTLE_ENDIAN) {
-    const view = new DataView(new ArrayBuffer(indices.byteLength));
-    indices.forEach((v, i) => view.setInt32(4 * i, v, true));
-    bytes = new Uint8Array(view.buffer);
-  }
-  const sha256 = createHash("sha256").update(bytes).digest("hex");
-  return { epoch, rank, count: indices.length, sha256, first: Array.from(indices.subarray(0, 16)) };
+export async function sha256File(path: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", await Deno.readFile(path));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 /** Options whose value run.json must not store: the rendezvous secret. */
@@ -378,9 +356,17 @@ export function writeJsonAtomic(path: string, value: unknown): void {
   writeTextAtomic(path, JSON.stringify(value, null, 2) + "\n");
 }
 
+/** The temp file writeTextAtomic() writes before renaming it over `path`. */
+function tempPathFor(path: string): string {
+  return join(
+    dirname(path),
+    `.${basename(path)}.tmp-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`,
+  );
+}
+
 function writeTextAtomic(path: string, text: string): void {
   const dir = dirname(path);
-  const tmp = join(dir, `.${basename(path)}.tmp-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`);
+  const tmp = tempPathFor(path);
   try {
     {
       using file = Deno.openSync(tmp, { write: true, createNew: true });
@@ -440,4 +426,28 @@ export function writeRunRecord(runDir: string, record: RunRecord): void {
     join(runDir, RUN_FILES.run),
     jsonFileText(RunRecordSchema, record, RUN_FILES.run),
   );
+}
+
+/**
+ * writeRunRecord() with asynchronous writes and fsyncs: the launcher, which serves the control
+ * store from the same thread, keeps answering its ranks while the disk syncs.
+ */
+export async function writeRunRecordAsync(runDir: string, record: RunRecord): Promise<void> {
+  const path = join(runDir, RUN_FILES.run);
+  const text = jsonFileText(RunRecordSchema, record, RUN_FILES.run);
+  const tmp = tempPathFor(path);
+  try {
+    {
+      using file = await Deno.open(tmp, { write: true, createNew: true });
+      const bytes = new TextEncoder().encode(text);
+      for (let done = 0; done < bytes.length;) done += await file.write(bytes.subarray(done));
+      await file.sync();
+    }
+    await Deno.rename(tmp, path);
+  } catch (e) {
+    await Deno.remove(tmp).catch(() => {});
+    throw new Error(`Cannot write ${path}: ${(e as Error).message}`, { cause: e });
+  }
+  using folder = await Deno.open(runDir, { read: true });
+  await folder.sync();
 }

@@ -38,6 +38,18 @@ export function numelOf(shape: readonly number[]): number {
   return n;
 }
 
+/** Where item() lands its element: one 8-byte buffer seen as each dtype, and its address. */
+const ITEM = (() => {
+  const buf = new ArrayBuffer(8);
+  return {
+    f32: new Float32Array(buf),
+    i32: new Int32Array(buf),
+    i64: new BigInt64Array(buf),
+    u8: new Uint8Array(buf),
+    at: Deno.UnsafePointer.of(buf),
+  };
+})();
+
 /** Tensors created in the innermost open scope; disposed when it closes. */
 const scopes: Set<Tensor>[] = [];
 
@@ -177,9 +189,13 @@ export class Tensor {
 
   /** Copies the bytes out into `out`: the host waits for the device (counted, tensor/host_sync.ts). */
   #readInto(out: ArrayBufferView, what: string): void {
+    this.#readTo(Deno.UnsafePointer.of(out as BufferSource), what);
+  }
+
+  #readTo(at: Deno.PointerValue, what: string): void {
     const b = backendOf(this.device);
     // a copy into host memory returns once the data is there (dt_memcpy waits for the stream)
-    b.call.dt_memcpy(Deno.UnsafePointer.of(out as BufferSource), this.ptr, BigInt(this.bytes), 2);
+    b.call.dt_memcpy(at, this.ptr, BigInt(this.bytes), 2);
     // a bad index or cast value the device found since the last read is reported here
     b.call.dt_deferred_error();
     if (b.device !== "cpu") noteHostSync(what);
@@ -200,8 +216,22 @@ export class Tensor {
         `item() needs a tensor with one element, got shape [${this.shape}]`,
       );
     }
-    const v = this.toArray()[0]!;
-    return typeof v === "bigint" ? Number(v) : v;
+    if (this.dtype === "bf16" || this.dtype === "f16") {
+      return this.toArray()[0] as number;
+    }
+    // Read into one reused 8-byte buffer (a training step reads its loss every step).
+    this.assertLive("toArray");
+    this.#readTo(ITEM.at, "toArray");
+    switch (this.dtype) {
+      case "f32":
+        return ITEM.f32[0]!;
+      case "i32":
+        return ITEM.i32[0]!;
+      case "i64":
+        return Number(ITEM.i64[0]!);
+      default:
+        return ITEM.u8[0]!;
+    }
   }
 
   /** Overwrites the elements from a typed array of the same byte length. */

@@ -5,9 +5,10 @@
  * section is strict: a misspelled key is an error, never silently ignored.
  */
 import { z } from "zod";
+import { lazySchema } from "../run/lazy_schema.ts";
 import { describeConfigIssues } from "./config_errors.ts";
 
-const positiveInt = z.number().int().positive();
+const positiveInt = lazySchema(() => z.number().int().positive());
 
 function isRegExp(source: string): boolean {
   try {
@@ -19,124 +20,126 @@ function isRegExp(source: string): boolean {
 }
 
 /** Schema of the training configuration (see TrainConfig for the docs). */
-export const TrainConfigSchema = z.strictObject({
-  /** Passes over the training data. */
-  epochs: positiveInt.default(1),
-  /** Stop after this many optimizer steps in total (null: run every epoch). */
-  maxSteps: positiveInt.nullable().default(null),
-  /** Seed of parameter init (manualSeed), data order and dropout. */
-  seed: z.number().int().min(0).default(0),
-  data: z.strictObject({
-    /** Samples per optimizer step over all ranks and micro-batches. */
-    globalBatchSize: positiveInt.default(64),
-    /** Micro-batches accumulated per optimizer step (noSync on all but the last). */
-    gradAccumulation: positiveInt.default(1),
-    /** Reshuffle every epoch (DistributedSampler, torch's order for the same seed). */
-    shuffle: z.boolean().default(true),
-    /** Drop the tail instead of padding by repeating the first indices. */
-    dropLast: z.boolean().default(false),
-    /** Batches prepared ahead in the background. */
-    prefetch: z.number().int().min(0).default(2),
-  }).prefault({}),
-  optim: z.strictObject({
-    /** "adamw" or "sgd". */
-    name: z.enum(["adamw", "sgd"]).default("adamw"),
-    /** Peak learning rate. */
-    lr: z.number().positive().default(1e-3),
-    /** Decoupled (AdamW) or L2 (SGD) weight decay. */
-    weightDecay: z.number().min(0).default(1e-2),
-    /** AdamW betas. */
-    betas: z.tuple([z.number().min(0).lt(1), z.number().min(0).lt(1)]).default([0.9, 0.999]),
-    /** AdamW epsilon. */
-    eps: z.number().positive().default(1e-8),
-    /** SGD momentum. */
-    momentum: z.number().min(0).default(0),
-    /** SGD Nesterov momentum. */
-    nesterov: z.boolean().default(false),
-    /**
-     * Parameter groups with their own weight decay or learning rate; a
-     * parameter joins the first group it matches, the rest form a last group
-     * with the settings above. nanoGPT's rule: [{ maxDims: 1, weightDecay: 0 }].
-     */
-    groups: z.array(z.strictObject({
-      /** Parameters whose dotted name matches this regular expression (null: any name). */
-      names: z.string().refine(isRegExp, "not a valid regular expression").nullable()
-        .default(null),
-      /** Parameters with at least this many dims (null: any). */
-      minDims: z.number().int().min(0).nullable().default(null),
-      /** Parameters with at most this many dims (1: biases and norm weights). */
-      maxDims: z.number().int().min(0).nullable().default(null),
-      /** The group's learning rate (null: optim.lr); the schedule scales it by optim.lr's factor. */
-      lr: z.number().positive().nullable().default(null),
-      /** The group's weight decay (null: optim.weightDecay). */
-      weightDecay: z.number().min(0).nullable().default(null),
-    })).default([]),
-  }).prefault({}),
-  schedule: z.strictObject({
-    /** "constant", "cosine" (linear warmup then cosine decay) or "step". */
-    kind: z.enum(["constant", "cosine", "step"]).default("constant"),
-    /** Warmup steps of the cosine schedule. */
-    warmupSteps: z.number().int().min(0).default(0),
-    /** Final learning rate of the cosine schedule. */
-    minLr: z.number().min(0).default(0),
-    /** Steps between decays of the step schedule. */
-    stepSize: positiveInt.default(1000),
-    /** Decay factor of the step schedule. */
-    gamma: z.number().positive().default(0.1),
-  }).prefault({}),
-  precision: z.strictObject({
-    /** Low precision of matmul-class ops under autocast ("f32": autocast off). */
-    autocast: z.enum(["f32", "bf16", "f16"]).default("f32"),
-    /** Dynamic loss scaling (default: on for f16 only). */
-    gradScaler: z.boolean().nullable().default(null),
-  }).prefault({}),
-  /** Clip the global gradient L2 norm to this value (null: no clipping). */
-  clipGradNorm: z.number().positive().nullable().default(null),
-  checkpoint: z.strictObject({
-    /** Folder of checkpoints (null: <run dir>/checkpoints, or none outside a run). */
-    dir: z.string().nullable().default(null),
-    /** Save every N optimizer steps (null: only at epoch ends). */
-    everySteps: positiveInt.nullable().default(null),
-    /** Save at the end of every epoch. */
-    everyEpoch: z.boolean().default(true),
-    /** Keep the newest K checkpoints. */
-    keepLast: positiveInt.default(3),
-    /** Also keep every checkpoint whose step is a multiple of this. */
-    keepEvery: positiveInt.nullable().default(null),
-    /**
-     * Write checkpoints on a background thread (training goes on after the
-     * snapshot); fit() returns, and a SIGTERM stop ends, only once the last one
-     * is durable. false: each save blocks until it is on disk.
-     */
-    async: z.boolean().default(true),
-    /** "auto": continue from the latest good checkpoint when there is one; "never"; or a checkpoint path. */
-    resume: z.string().default("auto"),
-    /**
-     * Also keep the checkpoint with the best value of this evaluation metric,
-     * in <dir>/best (null: none). mode "max" for accuracies, "min" for losses.
-     */
-    best: z.strictObject({
-      metric: z.string().min(1),
-      mode: z.enum(["min", "max"]),
-    }).nullable().default(null),
-  }).prefault({}),
-  eval: z.strictObject({
-    /** Evaluate at the end of every epoch (a Trainer given evalData or evaluate). */
-    everyEpoch: z.boolean().default(true),
-    /** Also evaluate every N optimizer steps (null: only at epoch ends). */
-    everySteps: positiveInt.nullable().default(null),
-    /** Samples per evaluation batch on each rank (null: the training micro-batch size). */
-    batchSize: positiveInt.nullable().default(null),
-  }).prefault({}),
-  ddp: z.strictObject({
-    /** Gradient bucket size in MiB. */
-    bucketCapMb: z.number().positive().default(25),
-    /** Allow parameters without a gradient in a step. */
-    findUnusedParameters: z.boolean().default(false),
-  }).prefault({}),
-  /** Print a progress line every N steps (rank 0). */
-  logEvery: positiveInt.default(10),
-});
+export const TrainConfigSchema = lazySchema(() =>
+  z.strictObject({
+    /** Passes over the training data. */
+    epochs: positiveInt.default(1),
+    /** Stop after this many optimizer steps in total (null: run every epoch). */
+    maxSteps: positiveInt.nullable().default(null),
+    /** Seed of parameter init (manualSeed), data order and dropout. */
+    seed: z.number().int().min(0).default(0),
+    data: z.strictObject({
+      /** Samples per optimizer step over all ranks and micro-batches. */
+      globalBatchSize: positiveInt.default(64),
+      /** Micro-batches accumulated per optimizer step (noSync on all but the last). */
+      gradAccumulation: positiveInt.default(1),
+      /** Reshuffle every epoch (DistributedSampler, torch's order for the same seed). */
+      shuffle: z.boolean().default(true),
+      /** Drop the tail instead of padding by repeating the first indices. */
+      dropLast: z.boolean().default(false),
+      /** Batches prepared ahead in the background. */
+      prefetch: z.number().int().min(0).default(2),
+    }).prefault({}),
+    optim: z.strictObject({
+      /** "adamw" or "sgd". */
+      name: z.enum(["adamw", "sgd"]).default("adamw"),
+      /** Peak learning rate. */
+      lr: z.number().positive().default(1e-3),
+      /** Decoupled (AdamW) or L2 (SGD) weight decay. */
+      weightDecay: z.number().min(0).default(1e-2),
+      /** AdamW betas. */
+      betas: z.tuple([z.number().min(0).lt(1), z.number().min(0).lt(1)]).default([0.9, 0.999]),
+      /** AdamW epsilon. */
+      eps: z.number().positive().default(1e-8),
+      /** SGD momentum. */
+      momentum: z.number().min(0).default(0),
+      /** SGD Nesterov momentum. */
+      nesterov: z.boolean().default(false),
+      /**
+       * Parameter groups with their own weight decay or learning rate; a
+       * parameter joins the first group it matches, the rest form a last group
+       * with the settings above. nanoGPT's rule: [{ maxDims: 1, weightDecay: 0 }].
+       */
+      groups: z.array(z.strictObject({
+        /** Parameters whose dotted name matches this regular expression (null: any name). */
+        names: z.string().refine(isRegExp, "not a valid regular expression").nullable()
+          .default(null),
+        /** Parameters with at least this many dims (null: any). */
+        minDims: z.number().int().min(0).nullable().default(null),
+        /** Parameters with at most this many dims (1: biases and norm weights). */
+        maxDims: z.number().int().min(0).nullable().default(null),
+        /** The group's learning rate (null: optim.lr); the schedule scales it by optim.lr's factor. */
+        lr: z.number().positive().nullable().default(null),
+        /** The group's weight decay (null: optim.weightDecay). */
+        weightDecay: z.number().min(0).nullable().default(null),
+      })).default([]),
+    }).prefault({}),
+    schedule: z.strictObject({
+      /** "constant", "cosine" (linear warmup then cosine decay) or "step". */
+      kind: z.enum(["constant", "cosine", "step"]).default("constant"),
+      /** Warmup steps of the cosine schedule. */
+      warmupSteps: z.number().int().min(0).default(0),
+      /** Final learning rate of the cosine schedule. */
+      minLr: z.number().min(0).default(0),
+      /** Steps between decays of the step schedule. */
+      stepSize: positiveInt.default(1000),
+      /** Decay factor of the step schedule. */
+      gamma: z.number().positive().default(0.1),
+    }).prefault({}),
+    precision: z.strictObject({
+      /** Low precision of matmul-class ops under autocast ("f32": autocast off). */
+      autocast: z.enum(["f32", "bf16", "f16"]).default("f32"),
+      /** Dynamic loss scaling (default: on for f16 only). */
+      gradScaler: z.boolean().nullable().default(null),
+    }).prefault({}),
+    /** Clip the global gradient L2 norm to this value (null: no clipping). */
+    clipGradNorm: z.number().positive().nullable().default(null),
+    checkpoint: z.strictObject({
+      /** Folder of checkpoints (null: <run dir>/checkpoints, or none outside a run). */
+      dir: z.string().nullable().default(null),
+      /** Save every N optimizer steps (null: only at epoch ends). */
+      everySteps: positiveInt.nullable().default(null),
+      /** Save at the end of every epoch. */
+      everyEpoch: z.boolean().default(true),
+      /** Keep the newest K checkpoints. */
+      keepLast: positiveInt.default(3),
+      /** Also keep every checkpoint whose step is a multiple of this. */
+      keepEvery: positiveInt.nullable().default(null),
+      /**
+       * Write checkpoints on a background thread (training goes on after the
+       * snapshot); fit() returns, and a SIGTERM stop ends, only once the last one
+       * is durable. false: each save blocks until it is on disk.
+       */
+      async: z.boolean().default(true),
+      /** "auto": continue from the latest good checkpoint when there is one; "never"; or a checkpoint path. */
+      resume: z.string().default("auto"),
+      /**
+       * Also keep the checkpoint with the best value of this evaluation metric,
+       * in <dir>/best (null: none). mode "max" for accuracies, "min" for losses.
+       */
+      best: z.strictObject({
+        metric: z.string().min(1),
+        mode: z.enum(["min", "max"]),
+      }).nullable().default(null),
+    }).prefault({}),
+    eval: z.strictObject({
+      /** Evaluate at the end of every epoch (a Trainer given evalData or evaluate). */
+      everyEpoch: z.boolean().default(true),
+      /** Also evaluate every N optimizer steps (null: only at epoch ends). */
+      everySteps: positiveInt.nullable().default(null),
+      /** Samples per evaluation batch on each rank (null: the training micro-batch size). */
+      batchSize: positiveInt.nullable().default(null),
+    }).prefault({}),
+    ddp: z.strictObject({
+      /** Gradient bucket size in MiB. */
+      bucketCapMb: z.number().positive().default(25),
+      /** Allow parameters without a gradient in a step. */
+      findUnusedParameters: z.boolean().default(false),
+    }).prefault({}),
+    /** Print a progress line every N steps (rank 0). */
+    logEvery: positiveInt.default(10),
+  })
+);
 
 /** The validated configuration with every default filled in. */
 export type TrainConfig = z.infer<typeof TrainConfigSchema>;

@@ -43,7 +43,8 @@ import { MetricsLogger } from "./metrics.ts";
 import { paramGroupsFromConfig } from "./param_groups.ts";
 import { type EvalStep, Evaluator } from "./evaluation.ts";
 import { checkTrainState } from "./state_schema.ts";
-import { appendDataOrder, orderDigest } from "../run/record.ts";
+import { appendDataOrder } from "../run/record.ts";
+import { orderDigest } from "../run/data_order.ts";
 import {
   type BestEvaluation,
   captureRng,

@@ -13,7 +13,8 @@ import { getRankSettings, getWorld } from "../distributed/control/env.ts";
 import { memoryStats } from "../tensor/allocator.ts";
 import { backend } from "../tensor/backend.ts";
 import type { Tensor } from "../tensor/tensor.ts";
-import { appendDataOrder, orderDigest } from "../run/record.ts";
+import { appendDataOrder } from "../run/record.ts";
+import { orderDigest } from "../run/data_order.ts";
 import { MetricsLogger } from "./metrics.ts";
 
 /** The sampler whose epoch order data_order.jsonl records (a DistributedSampler). */

@@ -6,48 +6,55 @@
  * A state that fails is reported like a corrupt checkpoint.
  */
 import { z } from "zod";
+import { lazySchema } from "../run/lazy_schema.ts";
 import { samplerSizes } from "../data/distributed_sampler.ts";
 import { TrainConfigSchema } from "./config.ts";
 import { describeConfigIssues } from "./config_errors.ts";
 import type { TrainState } from "./state.ts";
 
-const count = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
-const positive = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
-const decimal = z.string().regex(/^[0-9]{1,20}$/, "expected a decimal integer string");
+const count = lazySchema(() => z.number().int().min(0).max(Number.MAX_SAFE_INTEGER));
+const positive = lazySchema(() => z.number().int().min(1).max(Number.MAX_SAFE_INTEGER));
+const decimal = lazySchema(() =>
+  z.string().regex(/^[0-9]{1,20}$/, "expected a decimal integer string")
+);
 
 /** One rank's random state: TorchGeneratorState and the dropout offsets. */
-const RankRngSchema = z.strictObject({
-  generator: z.strictObject({
-    seed: decimal,
-    words: z.array(z.number().int().min(0).max(0xffff_ffff)).length(624),
-    index: z.number().int().min(0).max(624),
-    nextDoubleNormal: z.number().nullable(),
-  }),
-  dropoutOffsets: z.array(decimal),
-});
+const RankRngSchema = lazySchema(() =>
+  z.strictObject({
+    generator: z.strictObject({
+      seed: decimal,
+      words: z.array(z.number().int().min(0).max(0xffff_ffff)).length(624),
+      index: z.number().int().min(0).max(624),
+      nextDoubleNormal: z.number().nullable(),
+    }),
+    dropoutOffsets: z.array(decimal),
+  })
+);
 
 /** Schema of state.json, field by field. */
-export const TrainStateSchema = z.strictObject({
-  format: z.literal("dtrain.train-state/1"),
-  epoch: count,
-  step: count,
-  data: z.strictObject({ epoch: count, epochWorldSize: positive, consumed: count }),
-  schedule: z.strictObject({ step: count }),
-  scaler: z.strictObject({
-    scale: z.number().positive().finite(),
-    growth_factor: z.number().positive().finite(),
-    backoff_factor: z.number().positive().finite(),
-    growth_interval: positive,
-    _growth_tracker: count,
-  }),
-  rng: z.array(RankRngSchema).min(1),
-  config: TrainConfigSchema,
-  worldSize: positive,
-  runId: z.string(),
-  /** the best evaluation so far, when checkpoint.best is set (absent in older states) */
-  best: z.strictObject({ metric: z.string(), value: z.number(), step: count }).nullable()
-    .optional(),
-});
+export const TrainStateSchema = lazySchema(() =>
+  z.strictObject({
+    format: z.literal("dtrain.train-state/1"),
+    epoch: count,
+    step: count,
+    data: z.strictObject({ epoch: count, epochWorldSize: positive, consumed: count }),
+    schedule: z.strictObject({ step: count }),
+    scaler: z.strictObject({
+      scale: z.number().positive().finite(),
+      growth_factor: z.number().positive().finite(),
+      backoff_factor: z.number().positive().finite(),
+      growth_interval: positive,
+      _growth_tracker: count,
+    }),
+    rng: z.array(RankRngSchema).min(1),
+    config: TrainConfigSchema,
+    worldSize: positive,
+    runId: z.string(),
+    /** the best evaluation so far, when checkpoint.best is set (absent in older states) */
+    best: z.strictObject({ metric: z.string(), value: z.number(), step: count }).nullable()
+      .optional(),
+  })
+);
 
 /** What a state must agree with besides its own schema. */
 export interface StateContext {

@@ -4,7 +4,6 @@
  * that does not authenticate first, or sends a malformed or oversized frame, is closed and logged
  * (peer text escaped and capped; a flood of refusals summarised once per interval).
  */
-import { createHash, timingSafeEqual } from "node:crypto";
 import {
   BodyReader,
   encodeFrame,
@@ -23,6 +22,7 @@ import {
   WAIT_FOREVER,
 } from "./store_protocol.ts";
 import { peerText, REFUSAL_INTERVAL_MS, RefusalLog } from "./store_refusals.ts";
+import { constantTimeEqual, sha256 } from "./sha256.ts";
 
 /** How a StoreServer listens and what it tolerates. */
 export interface StoreServerOptions {
@@ -65,8 +65,9 @@ const MAX_CONNECTIONS = 4096;
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 
+/** Tokens are compared as digests: equal lengths, so the comparison's time says nothing of the token. */
 function digest(token: Uint8Array): Uint8Array {
-  return createHash("sha256").update(token).digest();
+  return sha256(token);
 }
 
 /** A running store. Create with `StoreServer.listen`; stop with `close()`. */
@@ -248,7 +249,7 @@ export class StoreServer {
         "malformed AUTH",
       );
     }
-    if (!timingSafeEqual(digest(token), this.#tokenDigest)) {
+    if (!constantTimeEqual(digest(token), this.#tokenDigest)) {
       // The identity is the peer's own claim: escaped, and capped well below its protocol limit.
       return refuse(`wrong token (client says it is "${peerText(identity)}")`, "wrong token");
     }

@@ -62,7 +62,14 @@ DT_EXPORT dt_status dt_deferred_error(void* stream) {
 
 /* ---- thread pool -------------------------------------------------------------
  * A fixed set of workers that sleep on a condition variable between jobs. A job
- * splits [0, n) into one chunk per thread; the caller runs chunk 0 and waits. */
+ * splits [0, n) into one chunk per thread (the same chunks whoever runs them).
+ * Chunks are claimed, not assigned: the caller and every worker that wakes
+ * take the next unclaimed chunk until none is left, and the caller then waits
+ * only for chunks already being run. So a worker that the scheduler does not
+ * run soon (a machine with more busy threads than cores) costs the job
+ * nothing: the caller runs its chunk too, instead of waiting a scheduler
+ * slice for it. A claim names its job (the generation in the claim word's high
+ * half), so a worker that wakes after its job ended claims nothing of the next. */
 
 #define DT_MAX_THREADS 64
 
@@ -70,34 +77,59 @@ typedef struct {
   pthread_mutex_t mu;
   pthread_cond_t work_cv, done_cv;
   int nthreads;     /* including the calling thread */
-  int job_threads;  /* threads taking part in the current job */
+  int job_threads;  /* chunks of the current job (one per taking-part thread) */
   int started;      /* workers created */
   uint64_t generation;
-  int pending;      /* workers still running the current job */
   dt_range_fn_ fn;
   void* ctx;
   int64_t n, chunk;
+  /* (generation << 32) | next chunk to claim, for the current job */
+  uint64_t claim;
+  /* chunks of the current job that have finished */
+  int64_t finished;
 } dt_pool_t_;
 
 static dt_pool_t_ pool_ = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-                           1, 1, 0, 0, 0, NULL, NULL, 0, 0};
+                           1, 1, 0, 0, NULL, NULL, 0, 0, 0, 0};
+
+/* Claims the next chunk of job `gen` (of `chunks`); -1 when none is left or the job is over. */
+static int64_t dt_pool_claim_(uint64_t gen, int64_t chunks) {
+  uint64_t v = __atomic_load_n(&pool_.claim, __ATOMIC_ACQUIRE);
+  for (;;) {
+    if ((v >> 32) != (gen & 0xffffffffu) || (int64_t)(v & 0xffffffffu) >= chunks) return -1;
+    if (__atomic_compare_exchange_n(&pool_.claim, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return (int64_t)(v & 0xffffffffu);
+  }
+}
+
+/* Runs claimed chunks of job `gen` until none is left; returns how many this thread ran. */
+static int64_t dt_pool_run_chunks_(uint64_t gen, int64_t chunks, dt_range_fn_ fn, void* ctx, int64_t n,
+                                   int64_t chunk) {
+  int64_t ran = 0;
+  for (int64_t c; (c = dt_pool_claim_(gen, chunks)) >= 0;) {
+    int64_t begin = chunk * c, end = begin + chunk;
+    if (end > n) end = n;
+    if (begin < end) fn(ctx, begin, end);
+    ran++;
+  }
+  return ran;
+}
 
 static void* dt_worker_(void* arg) {
-  int id = (int)(intptr_t)arg;
+  (void)arg;
   uint64_t seen = 0;
   pthread_mutex_lock(&pool_.mu);
   for (;;) {
     while (pool_.generation == seen) pthread_cond_wait(&pool_.work_cv, &pool_.mu);
     seen = pool_.generation;
-    if (id >= pool_.job_threads) continue; /* this worker is not part of the job */
     dt_range_fn_ fn = pool_.fn;
     void* ctx = pool_.ctx;
-    int64_t begin = pool_.chunk * id, end = begin + pool_.chunk;
-    if (end > pool_.n) end = pool_.n;
+    int64_t n = pool_.n, chunk = pool_.chunk, chunks = pool_.job_threads;
     pthread_mutex_unlock(&pool_.mu);
-    if (begin < end) fn(ctx, begin, end);
+    int64_t ran = dt_pool_run_chunks_(seen, chunks, fn, ctx, n, chunk);
     pthread_mutex_lock(&pool_.mu);
-    if (--pool_.pending == 0) pthread_cond_signal(&pool_.done_cv);
+    /* the job is still this one while a chunk of it has not finished: the caller waits for them */
+    if (ran > 0 && (pool_.finished += ran) == chunks) pthread_cond_signal(&pool_.done_cv);
   }
   return NULL;
 }
@@ -164,14 +196,16 @@ void dt_parallel_for_(int64_t n, int64_t grain, dt_range_fn_ fn, void* ctx) {
   pool_.ctx = ctx;
   pool_.n = n;
   pool_.chunk = (n + threads - 1) / threads;
-  pool_.pending = threads - 1;
-  pool_.generation++;
+  pool_.finished = 0;
+  uint64_t gen = ++pool_.generation;
+  __atomic_store_n(&pool_.claim, (gen & 0xffffffffu) << 32, __ATOMIC_RELEASE);
+  int64_t chunk = pool_.chunk;
   pthread_cond_broadcast(&pool_.work_cv);
   pthread_mutex_unlock(&pool_.mu);
-  int64_t end = pool_.chunk < n ? pool_.chunk : n;
-  fn(ctx, 0, end);
+  int64_t ran = dt_pool_run_chunks_(gen, threads, fn, ctx, n, chunk);
   pthread_mutex_lock(&pool_.mu);
-  while (pool_.pending > 0) pthread_cond_wait(&pool_.done_cv, &pool_.mu);
+  pool_.finished += ran;
+  while (pool_.finished < threads) pthread_cond_wait(&pool_.done_cv, &pool_.mu);
   pthread_mutex_unlock(&pool_.mu);
   __atomic_store_n(&pool_busy_, 0, __ATOMIC_RELEASE);
 }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
-import { TensorDataset } from "../../data/dataset.ts";
+import { type Dataset, Subset, TensorDataset } from "../../data/dataset.ts";
 import { addLoaderPassHook, DataLoader } from "../../data/dataloader.ts";
 import {
   addSamplerPassHook,
@@ -81,6 +81,45 @@ Deno.test("DataLoader prefetches large batches on a background thread with the s
   const background = new DataLoader(ds, { batchSize: 64, prefetch: 2 });
   assert.deepEqual(await labels(background), sync);
   assert.ok(background.meanWaitMs >= 0);
+});
+
+/** Counts which of a dataset's fetches the loader calls. */
+function spied(ds: Dataset): { ds: Dataset; calls: { sync: number; async: number } } {
+  const calls = { sync: 0, async: 0 };
+  const wrapped: Dataset = {
+    length: ds.length,
+    getBatch: (i) => (calls.sync++, ds.getBatch(i)),
+    getBatchAsync: (i) => (calls.async++, ds.getBatchAsync!(i)),
+  };
+  if (ds.fetchesInBackground) wrapped.fetchesInBackground = (n) => ds.fetchesInBackground!(n);
+  return { ds: wrapped, calls };
+}
+
+Deno.test("DataLoader fetches small batches when needed, without prefetch promises; large ones ahead in the background", async () => {
+  const small = spied(indexDataset(40));
+  assert.equal(small.ds.fetchesInBackground!(8), false);
+  const want = await labels(new DataLoader(indexDataset(40), { batchSize: 8, prefetch: 0 }));
+  assert.deepEqual(await labels(new DataLoader(small.ds, { batchSize: 8 })), want);
+  assert.deepEqual(small.calls, { sync: 5, async: 0 });
+
+  const large = spied(indexDataset(256, 4096));
+  assert.equal(large.ds.fetchesInBackground!(64), true);
+  await labels(new DataLoader(large.ds, { batchSize: 64 }));
+  assert.deepEqual(large.calls, { sync: 0, async: 4 });
+
+  // a dataset that does not say keeps the prefetch (its getBatchAsync may work in the background)
+  const silent = spied(indexDataset(40));
+  delete silent.ds.fetchesInBackground;
+  assert.deepEqual(await labels(new DataLoader(silent.ds, { batchSize: 8 })), want);
+  assert.deepEqual(silent.calls, { sync: 0, async: 5 });
+
+  // a Subset answers for the dataset under it
+  const sub = new Subset(
+    indexDataset(256, 4096),
+    Int32Array.from({ length: 128 }, (_, i) => 2 * i),
+  );
+  assert.equal(sub.fetchesInBackground(64), true);
+  assert.equal(sub.fetchesInBackground(8), false);
 });
 
 Deno.test("globalOrder() split strided is torch's DistributedSampler for every rank", () => {

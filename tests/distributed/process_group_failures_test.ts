@@ -118,6 +118,33 @@ Deno.test("a bad argument on one rank makes its peer's collective fail at once w
   });
 });
 
+Deno.test("a bad allReduce argument (avg of integers, a bad timeout) aborts the group for its peer too", async () => {
+  await withRanks(serve(2, "badarg"), async ([r0, r1]) => {
+    await ready([r0!, r1!]);
+    const bad = await run(r0!, "allreduce 10 i32 30000 avg");
+    assert.equal(bad.ok, false);
+    assert.match(
+      bad.error!,
+      /allReduce: avg needs a floating dtype \(f32, f64, bf16, f16\), got i32/,
+    );
+    const peer = await run(r1!, "allreduce 10 i32 30000 sum");
+    assert.equal(peer.ok, false);
+    assert.match(
+      peer.error!,
+      /rank 0 aborted the process group: rank 0 called allReduce #1 with bad arguments: allReduce: avg/,
+    );
+    assert.ok(peer.ms < 5000, `rank 1 waited ${peer.ms} ms`);
+  });
+  await withRanks(serve(2, "badtimeout"), async ([r0, r1]) => {
+    await ready([r0!, r1!]);
+    const bad = await run(r0!, "allreduce 10 f32 -5");
+    assert.equal(bad.ok, false);
+    assert.match(bad.error!, /allReduce: timeoutMs must be a positive number, got -5/);
+    const peer = await run(r1!, "allreduce 10 f32 30000");
+    assert.match(peer.error!, /rank 0 called allReduce #1 with bad arguments/);
+  });
+});
+
 Deno.test("close() on one rank makes a peer's collective fail at once", async () => {
   await withRanks(serve(2, "close"), async ([r0, r1]) => {
     await ready([r0!, r1!]);

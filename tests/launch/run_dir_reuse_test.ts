@@ -57,3 +57,22 @@ Deno.test("a run.json that does not parse is not overwritten: the launch is refu
     await t.cleanup();
   }
 });
+
+Deno.test("records that cannot be written once the ranks started stop them: the launch fails naming the file", async () => {
+  const t = new TestRun();
+  try {
+    // The first attempt's ranks start before launch.json and run.json are written (their start-up
+    // overlaps the bookkeeping): a launch.json that cannot be replaced must still end the run.
+    const runDir = join(t.dir, "unwritable");
+    Deno.mkdirSync(join(runDir, "launch.json"), { recursive: true });
+    const r = await t.finish(
+      t.launch(["--nproc", "2", "--run-dir", runDir, join(SCRIPTS, "long_lived.ts"), "30"]),
+    );
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /cannot write the run's records: .*launch\.json/);
+    assert.doesNotMatch(r.stdout, /lived 30 s/);
+    assert.ok(r.elapsedMs < 25_000, `took ${r.elapsedMs} ms: the ranks were not stopped`);
+  } finally {
+    await t.cleanup();
+  }
+});

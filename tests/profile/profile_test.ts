@@ -89,7 +89,7 @@ Deno.test("each launched rank reports the launcher, the spawn, the rendezvous, t
       );
       assert.match(
         mine[1]!,
-        /launcher [\d.]+ \| spawn [\d.]+ \| bootstrap [\d.]+ \| module load [\d.]+ \| rendezvous [\d.]+ \|/,
+        /launcher load [\d.]+ \| launcher set-up [\d.]+ \| spawn [\d.]+ \| bootstrap [\d.]+ \| module load [\d.]+ \| rendezvous [\d.]+ \|/,
       );
       assert.match(mine[1]!, /ddp setup [\d.]+/);
       assert.match(mine[2]!, new RegExp(`rank ${rank} 9 steps after the first`));

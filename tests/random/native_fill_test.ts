@@ -119,3 +119,45 @@ Deno.test("normal_ of a size that is not a multiple of 16 redraws the tail as th
     bitsEqual(got, want, `size ${size}`);
   }
 });
+
+Deno.test("Mt19937.fillPermutation (native) equals torch's swap loop word by word, and leaves the engine where it would be", () => {
+  for (const seed of SEEDS) {
+    for (const n of [64, 65, 623, 624, 625, 1249, 10_000]) {
+      for (const skip of [0, 1, 623, 624]) {
+        const a = new Mt19937(seed), b = new Mt19937(seed);
+        for (let i = 0; i < skip; i++) (a.nextU32(), b.nextU32());
+        const got = new Int32Array(n);
+        a.fillPermutation(got);
+        const want = Int32Array.from({ length: n }, (_, i) => i);
+        for (let i = 0; i < n - 1; i++) {
+          const z = b.nextU32() % (n - i);
+          [want[i], want[i + z]] = [want[i + z]!, want[i]!];
+        }
+        assert.deepEqual(got, want, `seed ${seed}, n ${n}, skip ${skip}`);
+        assert.equal(
+          a.nextU32(),
+          b.nextU32(),
+          `next word after seed ${seed}, n ${n}, skip ${skip}`,
+        );
+      }
+    }
+  }
+});
+
+Deno.test("TorchGenerator.randperm takes the native path and the short JS path alike", () => {
+  // torch.randperm(n, generator=torch.Generator().manual_seed(42)) for n below and above the native threshold
+  for (const n of [0, 1, 2, 10, 63, 64, 100]) {
+    const r = new TorchGenerator(42).randperm(n);
+    assert.deepEqual([...r].sort((x, y) => x - y), Array.from({ length: n }, (_, i) => i));
+  }
+  // torch 1.13: torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:12]
+  assert.deepEqual([...new TorchGenerator(42).randperm(10)], [2, 6, 1, 8, 4, 5, 0, 9, 3, 7]);
+  assert.deepEqual(
+    [...new TorchGenerator(42).randperm(100).subarray(0, 12)],
+    [42, 96, 62, 98, 46, 95, 60, 24, 78, 16, 68, 70],
+  );
+  assert.deepEqual(
+    [...new TorchGenerator(3).randperm(1000).subarray(0, 12)],
+    [986, 114, 871, 894, 140, 885, 232, 402, 837, 674, 854, 689],
+  );
+});

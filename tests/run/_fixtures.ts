@@ -18,10 +18,10 @@ import {
   beginAttempt,
   finishAttempt,
   newRunRecord,
-  orderDigest,
   writeConfigRecord,
   writeRunRecord,
 } from "../../run/record.ts";
+import { orderDigest } from "../../run/data_order.ts";
 
 /** Everything that defines a synthetic run; every field has a default. */
 export interface RunSpec {

@@ -16,14 +16,16 @@ import {
   continueRunRecord,
   finishAttempt,
   machineFacts,
-  orderDigest,
+  newRunRecord,
   redactArgv,
   sha256File,
   versions,
   writeConfigRecord,
   writeJsonAtomic,
   writeRunRecord,
+  writeRunRecordAsync,
 } from "../../run/record.ts";
+import { orderDigest } from "../../run/data_order.ts";
 import { baseSpec, configOf, runRecordOf, withTempDir } from "./_fixtures.ts";
 
 Deno.test("behaviourEnv() keeps behaviour-changing variables and drops secrets, run identity and the rest", () => {
@@ -291,5 +293,36 @@ Deno.test("docs/RUN_DIR.md lists every recorded and every excluded variable with
   }
   for (const x of ENV_EXCLUDED) {
     assert.ok(doc.includes(x.replaceAll("*", "")), `docs/RUN_DIR.md mentions ${x}`);
+  }
+});
+
+Deno.test("writeRunRecordAsync() writes what writeRunRecord() writes, and refuses an invalid record", async () => {
+  const a = Deno.makeTempDirSync(), b = Deno.makeTempDirSync();
+  try {
+    const rec = newRunRecord({
+      runId: "r1",
+      name: "n",
+      argv: ["dtrain", "x.ts"],
+      cwd: "/",
+      script: { path: "/x.ts", sha256: "0".repeat(64), args: [] },
+      world: { nnodes: 1, nprocPerNode: 1, hosts: ["h"] },
+      versions: versions({}, () => "hash"),
+      env: {},
+      machine: machineFacts(),
+    });
+    writeRunRecord(a, rec);
+    await writeRunRecordAsync(b, rec);
+    assert.equal(
+      Deno.readTextFileSync(join(b, "run.json")),
+      Deno.readTextFileSync(join(a, "run.json")),
+    );
+    assert.deepEqual([...Deno.readDirSync(b)].map((e) => e.name), ["run.json"]);
+    await assert.rejects(
+      writeRunRecordAsync(b, { ...rec, runId: "" }),
+      /run\.json.*runId/s,
+    );
+  } finally {
+    Deno.removeSync(a, { recursive: true });
+    Deno.removeSync(b, { recursive: true });
   }
 });
