@@ -140,7 +140,7 @@ export class TestRun {
   }
 
   /** Waits for a launcher to exit, killing it (and failing) after `timeoutMs`. */
-  async finish(l: Launched, timeoutMs = 20_000): Promise<LaunchResult> {
+  async finish(l: Launched, timeoutMs = 60_000): Promise<LaunchResult> {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<"timeout">((r) =>
       timer = setTimeout(() => r("timeout"), timeoutMs)
@@ -168,7 +168,7 @@ export class TestRun {
   }
 
   /** Waits until `n` ranks recorded their pids. */
-  async ranksStarted(n: number, timeoutMs = 15_000): Promise<Map<number, number>> {
+  async ranksStarted(n: number, timeoutMs = 60_000): Promise<Map<number, number>> {
     await waitUntil(() => this.pids().size >= n, timeoutMs, `${n} ranks recorded their pids`);
     return this.pids();
   }

@@ -59,25 +59,26 @@ Deno.test("SIGTERM to the launcher is forwarded; ranks that handle it save and e
       "--nproc",
       "2",
       "--grace",
-      "10",
+      "30",
       "--max-restarts",
       "1",
       join(SCRIPTS, "sigterm.ts"),
     ]);
-    const pids = await t.ranksStarted(2);
-    await new Promise((r) => setTimeout(r, 300)); // let both reach the barrier
+    const pids = await t.ranksStarted(2); // each rank records its pid once its listeners are on
     const sentAt = performance.now();
     Deno.kill(l.pid, "SIGTERM");
     const r = await t.finish(l);
     const took = performance.now() - sentAt;
     assert.equal(r.code, 143, r.stderr);
-    assert.ok(took < 5000, `the ranks took ${took} ms to stop, the grace period is 10 s`);
+    // Ranks still running when the grace period ends are killed (and the exit codes below fail);
+    // the period is long so that a loaded machine's slow exits stay inside it.
+    assert.ok(took < 30_000, `the ranks took ${took} ms to stop, the grace period is 30 s`);
     for (const rank of [0, 1]) {
       assert.equal(Deno.readTextFileSync(join(t.pidDir, `saved-${rank}`)), "checkpoint");
     }
     assert.match(
       r.stderr,
-      /received SIGTERM: forwarding it to the ranks, which have 10 s to save and exit/,
+      /received SIGTERM: forwarding it to the ranks, which have 30 s to save and exit/,
     );
     assert.match(r.stderr, /node 0's ranks ended: rank 0 exit code 0, rank 1 exit code 0/);
     assert.equal(
@@ -98,14 +99,14 @@ Deno.test("ranks that ignore a forwarded SIGINT are killed when --grace runs out
     const l = t.launch(["--nproc", "2", "--grace", "1", join(SCRIPTS, "sigterm.ts")], {
       env: { TEST_IGNORE_TERM: "1" },
     });
-    const pids = await t.ranksStarted(2);
-    await new Promise((r) => setTimeout(r, 300));
+    const pids = await t.ranksStarted(2); // each rank records its pid once its listeners are on
     const sentAt = performance.now();
     Deno.kill(l.pid, "SIGINT");
     const r = await t.finish(l);
     const took = performance.now() - sentAt;
     assert.equal(r.code, 130, r.stderr);
-    assert.ok(took >= 900 && took < 4000, `stopped after ${took} ms with --grace 1`);
+    // Not before the grace second; the upper bound is liveness only (a loaded machine reaps slowly).
+    assert.ok(took >= 900 && took < 20_000, `stopped after ${took} ms with --grace 1`);
     assert.match(r.stderr, /rank 0 ignores SIGINT/, "the launcher forwards the signal it received");
     assert.match(
       r.stderr,
