@@ -105,33 +105,23 @@ function worker(sizes: number[], warmup: number, iters: number): void {
  * on 2 ranks, so busbw <= this / 4.
  */
 function memcpyAllRanks(pg: ReturnType<typeof initProcessGroup>): number {
-  const k = cpuKernels().symbols, call = cpuCalls();
-  const bytes = 256 << 20;
-  const src = k.dt_alloc(BigInt(bytes)), dst = k.dt_alloc(BigInt(bytes));
-  if (src === null || dst === null) {
-    throw new Error("cannot allocate 2 x 256 MiB for the all-ranks memcpy benchmark");
-  }
-  try {
-    call.dt_fill(src, 0, BigInt(bytes / 4), 1);
-    call.dt_fill(dst, 0, BigInt(bytes / 4), 0);
-    const mine = new Float64Array(12);
-    for (let i = 0; i < mine.length; i++) {
+  return withCopyBuffers("all-ranks memcpy", (dst, src, bytes) => {
+    const copies = 12, warm = 2; // the first copies fault the pages in
+    const mine = new Float64Array(copies);
+    for (let i = 0; i < copies; i++) {
       pg.barrier("memcpy");
       const t0 = performance.now();
-      call.dt_memcpy(dst, src, BigInt(bytes), 0);
+      cpuCalls().dt_memcpy(dst, src, BigInt(bytes), 0);
       mine[i] = (performance.now() - t0) / 1000;
     }
-    const all = new Float64Array(mine.length * pg.size);
+    const all = new Float64Array(copies * pg.size);
     pg.allGather(all, mine);
     const slowest = Array.from(
-      mine.subarray(2), // the first two copies warm the pages
-      (_, i) => Math.max(...Array.from({ length: pg.size }, (_, r) => all[r * 12 + i + 2]!)),
+      { length: copies - warm },
+      (_, i) => Math.max(...Array.from({ length: pg.size }, (_, r) => all[r * copies + warm + i]!)),
     );
     return (pg.size * 2 * bytes) / median(slowest) / 1e9;
-  } finally {
-    call.dt_free(src);
-    call.dt_free(dst);
-  }
+  });
 }
 
 /** Starts `world` processes and returns rank 0's stdout (the others' must succeed). */
@@ -266,28 +256,38 @@ async function benchGloo(
   return JSON.parse(line.slice("BENCH ".length)).sizes;
 }
 
-/** Single-thread copy bandwidth: (read + written bytes) / time, median of 10. */
-function benchMemcpy(): number {
+/** Runs `fn` with two 256 MiB buffers (source filled with ones, destination zeroed), then frees them. */
+function withCopyBuffers<T>(
+  what: string,
+  fn: (dst: Deno.PointerValue, src: Deno.PointerValue, bytes: number) => T,
+): T {
   const k = cpuKernels().symbols, call = cpuCalls();
   const bytes = 256 << 20;
   const src = k.dt_alloc(BigInt(bytes)), dst = k.dt_alloc(BigInt(bytes));
   if (src === null || dst === null) {
-    throw new Error("cannot allocate 2 x 256 MiB for the memcpy benchmark");
+    throw new Error(`cannot allocate 2 x 256 MiB for the ${what} benchmark`);
   }
   try {
     call.dt_fill(src, 0, BigInt(bytes / 4), 1);
     call.dt_fill(dst, 0, BigInt(bytes / 4), 0);
-    const times: number[] = [];
-    for (let i = 0; i < 12; i++) {
-      const t0 = performance.now();
-      call.dt_memcpy(dst, src, BigInt(bytes), 0);
-      if (i >= 2) times.push((performance.now() - t0) / 1000);
-    }
-    return (2 * bytes) / median(times) / 1e9;
+    return fn(dst, src, bytes);
   } finally {
     call.dt_free(src);
     call.dt_free(dst);
   }
+}
+
+/** Single-thread copy bandwidth: (read + written bytes) / time, median of 10. */
+function benchMemcpy(): number {
+  return withCopyBuffers("memcpy", (dst, src, bytes) => {
+    const times: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      const t0 = performance.now();
+      cpuCalls().dt_memcpy(dst, src, BigInt(bytes), 0);
+      if (i >= 2) times.push((performance.now() - t0) / 1000);
+    }
+    return (2 * bytes) / median(times) / 1e9;
+  });
 }
 
 const busbw = (world: number, mib: number, seconds: number) =>

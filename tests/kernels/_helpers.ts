@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
 import { cpuKernels } from "../../ffi/cpu.ts";
 import { cString } from "../../ffi/native.ts";
+import { fileURLToPath as fromFileUrl } from "node:url";
 
 buildNative({ quiet: true });
 
@@ -146,3 +147,37 @@ export function withThreads<T>(threads: number, fn: () => T): T {
 
 /** Sizes that exercise scalar tails, vector bodies and multi-threaded chunks. */
 export const SIZES = [1, 7, 8, 33, 1000, 65_537, 300_001];
+
+/** Set in the child processes of `testUnderEachIsa`: they run with one kernel forced. */
+export const isIsaChild = Deno.env.get("DTRAIN_CPU_ISA") !== undefined;
+
+/**
+ * Registers a test that runs the file at `fileUrl` again under each
+ * DTRAIN_CPU_ISA cap (avx512, avx2, generic), so that its tests pass with
+ * every kernel this CPU can run, and never an illegal instruction; `what`
+ * names the function under test. Tests that do not depend on the kernel
+ * skip themselves in those children (`ignore: isIsaChild`).
+ */
+export function testUnderEachIsa(what: string, fileUrl: string): void {
+  Deno.test({
+    name: `${what} passes these tests with each kernel (DTRAIN_CPU_ISA = avx512, avx2, generic)`,
+    ignore: isIsaChild,
+    fn: async () => {
+      for (const isa of ["avx512", "avx2", "generic"]) {
+        const out = await new Deno.Command(Deno.execPath(), {
+          args: ["test", "-A", "--no-check", fromFileUrl(fileUrl)],
+          env: { DTRAIN_CPU_ISA: isa },
+          cwd: fromFileUrl(new URL("../..", import.meta.url).href),
+          stdout: "piped",
+          stderr: "piped",
+        }).output();
+        const text = new TextDecoder();
+        assert.equal(
+          out.code,
+          0,
+          `with DTRAIN_CPU_ISA=${isa}:\n${text.decode(out.stdout)}${text.decode(out.stderr)}`,
+        );
+      }
+    },
+  });
+}

@@ -7,8 +7,7 @@
  * thread count; and the argument checks.
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
-import { failsWith, K, n64, ok, ptr, Rng, withThreads } from "./_helpers.ts";
+import { failsWith, K, n64, ok, ptr, Rng, testUnderEachIsa, withThreads } from "./_helpers.ts";
 
 const DT = { f32: 0, bf16: 1, f16: 2 } as const;
 
@@ -276,29 +275,6 @@ Deno.test("dt_attention refuses bad arguments with the names of what is wrong", 
   ok(K.dt_attention_bwd(null, null, null, null, null, 1, 3n, 0n, 2n, 4n, 1, 1, null));
 });
 
-// Children of the next test run this file again with one kernel forced
-// (DTRAIN_CPU_ISA): the bf16 heads through vdpbf16ps where the CPU has
-// AVX512_BF16, and the plain f32 tiles of each other micro-kernel.
-const child = Deno.env.get("DTRAIN_CPU_ISA") !== undefined;
-
-Deno.test({
-  name: "dt_attention passes these tests with each kernel (DTRAIN_CPU_ISA = avx512, avx2, generic)",
-  ignore: child,
-  fn: async () => {
-    for (const isa of ["avx512", "avx2", "generic"]) {
-      const out = await new Deno.Command(Deno.execPath(), {
-        args: ["test", "-A", "--no-check", fileURLToPath(import.meta.url)],
-        env: { DTRAIN_CPU_ISA: isa },
-        cwd: fileURLToPath(new URL("../..", import.meta.url)),
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
-      const text = new TextDecoder();
-      assert.equal(
-        out.code,
-        0,
-        `with DTRAIN_CPU_ISA=${isa}:\n${text.decode(out.stdout)}${text.decode(out.stderr)}`,
-      );
-    }
-  },
-});
+// The file again with one kernel forced (DTRAIN_CPU_ISA): the bf16 heads through vdpbf16ps where
+// the CPU has AVX512_BF16, and the plain f32 tiles of each other micro-kernel.
+testUnderEachIsa("dt_attention", import.meta.url);

@@ -6,8 +6,7 @@
  * argument checks.
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
-import { failsWith, K, n64, ok, ptr, Rng, withThreads } from "./_helpers.ts";
+import { failsWith, K, n64, ok, ptr, Rng, testUnderEachIsa, withThreads } from "./_helpers.ts";
 
 const DT = { f32: 0, bf16: 1, f16: 2 } as const;
 const EPI = { none: 0, bias: 1, gelu: 2, bgrad: 3 } as const;
@@ -349,27 +348,5 @@ for (
   }
 }
 
-// Children of the next test run this file again with one kernel forced (DTRAIN_CPU_ISA).
-const child = Deno.env.get("DTRAIN_CPU_ISA") !== undefined;
-
-Deno.test({
-  name: "dt_gemm_ex passes these tests with each kernel (DTRAIN_CPU_ISA = avx512, avx2, generic)",
-  ignore: child,
-  fn: async () => {
-    for (const isa of ["avx512", "avx2", "generic"]) {
-      const out = await new Deno.Command(Deno.execPath(), {
-        args: ["test", "-A", "--no-check", fileURLToPath(import.meta.url)],
-        env: { DTRAIN_CPU_ISA: isa },
-        cwd: fileURLToPath(new URL("../..", import.meta.url)),
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
-      const text = new TextDecoder();
-      assert.equal(
-        out.code,
-        0,
-        `with DTRAIN_CPU_ISA=${isa}:\n${text.decode(out.stdout)}${text.decode(out.stderr)}`,
-      );
-    }
-  },
-});
+// The file again with one kernel forced (DTRAIN_CPU_ISA).
+testUnderEachIsa("dt_gemm_ex", import.meta.url);

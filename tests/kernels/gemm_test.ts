@@ -10,12 +10,14 @@ import { buildNative } from "../../scripts/build_native.ts";
 import {
   assertSameBits,
   failsWith,
+  isIsaChild,
   K,
   lastError,
   n64,
   ok,
   ptr,
   Rng,
+  testUnderEachIsa,
   withThreads,
 } from "./_helpers.ts";
 
@@ -333,7 +335,7 @@ function checkCase(rng: Rng, c: Case, cInit?: () => number): void {
 
 // Children of the last tests run this file again with one kernel forced; they
 // skip the tests that do not depend on the kernel.
-const child = Deno.env.get("DTRAIN_CPU_ISA") !== undefined;
+const child = isIsaChild;
 
 const ODD = [1, 3, 17, 33, 65, 130];
 const TRANS: [boolean, boolean][] = [[false, false], [false, true], [
@@ -734,7 +736,6 @@ Deno.test({
 });
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
-const THIS_FILE = fileURLToPath(import.meta.url);
 
 /** Runs deno with args and extra environment; returns its exit code and output. */
 async function runDeno(
@@ -756,19 +757,8 @@ async function runDeno(
   };
 }
 
-Deno.test({
-  name: "dt_gemm() passes these tests with each kernel (DTRAIN_CPU_ISA = avx512, avx2, generic)",
-  ignore: child,
-  fn: async () => {
-    // avx512: bf16 converted to f32 for the f32 kernel, where the default may use vdpbf16ps
-    for (const isa of ["avx512", "avx2", "generic"]) {
-      const r = await runDeno(["test", "-A", "--no-check", THIS_FILE], {
-        DTRAIN_CPU_ISA: isa,
-      });
-      assert.equal(r.code, 0, `with DTRAIN_CPU_ISA=${isa}:\n${r.output}`);
-    }
-  },
-});
+// avx512: bf16 converted to f32 for the f32 kernel, where the default may use vdpbf16ps
+testUnderEachIsa("dt_gemm()", import.meta.url);
 
 Deno.test({
   name: "dt_gemm() refuses an unknown DTRAIN_CPU_ISA by name",
