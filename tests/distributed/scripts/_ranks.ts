@@ -41,6 +41,9 @@ export const TEST_DEFAULTS = {
   DTRAIN_SHM_SPIN_US: "",
 };
 
+/** How long next() waits for a record: well past a test rank's collective timeout (TEST_DEFAULTS). */
+const NEXT_LIMIT_MS = 180_000;
+
 /** One started rank. */
 export class RankProcess {
   readonly rank: number;
@@ -93,8 +96,16 @@ export class RankProcess {
   }
 
   /** Resolves with the next stdout record whose `event` is in `events`
-   *  (records before it are consumed); throws if stdout ends first. */
-  async next(...events: string[]): Promise<Record<string, unknown>> {
+   *  (records before it are consumed); throws if stdout ends first, or if
+   *  none comes within NEXT_LIMIT_MS (a hung rank fails its test, naming
+   *  the rank and what it never printed, instead of holding up the suite). */
+  next(...events: string[]): Promise<Record<string, unknown>> {
+    return this.nextWithin(NEXT_LIMIT_MS, ...events);
+  }
+
+  /** next() with its own limit. */
+  async nextWithin(limitMs: number, ...events: string[]): Promise<Record<string, unknown>> {
+    const deadline = performance.now() + limitMs;
     for (;;) {
       const i = this.#lines.findIndex((l) => events.includes(String(l.event)));
       if (i >= 0) return this.#lines.splice(0, i + 1)[i]!;
@@ -106,7 +117,20 @@ export class RankProcess {
           }: stdout ${rest}, stderr ${await this.#stderr}`,
         );
       }
-      await new Promise<void>((resolve) => this.#waiters.push(resolve));
+      const left = deadline - performance.now();
+      if (left <= 0) {
+        throw new Error(
+          `rank ${this.rank} printed no ${events.join("|")} record within ${limitMs} ms ` +
+            `(every collective of a test rank times out within ${TEST_DEFAULTS.DTRAIN_TIMEOUT} s); ` +
+            `records since the last one taken: ${JSON.stringify(this.#lines)}`,
+        );
+      }
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await new Promise<void>((resolve) => {
+        this.#waiters.push(resolve);
+        timer = setTimeout(resolve, left);
+      });
+      clearTimeout(timer);
     }
   }
 
