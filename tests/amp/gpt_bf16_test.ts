@@ -9,11 +9,9 @@
  * and gradients.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
-import { HAVE_EMU } from "../gpu/_emu.ts";
+import { HAVE_EMU, lastJsonOf } from "../gpu/_emu.ts";
 import { type Bf16Step, gptBf16Step, haveGptMini } from "./scripts/gpt_bf16_step.ts";
 
-const REPO = new URL("../..", import.meta.url).pathname;
 const HAVE_FIXTURE = haveGptMini();
 
 let cpu: Bf16Step | undefined;
@@ -48,21 +46,7 @@ Deno.test({
   name: "on the emulated GPU the GPT-mini bf16 step gives the CPU's loss and gradients",
   ignore: !HAVE_EMU || !HAVE_FIXTURE,
   async fn() {
-    const r = await new Deno.Command(Deno.execPath(), {
-      args: [
-        "run",
-        "-A",
-        "--config",
-        join(REPO, "deno.json"),
-        join(REPO, "tests/amp/scripts/gpt_bf16_step.ts"),
-        "cuda-emu",
-      ],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const text = new TextDecoder().decode(r.stdout);
-    assert.equal(r.code, 0, text + new TextDecoder().decode(r.stderr));
-    const emu: Bf16Step = JSON.parse(text.trim().split("\n").at(-1)!);
+    const emu: Bf16Step = await lastJsonOf("tests/amp/scripts/gpt_bf16_step.ts", "cuda-emu");
     const c = cpuStep();
     // row reductions (layer norm, softmax, cross-entropy) fold in another order on the device:
     // f32 rounding, a few ops deep, then bf16 roundings that may fall the other way

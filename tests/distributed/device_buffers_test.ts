@@ -6,14 +6,11 @@
  * rank. Also: the allocator's cache is kept per device.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import { requireHostBuffer, resolveBuffer } from "../../distributed/collective_buffer.ts";
 import { SingleProcessGroup } from "../../distributed/single_process_group.ts";
 import { initProcessGroup } from "../../distributed/process_group.ts";
-import { REPO } from "../launch/launch_helpers.ts";
-import { hasCommand } from "../../scripts/build_native.ts";
+import { HAVE_EMU, lastJsonOf } from "../gpu/_emu.ts";
 
-const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
 const fake = Deno.UnsafePointer.create(0x1000n)!; // never dereferenced: the checks come first
 
 Deno.test("the shared-memory group's buffer check refuses GPU memory and says what to use", () => {
@@ -71,20 +68,7 @@ Deno.test({
     "on the emulated GPU: one-rank copies on the GPU, the single group alone, a cache per device",
   ignore: !HAVE_EMU,
   async fn() {
-    const r = await new Deno.Command(Deno.execPath(), {
-      args: [
-        "run",
-        "-A",
-        "--config",
-        join(REPO, "deno.json"),
-        join(REPO, "tests/distributed/scripts/single_device.ts"),
-      ],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const text = new TextDecoder().decode(r.stdout);
-    assert.equal(r.code, 0, text + new TextDecoder().decode(r.stderr));
-    const out = JSON.parse(text.trim().split("\n").at(-1)!);
+    const out = await lastJsonOf("tests/distributed/scripts/single_device.ts");
     assert.equal(out.reusedCpuBlock, false, "a GPU tensor got a block from the CPU's cache");
     assert.deepEqual(out.devices, ["cuda", "cuda", "cuda"]);
     assert.equal(out.backend, "single");

@@ -15,3 +15,27 @@ export function rankJson(stdout: string, rank: number): Record<string, unknown>[
     .filter((l) => l.startsWith(prefix + "{"))
     .map((l) => JSON.parse(l.slice(prefix.length)));
 }
+
+const REPO = new URL("../..", import.meta.url).pathname;
+
+/**
+ * Runs a repository script (`script`, relative to the repository root) in a
+ * fresh Deno with the repository's config and `args` (e.g. "cuda-emu"), and
+ * returns the JSON object on the last line of its stdout; fails, with both
+ * outputs, when the script exits non-zero.
+ */
+// deno-lint-ignore no-explicit-any -- each test asserts on its own script's shape
+export async function lastJsonOf(script: string, ...args: string[]): Promise<any> {
+  const r = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "--config", `${REPO}deno.json`, `${REPO}${script}`, ...args],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(r.stdout);
+  if (r.code !== 0) {
+    throw new Error(
+      `${script} ${args.join(" ")} exited ${r.code}:\n${text}${new TextDecoder().decode(r.stderr)}`,
+    );
+  }
+  return JSON.parse(text.trim().split("\n").at(-1)!);
+}

@@ -6,8 +6,7 @@
  * and on the emulated GPU (in a process of its own).
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
-import { HAVE_EMU } from "../gpu/_emu.ts";
+import { HAVE_EMU, lastJsonOf } from "../gpu/_emu.ts";
 import { K, n64, ok, ptr } from "../kernels/_helpers.ts";
 import {
   ADAMW_GROUP_OF,
@@ -21,8 +20,6 @@ import {
   values,
   zeroGradCalls,
 } from "./scripts/optim_steps.ts";
-
-const REPO = new URL("../..", import.meta.url).pathname;
 
 /** The parameters after STEPS steps of one dt_adamw per parameter and step (its own step count). */
 function adamwReference(): Uint8Array[] {
@@ -114,21 +111,7 @@ Deno.test({
   name: "on the emulated GPU AdamW and SGD take one launch per step and give the CPU's bits",
   ignore: !HAVE_EMU,
   async fn() {
-    const r = await new Deno.Command(Deno.execPath(), {
-      args: [
-        "run",
-        "-A",
-        "--config",
-        join(REPO, "deno.json"),
-        join(REPO, "tests/optim/scripts/optim_steps.ts"),
-        "cuda-emu",
-      ],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const text = new TextDecoder().decode(r.stdout);
-    assert.equal(r.code, 0, text + new TextDecoder().decode(r.stderr));
-    const out = JSON.parse(text.trim().split("\n").at(-1)!);
+    const out = await lastJsonOf("tests/optim/scripts/optim_steps.ts", "cuda-emu");
     assert.deepEqual(out.adamw.calls, Array(STEPS).fill(ONE_ADAMW));
     assert.deepEqual(out.sgd.calls, Array(STEPS).fill(ONE_SGD));
     assertSameParams(out.adamw.params, adamwReference(), "AdamW on cuda-emu");
