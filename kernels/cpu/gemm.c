@@ -396,6 +396,23 @@ DT_EXPORT dt_status dt_cpu_gemm_bf16_mixed(int32_t a_dtype, int32_t b_dtype, int
   return DT_OK;
 }
 
+/* Runs a job of dt_gemm_ex's internal entries (f32 output of narrow operands, the bf16
+ * epilogue kernel): the kernel chosen at run time, A and B of the job's dtype as given. */
+static dt_status dt_gemm_run_ex_(dt_gemm_job_* job, int32_t trans_a, int32_t trans_b, const void* A, int64_t lda,
+                                 const void* B, int64_t ldb) {
+  dt_status st;
+  if ((st = dt_gemm_pick_isa_(&job->isa)) != DT_OK) return st;
+  job->a = (dt_gemm_view_){A, job->dtype, trans_a ? 1 : lda, trans_a ? lda : 1};
+  job->b = (dt_gemm_view_){B, job->dtype, trans_b ? 1 : ldb, trans_b ? ldb : 1};
+  job->kc = dt_ceil_div_(job->K, dt_ceil_div_(job->K, job->isa->kc));
+  dt_gemm_split_(job, 1);
+  dt_parallel_for_(job->m_tiles * job->n_tiles, 1, dt_gemm_tiles_, job);
+  if (job->status != DT_OK)
+    return dt_fail_(job->status, "dt_gemm_ex: cannot allocate a buffer of %lld floats (%s kernel, M = %lld, N = %lld, K = %lld)",
+                    (long long)job->failed_floats, job->isa->name, (long long)job->M, (long long)job->N, (long long)job->K);
+  return DT_OK;
+}
+
 dt_status dt_gemm_f32c_(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K,
                         float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
                         int64_t ldc) {
@@ -408,17 +425,7 @@ dt_status dt_gemm_f32c_(int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t
   }
   dt_gemm_job_ job = {.dtype = dtype, .c_dtype = DT_F32, .c_exact = 1, .M = M, .N = N, .K = K, .alpha = alpha,
                       .beta = beta, .c = C, .ldc = ldc, .status = DT_OK};
-  dt_status st;
-  if ((st = dt_gemm_pick_isa_(&job.isa)) != DT_OK) return st;
-  job.a = (dt_gemm_view_){A, dtype, trans_a ? 1 : lda, trans_a ? lda : 1};
-  job.b = (dt_gemm_view_){B, dtype, trans_b ? 1 : ldb, trans_b ? ldb : 1};
-  job.kc = dt_ceil_div_(K, dt_ceil_div_(K, job.isa->kc));
-  dt_gemm_split_(&job, 1);
-  dt_parallel_for_(job.m_tiles * job.n_tiles, 1, dt_gemm_tiles_, &job);
-  if (job.status != DT_OK)
-    return dt_fail_(job.status, "dt_gemm_ex: cannot allocate a buffer of %lld floats (%s kernel, M = %lld, N = %lld, K = %lld)",
-                    (long long)job.failed_floats, job.isa->name, (long long)M, (long long)N, (long long)K);
-  return DT_OK;
+  return dt_gemm_run_ex_(&job, trans_a, trans_b, A, lda, B, ldb);
 }
 
 dt_status dt_gemm_bf16_epi_ex_(int32_t trans_a, int32_t trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -426,15 +433,5 @@ dt_status dt_gemm_bf16_epi_ex_(int32_t trans_a, int32_t trans_b, int64_t M, int6
                                const dt_gemm_bf16_epi_* epi) {
   dt_gemm_job_ job = {.dtype = DT_BF16, .c_dtype = DT_BF16, .epi = epi, .M = M, .N = N, .K = K, .alpha = alpha,
                       .beta = 0.0f, .c = C, .ldc = ldc, .status = DT_OK};
-  dt_status st;
-  if ((st = dt_gemm_pick_isa_(&job.isa)) != DT_OK) return st;
-  job.a = (dt_gemm_view_){A, DT_BF16, trans_a ? 1 : lda, trans_a ? lda : 1};
-  job.b = (dt_gemm_view_){B, DT_BF16, trans_b ? 1 : ldb, trans_b ? ldb : 1};
-  job.kc = dt_ceil_div_(K, dt_ceil_div_(K, job.isa->kc));
-  dt_gemm_split_(&job, 1);
-  dt_parallel_for_(job.m_tiles * job.n_tiles, 1, dt_gemm_tiles_, &job);
-  if (job.status != DT_OK)
-    return dt_fail_(job.status, "dt_gemm_ex: cannot allocate a buffer of %lld floats (avx512bf16 kernel, M = %lld, N = %lld, K = %lld)",
-                    (long long)job.failed_floats, (long long)M, (long long)N, (long long)K);
-  return DT_OK;
+  return dt_gemm_run_ex_(&job, trans_a, trans_b, A, lda, B, ldb);
 }
