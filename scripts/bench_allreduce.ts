@@ -19,6 +19,7 @@ import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { initProcessGroup } from "../distributed/process_group.ts";
 import { cpuCalls, cpuKernels } from "../ffi/cpu.ts";
+import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
 
 /** A rank that runs longer than this is killed (a hang must not outlive the benchmark). */
 const RANK_LIMIT_MS = 300_000;
@@ -130,13 +131,14 @@ async function runRanks(
   cmd: string,
   argsOf: (rank: number) => string[],
   envOf: (rank: number) => Record<string, string>,
+  peer = false,
 ): Promise<string> {
   const children = Array.from(
     { length: world },
     (_, r) =>
       new Deno.Command(cmd, {
         args: argsOf(r),
-        env: envOf(r),
+        ...(peer ? peerCommandEnv(envOf(r)) : { env: envOf(r) }),
         stdout: "piped",
         stderr: "piped",
         signal: AbortSignal.timeout(RANK_LIMIT_MS),
@@ -250,6 +252,7 @@ async function benchGloo(
       MASTER_PORT: port,
       OMP_NUM_THREADS: "1",
     }),
+    true,
   );
   const line = stdout.split("\n").find((l) => l.startsWith("BENCH "));
   if (!line) throw new Error(`the gloo ranks printed no result:\n${stdout}`);
@@ -376,6 +379,8 @@ async function main(): Promise<void> {
     `allReduce(sum) f32, 1 thread per rank; ${warmup} warm-up + ${iters} timed calls ` +
       `x ${repeat} run(s), median; busbw = bytes / time x 2(n-1)/n`,
   );
+  console.log(peerEnvLine());
+  if (python) console.log(await torchPeerLine(python));
   console.log(
     "| ranks | size MiB | dtrain ms/call | dtrain busbw GB/s | busbw / memcpy | gloo ms/call | gloo busbw GB/s | ratio |",
   );

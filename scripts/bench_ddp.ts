@@ -17,6 +17,7 @@
 import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const PYTHON = "/usr/bin/python3";
@@ -61,12 +62,14 @@ async function timed(
   cwd: string,
   env: Record<string, string>,
   rateField: string,
+  peer = false,
 ): Promise<Sample> {
   const t0 = Date.now() / 1000;
+  const launchEnv = { ...env, BENCH_LAUNCH_T: String(t0) };
   const out = await new Deno.Command(cmd, {
     args,
     cwd,
-    env: { ...env, BENCH_LAUNCH_T: String(t0) },
+    ...(peer ? peerCommandEnv(launchEnv) : { env: launchEnv }),
     stderr: "piped",
   })
     .output();
@@ -161,6 +164,7 @@ if (import.meta.main) {
               values.peers!,
               { OMP_NUM_THREADS: "1", BENCH_TMP: tmp },
               w.rateField,
+              true,
             ),
           );
         } catch (e) {
@@ -218,6 +222,8 @@ if (import.meta.main) {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join("  "));
   console.log(`(median of ${counts.join(", ")}, alternating)`);
+  console.log(peerEnvLine());
+  console.log(await torchPeerLine(PYTHON));
   if (profile.length) {
     console.log("\nDTRAIN_PROFILE=1 ./dtrain --nproc 2 --threads 1 examples/toy_ddp.ts:");
     for (const line of profile) console.log(line);

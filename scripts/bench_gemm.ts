@@ -20,6 +20,7 @@
 import { parseArgs } from "node:util";
 import { cpuKernels } from "../ffi/cpu.ts";
 import { cString } from "../ffi/native.ts";
+import { dropHandicapsInProcess, handicapsSet, peerEnvLine } from "./peer_env.ts";
 
 /** One product: C[b] (M x N) = op(A[b]) (M x K) @ op(B[b]) (K x N). */
 interface Shape {
@@ -201,6 +202,10 @@ function main(): number {
   const dt = cpuKernels();
   const { dt_gemm, dt_set_num_threads } = dt.symbols;
   dt.check(dt_set_num_threads(1), "dt_set_num_threads");
+  // OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when it is loaded: gone before that, it
+  // runs the kernel it would choose for this processor (dtrain's library never reads them).
+  const handicaps = handicapsSet();
+  dropHandicapsInProcess();
   const ob = openOpenblas(args.values.openblas);
   const { cblas_sgemm, openblas_set_num_threads, openblas_get_corename } = ob.lib.symbols;
   openblas_set_num_threads(1);
@@ -211,6 +216,11 @@ function main(): number {
     `dtrain: ${dt.path} (DTRAIN_CPU_ISA=${Deno.env.get("DTRAIN_CPU_ISA") ?? "best available"})`,
   );
   console.log(`OpenBLAS: ${ob.path} (core ${core})`);
+  console.log(
+    handicaps.length === 0
+      ? peerEnvLine()
+      : `peer environment: ${handicaps.join(", ")} unset before OpenBLAS was loaded`,
+  );
   console.log(`${seconds} s per shape per library, median of ${trials} trials\n`);
   const header = [
     "shape",
