@@ -31,10 +31,13 @@ interface SizeTimes {
   times: number[];
 }
 
-const median = (xs: number[]) => {
+/** The q-quantile of xs, interpolated between the order statistics around it. */
+const quantile = (xs: number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  const at = q * (s.length - 1), lo = Math.floor(at);
+  return s[lo]! + (s[Math.min(lo + 1, s.length - 1)]! - s[lo]!) * (at - lo);
 };
+const median = (xs: number[]) => quantile(xs, 0.5);
 
 /** What the dtrain ranks measure. */
 interface DtrainResult {
@@ -348,7 +351,8 @@ async function main(): Promise<void> {
       chunk: { type: "string" },
       "spin-us": { type: "string" },
       "no-gloo": { type: "boolean", default: false },
-      repeat: { type: "string", default: "1" },
+      // three runs by default: the table's spread then covers run-to-run variation too
+      repeat: { type: "string", default: "3" },
       json: { type: "boolean", default: false },
     },
   });
@@ -382,17 +386,24 @@ async function main(): Promise<void> {
   console.log(peerEnvLine());
   if (python) console.log(await torchPeerLine(python));
   console.log(
-    "| ranks | size MiB | dtrain ms/call | dtrain busbw GB/s | busbw / memcpy | gloo ms/call | gloo busbw GB/s | ratio |",
+    "| ranks | size MiB | dtrain ms/call | dtrain busbw GB/s (p25–p75) | busbw / memcpy | busbw / ceiling | gloo ms/call | gloo busbw GB/s | ratio |",
   );
-  console.log("|---:|---:|---:|---:|---:|---:|---:|---:|");
+  console.log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
   for (const r of results) {
     for (const d of r.dtrain) {
       const g = r.gloo?.find((x) => x.mib === d.mib);
       const dms = median(d.times), gms = g ? median(g.times) : undefined;
       const dbw = busbw(r.world, d.mib, dms);
       const gbw = gms === undefined ? undefined : busbw(r.world, d.mib, gms);
+      // the spread of the pooled calls (slow calls give the low bandwidth)
+      const spread = `${fmt(busbw(r.world, d.mib, quantile(d.times, 0.75)))}–${
+        fmt(busbw(r.world, d.mib, quantile(d.times, 0.25)))
+      }`;
+      const ceiling = r.memcpyAllGBs === undefined ? undefined : r.memcpyAllGBs / 4;
       console.log(
-        `| ${r.world} | ${d.mib} | ${fmt(dms * 1e3, 3)} | ${fmt(dbw)} | ${fmt(dbw / memcpy)} | ${
+        `| ${r.world} | ${d.mib} | ${fmt(dms * 1e3, 3)} | ${fmt(dbw)} (${spread}) | ${
+          fmt(dbw / memcpy)
+        } | ${ceiling === undefined ? "-" : fmt(dbw / ceiling)} | ${
           fmt(gms === undefined ? undefined : gms * 1e3, 3)
         } | ` +
           `${fmt(gbw)} | ${gbw === undefined ? "-" : (dbw / gbw).toFixed(1) + "x"} |`,

@@ -111,6 +111,21 @@ async function profiledToyRun(tmp: string): Promise<string[]> {
   return new TextDecoder().decode(out.stderr).split("\n").filter((l) => l.includes("[profile]"));
 }
 
+/** The single-thread sgemm peak of this machine now: bench_gemm's best shape (null if it fails). */
+async function sgemmPeak(): Promise<{ gflops: number; shape: string } | null> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", join(ROOT, "scripts/bench_gemm.ts"), "--json", "--seconds", "0.1"],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!out.success) {
+    console.error(`bench_gemm failed: ${new TextDecoder().decode(out.stderr).trim()}`);
+    return null;
+  }
+  const last = JSON.parse(new TextDecoder().decode(out.stdout).trim().split("\n").at(-1)!);
+  return { gflops: last.peakGflops, shape: last.peakShape };
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 if (import.meta.main) {
@@ -201,6 +216,18 @@ if (import.meta.main) {
         if (fpt) {
           const gflops = (s: Sample) => (s.rate / 2) * fpt / 1e9;
           rows.push(row("  GFLOP/s per rank (6N + 6LCT per token)", gflops, true, "", 1));
+          // the goal is a fraction of this machine's single-thread sgemm peak, measured now
+          const peak = await sgemmPeak();
+          if (peak !== null) {
+            const ourRank = median(ours.map(gflops));
+            rows.push([
+              `  per rank / sgemm peak (${peak.gflops.toFixed(1)} GFLOP/s, ${peak.shape})`,
+              `${(100 * ourRank / peak.gflops).toFixed(0)}%`,
+              "",
+              "",
+              ">= 75%",
+            ]);
+          }
           const peer = theirs.length ? median(theirs.map(gflops)) : NaN;
           if (!Number.isNaN(peer)) {
             rows.push([

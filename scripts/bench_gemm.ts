@@ -188,6 +188,8 @@ function main(): number {
       trials: { type: "string", default: "7" },
       filter: { type: "string", default: "" },
       openblas: { type: "string" },
+      // a last line of JSON for scripts (bench_ddp takes the single-thread sgemm peak from it)
+      json: { type: "boolean", default: false },
     },
   });
   const seconds = Number(args.values.seconds), trials = Number(args.values.trials);
@@ -339,6 +341,33 @@ function main(): number {
     `\n512^3 ratio: ${square ? square.ratio.toFixed(2) : "not run"}; ` +
       `minimum ratio: ${worst.ratio.toFixed(2)} (${worst.shape.name})`,
   );
+  // The machine's single-thread sgemm limit as far as this run can tell: the best GFLOP/s either
+  // library reached on any shape (the goals of other benchmarks are fractions of it).
+  const peak = rows.reduce(
+    (
+      best,
+      r,
+    ) => (Math.max(r.dtrain, r.openblas) > best.gflops
+      ? { gflops: Math.max(r.dtrain, r.openblas), shape: r.shape.name }
+      : best),
+    { gflops: 0, shape: "" },
+  );
+  console.log(
+    `single-thread sgemm peak in this run: ${peak.gflops.toFixed(1)} GFLOP/s (${peak.shape})`,
+  );
+  if (args.values.json) {
+    console.log(JSON.stringify({
+      peakGflops: peak.gflops,
+      peakShape: peak.shape,
+      openblasCore: core,
+      rows: rows.map((r) => ({
+        shape: r.shape.name,
+        dtrainGflops: r.dtrain,
+        openblasGflops: r.openblas,
+        ratio: r.ratio,
+      })),
+    }));
+  }
   const wrong = rows.filter((r) => !(r.relErr <= 1e-4));
   if (wrong.length > 0) {
     console.error(
