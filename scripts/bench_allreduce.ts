@@ -19,6 +19,7 @@ import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { initProcessGroup } from "../distributed/process_group.ts";
 import { cpuCalls, cpuKernels } from "../ffi/cpu.ts";
+import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
 
 /** A rank that runs longer than this is killed (a hang must not outlive the benchmark). */
 const RANK_LIMIT_MS = 300_000;
@@ -30,10 +31,13 @@ interface SizeTimes {
   times: number[];
 }
 
-const median = (xs: number[]) => {
+/** The q-quantile of xs, interpolated between the order statistics around it. */
+const quantile = (xs: number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  const at = q * (s.length - 1), lo = Math.floor(at);
+  return s[lo]! + (s[Math.min(lo + 1, s.length - 1)]! - s[lo]!) * (at - lo);
 };
+const median = (xs: number[]) => quantile(xs, 0.5);
 
 /** What the dtrain ranks measure. */
 interface DtrainResult {
@@ -130,13 +134,14 @@ async function runRanks(
   cmd: string,
   argsOf: (rank: number) => string[],
   envOf: (rank: number) => Record<string, string>,
+  peer = false,
 ): Promise<string> {
   const children = Array.from(
     { length: world },
     (_, r) =>
       new Deno.Command(cmd, {
         args: argsOf(r),
-        env: envOf(r),
+        ...(peer ? peerCommandEnv(envOf(r)) : { env: envOf(r) }),
         stdout: "piped",
         stderr: "piped",
         signal: AbortSignal.timeout(RANK_LIMIT_MS),
@@ -250,6 +255,7 @@ async function benchGloo(
       MASTER_PORT: port,
       OMP_NUM_THREADS: "1",
     }),
+    true,
   );
   const line = stdout.split("\n").find((l) => l.startsWith("BENCH "));
   if (!line) throw new Error(`the gloo ranks printed no result:\n${stdout}`);
@@ -345,7 +351,8 @@ async function main(): Promise<void> {
       chunk: { type: "string" },
       "spin-us": { type: "string" },
       "no-gloo": { type: "boolean", default: false },
-      repeat: { type: "string", default: "1" },
+      // three runs by default: the table's spread then covers run-to-run variation too
+      repeat: { type: "string", default: "3" },
       json: { type: "boolean", default: false },
     },
   });
@@ -376,18 +383,27 @@ async function main(): Promise<void> {
     `allReduce(sum) f32, 1 thread per rank; ${warmup} warm-up + ${iters} timed calls ` +
       `x ${repeat} run(s), median; busbw = bytes / time x 2(n-1)/n`,
   );
+  console.log(peerEnvLine());
+  if (python) console.log(await torchPeerLine(python));
   console.log(
-    "| ranks | size MiB | dtrain ms/call | dtrain busbw GB/s | busbw / memcpy | gloo ms/call | gloo busbw GB/s | ratio |",
+    "| ranks | size MiB | dtrain ms/call | dtrain busbw GB/s (p25–p75) | busbw / memcpy | busbw / ceiling | gloo ms/call | gloo busbw GB/s | ratio |",
   );
-  console.log("|---:|---:|---:|---:|---:|---:|---:|---:|");
+  console.log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
   for (const r of results) {
     for (const d of r.dtrain) {
       const g = r.gloo?.find((x) => x.mib === d.mib);
       const dms = median(d.times), gms = g ? median(g.times) : undefined;
       const dbw = busbw(r.world, d.mib, dms);
       const gbw = gms === undefined ? undefined : busbw(r.world, d.mib, gms);
+      // the spread of the pooled calls (slow calls give the low bandwidth)
+      const spread = `${fmt(busbw(r.world, d.mib, quantile(d.times, 0.75)))}–${
+        fmt(busbw(r.world, d.mib, quantile(d.times, 0.25)))
+      }`;
+      const ceiling = r.memcpyAllGBs === undefined ? undefined : r.memcpyAllGBs / 4;
       console.log(
-        `| ${r.world} | ${d.mib} | ${fmt(dms * 1e3, 3)} | ${fmt(dbw)} | ${fmt(dbw / memcpy)} | ${
+        `| ${r.world} | ${d.mib} | ${fmt(dms * 1e3, 3)} | ${fmt(dbw)} (${spread}) | ${
+          fmt(dbw / memcpy)
+        } | ${ceiling === undefined ? "-" : fmt(dbw / ceiling)} | ${
           fmt(gms === undefined ? undefined : gms * 1e3, 3)
         } | ` +
           `${fmt(gbw)} | ${gbw === undefined ? "-" : (dbw / gbw).toFixed(1) + "x"} |`,

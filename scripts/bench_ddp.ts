@@ -17,6 +17,7 @@
 import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const PYTHON = "/usr/bin/python3";
@@ -61,12 +62,14 @@ async function timed(
   cwd: string,
   env: Record<string, string>,
   rateField: string,
+  peer = false,
 ): Promise<Sample> {
   const t0 = Date.now() / 1000;
+  const launchEnv = { ...env, BENCH_LAUNCH_T: String(t0) };
   const out = await new Deno.Command(cmd, {
     args,
     cwd,
-    env: { ...env, BENCH_LAUNCH_T: String(t0) },
+    ...(peer ? peerCommandEnv(launchEnv) : { env: launchEnv }),
     stderr: "piped",
   })
     .output();
@@ -106,6 +109,21 @@ async function profiledToyRun(tmp: string): Promise<string[]> {
     stderr: "piped",
   }).output();
   return new TextDecoder().decode(out.stderr).split("\n").filter((l) => l.includes("[profile]"));
+}
+
+/** The single-thread sgemm peak of this machine now: bench_gemm's best shape (null if it fails). */
+async function sgemmPeak(): Promise<{ gflops: number; shape: string } | null> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", join(ROOT, "scripts/bench_gemm.ts"), "--json", "--seconds", "0.1"],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!out.success) {
+    console.error(`bench_gemm failed: ${new TextDecoder().decode(out.stderr).trim()}`);
+    return null;
+  }
+  const last = JSON.parse(new TextDecoder().decode(out.stdout).trim().split("\n").at(-1)!);
+  return { gflops: last.peakGflops, shape: last.peakShape };
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -161,6 +179,7 @@ if (import.meta.main) {
               values.peers!,
               { OMP_NUM_THREADS: "1", BENCH_TMP: tmp },
               w.rateField,
+              true,
             ),
           );
         } catch (e) {
@@ -197,6 +216,18 @@ if (import.meta.main) {
         if (fpt) {
           const gflops = (s: Sample) => (s.rate / 2) * fpt / 1e9;
           rows.push(row("  GFLOP/s per rank (6N + 6LCT per token)", gflops, true, "", 1));
+          // the goal is a fraction of this machine's single-thread sgemm peak, measured now
+          const peak = await sgemmPeak();
+          if (peak !== null) {
+            const ourRank = median(ours.map(gflops));
+            rows.push([
+              `  per rank / sgemm peak (${peak.gflops.toFixed(1)} GFLOP/s, ${peak.shape})`,
+              `${(100 * ourRank / peak.gflops).toFixed(0)}%`,
+              "",
+              "",
+              ">= 75%",
+            ]);
+          }
           const peer = theirs.length ? median(theirs.map(gflops)) : NaN;
           if (!Number.isNaN(peer)) {
             rows.push([
@@ -218,6 +249,8 @@ if (import.meta.main) {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join("  "));
   console.log(`(median of ${counts.join(", ")}, alternating)`);
+  console.log(peerEnvLine());
+  console.log(await torchPeerLine(PYTHON));
   if (profile.length) {
     console.log("\nDTRAIN_PROFILE=1 ./dtrain --nproc 2 --threads 1 examples/toy_ddp.ts:");
     for (const line of profile) console.log(line);

@@ -20,6 +20,7 @@
 import { parseArgs } from "node:util";
 import { cpuKernels } from "../ffi/cpu.ts";
 import { cString } from "../ffi/native.ts";
+import { dropHandicapsInProcess, handicapsSet, peerEnvLine } from "./peer_env.ts";
 
 /** One product: C[b] (M x N) = op(A[b]) (M x K) @ op(B[b]) (K x N). */
 interface Shape {
@@ -187,6 +188,8 @@ function main(): number {
       trials: { type: "string", default: "7" },
       filter: { type: "string", default: "" },
       openblas: { type: "string" },
+      // a last line of JSON for scripts (bench_ddp takes the single-thread sgemm peak from it)
+      json: { type: "boolean", default: false },
     },
   });
   const seconds = Number(args.values.seconds), trials = Number(args.values.trials);
@@ -201,6 +204,10 @@ function main(): number {
   const dt = cpuKernels();
   const { dt_gemm, dt_set_num_threads } = dt.symbols;
   dt.check(dt_set_num_threads(1), "dt_set_num_threads");
+  // OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when it is loaded: gone before that, it
+  // runs the kernel it would choose for this processor (dtrain's library never reads them).
+  const handicaps = handicapsSet();
+  dropHandicapsInProcess();
   const ob = openOpenblas(args.values.openblas);
   const { cblas_sgemm, openblas_set_num_threads, openblas_get_corename } = ob.lib.symbols;
   openblas_set_num_threads(1);
@@ -211,6 +218,11 @@ function main(): number {
     `dtrain: ${dt.path} (DTRAIN_CPU_ISA=${Deno.env.get("DTRAIN_CPU_ISA") ?? "best available"})`,
   );
   console.log(`OpenBLAS: ${ob.path} (core ${core})`);
+  console.log(
+    handicaps.length === 0
+      ? peerEnvLine()
+      : `peer environment: ${handicaps.join(", ")} unset before OpenBLAS was loaded`,
+  );
   console.log(`${seconds} s per shape per library, median of ${trials} trials\n`);
   const header = [
     "shape",
@@ -329,6 +341,33 @@ function main(): number {
     `\n512^3 ratio: ${square ? square.ratio.toFixed(2) : "not run"}; ` +
       `minimum ratio: ${worst.ratio.toFixed(2)} (${worst.shape.name})`,
   );
+  // The machine's single-thread sgemm limit as far as this run can tell: the best GFLOP/s either
+  // library reached on any shape (the goals of other benchmarks are fractions of it).
+  const peak = rows.reduce(
+    (
+      best,
+      r,
+    ) => (Math.max(r.dtrain, r.openblas) > best.gflops
+      ? { gflops: Math.max(r.dtrain, r.openblas), shape: r.shape.name }
+      : best),
+    { gflops: 0, shape: "" },
+  );
+  console.log(
+    `single-thread sgemm peak in this run: ${peak.gflops.toFixed(1)} GFLOP/s (${peak.shape})`,
+  );
+  if (args.values.json) {
+    console.log(JSON.stringify({
+      peakGflops: peak.gflops,
+      peakShape: peak.shape,
+      openblasCore: core,
+      rows: rows.map((r) => ({
+        shape: r.shape.name,
+        dtrainGflops: r.dtrain,
+        openblasGflops: r.openblas,
+        ratio: r.ratio,
+      })),
+    }));
+  }
   const wrong = rows.filter((r) => !(r.relErr <= 1e-4));
   if (wrong.length > 0) {
     console.error(

@@ -23,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import { initProcessGroup } from "../distributed/process_group.ts";
 import { makeHosts, netnsProblem, removeHosts, type TwoHosts } from "./netns.ts";
+import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
 
 const SELF = fileURLToPath(import.meta.url);
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -96,10 +97,14 @@ interface Place {
   iface: string | null;
 }
 
-function run(cmd: string[], env: Record<string, string>): Promise<Deno.CommandOutput> {
+function run(
+  cmd: string[],
+  env: Record<string, string>,
+  peer = false,
+): Promise<Deno.CommandOutput> {
   return new Deno.Command(cmd[0]!, {
     args: cmd.slice(1),
-    env,
+    ...(peer ? peerCommandEnv(env) : { env }),
     stdout: "piped",
     stderr: "piped",
     signal: AbortSignal.timeout(JOB_LIMIT_MS),
@@ -229,6 +234,7 @@ async function benchTorch(
         OMP_NUM_THREADS: "1",
         ...(place.iface ? { GLOO_SOCKET_IFNAME: place.iface } : {}),
       },
+      true,
     );
   }));
   outs.forEach((o, r) => checked(o, `PyTorch rank ${r}`));
@@ -324,6 +330,8 @@ async function main(): Promise<void> {
       `calls x ${values.repeat} run(s), median of the slowest rank` +
       (python ? "" : "; PyTorch not found (no python3-torch)"),
   );
+  console.log(peerEnvLine());
+  if (python) console.log(await torchPeerLine(python));
   for (const [layout, byName] of Object.entries(results)) {
     const n = 2 * Number(layout.slice(2));
     const busbw = (mib: number, s: number) => ((mib * 2 ** 20) / s) * (2 * (n - 1) / n) / 1e9;

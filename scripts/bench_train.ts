@@ -26,6 +26,7 @@ import { getDefaultGenerator, manualSeed } from "../nn/init.ts";
 import { smallCnn } from "../parity/cnn.ts";
 import { autocast } from "../amp/autocast.ts";
 import { gemmKernel } from "../ffi/cpu_extras.ts";
+import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
 
 type Model = "toy" | "gpt" | "gpt-bf16" | "cnn";
 
@@ -126,7 +127,7 @@ async function torchSteps(which: Model, steps: number): Promise<Rate | null> {
   try {
     const out = await new Deno.Command(PYTHON, {
       args: [script, which, String(steps)],
-      env: { OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1" },
+      ...peerCommandEnv({ OMP_NUM_THREADS: "1", OPENBLAS_NUM_THREADS: "1" }),
       stderr: "piped",
     }).output();
     if (!out.success) {
@@ -224,4 +225,6 @@ if (import.meta.main) {
       gemmKernel("bf16")
     })`,
   );
+  console.log(peerEnvLine());
+  console.log(await torchPeerLine(PYTHON));
 }
