@@ -67,6 +67,10 @@ export const VERBS: Record<string, Verb> = {
     summary: "check this machine for a run: versions, native libraries, /dev/shm, GPUs, limits",
     main: async (args) => (await import("./launch/doctor/main.ts")).doctorMain(args),
   },
+  prepare: {
+    summary: "text to nanoGPT's train.bin and val.bin (uint16 token ids), GPT-2 BPE or bytes",
+    main: async (args) => (await import("./data/prepare_main.ts")).prepareMain(args),
+  },
   exec: {
     summary:
       "run a script as one plain process with this dtrain's Deno and libraries (no launcher)",
