@@ -75,7 +75,7 @@ export async function prepareMain(args: string[]): Promise<number> {
   const [input, dir] = positionals as [string, string];
   let tok;
   try {
-    tok = tokenizerNamed(values.tokenizer);
+    tok = await tokenizerNamed(values.tokenizer);
   } catch (e) {
     return usage(`--tokenizer: ${(e as Error).message}`);
   }

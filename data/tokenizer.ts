@@ -1,10 +1,10 @@
 /**
  * Tokenizers for text data: GPT-2's byte-pair encoding (js-tiktoken's `gpt2`
  * ranks, shipped inside the package, so nothing is fetched at run time) and
- * raw UTF-8 bytes. The GPT-2 tables are built on first use (about 0.5 s).
+ * raw UTF-8 bytes. The GPT-2 ranks (half a megabyte of JavaScript) are
+ * imported on first use, not by every process that imports the library.
  */
-import { Tiktoken } from "js-tiktoken/lite";
-import gpt2Ranks from "js-tiktoken/ranks/gpt2";
+import type { Tiktoken } from "js-tiktoken/lite";
 
 /** GPT-2's `<|endoftext|>` id. */
 export const GPT2_EOT = 50256;
@@ -26,19 +26,25 @@ export interface Tokenizer {
   decode(ids: ArrayLike<number>): string;
 }
 
-let gpt2: Tiktoken | null = null;
+let gpt2: Promise<Tiktoken> | null = null;
 
 /**
  * GPT-2's tokenizer, as tiktoken's `gpt2` encoding (what nanoGPT's prepare.py uses).
  *
  * @example
  * ```ts
- * gpt2Tokenizer().encode("hello world"); // [31373, 995]
+ * (await gpt2Tokenizer()).encode("hello world"); // [31373, 995]
  * ```
  */
-export function gpt2Tokenizer(): Tokenizer {
-  gpt2 ??= new Tiktoken(gpt2Ranks);
-  const enc = gpt2;
+export async function gpt2Tokenizer(): Promise<Tokenizer> {
+  gpt2 ??= (async () => {
+    const [{ Tiktoken }, ranks] = await Promise.all([
+      import("js-tiktoken/lite"),
+      import("js-tiktoken/ranks/gpt2"),
+    ]);
+    return new Tiktoken(ranks.default);
+  })();
+  const enc = await gpt2;
   return {
     name: "gpt2",
     vocabSize: GPT2_VOCAB,
@@ -60,8 +66,8 @@ export function bytesTokenizer(): Tokenizer {
 }
 
 /** The tokenizer of a name given on a command line. */
-export function tokenizerNamed(name: string): Tokenizer {
+export function tokenizerNamed(name: string): Promise<Tokenizer> {
   if (name === "gpt2") return gpt2Tokenizer();
-  if (name === "bytes") return bytesTokenizer();
+  if (name === "bytes") return Promise.resolve(bytesTokenizer());
   throw new RangeError(`unknown tokenizer ${JSON.stringify(name)}: expected gpt2 or bytes`);
 }

@@ -22,8 +22,8 @@ function tmp(): string {
   return Deno.makeTempDirSync({ prefix: "dtrain-prepare-" });
 }
 
-Deno.test("gpt2: known ids, <|endoftext|> = 50256, a round trip on a real text", () => {
-  const t = gpt2Tokenizer();
+Deno.test("gpt2: known ids, <|endoftext|> = 50256, a round trip on a real text", async () => {
+  const t = await gpt2Tokenizer();
   assert.deepEqual(t.encode("hello world"), [31373, 995]);
   assert.deepEqual(t.encode("<|endoftext|>"), [GPT2_EOT]);
   assert.equal(t.decode([GPT2_EOT]), "<|endoftext|>");
@@ -38,8 +38,8 @@ Deno.test("gpt2: known ids, <|endoftext|> = 50256, a round trip on a real text",
   assert.equal(b.decode(b.encode(text)), text);
 });
 
-Deno.test("a safe cut leaves GPT-2's ids unchanged, on text with every kind of whitespace", () => {
-  const t = gpt2Tokenizer();
+Deno.test("a safe cut leaves GPT-2's ids unchanged, on text with every kind of whitespace", async () => {
+  const t = await gpt2Tokenizer();
   let s = 12345;
   const next = () => (s = (s * 1103515245 + 12345) & 0x7fffffff);
   const pieces = [
@@ -83,7 +83,7 @@ Deno.test("prepare gpt2: 90/10 by bytes, each part encoded as a whole, read in s
     const r = await prepareTokens(
       join(dir, "input.txt"),
       join(dir, "out"),
-      gpt2Tokenizer(),
+      await gpt2Tokenizer(),
       undefined,
       4096,
     );
@@ -91,7 +91,7 @@ Deno.test("prepare gpt2: 90/10 by bytes, each part encoded as a whole, read in s
     let cut = Math.floor(bytes.length * 0.9);
     while ((bytes[cut]! & 0xc0) === 0x80) cut++;
     const dec = new TextDecoder();
-    const t = gpt2Tokenizer();
+    const t = await gpt2Tokenizer();
     const train = readIds(join(dir, "out/train.bin"));
     const val = readIds(join(dir, "out/val.bin"));
     assert.deepEqual(train, t.encode(dec.decode(bytes.subarray(0, cut))));
@@ -112,8 +112,8 @@ Deno.test("prepare gpt2: files are documents, separated by 50256; <|endoftext|> 
     Deno.writeTextFileSync(join(dir, "in/b.txt"), "");
     Deno.writeTextFileSync(join(dir, "in/sub/c.txt"), "one<|endoftext|>two");
     Deno.writeTextFileSync(join(dir, "in/d.txt"), "x".repeat(600));
-    await prepareTokens(join(dir, "in"), join(dir, "out"), gpt2Tokenizer());
-    const t = gpt2Tokenizer();
+    await prepareTokens(join(dir, "in"), join(dir, "out"), await gpt2Tokenizer());
+    const t = await gpt2Tokenizer();
     // path order: a.txt, b.txt (empty: adds nothing), d.txt, sub/c.txt; 630 bytes, the split at
     // byte 567 falls inside d.txt
     const train = readIds(join(dir, "out/train.bin"));
