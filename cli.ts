@@ -28,6 +28,7 @@ async function runLauncher(args: string[]): Promise<number> {
     console.log(launchHelp());
     return 0;
   }
+  if (parsed.cluster) console.error(`dtrain: launcher environment: ${parsed.cluster}`);
   try {
     return await launch(parsed, args);
   } catch (e) {
