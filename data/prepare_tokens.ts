@@ -153,7 +153,7 @@ class SplitEncoder {
 }
 
 /**
- * Writes `dir`/train.bin and `dir`/val.bin from the text at `input` (a file
+ * Writes `dir`/train.bin, `dir`/val.bin and `dir`/meta.json (the tokenizer) from the text at `input` (a file
  * or a folder of files). `onProgress` is called after each chunk read.
  *
  * @example
@@ -222,5 +222,10 @@ export async function prepareTokens(
   }
   progress.trainTokens = trainOut.count;
   progress.valTokens = valOut.count;
+  // what nanoGPT keeps in meta.pkl: how the ids decode (examples/nanogpt*.ts read it)
+  Deno.writeTextFileSync(
+    join(dir, "meta.json"),
+    JSON.stringify({ tokenizer: tok.name, vocab_size: tok.vocabSize, eot: tok.eot }) + "\n",
+  );
   return { ...progress, files: files.length, trainPath: trainOut.path, valPath: valOut.path };
 }
