@@ -10,6 +10,8 @@ import { join } from "node:path";
 import { TokenStream } from "../../data/token_file.ts";
 import { bytesTokenizer, GPT2_EOT, gpt2Tokenizer } from "../../data/tokenizer.ts";
 import { lastSafeCut, prepareTokens } from "../../data/prepare_tokens.ts";
+import { Tiktoken } from "js-tiktoken/lite";
+import gpt2Ranks from "js-tiktoken/ranks/gpt2";
 
 const REAL_TEXT = new URL("../../docs/DESIGN.md", import.meta.url);
 
@@ -36,6 +38,49 @@ Deno.test("gpt2: known ids, <|endoftext|> = 50256, a round trip on a real text",
   const b = bytesTokenizer();
   assert.deepEqual(b.encode("hé"), [104, 195, 169]);
   assert.equal(b.decode(b.encode(text)), text);
+});
+
+Deno.test("gpt2's piece cache gives the library's own ids, separators and repeats included", async () => {
+  const library = new Tiktoken(gpt2Ranks);
+  const t = await gpt2Tokenizer();
+  const real = Deno.readTextFileSync(REAL_TEXT);
+  let s = 99;
+  const next = () => (s = (s * 1103515245 + 12345) & 0x7fffffff);
+  const pieces = [
+    " the",
+    "The",
+    "'s",
+    "'ll",
+    " ",
+    "   ",
+    "\n",
+    "\n\n",
+    "\t",
+    "42",
+    " 7",
+    "!!",
+    "é",
+    "🙂",
+    "<|endoftext|>",
+  ];
+  const texts = [
+    real,
+    real, // a second time: every piece cached
+    "<|endoftext|>",
+    "<|endoftext|><|endoftext|>a",
+    "",
+    ...Array.from(
+      { length: 30 },
+      () => Array.from({ length: 200 }, () => pieces[next() % pieces.length]).join(""),
+    ),
+  ];
+  for (const text of texts) {
+    assert.deepEqual(
+      t.encode(text),
+      library.encode(text, ["<|endoftext|>"], []),
+      JSON.stringify(text.slice(0, 60)),
+    );
+  }
 });
 
 Deno.test("a safe cut leaves GPT-2's ids unchanged, on text with every kind of whitespace", async () => {
