@@ -243,3 +243,13 @@ Deno.test("dtrain prepare: streams an input larger than the heap it may use; bad
     Deno.removeSync(dir, { recursive: true });
   }
 });
+
+Deno.test("the progress line: a bar, the share, MB/s and tokens", async () => {
+  const { progressLine } = await import("../../data/prepare_main.ts");
+  const line = progressLine(
+    { bytesRead: 5e6, totalBytes: 20e6, trainTokens: 1_200_000, valTokens: 0 },
+    2,
+    20,
+  );
+  assert.equal(line, "[#####...............]  25 % 5.0 MB of 20.0 MB, 2.5 MB/s, 1,200,000 tokens");
+});

@@ -151,3 +151,33 @@ Deno.test("a sparse 6 GiB token file: random windows read with a flat peak RSS",
     Deno.removeSync(dir, { recursive: true });
   }
 });
+
+Deno.test("consecutive windows resume at another world size: no window skipped, only torch's padding repeated", () => {
+  withTokens(IDS, (s) => {
+    const ds = new TokenWindows(s, 50); // 99 windows
+    const opts = { shuffle: true, seed: 11, dropLast: false };
+    // 2 ranks take 4 steps of 5 windows each (40 of the epoch's 100 padded places), then stop
+    const seen: number[] = [];
+    for (let rank = 0; rank < 2; rank++) {
+      const sm = new ResumableSampler(ds.length, 2, rank, opts);
+      sm.setEpoch(3);
+      seen.push(...sm.indices().subarray(0, 20));
+    }
+    // 3 ranks resume the same epoch after those 40 places
+    for (let rank = 0; rank < 3; rank++) {
+      const sm = new ResumableSampler(ds.length, 3, rank, opts);
+      sm.resume({ epoch: 3, epochWorldSize: 2, consumed: 40 });
+      seen.push(...sm.indices());
+      scope(() => {
+        const idx = sm.indices().subarray(0, 1);
+        const [x] = ds.getBatch(idx);
+        assert.equal((x!.toArray() as Int32Array)[0], IDS[idx[0]! * 50]);
+      });
+    }
+    const counts = new Map<number, number>();
+    for (const i of seen) counts.set(i, (counts.get(i) ?? 0) + 1);
+    assert.equal(counts.size, 99, "every window was seen");
+    // torch pads 99 to 100 for 2 ranks (one repeat); the 3-rank remainder of 60 splits evenly
+    assert.equal([...counts.values()].filter((c) => c > 1).length, 1);
+  });
+});
