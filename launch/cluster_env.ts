@@ -75,8 +75,9 @@ export function slurmGpus(env: Env): { gpus: number | null; from: string } {
 }
 
 function slurm(env: Env): ClusterEnv | null {
-  // Only inside an srun step: a batch script or an salloc shell runs on one node only.
-  if (env("SLURM_STEP_ID") === undefined || env("SLURM_NODEID") === undefined) return null;
+  // Only inside an srun step (a numbered one): a batch script, an salloc shell or the "extern"
+  // step of an ssh login run on one node only.
+  if (!/^\d+$/.test(env("SLURM_STEP_ID") ?? "") || env("SLURM_NODEID") === undefined) return null;
   const listVar = env("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
   const nnVar = env("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
   const list = env(listVar);

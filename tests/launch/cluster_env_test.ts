@@ -137,6 +137,9 @@ Deno.test("a batch script or a plain shell: Slurm's job variables alone change n
     1,
     undefined,
   ]);
+  for (const step of ["extern", "batch", "interactive"]) {
+    assert.equal(parse([], slurm(1, { SLURM_STEP_ID: step })).nnodes, 1, step);
+  }
   const plain = parse([], {});
   assert.equal(plain.cluster, undefined);
   const off = parse([], { ...slurm(2), DTRAIN_CLUSTER_ENV: "off" });
