@@ -9,7 +9,8 @@
  * ends one. With gpt2, consecutive documents are separated by
  * `<|endoftext|>` (50256), none after the last (a single text prepares as
  * nanoGPT's shakespeare prepare.py: no separator). The bytes tokenizer
- * writes the UTF-8 bytes as they are, files back to back.
+ * writes the input's bytes as they are (not decoded), files back to back,
+ * split at exactly 90 % of them.
  */
 import { join, relative } from "node:path";
 import type { Tokenizer } from "./tokenizer.ts";
@@ -135,7 +136,6 @@ class SplitEncoder {
       this.#docOpen = false;
     }
     this.#pending += text;
-    if (this.tok.name === "bytes") return this.flush();
     if (this.#pending.length < this.chunk) return;
     const cut = lastSafeCut(this.#pending);
     if (cut > 0) {
@@ -181,6 +181,8 @@ export async function prepareTokens(
   try {
     let enc = new SplitEncoder(tok, trainOut, chunkBytes);
     let inTrain = true;
+    // bytes are written as read: not decoded, so any input (Latin-1, binary) keeps its bytes
+    const raw = tok.name === "bytes";
     const buf = new Uint8Array(chunkBytes);
     for (const [f, path] of files.entries()) {
       const utf8 = new TextDecoder("utf-8", { fatal: false });
@@ -193,20 +195,24 @@ export async function prepareTokens(
         let chunk = buf.subarray(0, n);
         const chunkStart = progress.bytesRead;
         if (inTrain && chunkStart + n > splitAt) {
-          // the split point, moved forward to a character's first byte
+          // the split point, moved forward to a character's first byte (text tokenizers)
           let cut = Math.max(0, splitAt - chunkStart);
-          while (cut < n && (chunk[cut]! & 0xc0) === 0x80) cut++;
+          while (!raw && cut < n && (chunk[cut]! & 0xc0) === 0x80) cut++;
           if (cut < n || fileAt + n >= sizes[f]!) {
-            enc.add(utf8.decode(chunk.subarray(0, cut), { stream: true }));
-            enc.add(utf8.decode());
-            enc.flush();
+            if (raw) trainOut.push(chunk.subarray(0, cut));
+            else {
+              enc.add(utf8.decode(chunk.subarray(0, cut), { stream: true }));
+              enc.add(utf8.decode());
+              enc.flush();
+            }
             enc = new SplitEncoder(tok, valOut, chunkBytes);
             enc.newDocument();
             inTrain = false;
             chunk = chunk.subarray(cut);
           }
         }
-        enc.add(utf8.decode(chunk, { stream: true }));
+        if (raw) (inTrain ? trainOut : valOut).push(chunk);
+        else enc.add(utf8.decode(chunk, { stream: true }));
         fileAt += n;
         progress.bytesRead += n;
         progress.trainTokens = trainOut.count;

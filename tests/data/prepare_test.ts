@@ -184,6 +184,13 @@ Deno.test("prepare bytes: the input's bytes, split at 90 %", async () => {
     await prepareTokens(join(dir, "in.txt"), join(dir, "out"), bytesTokenizer(), undefined, 333);
     assert.deepEqual(readIds(join(dir, "out/train.bin")), [...data.subarray(0, 900)]);
     assert.deepEqual(readIds(join(dir, "out/val.bin")), [...data.subarray(900)]);
+    // bytes that are not UTF-8 (Latin-1 text, binary) are kept as they are
+    const binary = Uint8Array.from({ length: 777 }, (_, i) => (i * 37 + 200) & 0xff);
+    Deno.writeFileSync(join(dir, "bin.dat"), binary);
+    await prepareTokens(join(dir, "bin.dat"), join(dir, "b"), bytesTokenizer(), undefined, 100);
+    const ids = [...readIds(join(dir, "b/train.bin")), ...readIds(join(dir, "b/val.bin"))];
+    assert.deepEqual(ids, [...binary]);
+    assert.equal(readIds(join(dir, "b/train.bin")).length, Math.floor(777 * 0.9));
   } finally {
     Deno.removeSync(dir, { recursive: true });
   }
