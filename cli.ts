@@ -28,6 +28,7 @@ async function runLauncher(args: string[]): Promise<number> {
     console.log(launchHelp());
     return 0;
   }
+  if (parsed.cluster) console.error(`dtrain: launcher environment: ${parsed.cluster}`);
   try {
     return await launch(parsed, args);
   } catch (e) {
@@ -66,6 +67,10 @@ export const VERBS: Record<string, Verb> = {
   doctor: {
     summary: "check this machine for a run: versions, native libraries, /dev/shm, GPUs, limits",
     main: async (args) => (await import("./launch/doctor/main.ts")).doctorMain(args),
+  },
+  prepare: {
+    summary: "text to nanoGPT's train.bin and val.bin (uint16 token ids), GPT-2 BPE or bytes",
+    main: async (args) => (await import("./data/prepare_main.ts")).prepareMain(args),
   },
   exec: {
     summary:

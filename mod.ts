@@ -134,6 +134,26 @@ export { DistributedSampler, shardIndices } from "./data/distributed_sampler.ts"
 export { type FashionMnist, loadFashionMnist } from "./data/fashion_mnist.ts";
 export { ByteImageDataset } from "./data/byte_images.ts";
 export { CharWindows, loadCharCorpus } from "./data/char_corpus.ts";
+/** Token files read window by window: nanoGPT's .bin, llm.c's .bin, .npy, shard folders. */
+export { TokenStream } from "./data/token_file.ts";
+export { TokenFileError, type TokenFormat } from "./data/token_format.ts";
+/** nanoGPT's random windows (keyed by seed, rank, step) and consecutive windows as a Dataset. */
+export {
+  RandomWindows,
+  type RandomWindowsOptions,
+  TokenWindows,
+  windowSeed,
+} from "./data/token_windows.ts";
+/** GPT-2's BPE (js-tiktoken, offline) and UTF-8 bytes. */
+export {
+  bytesTokenizer,
+  GPT2_EOT,
+  GPT2_VOCAB,
+  gpt2Tokenizer,
+  type Tokenizer,
+} from "./data/tokenizer.ts";
+/** Text to nanoGPT's train.bin and val.bin, streaming (`dtrain prepare`). */
+export { prepareTokens } from "./data/prepare_tokens.ts";
 
 // training engine
 export { type FitResult, Trainer, type TrainerOptions } from "./train/engine.ts";

@@ -4,6 +4,7 @@
  * stops at the script path; everything after it belongs to the script.
  */
 import { parseArgs } from "node:util";
+import { applyClusterEnv, describeClusterEnv, detectClusterEnv } from "./cluster_env.ts";
 
 /** A command line the launcher cannot run as given (exit status 2), found after parsing. */
 export class UsageError extends RangeError {
@@ -39,6 +40,8 @@ export interface LaunchOptions {
   oversubscribe: boolean;
   /** start the ranks without type-checking the script */
   noCheck: boolean;
+  /** the cluster launcher environment the node settings came from (Slurm, MPI), when one was found */
+  cluster?: string;
 }
 
 type Kind = "int" | "seconds" | "string" | "flag";
@@ -172,7 +175,7 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
     key: "rdzvTokenFile",
     kind: "string",
     topic: "Nodes and rendezvous",
-    defaultText: "none",
+    defaultText: "$DTRAIN_RDZV_TOKEN_FILE, else none",
     help: "file holding the secret; must be readable by its owner only (chmod 600)",
   },
   {
@@ -341,6 +344,7 @@ export function parseLaunchArgs(
     scriptArgs: argv.slice(scriptAt + 1),
     logRanks: env("DTRAIN_LOG_RANKS") || "0",
     noCheck: env("DTRAIN_NO_CHECK") === "1",
+    rdzvTokenFile: env("DTRAIN_RDZV_TOKEN_FILE") || null,
   };
   for (const spec of LAUNCH_OPTIONS) {
     const raw = values[spec.name];
@@ -351,6 +355,18 @@ export function parseLaunchArgs(
     }
   }
   out.logRanks = checkLogRanks(out.logRanks);
+  // $DTRAIN_RDZV_TOKEN_FILE is a default: an explicit --rdzv-token replaces it
+  if (values["rdzv-token"] !== undefined && values["rdzv-token-file"] === undefined) {
+    out.rdzvTokenFile = null;
+  }
+  const cluster = detectClusterEnv(env);
+  if (cluster !== null) {
+    const given = new Set(
+      LAUNCH_OPTIONS.filter((o) => values[o.name] !== undefined).map((o) => o.name),
+    );
+    Object.assign(out, applyClusterEnv(cluster, out, given));
+    out.cluster = describeClusterEnv(cluster);
+  }
   if (out.nodeRank >= out.nnodes) {
     throw new RangeError(`--node-rank ${out.nodeRank} must be below --nnodes ${out.nnodes}`);
   }
@@ -365,7 +381,8 @@ export function parseLaunchArgs(
   }
   if (out.nnodes > 1 && out.rdzvToken === null && out.rdzvTokenFile === null) {
     throw new RangeError(
-      "--nnodes > 1 needs the run's shared secret on every node: --rdzv-token-file FILE (create it once with " +
+      "--nnodes > 1 needs the run's shared secret on every node: --rdzv-token-file FILE or " +
+        "$DTRAIN_RDZV_TOKEN_FILE (create it once with " +
         "`head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > FILE && chmod 600 FILE` and copy it to each node)",
     );
   }

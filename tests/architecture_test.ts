@@ -63,6 +63,8 @@ function layerViolations(edges: readonly Edge[]): string[] {
   for (const e of edges) {
     const from = libraryFolder(e.from);
     if (from === null) continue;
+    // An npm package (package.json) sits below every layer: it cannot import the repository.
+    if (e.to.startsWith("node_modules/")) continue;
     const tool = toolFolder(e.to);
     if (tool !== null) {
       out.push(`${where(e)}: the library (${from}/) never imports a tool (${tool}/)`);

@@ -4,6 +4,7 @@
  * one `- fix:` or `- warn:` line per problem.
  */
 import type { DoctorFacts } from "./facts.ts";
+import { clusterEnvLine } from "../cluster_env.ts";
 import type { LibraryFacts } from "./native.ts";
 import { formatBytes, type Verdict } from "./verdict.ts";
 
@@ -53,6 +54,7 @@ function glooRows(f: DoctorFacts): string[] {
   const speed = gl.speedMbps ? `, ${gl.speedMbps} Mb/s` : "";
   return [
     "multi-node",
+    row("launcher env", clusterEnvLine()),
     row("cpu backend", backend),
     row(
       "gloo",

@@ -392,3 +392,28 @@ test("single-file measurements", () => {
   console.log(`single file: ${timings.join("; ")}`);
   return Promise.resolve();
 });
+
+test('the single file tokenizes with no network: `dtrain prepare --tokenizer gpt2` and gpt2Tokenizer from "dtrain"', async () => {
+  const box = await sandboxWithFile();
+  try {
+    Deno.writeTextFileSync(join(box.work, "in.txt"), "hello world ".repeat(50));
+    Deno.writeTextFileSync(
+      join(box.work, "tok.ts"),
+      `import { GPT2_EOT, gpt2Tokenizer } from "dtrain";\n` +
+        `const t = await gpt2Tokenizer();\n` +
+        `console.log(JSON.stringify([t.encode("hello world"), GPT2_EOT, t.decode([31373, 995])]));\n`,
+    );
+    const env = box.env(join(box.dir, "cache"));
+    const prep = await runIn(box.work, ["./dtrain", "prepare", "in.txt", "out"], env, {
+      isolate: true,
+    });
+    assert.equal(prep.code, 0, `prepare failed:\n${prep.stdout}\n${prep.stderr}`);
+    const train = new Uint16Array(Deno.readFileSync(join(box.work, "out/train.bin")).buffer);
+    assert.deepEqual([...train.subarray(0, 4)], [31373, 995, 23748, 995]); // "hello", " world", " hello", " world"
+    const r = await runIn(box.work, ["./dtrain", "exec", "tok.ts"], env, { isolate: true });
+    assert.equal(r.code, 0, `tok.ts failed:\n${r.stdout}\n${r.stderr}`);
+    assert.equal(r.stdout.trim().split("\n").at(-1), '[[31373,995],50256,"hello world"]');
+  } finally {
+    box.remove();
+  }
+});
