@@ -18,7 +18,9 @@ export class DtNativeError extends Error {
   readonly library: string;
   readonly symbol: string;
   constructor(library: string, symbol: string, status: number, text: string) {
-    super(`${symbol} failed (${library}, status ${status}): ${nativeErrorText(library, status, text)}`);
+    super(
+      `${symbol} failed (${library}, status ${status}): ${nativeErrorText(library, status, text)}`,
+    );
     this.name = "DtNativeError";
     this.status = status;
     this.library = library;
@@ -34,7 +36,9 @@ export class DtNativeError extends Error {
  */
 export function nativeErrorText(library: string, status: number, text: string): string {
   const missing = `[${library} gave no text for this part: a bug in ${library}]`;
-  if (text.trim() === "") return `no error text (${library} returned status ${status} without one: a bug in ${library})`;
+  if (text.trim() === "") {
+    return `no error text (${library} returned status ${status} without one: a bug in ${library})`;
+  }
   return text.replaceAll("(null)", missing);
 }
 

@@ -11,7 +11,11 @@ import { fileURLToPath } from "node:url";
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
 /** Texts that name a folder outside the repository wherever they appear. */
-const OUTSIDE_NAMES = [/\.\.\/shared\b/, /(^|[^\w/.-])shared\/(fixtures|peers|notes)\b/, /\/work\/(w-|main\b)/];
+const OUTSIDE_NAMES = [
+  /\.\.\/shared\b/,
+  /(^|[^\w/.-])shared\/(fixtures|peers|notes)\b/,
+  /\/work\/(w-|main\b)/,
+];
 
 /** Files whose text is data, not prose or code (binary fixtures, lock files). */
 const SKIPPED_EXTENSIONS = [".safetensors", ".pt", ".so", ".png", ".gz", ".lock"];
@@ -104,7 +108,10 @@ Deno.test("the outside-reference check catches a planted reference of each kind"
         'const s = "tests read ../shared/fixtures/pytorch";',
       ].join("\n"),
     );
-    Deno.writeTextFileSync(join(dir, "NOTES.md"), "made from shared/peers/pytorch/w1_toy.py\nfine\n");
+    Deno.writeTextFileSync(
+      join(dir, "NOTES.md"),
+      "made from shared/peers/pytorch/w1_toy.py\nfine\n",
+    );
     const refs = outsideReferences(dir, ["tests/io/a.ts", "NOTES.md"]);
     assert.deepEqual(refs.map((r) => `${r.file}:${r.line}`), [
       "tests/io/a.ts:2",
