@@ -91,7 +91,14 @@ export {
 } from "./tensor/ops/batchnorm.ts";
 
 // layers and models
-export { Module, StateDictError, type StateDictSource, type StateTensor } from "./nn/module.ts";
+export {
+  Buffer,
+  Module,
+  Parameter,
+  StateDictError,
+  type StateDictSource,
+  type StateTensor,
+} from "./nn/module.ts";
 export {
   Dropout,
   Embedding,
@@ -119,7 +126,7 @@ export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
 export { getRngState, type RngState, setRngState } from "./nn/rng_state.ts";
 
 // optimizers, schedules, mixed precision
-export { AdamW, type AdamWOptions } from "./optim/adamw.ts";
+export { AdamW, type AdamWOptions, type AdamWOptionsInput } from "./optim/adamw.ts";
 export { SGD, type SGDOptions } from "./optim/sgd.ts";
 export { constantLr, LrScheduler, stepLr, warmupCosineLr } from "./optim/lr_schedule.ts";
 export { clipGradNorm, gradNorm } from "./optim/clip.ts";

@@ -18,12 +18,28 @@ export class DtNativeError extends Error {
   readonly library: string;
   readonly symbol: string;
   constructor(library: string, symbol: string, status: number, text: string) {
-    super(`${symbol} failed (${library}, status ${status}): ${text}`);
+    super(
+      `${symbol} failed (${library}, status ${status}): ${nativeErrorText(library, status, text)}`,
+    );
     this.name = "DtNativeError";
     this.status = status;
     this.library = library;
     this.symbol = symbol;
   }
+}
+
+/**
+ * The text a failing native call carries, never blank and never with C's
+ * "(null)" (what printf writes for a NULL string): either means the library
+ * failed without saying why, a bug in it, and the message says so instead of
+ * passing the gap or the "(null)" on to the user.
+ */
+export function nativeErrorText(library: string, status: number, text: string): string {
+  const missing = `[${library} gave no text for this part: a bug in ${library}]`;
+  if (text.trim() === "") {
+    return `no error text (${library} returned status ${status} without one: a bug in ${library})`;
+  }
+  return text.replaceAll("(null)", missing);
 }
 
 /**

@@ -3,7 +3,7 @@
  * state_dict keys are the dotted names PyTorch uses ("0.weight",
  * "transformer.h.0.attn.c_attn.bias"). A "module." prefix is never written.
  */
-import { type Tensor } from "../tensor/tensor.ts";
+import { Tensor } from "../tensor/tensor.ts";
 import { noGrad } from "../tensor/autograd.ts";
 import {
   asStateTensor,
@@ -45,6 +45,40 @@ export class StateDictError extends Error {
  */
 let structureVersion = 0;
 
+/** Tensors marked by Buffer(): a field holding one is registered as a buffer. */
+const markedBuffers = new WeakSet<Tensor>();
+
+/**
+ * Marks `t` as a trainable parameter (torch's `nn.Parameter`): a Module field
+ * holding it is registered as a parameter, `fc.scale = Parameter(ones([4]))`.
+ * Any tensor field with requiresGrad counts as one; this only sets the flag.
+ */
+export function Parameter(t: Tensor): Tensor {
+  t.requiresGrad = true;
+  return t;
+}
+
+/**
+ * Marks `t` as a buffer (torch's `nn.Buffer`): a Module field holding it is
+ * saved in the state dict but not trained. A plain tensor field (neither a
+ * Parameter nor a Buffer) is not registered, as in PyTorch.
+ */
+export function Buffer(t: Tensor): Tensor {
+  markedBuffers.add(t);
+  return t;
+}
+
+/** Whether `v` is a non-empty array whose elements are modules or such arrays, at any depth. */
+function isModuleArray(v: unknown): v is unknown[] {
+  return Array.isArray(v) && v.length > 0 &&
+    v.every((e) => e instanceof Module || isModuleArray(e));
+}
+
+/** The modules of a (nested) module array, flattened. */
+function modulesIn(v: unknown[]): Module[] {
+  return v.flatMap((e) => e instanceof Module ? [e] : modulesIn(e as unknown[]));
+}
+
 /** Base class of layers and models. */
 export abstract class Module {
   /** namedParameters() as last walked, and the structureVersion it was walked at */
@@ -52,6 +86,10 @@ export abstract class Module {
   readonly #params = new Map<string, Tensor>();
   readonly #buffers = new Map<string, Tensor>();
   readonly #children = new Map<string, Module>();
+  /** the own fields' values at the last look for fields to register (see #discoverFields) */
+  #fieldValues: unknown[] = [];
+  /** names registered from fields (a field given a new value replaces its entry) */
+  readonly #fromFields = new Set<string>();
   /** Training mode (dropout active). */
   training = true;
 
@@ -78,8 +116,117 @@ export abstract class Module {
     return m;
   }
 
+  /**
+   * Registers what this module's own fields hold, as torch's
+   * `nn.Module.__setattr__` does for attributes: a module (child), a tensor
+   * with requiresGrad or made by Parameter() (parameter), a tensor made by
+   * Buffer() (buffer), an array of modules, nested or not (a child list named
+   * "<field>.0", "<field>.1", … as nn.ModuleList), or an array of parameters
+   * (nn.ParameterList). JavaScript assigns a subclass's fields only after the
+   * base constructor returned, so they are found here, at the first walk of
+   * the tree (and again whenever a field's value changed), in the order the
+   * fields were defined, after what the constructors registered explicitly.
+   * What is registered already — anywhere in this module's tree, by
+   * registerModule/registerParameter or by an earlier look — is not
+   * registered again; a name taken by an explicit registration stays its.
+   */
+  #discoverFields(): void {
+    const self = this as unknown as Record<string, unknown>;
+    const keys = Object.keys(self);
+    const seen = this.#fieldValues;
+    let changed = keys.length !== seen.length;
+    for (let i = 0; !changed && i < keys.length; i++) changed = self[keys[i]!] !== seen[i];
+    if (!changed) return;
+    this.#fieldValues = keys.map((k) => self[k]);
+    let known: { modules: Set<Module>; tensors: Set<Tensor> } | null = null;
+    const isKnown = (v: Module | Tensor) => {
+      known ??= this.#registered();
+      return v instanceof Module ? known.modules.has(v) : known.tensors.has(v);
+    };
+    for (const k of keys) {
+      const v = self[k];
+      const takenExplicitly =
+        (this.#children.has(k) || this.#params.has(k) || this.#buffers.has(k)) &&
+        !this.#fromFields.has(k);
+      if (takenExplicitly) continue;
+      const current = this.#children.get(k) ?? this.#params.get(k) ?? this.#buffers.get(k);
+      let entry: Module | Tensor | null = null;
+      let kind: "module" | "param" | "buffer" = "module";
+      if (v instanceof Module) {
+        if (v === current || isKnown(v)) continue;
+        entry = v;
+      } else if (v instanceof Tensor) {
+        if (v === current || isKnown(v)) continue;
+        if (v.requiresGrad) kind = "param";
+        else if (markedBuffers.has(v)) kind = "buffer";
+        else continue; // a plain tensor attribute, as in PyTorch
+        entry = v;
+      } else if (isModuleArray(v)) {
+        const mods = modulesIn(v);
+        const registered = mods.filter(isKnown);
+        if (registered.length === mods.length) continue; // listed by the constructor (Sequential's layers)
+        if (registered.length > 0) {
+          throw new TypeError(
+            `${this.constructor.name}: field "${k}" holds ${mods.length} modules of which ${registered.length} ` +
+              `are registered already under other names; register the list as a whole (a field, or ` +
+              `registerModule for each) so its names are "${k}.0", "${k}.1", …`,
+          );
+        }
+        entry = new FieldModuleList(v);
+      } else if (
+        Array.isArray(v) && v.length > 0 && v.every((t) => t instanceof Tensor && t.requiresGrad) &&
+        !v.some((t) => isKnown(t as Tensor))
+      ) {
+        entry = new FieldParameterList(v as Tensor[]);
+      } else continue;
+      // a new value of the same kind keeps its place (Map.set on a present key), as torch's setattr
+      const sameKind = entry instanceof Module
+        ? this.#children.has(k)
+        : kind === "param"
+        ? this.#params.has(k)
+        : this.#buffers.has(k);
+      if (current !== undefined && !sameKind) this.#unregister(k);
+      this.#fromFields.add(k);
+      if (entry instanceof Module) this.registerModule(k, entry);
+      else if (kind === "param") this.registerParameter(k, entry);
+      else this.registerBuffer(k, entry);
+      known = null;
+    }
+  }
+
+  /** Removes `name` from this module's own entries (a field given a new value). */
+  #unregister(name: string): void {
+    this.#children.delete(name);
+    this.#params.delete(name);
+    this.#buffers.delete(name);
+    structureVersion++;
+  }
+
+  /** Every module and tensor registered in this module's tree, itself excluded. */
+  #registered(): { modules: Set<Module>; tensors: Set<Tensor> } {
+    const modules = new Set<Module>(), tensors = new Set<Tensor>();
+    const visit = (m: Module) => {
+      for (const t of m.#params.values()) tensors.add(t);
+      for (const t of m.#buffers.values()) tensors.add(t);
+      for (const c of m.#children.values()) {
+        if (modules.has(c)) continue;
+        modules.add(c);
+        visit(c);
+      }
+    };
+    visit(this);
+    return { modules, tensors };
+  }
+
+  /** Registers the fields of every module in the tree (see #discoverFields). */
+  #discoverTree(): void {
+    this.#discoverFields();
+    for (const c of this.#children.values()) c.#discoverTree();
+  }
+
   /** Child modules in registration order. */
   children(): [string, Module][] {
+    this.#discoverTree();
     return [...this.#children];
   }
 
@@ -120,6 +267,7 @@ export abstract class Module {
   }
 
   #namedList(): readonly (readonly [string, Tensor])[] {
+    this.#discoverTree();
     if (this.#named?.version === structureVersion) return this.#named.list;
     const seen = new Set<Tensor>();
     const list: [string, Tensor][] = [];
@@ -134,12 +282,14 @@ export abstract class Module {
 
   /** Buffers with their dotted names. */
   namedBuffers(): [string, Tensor][] {
+    this.#discoverTree();
     return [...this.#walk("buffers")];
   }
 
   /** Every parameter (tied ones under each name) and buffer, as state_dict(). */
   stateDict(): Map<string, Tensor> {
     const out = new Map<string, Tensor>();
+    this.#discoverTree();
     this.#collectState("", out);
     return out;
   }
@@ -216,6 +366,7 @@ export abstract class Module {
 
   /** Sets training mode on this module and its children. */
   train(on = true): this {
+    this.#discoverTree();
     this.training = on;
     for (const [, m] of this.#children) m.train(on);
     return this;
@@ -239,4 +390,22 @@ export abstract class Module {
 /** Adapts a Tensor to the StateTensor interface (for module-to-module copies). */
 export function tensorSource(t: Tensor): StateTensor {
   return { shape: t.shape, dtype: t.dtype, bytes: () => t.toBytes() };
+}
+
+/** Children made for a field holding an array of modules: torch's nn.ModuleList, "0", "1", … */
+class FieldModuleList extends Module {
+  constructor(items: readonly unknown[]) {
+    super();
+    items.forEach((m, i) => {
+      this.registerModule(String(i), m instanceof Module ? m : new FieldModuleList(m as unknown[]));
+    });
+  }
+}
+
+/** Parameters of a field holding an array of them: torch's nn.ParameterList, "0", "1", … */
+class FieldParameterList extends Module {
+  constructor(items: readonly Tensor[]) {
+    super();
+    items.forEach((t, i) => this.registerParameter(String(i), t));
+  }
 }

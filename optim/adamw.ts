@@ -18,22 +18,77 @@ import {
 } from "./tensor_table.ts";
 import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer.ts";
 
-/** AdamW hyperparameters; defaults are torch's. */
+/** AdamW hyperparameters; names and defaults are torch's (`betas=(0.9, 0.999)`). */
 export interface AdamWOptions {
   lr: number;
-  beta1: number;
-  beta2: number;
+  /** the running averages' decay rates (torch's `betas`), each in [0, 1) */
+  betas: [number, number];
   eps: number;
   weightDecay: number;
 }
 
+/**
+ * What AdamW's constructor and parameter groups accept: AdamWOptions, or the
+ * old spelling `beta1`/`beta2` (deprecated: it warns once, use `betas`).
+ */
+export type AdamWOptionsInput = Partial<AdamWOptions> & {
+  /** @deprecated use `betas: [beta1, beta2]` */
+  beta1?: number;
+  /** @deprecated use `betas: [beta1, beta2]` */
+  beta2?: number;
+};
+
 const DEFAULTS: AdamWOptions = {
   lr: 1e-3,
-  beta1: 0.9,
-  beta2: 0.999,
+  betas: [0.9, 0.999],
   eps: 1e-8,
   weightDecay: 1e-2,
 };
+
+let warnedBetaAlias = false;
+
+/**
+ * `opts` with the deprecated beta1/beta2 turned into `betas` (the other one
+ * from `fallback`), warning once per process; the betas checked as torch does.
+ */
+function normalizeBetas<T extends AdamWOptionsInput>(
+  opts: T,
+  fallback: [number, number],
+  where: string,
+): Omit<T, "beta1" | "beta2"> {
+  const { beta1, beta2, ...rest } = opts;
+  if (beta1 !== undefined || beta2 !== undefined) {
+    if (rest.betas !== undefined) {
+      throw new TypeError(
+        `${where}: sets both betas and the deprecated beta1/beta2; give betas only`,
+      );
+    }
+    if (!warnedBetaAlias) {
+      warnedBetaAlias = true;
+      console.warn(
+        "dtrain: AdamW's beta1/beta2 options are deprecated; write betas: [beta1, beta2] as in PyTorch",
+      );
+    }
+    rest.betas = [beta1 ?? fallback[0], beta2 ?? fallback[1]];
+  }
+  if (rest.betas !== undefined) {
+    const b = rest.betas as unknown;
+    if (!Array.isArray(b) || b.length !== 2) {
+      throw new TypeError(
+        `${where}: betas must be two numbers [beta1, beta2], got ${JSON.stringify(b)}`,
+      );
+    }
+    b.forEach((x, i) => {
+      if (typeof x !== "number" || !(x >= 0 && x < 1)) {
+        throw new RangeError(
+          `${where}: invalid beta parameter at index ${i}: ${x} (expected 0 <= beta < 1)`,
+        );
+      }
+    });
+    rest.betas = [b[0], b[1]];
+  }
+  return rest;
+}
 
 interface AdamState {
   step: number;
@@ -59,10 +114,21 @@ export class AdamW extends Optimizer<AdamWOptions> {
   readonly #list: AdamItem[] = [];
 
   constructor(
-    params: Tensor[] | ParamGroupSpec<AdamWOptions>[],
-    opts: Partial<AdamWOptions> = {},
+    params: Tensor[] | (ParamGroupSpec<AdamWOptions> & AdamWOptionsInput)[],
+    opts: AdamWOptionsInput = {},
   ) {
-    super(params, { ...DEFAULTS, ...opts });
+    const defaults = { ...DEFAULTS, ...normalizeBetas(opts, DEFAULTS.betas, "AdamW") };
+    const groups = Array.isArray(params) && params.length > 0 && "params" in (params[0] as object)
+      ? (params as (ParamGroupSpec<AdamWOptions> & AdamWOptionsInput)[]).map((g, i) => {
+        const where = `AdamW: parameter group ${i}`;
+        const spec = normalizeBetas(g, defaults.betas, where) as ParamGroupSpec<AdamWOptions>;
+        if (g.hyper) {
+          spec.hyper = normalizeBetas(g.hyper as AdamWOptionsInput, defaults.betas, where);
+        }
+        return spec;
+      })
+      : params as Tensor[];
+    super(groups, defaults);
   }
 
   protected update(): void {
@@ -125,8 +191,8 @@ export class AdamW extends Optimizer<AdamWOptions> {
       T.ints[t] = BigInt(it.s.step);
       const h = T.f64, k = 5 * t;
       h[k] = it.h.lr;
-      h[k + 1] = it.h.beta1;
-      h[k + 2] = it.h.beta2;
+      h[k + 1] = it.h.betas[0];
+      h[k + 2] = it.h.betas[1];
       h[k + 3] = it.h.eps;
       h[k + 4] = it.h.weightDecay;
     }
@@ -154,7 +220,7 @@ export class AdamW extends Optimizer<AdamWOptions> {
     });
     const paramGroups = this.groupsJson((h) => ({
       lr: h.lr,
-      betas: [h.beta1, h.beta2],
+      betas: [...h.betas],
       eps: h.eps,
       weight_decay: h.weightDecay,
       amsgrad: false,
@@ -169,7 +235,7 @@ export class AdamW extends Optimizer<AdamWOptions> {
     this.restoreGroups(state, (saved, h) => {
       if (typeof saved.lr === "number") h.lr = saved.lr;
       const betas = saved.betas as number[] | undefined;
-      if (betas) [h.beta1, h.beta2] = betas as [number, number];
+      if (betas) h.betas = [betas[0]!, betas[1]!];
       if (typeof saved.eps === "number") h.eps = saved.eps;
       if (typeof saved.weight_decay === "number") {
         h.weightDecay = saved.weight_decay;

@@ -85,6 +85,13 @@ export abstract class Optimizer<H extends { lr: number }> {
       const h = { ...defaults, ...(hyper ?? {}), ...(direct as unknown as Partial<H>) };
       return { params: ps, hyper: h, initialLr: h.lr };
     });
+    if (this.groups.every((g) => g.params.length === 0)) {
+      throw new Error(
+        `${new.target.name}: got no parameters to optimize (torch: "optimizer got an empty parameter ` +
+          `list"). A model's parameters are its registered layers: layers held in fields ` +
+          `(fc1 = new Linear(4, 16)) or registered with registerModule, tensors made with Parameter()`,
+      );
+    }
     const seen = new Set<Tensor>();
     for (const g of this.groups) {
       for (const p of g.params) {

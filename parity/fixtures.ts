@@ -1,5 +1,5 @@
 /**
- * Reading a PyTorch fixture folder (the format of shared/fixtures/pytorch):
+ * Reading a PyTorch fixture folder (the format of fixtures/pytorch):
  * where it is, its JSON records and its safetensors files as host arrays or
  * dtrain tensors.
  */
@@ -11,15 +11,13 @@ import { fromStTensor } from "../tensor/st_bridge.ts";
 import type { StateTensor } from "../nn/module.ts";
 import { stateTensor } from "../nn/load.ts";
 
-/** The default fixture folder: DTRAIN_FIXTURES, else ../shared/fixtures/pytorch beside the repository. */
+/**
+ * The default fixture folder: DTRAIN_FIXTURES (another set made by
+ * scripts/peers/pytorch_fixtures.py), else the repository's fixtures/pytorch.
+ */
 export function defaultFixtureDir(): string {
   return Deno.env.get("DTRAIN_FIXTURES") ??
-    join(
-      fileURLToPath(new URL("../..", import.meta.url)),
-      "shared",
-      "fixtures",
-      "pytorch",
-    );
+    fileURLToPath(new URL("../fixtures/pytorch", import.meta.url));
 }
 
 /**

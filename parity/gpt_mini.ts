@@ -128,8 +128,7 @@ export function gptParityRows(fx: FixtureDir): ParityRow[] {
     const h = meta.adamw ?? {};
     const opt = new AdamW(model.parameters(), {
       lr: Number(h.lr ?? 1e-3),
-      beta1: Number(h.betas?.[0] ?? 0.9),
-      beta2: Number(h.betas?.[1] ?? 0.999),
+      betas: [Number(h.betas?.[0] ?? 0.9), Number(h.betas?.[1] ?? 0.999)],
       eps: Number(h.eps ?? 1e-8),
       weightDecay: Number(h.weight_decay ?? 0),
     });

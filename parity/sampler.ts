@@ -143,7 +143,7 @@ function row(name: string, quantity: string, check: () => Outcome): ParityRow {
  *
  * @example
  * ```ts
- * const rows = checkSamplerFixtures("../shared/fixtures/pytorch");
+ * const rows = checkSamplerFixtures("fixtures/pytorch");
  * rows.filter((r) => !r.pass); // [] when dtrain matches torch
  * ```
  */
@@ -207,7 +207,7 @@ function checkSamplerCase(c: Record<string, Json>): Outcome {
  *
  * @example
  * ```ts
- * const rows = checkRandpermFixtures("../shared/fixtures/pytorch");
+ * const rows = checkRandpermFixtures("fixtures/pytorch");
  * rows.every((r) => r.pass);
  * ```
  */

@@ -7,7 +7,7 @@
  *   deno run -A scripts/bench_allreduce.ts [--ranks 2,4,8] [--sizes 1,16,64] [--iters 20]
  *       [--warmup 5] [--repeat 1] [--chunk BYTES] [--spin-us US] [--no-gloo] [--json]
  *
- * Method (the same as ../shared/peers/pytorch/w3_allreduce.py): per size,
+ * Method (the same as scripts/peers/pytorch/w3_allreduce.py): per size,
  * `warmup` calls, then `iters` calls each preceded by a barrier; a call's time
  * is the slower rank's; with --repeat N, N runs of each (alternating dtrain and
  * gloo, so both see the same machine load) are pooled. Columns: ms/call = median call time; algbw = bytes /

@@ -2,7 +2,7 @@
  * DDP on 2 CPU ranks, dtrain against PyTorch DDP (gloo, torchrun), side by
  * side in one run, one thread per rank, alternating trials. Two workloads:
  * - toy: the original harness; dtrain runs examples/toy_ddp.ts, PyTorch
- *   ../shared/peers/pytorch/w1_toy.py: steady-state samples/s (steps 11..end,
+ *   scripts/peers/pytorch/w1_toy.py: steady-state samples/s (steps 11..end,
  *   epoch-end checkpoints and barriers included), launch → first finished
  *   optimizer step, and the whole command's wall time;
  * - gpt: GPT-mini on the fortunes corpus, 60 steps of 16 x 128 tokens per
@@ -134,7 +134,7 @@ if (import.meta.main) {
     options: {
       trials: { type: "string", default: "3" },
       workloads: { type: "string", default: "toy,gpt" },
-      peers: { type: "string", default: join(ROOT, "..", "shared", "peers", "pytorch") },
+      peers: { type: "string", default: join(ROOT, "scripts", "peers", "pytorch") },
     },
   });
   const tmp = Deno.makeTempDirSync({ prefix: "dtrain-bench-ddp-" });

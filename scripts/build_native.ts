@@ -9,7 +9,16 @@
  * it. Output is written under a temporary name and renamed, so concurrent
  * builds and readers never see half a file.
  *
- *   deno run -A scripts/build_native.ts [--force] [--quiet]
+ * What a job needs is built when it needs it (docs/BUILD.md): `--for` names
+ * the parts (cpu: the CPU and shared-memory libraries, always; cuda: the GPU
+ * library; cuda-emu: the emulated GPU; gloo: the CPU process group across
+ * machines), `--job ARGS…` takes them from a `dtrain` command line, and with
+ * neither every available library is built (what the test suite needs).
+ * Sources compile in parallel (DTRAIN_BUILD_JOBS, default: every core), a
+ * line per library and its progress on stderr.
+ *
+ *   deno run -A scripts/build_native.ts [--force] [--quiet] [--for cpu,cuda,cuda-emu,gloo]
+ *   deno run -A scripts/build_native.ts [--quiet] --job [dtrain arguments…]
  */
 import { join } from "node:path";
 import { fileURLToPath as fromFileUrl } from "node:url";
@@ -332,6 +341,83 @@ export const LIBRARIES: LibrarySpec[] = [
   GLOO_LIBRARY,
 ];
 
+/** The parts a job can need; "cpu" is always built. */
+export const PARTS = ["cpu", "cuda", "cuda-emu", "gloo"] as const;
+export type BuildPart = typeof PARTS[number];
+
+/** The libraries of each part, in build order (the emulated device links against the CPU ones). */
+const PART_LIBRARIES: Record<BuildPart, string[]> = {
+  cpu: ["libdtrain_cpu.so", "libdtrain_shm.so"],
+  cuda: ["libdtrain_cuda.so"],
+  "cuda-emu": [
+    "libdtrain_cudart_emu.so",
+    "libdtrain_cuda_emu.so",
+    "libdtrain_cublaslt_emu.so",
+    "libdtrain_nccl_emu.so",
+  ],
+  gloo: ["libdtrain_gloo.so"],
+};
+
+/** The library specs that `parts` need (the CPU part always), in LIBRARIES order. */
+export function librariesFor(parts: readonly BuildPart[]): LibrarySpec[] {
+  const names = new Set(["cpu", ...parts].flatMap((p) => PART_LIBRARIES[p as BuildPart]));
+  return LIBRARIES.filter((l) => names.has(l.name));
+}
+
+/** Parses `--for cpu,cuda…`, refusing a name that is not a part. */
+export function parseParts(list: string): BuildPart[] {
+  const parts = list.split(",").map((p) => p.trim()).filter((p) => p !== "");
+  for (const p of parts) {
+    if (!(PARTS as readonly string[]).includes(p)) {
+      throw new RangeError(`build_native: --for ${p} is not one of ${PARTS.join(", ")}`);
+    }
+  }
+  return parts as BuildPart[];
+}
+
+/** Whether this machine has an NVIDIA GPU (the launcher's test for --device auto). */
+export function gpuPresent(): boolean {
+  try {
+    Deno.statSync("/dev/nvidiactl");
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The parts a `dtrain` command line needs: the GPU library for --device cuda,
+ * or for auto (the default, DTRAIN_DEVICE) on a machine with a GPU; the
+ * emulated GPU for --device cuda-emu; Gloo for CPU ranks on more than one
+ * machine (--nnodes > 1, DTRAIN_NNODES) or when DTRAIN_CPU_BACKEND=gloo asks
+ * for it. The launcher's options are read up to the script's name.
+ */
+export function partsForJob(
+  argv: readonly string[],
+  env: { get(name: string): string | undefined } = Deno.env,
+  hasGpu: boolean = gpuPresent(),
+): BuildPart[] {
+  let device = env.get("DTRAIN_DEVICE") || "auto";
+  let nnodes = Number(env.get("DTRAIN_NNODES") || "1");
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (!a.startsWith("-") && /\.(ts|js|mjs|mts)$/.test(a)) break; // the script: what follows is its own
+    const [flag, inline] = a.includes("=")
+      ? [a.slice(0, a.indexOf("=")), a.slice(a.indexOf("=") + 1)]
+      : [a, undefined];
+    if (flag === "--device") device = inline ?? argv[++i] ?? device;
+    else if (flag === "--nnodes") nnodes = Number(inline ?? argv[++i] ?? nnodes);
+  }
+  const parts: BuildPart[] = ["cpu"];
+  const gpu = device === "cuda" || (device === "auto" && hasGpu);
+  if (gpu) parts.push("cuda");
+  if (device === "cuda-emu") parts.push("cuda-emu");
+  const cpuRanks = device === "cpu" || (device === "auto" && !hasGpu);
+  const wantsGloo = (env.get("DTRAIN_CPU_BACKEND") ?? "").trim().toLowerCase() === "gloo";
+  if (cpuRanks && (nnodes > 1 || wantsGloo)) parts.push("gloo");
+  return parts;
+}
+
 function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
   const h = createHash("sha256");
   const files = spec.dirs.flatMap(listFiles);
@@ -346,56 +432,266 @@ function sourceHash(spec: LibrarySpec): { hash: string; sources: string[] } {
   return { hash: h.digest("hex").slice(0, 16), sources };
 }
 
-/** Builds every available library that is out of date; returns the built names. */
-export function buildNative(
-  opts: { force?: boolean; quiet?: boolean } = {},
-): string[] {
-  Deno.mkdirSync(BUILD_DIR, { recursive: true });
-  const built: string[] = [];
-  for (const spec of LIBRARIES) {
+/** A library that is out of date: what to run to build it. */
+interface BuildStep {
+  spec: LibrarySpec;
+  hash: string;
+  sources: string[];
+  out: string;
+  tmp: string;
+}
+
+/** The libraries of `specs` that are available and out of date (all with force). */
+function outOfDate(specs: LibrarySpec[], force: boolean): BuildStep[] {
+  const steps: BuildStep[] = [];
+  for (const spec of specs) {
     if (!spec.available()) continue;
     const { hash, sources } = sourceHash(spec);
     const out = join(BUILD_DIR, spec.name);
-    const hashFile = out + ".hash";
     let current = "";
     try {
-      current = Deno.readTextFileSync(hashFile).trim();
+      current = Deno.readTextFileSync(out + ".hash").trim();
       Deno.statSync(out);
     } catch {
       current = "";
     }
-    if (!opts.force && current === hash) continue;
-    const tmp = `${out}.tmp-${Deno.pid}`;
-    const [cmd, ...args] = spec.command(tmp, hash, sources);
+    if (!force && current === hash) continue;
+    steps.push({ spec, hash, sources, out, tmp: `${out}.tmp-${Deno.pid}` });
+  }
+  return steps;
+}
+
+/** Puts a built library in place, then its hash (a reader never sees a hash without its library). */
+function install(step: BuildStep): void {
+  Deno.renameSync(step.tmp, step.out);
+  const hashFile = step.out + ".hash";
+  Deno.writeTextFileSync(hashFile + `.tmp-${Deno.pid}`, step.hash + "\n");
+  Deno.renameSync(hashFile + `.tmp-${Deno.pid}`, hashFile);
+}
+
+function failed(step: BuildStep, cmd: string, code: number): Error {
+  try {
+    Deno.removeSync(step.tmp);
+  } catch { /* nothing was written */ }
+  return new Error(`Cannot build ${step.spec.name}: ${cmd} exited with code ${code}`);
+}
+
+/** Options of a build: which parts (default: every available library), rebuild all, silence. */
+export interface BuildOptions {
+  force?: boolean;
+  quiet?: boolean;
+  /** the parts to build (docs/BUILD.md); the CPU part is always among them */
+  parts?: readonly BuildPart[];
+}
+
+/**
+ * Builds the libraries of `opts.parts` (default: every available one) that
+ * are out of date, one compiler run each; returns the built names. Tests call
+ * this (synchronously) to be sure what they load is current.
+ */
+export function buildNative(opts: BuildOptions = {}): string[] {
+  Deno.mkdirSync(BUILD_DIR, { recursive: true });
+  const built: string[] = [];
+  for (const step of outOfDate(opts.parts ? librariesFor(opts.parts) : LIBRARIES, !!opts.force)) {
+    const { spec } = step;
+    const [cmd, ...args] = spec.command(step.tmp, step.hash, step.sources);
     if (spec.buildArgs) args.unshift(...spec.buildArgs());
     if (!opts.quiet) {
-      console.error(
-        `dtrain: building ${spec.name} (${sources.length} sources)`,
-      );
+      console.error(`dtrain: building ${spec.name} (${step.sources.length} sources)`);
     }
     const r = new Deno.Command(cmd!, {
       args,
       cwd: ROOT,
       stdout: "inherit",
       stderr: spec.report ? "piped" : "inherit",
-    })
-      .outputSync();
+    }).outputSync();
     if (spec.report) {
       const text = new TextDecoder().decode(r.stderr);
       Deno.writeTextFileSync(join(BUILD_DIR, spec.name + spec.report), text);
       if (!r.success) console.error(text);
     }
-    if (!r.success) {
-      try {
-        Deno.removeSync(tmp);
-      } catch { /* nothing was written */ }
-      throw new Error(
-        `Cannot build ${spec.name}: ${cmd} exited with code ${r.code}`,
+    if (!r.success) throw failed(step, cmd!, r.code);
+    install(step);
+    built.push(spec.name);
+  }
+  return built;
+}
+
+/** Compiler runs at once: DTRAIN_BUILD_JOBS, else every core. */
+export function buildJobs(): number {
+  const n = Number(Deno.env.get("DTRAIN_BUILD_JOBS") ?? navigator.hardwareConcurrency ?? 1);
+  return Number.isInteger(n) && n >= 1 ? n : 1;
+}
+
+/**
+ * gcc's or g++'s one-run command for a library split into one compile per
+ * source (same flags, `-c`) and a link of the objects (the same command with
+ * the objects in place of the sources). nvcc keeps its one run (its own
+ * --threads).
+ */
+export function splitCommand(
+  argv: readonly string[],
+  sources: readonly string[],
+  objectOf: (source: string) => string,
+): { compile: string[][]; link: string[] } | null {
+  const cc = argv[0]!;
+  if (cc !== "gcc" && cc !== "g++") return null;
+  const isSource = new Set(sources);
+  const compileFlags: string[] = [];
+  const link: string[] = [cc];
+  let lang: string | null = null;
+  /** the -x language in effect at the sources (g++ compiles kernels/cuda/*.cu as C++) */
+  let sourceLang: string | null = null;
+  let objectsPlaced = false;
+  for (let i = 1; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === "-x") {
+      const l = argv[++i]!;
+      lang = l === "none" ? null : l;
+      continue; // the objects are linked as objects
+    }
+    if (a === "-o") {
+      link.push(a, argv[++i]!);
+      continue;
+    }
+    if (isSource.has(a)) {
+      sourceLang ??= lang;
+      if (!objectsPlaced) link.push(...sources.map(objectOf));
+      objectsPlaced = true;
+      continue;
+    }
+    link.push(a);
+    const linkOnly = a === "-shared" || a.startsWith("-l") || a.startsWith("-L") ||
+      a.startsWith("-Wl,");
+    if (!linkOnly) compileFlags.push(a);
+  }
+  const xlang = sourceLang ? ["-x", sourceLang] : [];
+  const compile = sources.map((
+    src,
+  ) => [cc, ...compileFlags, ...xlang, "-c", src, "-o", objectOf(src)]);
+  return { compile, link };
+}
+
+/** A progress line: rewritten in place on a terminal, else printed at each quarter. */
+function progress(quiet: boolean) {
+  const tty = Deno.stderr.isTerminal();
+  const enc = new TextEncoder();
+  let open = false;
+  return {
+    line(text: string, k: number, n: number) {
+      if (quiet) return;
+      if (tty) {
+        Deno.stderr.writeSync(enc.encode(`\r\x1b[K${text}`));
+        open = true;
+      } else if (k === n || k === 1 || Math.floor((4 * k) / n) !== Math.floor((4 * (k - 1)) / n)) {
+        console.error(text);
+      }
+    },
+    done() {
+      if (open) Deno.stderr.writeSync(enc.encode("\n"));
+      open = false;
+    },
+  };
+}
+
+/** Runs `commands` from the repository root, `jobs` at a time; calls `each` as each ends. */
+async function runPool(
+  commands: string[][],
+  jobs: number,
+  each: (done: number) => void,
+): Promise<void> {
+  let next = 0, done = 0;
+  let failure: Error | null = null;
+  const worker = async () => {
+    while (next < commands.length && !failure) {
+      const [cmd, ...args] = commands[next++]!;
+      const r = await new Deno.Command(cmd!, {
+        args,
+        cwd: ROOT,
+        stdout: "inherit",
+        stderr: "inherit",
+      })
+        .output();
+      if (!r.success) {
+        failure ??= new Error(
+          `${cmd} ${
+            args.filter((a) => !a.startsWith("-")).at(-2) ?? ""
+          } exited with code ${r.code}`,
+        );
+      }
+      each(++done);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(jobs, commands.length) }, worker));
+  if (failure) throw failure;
+}
+
+/**
+ * buildNative with every gcc/g++ source compiled on its own, `buildJobs()`
+ * at a time, and a line per library with its progress ("compiling k/N"):
+ * what the `dtrain` command and the test script run.
+ */
+export async function buildNativeParallel(opts: BuildOptions = {}): Promise<string[]> {
+  Deno.mkdirSync(BUILD_DIR, { recursive: true });
+  const built: string[] = [];
+  const jobs = buildJobs();
+  const show = progress(!!opts.quiet);
+  for (const step of outOfDate(opts.parts ? librariesFor(opts.parts) : LIBRARIES, !!opts.force)) {
+    const { spec } = step;
+    const argv = spec.command(step.tmp, step.hash, step.sources);
+    const objDir = join(BUILD_DIR, "obj", `${spec.name}-${step.hash}`);
+    const objectOf = (src: string) => join(objDir, src.replaceAll("/", "__") + ".o");
+    const split = spec.buildArgs ? null : splitCommand(argv, step.sources, objectOf);
+    const label = `dtrain: building ${spec.name}`;
+    if (!opts.quiet) {
+      console.error(
+        split
+          ? `${label}: ${step.sources.length} sources, ${
+            Math.min(jobs, step.sources.length)
+          } at a time`
+          : `${label} (${step.sources.length} sources${
+            spec.name === "libdtrain_cuda.so" ? ", nvcc: minutes" : ""
+          })`,
       );
     }
-    Deno.renameSync(tmp, out);
-    Deno.writeTextFileSync(hashFile + `.tmp-${Deno.pid}`, hash + "\n");
-    Deno.renameSync(hashFile + `.tmp-${Deno.pid}`, hashFile);
+    const t0 = performance.now();
+    if (split) {
+      Deno.mkdirSync(objDir, { recursive: true });
+      const n = split.compile.length;
+      await runPool(split.compile, jobs, (k) => show.line(`${label}: compiling ${k}/${n}`, k, n));
+      show.done();
+      const [cmd, ...args] = split.link;
+      const r = await new Deno.Command(cmd!, {
+        args,
+        cwd: ROOT,
+        stdout: "inherit",
+        stderr: "inherit",
+      }).output();
+      if (!r.success) throw failed(step, cmd!, r.code);
+      Deno.removeSync(objDir, { recursive: true });
+      try {
+        Deno.removeSync(join(BUILD_DIR, "obj")); // when no other build is using it
+      } catch { /* another build's objects are there */ }
+    } else {
+      const [cmd, ...args] = argv;
+      if (spec.buildArgs) args.unshift(...spec.buildArgs());
+      const r = await new Deno.Command(cmd!, {
+        args,
+        cwd: ROOT,
+        stdout: "inherit",
+        stderr: spec.report ? "piped" : "inherit",
+      }).output();
+      if (spec.report) {
+        const text = new TextDecoder().decode(r.stderr);
+        Deno.writeTextFileSync(join(BUILD_DIR, spec.name + spec.report), text);
+        if (!r.success) console.error(text);
+      }
+      if (!r.success) throw failed(step, cmd!, r.code);
+    }
+    install(step);
+    if (!opts.quiet) {
+      console.error(`${label}: done in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    }
     built.push(spec.name);
   }
   return built;
@@ -404,7 +700,22 @@ export function buildNative(
 export { hasCommand };
 
 if (import.meta.main) {
-  const force = Deno.args.includes("--force");
-  const quiet = Deno.args.includes("--quiet");
-  buildNative({ force, quiet });
+  const args = [...Deno.args];
+  const jobAt = args.indexOf("--job");
+  const own = jobAt >= 0 ? args.slice(0, jobAt) : args;
+  const force = own.includes("--force");
+  const quiet = own.includes("--quiet");
+  const forAt = own.findIndex((a) => a === "--for" || a.startsWith("--for="));
+  let parts: BuildPart[] | undefined;
+  try {
+    if (jobAt >= 0) parts = partsForJob(args.slice(jobAt + 1));
+    else if (forAt >= 0) {
+      const a = own[forAt]!;
+      parts = parseParts(a.includes("=") ? a.slice(a.indexOf("=") + 1) : own[forAt + 1] ?? "");
+    }
+    await buildNativeParallel({ force, quiet: quiet && jobAt < 0, parts });
+  } catch (e) {
+    console.error(`dtrain: ${(e as Error).message}`);
+    Deno.exit(1);
+  }
 }

@@ -10,7 +10,7 @@
  *   js/           the single-process checks, bundled (facts, ops vs CPU, parity,
  *                 benchmark, resume verdict), run with `dtrain exec`
  *   scripts/      the launched checks, TypeScript on the public API (NCCL ranks, a training job)
- *   fixtures/     the PyTorch parity fixtures (and the repository's own fixtures/, if any)
+ *   fixtures/     the repository's fixtures/ (pytorch/ from --fixtures DIR when given)
  *   bench_gpt_torch.py  the PyTorch side of the benchmark
  *
  *   deno run -A scripts/gpu_bundle.ts [--out DIR] [--fixtures DIR] [--allow-no-cuda] [--quiet]
@@ -132,12 +132,20 @@ export async function buildGpuBundle(opts: {
   );
   Deno.copyFileSync(join(ROOT, "scripts/gpu_check/run.sh"), join(out, "run.sh"));
   Deno.chmodSync(join(out, "run.sh"), 0o755);
-  let fixtures = copyTree(opts.fixtures ?? defaultFixtureDir(), join(out, "fixtures", "pytorch"));
-  try {
-    if (Deno.statSync(join(ROOT, "fixtures")).isDirectory) {
-      fixtures += copyTree(join(ROOT, "fixtures"), join(out, "fixtures"));
+  // The repository's fixtures/ (the ops, CNN and SyncBatchNorm references), then
+  // fixtures/pytorch from the chosen set (the repository's own by default).
+  let fixtures = 0;
+  for (const e of Deno.readDirSync(join(ROOT, "fixtures"))) {
+    if (e.name === "pytorch") continue;
+    const to = join(out, "fixtures", e.name);
+    if (e.isDirectory) fixtures += copyTree(join(ROOT, "fixtures", e.name), to);
+    else if (e.isFile) {
+      Deno.mkdirSync(join(out, "fixtures"), { recursive: true });
+      Deno.copyFileSync(join(ROOT, "fixtures", e.name), to);
+      fixtures++;
     }
-  } catch { /* the repository has no fixtures of its own */ }
+  }
+  fixtures += copyTree(opts.fixtures ?? defaultFixtureDir(), join(out, "fixtures", "pytorch"));
   const bytes = treeBytes(out);
   if (bytes > MAX_BUNDLE_BYTES) {
     throw new Error(

@@ -1,7 +1,7 @@
 /**
  * `deno task parity [folder] [--only toy,gpt,sampler,checkpoint,ops,cnn,syncbn] [--device D]`:
  * runs every comparison a PyTorch fixture folder supports (default:
- * DTRAIN_FIXTURES or ../shared/fixtures/pytorch) on device D (cpu, cuda,
+ * DTRAIN_FIXTURES or the repository's fixtures/pytorch) on device D (cpu, cuda,
  * cuda-emu; default DTRAIN_DEVICE, else the CPU) and prints a row per case —
  * case, quantity, max error, tolerance, PASS/FAIL — exiting 1 on any FAIL.
  * The tolerances are the same on every device.

@@ -186,8 +186,7 @@ export class Trainer<M extends Module> {
     this.optimizer = cfg.optim.name === "adamw"
       ? new AdamW(groups, {
         lr: cfg.optim.lr,
-        beta1: cfg.optim.betas[0],
-        beta2: cfg.optim.betas[1],
+        betas: [cfg.optim.betas[0], cfg.optim.betas[1]],
         eps: cfg.optim.eps,
         weightDecay: cfg.optim.weightDecay,
       })

@@ -212,12 +212,16 @@ dt_status dt_shm_wait_(dt_shm_t* g, uint64_t phase, int64_t deadline_ns, const c
     int n = dt_shm_missing_(g, phase, miss, DT_SHM_MAX_RANKS);
     if (n == 0) return DT_OK;
     int32_t aborted_by = atomic_load(&hdr->aborted_by);
-    if (!what && (aborted_by != 0 || dt_shm_now_ns_() >= spin_until)) {
+    /* One clock reading decides both whether to spin and whether `what` needs
+     * its description: every path past the spin below writes a message with
+     * `what`, so it must never be NULL there (two readings once let the spin
+     * end between them, and a message read "(null) on rank 0 cannot complete"). */
+    int64_t now = dt_shm_now_ns_();
+    if (!what && (aborted_by != 0 || now >= spin_until)) {
       dt_shm_describe_current_(g, what_buf, sizeof what_buf);
       what = what_buf;
     }
     if (aborted_by != 0 && aborted_by - 1 != g->rank) return dt_shm_peer_aborted_(g, aborted_by, what);
-    int64_t now = dt_shm_now_ns_();
     if (now < spin_until) {
       /* After the first few µs, yield between short spins: with more runnable
        * threads than cores, the rank being waited for may need this core. */

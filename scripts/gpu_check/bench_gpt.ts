@@ -54,7 +54,7 @@ manualSeed(0);
 const model = new GPT(cfg);
 const params = model.parameters();
 const N = params.reduce((n, p) => n + p.numel, 0);
-const opt = new AdamW(params, { lr: 6e-4, beta1: 0.9, beta2: 0.95, weightDecay: 0.1 });
+const opt = new AdamW(params, { lr: 6e-4, betas: [0.9, 0.95], weightDecay: 0.1 });
 const flopsPerToken = 6 * N + 6 * cfg.nLayer * cfg.nEmbd * T;
 
 // random tokens: inputs and next-token targets of B sequences of T + 1 tokens

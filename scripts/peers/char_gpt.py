@@ -1,11 +1,11 @@
 """PyTorch peer of dtrain's character-level GPT workload: the model, data and
-recipe of shared/peers/pytorch/w2_gpt.py (copied here so the repository stands
+recipe of scripts/peers/pytorch/w2_gpt.py (copied here so the repository stands
 alone; keep the two in step), printing the loss of every step, so dtrain's
 loss curve on the same setup can be laid over PyTorch's.
 
   OMP_NUM_THREADS=1 /usr/bin/python3 scripts/peers/char_gpt.py [--steps 200]
   torchrun --nproc_per_node 2 --standalone scripts/peers/char_gpt.py
-(On Debian 12 use shared/peers/pytorch/torchrun_fix.py in place of torchrun.)
+(On Debian 12 use scripts/peers/pytorch/torchrun_fix.py in place of torchrun.)
 
 Model: vocab 256, block 128, 4 layers, 4 heads, n_embd 128, pre-LayerNorm,
 fused qkv Linear, GELU(tanh), MLP 4x, lm_head tied to the token embedding,

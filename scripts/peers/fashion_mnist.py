@@ -3,7 +3,7 @@ contract that dtrain's Fashion-MNIST example mirrors step for step.
 
   /usr/bin/python3 scripts/peers/fashion_mnist.py [--epochs 3] [--threads 1]
   torchrun --nproc_per_node 2 --standalone scripts/peers/fashion_mnist.py
-(On Debian 12 the stock torchrun dies at start; run shared/peers/pytorch/
+(On Debian 12 the stock torchrun dies at start; run scripts/peers/pytorch/
 torchrun_fix.py with the same arguments instead.)
 
 Recipe:

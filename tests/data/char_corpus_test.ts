@@ -23,7 +23,7 @@ buildNative({ quiet: true });
 
 const PYTHON = "/usr/bin/python3";
 const REAL_DIR = Deno.env.get("DTRAIN_CHAR_CORPUS") ?? FORTUNES_DIR;
-/** Size and file count of the corpus with fortunes 1:1.99.1-7.3 (shared/peers/pytorch/results.md). */
+/** Size and file count of the corpus with fortunes 1:1.99.1-7.3 (scripts/peers/pytorch/results.md). */
 const PEER_CORPUS_BYTES = 2576674;
 const PEER_CORPUS_FILES = 43;
 

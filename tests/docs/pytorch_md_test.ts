@@ -40,6 +40,8 @@ function snippets(markdown: string): Snippet[] {
 const EXPECT: Record<string, RegExp> = {
   "Training and evaluation mode":
     /tensor\(\[\[.*shape=\[2, 2\], dtype=f32, device=cpu, gradFn=\w+/s,
+  "Custom modules: layers as fields":
+    /\[ 3, 2 \] \[ 0\.9, 0\.95 \]\ngain fc1\.weight fc1\.bias blocks\.0\.weight blocks\.0\.bias blocks\.1\.weight blocks\.1\.bias fc2\.weight fc2\.bias\n/,
   "No gradients: `torch.no_grad()`": /correct: \d+ true tensor\(\[1\., 2\.\], shape=\[2\]/,
   "Memory: scope and dispose": /^2 \d\.\d{4}\n.*no leak$/ms,
   "Parameter groups": /0\.5\n/,

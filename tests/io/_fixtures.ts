@@ -1,6 +1,6 @@
 /**
  * Locates the PyTorch reference fixtures for the io tests:
- * `<repo root>/../shared/fixtures/pytorch`, or the folder in DTRAIN_FIXTURES.
+ * the repository's `fixtures/pytorch`, or the folder in DTRAIN_FIXTURES.
  */
 import { fileURLToPath } from "node:url";
 
@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 export function fixtureDir(): string {
   const override = Deno.env.get("DTRAIN_FIXTURES");
   if (override) return override.replace(/\/+$/, "");
-  return fileURLToPath(new URL("../../../shared/fixtures/pytorch", import.meta.url));
+  return fileURLToPath(new URL("../../fixtures/pytorch", import.meta.url));
 }
 
 /** The bytes of fixture file `name`. */
@@ -17,7 +17,7 @@ export function readFixture(name: string): Uint8Array<ArrayBuffer> {
     return Deno.readFileSync(fixturePath(name));
   } catch (e) {
     throw new Error(
-      `Cannot read fixture ${name} in ${fixtureDir()}: set DTRAIN_FIXTURES to the PyTorch fixture folder`,
+      `Cannot read fixture ${name} in ${fixtureDir()}: the repository's fixtures/pytorch should hold it (or set DTRAIN_FIXTURES to another set)`,
       {
         cause: e,
       },

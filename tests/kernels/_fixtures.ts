@@ -1,6 +1,6 @@
 /**
  * Reads F32 tensors from the PyTorch reference fixtures for the kernel tests:
- * `<repo root>/../shared/fixtures/pytorch`, or the folder in DTRAIN_FIXTURES.
+ * the repository's `fixtures/pytorch`, or the folder in DTRAIN_FIXTURES.
  * A minimal safetensors reader, so these tests do not depend on io/.
  */
 import { fileURLToPath } from "node:url";
@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 export function fixtureDir(): string {
   const override = Deno.env.get("DTRAIN_FIXTURES");
   if (override) return override.replace(/\/+$/, "");
-  return fileURLToPath(new URL("../../../shared/fixtures/pytorch", import.meta.url));
+  return fileURLToPath(new URL("../../fixtures/pytorch", import.meta.url));
 }
 
 /** Every F32 tensor of a safetensors fixture, by name, as a copy. */

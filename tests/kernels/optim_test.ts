@@ -93,7 +93,7 @@ Deno.test("dt_adamw() reproduces torch 1.13's AdamW bit for bit over several ste
 });
 
 Deno.test("dt_adamw() matches PyTorch's first step of the toy MLP exactly", () => {
-  // variant a of shared/fixtures/pytorch/README.md section 3: AdamW(lr=1e-3) defaults
+  // variant a of fixtures/pytorch/README.md section 3: AdamW(lr=1e-3) defaults
   const init = readF32Tensors("toy_mlp_init.safetensors");
   const grads = readF32Tensors("toy_mlp_a_step1_grads.safetensors");
   const after = readF32Tensors("toy_mlp_a_step1.safetensors");

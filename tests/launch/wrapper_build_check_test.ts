@@ -1,8 +1,8 @@
 /**
  * The `dtrain` wrapper's native build check: the build script runs only when the libraries are
  * missing, a kernel source or the build script is newer than the stamp of the last passing
- * check, or what decides the CUDA build (DTRAIN_CUDA, the nvcc on PATH) changed; otherwise the
- * wrapper goes straight to cli.ts. Run against a copy of the wrapper whose deno is a stand-in
+ * check for the same job facts (--device, --nnodes, a GPU present), or what decides the builds
+ * (DTRAIN_CUDA, the nvcc on PATH, …) changed; otherwise the wrapper goes straight to cli.ts. Run against a copy of the wrapper whose deno is a stand-in
  * that records how it was called.
  */
 import assert from "node:assert/strict";
@@ -33,12 +33,16 @@ function fakeCheckout(): string {
 }
 
 /** Runs the wrapper with PATH = bin/ of the fake checkout plus the system's; returns the scripts deno ran. */
-function runWrapper(root: string, env: Record<string, string> = {}): string[] {
+function runWrapper(
+  root: string,
+  env: Record<string, string> = {},
+  args: string[] = ["--version"],
+): string[] {
   try {
     Deno.removeSync(join(root, "calls.txt"));
   } catch { /* first run */ }
   const out = new Deno.Command("/bin/sh", {
-    args: [join(root, "dtrain"), "--version"],
+    args: [join(root, "dtrain"), ...args],
     env: { PATH: `${join(root, "bin")}:/usr/bin:/bin`, DTRAIN_CUDA: "", ...env },
     clearEnv: true,
     stdout: "piped",
@@ -57,10 +61,11 @@ function age(path: string): void {
 Deno.test("the wrapper builds only when a source, the libraries or the CUDA choice changed", () => {
   const root = fakeCheckout();
   try {
-    const stamp = join(root, "build/.native-checked");
+    const stamp = join(root, "build/.native-checked.auto.1.0");
+    const key = (nvcc: string, cuda = "") => `cuda=${cuda} emu= gloo= backend= nvcc=${nvcc}`;
     // No stamp: a build, then the command; the stamp records the choice (no nvcc on PATH).
     assert.deepEqual(runWrapper(root), ["build_native.ts", "cli.ts"]);
-    assert.equal(Deno.readTextFileSync(stamp), "cuda= nvcc=");
+    assert.equal(Deno.readTextFileSync(stamp), key(""));
     for (const f of ["kernels/cpu/a.c", "scripts/build_native.ts"]) age(join(root, f));
     // Nothing changed: straight to cli.ts.
     assert.deepEqual(runWrapper(root), ["cli.ts"]);
@@ -74,8 +79,26 @@ Deno.test("the wrapper builds only when a source, the libraries or the CUDA choi
     Deno.writeTextFileSync(nvcc, "#!/bin/sh\n");
     Deno.chmodSync(nvcc, 0o755);
     assert.deepEqual(runWrapper(root), ["build_native.ts", "cli.ts"]);
-    assert.equal(Deno.readTextFileSync(stamp), `cuda= nvcc=${nvcc}`);
+    assert.equal(Deno.readTextFileSync(stamp), key(nvcc));
     assert.deepEqual(runWrapper(root), ["cli.ts"]);
+    // Another device is another job: its own check once, then straight to cli.ts; the build
+    // script is given the whole command line (build_native.ts, then the script's name).
+    const emu = ["--nproc", "2", "--device", "cuda-emu", "train.ts", "--device", "cpu"];
+    assert.deepEqual(runWrapper(root, {}, emu), [
+      "build_native.ts",
+      "train.ts",
+      "cli.ts",
+      "train.ts",
+    ]);
+    assert.ok(Deno.statSync(join(root, "build/.native-checked.cuda-emu.1.0")).isFile);
+    assert.deepEqual(runWrapper(root, {}, emu), ["cli.ts", "train.ts"]);
+    assert.deepEqual(runWrapper(root, {}, ["--nnodes=2", "t.ts"]), [
+      "build_native.ts",
+      "t.ts",
+      "cli.ts",
+      "t.ts",
+    ]);
+    assert.ok(Deno.statSync(join(root, "build/.native-checked.auto.2.0")).isFile);
     // DTRAIN_CUDA changes the choice too; a missing library forces a build.
     assert.deepEqual(runWrapper(root, { DTRAIN_CUDA: "0" }), ["build_native.ts", "cli.ts"]);
     Deno.removeSync(join(root, "build/libdtrain_shm.so"));

@@ -1,18 +1,17 @@
 /**
  * Test helpers for the PyTorch reference fixtures: where the folder is
- * (DTRAIN_FIXTURES, else <repo>/../shared/fixtures/pytorch) and a tiny
+ * (DTRAIN_FIXTURES, else the repository's fixtures/pytorch) and a tiny
  * safetensors reader (F32 and I64 only), kept local so these tests do not
  * depend on io/safetensors.ts.
  */
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-/** The fixture folder: $DTRAIN_FIXTURES, or <repo root>/../shared/fixtures/pytorch. */
+/** The fixture folder: $DTRAIN_FIXTURES, or the repository's fixtures/pytorch. */
 export function fixturesDir(): string {
   const override = Deno.env.get("DTRAIN_FIXTURES");
   if (override) return override;
-  const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
-  return join(repoRoot, "..", "shared", "fixtures", "pytorch");
+  return fileURLToPath(new URL("../../fixtures/pytorch", import.meta.url));
 }
 
 /** Reads and parses a JSON fixture by file name. */

@@ -34,8 +34,8 @@ export function gradient(t: number, step: number): Float32Array<ArrayBuffer> | n
 }
 
 export const ADAMW_GROUPS = [
-  { lr: 1e-3, weightDecay: 0.1, beta1: 0.9, beta2: 0.999, eps: 1e-8 },
-  { lr: 3e-3, weightDecay: 0, beta1: 0.9, beta2: 0.999, eps: 1e-8 },
+  { lr: 1e-3, weightDecay: 0.1, betas: [0.9, 0.999] as [number, number], eps: 1e-8 },
+  { lr: 3e-3, weightDecay: 0, betas: [0.9, 0.999] as [number, number], eps: 1e-8 },
 ];
 export const SGD_GROUPS = [
   { lr: 0.1, momentum: 0.9, dampening: 0, weightDecay: 0, nesterov: true },
