@@ -189,6 +189,8 @@ def loss_cases():
     case("nll_3d/mean", F.nll_loss, {"input": F.log_softmax(logits3, 1), "target": target3},
          {"reduction": "mean", "ignore_index": 2}, ["input"])
     for red in ["none", "mean", "sum"]:
+        case(f"ce/{red}", F.cross_entropy, {"input": logits, "target": target},
+             {"reduction": red}, ["input"])
         case(f"ce_smooth_weight/{red}", F.cross_entropy,
              {"input": logits, "target": target, "weight": weight},
              {"reduction": red, "label_smoothing": 0.1}, ["input"])
