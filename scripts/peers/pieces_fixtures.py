@@ -1,10 +1,11 @@
 """PyTorch reference fixtures for dtrain's everyday pieces: the optimizers
 (Adam, Adadelta, Adagrad, RMSprop), the learning-rate schedulers, the loss
-functions, and the random constructors (rand, randn, randint).
+functions, the random constructors (rand, randn, randint) and len(DataLoader).
 
   /usr/bin/python3 scripts/peers/pieces_fixtures.py [--out fixtures/pieces]
 
-Writes optimizers.json, lr_schedulers.json, losses.json and random.json. Every
+Writes optimizers.json, lr_schedulers.json, losses.json, random.json and
+loader_lengths.json (len(DataLoader) with and without a DistributedSampler). Every
 float32 value is written as the exact decimal of its float (a JSON number
 parses back to the same float32), so the checks compare against torch's bits;
 the tolerances live beside the tests, which explain them. Everything runs on
@@ -252,6 +253,29 @@ def random_cases():
     return out
 
 
+# ---- len(DataLoader) ----------------------------------------------------------------
+
+def loader_cases():
+    from torch.utils.data import DataLoader, DistributedSampler
+    out = []
+    for n in [0, 1, 10, 17, 64]:
+        for batch in [1, 3, 8]:
+            for drop_last in [False, True]:
+                out.append({"n": n, "batch_size": batch, "drop_last": drop_last, "sampler": None,
+                            "len": len(DataLoader(range(n), batch_size=batch, drop_last=drop_last))})
+                if n == 0:
+                    continue
+                for replicas, rank, sdrop in [(3, 0, False), (3, 2, True), (4, 1, False)]:
+                    sampler = DistributedSampler(range(n), num_replicas=replicas, rank=rank,
+                                                 drop_last=sdrop)
+                    out.append({"n": n, "batch_size": batch, "drop_last": drop_last,
+                                "sampler": {"num_replicas": replicas, "rank": rank,
+                                            "drop_last": sdrop},
+                                "len": len(DataLoader(range(n), batch_size=batch,
+                                                      drop_last=drop_last, sampler=sampler))})
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="fixtures/pieces")
@@ -264,6 +288,7 @@ def main():
                                "cases": sched_cases()},
         "losses.json": {"torch": torch.__version__, "cases": loss_cases()},
         "random.json": {"torch": torch.__version__, "cases": random_cases()},
+        "loader_lengths.json": {"torch": torch.__version__, "cases": loader_cases()},
     }
     for name, data in files.items():
         with open(os.path.join(a.out, name), "w") as f:
