@@ -18,6 +18,8 @@ export interface Sampler {
   readonly epoch?: number;
   /** Told when an iteration went through `epoch`'s order to its end (DistributedSampler warns on repeats). */
   passCompleted?(epoch: number): void;
+  /** Indices per epoch (torch's `len(sampler)`), which DataLoader.length reads; without it, indices() is counted. */
+  readonly length?: number;
 }
 
 /** Options of a DataLoader. */
@@ -97,6 +99,9 @@ const YIELD_EVERY_MS = 20;
 /** Identity order. */
 class SequentialSampler implements Sampler {
   constructor(readonly n: number) {}
+  get length(): number {
+    return this.n;
+  }
   setEpoch(_epoch: number): void {}
   indices(): Int32Array {
     return Int32Array.from({ length: this.n }, (_, i) => i);
@@ -126,6 +131,21 @@ export class DataLoader {
     this.sampler = opts.sampler ?? new SequentialSampler(dataset.length);
     this.dropLast = opts.dropLast ?? false;
     this.prefetch = opts.prefetch ?? 2;
+  }
+
+  /**
+   * Batches in a full epoch (torch's `len(loader)`): the sampler's length
+   * (this rank's share under a DistributedSampler) over the batch size,
+   * rounded down with dropLast, up without.
+   *
+   * @example
+   * ```ts
+   * const stepsPerEpoch = loader.length;
+   * ```
+   */
+  get length(): number {
+    const n = this.sampler.length;
+    return this.batchesFor(typeof n === "number" ? n : this.sampler.indices().length);
   }
 
   /** Number of batches in an epoch of `count` indices. */

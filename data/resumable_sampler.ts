@@ -84,6 +84,11 @@ export class ResumableSampler implements Sampler {
     return this.inner.epoch;
   }
 
+  /** Indices per full epoch for this rank (torch's `len(sampler)`; a resumed epoch yields fewer). */
+  get length(): number {
+    return this.inner.length;
+  }
+
   /** Continues `point.epoch` after `point.consumed` samples of its global order. */
   resume(point: ResumePoint): void {
     this.#resume = point;

@@ -485,6 +485,23 @@ export const KERNEL_SYMBOLS = {
     ],
     ...STATUS,
   },
+  /**
+   * out[i] = a[i] <op> b[i] as 0/1 (kernels/common/compare.h: 0 eq, 1 ne, 2 lt,
+   * 3 le, 4 gt, 5 ge; 6 and 7 pick torch.maximum's / minimum's operand); a NULL
+   * b compares with b_value.
+   */
+  dt_compare: {
+    parameters: [
+      I32, // int32 op
+      P, // uint8* out (n)
+      P, // const float* a (n)
+      P, // const float* b (n) or NULL
+      I64, // int64 n
+      F32, // float b_value: used where b is NULL
+      P, // stream
+    ],
+    ...STATUS,
+  },
   /** out[i] = cond[i] ? a[i] : b[i]; a NULL a or b reads a_value or b_value instead. */
   dt_where: {
     parameters: [

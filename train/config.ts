@@ -41,8 +41,8 @@ export const TrainConfigSchema = lazySchema(() =>
       prefetch: z.number().int().min(0).default(2),
     }).prefault({}),
     optim: z.strictObject({
-      /** "adamw" or "sgd". */
-      name: z.enum(["adamw", "sgd"]).default("adamw"),
+      /** "adamw", "sgd", "adam", "adadelta", "adagrad" or "rmsprop" (torch.optim's classes). */
+      name: z.enum(["adamw", "sgd", "adam", "adadelta", "adagrad", "rmsprop"]).default("adamw"),
       /** Peak learning rate. */
       lr: z.number().positive().default(1e-3),
       /** Decoupled (AdamW) or L2 (SGD) weight decay. */
@@ -51,8 +51,18 @@ export const TrainConfigSchema = lazySchema(() =>
       betas: z.tuple([z.number().min(0).lt(1), z.number().min(0).lt(1)]).default([0.9, 0.999]),
       /** AdamW epsilon. */
       eps: z.number().positive().default(1e-8),
-      /** SGD momentum. */
+      /** SGD and RMSprop momentum. */
       momentum: z.number().min(0).default(0),
+      /** Adam's AMSGrad variant. */
+      amsgrad: z.boolean().default(false),
+      /** RMSprop smoothing constant. */
+      alpha: z.number().min(0).default(0.99),
+      /** RMSprop centered (normalised by the gradient's variance). */
+      centered: z.boolean().default(false),
+      /** Adadelta smoothing constant. */
+      rho: z.number().min(0).max(1).default(0.9),
+      /** Adagrad learning-rate decay. */
+      lrDecay: z.number().min(0).default(0),
       /** SGD Nesterov momentum. */
       nesterov: z.boolean().default(false),
       /**

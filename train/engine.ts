@@ -18,6 +18,7 @@ import { backend } from "../tensor/backend.ts";
 import { autocast } from "../amp/autocast.ts";
 import { GradScaler } from "../amp/grad_scaler.ts";
 import { AdamW } from "../optim/adamw.ts";
+import { elementwiseOptimizer } from "../optim/by_name.ts";
 import { SGD } from "../optim/sgd.ts";
 import type { Optimizer } from "../optim/optimizer.ts";
 import { clipGradNorm, gradNorm } from "../optim/clip.ts";
@@ -190,12 +191,14 @@ export class Trainer<M extends Module> {
         eps: cfg.optim.eps,
         weightDecay: cfg.optim.weightDecay,
       })
-      : new SGD(groups, {
+      : cfg.optim.name === "sgd"
+      ? new SGD(groups, {
         lr: cfg.optim.lr,
         momentum: cfg.optim.momentum,
         nesterov: cfg.optim.nesterov,
         weightDecay: cfg.optim.weightDecay,
-      });
+      })
+      : elementwiseOptimizer(cfg.optim.name, groups, cfg.optim);
     this.sampler = new ResumableSampler(opts.data.length, this.pg.size, this.pg.rank, {
       shuffle: cfg.data.shuffle,
       seed: cfg.seed,

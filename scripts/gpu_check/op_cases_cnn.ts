@@ -256,6 +256,27 @@ export function buildCnnOpCases(
           k.dt_where(p("out"), p("cond"), an ? p(an) : null, bn ? p(bn) : null, n64(n), 1.5, -2, s),
       });
     }
+    // comparisons (0 eq .. 5 ge, 6/7 the maximum/minimum picks) of a against b, or a scalar,
+    // with ties, NaNs and signed zeros planted in the operands
+    const ca = Float32Array.from(z), cb = Float32Array.from(dy);
+    for (let i = 0; i < n; i += 5) cb[i] = ca[i]!;
+    for (let i = 1; i < n; i += 11) ca[i] = NaN;
+    for (let i = 2; i < n; i += 13) [ca[i], cb[i]] = [-0, 0];
+    for (let op = 0; op <= 7; op++) {
+      for (const withB of [true, false]) {
+        add({
+          op: `compare ${op} ${withB ? "b" : "0.25"}`,
+          symbols: ["dt_compare"],
+          dtype: "f32",
+          size: `${n}`,
+          tol: exact,
+          inputs: { a: ca, b: cb },
+          outputs: { out: [new Uint8Array(n), "bytes"] },
+          call: (k, p, s) =>
+            k.dt_compare(op, p("out"), p("a"), withB ? p("b") : null, n64(n), 0.25, s),
+        });
+      }
+    }
   }
 
   // ---- strided copy: a permutation of a contiguous input, and a broadcast of it --------------

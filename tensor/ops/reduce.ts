@@ -6,7 +6,7 @@
  * Indices are i32 tensors (dtrain's index dtype; PyTorch returns int64).
  */
 import { backend } from "../backend.ts";
-import { empty, full, type Tensor, zeros } from "../tensor.ts";
+import { castTensor, empty, full, type Tensor, zeros } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { asF32, contiguousStrides, dimView, normDim } from "./_util.ts";
 import { stridedCopy } from "./_strided.ts";
@@ -114,7 +114,14 @@ function sumOrMean(
   dim: number | readonly number[] | undefined,
   opts: ReduceOptions,
 ) {
-  const x = asF32(x0);
+  // a mask or integer tensor sums as a count (torch sums bools and ints; exact in f32 below 2^24)
+  const integer = x0.dtype === "u8" || x0.dtype === "i32" || x0.dtype === "i64";
+  if (integer && op === "mean") {
+    throw new TypeError(
+      `mean: expected a floating-point tensor, got ${x0.dtype} (cast it first, as torch requires)`,
+    );
+  }
+  const x = integer ? castTensor(x0, "f32") : asF32(x0);
   const dims = reducedDims(op, x, dim);
   const keepdim = opts.keepdim ?? false;
   const outShape = reducedShape(x.shape, dims, keepdim);
@@ -137,7 +144,8 @@ function sumOrMean(
 
 /**
  * Sum of the elements: of all of them (a 0-dim tensor), or along `dim` (a
- * dim or a list of dims), as torch.sum(x, dim, keepdim).
+ * dim or a list of dims), as torch.sum(x, dim, keepdim). A u8 mask or an
+ * integer tensor gives its sum as an f32 count (exact below 2^24).
  */
 export function sum(x: Tensor, dim?: number | readonly number[], opts: ReduceOptions = {}): Tensor {
   return sumOrMean("sum", x, dim, opts);
