@@ -39,6 +39,11 @@ export interface LaunchOptions {
   oversubscribe: boolean;
   /** start the ranks without type-checking the script */
   noCheck: boolean;
+  /**
+   * Not a command-line option: the sha256 the script must have (`dtrain rerun`
+   * verified it); the launcher refuses to start the ranks when it differs.
+   */
+  expectScriptSha256?: string;
 }
 
 type Kind = "int" | "seconds" | "string" | "flag";
