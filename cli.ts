@@ -16,7 +16,14 @@ export interface Verb {
   main(args: string[]): Promise<number>;
 }
 
-async function runLauncher(args: string[]): Promise<number> {
+/**
+ * The launcher verb. `expect` (from `dtrain rerun`) is what the launcher must
+ * find before it starts the ranks: the script rerun verified.
+ */
+async function runLauncher(
+  args: string[],
+  expect?: { scriptSha256: string },
+): Promise<number> {
   let parsed;
   try {
     parsed = parseLaunchArgs(args);
@@ -29,12 +36,13 @@ async function runLauncher(args: string[]): Promise<number> {
     return 0;
   }
   if (parsed.cluster) console.error(`dtrain: launcher environment: ${parsed.cluster}`);
+  if (expect) parsed.expectScriptSha256 = expect.scriptSha256;
   try {
     return await launch(parsed, args);
   } catch (e) {
     if (e instanceof UsageError) {
       console.error(`dtrain: ${e.message}\n(see \`dtrain --help\`)`);
-      return 2;
+      return ERROR_EXIT_CODE;
     }
     if (!(e instanceof LaunchTimeout)) throw e;
     console.error(`dtrain: ${e.message}`);
@@ -103,8 +111,15 @@ export function generalHelp(): string {
 }
 
 /**
+ * The exit status of a refused command line and of any error a verb did not
+ * answer itself: 2 for every verb, never a code that means an answer (diff's
+ * 1 "the runs differ", the launcher's rank codes, 124, 128+N).
+ */
+export const ERROR_EXIT_CODE = 2;
+
+/**
  * Runs the command line; resolves to the process exit code. A verb's
- * usage errors return 2; any other error is printed and returns 1.
+ * usage errors and unexpected errors (a stack overflow included) return 2.
  *
  * @example
  * ```ts
@@ -127,9 +142,36 @@ export async function main(argv: string[]): Promise<number> {
   try {
     return await verb.main(named ? argv.slice(1) : argv);
   } catch (e) {
-    console.error(`dtrain: ${(e as Error).message}`);
-    return 1;
+    console.error(`dtrain: ${describeError(e)}`);
+    return ERROR_EXIT_CODE;
   }
 }
 
-if (import.meta.main) Deno.exit(await main(Deno.args));
+function describeError(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+/**
+ * An error that escapes every verb's own handling (a rejected promise nobody
+ * awaited, an exception in a timer) still ends the command with exit status
+ * 2 and one line, instead of Deno's default 1 and a stack.
+ */
+export function exitOnStrayErrors(): void {
+  const fail = (e: unknown) => {
+    console.error(`dtrain: unexpected error: ${describeError(e)}`);
+    Deno.exit(ERROR_EXIT_CODE);
+  };
+  globalThis.addEventListener("unhandledrejection", (ev) => {
+    ev.preventDefault();
+    fail(ev.reason);
+  });
+  globalThis.addEventListener("error", (ev) => {
+    ev.preventDefault();
+    fail(ev.error ?? ev.message);
+  });
+}
+
+if (import.meta.main) {
+  exitOnStrayErrors();
+  Deno.exit(await main(Deno.args));
+}

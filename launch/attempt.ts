@@ -61,8 +61,8 @@ export type AttemptResult = { ok: true } | { ok: false; abort: AbortRecord };
 
 /** The hooks through which the launcher reaches the running attempt. */
 export interface AttemptHandle {
-  /** the launcher received SIGINT or SIGTERM */
-  signal(sig: "SIGINT" | "SIGTERM"): void;
+  /** the launcher received a stop signal (os/stop_signals.ts: SIGINT, SIGTERM, SIGHUP, SIGQUIT, …) */
+  signal(sig: Deno.Signal): void;
   /** node 0's store saw node n's launcher disconnect */
   nodeLost(node: number, why: string): void;
   /** the launcher cannot go on with this attempt (e.g. its run record cannot be written) */
@@ -95,6 +95,10 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   let finished = false;
   let signalsSeen = 0;
   let forwarded = false;
+  /** when the first stop signal came (performance.now()) */
+  let firstSignalAt = 0;
+  /** what a second stop signal did, for the record (it overrides the first one's promise of a grace) */
+  let escalation: string | null = null;
   let resolveResult!: (r: AttemptResult) => void;
   const result = new Promise<AttemptResult>((r) => resolveResult = r);
   const finish = (r: AttemptResult) => {
@@ -179,7 +183,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       }`,
     );
     client.set(keys.nodeStopped(node), "1").catch(() => {});
-    finish({ ok: false, abort: rec });
+    finish({ ok: false, abort: { ...rec, detail: whatHappened(rec, exits) } });
   };
 
   /** Every failure notice of this attempt, with its age by the store's clock. */
@@ -314,18 +318,44 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     });
   };
 
-  const signal = (sig: "SIGINT" | "SIGTERM") => {
+  /**
+   * The record's account of a stop: the first reason, then what really happened to this node's
+   * ranks — a second signal that killed them at once, or ranks killed when their grace ran out.
+   */
+  const whatHappened = (rec: AbortRecord, exits: RankExit[]): string => {
+    if (escalation) return `${rec.detail}; ${escalation}`;
+    if (rec.reason !== "signal") return rec.detail;
+    const killed = ranks.filter((_, i) => exits[i]!.signal === "SIGKILL").map((p) => p.rank);
+    return killed.length === 0
+      ? `${rec.detail}; every rank of node ${node} exited within it`
+      : `${rec.detail}; rank(s) ${rankList(killed)} did not exit within ${
+        seconds(rec.graceMs / 1000)
+      } and were killed (SIGKILL)`;
+  };
+
+  const signal = (sig: Deno.Signal) => {
     signalsSeen++;
     if (signalsSeen > 1) {
-      log.info(`second ${sig}: killing every rank of node ${node} now`);
+      const after = seconds((performance.now() - firstSignalAt) / 1000);
+      log.info(
+        `second stop signal (${sig}, ${after} after the first): killing every rank of node ${node} now`,
+      );
+      escalation ??=
+        `then a second signal (${sig}) ${after} later killed every rank of node ${node} at once (SIGKILL), before its grace ended`;
       for (const p of ranks) p.signal("SIGKILL");
       return;
     }
+    firstSignalAt = performance.now();
+    // The ranks stop on SIGINT or SIGTERM (the Trainer, stopRequested()); any other stop signal
+    // reaches them as SIGTERM.
+    const forwardAs: Deno.Signal = sig === "SIGINT" ? "SIGINT" : "SIGTERM";
     log.info(
-      `received ${sig}: forwarding it to the ranks, which have ${opts.graceS} s to save and exit (send it again to kill them now)`,
+      `received ${sig}: forwarding ${
+        forwardAs === sig ? "it" : forwardAs
+      } to the ranks, which have ${opts.graceS} s to save and exit (send it again to kill them now)`,
     );
     forwarded = true;
-    for (const p of ranks) p.signal(sig);
+    for (const p of ranks) p.signal(forwardAs);
     requestAbort({
       reason: "signal",
       node,

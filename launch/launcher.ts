@@ -1,7 +1,8 @@
 /**
  * The launcher of one node: hosts the control store (node 0), meets the other nodes' launchers
  * (rendezvous), creates the run directory, runs attempts (restarting up to --max-restarts),
- * forwards SIGINT/SIGTERM, records launch.json, and returns 0 only when every rank exited 0.
+ * forwards every stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, …: os/stop_signals.ts), records
+ * launch.json, and returns 0 only when every rank exited 0.
  */
 import { resolveDevice } from "../tensor/device_choice.ts";
 import type { DeviceKind } from "../tensor/backend.ts";
@@ -22,6 +23,7 @@ import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts"
 import { type LaunchOptions, UsageError } from "./options.ts";
 import { LauncherLog } from "./output.ts";
 import { signalExitCode } from "../os/exit_status.ts";
+import { onStopSignals } from "../os/stop_signals.ts";
 import { LaunchTimeout } from "./failure_report.ts";
 import {
   createRunDir,
@@ -116,10 +118,22 @@ function checkScript(script: string): string {
   try {
     info = Deno.statSync(path);
   } catch {
-    throw new Error(`Cannot launch ${script}: no such file (looked at ${path})`);
+    throw new UsageError(`Cannot launch ${script}: no such file (looked at ${path})`);
   }
-  if (!info.isFile) throw new Error(`Cannot launch ${script}: ${path} is not a file`);
+  if (!info.isFile) throw new UsageError(`Cannot launch ${script}: ${path} is not a file`);
   return path;
+}
+
+/** `dtrain rerun`: the script must still be the file it verified, as the ranks are about to start. */
+async function checkScriptHash(script: string, expected: string): Promise<void> {
+  const { sha256File } = await import("../run/record.ts");
+  const now = await sha256File(script);
+  if (now !== expected) {
+    throw new UsageError(
+      `${script} changed after \`dtrain rerun\` verified it (sha256 ${expected.slice(0, 12)}… ` +
+        `then, ${now.slice(0, 12)}… now); nothing was started`,
+    );
+  }
 }
 
 function startStore(
@@ -345,6 +359,19 @@ async function startRunRecord(
       rec = finishAttempt(rec, processGroup ? { ...end, processGroup } : end);
       writeRunRecord(runDir, rec);
     },
+    /**
+     * Ends the open attempt, if any, synchronously (from a signal handler or the unload
+     * event): the record never says "running" once its launcher is gone. Never throws.
+     */
+    closeIfOpen(end: AttemptEnd) {
+      if (rec.attempts.at(-1)?.endedAt !== null) return;
+      try {
+        rec = finishAttempt(rec, end);
+        writeRunRecord(runDir, rec);
+      } catch (e) {
+        console.error(`dtrain: could not close ${runDir}/run.json: ${(e as Error).message}`);
+      }
+    },
   };
 }
 
@@ -372,6 +399,7 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   if (opts.resume !== null) opts.resume = checkResume(opts.resume);
   // After the cheap refusals: a bad option must not wait for seconds of type-checking.
   if (!opts.noCheck) await typeCheck(opts.script, script, log);
+  if (opts.expectScriptSha256 !== undefined) await checkScriptHash(script, opts.expectScriptSha256);
   let current: AttemptHandle | null = null;
   let client: StoreClient | null = null;
   const nodeLost = async (node: number, why: string) => {
@@ -390,16 +418,31 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
   let runLock: RunLock | null = null;
   /** A run directory this launch created, removed again if nothing ran in it. */
   let createdDir: string | null = null;
-  const onSignal = (sig: "SIGINT" | "SIGTERM") => () => {
+  /** The run record of this launch once written (node 0); closed on every way out. */
+  let run: Awaited<ReturnType<typeof startRunRecord>> | null = null;
+  const onSignal = (sig: Deno.Signal) => {
     preempted = true; // whatever the attempt's outcome, do not restart after this
     if (current) return current.signal(sig);
     log.info(`received ${sig} while no rank is running; exiting`);
+    run?.closeIfOpen({
+      exitCode: signalExitCode(sig),
+      signal: sig,
+      reason: `the launcher received ${sig} between attempts; no rank was running`,
+      interrupted: true,
+    });
     runLock?.release();
     if (createdDir) removeEmptyRunDir(createdDir);
     Deno.exit(signalExitCode(sig));
   };
-  const handlers = { SIGINT: onSignal("SIGINT"), SIGTERM: onSignal("SIGTERM") };
-  for (const [sig, fn] of Object.entries(handlers)) Deno.addSignalListener(sig as Deno.Signal, fn);
+  // Whatever ends this process from here on (Deno.exit, an error nobody caught), run.json
+  // must not say "running" after it.
+  const onUnload = () =>
+    run?.closeIfOpen({
+      exitCode: null,
+      reason: "the launcher exited before this attempt ended",
+    });
+  globalThis.addEventListener("unload", onUnload);
+  const stopListening = onStopSignals(onSignal);
 
   try {
     try {
@@ -509,7 +552,6 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
 
     let code = 1;
     let graceMs = 0;
-    let run: Awaited<ReturnType<typeof startRunRecord>> | null = null;
     for (let k = 0;; k++) {
       record.attempts = k + 1;
       if (k === 0) {
@@ -571,12 +613,14 @@ export async function launch(opts: LaunchOptions, argv: readonly string[]): Prom
     );
     await leave(client, opts, server, graceMs);
     return code;
+  } catch (e) {
+    run?.closeIfOpen({ exitCode: null, reason: `the launcher failed: ${(e as Error).message}` });
+    throw e;
   } finally {
     current = null;
     clearInterval(beat);
-    for (const [sig, fn] of Object.entries(handlers)) {
-      Deno.removeSignalListener(sig as Deno.Signal, fn);
-    }
+    stopListening();
+    globalThis.removeEventListener("unload", onUnload);
     client?.close();
     await server?.close();
     log.close();

@@ -42,6 +42,11 @@ export interface LaunchOptions {
   noCheck: boolean;
   /** the cluster launcher environment the node settings came from (Slurm, MPI), when one was found */
   cluster?: string;
+  /**
+   * Not a command-line option: the sha256 the script must have (`dtrain rerun`
+   * verified it); the launcher refuses to start the ranks when it differs.
+   */
+  expectScriptSha256?: string;
 }
 
 type Kind = "int" | "seconds" | "string" | "flag";

@@ -2,7 +2,9 @@
  * The run's secret store token: generated per run on a single node, or shared
  * between nodes through --rdzv-token / --rdzv-token-file. A token file must
  * belong to the current user and be unreadable by anyone else, like an ssh key.
+ * A token refused is a refused command line (UsageError: exit status 2).
  */
+import { UsageError } from "./options.ts";
 
 /** Shortest token accepted from the user. */
 export const MIN_TOKEN_LENGTH = 16;
@@ -15,11 +17,11 @@ export function generateToken(): string {
 
 function checkToken(token: string, where: string): string {
   if (token.length < MIN_TOKEN_LENGTH) {
-    throw new RangeError(
+    throw new UsageError(
       `The store token from ${where} has ${token.length} characters, at least ${MIN_TOKEN_LENGTH} are needed`,
     );
   }
-  if (/\s/.test(token)) throw new RangeError(`The store token from ${where} contains whitespace`);
+  if (/\s/.test(token)) throw new UsageError(`The store token from ${where} contains whitespace`);
   return token;
 }
 
@@ -32,12 +34,12 @@ export function readTokenFile(path: string): string {
   try {
     info = Deno.statSync(path);
   } catch (e) {
-    throw new Error(`Cannot read the rendezvous token file ${path}: ${(e as Error).message}`);
+    throw new UsageError(`Cannot read the rendezvous token file ${path}: ${(e as Error).message}`);
   }
-  if (!info.isFile) throw new Error(`The rendezvous token file ${path} is not a regular file`);
+  if (!info.isFile) throw new UsageError(`The rendezvous token file ${path} is not a regular file`);
   const mode = (info.mode ?? 0) & 0o777;
   if ((mode & 0o077) !== 0) {
-    throw new Error(
+    throw new UsageError(
       `Refusing the rendezvous token file ${path}: its mode is ${
         mode.toString(8).padStart(4, "0")
       }, ` +
@@ -46,7 +48,7 @@ export function readTokenFile(path: string): string {
   }
   const uid = Deno.uid();
   if (uid !== null && info.uid !== null && info.uid !== uid) {
-    throw new Error(
+    throw new UsageError(
       `Refusing the rendezvous token file ${path}: it belongs to uid ${info.uid}, not to you (uid ${uid})`,
     );
   }

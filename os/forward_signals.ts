@@ -5,28 +5,23 @@
  */
 
 import { signalExitCode } from "./exit_status.ts";
-
-/** What a terminal, `kill` or a batch scheduler sends to stop a job. */
-const FORWARDED: Deno.Signal[] = ["SIGINT", "SIGTERM", "SIGHUP"];
+import { onStopSignals } from "./stop_signals.ts";
 
 /**
  * Resolves with the child's exit status (128 + the signal's number when a
- * signal ended it), forwarding SIGINT, SIGTERM and SIGHUP to it meanwhile.
+ * signal ended it), forwarding every stop signal (STOP_SIGNALS: SIGINT,
+ * SIGTERM, SIGHUP, SIGQUIT, …) to it meanwhile.
  */
 export async function waitForwardingSignals(child: Deno.ChildProcess): Promise<number> {
-  const stops = FORWARDED.map((sig) => {
-    const forward = () => {
-      try {
-        child.kill(sig);
-      } catch { /* it has exited */ }
-    };
-    Deno.addSignalListener(sig, forward);
-    return () => Deno.removeSignalListener(sig, forward);
+  const stop = onStopSignals((sig) => {
+    try {
+      child.kill(sig);
+    } catch { /* it has exited */ }
   });
   try {
     const status = await child.status;
     return status.signal ? signalExitCode(status.signal) : status.code;
   } finally {
-    for (const stop of stops) stop();
+    stop();
   }
 }

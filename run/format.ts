@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { z } from "zod";
 import { RUN_FILES } from "./files.ts";
 import { lazySchema } from "./lazy_schema.ts";
+import { JsonBoundsError, parseBoundedJson } from "../io/json_bounds.ts";
 
 /** The value of run.json's `format` field; a reader refuses any other. */
 export const RUN_FORMAT = "dtrain.run/1";
@@ -349,12 +350,26 @@ export function jsonFileText<S extends z.ZodType>(
   return text + "\n";
 }
 
-/** Reads a file as text, or null when it does not exist. */
-function readOptional(path: string): string | null {
+/**
+ * The largest record files a reader loads: run.json and config.json are a few KiB when dtrain
+ * writes them; metrics.jsonl and data_order.jsonl grow by a line per step or epoch. Anything
+ * larger is not a record, and reading it would only exhaust the memory.
+ */
+export const MAX_RECORD_BYTES = { json: 16 << 20, jsonl: 1 << 30, line: 1 << 20 } as const;
+
+/** Reads a file as text (refusing one over `maxBytes`), or null when it does not exist. */
+function readOptional(path: string, maxBytes: number): string | null {
   try {
+    const size = Deno.statSync(path).size;
+    if (size > maxBytes) {
+      throw new JsonBoundsError(
+        `${path}: ${size} bytes, more than the ${maxBytes} a dtrain record may have`,
+      );
+    }
     return Deno.readTextFileSync(path);
   } catch (e) {
     if (e instanceof Deno.errors.NotFound) return null;
+    if (e instanceof JsonBoundsError) throw e;
     throw new Error(`Cannot read ${path}: ${(e as Error).message}`, { cause: e });
   }
 }
@@ -367,8 +382,9 @@ export function parseJsonFile<S extends z.ZodType>(
 ): z.output<S> {
   let value: unknown;
   try {
-    value = JSON.parse(text);
+    value = parseBoundedJson(text, path, { maxChars: MAX_RECORD_BYTES.json });
   } catch (e) {
+    if (e instanceof JsonBoundsError) throw e;
     const message = (e as Error).message;
     throw new TypeError(`${path}:${errorLine(text, message)}: not valid JSON: ${message}`);
   }
@@ -407,8 +423,9 @@ export function parseJsonLines<S extends z.ZodType>(
   const parse = (line: string, n: number) => {
     let value: unknown;
     try {
-      value = JSON.parse(line);
+      value = parseBoundedJson(line, `${path}:${n}`, { maxChars: MAX_RECORD_BYTES.line });
     } catch (e) {
+      if (e instanceof JsonBoundsError) throw e;
       throw new TypeError(
         `${path}:${n}: not valid JSON (${(e as Error).message}): ${preview(line)}`,
       );
@@ -467,7 +484,7 @@ export interface RunDir {
  */
 export function readRunDir(dir: string): RunDir {
   const runPath = join(dir, RUN_FILES.run);
-  const runText = readOptional(runPath);
+  const runText = readOptional(runPath, MAX_RECORD_BYTES.json);
   if (runText === null) {
     throw new TypeError(
       `${dir} is not a dtrain run directory: ${RUN_FILES.run} is missing (the launcher writes it when a run starts)`,
@@ -476,13 +493,13 @@ export function readRunDir(dir: string): RunDir {
   const run = parseJsonFile(RunRecordSchema, runText, runPath);
   const missing: string[] = [];
   const warnings: string[] = [];
-  const optional = (name: string): [string, string | null] => {
+  const optional = (name: string, maxBytes: number): [string, string | null] => {
     const path = join(dir, name);
-    const text = readOptional(path);
+    const text = readOptional(path, maxBytes);
     if (text === null) missing.push(name);
     return [path, text];
   };
-  const [configPath, configText] = optional(RUN_FILES.config);
+  const [configPath, configText] = optional(RUN_FILES.config, MAX_RECORD_BYTES.json);
   const config = configText === null
     ? null
     : parseJsonFile(ConfigRecordSchema, configText, configPath);
@@ -490,7 +507,7 @@ export function readRunDir(dir: string): RunDir {
     schema: S | ((value: unknown) => S),
     name: string,
   ): z.output<S>[] => {
-    const [path, text] = optional(name);
+    const [path, text] = optional(name, MAX_RECORD_BYTES.jsonl);
     if (text === null) return [];
     const parsed = parseJsonLines(schema, text, path);
     warnings.push(...parsed.warnings);

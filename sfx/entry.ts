@@ -2,8 +2,9 @@
  * The single file's command entry (bundled as js/dtrain.js): checks the
  * extraction folder against its verification stamp, then runs `dtrain`.
  */
-import { main } from "../cli.ts";
+import { exitOnStrayErrors, main } from "../cli.ts";
 import { checkOwnExtractionOrExit } from "./manifest.ts";
 
 checkOwnExtractionOrExit();
+exitOnStrayErrors();
 Deno.exit(await main(Deno.args));

@@ -27,7 +27,7 @@ Deno.test("a second launcher on a live run's directory refuses at once, naming t
     const before = listing(runDir);
     const launchJson = Deno.readTextFileSync(join(runDir, "launch.json"));
     const second = await t.finish(t.launch(["--run-dir", runDir, "--nproc", "1", HOLD]), 10_000);
-    assert.equal(second.code, 1, second.stderr);
+    assert.equal(second.code, 2, second.stderr);
     assert.match(
       second.stderr,
       new RegExp(

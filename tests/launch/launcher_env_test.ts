@@ -243,7 +243,7 @@ Deno.test("dtrain refuses a missing script before starting anything", async () =
   const t = new TestRun();
   try {
     const r = await t.finish(t.launch(["--nproc", "2", "no_such_script.ts"]));
-    assert.equal(r.code, 1);
+    assert.equal(r.code, 2);
     assert.match(
       r.stderr,
       /Cannot launch no_such_script\.ts: no such file \(looked at .*no_such_script\.ts\)/,

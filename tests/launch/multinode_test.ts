@@ -67,7 +67,7 @@ Deno.test("a token file readable by others is refused, and the store refuses and
         join(SCRIPTS, "print_env.ts"),
       ]),
     );
-    assert.equal(open.code, 1);
+    assert.equal(open.code, 2, "a refused token file is a bad command line");
     assert.match(
       open.stderr,
       /Refusing the rendezvous token file .*open: its mode is 0644, so other users can read it; run `chmod 600/,
@@ -102,7 +102,7 @@ Deno.test("a token file readable by others is refused, and the store refuses and
       join(SCRIPTS, "print_env.ts"),
     ]);
     const [r0, r1] = await Promise.all([t.finish(node0), t.finish(intruder)]);
-    assert.equal(r1.code, 1);
+    assert.equal(r1.code, 2, "the launcher's own error, not a rank's code");
     assert.match(
       r1.stderr,
       /Cannot join the dtrain store at 127\.0\.0\.1:\d+: store refused the connection: wrong token/,

@@ -157,7 +157,11 @@ Deno.test("cli main() dispatches verbs, prints help and version, and returns usa
     assert.equal(await main(["--nproc", "0", "a.ts"]), 2);
     assert.match(lines.pop()!, /--nproc must be an integer >= 1/);
     assert.equal(await main(["run", "--nproc", "x", "a.ts"]), 2);
-    assert.equal(await main(["does_not_exist.ts"]), 1, "an error other than usage is 1");
+    assert.equal(
+      await main(["does_not_exist.ts"]),
+      2,
+      "a script that is not there is a bad command line",
+    );
     assert.match(lines.pop()!, /Cannot launch does_not_exist\.ts: no such file/);
   } finally {
     console.log = log;

@@ -33,7 +33,7 @@ Deno.test("a script with a type error is refused before any rank starts; --no-ch
     const script = project(t.dir, "export const width: number = 4 as unknown as string;");
     const env = { DTRAIN_NO_CHECK: "", DTRAIN_CACHE: join(t.dir, "cache") };
     const refused = await t.finish(t.launch(["--nproc", "2", script], { env }), 120_000);
-    assert.equal(refused.code, 1);
+    assert.equal(refused.code, 2, "a script refused before anything started: exit 2");
     assert.match(
       refused.stderr,
       /TS2322 \[ERROR\]: Type 'string' is not assignable to type 'number'/,

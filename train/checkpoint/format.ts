@@ -4,6 +4,7 @@
  * plain-JSON rule for the state, and the reader that verifies a directory
  * against its manifest before it parses anything.
  */
+import { parseBoundedJson } from "../../io/json_bounds.ts";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { parseSafetensors, type StTensor } from "../../io/safetensors.ts";
@@ -97,7 +98,7 @@ export function encodeManifest(
 export function parseManifest(text: string, expectedStep: number | null): Manifest {
   let json: unknown;
   try {
-    json = JSON.parse(text);
+    json = parseBoundedJson(text, MANIFEST_FILE);
   } catch (e) {
     throw new Error(`${MANIFEST_FILE} is not valid JSON (${(e as Error).message})`);
   }
@@ -227,7 +228,7 @@ function readListedFile(io: CheckpointIO, path: string, name: string): Uint8Arra
 function parseState(bytes: Uint8Array): Record<string, unknown> {
   let state: unknown;
   try {
-    state = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+    state = parseBoundedJson(new TextDecoder("utf-8", { fatal: true }).decode(bytes), STATE_FILE);
   } catch (e) {
     throw new Error(`${STATE_FILE} is not valid UTF-8 JSON (${(e as Error).message})`);
   }
