@@ -54,10 +54,12 @@ import {
   NcclWatchdog,
   OPS,
   SLOTS,
+  TEARDOWN_TIMEOUT_MS,
   type Tracked,
 } from "./nccl_watchdog.ts";
 import type { CallOptions, ProcessGroup } from "./process_group.ts";
 import { COMPLETED, type Work } from "./work.ts";
+import { finishTeardown, teardownEnded } from "./nccl_teardown.ts";
 
 /** What the host watches while it waits for a collective. */
 export interface CompletionProbe {
@@ -448,8 +450,11 @@ export class NcclProcessGroup implements ProcessGroup {
       pauseBetweenPolls(polls);
     }
     this.#watch.stop(); // from here on this thread alone reaches the communicator
-    if (this.#watch.failure() || this.#watch.anyInFlight()) this.#watch.abortOnce();
-    else this.#watch.destroyOnce();
+    const ended = this.#watch.failure() || this.#watch.anyInFlight()
+      ? this.#watch.abortOnce()
+      : teardownEnded(this.#watch.destroyOnce());
+    // a communicator whose teardown never ended may still use them: leaked rather than freed
+    if (!ended) return;
     for (const p of [this.#staging?.ptr, this.#barrierBuf]) {
       if (p) this.#onStream.dt_free(p);
     }
@@ -716,6 +721,11 @@ function exchangeUniqueId(
   id.set(value);
 }
 
+/** Aborts a communicator that did not start, polling an abort in progress to its end. */
+function abortStarting(lib: NcclLibrary, comm: Deno.PointerObject): void {
+  finishTeardown(lib.symbols, comm, lib.symbols.ncclCommAbort(comm), TEARDOWN_TIMEOUT_MS);
+}
+
 /**
  * ncclCommInitRankConfig(blocking = 0) on this thread, then polls
  * ncclCommGetAsyncError until the start ends; aborts the communicator when
@@ -740,7 +750,7 @@ function startCommunicator(
   const comm = Deno.UnsafePointer.create(out[0]!);
   if (r !== NCCL_SUCCESS && r !== NCCL_IN_PROGRESS) {
     const text = lib.errorText(r, comm);
-    if (comm !== null) lib.symbols.ncclCommAbort(comm);
+    if (comm !== null) abortStarting(lib, comm);
     throw new DtNativeError("nccl", "ncclCommInitRankConfig", r, text);
   }
   if (comm === null) throw new Error("ncclCommInitRankConfig returned no communicator");
@@ -752,11 +762,11 @@ function startCommunicator(
     if (e === NCCL_SUCCESS) return comm;
     if (e !== NCCL_IN_PROGRESS) {
       const text = lib.errorText(e, comm);
-      lib.symbols.ncclCommAbort(comm);
+      abortStarting(lib, comm);
       throw new DtNativeError("nccl", "ncclCommInitRankConfig", e, text);
     }
     if (Date.now() > deadline) {
-      lib.symbols.ncclCommAbort(comm); // the start ends (and frees) with it: nothing is left blocked
+      abortStarting(lib, comm); // the start ends (and frees) with it: nothing is left blocked
       let arrived = size > 1 ? "?" : "1";
       if (joined !== null) {
         try {

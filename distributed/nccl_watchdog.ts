@@ -13,6 +13,10 @@ import { Worker } from "node:worker_threads";
 import type { NcclLibrary } from "../ffi/nccl.ts";
 import { workerModuleUrl } from "../os/install_layout.ts";
 import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
+import { finishTeardown, teardownEnded } from "./nccl_teardown.ts";
+
+/** How long a teardown call answering ncclInProgress is polled before it is given up on. */
+export const TEARDOWN_TIMEOUT_MS = 30_000;
 
 /** Int32 fields of the shared header. */
 export const H = {
@@ -219,23 +223,43 @@ export class NcclWatchdog {
     }
   }
 
-  /** Aborts the communicator unless it was released already: exactly once, whoever asks. */
-  abortOnce(): void {
+  /**
+   * Aborts the communicator unless it was released already: exactly once, whoever asks; polls an
+   * abort that answers ncclInProgress to its end (at most `timeoutMs`). Returns whether the
+   * communicator is done with its streams and buffers (false only when the abort outlived the time).
+   */
+  abortOnce(timeoutMs = TEARDOWN_TIMEOUT_MS): boolean {
     lockShared(this.#h);
     try {
-      if (Atomics.compareExchange(this.#h, H.RELEASED, 0, 1) !== 0) return;
-      this.#lib.symbols.ncclCommAbort(this.#comm); // its own failure cannot be acted on: the group is gone either way
+      if (Atomics.compareExchange(this.#h, H.RELEASED, 0, 1) !== 0) return true;
+      const s = this.#lib.symbols;
+      // its own failure cannot be acted on: the group is gone either way
+      return teardownEnded(finishTeardown(s, this.#comm, s.ncclCommAbort(this.#comm), timeoutMs));
     } finally {
       unlockShared(this.#h);
     }
   }
 
-  /** Destroys the communicator unless it was released already; returns NCCL's result (0 when nothing was done). */
-  destroyOnce(): number {
+  /**
+   * Ends the communicator unless it was released already: ncclCommFinalize (where NCCL has it)
+   * polled to its end, then ncclCommDestroy polled to its end, each at most `timeoutMs`; a
+   * finalize that fails or outlives the time is followed by an abort instead. Returns NCCL's
+   * result (0 when nothing was done; ncclInProgress when the communicator may still use its
+   * streams and buffers).
+   */
+  destroyOnce(timeoutMs = TEARDOWN_TIMEOUT_MS): number {
     lockShared(this.#h);
     try {
       if (Atomics.compareExchange(this.#h, H.RELEASED, 0, 2) !== 0) return 0;
-      return this.#lib.symbols.ncclCommDestroy(this.#comm);
+      const s = this.#lib.symbols;
+      if (s.ncclCommFinalize) {
+        const f = finishTeardown(s, this.#comm, s.ncclCommFinalize(this.#comm), timeoutMs);
+        if (f !== 0) {
+          const a = finishTeardown(s, this.#comm, s.ncclCommAbort(this.#comm), timeoutMs);
+          return teardownEnded(a) ? f : a;
+        }
+      }
+      return finishTeardown(s, this.#comm, s.ncclCommDestroy(this.#comm), timeoutMs);
     } finally {
       unlockShared(this.#h);
     }

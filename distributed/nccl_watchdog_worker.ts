@@ -22,9 +22,11 @@ import {
   SLOT_BYTES,
   SLOTS,
   slotWord,
+  TEARDOWN_TIMEOUT_MS,
   unlockShared,
   type WatchdogInit,
 } from "./nccl_watchdog.ts";
+import { finishTeardown } from "./nccl_teardown.ts";
 
 const NCCL = {
   ncclCommGetAsyncError: { parameters: ["pointer", "buffer"], result: "i32" },
@@ -82,7 +84,11 @@ async function watch(init: WatchdogInit): Promise<void> {
   /** Records why and aborts the communicator (once: RELEASED is set under the lock). */
   const failAndAbort = (kind: number, code: number, text: string) => {
     recordFailure(init.sab, kind, code, text);
-    if (Atomics.compareExchange(h, H.RELEASED, 0, 1) === 0) nccl.symbols.ncclCommAbort(comm);
+    if (Atomics.compareExchange(h, H.RELEASED, 0, 1) === 0) {
+      // under the lock to its end: the main thread frees the streams and buffers only after it
+      const s = nccl.symbols;
+      finishTeardown(s, comm, s.ncclCommAbort(comm), TEARDOWN_TIMEOUT_MS);
+    }
   };
 
   /** One look at the communicator and its collectives; called with the lock held. */

@@ -3,8 +3,13 @@
  * the driver (libcuda), cuBLASLt and NCCL, plus libcudart for `dtrain doctor`
  * — and the search itself: LD_LIBRARY_PATH, CUDA_HOME, the usual system
  * folders, the folders of the dynamic loader's cache (`ldconfig -p`), then
- * the lib folders of pip's nvidia-* packages of every python3 on PATH (found
- * by listing folders; no Python is run). A miss names every folder tried.
+ * the lib folders of pip's nvidia-* packages (`nvidia/<package>/lib`, e.g.
+ * nvidia/nccl/lib, nvidia/cu13/lib) in the site-packages of the active
+ * virtual environment (VIRTUAL_ENV), conda environment (CONDA_PREFIX), every
+ * python3 on PATH, and every other python3 installation on the machine
+ * (/usr, /usr/local, /opt/*, conda and pyenv installations under /opt and
+ * HOME), found by listing folders; no Python is run. A miss names every folder
+ * tried.
  */
 import { dirname, join } from "node:path";
 
@@ -39,6 +44,9 @@ export interface LibrarySearchOptions {
   systemDirs?: readonly string[];
   /** folders that may hold python's site-packages (default: PYTHON_PREFIXES plus ~/.local) */
   pythonPrefixes?: readonly string[];
+  /** folders whose children may each be a python installation (default: pythonRoots(HOME)
+   *  when pythonPrefixes is not given, else none) */
+  pythonRoots?: readonly string[];
   /** the text of `ldconfig -p` (default: run it once, "" when it cannot run; none when
    *  systemDirs is given) */
   ldconfig?: () => string;
@@ -59,6 +67,36 @@ export const SYSTEM_LIBRARY_DIRS: readonly string[] = [
 
 /** Python installations whose site-packages may hold pip's nvidia-* wheels. */
 export const PYTHON_PREFIXES: readonly string[] = ["/usr", "/usr/local", "/opt/conda"];
+
+/**
+ * Folders whose children are often python installations: /opt/<name>, conda
+ * environments, pyenv versions, virtual environments kept under HOME; and
+ * HOME itself (~/miniconda3, ~/anaconda3, ~/miniforge3, ~/.venv, ~/venv).
+ */
+export function pythonRoots(home: string | undefined): string[] {
+  const roots = ["/opt", "/opt/conda/envs"];
+  if (home) {
+    roots.push(home, join(home, ".pyenv", "versions"), join(home, ".virtualenvs"));
+    for (const c of ["miniconda3", "anaconda3", "miniforge3", "mambaforge", ".conda"]) {
+      roots.push(join(home, c, "envs"));
+    }
+  }
+  return roots;
+}
+
+/** The children of `roots` that are python installations (hold bin/python3 or bin/python3.X). */
+export function pythonPrefixesUnder(roots: readonly string[]): string[] {
+  const out: string[] = [];
+  for (const root of roots) {
+    for (const name of readDirNames(root)) {
+      const prefix = join(root, name);
+      if (readDirNames(join(prefix, "bin")).some((n) => /^python3(\.\d+)?$/.test(n))) {
+        out.push(prefix);
+      }
+    }
+  }
+  return out;
+}
 
 function readDirNames(dir: string): string[] {
   try {
@@ -136,11 +174,14 @@ function pathPythonPrefixes(path: string): string[] {
 export function pipNvidiaLibDirs(prefixes: readonly string[]): string[] {
   const out: string[] = [];
   for (const prefix of prefixes) {
-    const libDir = join(prefix, "lib");
-    const sites = [join(libDir, "python3", "dist-packages")];
-    for (const name of readDirNames(libDir)) {
-      if (!/^python3(\.\d+)?$/.test(name)) continue;
-      sites.push(join(libDir, name, "site-packages"), join(libDir, name, "dist-packages"));
+    const sites: string[] = [];
+    for (const lib of ["lib", "lib64"]) {
+      const libDir = join(prefix, lib);
+      sites.push(join(libDir, "python3", "dist-packages"));
+      for (const name of readDirNames(libDir)) {
+        if (!/^python3(\.\d+)?$/.test(name)) continue;
+        sites.push(join(libDir, name, "site-packages"), join(libDir, name, "dist-packages"));
+      }
     }
     for (const site of sites) {
       const nvidia = join(site, "nvidia");
@@ -177,10 +218,14 @@ export function cudaLibraryDirs(opts: LibrarySearchOptions = {}): string[] {
   const ldconfig = opts.ldconfig ?? (opts.systemDirs === undefined ? systemLdconfig : () => "");
   dirs.push(...ldconfigDirs(ldconfig()));
   const home = env("HOME");
+  const roots = opts.pythonRoots ?? (opts.pythonPrefixes === undefined ? pythonRoots(home) : []);
   const prefixes = [
+    // the environment this process runs in first: a venv, then a conda environment
+    ...[env("VIRTUAL_ENV"), conda].filter((p): p is string => !!p),
     ...pathPythonPrefixes(env("PATH") ?? ""),
     ...(opts.pythonPrefixes ?? PYTHON_PREFIXES),
     ...(opts.pythonPrefixes === undefined && home ? [join(home, ".local")] : []),
+    ...pythonPrefixesUnder(roots),
   ];
   dirs.push(...pipNvidiaLibDirs(prefixes));
   return [...new Set(dirs)];

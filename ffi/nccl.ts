@@ -35,9 +35,13 @@ export const NCCL_SYMBOLS = {
   ncclReduceScatter: { parameters: [P, P, USIZE, I32, I32, P, P], result: I32 },
   /** ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) */
   ncclCommGetAsyncError: { parameters: [P, B], result: I32 },
-  /** frees the communicator's resources after aborting its operations (never hangs) */
+  /** ncclResult_t ncclCommFinalize(ncclComm_t comm): flushes the queued work before a destroy
+   *  (NCCL 2.14+, hence optional); ncclInProgress on a nonblocking communicator */
+  ncclCommFinalize: { parameters: [P], result: I32, optional: true },
+  /** frees the communicator's resources after aborting its operations (never hangs; on a
+   *  nonblocking communicator it may answer ncclInProgress: distributed/nccl_teardown.ts) */
   ncclCommAbort: { parameters: [P], result: I32 },
-  /** waits for pending operations, then frees the communicator */
+  /** waits for pending operations, then frees the communicator (may answer ncclInProgress) */
   ncclCommDestroy: { parameters: [P], result: I32 },
   /** const char* ncclGetErrorString(ncclResult_t result) */
   ncclGetErrorString: { parameters: [I32], result: P },

@@ -297,6 +297,17 @@ DT_LT_API cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPref
 }
 
 /* One algorithm for any valid problem; it needs no workspace. */
+/* DTRAIN_CUBLASLT_EMU_EPILOGUE: how this stand-in refuses every fused epilogue, to exercise the
+ * ways a real cuBLASLt says it has no algorithm for one (tests of dt_gemm_ex's fallback):
+ * "not-supported" (the heuristic answers CUBLAS_STATUS_NOT_SUPPORTED), "invalid-value" (it answers
+ * CUBLAS_STATUS_INVALID_VALUE), "no-algorithm" (success with zero results), "matmul-refuses" (the
+ * heuristic offers one, cublasLtMatmul then answers CUBLAS_STATUS_NOT_SUPPORTED). Unset: fused. */
+static const char* refused_epilogue(cublasLtMatmulDesc_t desc) {
+  const char* how = getenv("DTRAIN_CUBLASLT_EMU_EPILOGUE");
+  if (!how || !*how || !desc || desc->magic != kDesc || desc->epilogue == CUBLASLT_EPILOGUE_DEFAULT) return nullptr;
+  return how;
+}
+
 DT_LT_API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                                         cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                                         cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
@@ -307,6 +318,14 @@ DT_LT_API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle,
   Job j;
   cublasStatus_t st = plan(desc, a, b, c, d, &j);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
+  if (const char* how = refused_epilogue(desc)) {
+    if (!strcmp(how, "not-supported")) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!strcmp(how, "invalid-value")) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!strcmp(how, "no-algorithm")) {
+      *returned = 0;
+      return CUBLAS_STATUS_SUCCESS;
+    }
+  }
   memset(&results[0], 0, sizeof results[0]);
   results[0].algo.data[0] = kAlgo;
   results[0].workspaceSize = 0;
@@ -332,6 +351,9 @@ DT_LT_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulD
   cublasStatus_t st = plan(desc, a, b, c, d, &j);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   if (C != D) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (const char* how = refused_epilogue(desc)) {
+    if (!strcmp(how, "matmul-refuses")) return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   size_t esize = type_size(a->type);
   /* cuBLASLt reads and writes these from the GPU: they must be device memory */
   if (!is_device(A) || !is_device(B) || !is_device(D)) return CUBLAS_STATUS_INVALID_VALUE;

@@ -63,6 +63,9 @@ dt_status dt_cuda_after_launch_(cudaStream_t stream, const char* kernel, const c
 
 /* The stream a kernel call runs on: `stream` itself, or the library's
  * compute stream when it is NULL (created on first use). */
+/* Makes the process's device current on the calling host thread (runtime.cu); dt_cuda_stream_
+ * calls it, and so does every entry point that touches the device without a stream. */
+dt_status dt_bind_thread_(void);
 dt_status dt_cuda_stream_(void* stream, cudaStream_t* out);
 
 /* Number of multiprocessors of the current device (cached; 1 before any device). */

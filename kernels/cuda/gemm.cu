@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cublaslt_api.h"
 #include "cuda_internal.cuh"
@@ -41,15 +42,9 @@ static dt_status dt_cublas_fail_(cublasStatus_t st, const char* what, const char
     if (dt_cst_ != CUBLAS_STATUS_SUCCESS) return dt_cublas_fail_(dt_cst_, #call, __FILE__, __LINE__); \
   } while (0)
 
-/* Like DT_CHECK_CUBLAS, but `allowed` is an answer rather than an error; the
- * call's status is left in *result. */
-#define DT_CHECK_CUBLAS_ALLOW(call, allowed, result)                                   \
-  do {                                                                                 \
-    cublasStatus_t dt_cst_ = (call);                                                   \
-    *(result) = dt_cst_;                                                               \
-    if (dt_cst_ != CUBLAS_STATUS_SUCCESS && dt_cst_ != (allowed))                      \
-      return dt_cublas_fail_(dt_cst_, #call, __FILE__, __LINE__);                      \
-  } while (0)
+/* A call whose every status is an answer the caller acts on (not fusable: fall back), left in
+ * *result; kept a macro so tests/cuda/check_macros_test.ts sees that the status is looked at. */
+#define DT_CHECK_CUBLAS_ANSWER(call, result) (*(result) = (call))
 
 static const char* dt_cublas_status_name_(cublasStatus_t st) {
   switch (st) {
@@ -205,6 +200,27 @@ static dt_status dt_gemm_layout_(cublasLtMatrixLayout_t* out, cudaDataType_t typ
   return DT_OK;
 }
 
+static const char* dt_epilogue_name_(int32_t epilogue) {
+  return epilogue == DT_EPI_BIAS ? "bias" : epilogue == DT_EPI_GELU_BIAS ? "bias + GELU" : "bias gradient";
+}
+
+/* Marks plan p as "cuBLASLt does not fuse this epilogue for this shape": every later call of the
+ * shape (the plan is cached) runs the plain product and dtrain's epilogue kernel, without asking
+ * cuBLASLt again. Said once per shape on stderr under DTRAIN_PROFILE=1, as a fused GEMM that is
+ * not fused is a cost the profile should explain. */
+static void dt_gemm_no_fusion_(dt_gemm_plan_* p, const dt_gemm_key_* k, const char* call, cublasStatus_t st) {
+  p->supported = 0;
+  const char* profile = getenv("DTRAIN_PROFILE");
+  if (!profile || strcmp(profile, "1") != 0) return;
+  fprintf(stderr,
+          "[dtrain] profile: dt_gemm_ex: cuBLASLt does not fuse the %s epilogue of %s x %s -> %s M=%lld N=%lld "
+          "K=%lld (transA %d, transB %d): %s answered %s; this shape runs the plain product, then dtrain's "
+          "epilogue kernel\n",
+          dt_epilogue_name_(k->epilogue), dt_dtype_name(k->dtype), dt_dtype_name(k->dtype), dt_dtype_name(k->c_dtype),
+          (long long)k->M, (long long)k->N, (long long)k->K, k->ta, k->tb, call,
+          st == CUBLAS_STATUS_SUCCESS ? "no algorithm" : dt_cublas_status_name_(st));
+}
+
 static dt_status dt_gemm_pick_algo_(dt_gemm_plan_* p, const dt_gemm_key_* k, cublasLtMatmulPreference_t pref) {
   uint64_t ws = DT_GEMM_WORKSPACE_BYTES;
   DT_CHECK_CUBLAS(lt_.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
@@ -220,17 +236,18 @@ static dt_status dt_gemm_pick_algo_(dt_gemm_plan_* p, const dt_gemm_key_* k, cub
   cublasLtMatmulHeuristicResult_t result;
   memset(&result, 0, sizeof result);
   int found = 0;
-  /* an epilogue cuBLASLt cannot fuse here (a type, layout or leading dimension it does not take) is
-   * not an error: dt_gemm_ex falls back to a plain product and its own epilogue kernels */
   cublasStatus_t hs;
-  int allowed = k->epilogue != DT_EPI_NONE ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
-  DT_CHECK_CUBLAS_ALLOW(lt_.cublasLtMatmulAlgoGetHeuristic(dt_lt_handle_, p->desc, p->a, p->b, p->c, p->c, pref, 1,
-                                                           &result, &found),
-                        allowed, &hs);
-  if (k->epilogue != DT_EPI_NONE && (hs == CUBLAS_STATUS_NOT_SUPPORTED || !found)) {
-    p->supported = 0;
+  DT_CHECK_CUBLAS_ANSWER(lt_.cublasLtMatmulAlgoGetHeuristic(dt_lt_handle_, p->desc, p->a, p->b, p->c, p->c, pref, 1,
+                                                            &result, &found),
+                         &hs);
+  /* an epilogue cuBLASLt does not fuse here (a type, layout, leading dimension or architecture it
+   * does not take) is not an error however cuBLASLt says so (NOT_SUPPORTED, another status, zero
+   * algorithms): dt_gemm_ex falls back to a plain product and its own epilogue kernels */
+  if (k->epilogue != DT_EPI_NONE && (hs != CUBLAS_STATUS_SUCCESS || found < 1)) {
+    dt_gemm_no_fusion_(p, k, "cublasLtMatmulAlgoGetHeuristic", hs);
     return DT_OK;
   }
+  if (hs != CUBLAS_STATUS_SUCCESS) return dt_cublas_fail_(hs, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
   DT_REQUIRE_(found > 0, "dt_gemm: cuBLASLt has no algorithm for %s (C %s) M=%lld N=%lld K=%lld (transA %d, "
               "transB %d, lda %lld, ldb %lld, ldc %lld, batch %lld, alignments %u/%u/%u bytes)",
               dt_dtype_name(k->dtype), dt_dtype_name(k->c_dtype), (long long)k->M, (long long)k->N, (long long)k->K,
@@ -285,7 +302,11 @@ static dt_status dt_gemm_plan_build_(dt_gemm_plan_* p, const dt_gemm_key_* k, co
   DT_TRY_(dt_gemm_layout_(&p->a, type, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->ldb, k->batch, k->sb));
   DT_TRY_(dt_gemm_layout_(&p->b, type, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->lda, k->batch, k->sa));
   DT_TRY_(dt_gemm_layout_(&p->c, ctype, k->N, k->M, k->ldc, k->batch, k->sc));
-  DT_TRY_(dt_gemm_set_epilogue_(p->desc, k, bias, aux, 1));
+  if (dt_gemm_set_epilogue_(p->desc, k, bias, aux, 1) != DT_OK) {
+    /* this cuBLASLt does not take the epilogue's attributes (an older version): not fusable */
+    dt_gemm_no_fusion_(p, k, "cublasLtMatmulDescSetAttribute (epilogue)", CUBLAS_STATUS_NOT_SUPPORTED);
+    return DT_OK;
+  }
   cublasLtMatmulPreference_t pref = NULL;
   DT_CHECK_CUBLAS(lt_.cublasLtMatmulPreferenceCreate(&pref));
   dt_status st = dt_gemm_pick_algo_(p, k, pref);
@@ -321,12 +342,20 @@ static uint32_t dt_alignment_(const void* ptr, int64_t batch, int64_t stride, si
   return (uint32_t)(bits & (~bits + 1));
 }
 
-/* C = alpha * op(A) op(B) + beta * C with a prepared plan (C is also cuBLASLt's D). */
+/* cublasLtMatmul with a prepared plan: C = alpha * op(A) op(B) + beta * C (C is also cuBLASLt's D). */
+static cublasStatus_t dt_gemm_matmul_(const dt_gemm_plan_* p, float alpha, const void* A, const void* B, float beta,
+                                      void* C, cudaStream_t s) {
+  dt_cuda_count_work_(1);
+  cublasStatus_t st;
+  DT_CHECK_CUBLAS_ANSWER(lt_.cublasLtMatmul(dt_lt_handle_, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c,
+                                            &p->algo, dt_lt_workspace_, DT_GEMM_WORKSPACE_BYTES, s),
+                         &st);
+  return st;
+}
+
 static dt_status dt_gemm_run_(const dt_gemm_plan_* p, float alpha, const void* A, const void* B, float beta, void* C,
                               cudaStream_t s) {
-  dt_cuda_count_work_(1);
-  DT_CHECK_CUBLAS(lt_.cublasLtMatmul(dt_lt_handle_, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c, &p->algo,
-                                     dt_lt_workspace_, DT_GEMM_WORKSPACE_BYTES, s));
+  DT_CHECK_CUBLAS(dt_gemm_matmul_(p, alpha, A, B, beta, C, s));
   return DT_OK;
 }
 
@@ -427,7 +456,17 @@ static dt_status dt_gemm_ex_lt_(int32_t ab_dtype, int32_t c_dtype, int32_t trans
   if (st == DT_OK) st = dt_gemm_find_plan_(&key, bias, aux, &plan);
   *fused = st == DT_OK && plan->supported;
   if (*fused) st = dt_gemm_set_epilogue_(plan->desc, &key, bias, aux, 0);
-  if (*fused && st == DT_OK) st = dt_gemm_run_(plan, alpha, A, B, beta, C, s);
+  if (*fused && st == DT_OK) {
+    cublasStatus_t ms = dt_gemm_matmul_(plan, alpha, A, B, beta, C, s);
+    if (epilogue != DT_EPI_NONE && (ms == CUBLAS_STATUS_NOT_SUPPORTED || ms == CUBLAS_STATUS_INVALID_VALUE ||
+                                    ms == CUBLAS_STATUS_ARCH_MISMATCH)) {
+      /* refused before anything ran (the heuristic's algorithm does not take it after all) */
+      dt_gemm_no_fusion_(plan, &key, "cublasLtMatmul", ms);
+      *fused = 0;
+    } else if (ms != CUBLAS_STATUS_SUCCESS) {
+      st = dt_cublas_fail_(ms, "cublasLtMatmul", __FILE__, __LINE__);
+    }
+  }
   pthread_mutex_unlock(&dt_lt_mu_);
   return st;
 }

@@ -53,6 +53,22 @@ static cudaStream_t dt_compute_ = 0; /* created on first use, on dt_device_ */
 static int dt_sm_count_ = 0;
 static dt_data_error_t* dt_data_error_ = NULL; /* device memory: the first data error, until reported */
 
+/* The device this process chose, made the calling host thread's current device. CUDA's current
+ * device is per thread: a thread that never set it (the NCCL watchdog's, a Deno worker's, a thread
+ * of FFI's pool) is on device 0, where touching this process's streams, events or memory fails or
+ * makes a context of its own on GPU 0 (hundreds of MiB there, per rank). Every entry point that
+ * touches the device calls this first; a thread pays one cudaSetDevice, once. Before the device is
+ * chosen it does nothing (the first use chooses the thread's current one). */
+static __thread int dt_thread_device_ = -1;
+
+dt_status dt_bind_thread_(void) {
+  int d = __atomic_load_n(&dt_device_, __ATOMIC_ACQUIRE);
+  if (d < 0 || dt_thread_device_ == d) return DT_OK;
+  DT_CHECK_CUDA(cudaSetDevice(d));
+  dt_thread_device_ = d;
+  return DT_OK;
+}
+
 /* Creates the compute stream on the current device and makes the device's
  * memory pool keep freed scratch memory (its default gives it back at every
  * synchronisation). Called with dt_state_mu_ held. */
@@ -74,11 +90,13 @@ static dt_status dt_init_device_locked_(void) {
   DT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   dt_data_error_ = record;
   dt_compute_ = s;
-  dt_device_ = dev;
+  __atomic_store_n(&dt_device_, dev, __ATOMIC_RELEASE);
+  dt_thread_device_ = dev;
   return DT_OK;
 }
 
 dt_status dt_cuda_stream_(void* stream, cudaStream_t* out) {
+  DT_TRY_(dt_bind_thread_());
   if (stream) {
     *out = (cudaStream_t)stream;
     return DT_OK;
@@ -244,7 +262,9 @@ DT_EXPORT void* dt_alloc(int64_t bytes) {
 }
 
 DT_EXPORT dt_status dt_free(void* p) {
-  if (p) DT_CHECK_CUDA(cudaFree(p));
+  if (!p) return DT_OK;
+  DT_TRY_(dt_bind_thread_());
+  DT_CHECK_CUDA(cudaFree(p));
   return DT_OK;
 }
 
@@ -380,6 +400,7 @@ DT_EXPORT dt_status dt_cuda_stream_create(void** out) {
 
 DT_EXPORT dt_status dt_cuda_stream_destroy(void* stream) {
   DT_REQUIRE_(stream, "dt_cuda_stream_destroy: null stream (the compute stream is the library's own)");
+  DT_TRY_(dt_bind_thread_());
   DT_CHECK_CUDA(cudaStreamDestroy((cudaStream_t)stream));
   return DT_OK;
 }
@@ -396,6 +417,7 @@ DT_EXPORT dt_status dt_cuda_event_create(void** out) {
 
 DT_EXPORT dt_status dt_cuda_event_destroy(void* event) {
   DT_REQUIRE_(event, "dt_cuda_event_destroy: null event");
+  DT_TRY_(dt_bind_thread_());
   DT_CHECK_CUDA(cudaEventDestroy((cudaEvent_t)event));
   return DT_OK;
 }
@@ -421,6 +443,7 @@ DT_EXPORT dt_status dt_cuda_stream_wait_event(void* stream, void* event) {
 /* *done = 1 when everything before the event's record has finished, else 0. */
 DT_EXPORT dt_status dt_cuda_event_query(void* event, int32_t* done) {
   DT_REQUIRE_(event && done, "dt_cuda_event_query: null argument");
+  DT_TRY_(dt_bind_thread_()); /* the NCCL watchdog's thread calls this */
   cudaError_t result;
   DT_CHECK_CUDA_ALLOW(cudaEventQuery((cudaEvent_t)event), cudaErrorNotReady, &result);
   /* "not ready" is an answer, not an error: keep it out of the launch checks */
@@ -431,6 +454,7 @@ DT_EXPORT dt_status dt_cuda_event_query(void* event, int32_t* done) {
 
 DT_EXPORT dt_status dt_cuda_event_synchronize(void* event) {
   DT_REQUIRE_(event, "dt_cuda_event_synchronize: null event");
+  DT_TRY_(dt_bind_thread_());
   DT_CHECK_CUDA(cudaEventSynchronize((cudaEvent_t)event));
   return DT_OK;
 }
@@ -449,7 +473,8 @@ DT_EXPORT void* dt_cuda_host_alloc(int64_t bytes) {
     return NULL;
   }
   void* p = NULL;
-  dt_status st = dt_malloc_host_(&p, bytes == 0 ? 64 : (size_t)bytes);
+  dt_status st = dt_bind_thread_();
+  if (st == DT_OK) st = dt_malloc_host_(&p, bytes == 0 ? 64 : (size_t)bytes);
   if (st != DT_OK) {
     dt_with_context_(st, "dt_cuda_host_alloc: cannot allocate %lld pinned bytes", (long long)bytes);
     return NULL;
@@ -458,6 +483,8 @@ DT_EXPORT void* dt_cuda_host_alloc(int64_t bytes) {
 }
 
 DT_EXPORT dt_status dt_cuda_host_free(void* p) {
-  if (p) DT_CHECK_CUDA(cudaFreeHost(p));
+  if (!p) return DT_OK;
+  DT_TRY_(dt_bind_thread_());
+  DT_CHECK_CUDA(cudaFreeHost(p));
   return DT_OK;
 }

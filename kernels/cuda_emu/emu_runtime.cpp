@@ -198,6 +198,7 @@ void set_sticky(int d, cudaError_t err, const std::string& text) {
 /* ---- streams ------------------------------------------------------------------------ */
 
 void worker_main(CUstream_st* s) {
+  tl_device = s->device; /* work (and host functions) on a stream run with its device current, as CUDA's */
   State& st = S();
   std::unique_lock<std::mutex> lk(st.mu);
   for (;;) {
@@ -246,6 +247,24 @@ cudaError_t resolve(cudaStream_t stream, CUstream_st** out) {
                 "invalid resource handle (emulated: stream %p does not exist or was destroyed)", (void*)stream);
   *out = stream;
   return cudaSuccess;
+}
+
+/* The host thread's current device must be the device of what it touches: CUDA's current device
+ * is per thread, and a thread that never set it (a worker, a thread pool's) is on device 0, where a
+ * real GPU makes a context of its own (hundreds of MiB on GPU 0 per rank) or fails. `what` names the
+ * object ("a stream", "an event", "memory"). */
+cudaError_t on_current_device(int device, const char* what, const char* api) {
+  if (device == tl_device) return cudaSuccess;
+  return fail(cudaErrorInvalidResourceHandle,
+              "invalid resource handle (emulated: %s: %s of device %d touched by a host thread whose current device "
+              "is %d; every thread that touches a device sets it first, with cudaSetDevice)",
+              api, what, device, tl_device);
+}
+
+/* resolve() for the calls that do work on the stream: also on the calling thread's device. */
+cudaError_t resolve_here(cudaStream_t stream, CUstream_st** out, const char* api) {
+  cudaError_t e = resolve(stream, out);
+  return e ? e : on_current_device((*out)->device, "a stream", api);
 }
 
 /* Queues fn on s; returns its ticket (s->completed >= ticket once it ran). */
@@ -311,6 +330,13 @@ bool is_device_range(const void* p, size_t bytes) {
 
 /* Whether p is inside any device allocation (whatever its size). */
 bool is_device_pointer(const void* p) { return is_device_range(p, 1); }
+
+/* The device of the device allocation holding p, or -1 (host or pinned memory). */
+int device_of(const void* p) {
+  std::lock_guard<std::mutex> lk(S().mu);
+  const Alloc* a = find_locked(p, 1, nullptr);
+  return a && a->kind != kPinnedMemory ? a->device : -1;
+}
 
 bool is_pinned(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> lk(S().mu);
@@ -613,7 +639,7 @@ DT_EMU_API cudaError_t cudaFreeHost(void* ptr) {
 
 DT_EMU_API cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t stream) {
   CUstream_st* s;
-  cudaError_t e = resolve(stream, &s);
+  cudaError_t e = resolve_here(stream, &s, "cudaMallocAsync");
   if (e || (e = sticky(s->device))) return e;
   return allocate(ptr, bytes, s->device, kPoolMemory);
 }
@@ -621,7 +647,7 @@ DT_EMU_API cudaError_t cudaMallocAsync(void** ptr, size_t bytes, cudaStream_t st
 /* Returns the memory to the pool when the stream reaches this point. */
 DT_EMU_API cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   CUstream_st* s;
-  cudaError_t e = resolve(stream, &s);
+  cudaError_t e = resolve_here(stream, &s, "cudaFreeAsync");
   if (e) return e;
   if (!ptr) return cudaSuccess;
   {
@@ -676,11 +702,15 @@ DT_EMU_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, con
 DT_EMU_API cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                                        cudaStream_t stream) {
   CUstream_st* s;
-  cudaError_t e = resolve(stream, &s);
+  cudaError_t e = resolve_here(stream, &s, "cudaMemcpyAsync");
   if (e || (e = sticky(s->device))) return e;
   if (bytes == 0) return cudaSuccess;
   if (!dst || !src) return fail(cudaErrorInvalidValue, "invalid argument (emulated: null pointer in a copy)");
   if ((e = check_copy(dst, bytes, src, bytes, &kind))) return e;
+  for (const void* p : {(const void*)dst, src}) {
+    int d = device_of(p);
+    if (d >= 0 && (e = on_current_device(d, "memory", "cudaMemcpyAsync"))) return e;
+  }
   if (kind == cudaMemcpyHostToDevice && !is_pinned(src, bytes)) {
     /* pageable source: staged now, so the caller may reuse it at once */
     std::shared_ptr<char> staged(new char[bytes], std::default_delete<char[]>());
@@ -705,7 +735,7 @@ DT_EMU_API cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cuda
 DT_EMU_API cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                                          size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
   CUstream_st* s;
-  cudaError_t e = resolve(stream, &s);
+  cudaError_t e = resolve_here(stream, &s, "cudaMemcpy2DAsync");
   if (e || (e = sticky(s->device))) return e;
   if (width == 0 || height == 0) return cudaSuccess;
   if (width > dpitch || width > spitch)
@@ -724,12 +754,13 @@ DT_EMU_API cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* s
 
 DT_EMU_API cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   CUstream_st* s;
-  cudaError_t e = resolve(stream, &s);
+  cudaError_t e = resolve_here(stream, &s, "cudaMemsetAsync");
   if (e || (e = sticky(s->device))) return e;
   if (bytes == 0) return cudaSuccess;
   if (!is_device_range(ptr, bytes))
     return fail(cudaErrorInvalidValue, "invalid argument (emulated: cudaMemsetAsync(%p, %zu bytes): %s)", ptr, bytes,
                 is_device_pointer(ptr) ? "runs past the end of its device allocation" : "not device memory");
+  if ((e = on_current_device(device_of(ptr), "memory", "cudaMemsetAsync"))) return e;
   enqueue_device_work(s, [=] { memset(ptr, value, bytes); });
   return cudaSuccess;
 }
@@ -773,7 +804,7 @@ DT_EMU_API cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 DT_EMU_API cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   CUstream_st* s;
-  cudaError_t e = resolve(stream, &s);
+  cudaError_t e = resolve_here(stream, &s, "cudaStreamSynchronize");
   if (e) return e;
   uint64_t ticket;
   {
@@ -786,7 +817,7 @@ DT_EMU_API cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 
 DT_EMU_API cudaError_t cudaStreamQuery(cudaStream_t stream) {
   CUstream_st* s;
-  cudaError_t e = resolve(stream, &s);
+  cudaError_t e = resolve_here(stream, &s, "cudaStreamQuery");
   if (e || (e = sticky(s->device))) return e;
   std::lock_guard<std::mutex> lk(S().mu);
   return s->completed == s->enqueued ? cudaSuccess : fail_plain(cudaErrorNotReady);
@@ -858,7 +889,7 @@ DT_EMU_API cudaError_t cudaEventDestroy(cudaEvent_t event) {
 DT_EMU_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   cudaError_t e = check_event(event);
   CUstream_st* s;
-  if (e || (e = resolve(stream, &s)) || (e = sticky(s->device))) return e;
+  if (e || (e = resolve_here(stream, &s, "cudaEventRecord")) || (e = sticky(s->device))) return e;
   if (event->device != s->device)
     return fail(cudaErrorInvalidResourceHandle,
                 "invalid resource handle (emulated: event of device %d recorded on a stream of device %d)",
@@ -880,7 +911,7 @@ DT_EMU_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t even
   (void)flags;
   cudaError_t e = check_event(event);
   CUstream_st* s;
-  if (e || (e = resolve(stream, &s)) || (e = sticky(s->device))) return e;
+  if (e || (e = resolve_here(stream, &s, "cudaStreamWaitEvent")) || (e = sticky(s->device))) return e;
   std::shared_ptr<Marker> m = latest(event);
   if (!m) return cudaSuccess; /* never recorded: nothing to wait for */
   enqueue(s, [m] {
@@ -892,7 +923,8 @@ DT_EMU_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t even
 
 DT_EMU_API cudaError_t cudaEventQuery(cudaEvent_t event) {
   cudaError_t e = check_event(event);
-  if (e || (e = sticky(event->device))) return e;
+  if (e || (e = on_current_device(event->device, "an event", "cudaEventQuery")) || (e = sticky(event->device)))
+    return e;
   std::shared_ptr<Marker> m = latest(event);
   std::lock_guard<std::mutex> lk(S().mu);
   return !m || m->done ? cudaSuccess : fail_plain(cudaErrorNotReady);
@@ -900,7 +932,7 @@ DT_EMU_API cudaError_t cudaEventQuery(cudaEvent_t event) {
 
 DT_EMU_API cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   cudaError_t e = check_event(event);
-  if (e) return e;
+  if (e || (e = on_current_device(event->device, "an event", "cudaEventSynchronize"))) return e;
   std::shared_ptr<Marker> m = latest(event);
   host_waits.fetch_add(1);
   if (m) {

@@ -61,6 +61,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);

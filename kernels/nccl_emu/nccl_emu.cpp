@@ -12,7 +12,11 @@
  *   device, a stream of that device), are queued on the stream and complete
  *   asynchronously; a failure is reported by ncclCommGetAsyncError.
  * - ncclCommAbort makes every wait of this rank and of its peers stop with an
- *   error, also during the start; ncclCommDestroy waits for the queued work.
+ *   error, also during the start; ncclCommDestroy waits for the queued work;
+ *   ncclCommFinalize flushes it. On a nonblocking communicator each answers
+ *   ncclInProgress and ends only while ncclCommGetAsyncError is polled
+ *   (DTRAIN_NCCL_EMU_TEARDOWN_POLLS polls, default 3), as NCCL 2.14+ may; the
+ *   poll that reports the end of a destroy or abort frees the communicator.
  *   Either frees the communicator, once: a second call on it is a use after
  *   free, as with NCCL (the AddressSanitizer build, -DDT_NCCL_EMU_ASAN,
  *   reports it; the normal build keeps a list of live communicators and
@@ -128,6 +132,12 @@ struct ncclComm {
   void* shm = nullptr; /* the dt_shm_t handle */
   std::thread starter;
   int64_t timeout_ms;
+  bool blocking = true;
+  /* nonblocking teardown (NCCL 2.14+ semantics): ncclCommFinalize, ncclCommDestroy and
+   * ncclCommAbort answer ncclInProgress, and the communicator finishes them only while
+   * ncclCommGetAsyncError is polled, after `teardown_polls` more polls; nothing is freed before */
+  enum { kNoTeardown, kFinalizing, kFinalized, kReclaiming } teardown_state = kNoTeardown;
+  int teardown_polls = 0;
 };
 
 namespace {
@@ -167,16 +177,30 @@ std::set<ncclComm*>* live = new std::set<ncclComm*>(); /* never freed: used at e
  * build trusts the handle, as NCCL does, so that a use after free is reported. */
 bool usable(ncclComm* comm, const char* api) {
 #ifdef DT_NCCL_EMU_ASAN
-  (void)api;
-  return comm && comm->magic == kCommMagic;
+  if (!comm || comm->magic != kCommMagic) return false;
 #else
-  std::lock_guard<std::mutex> lk(live_mu);
-  if (comm && live->count(comm)) return true;
-  fail(ncclInvalidArgument, "%s: communicator %p is not live (never created, or aborted or destroyed already)", api,
-       (void*)comm);
-  return false;
+  {
+    std::lock_guard<std::mutex> lk(live_mu);
+    if (!comm || !live->count(comm)) {
+      fail(ncclInvalidArgument, "%s: communicator %p is not live (never created, or aborted or destroyed already)",
+           api, (void*)comm);
+      return false;
+    }
+  }
 #endif
+  /* a communicator whose destroy or abort is still in progress answers ncclCommGetAsyncError only */
+  std::lock_guard<std::mutex> lk(comm->mu);
+  if (comm->released && strcmp(api, "ncclCommGetAsyncError") != 0) {
+    fail(ncclInvalidArgument, "%s: communicator %p is not live (its %s is in progress)", api, (void*)comm,
+         comm->aborted ? "abort" : "destroy");
+    return false;
+  }
+  return true;
 }
+
+/* How many ncclCommGetAsyncError polls a nonblocking teardown takes (DTRAIN_NCCL_EMU_TEARDOWN_POLLS,
+ * default 3; 0 finishes at once, as a blocking one). */
+int teardown_polls() { return (int)env_int("DTRAIN_NCCL_EMU_TEARDOWN_POLLS", 3); }
 
 /* Communicators allocated and not yet freed (for the lifecycle tests). */
 std::atomic<int> allocated{0};
@@ -376,15 +400,21 @@ ncclResult_t start(ncclComm* c) {
     shm_unlink(ctl_name(c).c_str());
     c->ctl_unlinked = true;
   }
-  /* NCCL refuses two ranks on one GPU: each rank learns every rank's bus id */
-  std::vector<char> ids((size_t)c->world * 16);
-  char mine[16] = {0};
-  if (cudaDeviceGetPCIBusId(mine, sizeof mine, c->device) != cudaSuccess)
+  /* NCCL refuses two ranks on one GPU of one host: each rank learns every rank's bus id and host
+   * identity (NCCL_HOSTID when set, as NCCL's host hash takes it, else the host name), so ranks
+   * that share a device as two "hosts" (the launcher's GPU sharing) pass, as on a real GPU */
+  enum { kBusId = 16, kHostId = 112, kIdentity = kBusId + kHostId };
+  std::vector<char> ids((size_t)c->world * kIdentity);
+  char mine[kIdentity] = {0};
+  if (cudaDeviceGetPCIBusId(mine, kBusId, c->device) != cudaSuccess)
     return fail(ncclUnhandledCudaError, "cudaDeviceGetPCIBusId(%d) failed", c->device);
-  if (dt_shm_allgather(c->shm, ids.data(), mine, 16, 5 /* DT_U8 */, c->timeout_ms) != 0)
+  const char* hostid = getenv("NCCL_HOSTID");
+  if (hostid && *hostid) strncpy(mine + kBusId, hostid, kHostId - 1);
+  else gethostname(mine + kBusId, kHostId - 1);
+  if (dt_shm_allgather(c->shm, ids.data(), mine, kIdentity, 5 /* DT_U8 */, c->timeout_ms) != 0)
     return fail(ncclSystemError, "the communicator start on rank %d: %s", c->rank, dt_last_error());
   for (int q = 0; q < c->world; q++) {
-    if (q != c->rank && memcmp(&ids[(size_t)q * 16], mine, 16) == 0)
+    if (q != c->rank && memcmp(&ids[(size_t)q * kIdentity], mine, kIdentity) == 0)
       return fail(ncclInvalidUsage, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %s", c->rank, q,
                   mine);
   }
@@ -659,6 +689,7 @@ ncclResult_t create(ncclComm_t* out, int world, ncclUniqueId id, int rank, bool 
   c->device = device;
   c->name = l->name;
   c->timeout_ms = env_int("DTRAIN_NCCL_EMU_TIMEOUT_MS", 30 * 60 * 1000);
+  c->blocking = blocking;
 #ifndef DT_NCCL_EMU_ASAN /* there a communicator nobody frees is a leak LeakSanitizer reports */
   {
     std::lock_guard<std::mutex> lk(live_mu);
@@ -684,15 +715,22 @@ ncclResult_t create(ncclComm_t* out, int world, ncclUniqueId id, int rank, bool 
   return ncclInProgress;
 }
 
-/* Takes the user's handle away: aborted (peers stop waiting) or not. */
-ncclResult_t release(ncclComm* c, bool abort, const char* api) {
-  if (!usable(c, api)) return ncclInvalidArgument;
+/* Frees what release() left for the end of a teardown: the handle leaves the live list. */
+void reclaim(ncclComm* c) {
 #ifndef DT_NCCL_EMU_ASAN
   {
     std::lock_guard<std::mutex> lk(live_mu);
     live->erase(c);
   }
 #endif
+  teardown(c);
+  unref(c);
+}
+
+/* Takes the user's handle away: aborted (peers stop waiting) or not. A nonblocking communicator
+ * answers ncclInProgress and is freed by the ncclCommGetAsyncError poll that reports the end. */
+ncclResult_t release(ncclComm* c, bool abort, const char* api) {
+  if (!usable(c, api)) return ncclInvalidArgument;
   {
     std::lock_guard<std::mutex> lk(c->mu);
     c->released = true;
@@ -707,8 +745,14 @@ ncclResult_t release(ncclComm* c, bool abort, const char* api) {
     c->cv.wait(lk, [&] { return c->finished == c->issued || c->error != ncclSuccess || c->state != kReady; });
     if (c->state == kStarting) c->aborted = true;
   }
-  teardown(c);
-  unref(c);
+  int polls = c->blocking ? 0 : teardown_polls();
+  if (polls > 0) {
+    std::lock_guard<std::mutex> lk(c->mu);
+    c->teardown_state = ncclComm::kReclaiming;
+    c->teardown_polls = polls;
+    return ncclInProgress;
+  }
+  reclaim(c);
   return ncclSuccess;
 }
 
@@ -789,9 +833,45 @@ NCCL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclU
 NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   if (!async_error) return fail(ncclInvalidArgument, "ncclCommGetAsyncError : asyncError is NULL");
   if (!usable(comm, "ncclCommGetAsyncError")) return ncclInvalidArgument;
-  std::lock_guard<std::mutex> lk(comm->mu);
-  *async_error = comm->state == kStarting ? ncclInProgress : comm->error;
+  bool reclaim_now = false;
+  {
+    std::lock_guard<std::mutex> lk(comm->mu);
+    if (comm->teardown_state == ncclComm::kFinalizing || comm->teardown_state == ncclComm::kReclaiming) {
+      /* a finalize ends once the queued work has (and the polls are spent) */
+      bool drained = comm->finished == comm->issued || comm->error != ncclSuccess || comm->aborted;
+      if (!drained || --comm->teardown_polls > 0) {
+        *async_error = ncclInProgress;
+        return ncclSuccess;
+      }
+      if (comm->teardown_state == ncclComm::kFinalizing) {
+        comm->teardown_state = ncclComm::kFinalized;
+      } else {
+        reclaim_now = true;
+      }
+    }
+    /* the end of a destroy or abort is a success (also of a communicator that never started) */
+    *async_error = reclaim_now || comm->aborted ? ncclSuccess : comm->state == kStarting ? ncclInProgress : comm->error;
+  }
+  if (reclaim_now) reclaim(comm); /* the poll that reports the end frees it: later calls are a use after free */
   return ncclSuccess;
+}
+
+/* ncclCommFinalize: flushes the queued work; nonblocking, ncclInProgress until polled done. */
+NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (!usable(comm, "ncclCommFinalize")) return ncclInvalidArgument;
+  std::unique_lock<std::mutex> lk(comm->mu);
+  if (comm->teardown_state != ncclComm::kNoTeardown)
+    return fail(ncclInvalidUsage, "ncclCommFinalize : communicator %p was finalized already", (void*)comm);
+  if (comm->state == kStarting)
+    return fail(ncclInvalidUsage, "ncclCommFinalize : the communicator is still starting");
+  if (!comm->blocking && teardown_polls() > 0) {
+    comm->teardown_state = ncclComm::kFinalizing;
+    comm->teardown_polls = teardown_polls();
+    return ncclInProgress;
+  }
+  comm->cv.wait(lk, [&] { return comm->finished == comm->issued || comm->error != ncclSuccess; });
+  comm->teardown_state = ncclComm::kFinalized;
+  return comm->error;
 }
 
 NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {

@@ -9,7 +9,8 @@
  */
 import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
-import { type Arr, type Case, Rng, toBf16, toF16 } from "./_harness.ts";
+import { type Arr, asNumbers, type Case, Rng, toBf16, toF16 } from "./_harness.ts";
+import { gemmBounds } from "./tolerance.ts";
 import {
   attentionCases,
   type AttentionShape,
@@ -908,6 +909,10 @@ export function buildOpCases(
       return dtype === DT.F32 ? x : dtype === DT.BF16 ? toBf16(x) : toF16(x);
     };
     const kind = dtype === DT.F32 ? "f32" : dtype === DT.BF16 ? "bf16" : "f16";
+    const A = mk(Math.max(1, batch * sa)), B = mk(Math.max(1, batch * sb));
+    const C = mk(batch * sc);
+    // f32 products accumulate in f32 (TF32's 10-bit mantissa where allowed); bf16/f16 in f32 too
+    const acc = dtype === DT.F32 && Deno.env.get("DTRAIN_ALLOW_TF32") === "1" ? "tf32" : "f32";
     return {
       op: `gemm ${g.ta ? "T" : "N"}${g.tb ? "T" : "N"}${batch > 1 ? ` x${batch}` : ""}${
         beta ? ` a=${alpha} b=${beta}` : ""
@@ -916,12 +921,31 @@ export function buildOpCases(
       dtype: kind,
       size: `${g.M}x${g.N}x${g.K}${pad ? ` ld+${pad}` : ""}`,
       tol: dtype === DT.F32 ? TOL.gemm32 : dtype === DT.BF16 ? TOL.bf16 : TOL.f16,
-      inputs: { A: mk(Math.max(1, batch * sa)), B: mk(Math.max(1, batch * sb)) },
+      // each element within K-term summation bounds of the CPU's: another order, FMA, split-K pass
+      bounds: () => {
+        const a = asNumbers(A, kind), b = asNumbers(B, kind), c = asNumbers(C, kind);
+        const out = new Float64Array(batch * sc); // padding columns: untouched, so bound 0
+        for (let z = 0; z < batch; z++) {
+          const bound = gemmBounds(
+            { M: g.M, N: g.N, K: g.K, alpha, beta },
+            g.ta ? (i, k) => a[z * sa + k * lda + i]! : (i, k) => a[z * sa + i * lda + k]!,
+            g.tb ? (k, j) => b[z * sb + j * ldb + k]! : (k, j) => b[z * sb + k * ldb + j]!,
+            (i, j) => c[z * sc + i * ldc + j]!,
+            acc,
+            kind,
+          );
+          for (let i = 0; i < g.M; i++) {
+            out.set(bound.subarray(i * g.N, (i + 1) * g.N), z * sc + i * ldc);
+          }
+        }
+        return { C: out };
+      },
+      inputs: { A, B },
       // beta = 0 never reads C, so its NaN poison must not leak into the product; beta != 0 (or
       // padding columns, which stay untouched) start from data
       ...(beta === 0 && pad === 0
-        ? { outputs: { C: [mk(batch * sc), kind] as [Arr, typeof kind] } }
-        : { inout: { C: [mk(batch * sc), kind] as [Arr, typeof kind] } }),
+        ? { outputs: { C: [C, kind] as [Arr, typeof kind] } }
+        : { inout: { C: [C, kind] as [Arr, typeof kind] } }),
       call: (k, p, s) =>
         k.dt_gemm(
           dtype,

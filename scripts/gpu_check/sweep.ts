@@ -53,7 +53,9 @@ export function runSweep(
     print(
       `${c.op.padEnd(40)} ${c.dtype.padEnd(10)} ${c.size.padEnd(24)} ${
         r.err.toExponential(2).padEnd(12)
-      } ${String(c.tol).padEnd(8)} ${r.ok ? "PASS" : "FAIL"} ${ms}ms${r.ok ? "" : `  ${r.detail}`}`,
+      } ${(c.bounds ? "derived" : String(c.tol)).padEnd(8)} ${r.ok ? "PASS" : "FAIL"} ${ms}ms${
+        r.ok ? "" : `  ${r.detail}`
+      }`,
     );
     if (!r.ok) {
       const why = broken();

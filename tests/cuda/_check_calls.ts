@@ -1,7 +1,7 @@
 /**
  * A source check of kernels/cuda: every CUDA runtime and cuBLAS(Lt) call
  * sits inside a check macro (DT_CHECK_CUDA, DT_CHECK_CUDA_ALLOW,
- * DT_CHECK_CUBLAS), every kernel launch goes through DT_LAUNCH (so the GPU
+ * DT_CHECK_CUBLAS, DT_CHECK_CUBLAS_ANSWER: a status the caller acts on), every kernel launch goes through DT_LAUNCH (so the GPU
  * and the emulated device build from one source) and is followed at once by
  * DT_CHECK_LAUNCH. Comments and string literals are blanked first, so
  * symbol names in dlsym strings or prose do not count.
@@ -17,7 +17,8 @@ export const UNCHECKED_ALLOWED: Readonly<Record<string, string>> = {
   cublasLtGetVersion: "returns a version number",
 };
 
-const CHECK_MACROS = /\bDT_CHECK_(?:CUDA|CUDA_ALLOW|CUDA_WORK|CUBLAS|CUBLAS_ALLOW)\s*\(/g;
+const CHECK_MACROS =
+  /\bDT_CHECK_(?:CUDA|CUDA_ALLOW|CUDA_WORK|CUBLAS|CUBLAS_ALLOW|CUBLAS_ANSWER)\s*\(/g;
 const CALL = /\b((?:cuda|cublas)[A-Za-z0-9_]*)\s*\((?!\s*\*)/g;
 const LAUNCH = /\bDT_LAUNCH\s*\(/g;
 const RAW_LAUNCH = /<<</g;

@@ -112,6 +112,42 @@ Deno.test("findCudaLibrary() finds pip's nvidia-* wheels of a python3 on PATH (a
   }
 });
 
+Deno.test("findCudaLibrary() looks in VIRTUAL_ENV, CONDA_PREFIX and every python3 installation of the machine, not only PATH's", () => {
+  const root = tree([
+    "venv/bin/python3",
+    "venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2",
+    "conda/bin/python3.12",
+    "conda/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13",
+    "home/.pyenv/versions/3.12.4/bin/python3.12",
+    "home/.pyenv/versions/3.12.4/lib64/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.13",
+    "opt/torch/bin/python3",
+    "opt/torch/lib/python3.13/site-packages/nvidia/cusparse/lib/libcusparse.so.12",
+    "opt/not-python/lib/python3.13/site-packages/nvidia/ignored/lib/x.so",
+  ]);
+  try {
+    const o = opts(
+      { VIRTUAL_ENV: `${root}/venv`, CONDA_PREFIX: `${root}/conda`, PATH: "/nonexistent" },
+      { pythonRoots: [`${root}/opt`, `${root}/home/.pyenv/versions`] },
+    );
+    const dirs = cudaLibraryDirs(o);
+    assert.deepEqual(dirs, [
+      `${root}/conda/lib`,
+      `${root}/venv/lib/python3.11/site-packages/nvidia/nccl/lib`,
+      `${root}/conda/lib/python3.12/site-packages/nvidia/cu13/lib`,
+      `${root}/opt/torch/lib/python3.13/site-packages/nvidia/cusparse/lib`,
+      `${root}/home/.pyenv/versions/3.12.4/lib64/python3.12/site-packages/nvidia/cuda_runtime/lib`,
+    ]);
+    assert.equal(findCudaLibrary("nccl", o).path, `${dirs[1]}/libnccl.so.2`);
+    assert.equal(findCudaLibrary("cublasLt", o).path, `${dirs[2]}/libcublasLt.so.13`);
+    assert.equal(findCudaLibrary("cudart", o).path, `${dirs[4]}/libcudart.so.13`);
+    // without the variables and roots, none of these is found
+    const bare = findCudaLibrary("nccl", opts({ PATH: "/nonexistent" }));
+    assert.equal(bare.path, null);
+  } finally {
+    Deno.removeSync(root, { recursive: true });
+  }
+});
+
 Deno.test({
   name:
     "on a machine without the NVIDIA driver, the real search says it is missing and where it looked",

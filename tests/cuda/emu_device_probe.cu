@@ -409,6 +409,39 @@ static int runtime_scenario(const char* name) {
            n, here, there, bus, p.name, p.multiProcessorCount, cudaGetErrorName(cross));
     return 0;
   }
+  if (!strcmp(name, "thread-device")) {
+    /* device 1's event, stream and memory, touched from a thread that never set a device (0) */
+    static cudaEvent_t e;
+    static cudaStream_t s;
+    static int* d;
+    CHECK(cudaSetDevice(1));
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CHECK(cudaMalloc((void**)&d, 4));
+    CHECK(cudaEventRecord(e, s));
+    static char text[3][400];
+    static int set_first = 0;
+    for (set_first = 0; set_first < 2; set_first++) {
+      pthread_t t;
+      pthread_create(
+          &t, nullptr, [](void*) -> void* {
+            if (set_first) cudaSetDevice(1);
+            int h = 0;
+            cudaError_t q = cudaEventQuery(e);
+            snprintf(text[0], sizeof text[0], "%s", q ? cudaGetErrorString(q) : "ok");
+            cudaError_t c = cudaMemcpyAsync(&h, d, 4, cudaMemcpyDeviceToHost, s);
+            snprintf(text[1], sizeof text[1], "%s", c ? cudaGetErrorString(c) : "ok");
+            cudaError_t m = cudaMemcpy(&h, d, 4, cudaMemcpyDeviceToHost); /* the thread's own stream */
+            snprintf(text[2], sizeof text[2], "%s", m ? cudaGetErrorString(m) : "ok");
+            return nullptr;
+          },
+          nullptr);
+      pthread_join(t, nullptr);
+      printf("%s: query %s; copy on its stream %s; copy of its memory %s\n",
+             set_first ? "device set first" : "device not set", text[0], text[1], text[2]);
+    }
+    return 0;
+  }
   return scenario(name);
 }
 

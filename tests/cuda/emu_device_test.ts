@@ -190,3 +190,19 @@ test("the current device is per host thread; CUDA_VISIBLE_DEVICES maps devices",
       "launch on another device's stream cudaErrorInvalidResourceHandle",
   );
 });
+
+test("a host thread touching another device's event, stream or memory is refused, naming both devices", () => {
+  const out = run("thread-device").split("\n");
+  const refused = (api: string, what: string) =>
+    `invalid resource handle \\(emulated: ${api}: ${what} of device 1 touched by a host thread whose current ` +
+    "device is 0; every thread that touches a device sets it first";
+  assert.match(
+    out[0]!,
+    new RegExp(
+      `^device not set: query ${refused("cudaEventQuery", "an event")}.*; copy on its stream ${
+        refused("cudaMemcpyAsync", "a stream")
+      }.*; copy of its memory ${refused("cudaMemcpyAsync", "memory")}`,
+    ),
+  );
+  assert.equal(out[1], "device set first: query ok; copy on its stream ok; copy of its memory ok");
+});

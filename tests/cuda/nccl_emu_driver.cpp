@@ -74,6 +74,20 @@ static ncclConfig_t nonblocking_config() {
   return c;
 }
 
+/* A teardown call (ncclCommFinalize, ncclCommDestroy, ncclCommAbort) of a nonblocking
+ * communicator answers ncclInProgress: polls ncclCommGetAsyncError until it reports the end
+ * (the poll that does frees the communicator). */
+static ncclResult_t finish(ncclComm_t comm, ncclResult_t r) {
+  while (r == ncclInProgress) {
+    ncclResult_t state;
+    ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) return q;
+    r = state;
+    if (r == ncclInProgress) usleep(500);
+  }
+  return r;
+}
+
 /* Starts a nonblocking communicator and polls it, at most `ms`; returns the
  * final async state (ncclInProgress when the time ran out). */
 static ncclResult_t start(ncclComm_t* comm, ncclUniqueId id, int ranks, int rank, int ms) {
@@ -175,13 +189,13 @@ static int run_rank(const std::string& scenario, ncclUniqueId id, int ranks, int
     NCCL(ncclCommUserRank(comm, &me));
     if (device != rank || count != ranks || me != rank) say("wrong identity %d %d %d", device, count, me);
     if (collectives(comm, ranks, rank)) return 1;
-    NCCL(ncclCommDestroy(comm));
+    NCCL(finish(comm, ncclCommDestroy(comm)));
     return 0;
   }
   if (scenario == "duplicate-gpu") { /* every rank on GPU 0 */
     ncclResult_t r = start(&comm, id, ranks, rank, 20000);
     say("start: %s: %s", ncclGetErrorString(r), ncclGetLastError(comm));
-    NCCL(ncclCommAbort(comm));
+    NCCL(finish(comm, ncclCommAbort(comm)));
     return 0;
   }
   if (scenario == "init-on-another-thread") {
@@ -212,7 +226,7 @@ static int run_rank(const std::string& scenario, ncclUniqueId id, int ranks, int
     }
     ncclResult_t r = start(&comm, id, ranks, rank, 300);
     double t0 = now_s();
-    NCCL(ncclCommAbort(comm));
+    NCCL(finish(comm, ncclCommAbort(comm)));
     say("after 300 ms the start was %s; abort took %s", ncclGetErrorString(r), now_s() - t0 < 2 ? "< 2 s" : "too long");
     return 0;
   }
@@ -230,7 +244,7 @@ static int run_rank(const std::string& scenario, ncclUniqueId id, int ranks, int
   if (scenario == "abort-once" || scenario == "double-abort") {
     /* rank 0 aborts instead of joining the collective; the others must stop */
     if (rank == 0) {
-      NCCL(ncclCommAbort(comm));
+      NCCL(finish(comm, ncclCommAbort(comm)));
       if (scenario == "double-abort") { /* a use after free: AddressSanitizer stops here */
         ncclResult_t again = ncclCommAbort(comm);
         say("aborted; aborted again: %s: %s", ncclGetErrorString(again), ncclGetLastError(nullptr));
@@ -245,7 +259,7 @@ static int run_rank(const std::string& scenario, ncclUniqueId id, int ranks, int
     r = wait_for(comm, done, 20000);
     say("allReduce: %s within %s: %s", ncclGetErrorString(r), now_s() - t0 < 5 ? "5 s" : "too long",
         ncclGetLastError(comm));
-    NCCL(ncclCommAbort(comm));
+    NCCL(finish(comm, ncclCommAbort(comm)));
     return 0;
   }
   if (scenario == "peer-exits") { /* the last rank dies without a word */
@@ -254,7 +268,7 @@ static int run_rank(const std::string& scenario, ncclUniqueId id, int ranks, int
     CUDA(cudaEventRecord(done, s));
     r = wait_for(comm, done, 20000);
     say("allReduce: %s: %s", ncclGetErrorString(r), ncclGetLastError(comm));
-    NCCL(ncclCommAbort(comm));
+    NCCL(finish(comm, ncclCommAbort(comm)));
     return 0;
   }
   if (scenario == "bad-arguments") {
@@ -273,7 +287,7 @@ static int run_rank(const std::string& scenario, ncclUniqueId id, int ranks, int
     say("host memory: %s (%s); another device's stream: %s (%s); prod: %s; root %d: %s; 65 of 64 floats: %s",
         ncclGetErrorString(on_host), host_text.c_str(), ncclGetErrorString(wrong_stream), stream_text.c_str(),
         ncclGetErrorString(prod), ranks, ncclGetErrorString(root), ncclGetErrorString(too_long));
-    NCCL(ncclCommDestroy(comm));
+    NCCL(finish(comm, ncclCommDestroy(comm)));
     return 0;
   }
   say("unknown scenario %s", scenario.c_str());
