@@ -5,16 +5,26 @@
  * block owns a row; a row of up to ROW_CACHE * DT_BLOCK values stays in
  * registers between its passes. The backward writes (or adds to) dinp and
  * keeps each block's column sums of dout * xhat and dout for the weight and
- * bias gradients, folded in block order by a second kernel: two launches, and
- * the result never depends on timing. Arithmetic: kernels/common/layernorm.h. */
+ * bias gradients, folded in a fixed order by two more kernels (strips of 32
+ * columns by chunks of the partial rows, then the chunks per column), so the
+ * fold fills the GPU (C = 768: 48 strips x 11 chunks = 528 blocks, not the 3
+ * a thread per column gives) and the result never depends on timing.
+ * Arithmetic: kernels/common/layernorm.h. */
 #include "convert.h"
 #include "cuda_internal.cuh"
 #include "layernorm.h"
 
 /* Values per thread kept in registers (rows of up to 1024 columns). */
 #define ROW_CACHE 4
+/* Row kernels: at least this many blocks of DT_BLOCK threads resident per
+ * multiprocessor (at most 64 registers a thread): half the SM's warps, what a
+ * memory-bound row needs in flight (docs/GPU_KERNELS.md). */
+#define LN_MIN_BLOCKS 4
 /* Backward blocks per multiprocessor (each keeps a row of column sums). */
 #define LN_BWD_BLOCKS_PER_SM 4
+/* The fold's first pass: blocks of 32 columns x 8 row lanes, about this many per multiprocessor. */
+#define LN_FOLD_LANES 8
+#define LN_FOLD_BLOCKS_PER_SM 4
 
 /* ---- kernels ------------------------------------------------------------------------
  * CACHED = true: the row fits in registers (C <= ROW_CACHE * blockDim.x). */
@@ -27,7 +37,7 @@ __device__ __forceinline__ float dt_ln_x_(const void* inp, int32_t idt, const vo
 }
 
 template <bool CACHED>
-__global__ void dt_layernorm_fwd_k_(void* out, float* mean, float* rstd, const void* inp, const float* weight,
+__global__ void __launch_bounds__(DT_BLOCK, LN_MIN_BLOCKS) dt_layernorm_fwd_k_(void* out, float* mean, float* rstd, const void* inp, const float* weight,
                                     const float* bias, int64_t rows, int64_t C, float eps, int32_t odt, int32_t idt,
                                     const void* res, int32_t rdt, void* sum_out) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -89,7 +99,7 @@ __global__ void dt_layernorm_fwd_k_(void* out, float* mean, float* rstd, const v
  * for the block's rows; partial (when not NULL): this block's sums over its
  * rows of dout * xhat (first C) and dout (next C), at partial[blockIdx.x * 2C]. */
 template <bool CACHED>
-__global__ void dt_layernorm_bwd_k_(void* dinp, double* partial, const void* dout, const void* inp,
+__global__ void __launch_bounds__(DT_BLOCK, LN_MIN_BLOCKS) dt_layernorm_bwd_k_(void* dinp, double* partial, const void* dout, const void* inp,
                                     const float* weight, const float* mean, const float* rstd, int64_t rows,
                                     int64_t C, int32_t ddt, int32_t idt, int32_t xdt, int32_t add) {
   double pw[ROW_CACHE], pb[ROW_CACHE];
@@ -159,6 +169,28 @@ __global__ void dt_layernorm_bwd_k_(void* dinp, double* partial, const void* dou
   }
 }
 
+/* Fold pass 1: chunk[y][j] = sum of partial[b][j] over the rows b of chunk y
+ * ([y * per, (y + 1) * per)), for the 32 columns j of block x of the 2C-wide
+ * partial rows: lane (x, ly) adds rows ly, ly + 8, ... (coalesced across the
+ * warp's 32 columns), then the 8 lane sums are added in lane order. */
+__global__ void __launch_bounds__(32 * LN_FOLD_LANES)
+    dt_layernorm_fold_rows_k_(double* chunk, const double* partial, int64_t blocks, int64_t C2, int64_t per) {
+  __shared__ double lanes[LN_FOLD_LANES][32];
+  const int tx = threadIdx.x % 32, ly = threadIdx.x / 32;
+  const int64_t j = (int64_t)blockIdx.x * 32 + tx;
+  const int64_t b0 = (int64_t)blockIdx.y * per, b1 = b0 + per < blocks ? b0 + per : blocks;
+  double s = 0.0;
+  if (j < C2)
+    for (int64_t b = b0 + ly; b < b1; b += LN_FOLD_LANES) s += partial[b * C2 + j];
+  lanes[ly][tx] = s;
+  __syncthreads();
+  if (ly == 0 && j < C2) {
+    double t = 0.0;
+    for (int k = 0; k < LN_FOLD_LANES; k++) t += lanes[k][tx];
+    chunk[(int64_t)blockIdx.y * C2 + j] = t;
+  }
+}
+
 /* dweight[j] (+)= sum over blocks of partial[b][j], dbias[j] of partial[b][C + j], in block order. */
 __global__ void dt_layernorm_fold_k_(float* dweight, float* dbias, const double* partial, int64_t blocks, int64_t C,
                                      int32_t add) {
@@ -216,8 +248,26 @@ DT_EXPORT dt_status dt_layernorm_bwd(void* dinp, float* dweight, float* dbias, c
             dout_dtype, inp_dtype, dinp_dtype, flags & 1);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd");
   if (!params) return DT_OK;
-  DT_LAUNCH(dt_layernorm_fold_k_, dt_grid_for_(C, DT_BLOCK), DT_BLOCK, 0, s, dweight, dbias, (const double*)partial,
-            blocks, C, add_params);
+  /* pass 1: strips of 32 of the 2C columns x chunks of `per` partial rows, about
+   * LN_FOLD_BLOCKS_PER_SM blocks per multiprocessor; pass 2: the chunks of each column */
+  const int64_t strips = (2 * C + 31) / 32;
+  int64_t chunks = ((int64_t)dt_cuda_sm_count_() * LN_FOLD_BLOCKS_PER_SM + strips - 1) / strips;
+  if (chunks > blocks) chunks = blocks;
+  const int64_t per = (blocks + chunks - 1) / chunks;
+  chunks = (blocks + per - 1) / per;
+  double* chunk = NULL;
+  dt_status st = dt_scratch_alloc_((void**)&chunk, (size_t)(chunks * 2 * C) * sizeof(double), s, "dt_layernorm_bwd");
+  if (st != DT_OK) {
+    dt_scratch_free_(partial, s);
+    return st;
+  }
+  DT_LAUNCH(dt_layernorm_fold_rows_k_, dim3((unsigned)strips, (unsigned)chunks), 32 * LN_FOLD_LANES, 0, s, chunk,
+            (const double*)partial, blocks, 2 * C, per);
+  DT_CHECK_LAUNCH(s, "dt_layernorm_bwd (parameter gradients, pass 1)");
+  DT_LAUNCH(dt_layernorm_fold_k_, dt_grid_for_(C, DT_BLOCK), DT_BLOCK, 0, s, dweight, dbias, (const double*)chunk,
+            chunks, C, add_params);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd (parameter gradients)");
-  return dt_scratch_free_(partial, s);
+  dt_status freed = dt_scratch_free_(chunk, s);
+  dt_status freed2 = dt_scratch_free_(partial, s);
+  return freed != DT_OK ? freed : freed2;
 }
