@@ -70,13 +70,31 @@ test("the tolerance catches a key tile the kernel would drop", () => {
   const cpuOut = new Uint16Array(T * C), lse = new Float32Array(T);
   const P = Deno.UnsafePointer.of;
   L.cpu.check(
-    L.cpu.symbols.dt_attention_fwd(P(cpuOut), P(lse), P(qkv), 1, 1n, BigInt(T), 1n, BigInt(C), 1, 1 / 8, null),
+    L.cpu.symbols.dt_attention_fwd(
+      P(cpuOut),
+      P(lse),
+      P(qkv),
+      1,
+      1n,
+      BigInt(T),
+      1n,
+      BigInt(C),
+      1,
+      1 / 8,
+      null,
+    ),
     "dt_attention_fwd",
   );
   const tol = attentionTolerance("bf16");
-  assert.ok(normwise(bf16ToF32(runGpuFwd(L, qkv)), bf16ToF32(cpuOut)) <= tol, "the intact input passes");
+  assert.ok(
+    normwise(bf16ToF32(runGpuFwd(L, qkv)), bf16ToF32(cpuOut)) <= tol,
+    "the intact input passes",
+  );
   const err = normwise(bf16ToF32(runGpuFwd(L, dropped)), bf16ToF32(cpuOut));
-  assert.ok(err > 10 * tol, `a dropped key tile moves the output by ${err}, not clearly past ${tol}`);
+  assert.ok(
+    err > 10 * tol,
+    `a dropped key tile moves the output by ${err}, not clearly past ${tol}`,
+  );
 });
 
 /** The emulated device's forward output for one head of 130 rows, head dim 64. */
@@ -86,8 +104,14 @@ function runGpuFwd(L: CaseLibraries, qkv: Uint16Array): Uint16Array {
   const dq = k.dt_alloc(n64(qkv.byteLength)), dout = k.dt_alloc(n64(out.byteLength));
   const dl = k.dt_alloc(n64(130 * 4));
   try {
-    L.gpu.check(k.dt_memcpy(dq, Deno.UnsafePointer.of(qkv), n64(qkv.byteLength), 1, L.stream), "dt_memcpy");
-    L.gpu.check(k.dt_attention_fwd(dout, dl, dq, 1, 1n, 130n, 1n, 64n, 1, 1 / 8, L.stream), "dt_attention_fwd");
+    L.gpu.check(
+      k.dt_memcpy(dq, Deno.UnsafePointer.of(qkv), n64(qkv.byteLength), 1, L.stream),
+      "dt_memcpy",
+    );
+    L.gpu.check(
+      k.dt_attention_fwd(dout, dl, dq, 1, 1n, 130n, 1n, 64n, 1, 1 / 8, L.stream),
+      "dt_attention_fwd",
+    );
     L.gpu.check(
       k.dt_memcpy(Deno.UnsafePointer.of(out), dout, n64(out.byteLength), 2, L.stream),
       "dt_memcpy",
@@ -147,7 +171,9 @@ function probePath(): string {
     stdout: "piped",
     stderr: "piped",
   }).outputSync();
-  if (!r.success) assert.fail(`g++ emu_mma_probe.cu failed:\n${new TextDecoder().decode(r.stderr)}`);
+  if (!r.success) {
+    assert.fail(`g++ emu_mma_probe.cu failed:\n${new TextDecoder().decode(r.stderr)}`);
+  }
   probe = out;
   return out;
 }
@@ -156,7 +182,11 @@ function run(scenario: string): string {
   const r = new Deno.Command(probePath(), { args: [scenario], stdout: "piped", stderr: "piped" })
     .outputSync();
   const out = new TextDecoder().decode(r.stdout).trim();
-  assert.equal(r.code, 0, `${scenario}: exit ${r.code}: ${out} ${new TextDecoder().decode(r.stderr)}`);
+  assert.equal(
+    r.code,
+    0,
+    `${scenario}: exit ${r.code}: ${out} ${new TextDecoder().decode(r.stderr)}`,
+  );
   return out;
 }
 
@@ -180,9 +210,15 @@ test("a B fragment loaded in the wrong layout gives a wrong product", () => {
 });
 
 test("mma.sync from a partial warp fails the launch, naming the missing lanes", () => {
-  assert.match(run("mma-partial-warp"), /launch failed: cudaErrorLaunchFailure.*mma_k.*lanes 0xffff0000/);
+  assert.match(
+    run("mma-partial-warp"),
+    /launch failed: cudaErrorLaunchFailure.*mma_k.*lanes 0xffff0000/,
+  );
 });
 
 test("emulated cp.async lands a group only when a wait lets it, and zero-fills a 0-byte source", () => {
-  assert.equal(run("cp-async"), "cp.async: before ffffffff after1 11111111 ffffffff after0 55555555 zero 00000000");
+  assert.equal(
+    run("cp-async"),
+    "cp.async: before ffffffff after1 11111111 ffffffff after0 55555555 zero 00000000",
+  );
 });
