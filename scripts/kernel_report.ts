@@ -13,7 +13,9 @@
  * own); PTX comes from `nvcc -ptx` for compute_90 per source file, cached in
  * build/ptx/ by a hash of the sources.
  *
- *   deno task kernel-report [--markdown] [--only SUBSTRING] [--files a.cu,b.cu]
+ *   deno task kernel-report [--markdown] [--only SUBSTRING] [--files a.cu,b.cu] [--no-build]
+ *
+ * --no-build reads the ptxas report the last build left, even if sources changed since.
  *
  * Needs nvcc; exits 1 saying so without it, and 1 when a check fails.
  */
@@ -288,7 +290,7 @@ if (import.meta.main) {
     console.error("kernel-report: nvcc is not on PATH: the report reads nvcc's and ptxas's output");
     Deno.exit(1);
   }
-  buildNative({});
+  if (!args.includes("--no-build")) buildNative({});
   const ptxas = Deno.readTextFileSync(join(BUILD_DIR, "libdtrain_cuda.so.ptxas.txt"));
   const files = opt("--files")?.split(",") ?? cudaSources();
   const ptx = await ptxOf(files, (m) => console.error(m));

@@ -1,9 +1,11 @@
 /* layernorm.cu — CUDA launches of layer norm, forward and backward, for rows
  * of f32, bf16 or f16 (statistics and sums in f32/double, outputs rounded
  * once). The forward may add a residual first and keep the sum (the residual
- * stream of a transformer block: one pass instead of an add and a norm). One
- * block owns a row; a row of up to ROW_CACHE * DT_BLOCK values stays in
- * registers between its passes. The backward writes (or adds to) dinp and
+ * stream of a transformer block: one pass instead of an add and a norm). Rows
+ * of up to 1024 columns in one dtype, 16-byte aligned (GPT-2's 768 among
+ * them), go one warp each with 128-bit loads and stores and shuffle
+ * reductions (no block barrier); other rows get a block each, a row of up to
+ * ROW_CACHE * DT_BLOCK values staying in registers between its passes. The backward writes (or adds to) dinp and
  * keeps each block's column sums of dout * xhat and dout for the weight and
  * bias gradients, folded in a fixed order by two more kernels (strips of 32
  * columns by chunks of the partial rows, then the chunks per column), so the
@@ -13,6 +15,7 @@
 #include "convert.h"
 #include "cuda_internal.cuh"
 #include "layernorm.h"
+#include "vec128.cuh"
 
 /* Values per thread kept in registers (rows of up to 1024 columns). */
 #define ROW_CACHE 4
@@ -89,6 +92,100 @@ __global__ void __launch_bounds__(DT_BLOCK, LN_MIN_BLOCKS) dt_layernorm_fwd_k_(v
                                           weight ? weight[j] : 1.0f, bias ? bias[j] : 0.0f));
     }
     if (threadIdx.x == 0) {
+      if (mean) mean[r] = mean_f;
+      if (rstd) rstd[r] = rstd_f;
+    }
+  }
+}
+
+/* The sum of v over the warp (every lane gets it), in a fixed order. */
+__device__ __forceinline__ double dt_warp_sum_f64_(double v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+/* 16-byte vectors a lane keeps of a warp's row: rows of up to 1024 columns. */
+template <int DT>
+struct dt_ln_warp_ {
+  static constexpr int N = dt_vec_<DT>::N, VECS = 1024 / (32 * N);
+};
+
+/* The N values of one 16-byte vector kept as its raw bits (half the registers of f32 for bf16/f16). */
+template <int DT>
+__device__ __forceinline__ void dt_ln_unpack_(float* out, uint4 raw) {
+  if (DT == DT_F32) {
+    memcpy(out, &raw, 16);
+  } else {
+    uint16_t h[8];
+    memcpy(h, &raw, 16);
+DT_UNROLL
+    for (int i = 0; i < 8; i++) out[i] = DT == DT_BF16 ? dt_bf16_to_f32(h[i]) : dt_f16_to_f32(h[i]);
+  }
+}
+
+/* Layer norm forward, a warp per row: inp, res, out and sum_out all of dtype
+ * DT, C a multiple of the vector width, every row 16-byte aligned, C <= 1024.
+ * The row stays in registers as loaded (raw 16-byte vectors); the same
+ * per-element arithmetic and double sums as dt_layernorm_fwd_k_. */
+template <int DT>
+__global__ void __launch_bounds__(DT_BLOCK, LN_MIN_BLOCKS)
+    dt_layernorm_fwd_warp_k_(void* out, float* mean, float* rstd, const void* inp, const float* weight,
+                             const float* bias, int64_t rows, int64_t C, float eps, const void* res, void* sum_out) {
+  constexpr int N = dt_ln_warp_<DT>::N, VECS = dt_ln_warp_<DT>::VECS;
+  constexpr int64_t es = DT == DT_F32 ? 4 : 2;
+  const int lane = threadIdx.x % 32;
+  const int64_t nv = C / N, per_block = blockDim.x / 32;
+  for (int64_t r = (int64_t)blockIdx.x * per_block + threadIdx.x / 32; r < rows; r += (int64_t)gridDim.x * per_block) {
+    const int64_t base = r * C;
+    uint4 raw[VECS];
+    double sum = 0.0;
+DT_UNROLL
+    for (int k = 0; k < VECS; k++) {
+      int64_t c = lane + 32 * k;
+      if (c >= nv) break;
+      raw[k] = *(const uint4*)((const char*)inp + (base + c * N) * es);
+      float v[N];
+      dt_ln_unpack_<DT>(v, raw[k]);
+      if (res) {
+        float rv[N];
+        dt_vec_load_<DT>(rv, (const char*)res + (base + c * N) * es);
+DT_UNROLL
+        for (int i = 0; i < N; i++) v[i] = dt_round_float(v[i] + rv[i], DT);
+        dt_vec_store_<DT>(&raw[k], v); /* exact: v is already of dtype DT */
+        if (sum_out) *(uint4*)((char*)sum_out + (base + c * N) * es) = raw[k];
+      }
+DT_UNROLL
+      for (int i = 0; i < N; i++) sum += v[i];
+    }
+    const double mu = dt_warp_sum_f64_(sum) / (double)C;
+    double sq = 0.0;
+DT_UNROLL
+    for (int k = 0; k < VECS; k++) {
+      if (lane + 32 * k >= nv) break;
+      float v[N];
+      dt_ln_unpack_<DT>(v, raw[k]);
+DT_UNROLL
+      for (int i = 0; i < N; i++) {
+        double d = (double)v[i] - mu;
+        sq += d * d;
+      }
+    }
+    const float var = (float)(dt_warp_sum_f64_(sq) / (double)C);
+    const float mean_f = (float)mu, rstd_f = dt_layernorm_rstd_f(var, eps);
+DT_UNROLL
+    for (int k = 0; k < VECS; k++) {
+      int64_t c = lane + 32 * k;
+      if (c >= nv) break;
+      float v[N], o[N];
+      dt_ln_unpack_<DT>(v, raw[k]);
+DT_UNROLL
+      for (int i = 0; i < N; i++) {
+        int64_t j = c * N + i;
+        o[i] = dt_layernorm_out_f(v[i], mean_f, rstd_f, weight ? weight[j] : 1.0f, bias ? bias[j] : 0.0f);
+      }
+      dt_vec_store_<DT>((char*)out + (base + c * N) * es, o);
+    }
+    if (lane == 0) {
       if (mean) mean[r] = mean_f;
       if (rstd) rstd[r] = rstd_f;
     }
@@ -209,6 +306,16 @@ __global__ void dt_layernorm_fold_k_(float* dweight, float* dbias, const double*
 
 static bool dt_ln_cached_(int64_t C) { return C <= (int64_t)ROW_CACHE * DT_BLOCK; }
 
+/* Whether a forward's rows go a warp each: one dtype throughout, C a multiple
+ * of the 16-byte vector and at most 1024, every pointer 16-byte aligned. */
+static bool dt_ln_warp_rows_(const void* out, const void* inp, const void* res, const void* sum_out, int64_t C,
+                             int32_t odt, int32_t idt, int32_t rdt) {
+  if (odt != idt || (res && rdt != idt) || (!res && sum_out)) return false;
+  const int64_t n = idt == DT_F32 ? 4 : 8;
+  uintptr_t any = (uintptr_t)out | (uintptr_t)inp | (uintptr_t)res | (uintptr_t)sum_out;
+  return (idt == DT_F32 || idt == DT_BF16 || idt == DT_F16) && C % n == 0 && C <= 1024 && any % 16 == 0;
+}
+
 DT_EXPORT dt_status dt_layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const float* weight,
                                      const float* bias, int64_t rows, int64_t C, float eps, int32_t out_dtype,
                                      int32_t inp_dtype, const void* res, int32_t res_dtype, void* sum_out,
@@ -217,6 +324,15 @@ DT_EXPORT dt_status dt_layernorm_fwd(void* out, float* mean, float* rstd, const 
   if (rows == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
+  if (dt_ln_warp_rows_(out, inp, res, sum_out, C, out_dtype, inp_dtype, res_dtype)) {
+    auto warp_kernel = inp_dtype == DT_BF16  ? dt_layernorm_fwd_warp_k_<DT_BF16>
+                       : inp_dtype == DT_F16 ? dt_layernorm_fwd_warp_k_<DT_F16>
+                                             : dt_layernorm_fwd_warp_k_<DT_F32>;
+    DT_LAUNCH(warp_kernel, dt_row_grid_((rows + DT_BLOCK / 32 - 1) / (DT_BLOCK / 32)), DT_BLOCK, 0, s, out, mean, rstd,
+              inp, weight, bias, rows, C, eps, res, sum_out);
+    DT_CHECK_LAUNCH(s, "dt_layernorm_fwd");
+    return DT_OK;
+  }
   auto kernel = dt_ln_cached_(C) ? dt_layernorm_fwd_k_<true> : dt_layernorm_fwd_k_<false>;
   DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, out, mean, rstd, inp, weight, bias, rows, C, eps, out_dtype,
             inp_dtype, res, res_dtype, sum_out);
