@@ -33,6 +33,7 @@ export const CHECK_ENTRIES = {
   ops_vs_cpu: "scripts/gpu_check/ops_vs_cpu.ts",
   parity: "scripts/gpu_check/parity_entry.ts",
   bench_gpt: "scripts/gpu_check/bench_gpt.ts",
+  bench_attention: "scripts/gpu_check/bench_attention.ts",
   resume_check: "scripts/gpu_check/resume_check.ts",
   sync_store_worker: "distributed/control/sync_store_worker.ts",
   nccl_watchdog_worker: "distributed/nccl_watchdog_worker.ts",
@@ -129,6 +130,10 @@ export async function buildGpuBundle(opts: {
   Deno.copyFileSync(
     join(ROOT, "scripts/gpu_check/bench_gpt_torch.py"),
     join(out, "bench_gpt_torch.py"),
+  );
+  Deno.copyFileSync(
+    join(ROOT, "scripts/gpu_check/bench_attention_torch.py"),
+    join(out, "bench_attention_torch.py"),
   );
   Deno.copyFileSync(join(ROOT, "scripts/gpu_check/run.sh"), join(out, "run.sh"));
   Deno.chmodSync(join(out, "run.sh"), 0o755);

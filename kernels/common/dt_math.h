@@ -1,7 +1,9 @@
 /* dt_math.h — expf and tanhf for the kernels, built only from IEEE +, *, /,
- * fmaf and bit moves, so the CPU library (vectorised or not) and the CUDA one
- * (compiled with --fmad=false) produce identical bits; libm's expf/tanhf and
- * CUDA's differ in the last ulp. Cephes' polynomials: exp within 1 ulp, tanh
+ * fmaf and bit moves, so the CPU library (vectorised or not) and the emulated
+ * GPU produce identical bits; libm's expf/tanhf and CUDA's differ in the last
+ * ulp. nvcc builds the real GPU's library with FMA contraction, which may fuse
+ * the products written here as plain ones (within an ulp; nothing depends on
+ * those bits being the CPU's, docs/GPU_KERNELS.md). Cephes' polynomials: exp within 1 ulp, tanh
  * within 2 ulps over the float range (checked exhaustively when written). */
 #pragma once
 #include <math.h>

@@ -1,5 +1,7 @@
 /* attention.cu — CUDA launches of dt_attention_fwd/bwd: self-attention without
- * the T x T matrix. A block owns a tile of query rows (forward, dQ) or of key
+ * the T x T matrix. bf16/f16 inputs with head dims up to 128 (GPT-2's 64
+ * among them) run on tensor cores (attention_tc.cu); this file's kernels take
+ * f32 and head dims past 128, with scalar f32 arithmetic. A block owns a tile of query rows (forward, dQ) or of key
  * rows (dK, dV) of one (batch, head); the other side streams through shared
  * memory in tiles of KB rows, converted to f32 once. Each row belongs to G
  * lanes of a warp, lane t holding dims t, t + G, t + 2G, ... (16 per lane, so
@@ -10,6 +12,7 @@
  * depend on timing): dQ with delta = rowsum(dO * O), then dK and dV. The
  * per-element arithmetic is kernels/common/attention.h. */
 #include "attention.h"
+#include "attention_tc.cuh"
 #include "convert.h"
 #include "cuda_internal.cuh"
 
@@ -303,10 +306,9 @@ DT_EXPORT dt_status dt_attention_fwd(void* out, float* lse, const void* qkv, int
   if (empty) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
-  if (dtype == DT_BF16)
-    return DT_ATT_DISPATCH_(dt_attention_fwd_run_, DT_BF16, out, lse, qkv, B, T, H, D, causal, scale, s);
-  if (dtype == DT_F16)
-    return DT_ATT_DISPATCH_(dt_attention_fwd_run_, DT_F16, out, lse, qkv, B, T, H, D, causal, scale, s);
+  if (dt_attention_tc_takes_(dtype, D)) return dt_attention_tc_fwd_(out, lse, qkv, dtype, B, T, H, D, causal, scale, s);
+  if (dtype == DT_BF16) return dt_attention_fwd_run_<DT_BF16, 256>(out, lse, qkv, B, T, H, D, causal, scale, s);
+  if (dtype == DT_F16) return dt_attention_fwd_run_<DT_F16, 256>(out, lse, qkv, B, T, H, D, causal, scale, s);
   return DT_ATT_DISPATCH_(dt_attention_fwd_run_, DT_F32, out, lse, qkv, B, T, H, D, causal, scale, s);
 }
 
@@ -321,12 +323,12 @@ DT_EXPORT dt_status dt_attention_bwd(void* dqkv, const void* dout, const void* q
   float* delta = NULL;
   DT_TRY_(dt_scratch_alloc_((void**)&delta, (size_t)(B * H * T) * sizeof(float), s, "dt_attention_bwd"));
   dt_status st;
-  if (dtype == DT_BF16)
-    st = DT_ATT_DISPATCH_(dt_attention_bwd_run_, DT_BF16, dqkv, delta, dout, qkv, out, lse, B, T, H, D, causal,
-                          scale, s);
+  if (dt_attention_tc_takes_(dtype, D))
+    st = dt_attention_tc_bwd_(dqkv, delta, dout, qkv, out, lse, dtype, B, T, H, D, causal, scale, s);
+  else if (dtype == DT_BF16)
+    st = dt_attention_bwd_run_<DT_BF16, 256>(dqkv, delta, dout, qkv, out, lse, B, T, H, D, causal, scale, s);
   else if (dtype == DT_F16)
-    st = DT_ATT_DISPATCH_(dt_attention_bwd_run_, DT_F16, dqkv, delta, dout, qkv, out, lse, B, T, H, D, causal,
-                          scale, s);
+    st = dt_attention_bwd_run_<DT_F16, 256>(dqkv, delta, dout, qkv, out, lse, B, T, H, D, causal, scale, s);
   else
     st = DT_ATT_DISPATCH_(dt_attention_bwd_run_, DT_F32, dqkv, delta, dout, qkv, out, lse, B, T, H, D, causal,
                           scale, s);

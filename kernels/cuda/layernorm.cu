@@ -1,20 +1,33 @@
 /* layernorm.cu — CUDA launches of layer norm, forward and backward, for rows
  * of f32, bf16 or f16 (statistics and sums in f32/double, outputs rounded
  * once). The forward may add a residual first and keep the sum (the residual
- * stream of a transformer block: one pass instead of an add and a norm). One
- * block owns a row; a row of up to ROW_CACHE * DT_BLOCK values stays in
- * registers between its passes. The backward writes (or adds to) dinp and
+ * stream of a transformer block: one pass instead of an add and a norm). Rows
+ * of up to 1024 columns in one dtype, 16-byte aligned (GPT-2's 768 among
+ * them), go one warp each with 128-bit loads and stores and shuffle
+ * reductions (no block barrier); other rows get a block each, a row of up to
+ * ROW_CACHE * DT_BLOCK values staying in registers between its passes. The backward writes (or adds to) dinp and
  * keeps each block's column sums of dout * xhat and dout for the weight and
- * bias gradients, folded in block order by a second kernel: two launches, and
- * the result never depends on timing. Arithmetic: kernels/common/layernorm.h. */
+ * bias gradients, folded in a fixed order by two more kernels (strips of 32
+ * columns by chunks of the partial rows, then the chunks per column), so the
+ * fold fills the GPU (C = 768: 48 strips x 11 chunks = 528 blocks, not the 3
+ * a thread per column gives) and the result never depends on timing.
+ * Arithmetic: kernels/common/layernorm.h. */
 #include "convert.h"
 #include "cuda_internal.cuh"
 #include "layernorm.h"
+#include "vec128.cuh"
 
 /* Values per thread kept in registers (rows of up to 1024 columns). */
 #define ROW_CACHE 4
+/* Row kernels: at least this many blocks of DT_BLOCK threads resident per
+ * multiprocessor (at most 64 registers a thread): half the SM's warps, what a
+ * memory-bound row needs in flight (docs/GPU_KERNELS.md). */
+#define LN_MIN_BLOCKS 4
 /* Backward blocks per multiprocessor (each keeps a row of column sums). */
 #define LN_BWD_BLOCKS_PER_SM 4
+/* The fold's first pass: blocks of 32 columns x 8 row lanes, about this many per multiprocessor. */
+#define LN_FOLD_LANES 8
+#define LN_FOLD_BLOCKS_PER_SM 4
 
 /* ---- kernels ------------------------------------------------------------------------
  * CACHED = true: the row fits in registers (C <= ROW_CACHE * blockDim.x). */
@@ -27,7 +40,7 @@ __device__ __forceinline__ float dt_ln_x_(const void* inp, int32_t idt, const vo
 }
 
 template <bool CACHED>
-__global__ void dt_layernorm_fwd_k_(void* out, float* mean, float* rstd, const void* inp, const float* weight,
+__global__ void __launch_bounds__(DT_BLOCK, LN_MIN_BLOCKS) dt_layernorm_fwd_k_(void* out, float* mean, float* rstd, const void* inp, const float* weight,
                                     const float* bias, int64_t rows, int64_t C, float eps, int32_t odt, int32_t idt,
                                     const void* res, int32_t rdt, void* sum_out) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -85,11 +98,105 @@ __global__ void dt_layernorm_fwd_k_(void* out, float* mean, float* rstd, const v
   }
 }
 
+/* The sum of v over the warp (every lane gets it), in a fixed order. */
+__device__ __forceinline__ double dt_warp_sum_f64_(double v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+/* 16-byte vectors a lane keeps of a warp's row: rows of up to 1024 columns. */
+template <int DT>
+struct dt_ln_warp_ {
+  static constexpr int N = dt_vec_<DT>::N, VECS = 1024 / (32 * N);
+};
+
+/* The N values of one 16-byte vector kept as its raw bits (half the registers of f32 for bf16/f16). */
+template <int DT>
+__device__ __forceinline__ void dt_ln_unpack_(float* out, uint4 raw) {
+  if (DT == DT_F32) {
+    memcpy(out, &raw, 16);
+  } else {
+    uint16_t h[8];
+    memcpy(h, &raw, 16);
+DT_UNROLL
+    for (int i = 0; i < 8; i++) out[i] = DT == DT_BF16 ? dt_bf16_to_f32(h[i]) : dt_f16_to_f32(h[i]);
+  }
+}
+
+/* Layer norm forward, a warp per row: inp, res, out and sum_out all of dtype
+ * DT, C a multiple of the vector width, every row 16-byte aligned, C <= 1024.
+ * The row stays in registers as loaded (raw 16-byte vectors); the same
+ * per-element arithmetic and double sums as dt_layernorm_fwd_k_. */
+template <int DT>
+__global__ void __launch_bounds__(DT_BLOCK, LN_MIN_BLOCKS)
+    dt_layernorm_fwd_warp_k_(void* out, float* mean, float* rstd, const void* inp, const float* weight,
+                             const float* bias, int64_t rows, int64_t C, float eps, const void* res, void* sum_out) {
+  constexpr int N = dt_ln_warp_<DT>::N, VECS = dt_ln_warp_<DT>::VECS;
+  constexpr int64_t es = DT == DT_F32 ? 4 : 2;
+  const int lane = threadIdx.x % 32;
+  const int64_t nv = C / N, per_block = blockDim.x / 32;
+  for (int64_t r = (int64_t)blockIdx.x * per_block + threadIdx.x / 32; r < rows; r += (int64_t)gridDim.x * per_block) {
+    const int64_t base = r * C;
+    uint4 raw[VECS];
+    double sum = 0.0;
+DT_UNROLL
+    for (int k = 0; k < VECS; k++) {
+      int64_t c = lane + 32 * k;
+      if (c >= nv) break;
+      raw[k] = *(const uint4*)((const char*)inp + (base + c * N) * es);
+      float v[N];
+      dt_ln_unpack_<DT>(v, raw[k]);
+      if (res) {
+        float rv[N];
+        dt_vec_load_<DT>(rv, (const char*)res + (base + c * N) * es);
+DT_UNROLL
+        for (int i = 0; i < N; i++) v[i] = dt_round_float(v[i] + rv[i], DT);
+        dt_vec_store_<DT>(&raw[k], v); /* exact: v is already of dtype DT */
+        if (sum_out) *(uint4*)((char*)sum_out + (base + c * N) * es) = raw[k];
+      }
+DT_UNROLL
+      for (int i = 0; i < N; i++) sum += v[i];
+    }
+    const double mu = dt_warp_sum_f64_(sum) / (double)C;
+    double sq = 0.0;
+DT_UNROLL
+    for (int k = 0; k < VECS; k++) {
+      if (lane + 32 * k >= nv) break;
+      float v[N];
+      dt_ln_unpack_<DT>(v, raw[k]);
+DT_UNROLL
+      for (int i = 0; i < N; i++) {
+        double d = (double)v[i] - mu;
+        sq += d * d;
+      }
+    }
+    const float var = (float)(dt_warp_sum_f64_(sq) / (double)C);
+    const float mean_f = (float)mu, rstd_f = dt_layernorm_rstd_f(var, eps);
+DT_UNROLL
+    for (int k = 0; k < VECS; k++) {
+      int64_t c = lane + 32 * k;
+      if (c >= nv) break;
+      float v[N], o[N];
+      dt_ln_unpack_<DT>(v, raw[k]);
+DT_UNROLL
+      for (int i = 0; i < N; i++) {
+        int64_t j = c * N + i;
+        o[i] = dt_layernorm_out_f(v[i], mean_f, rstd_f, weight ? weight[j] : 1.0f, bias ? bias[j] : 0.0f);
+      }
+      dt_vec_store_<DT>((char*)out + (base + c * N) * es, o);
+    }
+    if (lane == 0) {
+      if (mean) mean[r] = mean_f;
+      if (rstd) rstd[r] = rstd_f;
+    }
+  }
+}
+
 /* dinp (= or +=) rstd * ((g - mean(g)) - xhat * mean(g * xhat)), g = dout * w,
  * for the block's rows; partial (when not NULL): this block's sums over its
  * rows of dout * xhat (first C) and dout (next C), at partial[blockIdx.x * 2C]. */
 template <bool CACHED>
-__global__ void dt_layernorm_bwd_k_(void* dinp, double* partial, const void* dout, const void* inp,
+__global__ void __launch_bounds__(DT_BLOCK, LN_MIN_BLOCKS) dt_layernorm_bwd_k_(void* dinp, double* partial, const void* dout, const void* inp,
                                     const float* weight, const float* mean, const float* rstd, int64_t rows,
                                     int64_t C, int32_t ddt, int32_t idt, int32_t xdt, int32_t add) {
   double pw[ROW_CACHE], pb[ROW_CACHE];
@@ -159,6 +266,28 @@ __global__ void dt_layernorm_bwd_k_(void* dinp, double* partial, const void* dou
   }
 }
 
+/* Fold pass 1: chunk[y][j] = sum of partial[b][j] over the rows b of chunk y
+ * ([y * per, (y + 1) * per)), for the 32 columns j of block x of the 2C-wide
+ * partial rows: lane (x, ly) adds rows ly, ly + 8, ... (coalesced across the
+ * warp's 32 columns), then the 8 lane sums are added in lane order. */
+__global__ void __launch_bounds__(32 * LN_FOLD_LANES)
+    dt_layernorm_fold_rows_k_(double* chunk, const double* partial, int64_t blocks, int64_t C2, int64_t per) {
+  __shared__ double lanes[LN_FOLD_LANES][32];
+  const int tx = threadIdx.x % 32, ly = threadIdx.x / 32;
+  const int64_t j = (int64_t)blockIdx.x * 32 + tx;
+  const int64_t b0 = (int64_t)blockIdx.y * per, b1 = b0 + per < blocks ? b0 + per : blocks;
+  double s = 0.0;
+  if (j < C2)
+    for (int64_t b = b0 + ly; b < b1; b += LN_FOLD_LANES) s += partial[b * C2 + j];
+  lanes[ly][tx] = s;
+  __syncthreads();
+  if (ly == 0 && j < C2) {
+    double t = 0.0;
+    for (int k = 0; k < LN_FOLD_LANES; k++) t += lanes[k][tx];
+    chunk[(int64_t)blockIdx.y * C2 + j] = t;
+  }
+}
+
 /* dweight[j] (+)= sum over blocks of partial[b][j], dbias[j] of partial[b][C + j], in block order. */
 __global__ void dt_layernorm_fold_k_(float* dweight, float* dbias, const double* partial, int64_t blocks, int64_t C,
                                      int32_t add) {
@@ -177,6 +306,16 @@ __global__ void dt_layernorm_fold_k_(float* dweight, float* dbias, const double*
 
 static bool dt_ln_cached_(int64_t C) { return C <= (int64_t)ROW_CACHE * DT_BLOCK; }
 
+/* Whether a forward's rows go a warp each: one dtype throughout, C a multiple
+ * of the 16-byte vector and at most 1024, every pointer 16-byte aligned. */
+static bool dt_ln_warp_rows_(const void* out, const void* inp, const void* res, const void* sum_out, int64_t C,
+                             int32_t odt, int32_t idt, int32_t rdt) {
+  if (odt != idt || (res && rdt != idt) || (!res && sum_out)) return false;
+  const int64_t n = idt == DT_F32 ? 4 : 8;
+  uintptr_t any = (uintptr_t)out | (uintptr_t)inp | (uintptr_t)res | (uintptr_t)sum_out;
+  return (idt == DT_F32 || idt == DT_BF16 || idt == DT_F16) && C % n == 0 && C <= 1024 && any % 16 == 0;
+}
+
 DT_EXPORT dt_status dt_layernorm_fwd(void* out, float* mean, float* rstd, const void* inp, const float* weight,
                                      const float* bias, int64_t rows, int64_t C, float eps, int32_t out_dtype,
                                      int32_t inp_dtype, const void* res, int32_t res_dtype, void* sum_out,
@@ -185,6 +324,15 @@ DT_EXPORT dt_status dt_layernorm_fwd(void* out, float* mean, float* rstd, const 
   if (rows == 0) return DT_OK;
   cudaStream_t s;
   DT_TRY_(dt_cuda_stream_(stream, &s));
+  if (dt_ln_warp_rows_(out, inp, res, sum_out, C, out_dtype, inp_dtype, res_dtype)) {
+    auto warp_kernel = inp_dtype == DT_BF16  ? dt_layernorm_fwd_warp_k_<DT_BF16>
+                       : inp_dtype == DT_F16 ? dt_layernorm_fwd_warp_k_<DT_F16>
+                                             : dt_layernorm_fwd_warp_k_<DT_F32>;
+    DT_LAUNCH(warp_kernel, dt_row_grid_((rows + DT_BLOCK / 32 - 1) / (DT_BLOCK / 32)), DT_BLOCK, 0, s, out, mean, rstd,
+              inp, weight, bias, rows, C, eps, res, sum_out);
+    DT_CHECK_LAUNCH(s, "dt_layernorm_fwd");
+    return DT_OK;
+  }
   auto kernel = dt_ln_cached_(C) ? dt_layernorm_fwd_k_<true> : dt_layernorm_fwd_k_<false>;
   DT_LAUNCH(kernel, dt_row_grid_(rows), DT_BLOCK, 0, s, out, mean, rstd, inp, weight, bias, rows, C, eps, out_dtype,
             inp_dtype, res, res_dtype, sum_out);
@@ -216,8 +364,26 @@ DT_EXPORT dt_status dt_layernorm_bwd(void* dinp, float* dweight, float* dbias, c
             dout_dtype, inp_dtype, dinp_dtype, flags & 1);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd");
   if (!params) return DT_OK;
-  DT_LAUNCH(dt_layernorm_fold_k_, dt_grid_for_(C, DT_BLOCK), DT_BLOCK, 0, s, dweight, dbias, (const double*)partial,
-            blocks, C, add_params);
+  /* pass 1: strips of 32 of the 2C columns x chunks of `per` partial rows, about
+   * LN_FOLD_BLOCKS_PER_SM blocks per multiprocessor; pass 2: the chunks of each column */
+  const int64_t strips = (2 * C + 31) / 32;
+  int64_t chunks = ((int64_t)dt_cuda_sm_count_() * LN_FOLD_BLOCKS_PER_SM + strips - 1) / strips;
+  if (chunks > blocks) chunks = blocks;
+  const int64_t per = (blocks + chunks - 1) / chunks;
+  chunks = (blocks + per - 1) / per;
+  double* chunk = NULL;
+  dt_status st = dt_scratch_alloc_((void**)&chunk, (size_t)(chunks * 2 * C) * sizeof(double), s, "dt_layernorm_bwd");
+  if (st != DT_OK) {
+    dt_scratch_free_(partial, s);
+    return st;
+  }
+  DT_LAUNCH(dt_layernorm_fold_rows_k_, dim3((unsigned)strips, (unsigned)chunks), 32 * LN_FOLD_LANES, 0, s, chunk,
+            (const double*)partial, blocks, 2 * C, per);
+  DT_CHECK_LAUNCH(s, "dt_layernorm_bwd (parameter gradients, pass 1)");
+  DT_LAUNCH(dt_layernorm_fold_k_, dt_grid_for_(C, DT_BLOCK), DT_BLOCK, 0, s, dweight, dbias, (const double*)chunk,
+            chunks, C, add_params);
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd (parameter gradients)");
-  return dt_scratch_free_(partial, s);
+  dt_status freed = dt_scratch_free_(chunk, s);
+  dt_status freed2 = dt_scratch_free_(partial, s);
+  return freed != DT_OK ? freed : freed2;
 }

@@ -8,6 +8,7 @@
 #   4  NCCL: one rank; two ranks (sharing the GPU when there is only one); a 2-rank training
 #      job with a checkpoint, then a new run resuming from it, which must repeat its steps
 #   5  GPT-2-124M bf16 training tokens/s and MFU, beside this machine's PyTorch eager
+#   6  attention alone at GPT-2's shape, forward + backward, beside torch's SDPA (a ratio)
 # A table row is printed as each step ends (PASS, FAIL or SKIP, why, figures); everything goes to
 # gpu-check.log. A failed step does not stop the later ones. Exit status 0 when no step failed;
 # on a machine without a usable GPU the GPU steps are SKIPs, with the reason, and it exits 0.
@@ -200,6 +201,35 @@ if [ "$GPU_OK" = 1 ]; then
   fi
 else
   skip "5 GPT-2 124M benchmark" "$WHY"
+fi
+
+# ---- 6. attention alone (GPT-2's shape), beside torch's scaled_dot_product_attention ---------
+ms_of() { sed -n 's/^RESULT .*"ms":\([0-9.e+-]*\).*/\1/p' "$OUT" | tail -n 1; }
+if [ "$GPU_OK" = 1 ]; then
+  if [ "$DEVICE" = cuda-emu ]; then
+    step 60 ./dtrain exec js/bench_attention.js --device cuda-emu --tiny
+  else
+    step 60 ./dtrain exec js/bench_attention.js --device cuda
+  fi
+  record "6a attention fwd+bwd, dtrain"
+  ours=$(ms_of)
+  if [ "$DEVICE" = cuda-emu ]; then
+    skip "6b same, torch SDPA" "the emulated GPU has no PyTorch peer"
+  elif ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    >/dev/null 2>&1; then
+    skip "6b same, torch SDPA" "python3 has no torch that sees a GPU"
+  else
+    step 60 python3 bench_attention_torch.py
+    theirs=$(ms_of)
+    if [ "$RC" -eq 0 ] && [ -n "$ours" ] && [ -n "$theirs" ]; then
+      ratio=$(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.2f", b / a }')
+      row "6b same, torch SDPA" PASS "$SECS" "$(summary); dtrain runs at ${ratio}x its speed"
+    else
+      record "6b same, torch SDPA"
+    fi
+  fi
+else
+  skip "6 attention benchmark" "$WHY"
 fi
 
 # ---- the whole table --------------------------------------------------------------------------

@@ -8,58 +8,11 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { BUILD_DIR, buildNative, hasCommand } from "../../scripts/build_native.ts";
+import { parsePtxas } from "../../scripts/kernel_resources.ts";
 
 const HAVE_NVCC = hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0";
 if (!HAVE_NVCC) {
   console.log("tests/cuda/ptxas_test.ts: nvcc is not on PATH (or DTRAIN_CUDA=0): nothing to check");
-}
-
-/** One function as ptxas reports it. */
-export interface PtxasFunction {
-  name: string;
-  arch: string;
-  entry: boolean;
-  stack: number;
-  spillStores: number;
-  spillLoads: number;
-  smem: number;
-}
-
-/** The functions of a `-Xptxas -v` report. */
-export function parsePtxas(text: string): PtxasFunction[] {
-  const out: PtxasFunction[] = [];
-  let arch = "", entry = "", current: PtxasFunction | null = null;
-  for (const line of text.split("\n")) {
-    let m = line.match(/Compiling entry function '([^']+)' for '(sm_\d+)'/);
-    if (m) {
-      [entry, arch] = [m[1]!, m[2]!];
-      continue;
-    }
-    m = line.match(/Compiling function '([^']+)' for '(sm_\d+)'/) ??
-      line.match(/Function properties for (\S+)/);
-    if (m && line.includes("Compiling function")) arch = m[2]!;
-    if (m && line.includes("Function properties for")) {
-      current = {
-        name: m[1]!,
-        arch,
-        entry: m[1] === entry,
-        stack: 0,
-        spillStores: 0,
-        spillLoads: 0,
-        smem: 0,
-      };
-      out.push(current);
-      continue;
-    }
-    m = line.match(/(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads/);
-    if (m && current) {
-      [current.stack, current.spillStores, current.spillLoads] = [+m[1]!, +m[2]!, +m[3]!];
-      continue;
-    }
-    m = line.match(/Used \d+ registers.*?(\d+) bytes smem/);
-    if (m && current) current.smem = +m[1]!;
-  }
-  return out;
 }
 
 Deno.test({
@@ -93,6 +46,7 @@ Deno.test("parsePtxas() reads entries, stack frames, spills and shared memory", 
       name: "_Z3fooPf",
       arch: "sm_90",
       entry: true,
+      registers: 40,
       stack: 16,
       spillStores: 8,
       spillLoads: 4,
@@ -102,6 +56,7 @@ Deno.test("parsePtxas() reads entries, stack frames, spills and shared memory", 
       name: "_Z3barv",
       arch: "sm_80",
       entry: true,
+      registers: 0,
       stack: 0,
       spillStores: 0,
       spillLoads: 0,

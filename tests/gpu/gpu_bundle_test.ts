@@ -95,6 +95,8 @@ Deno.test({
         "dtrain",
         "run.sh",
         "bench_gpt_torch.py",
+        "bench_attention_torch.py",
+        "js/bench_attention.js",
         "js/gpu_env.js",
         "js/ops_vs_cpu.js",
         "js/parity.js",
@@ -141,6 +143,7 @@ Deno.test({
           "3 parity fixtures",
           "4 NCCL and a training job",
           "5 GPT-2 124M benchmark",
+          "6 attention benchmark",
         ]
       ) {
         assert.equal(table.get(s)?.result, "SKIP", `${s}: ${r.stdout}`);
@@ -184,6 +187,7 @@ Deno.test({
         "4b NCCL, 2 ranks",
         "4c train, checkpoint, resume",
         "5a GPT-2 124M bf16, dtrain",
+        "6a attention fwd+bwd, dtrain",
       ];
       for (const s of passed) assert.equal(table.get(s)?.result, "PASS", `${s}: ${r.stdout}`);
       assert.match(table.get("1 facts")!.why, /emulated GPU/);
@@ -202,6 +206,11 @@ Deno.test({
         /, \d+ launches\/step \([\d.]+ per layer\)/,
       );
       assert.equal(table.get("5b same model, PyTorch eager")?.result, "SKIP");
+      assert.match(
+        table.get("6a attention fwd+bwd, dtrain")!.why,
+        /^dtrain attention fwd\+bwd [\d.]+ ms/,
+      );
+      assert.equal(table.get("6b same, torch SDPA")?.result, "SKIP");
       // the rows came out as the steps ended, before the closing table
       assert.ok(r.stdout.indexOf("1 facts") < r.stdout.lastIndexOf("\nstep "), r.stdout);
       const log = Deno.readTextFileSync(join(dir, "emu.log"));
