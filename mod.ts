@@ -153,7 +153,13 @@ export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
 
 // distributed
 export { initProcessGroup, type ProcessGroup } from "./distributed/process_group.ts";
-export { DistributedDataParallel } from "./distributed/ddp.ts";
+export { type DDPBackwardOptions, DistributedDataParallel } from "./distributed/ddp.ts";
+export {
+  type OptimizerClass,
+  type ShardMode,
+  ZeroRedundancyOptimizer,
+  type ZeroRedundancyOptions,
+} from "./distributed/zero.ts";
 export {
   getStore,
   rankZeroFirst,

@@ -19,7 +19,7 @@ import { autocast } from "../amp/autocast.ts";
 import { GradScaler } from "../amp/grad_scaler.ts";
 import { AdamW } from "../optim/adamw.ts";
 import { SGD } from "../optim/sgd.ts";
-import type { Optimizer } from "../optim/optimizer.ts";
+import type { Optimizer, ParamGroupSpec } from "../optim/optimizer.ts";
 import { clipGradNorm, gradNorm } from "../optim/clip.ts";
 import { constantLr, LrScheduler, stepLr, warmupCosineLr } from "../optim/lr_schedule.ts";
 import { DataLoader } from "../data/dataloader.ts";
@@ -27,6 +27,7 @@ import type { Dataset } from "../data/dataset.ts";
 import { ResumableSampler } from "../data/resumable_sampler.ts";
 import { initProcessGroup, type ProcessGroup } from "../distributed/process_group.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
+import { type OptimizerClass, ZeroRedundancyOptimizer } from "../distributed/zero.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/control/phase.ts";
 import { getRankSettings, getWorld } from "../distributed/control/env.ts";
@@ -184,14 +185,14 @@ export class Trainer<M extends Module> {
       ...(g.weightDecay !== undefined ? { weightDecay: g.weightDecay } : {}),
     }));
     this.optimizer = cfg.optim.name === "adamw"
-      ? new AdamW(groups, {
+      ? this.#makeOptimizer(AdamW, groups, {
         lr: cfg.optim.lr,
         beta1: cfg.optim.betas[0],
         beta2: cfg.optim.betas[1],
         eps: cfg.optim.eps,
         weightDecay: cfg.optim.weightDecay,
       })
-      : new SGD(groups, {
+      : this.#makeOptimizer(SGD, groups, {
         lr: cfg.optim.lr,
         momentum: cfg.optim.momentum,
         nesterov: cfg.optim.nesterov,
@@ -244,6 +245,22 @@ export class Trainer<M extends Module> {
     this.bestCheckpoints = ckDir && cfg.checkpoint.best
       ? new CheckpointManager(join(ckDir, "best"), { rank: this.pg.rank, keepLast: 1 })
       : null;
+  }
+
+  /** The configured optimizer, sharded across the ranks when ddp.shard asks for it (ZeRO). */
+  #makeOptimizer<H extends { lr: number }>(
+    cls: OptimizerClass<H>,
+    groups: ParamGroupSpec<H>[],
+    hyper: Partial<H>,
+  ): Optimizer<H> {
+    const shard = this.config.ddp.shard;
+    if (shard === null || this.ddp === null) return new cls(groups, hyper);
+    return new ZeroRedundancyOptimizer<H>(groups, {
+      ...hyper,
+      optimizerClass: cls,
+      ddp: this.ddp as DistributedDataParallel<Module>,
+      shard,
+    });
   }
 
   /** Optimizer steps in one epoch at this world size. */
@@ -347,7 +364,6 @@ export class Trainer<M extends Module> {
         const samples = micro.reduce((a, b) => a + b[0]!.shape[0]!, 0);
         for (const b of micro) for (const t of b) t.dispose();
         micro = [];
-        this.ddp?.finishGradSync(); // every gradient bucket averaged over ranks
         const lr = this.schedule.lr; // the rate this step uses (before the schedule moves on)
         const norm = this.#clipAndStep(params);
         this.#step++;
@@ -531,7 +547,13 @@ export class Trainer<M extends Module> {
     phase("optimizer", { frequent: true });
     this.scaler.unscale(this.optimizer);
     const maxNorm = this.config.clipGradNorm;
-    const norm = maxNorm !== null ? clipGradNorm(params, maxNorm) : gradNorm(params);
+    const opt = this.optimizer;
+    // A sharded optimizer takes the global norm across the ranks' shares (the same bits).
+    const norm = opt instanceof ZeroRedundancyOptimizer
+      ? maxNorm !== null ? opt.clipGradNorm(maxNorm) : opt.gradNorm()
+      : maxNorm !== null
+      ? clipGradNorm(params, maxNorm)
+      : gradNorm(params);
     this.scaler.step(this.optimizer);
     this.scaler.update();
     this.schedule.step();
@@ -543,6 +565,7 @@ export class Trainer<M extends Module> {
   #save(checkpoints = this.checkpoints): void {
     if (!checkpoints) return;
     phase("checkpoint save");
+    this.optimizer.consolidateStateDict(0); // a sharded optimizer's state, whole on rank 0
     const rng = allGatherJson(this.pg, captureRng(this.model));
     if (this.pg.rank === 0) {
       const state = trainState({
