@@ -6,11 +6,14 @@
  * reduce-scatter average alike); about half of DDP's optimizer state per
  * rank, and under ZeRO-2 about half of its gradients; the consolidated state
  * is DDP's own, and a ZeRO run resumed from DDP's state ends on DDP's weights.
+ * The same on 2 emulated GPUs over the NCCL group (its stand-in sums in rank
+ * order too, and the sharded norm's per-tensor sums are the GPU's own).
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { buildNative } from "../../scripts/build_native.ts";
 import { REPO, TestRun } from "../launch/launch_helpers.ts";
+import { HAVE_EMU } from "../gpu/_emu.ts";
 
 buildNative({ quiet: true });
 const SCRIPT = join(REPO, "tests/distributed/scripts/zero_cases.ts");
@@ -59,4 +62,12 @@ Deno.test("ZeRO-1 and ZeRO-2 with AdamW equal DDP bit for bit (groups, scaler, a
 
 Deno.test("ZeRO-1 and ZeRO-2 with SGD momentum equal DDP bit for bit", async () => {
   checkAgainstDdp(await run({ OPTIM: "sgd" }));
+});
+
+Deno.test({
+  name: "ZeRO-1 and ZeRO-2 on 2 emulated GPUs (NCCL group) equal DDP bit for bit",
+  ignore: !HAVE_EMU,
+  async fn() {
+    checkAgainstDdp(await run({ OPTIM: "adamw" }, ["--device", "cuda-emu"]));
+  },
 });
