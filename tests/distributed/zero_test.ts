@@ -64,6 +64,10 @@ Deno.test("ZeRO-1 and ZeRO-2 with SGD momentum equal DDP bit for bit", async () 
   checkAgainstDdp(await run({ OPTIM: "sgd" }));
 });
 
+Deno.test("ZeRO-1 and ZeRO-2 over the Gloo group equal DDP bit for bit (2 ranks: one sum per element)", async () => {
+  checkAgainstDdp(await run({ OPTIM: "adamw", DTRAIN_CPU_BACKEND: "gloo" }));
+});
+
 Deno.test({
   name: "ZeRO-1 and ZeRO-2 on 2 emulated GPUs (NCCL group) equal DDP bit for bit",
   ignore: !HAVE_EMU,
