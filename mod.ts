@@ -115,6 +115,7 @@ export {
   type SyncBatchNormOptions,
 } from "./nn/batchnorm.ts";
 export { GPT, type GPTConfig } from "./nn/gpt.ts";
+export { checkpoint } from "./nn/checkpoint.ts";
 export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
 export { getRngState, type RngState, setRngState } from "./nn/rng_state.ts";
 
