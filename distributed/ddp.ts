@@ -29,6 +29,7 @@ import { COMPLETED, type Work } from "./work.ts";
 import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/autograd.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./control/phase.ts";
+import { asMemoryKind } from "../tensor/memory_kinds.ts";
 import { allGatherJson } from "./gather_json.ts";
 import { enter, leave } from "../profile/profile.ts";
 
@@ -226,7 +227,7 @@ export class DistributedDataParallel<M extends Module> {
     for (const b of this.buckets) {
       for (const p of b.params) {
         if (!p.grad) continue; // another rank's share under sharded gradients
-        const g = zeros(p.shape).keep().copyFrom(p.grad);
+        const g = asMemoryKind("gradients", () => zeros(p.shape).keep()).copyFrom(p.grad);
         p.grad.dispose();
         p.grad = g;
       }
@@ -243,7 +244,7 @@ export class DistributedDataParallel<M extends Module> {
     const flush = () => {
       if (group.length === 0) return;
       const numel = group.reduce((a, p) => a + p.numel, 0);
-      const flat = zeros([numel]).keep();
+      const flat = asMemoryKind("gradients", () => zeros([numel]).keep());
       let off = 0;
       for (const p of group) {
         const view = flat.subview(off, p.shape).keep();
@@ -326,7 +327,7 @@ export class DistributedDataParallel<M extends Module> {
     }
     layout.forEach((l, i) => {
       const b = this.buckets[i]!;
-      const out = zeros([l.blockSize]).keep();
+      const out = asMemoryKind("gradients", () => zeros([l.blockSize]).keep());
       b.shard = { owners: l.owners, offsets: l.offsets, blockSize: l.blockSize, out };
       this.#releaseFlat(b, b.shard, rank);
     });
@@ -338,7 +339,7 @@ export class DistributedDataParallel<M extends Module> {
     for (const b of this.buckets) {
       const sh = b.shard;
       if (!sh || b.flat) continue;
-      const flat = zeros([this.pg.size * sh.blockSize]).keep();
+      const flat = asMemoryKind("gradients", () => zeros([this.pg.size * sh.blockSize]).keep());
       b.params.forEach((p, i) => {
         p.grad?.dispose();
         p.grad = flat.subview(sh.owners[i]! * sh.blockSize + sh.offsets[i]!, p.shape).keep();

@@ -26,6 +26,7 @@ import type { ProcessGroup } from "./process_group.ts";
 import { blockLayout, partitionBuckets } from "./zero_partition.ts";
 import { phase } from "./control/phase.ts";
 import type { DType } from "../tensor/dtype.ts";
+import { asMemoryKind } from "../tensor/memory_kinds.ts";
 
 /** What is sharded: the optimizer state (ZeRO-1) or also the gradients (ZeRO-2). */
 export type ShardMode = "optimizer" | "gradients";
@@ -142,7 +143,7 @@ export class ZeroRedundancyOptimizer<H extends { lr: number }> extends Optimizer
   protected update(): void {
     this.#dropConsolidated();
     this.local.updateOnly();
-    this.#gatherParameters();
+    asMemoryKind("communication", () => this.#gatherParameters());
   }
 
   /**
@@ -220,7 +221,10 @@ export class ZeroRedundancyOptimizer<H extends { lr: number }> extends Optimizer
           if (me === to) tensors.set(key, t);
           continue;
         }
-        const t = empty(shape, dtype as DType).keep();
+        const t = asMemoryKind(
+          me === to ? "optimizer" : "communication",
+          () => empty(shape, dtype as DType).keep(),
+        );
         this.pg.broadcast(bufferOf(t), r);
         if (me === to) {
           tensors.set(key, t);

@@ -12,6 +12,7 @@ import { enter, leave, stepDone } from "../profile/profile.ts";
 import { countStepDone } from "../profile/call_count.ts";
 import { dropWeightCasts } from "../tensor/weight_cast.ts";
 import { backendOf } from "../tensor/backend.ts";
+import { asMemoryKind } from "../tensor/memory_kinds.ts";
 import { address, count, HostTable } from "./tensor_table.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
@@ -200,7 +201,7 @@ export abstract class Optimizer<H extends { lr: number }> {
     for (const hook of stepHooks) hook(this);
     const prev = enter("optimizer");
     try {
-      this.update();
+      asMemoryKind("optimizer", () => this.update()); // its state, made on the first step
     } finally {
       // the parameters changed in place: nothing derived from their old values (autocast's
       // cached low-precision copies) may be used again, also when the update failed part way
@@ -234,6 +235,12 @@ export abstract class Optimizer<H extends { lr: number }> {
    * whole loaded checkpoint: `optimizer.loadStateDict(checkpoints.loadLatest())`.
    */
   loadStateDict(source: OptimizerState | TensorFileLike | CheckpointLike | null | undefined): void {
+    asMemoryKind("optimizer", () => this.#loadStateDict(source));
+  }
+
+  #loadStateDict(
+    source: OptimizerState | TensorFileLike | CheckpointLike | null | undefined,
+  ): void {
     const what = `${this.constructor.name}.loadStateDict`;
     if (source && "paramGroups" in source && source.tensors instanceof Map) {
       this.loadState(source as OptimizerState);

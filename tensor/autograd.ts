@@ -14,6 +14,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { backend } from "./backend.ts";
 import { castTensor, empty, full, type Tensor } from "./tensor.ts";
 import { DTYPE_CODE } from "./dtype.ts";
+import { asMemoryKind } from "./memory_kinds.ts";
 import { enter, leave } from "../profile/profile.ts";
 import { countingCalls, currentLayer, switchLayer } from "../profile/call_count.ts";
 
@@ -127,7 +128,7 @@ export function record(
 export function leafGradSink(t: Tensor): { grad: Tensor; fresh: boolean } | null {
   if (!t.requiresGrad || t.node !== null) return null;
   if (t.grad === null) {
-    t.grad = empty(t.shape, "f32").keep();
+    t.grad = asMemoryKind("gradients", () => empty(t.shape, "f32").keep());
     return { grad: t.grad, fresh: true };
   }
   return { grad: t.grad, fresh: false };
@@ -275,7 +276,7 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
         grads.set(inp, prev ? sumOf(prev, gi) : gi);
       } else {
         if (inp.grad === null) {
-          inp.grad = empty(inp.shape, "f32").keep().fill(0);
+          inp.grad = asMemoryKind("gradients", () => empty(inp.shape, "f32").keep().fill(0));
         }
         accumulate(inp.grad, gi);
         received.add(inp);

@@ -58,7 +58,8 @@ import {
 import { dirname, join } from "node:path";
 import { MANIFEST_FILE } from "./checkpoint/format.ts";
 import { stateTensor } from "../nn/load.ts";
-import { section } from "../profile/profile.ts";
+import { profiling, section } from "../profile/profile.ts";
+import { printMemoryReport } from "../tensor/memory_kinds.ts";
 
 /**
  * Called with every Trainer's resolved config, before the Trainer uses it: a
@@ -435,6 +436,7 @@ export class Trainer<M extends Module> {
       this.pg.barrier("epoch-end");
     }
     await this.checkpoints?.wait(); // fit() returns with the last checkpoint durable
+    if (!profiling) printMemoryReport(); // every rank's (DTRAIN_PROFILE=1 prints it at exit)
     result.steps = this.#step;
     result.best = this.#best;
     return result;
