@@ -122,6 +122,7 @@ export { getRngState, type RngState, setRngState } from "./nn/rng_state.ts";
 // optimizers, schedules, mixed precision
 export { AdamW, type AdamWOptions } from "./optim/adamw.ts";
 export { SGD, type SGDOptions } from "./optim/sgd.ts";
+export type { Optimizer, OptimizerState, ParamGroupSpec } from "./optim/optimizer.ts";
 export { constantLr, LrScheduler, stepLr, warmupCosineLr } from "./optim/lr_schedule.ts";
 export { clipGradNorm, gradNorm } from "./optim/clip.ts";
 export { autocast } from "./amp/autocast.ts";
