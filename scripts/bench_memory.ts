@@ -98,7 +98,7 @@ for (const [model, byMode] of results) {
   const ddp = byMode.get("ddp")!;
   console.log(`\n${model}: ${ddp[0]!.parameters.toLocaleString("en")} parameters`);
   console.log(
-    "mode           optimizer state   gradients at step   gradient peak   activation peak   comm. peak   peak total   tokens/s (× DDP)",
+    "mode           optimizer state   gradients at step   gradient peak   activation peak   comm. peak   peak total        tokens/s (× DDP)",
   );
   for (const [mode, rs] of byMode) {
     const ratio = (k: keyof RankResult) => max(rs, k) / max(ddp, k);
@@ -107,7 +107,7 @@ for (const [model, byMode] of results) {
     console.log(
       mode.padEnd(15) + cell("optimizerStateBytes", 18) + cell("gradientBytesAtStep", 20) +
         cell("gradientPeakBytes", 16) + cell("activationPeakBytes", 18) +
-        formatBytes(max(rs, "communicationPeakBytes")).padEnd(13) + cell("peakBytes", 13) +
+        formatBytes(max(rs, "communicationPeakBytes")).padEnd(13) + cell("peakBytes", 18) +
         `${rs[0]!.tokensPerS.toFixed(0)} (${(rs[0]!.tokensPerS / ddp[0]!.tokensPerS).toFixed(2)}×)`,
     );
   }

@@ -1,10 +1,11 @@
 /**
  * The Trainer: owns the loop of a (distributed) training run. Each epoch it
  * calls setEpoch; each optimizer step it runs k micro-batches (forward under
- * autocast, scaled loss, backward; DDP's gradient sync starts in the last
- * one's backward), waits for the gradient sync, unscales, clips to a global
- * norm, steps the optimizer unless gradients hold inf/NaN,
- * updates the scaler and the schedule, logs, and checkpoints on rank 0. It
+ * autocast, scaled loss, backward; the last one's ddp.backward returns with
+ * the gradients synced), unscales, clips to a global norm, steps the
+ * optimizer unless gradients hold inf/NaN (sharded across the ranks under
+ * ddp.shard, distributed/zero.ts), updates the scaler and the schedule,
+ * logs, and checkpoints on rank 0 (a sharded state gathered there first). It
  * resumes from the latest good checkpoint, also on another world size, and
  * stops cleanly on SIGTERM/SIGINT after the current step with a checkpoint.
  */
