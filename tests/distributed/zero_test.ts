@@ -26,6 +26,16 @@ async function run(env: Record<string, string>, extra: string[] = []) {
     assert.equal(r.code, 0, r.stdout + r.stderr);
     const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
     assert.equal(lines.length, 2, r.stdout);
+    // the memory report, on the device the ranks computed on, with optimizer state in it
+    const where = extra.includes("cuda-emu") ? "GPU" : "CPU";
+    for (const rank of [0, 1]) {
+      assert.match(
+        r.stderr,
+        new RegExp(
+          `\\[r${rank}\\] \\[memory\\] rank ${rank}, ${where}: each kind's own peak: .*optimizer [1-9]`,
+        ),
+      );
+    }
     return lines.sort((a, b) => a.rank - b.rank);
   } finally {
     await t.cleanup();

@@ -5,6 +5,7 @@
  * state consolidated on rank 0) resumes plain DDP, and a plain one resumes
  * ZeRO, bit for bit at the same world size; a ZeRO checkpoint resumes in a
  * single process, and a single process's checkpoint resumes ZeRO on 2 ranks.
+ * Every rank prints its memory report at the end of the run.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -37,6 +38,10 @@ async function train(
   });
   const r = await t.finish(l, 120_000);
   assert.equal(r.code, 0, `launcher failed:\n${r.stdout}\n${r.stderr}`);
+  // every rank's memory report at the end of the run
+  for (let rank = 0; rank < nproc; rank++) {
+    assert.match(r.stderr, new RegExp(`\\[r${rank}\\] \\[memory\\] rank ${rank}, CPU: peak`));
+  }
   const result = JSON.parse(Deno.readTextFileSync(join(out, `result-${attempt}.json`)));
   const final = new Map(
     [...readSafetensorsFile(join(out, `final-${attempt}.safetensors`)).tensors].map((

@@ -29,6 +29,7 @@ import {
   zeros,
 } from "dtrain";
 import { createHash } from "node:crypto";
+import { printMemoryReport } from "../../../tensor/memory_kinds.ts";
 
 const pg = initProcessGroup();
 const STEPS = 4;
@@ -183,4 +184,5 @@ for (const mode of ["optimizer", "gradients"] as const) {
   r.ddp.close();
 }
 console.log(JSON.stringify(out));
+printMemoryReport(); // what each rank held: its CPU's, and its GPU's on a GPU rank
 pg.close();
