@@ -62,6 +62,10 @@ interface ShardedBucket {
   blockSize: number;
   /** this rank's block after the reduce-scatter: the gradients of the parameters it owns */
   out: Tensor;
+  /** each parameter's place in the bucket */
+  slot: Map<Tensor, number>;
+  /** the parameters' grads that are views of the flat now (null: not yet moved in) */
+  views: (Tensor | null)[];
 }
 
 interface Bucket {
@@ -171,6 +175,7 @@ export class DistributedDataParallel<M extends Module> {
     const b = this.#bucketOf.get(leaf);
     if (!b) return;
     this.#passWired = true;
+    if (b.shard) this.#intoFlat(b, b.shard, leaf);
     b.pending--;
     if (b.pending === 0 && this.#sync) this.#start(b);
   };
@@ -299,8 +304,9 @@ export class DistributedDataParallel<M extends Module> {
    * bucket, listing its parameters in bucket order). A synced backward then
    * reduce-scatters every complete bucket (the mean over ranks, the same
    * arithmetic as the allReduce) and frees it: afterwards this rank holds the
-   * gradients of its own parameters only; the others' grad is null. Every
-   * backward through ddp.backward starts from zero gradients.
+   * gradients of its own parameters only; the others' grad is null. A bucket
+   * is whole only from its first complete gradient to its reduce-scatter.
+   * Every synced step through ddp.backward starts from zero gradients.
    */
   shardGradients(
     layout: readonly {
@@ -328,36 +334,63 @@ export class DistributedDataParallel<M extends Module> {
     layout.forEach((l, i) => {
       const b = this.buckets[i]!;
       const out = asMemoryKind("gradients", () => zeros([l.blockSize]).keep());
-      b.shard = { owners: l.owners, offsets: l.offsets, blockSize: l.blockSize, out };
+      b.shard = {
+        owners: l.owners,
+        offsets: l.offsets,
+        blockSize: l.blockSize,
+        out,
+        slot: new Map(b.params.map((p, j) => [p, j])),
+        views: b.params.map(() => null),
+      };
       this.#releaseFlat(b, b.shard, rank);
     });
     this.#rank = rank;
   }
 
-  /** Sharded buckets without gradients get a zeroed flat, every parameter's grad a view of it. */
+  /**
+   * At a synced step's first backward, sharded buckets hold no flat: every
+   * parameter's grad is dropped (this rank's were views of its block), so
+   * autograd gives each a gradient of its own, which #intoFlat moves into the
+   * bucket once it is complete. A bucket's flat exists only from its first
+   * complete gradient to its reduce-scatter.
+   */
   #armShardedBuckets(): void {
     for (const b of this.buckets) {
-      const sh = b.shard;
-      if (!sh || b.flat) continue;
-      const flat = asMemoryKind("gradients", () => zeros([this.pg.size * sh.blockSize]).keep());
-      b.params.forEach((p, i) => {
+      if (!b.shard || b.flat) continue;
+      for (const p of b.params) {
         p.grad?.dispose();
-        p.grad = flat.subview(sh.owners[i]! * sh.blockSize + sh.offsets[i]!, p.shape).keep();
-      });
-      b.flat = flat;
-      b.buffer = bufferOf(flat);
+        p.grad = null;
+      }
     }
   }
 
-  #reduceScatter(b: Bucket, sh: ShardedBucket): void {
+  /** A sharded bucket's flat (zeroed), made at its first complete gradient. */
+  #flatOf(b: Bucket, sh: ShardedBucket): Tensor {
     if (!b.flat) {
-      throw new Error(
-        "DDP: a backward pass with sharded gradients ran without ddp.backward(loss), which " +
-          "prepares the gradient buckets",
-      );
+      b.flat = asMemoryKind("gradients", () => zeros([this.pg.size * sh.blockSize]).keep());
+      b.buffer = bufferOf(b.flat);
     }
+    return b.flat;
+  }
+
+  /** Moves a complete gradient into its slot of the bucket's flat (once; later passes add there). */
+  #intoFlat(b: Bucket, sh: ShardedBucket, p: Tensor): void {
+    const i = sh.slot.get(p)!;
+    if (sh.views[i] !== null && sh.views[i] === p.grad) return;
+    const view = this.#flatOf(b, sh).subview(sh.owners[i]! * sh.blockSize + sh.offsets[i]!, p.shape)
+      .keep();
+    if (p.grad) {
+      view.copyFrom(p.grad);
+      p.grad.dispose();
+    }
+    p.grad = view;
+    sh.views[i] = view;
+  }
+
+  #reduceScatter(b: Bucket, sh: ShardedBucket): void {
+    const flat = this.#flatOf(b, sh); // none yet when no parameter of the bucket got a gradient
     phase(`reduce-scatter bucket ${b.index} of step ${this.#step}`, FREQUENT);
-    this.pg.reduceScatter(bufferOf(sh.out), b.buffer, "avg");
+    this.pg.reduceScatter(bufferOf(sh.out), bufferOf(flat), "avg");
     this.#releaseFlat(b, sh, this.#rank);
     b.work = COMPLETED;
     this.#started.push(b);
@@ -368,6 +401,7 @@ export class DistributedDataParallel<M extends Module> {
     b.params.forEach((p, i) => {
       p.grad?.dispose();
       p.grad = sh.owners[i] === rank ? sh.out.subview(sh.offsets[i]!, p.shape).keep() : null;
+      sh.views[i] = null;
     });
     b.flat?.dispose();
     b.flat = null;
