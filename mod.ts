@@ -122,12 +122,14 @@ export {
   type SyncBatchNormOptions,
 } from "./nn/batchnorm.ts";
 export { GPT, type GPTConfig } from "./nn/gpt.ts";
+export { checkpoint } from "./nn/checkpoint.ts";
 export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
 export { getRngState, type RngState, setRngState } from "./nn/rng_state.ts";
 
 // optimizers, schedules, mixed precision
 export { AdamW, type AdamWOptions, type AdamWOptionsInput } from "./optim/adamw.ts";
 export { SGD, type SGDOptions } from "./optim/sgd.ts";
+export type { Optimizer, OptimizerState, ParamGroupSpec } from "./optim/optimizer.ts";
 export { constantLr, LrScheduler, stepLr, warmupCosineLr } from "./optim/lr_schedule.ts";
 export { clipGradNorm, gradNorm } from "./optim/clip.ts";
 export { autocast } from "./amp/autocast.ts";
@@ -180,7 +182,13 @@ export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
 
 // distributed
 export { initProcessGroup, type ProcessGroup } from "./distributed/process_group.ts";
-export { DistributedDataParallel } from "./distributed/ddp.ts";
+export { type DDPBackwardOptions, DistributedDataParallel } from "./distributed/ddp.ts";
+export {
+  type OptimizerClass,
+  type ShardMode,
+  ZeroRedundancyOptimizer,
+  type ZeroRedundancyOptions,
+} from "./distributed/zero.ts";
 export {
   getStore,
   rankZeroFirst,

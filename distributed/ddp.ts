@@ -4,15 +4,19 @@
  * shapes and dtypes (the error lists the differences by rank) and copies
  * rank 0's parameters and buffers to all. Gradients land in flat buckets
  * (gradient views, ~25 MiB each, filled in reverse parameter order), and the
- * training step drives their averaging across ranks in plain view:
+ * training step drives their averaging across ranks in one call, as
+ * `loss.backward()` does under torch's DDP:
  *
- *     ddp.backward(loss);    // backward; each bucket's allReduce starts as soon as its last gradient is complete
- *     ddp.finishGradSync();  // waits for every bucket: the gradients are the mean over ranks
+ *     ddp.backward(loss);    // each bucket's allReduce starts as soon as its last gradient is
+ *                            // complete; returns with the gradients the mean over ranks
  *     optimizer.step();
  *
- * (`backward(loss, { onLeafGrad: ddp.gradReady })` is ddp.backward(loss).)
  * A backend that overlaps collectives with compute (NCCL) reduces the first
- * buckets while backward still computes the others. noSync() accumulates
+ * buckets while backward still computes the others. A script that wants to
+ * overlap work of its own with the last reductions defers the wait:
+ * `ddp.backward(loss, { deferGradSync: true })`, its work, then
+ * `ddp.finishGradSync()` (also the completion of `backward(loss, {
+ * onLeafGrad: ddp.gradReady })`, the wiring ddp.backward uses). noSync() accumulates
  * locally for gradient accumulation. DDP also checks every backward pass
  * through the model: a parameter without a gradient, a plain backward()
  * outside noSync() (which would leave the ranks apart) and a forward before
@@ -21,10 +25,11 @@
  */
 import type { Module } from "../nn/module.ts";
 import type { ProcessGroup } from "./process_group.ts";
-import type { Work } from "./work.ts";
+import { COMPLETED, type Work } from "./work.ts";
 import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/autograd.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./control/phase.ts";
+import { asMemoryKind } from "../tensor/memory_kinds.ts";
 import { allGatherJson } from "./gather_json.ts";
 import { enter, leave } from "../profile/profile.ts";
 
@@ -38,12 +43,40 @@ export interface DDPOptions {
   broadcastBuffers?: boolean;
 }
 
+/** ddp.backward's options: backward's own, and when the gradient sync is waited for. */
+export interface DDPBackwardOptions extends Omit<BackwardOptions, "onLeafGrad"> {
+  /**
+   * Return as soon as backward has run, with the last buckets' reductions
+   * possibly still in flight (default false: ddp.backward returns with the
+   * gradients averaged). The caller then calls ddp.finishGradSync() before
+   * anything reads the gradients; the next forward or backward through the
+   * model without it is an error.
+   */
+  deferGradSync?: boolean;
+}
+
+/** A bucket's layout under sharded gradients: per-rank blocks, each parameter in its owner's. */
+interface ShardedBucket {
+  owners: readonly number[];
+  offsets: readonly number[];
+  blockSize: number;
+  /** this rank's block after the reduce-scatter: the gradients of the parameters it owns */
+  out: Tensor;
+  /** each parameter's place in the bucket */
+  slot: Map<Tensor, number>;
+  /** the parameters' grads that are views of the flat now (null: not yet moved in) */
+  views: (Tensor | null)[];
+}
+
 interface Bucket {
   /** its place in buckets (the phase names it) */
   index: number;
-  flat: Tensor;
-  /** the flat buffer as the process group takes it (made once: its address never changes) */
+  /** the gradients of its parameters, as views (null: a sharded bucket between steps) */
+  flat: Tensor | null;
+  /** the flat buffer as the process group takes it (made once per flat: its address never changes) */
   buffer: ReturnType<typeof bufferOf>;
+  /** under sharded gradients (ZeRO-2): this rank's block of the bucket, and where each parameter is */
+  shard: ShardedBucket | null;
   params: Tensor[];
   /** gradients of this backward pass still to come */
   pending: number;
@@ -63,6 +96,8 @@ export class DistributedDataParallel<M extends Module> {
   #passWired = false;
   /** buckets whose allReduce this step started, in start order; finishGradSync() waits for them */
   #started: Bucket[] = [];
+  /** this rank, as shardGradients was told it */
+  #rank = 0;
   /** a synced backward ran and finishGradSync() has not yet completed its step */
   #syncPending = false;
   #removeObserver: () => void;
@@ -111,17 +146,24 @@ export class DistributedDataParallel<M extends Module> {
   /**
    * backward(loss) with this model's gradient reduction wired in: each
    * bucket's allReduce (mean over ranks) starts as soon as its last gradient
-   * is complete. Call finishGradSync() before reading the gradients (clipping,
-   * the optimizer step). Inside noSync() the gradients only accumulate.
+   * is complete, and the call returns once every bucket is reduced: the
+   * gradients are the mean over ranks, ready for clipping and the optimizer.
+   * Inside noSync() the gradients only accumulate. With `deferGradSync:
+   * true` it returns without waiting; finishGradSync() completes the sync.
    */
-  backward(loss: Tensor, opts: Omit<BackwardOptions, "onLeafGrad"> = {}): void {
+  backward(loss: Tensor, opts: DDPBackwardOptions = {}): void {
     this.#requireFinished("backward");
-    let any = false;
-    for (const _ in opts) {
-      any = true;
-      break;
+    this.#armShardedBuckets();
+    let any = false, defer = false;
+    for (const k in opts) {
+      if (k === "deferGradSync") defer = opts.deferGradSync === true;
+      else any = true;
     }
-    backward(loss, any ? { ...opts, onLeafGrad: this.gradReady } : this.#wired);
+    if (any) {
+      const { deferGradSync: _, ...rest } = opts;
+      backward(loss, { ...rest, onLeafGrad: this.gradReady });
+    } else backward(loss, this.#wired); // the step's common case: no options object made
+    if (!defer) this.finishGradSync();
   }
 
   /**
@@ -133,12 +175,14 @@ export class DistributedDataParallel<M extends Module> {
     const b = this.#bucketOf.get(leaf);
     if (!b) return;
     this.#passWired = true;
+    if (b.shard) this.#intoFlat(b, b.shard, leaf);
     b.pending--;
     if (b.pending === 0 && this.#sync) this.#start(b);
   };
 
   /**
-   * Completes this step's gradient sync: starts the allReduce of every
+   * Completes a deferred gradient sync (`ddp.backward(loss, { deferGradSync:
+   * true })`, or `backward(loss, { onLeafGrad: ddp.gradReady })`): starts the allReduce of every
    * bucket the backward pass left incomplete (parameters without a gradient,
    * with findUnusedParameters), then waits for every bucket. Afterwards every
    * rank holds the same gradients, the mean over ranks. Does nothing when no
@@ -187,11 +231,13 @@ export class DistributedDataParallel<M extends Module> {
     this.#syncPending = false;
     for (const b of this.buckets) {
       for (const p of b.params) {
-        const g = zeros(p.shape).keep().copyFrom(p.grad!);
-        p.grad!.dispose();
+        if (!p.grad) continue; // another rank's share under sharded gradients
+        const g = asMemoryKind("gradients", () => zeros(p.shape).keep()).copyFrom(p.grad);
+        p.grad.dispose();
         p.grad = g;
       }
-      b.flat.dispose();
+      b.flat?.dispose();
+      b.shard?.out.dispose();
     }
     this.buckets.length = 0;
     this.#bucketOf.clear();
@@ -203,7 +249,7 @@ export class DistributedDataParallel<M extends Module> {
     const flush = () => {
       if (group.length === 0) return;
       const numel = group.reduce((a, p) => a + p.numel, 0);
-      const flat = zeros([numel]).keep();
+      const flat = asMemoryKind("gradients", () => zeros([numel]).keep());
       let off = 0;
       for (const p of group) {
         const view = flat.subview(off, p.shape).keep();
@@ -218,6 +264,7 @@ export class DistributedDataParallel<M extends Module> {
         index: this.buckets.length,
         flat,
         buffer: bufferOf(flat),
+        shard: null,
         params: group,
         pending: group.length,
         work: null,
@@ -241,9 +288,123 @@ export class DistributedDataParallel<M extends Module> {
   }
 
   #start(b: Bucket): void {
+    if (b.shard) {
+      this.#reduceScatter(b, b.shard);
+      return;
+    }
     phase(`allreduce bucket ${b.index} of step ${this.#step}`, FREQUENT);
     b.work = this.pg.allReduceStart(b.buffer, "avg");
     this.#started.push(b);
+  }
+
+  /**
+   * Sharded gradients (ZeRO-2, set by a ZeroRedundancyOptimizer with shard:
+   * "gradients"): each bucket is laid out as one block per rank, each
+   * parameter's gradient in its owner's block (`layout[b]`, for every
+   * bucket, listing its parameters in bucket order). A synced backward then
+   * reduce-scatters every complete bucket (the mean over ranks, the same
+   * arithmetic as the allReduce) and frees it: afterwards this rank holds the
+   * gradients of its own parameters only; the others' grad is null. A bucket
+   * is whole only from its first complete gradient to its reduce-scatter.
+   * Every synced step through ddp.backward starts from zero gradients.
+   */
+  shardGradients(
+    layout: readonly {
+      params: readonly Tensor[];
+      owners: readonly number[];
+      offsets: readonly number[];
+      blockSize: number;
+    }[],
+    rank: number,
+  ): void {
+    if (this.#syncPending || this.buckets.some((b) => b.shard)) {
+      throw new Error("DDP.shardGradients: called twice, or while a gradient sync is pending");
+    }
+    const same = layout.length === this.buckets.length &&
+      layout.every((l, i) =>
+        l.params.length === this.buckets[i]!.params.length &&
+        l.params.every((p, j) => p === this.buckets[i]!.params[j])
+      );
+    if (!same) {
+      throw new Error(
+        "DDP: sharded gradients need every trainable parameter of the model in the sharded " +
+          "optimizer (freeze the others with requiresGrad = false before wrapping the model)",
+      );
+    }
+    layout.forEach((l, i) => {
+      const b = this.buckets[i]!;
+      const out = asMemoryKind("gradients", () => zeros([l.blockSize]).keep());
+      b.shard = {
+        owners: l.owners,
+        offsets: l.offsets,
+        blockSize: l.blockSize,
+        out,
+        slot: new Map(b.params.map((p, j) => [p, j])),
+        views: b.params.map(() => null),
+      };
+      this.#releaseFlat(b, b.shard, rank);
+    });
+    this.#rank = rank;
+  }
+
+  /**
+   * At a synced step's first backward, sharded buckets hold no flat: every
+   * parameter's grad is dropped (this rank's were views of its block), so
+   * autograd gives each a gradient of its own, which #intoFlat moves into the
+   * bucket once it is complete. A bucket's flat exists only from its first
+   * complete gradient to its reduce-scatter.
+   */
+  #armShardedBuckets(): void {
+    for (const b of this.buckets) {
+      if (!b.shard || b.flat) continue;
+      for (const p of b.params) {
+        p.grad?.dispose();
+        p.grad = null;
+      }
+    }
+  }
+
+  /** A sharded bucket's flat (zeroed), made at its first complete gradient. */
+  #flatOf(b: Bucket, sh: ShardedBucket): Tensor {
+    if (!b.flat) {
+      b.flat = asMemoryKind("gradients", () => zeros([this.pg.size * sh.blockSize]).keep());
+      b.buffer = bufferOf(b.flat);
+    }
+    return b.flat;
+  }
+
+  /** Moves a complete gradient into its slot of the bucket's flat (once; later passes add there). */
+  #intoFlat(b: Bucket, sh: ShardedBucket, p: Tensor): void {
+    const i = sh.slot.get(p)!;
+    if (sh.views[i] !== null && sh.views[i] === p.grad) return;
+    const view = this.#flatOf(b, sh).subview(sh.owners[i]! * sh.blockSize + sh.offsets[i]!, p.shape)
+      .keep();
+    if (p.grad) {
+      view.copyFrom(p.grad);
+      p.grad.dispose();
+    }
+    p.grad = view;
+    sh.views[i] = view;
+  }
+
+  #reduceScatter(b: Bucket, sh: ShardedBucket): void {
+    const flat = this.#flatOf(b, sh); // none yet when no parameter of the bucket got a gradient
+    phase(`reduce-scatter bucket ${b.index} of step ${this.#step}`, FREQUENT);
+    this.pg.reduceScatter(bufferOf(sh.out), bufferOf(flat), "avg");
+    this.#releaseFlat(b, sh, this.#rank);
+    b.work = COMPLETED;
+    this.#started.push(b);
+  }
+
+  /** The bucket's flat goes: this rank's parameters' grads become views of its block, the others' null. */
+  #releaseFlat(b: Bucket, sh: ShardedBucket, rank: number): void {
+    b.params.forEach((p, i) => {
+      p.grad?.dispose();
+      p.grad = sh.owners[i] === rank ? sh.out.subview(sh.offsets[i]!, p.shape).keep() : null;
+      sh.views[i] = null;
+    });
+    b.flat?.dispose();
+    b.flat = null;
   }
 
   /** The end of a backward pass: which parameters got no gradient, and whether the pass was synced. */
@@ -275,9 +436,8 @@ export class DistributedDataParallel<M extends Module> {
       this.#dropStarted();
       throw new Error(
         "DDP: backward() ran through the wrapped model without its gradient sync, so the ranks' " +
-          "gradients were not averaged: use ddp.backward(loss) (or backward(loss, { onLeafGrad: " +
-          "ddp.gradReady })) and ddp.finishGradSync() before the optimizer step, or ddp.noSync() to " +
-          "accumulate gradients locally.",
+          "gradients were not averaged: use ddp.backward(loss), which returns with them averaged, " +
+          "or ddp.noSync(() => ddp.backward(loss)) to accumulate gradients locally.",
       );
     }
     this.#syncPending = true;
@@ -298,8 +458,9 @@ export class DistributedDataParallel<M extends Module> {
   #requireFinished(what: string): void {
     if (!this.#syncPending) return;
     throw new Error(
-      `DDP: ${what} before the previous backward's gradient sync finished: call ` +
-        "ddp.finishGradSync() after ddp.backward(loss) and before the optimizer step.",
+      `DDP: ${what} before the previous backward's gradient sync finished: a deferred sync ` +
+        "(ddp.backward(loss, { deferGradSync: true })) needs ddp.finishGradSync() before the " +
+        "optimizer step and the next forward.",
     );
   }
 
@@ -334,7 +495,7 @@ export class DistributedDataParallel<M extends Module> {
 const FREQUENT = { frequent: true } as const;
 
 /** A tensor as a collective buffer, saying where its memory is (a group refuses the wrong device). */
-function bufferOf(
+export function bufferOf(
   t: Tensor,
 ): {
   ptr: Deno.PointerObject;
@@ -343,7 +504,7 @@ function bufferOf(
   device: "cpu" | "cuda";
 } {
   if (t.dtype !== "f32" && t.dtype !== "i32" && t.dtype !== "i64") {
-    throw new TypeError(`DDP: cannot synchronise a ${t.dtype} tensor`);
+    throw new TypeError(`cannot synchronise a ${t.dtype} tensor across ranks`);
   }
   return { ptr: t.ptr, count: t.numel, dtype: t.dtype, device: t.device };
 }

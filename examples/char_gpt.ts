@@ -81,8 +81,7 @@ try {
       const [x, y] = train.getBatch(offsets);
       optimizer.zeroGrad();
       const l = autocast(precision === "bf16" ? "bf16" : "f32", () => model.loss(x!, y!));
-      ddp.backward(l); // each gradient bucket's allReduce starts as soon as it is complete
-      ddp.finishGradSync();
+      ddp.backward(l); // buckets reduce as they complete; returns with the gradients averaged
       optimizer.step();
       return l.item();
     });

@@ -74,8 +74,9 @@ class Trainer {
     return scope(() => {
       this.optimizer.zeroGrad();
       const loss = crossEntropy(this.ddp.forward(source), targets);
-      this.ddp.backward(loss); // loss.backward(): each bucket's allReduce starts when it is complete
-      this.ddp.finishGradSync(); // …and every one is done: the gradients are the mean over ranks
+      // loss.backward(): each bucket's allReduce starts when it is complete, and every one is
+      // done when it returns: the gradients are the mean over ranks
+      this.ddp.backward(loss);
       this.optimizer.step();
       return loss.item();
     });

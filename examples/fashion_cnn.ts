@@ -91,8 +91,9 @@ for (let epoch = 0; epoch < epochs; epoch++) {
     lossSum += scope(() => {
       optimizer.zeroGrad();
       const loss = crossEntropy(ddp.forward(images(x!)), y!);
-      ddp.backward(loss); // SyncBatchNorm's statistics and DDP's gradient buckets all-reduce here
-      ddp.finishGradSync(); // every bucket done: gradients are the mean over ranks
+      // SyncBatchNorm's statistics and DDP's gradient buckets all-reduce here; on return the
+      // gradients are the mean over ranks
+      ddp.backward(loss);
       optimizer.step();
       schedule.step();
       return loss.item() * x!.shape[0]!;

@@ -60,8 +60,9 @@ try {
       const stepLoss = scope(() => {
         optimizer.zeroGrad();
         const loss = crossEntropy(ddp.forward(x!), y!);
-        ddp.backward(loss); // each gradient bucket's allReduce starts as soon as it is complete
-        ddp.finishGradSync(); // every bucket done: gradients are the mean over ranks
+        // each gradient bucket's allReduce starts as soon as it is complete; returns with every
+        // bucket done: the gradients are the mean over ranks
+        ddp.backward(loss);
         clipGradNorm(ddp.parameters(), 1.0);
         optimizer.step();
         return loss.item();

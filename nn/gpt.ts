@@ -5,6 +5,7 @@
  */
 import { Module } from "./module.ts";
 import { Dropout, Embedding, GELU, LayerNorm, Linear } from "./layers.ts";
+import { checkpoint } from "./checkpoint.ts";
 import { getDefaultGenerator, normalTensor } from "./init.ts";
 import { fromArray, type Tensor } from "../tensor/tensor.ts";
 import { add } from "../tensor/ops/elementwise.ts";
@@ -41,6 +42,12 @@ export interface GPTConfig {
    * manual path, which stores the T x T probabilities), for comparisons
    */
   attention?: "fused" | "composed";
+  /**
+   * Activation checkpointing of every block (nn/checkpoint.ts): a block keeps
+   * only its inputs and is recomputed in backward, with its dropout masks
+   * replayed; the same gradients, less memory, about one more forward.
+   */
+  checkpointBlocks?: boolean;
 }
 
 class CausalSelfAttention extends Module {
@@ -268,8 +275,16 @@ export class GPT extends Module {
     x = tr.drop.forward(x);
     // each block's residual add is fused with the next norm (the last with ln_f)
     let n = normed(tr.h[0]?.ln_1 ?? tr.ln_f, x);
+    const every = this.cfg.checkpointBlocks === true;
     for (const [i, b] of tr.h.entries()) {
-      [x, n] = inLayer(i, () => b.forwardNormed(x, n, tr.h[i + 1]?.ln_1 ?? tr.ln_f));
+      const next = tr.h[i + 1]?.ln_1 ?? tr.ln_f;
+      [x, n] = inLayer(
+        i,
+        () =>
+          every
+            ? checkpoint((x, n) => b.forwardNormed(x, n, next), x, n)
+            : b.forwardNormed(x, n, next),
+      );
     }
     return linear(n, tr.wte.weight);
   }

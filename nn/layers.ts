@@ -18,6 +18,7 @@ import { embedding, layerNorm } from "../tensor/ops/nn.ts";
 import { flatten } from "../tensor/ops/layout.ts";
 import type { TorchGenerator } from "../random/torch_generator.ts";
 import { notePlainBypass, plainArithmetic } from "../tensor/plain_arithmetic.ts";
+import { noteDropoutDraw } from "./dropout_replay.ts";
 
 /** A module mapping one tensor to one tensor. */
 export abstract class Layer extends Module {
@@ -106,6 +107,7 @@ export class Dropout extends Layer {
       notePlainBypass("dropout"); // a tool comparing runs in plain f32 turned it off
       return x;
     }
+    noteDropoutDraw(this); // a checkpointed forward replays the same masks
     const out = dropout(x, this.p, this.seed, this.offset);
     this.offset += BigInt(x.numel);
     return out;

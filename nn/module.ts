@@ -96,7 +96,7 @@ export abstract class Module {
   /** Registers a trainable tensor under `name` (it gets requiresGrad). */
   protected registerParameter(name: string, t: Tensor): Tensor {
     t.requiresGrad = true;
-    t.keep();
+    t.keep().countAs("weights");
     this.#params.set(name, t);
     structureVersion++;
     return t;
@@ -104,7 +104,7 @@ export abstract class Module {
 
   /** Registers a non-trainable tensor saved in the state dict. */
   protected registerBuffer(name: string, t: Tensor): Tensor {
-    t.keep();
+    t.keep().countAs("weights");
     this.#buffers.set(name, t);
     return t;
   }

@@ -139,7 +139,7 @@ export class AdamW extends Optimizer<AdamWOptions> {
     for (const g of this.groups) {
       for (const p of g.params) {
         const i = index++;
-        if (!p.grad) continue;
+        if (!p.grad || !this.owns(p)) continue;
         let s = this.#state.get(p);
         if (!s) {
           s = {
@@ -256,6 +256,7 @@ export class AdamW extends Optimizer<AdamWOptions> {
           `Cannot load AdamW state of parameter ${i}: exp_avg [${m.shape}] does not match the parameter [${p.shape}]`,
         );
       }
+      if (!this.owns(p)) return; // another rank's share (keepShard)
       const old = this.#state.get(p);
       old?.expAvg.dispose();
       old?.expAvgSq.dispose();

@@ -140,3 +140,107 @@ function clipInPlace(params: Tensor[], maxNorm: number): number {
     releaseBlock(sumsq);
   }
 }
+
+/**
+ * Sums of squares across ranks: `sumsq` holds one double per parameter
+ * (zero where this rank has no share of it); the callback sums it over the
+ * ranks in place. Each entry is nonzero on one rank only, so the sum is exact.
+ */
+export type ShardSumReducer = (sumsq: Float64Array) => void;
+
+/**
+ * The per-parameter sums of squares of the shard's gradients, summed over
+ * ranks by `reduce`: every parameter's entry as if one rank held every
+ * gradient (0 for a parameter without one). One read on a GPU.
+ */
+function shardedSumsq(
+  params: Tensor[],
+  inShard: (p: Tensor) => boolean,
+  reduce: ShardSumReducer,
+): Float64Array {
+  const all = new Float64Array(params.length);
+  const mine: number[] = [];
+  const grads: Tensor[] = [];
+  params.forEach((p, i) => {
+    if (p.grad !== null && inShard(p)) {
+      mine.push(i);
+      grads.push(p.grad);
+    }
+  });
+  if (grads.length > 0) {
+    const { ptrs, counts } = gradTable(grads);
+    const own = new Float64Array(grads.length);
+    readResult(own, "shardedGradNorm", (p) =>
+      backend().call.dt_sumsq_many(
+        p,
+        Deno.UnsafePointer.of(ptrs),
+        Deno.UnsafePointer.of(counts),
+        BigInt(grads.length),
+      ));
+    mine.forEach((i, k) => all[i] = own[k]!);
+  }
+  reduce(all);
+  return all;
+}
+
+/** kernels/common/clip.h's dt_clip_total_f, in the same roundings. */
+function clipTotalOf(sumsq: Float64Array): number {
+  let totalSq = 0;
+  for (const v of sumsq) {
+    const n = Math.fround(Math.sqrt(v));
+    totalSq = Math.fround(totalSq + Math.fround(n * n));
+  }
+  return Math.fround(Math.sqrt(totalSq));
+}
+
+/** kernels/common/clip.h's dt_clip_coef_f. */
+function clipCoefOf(maxNorm: number, total: number): number {
+  const coef = Math.fround(maxNorm / Math.fround(total + 1e-6));
+  return coef < 1 ? coef : 1;
+}
+
+/**
+ * clipGradNorm when each rank holds the gradients of its share of the
+ * parameters (a sharded optimizer, distributed/zero.ts): the global norm
+ * from every rank's per-parameter sums, then the shard's gradients scaled.
+ * The same bits as clipGradNorm over every gradient on one rank: the sums
+ * are the same per-tensor sums, combined in parameter order by clip.h's
+ * arithmetic, and a parameter absent everywhere adds an exact zero.
+ */
+export function clipGradNormSharded(
+  params: Tensor[],
+  inShard: (p: Tensor) => boolean,
+  maxNorm: number,
+  reduce: ShardSumReducer,
+): number {
+  if (!(maxNorm >= 0)) throw new RangeError(`clipGradNorm: maxNorm must be >= 0, got ${maxNorm}`);
+  const prev = enter("optimizer");
+  try {
+    const total = clipTotalOf(shardedSumsq(params, inShard, reduce));
+    if (plainArithmetic()) return total; // the norm only
+    const coef = clipCoefOf(maxNorm, total);
+    const b = backend();
+    for (const p of params) {
+      const g = p.grad;
+      if (g === null || !inShard(p)) continue;
+      b.call.dt_scale(g.ptr, g.ptr, BigInt(g.numel), coef);
+      g.markModified();
+    }
+    return total;
+  } finally {
+    leave(prev);
+  }
+}
+
+/** gradNorm (f64, for logging) over a sharded optimizer's gradients: the same bits as gradNorm. */
+export function gradNormSharded(
+  params: Tensor[],
+  inShard: (p: Tensor) => boolean,
+  reduce: ShardSumReducer,
+): number {
+  return section("optimizer", () => {
+    let s = 0;
+    for (const v of shardedSumsq(params, inShard, reduce)) s += v;
+    return Math.sqrt(s);
+  });
+}

@@ -12,6 +12,7 @@ import { enter, leave, stepDone } from "../profile/profile.ts";
 import { countStepDone } from "../profile/call_count.ts";
 import { dropWeightCasts } from "../tensor/weight_cast.ts";
 import { backendOf } from "../tensor/backend.ts";
+import { asMemoryKind } from "../tensor/memory_kinds.ts";
 import { address, count, HostTable } from "./tensor_table.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
@@ -61,6 +62,8 @@ export abstract class Optimizer<H extends { lr: number }> {
   readonly groups: ParamGroup<H>[];
   /** zeroGrad's host table (the gradients' addresses and sizes) */
   readonly #zeroTable = new HostTable(1, 0, 0);
+  /** the parameters this optimizer updates and keeps state for (null: all; see keepShard) */
+  #shard: ReadonlySet<Tensor> | null = null;
 
   constructor(
     params: Tensor[] | ParamGroupSpec<H>[],
@@ -103,6 +106,32 @@ export abstract class Optimizer<H extends { lr: number }> {
         seen.add(p);
       }
     }
+  }
+
+  /**
+   * Restricts updates and state to `shard`, a subset of the parameters (the
+   * sharded optimizer's share of them, distributed/zero.ts): the others are
+   * skipped by step(), get no state, and are left out when a state dict is
+   * loaded. Indices and param_groups stay those of every parameter, so the
+   * state dict keeps the layout of an optimizer over all of them.
+   */
+  keepShard(shard: ReadonlySet<Tensor>): void {
+    for (const p of shard) {
+      if (!this.groups.some((g) => g.params.includes(p))) {
+        throw new Error(`Optimizer.keepShard: a tensor of shape [${p.shape}] is not a parameter`);
+      }
+    }
+    this.#shard = shard;
+  }
+
+  /** Whether step() updates p (every parameter unless keepShard restricted them). */
+  protected owns(p: Tensor): boolean {
+    return this.#shard === null || this.#shard.has(p);
+  }
+
+  /** The update rule without step()'s hooks and bookkeeping (a wrapping optimizer's step runs those). */
+  updateOnly(): void {
+    this.update();
   }
 
   /** Every parameter in group order (the indices of the state dict). */
@@ -179,7 +208,7 @@ export abstract class Optimizer<H extends { lr: number }> {
     for (const hook of stepHooks) hook(this);
     const prev = enter("optimizer");
     try {
-      this.update();
+      asMemoryKind("optimizer", () => this.update()); // its state, made on the first step
     } finally {
       // the parameters changed in place: nothing derived from their old values (autocast's
       // cached low-precision copies) may be used again, also when the update failed part way
@@ -192,6 +221,13 @@ export abstract class Optimizer<H extends { lr: number }> {
     stepDone();
     countStepDone();
   }
+
+  /**
+   * Gathers the whole state on rank `to` before a checkpoint: every rank
+   * calls it. An optimizer that holds all of its state has nothing to gather;
+   * a sharded one (distributed/zero.ts) does its collectives here.
+   */
+  consolidateStateDict(_to = 0): void {}
 
   /** The update rule itself (step() without the step hooks). */
   protected abstract update(): void;
@@ -206,6 +242,12 @@ export abstract class Optimizer<H extends { lr: number }> {
    * whole loaded checkpoint: `optimizer.loadStateDict(checkpoints.loadLatest())`.
    */
   loadStateDict(source: OptimizerState | TensorFileLike | CheckpointLike | null | undefined): void {
+    asMemoryKind("optimizer", () => this.#loadStateDict(source));
+  }
+
+  #loadStateDict(
+    source: OptimizerState | TensorFileLike | CheckpointLike | null | undefined,
+  ): void {
     const what = `${this.constructor.name}.loadStateDict`;
     if (source && "paramGroups" in source && source.tensors instanceof Map) {
       this.loadState(source as OptimizerState);

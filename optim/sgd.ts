@@ -76,7 +76,7 @@ export class SGD extends Optimizer<SGDOptions> {
       const h = g.hyper;
       for (const p of g.params) {
         const i = index++;
-        if (!p.grad) continue;
+        if (!p.grad || !this.owns(p)) continue;
         let buf = this.#buf.get(p);
         const first = !buf;
         if (!buf && h.momentum !== 0) {
@@ -176,6 +176,7 @@ export class SGD extends Optimizer<SGDOptions> {
           `Cannot load SGD state of parameter ${i}: momentum_buffer [${buf.shape}] does not match [${p.shape}]`,
         );
       }
+      if (!this.owns(p)) return; // another rank's share (keepShard)
       this.#buf.get(p)?.dispose();
       this.#buf.set(p, zeros(p.shape).keep().copyFrom(buf));
     });

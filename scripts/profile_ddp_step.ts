@@ -1,7 +1,7 @@
 /**
  * CPU cost of the toy DDP step's parts in one process (a world of one, one
  * kernel thread): the bare step of bench_train, then the same with the
- * DataLoader, with DDP's forward/backward/finishGradSync, and with clipping,
+ * DataLoader, with DDP's forward and synced backward, and with clipping,
  * each layer alternating with the others for several rounds, as CPU µs per step
  * once the JIT is warm.
  *
@@ -103,7 +103,6 @@ function step(layer: Layer, x: typeof x0, y: typeof y0): number {
     ddpOpt.zeroGrad();
     const loss = crossEntropy(ddp.forward(x!), y!);
     ddp.backward(loss);
-    ddp.finishGradSync();
     if (layer === "ddp+clip") clipGradNorm(ddp.parameters(), 1.0);
     ddpOpt.step();
     return loss.item();

@@ -8,6 +8,7 @@
  */
 import { backend, backendOf, type Device } from "./backend.ts";
 import { cString } from "../ffi/native.ts";
+import { countMemory, currentMemoryKind, type MemoryKind } from "./memory_kinds.ts";
 
 /** Sizes are rounded up to 256 bytes, or to 1/8 of their power of two above 64 KiB. */
 function roundSize(bytes: number): number {
@@ -22,11 +23,13 @@ let cachedBytes = 0;
 let liveBytes = 0;
 let peakLiveBytes = 0;
 
-/** A block of device memory: its pointer, its (rounded) capacity and its device. */
+/** A block of device memory: its pointer, its (rounded) capacity, its device and what it holds. */
 export interface Block {
   ptr: Deno.PointerObject;
   capacity: number;
   device: Device;
+  /** what the block is counted as (tensor/memory_kinds.ts) */
+  kind: MemoryKind;
 }
 
 function freeList(device: Device, capacity: number): Deno.PointerObject[] {
@@ -64,12 +67,23 @@ export function allocBlock(bytes: number): Block {
   }
   liveBytes += capacity;
   if (liveBytes > peakLiveBytes) peakLiveBytes = liveBytes;
-  return { ptr, capacity, device: b.device };
+  const kind = currentMemoryKind();
+  countMemory(b.device, kind, capacity);
+  return { ptr, capacity, device: b.device, kind };
+}
+
+/** Counts a live block as another kind from now on (a tensor registered as a parameter: weights). */
+export function recountBlock(block: Block, kind: MemoryKind): void {
+  if (block.kind === kind) return;
+  countMemory(block.device, block.kind, -block.capacity);
+  countMemory(block.device, kind, block.capacity);
+  block.kind = kind;
 }
 
 /** Returns a block to its device's cache. */
 export function releaseBlock(block: Block): void {
   liveBytes -= block.capacity;
+  countMemory(block.device, block.kind, -block.capacity);
   cachedBytes += block.capacity;
   freeList(block.device, block.capacity).push(block.ptr);
 }

@@ -14,6 +14,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { backend } from "./backend.ts";
 import { castTensor, empty, full, type Tensor } from "./tensor.ts";
 import { DTYPE_CODE } from "./dtype.ts";
+import { asMemoryKind } from "./memory_kinds.ts";
 import { enter, leave } from "../profile/profile.ts";
 import { countingCalls, currentLayer, switchLayer } from "../profile/call_count.ts";
 
@@ -127,7 +128,7 @@ export function record(
 export function leafGradSink(t: Tensor): { grad: Tensor; fresh: boolean } | null {
   if (!t.requiresGrad || t.node !== null) return null;
   if (t.grad === null) {
-    t.grad = empty(t.shape, "f32").keep();
+    t.grad = asMemoryKind("gradients", () => empty(t.shape, "f32").keep());
     return { grad: t.grad, fresh: true };
   }
   return { grad: t.grad, fresh: false };
@@ -170,6 +171,12 @@ export interface BackwardOptions {
   gradient?: Tensor;
   /** Called once per leaf when its gradient for this backward is complete. */
   onLeafGrad?: (leaf: Tensor) => void;
+  /**
+   * A pass run inside another pass's node (activation checkpointing's
+   * recomputation, nn/checkpoint.ts): the backward observers do not see it,
+   * the outer pass reports its leaves.
+   */
+  nested?: boolean;
 }
 
 /**
@@ -194,7 +201,8 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
       `backward(): the tensor of shape [${output.shape}] does not require grad (no recorded op)`,
     );
   }
-  for (const o of observers) o.onBackwardStart?.(output);
+  const watchers = opts.nested ? NO_OBSERVERS : observers;
+  for (const o of watchers) o.onBackwardStart?.(output);
   // Topological order of the tensors that carry nodes.
   const order: Tensor[] = [];
   const visited = new Set<Tensor>();
@@ -249,11 +257,11 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
           );
         }
         received.add(inp);
-        countDownLeaf(inp, leafPending, opts);
+        countDownLeaf(inp, leafPending, opts, watchers);
         continue;
       }
       if (!gi) {
-        if (!inp.node) countDownLeaf(inp, leafPending, opts);
+        if (!inp.node) countDownLeaf(inp, leafPending, opts, watchers);
         continue;
       }
       if (gi.numel !== inp.numel) {
@@ -268,16 +276,18 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
         grads.set(inp, prev ? sumOf(prev, gi) : gi);
       } else {
         if (inp.grad === null) {
-          inp.grad = empty(inp.shape, "f32").keep().fill(0);
+          inp.grad = asMemoryKind("gradients", () => empty(inp.shape, "f32").keep().fill(0));
         }
         accumulate(inp.grad, gi);
         received.add(inp);
-        countDownLeaf(inp, leafPending, opts);
+        countDownLeaf(inp, leafPending, opts, watchers);
       }
     }
   }
-  for (const o of observers) o.onBackwardEnd?.(received);
+  for (const o of watchers) o.onBackwardEnd?.(received);
 }
+
+const NO_OBSERVERS: ReadonlySet<BackwardObserver> = new Set();
 
 /** a + b, two gradients of one tensor: in their dtype when they share one, else in f32. */
 function sumOf(a: Tensor, b: Tensor): Tensor {
@@ -309,10 +319,11 @@ function countDownLeaf(
   leaf: Tensor,
   pending: Map<Tensor, number>,
   opts: BackwardOptions,
+  watchers: ReadonlySet<BackwardObserver>,
 ): void {
   const left = (pending.get(leaf) ?? 1) - 1;
   pending.set(leaf, left);
   if (left !== 0) return;
   opts.onLeafGrad?.(leaf);
-  for (const o of observers) o.onLeafGrad?.(leaf);
+  for (const o of watchers) o.onLeafGrad?.(leaf);
 }

@@ -7,7 +7,8 @@
  */
 import { backend, backendOf, type Device } from "./backend.ts";
 import { noteHostSync } from "./host_sync.ts";
-import { allocBlock, type Block, releaseBlock } from "./allocator.ts";
+import { allocBlock, type Block, recountBlock, releaseBlock } from "./allocator.ts";
+import type { MemoryKind } from "./memory_kinds.ts";
 import { type DType, DTYPE_CODE, DTYPE_SIZE } from "./dtype.ts";
 import type { Node } from "./autograd.ts";
 import { formatTensor } from "./format.ts";
@@ -124,6 +125,16 @@ export class Tensor {
     this.#storage = null;
     this.node = null;
     scopes[scopes.length - 1]?.delete(this);
+  }
+
+  /**
+   * Counts this tensor's memory as `kind` in the memory report
+   * (tensor/memory_kinds.ts): a module's parameters are weights.
+   */
+  countAs(kind: MemoryKind): this {
+    this.assertLive("countAs");
+    recountBlock(this.#storage!.block, kind);
+    return this;
   }
 
   /** Takes the tensor out of the current scope so it survives scope exit. */

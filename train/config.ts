@@ -145,6 +145,11 @@ export const TrainConfigSchema = lazySchema(() =>
       bucketCapMb: z.number().positive().default(25),
       /** Allow parameters without a gradient in a step. */
       findUnusedParameters: z.boolean().default(false),
+      /**
+       * Shard across ranks (ZeRO): "optimizer" keeps each rank's share of the optimizer state
+       * (ZeRO-1), "gradients" its share of the gradients too (ZeRO-2); null: plain DDP.
+       */
+      shard: z.enum(["optimizer", "gradients"]).nullable().default(null),
     }).prefault({}),
     /** Print a progress line every N steps (rank 0). */
     logEvery: positiveInt.default(10),

@@ -1,10 +1,11 @@
 /**
  * The Trainer: owns the loop of a (distributed) training run. Each epoch it
  * calls setEpoch; each optimizer step it runs k micro-batches (forward under
- * autocast, scaled loss, backward; DDP's gradient sync starts in the last
- * one's backward), waits for the gradient sync, unscales, clips to a global
- * norm, steps the optimizer unless gradients hold inf/NaN,
- * updates the scaler and the schedule, logs, and checkpoints on rank 0. It
+ * autocast, scaled loss, backward; the last one's ddp.backward returns with
+ * the gradients synced), unscales, clips to a global norm, steps the
+ * optimizer unless gradients hold inf/NaN (sharded across the ranks under
+ * ddp.shard, distributed/zero.ts), updates the scaler and the schedule,
+ * logs, and checkpoints on rank 0 (a sharded state gathered there first). It
  * resumes from the latest good checkpoint, also on another world size, and
  * stops cleanly on SIGTERM/SIGINT after the current step with a checkpoint.
  */
@@ -20,7 +21,7 @@ import { GradScaler } from "../amp/grad_scaler.ts";
 import { AdamW } from "../optim/adamw.ts";
 import { elementwiseOptimizer } from "../optim/by_name.ts";
 import { SGD } from "../optim/sgd.ts";
-import type { Optimizer } from "../optim/optimizer.ts";
+import type { Optimizer, ParamGroupSpec } from "../optim/optimizer.ts";
 import { clipGradNorm, gradNorm } from "../optim/clip.ts";
 import { constantLr, LrScheduler, stepLr, warmupCosineLr } from "../optim/lr_schedule.ts";
 import { DataLoader } from "../data/dataloader.ts";
@@ -28,6 +29,7 @@ import type { Dataset } from "../data/dataset.ts";
 import { ResumableSampler } from "../data/resumable_sampler.ts";
 import { initProcessGroup, type ProcessGroup } from "../distributed/process_group.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
+import { type OptimizerClass, ZeroRedundancyOptimizer } from "../distributed/zero.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/control/phase.ts";
 import { getRankSettings, getWorld } from "../distributed/control/env.ts";
@@ -58,7 +60,8 @@ import {
 import { dirname, join } from "node:path";
 import { MANIFEST_FILE } from "./checkpoint/format.ts";
 import { stateTensor } from "../nn/load.ts";
-import { section } from "../profile/profile.ts";
+import { profiling, section } from "../profile/profile.ts";
+import { printMemoryReport } from "../tensor/memory_kinds.ts";
 
 /**
  * Called with every Trainer's resolved config, before the Trainer uses it: a
@@ -185,20 +188,23 @@ export class Trainer<M extends Module> {
       ...(g.weightDecay !== undefined ? { weightDecay: g.weightDecay } : {}),
     }));
     this.optimizer = cfg.optim.name === "adamw"
-      ? new AdamW(groups, {
+      ? this.#makeOptimizer(AdamW, groups, {
         lr: cfg.optim.lr,
         betas: [cfg.optim.betas[0], cfg.optim.betas[1]],
         eps: cfg.optim.eps,
         weightDecay: cfg.optim.weightDecay,
       })
       : cfg.optim.name === "sgd"
-      ? new SGD(groups, {
+      ? this.#makeOptimizer(SGD, groups, {
         lr: cfg.optim.lr,
         momentum: cfg.optim.momentum,
         nesterov: cfg.optim.nesterov,
         weightDecay: cfg.optim.weightDecay,
       })
-      : elementwiseOptimizer(cfg.optim.name, groups, cfg.optim);
+      : this.#unsharded(
+        cfg.optim.name,
+        () => elementwiseOptimizer(cfg.optim.name, groups, cfg.optim),
+      );
     this.sampler = new ResumableSampler(opts.data.length, this.pg.size, this.pg.rank, {
       shuffle: cfg.data.shuffle,
       seed: cfg.seed,
@@ -246,6 +252,33 @@ export class Trainer<M extends Module> {
     this.bestCheckpoints = ckDir && cfg.checkpoint.best
       ? new CheckpointManager(join(ckDir, "best"), { rank: this.pg.rank, keepLast: 1 })
       : null;
+  }
+
+  /** The configured optimizer, sharded across the ranks when ddp.shard asks for it (ZeRO). */
+  #makeOptimizer<H extends { lr: number }>(
+    cls: OptimizerClass<H>,
+    groups: ParamGroupSpec<H>[],
+    hyper: Partial<H>,
+  ): Optimizer<H> {
+    const shard = this.config.ddp.shard;
+    if (shard === null || this.ddp === null) return new cls(groups, hyper);
+    return new ZeroRedundancyOptimizer<H>(groups, {
+      ...hyper,
+      optimizerClass: cls,
+      ddp: this.ddp as DistributedDataParallel<Module>,
+      shard,
+    });
+  }
+
+  /** An optimizer that ZeRO cannot shard: refused when the config asks for sharding. */
+  #unsharded<O>(name: string, make: () => O): O {
+    if (this.config.ddp.shard !== null && this.ddp !== null) {
+      throw new TypeError(
+        `ddp.shard "${this.config.ddp.shard}" shards AdamW and SGD state; optim.name "${name}" ` +
+          `has no sharded form yet: use adamw or sgd, or ddp.shard: null`,
+      );
+    }
+    return make();
   }
 
   /** Optimizer steps in one epoch at this world size. */
@@ -349,7 +382,6 @@ export class Trainer<M extends Module> {
         const samples = micro.reduce((a, b) => a + b[0]!.shape[0]!, 0);
         for (const b of micro) for (const t of b) t.dispose();
         micro = [];
-        this.ddp?.finishGradSync(); // every gradient bucket averaged over ranks
         const lr = this.schedule.lr; // the rate this step uses (before the schedule moves on)
         const norm = this.#clipAndStep(params);
         this.#step++;
@@ -421,6 +453,7 @@ export class Trainer<M extends Module> {
       this.pg.barrier("epoch-end");
     }
     await this.checkpoints?.wait(); // fit() returns with the last checkpoint durable
+    if (!profiling) printMemoryReport(); // every rank's (DTRAIN_PROFILE=1 prints it at exit)
     result.steps = this.#step;
     result.best = this.#best;
     return result;
@@ -533,7 +566,13 @@ export class Trainer<M extends Module> {
     phase("optimizer", { frequent: true });
     this.scaler.unscale(this.optimizer);
     const maxNorm = this.config.clipGradNorm;
-    const norm = maxNorm !== null ? clipGradNorm(params, maxNorm) : gradNorm(params);
+    const opt = this.optimizer;
+    // A sharded optimizer takes the global norm across the ranks' shares (the same bits).
+    const norm = opt instanceof ZeroRedundancyOptimizer
+      ? maxNorm !== null ? opt.clipGradNorm(maxNorm) : opt.gradNorm()
+      : maxNorm !== null
+      ? clipGradNorm(params, maxNorm)
+      : gradNorm(params);
     this.scaler.step(this.optimizer);
     this.scaler.update();
     this.schedule.step();
@@ -545,6 +584,7 @@ export class Trainer<M extends Module> {
   #save(checkpoints = this.checkpoints): void {
     if (!checkpoints) return;
     phase("checkpoint save");
+    this.optimizer.consolidateStateDict(0); // a sharded optimizer's state, whole on rank 0
     const rng = allGatherJson(this.pg, captureRng(this.model));
     if (this.pg.rank === 0) {
       const state = trainState({

@@ -46,16 +46,29 @@ Deno.test("DDP names a trainable parameter that received no gradient", async () 
   );
 });
 
-Deno.test("DDP's step API: ddp.backward and backward with ddp.gradReady agree bit for bit; misuse is named", async () => {
+Deno.test("DDP's step API: ddp.backward returns with the gradients averaged; a deferred sync, backward with ddp.gradReady and the older two calls agree bit for bit; misuse is named", async () => {
   const r = await runCase("api");
   assert.equal(r.code, 0, r.stdout + r.stderr);
   const [a, b] = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
   assert.ok(a && b, r.stdout);
-  for (const key of ["ddpBackward", "gradReady", "bucketPerParamUnusedAllowed", "accumulated"]) {
+  for (
+    const key of [
+      "ddpBackward",
+      "twoStepsOneCallEach",
+      "deferred",
+      "finishAfterOneCall",
+      "gradReady",
+      "bucketPerParamUnusedAllowed",
+      "accumulated",
+      "gradsAfterOneCall",
+    ]
+  ) {
     assert.match(a[key], /^[0-9a-f]{64}$/, `${key}: ${a[key]}`);
     assert.equal(a[key], b[key], `${key}: the ranks' weights differ after the step`);
   }
   assert.equal(a.gradReady, a.ddpBackward, "the two ways of wiring the sync are the same step");
+  assert.equal(a.deferred, a.ddpBackward, "a deferred sync finished later is the same step");
+  assert.equal(a.finishAfterOneCall, a.ddpBackward, "finishGradSync after one call changes nothing");
   assert.notEqual(
     a.accumulated,
     a.ddpBackward,
@@ -68,7 +81,7 @@ Deno.test("DDP's step API: ddp.backward and backward with ddp.gradReady agree bi
     );
     assert.match(
       rank.unfinished,
-      /^error: DDP: forward before the previous backward's gradient sync finished: call ddp\.finishGradSync\(\)/,
+      /^error: DDP: forward before the previous backward's gradient sync finished: a deferred sync .* needs ddp\.finishGradSync\(\)/,
     );
   }
 });

@@ -57,6 +57,15 @@ Deno.test("DTRAIN_PROFILE=1 breaks a single process's start-up and steps down by
     assert.ok(!cells.has("reduction wait"), "a single process has no reduction");
     const pct = [...cells.values()].reduce((a, c) => a + c.pct, 0);
     assert.ok(Math.abs(pct - 100) < 1, `shares add up to ${pct}%: ${lines[3]}`);
+    // the memory report: 610 parameters in four allocator blocks (2 KiB + 3 × 256 B), as many
+    // for their gradients, twice that for AdamW's moments; the rest is the steps' own tensors
+    const memory = err.split("\n").filter((l) => l.startsWith("[memory] process, CPU"));
+    assert.equal(memory.length, 2, err);
+    assert.match(memory[0]!, /peak [\d.]+ KiB live = weights 2\.8 KiB \+ gradients 2\.8 KiB/);
+    assert.match(
+      memory[1]!,
+      /each kind's own peak: weights 2\.8 KiB, gradients 2\.8 KiB, optimizer 5\.5 KiB, activations [\d.]+ [KM]iB, communication 0\.0 KiB$/,
+    );
   } finally {
     Deno.removeSync(dir, { recursive: true });
   }
@@ -67,6 +76,7 @@ Deno.test("without DTRAIN_PROFILE nothing is printed", async () => {
   try {
     const err = await runAlone({}, dir);
     assert.ok(!err.includes("[profile]"), err);
+    assert.ok(!err.includes("[memory]"), err);
   } finally {
     Deno.removeSync(dir, { recursive: true });
   }
@@ -94,6 +104,7 @@ Deno.test("each launched rank reports the launcher, the spawn, the rendezvous, t
       assert.match(mine[1]!, /ddp setup [\d.]+/);
       assert.match(mine[2]!, new RegExp(`rank ${rank} 9 steps after the first`));
       assert.ok(stepCells(mine[3]!).has("reduction wait"), mine[3]);
+      assert.match(r.stderr, new RegExp(`\\[r${rank}\\] \\[memory\\] rank ${rank}, CPU: peak`));
     }
   } finally {
     await run.cleanup();

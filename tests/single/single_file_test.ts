@@ -41,7 +41,6 @@ for (let step = 0; step < steps; step++) {
     opt.zeroGrad();
     const l = crossEntropy(ddp.forward(x), y);
     ddp.backward(l);
-    ddp.finishGradSync();
     opt.step();
     return l.item();
   });

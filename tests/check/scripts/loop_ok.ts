@@ -49,7 +49,6 @@ try {
       scope(() => {
         optimizer.zeroGrad();
         ddp.backward(crossEntropy(ddp.forward(x!), y!));
-        ddp.finishGradSync();
         optimizer.step();
       });
       x!.dispose();

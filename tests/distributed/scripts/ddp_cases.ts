@@ -5,9 +5,11 @@
  * - "broadcast": ranks init with different seeds → after DDP construction all hold rank 0's weights
  *   (and a bf16 autocast forward uses them, not a cast of its own weights cached before), and after
  *   a step with different data per rank the weights are still identical;
- * - "api": the ways of writing the step (ddp.backward, backward with ddp.gradReady, noSync
- *   accumulation, one bucket per parameter with an unused one allowed) print their weights' digests,
- *   and the misuses (a plain backward, a forward before finishGradSync) print their errors.
+ * - "api": the ways of writing the step (ddp.backward in one call, a deferred sync finished by
+ *   finishGradSync, backward with ddp.gradReady, noSync accumulation, one bucket per parameter
+ *   with an unused one allowed) print their weights' digests, whether ddp.backward returned with
+ *   the gradients already equal on every rank, and the misuses (a plain backward, a forward before
+ *   a deferred sync's finishGradSync) print their errors.
  */
 import {
   AdamW,
@@ -62,7 +64,6 @@ scope(() => {
   const x = fromArray(new Float32Array(12).map((_, i) => (i + 1) * (pg.rank + 1) * 0.1), [3, 4]);
   const y = fromArray(new Int32Array([0, 1, pg.rank % 2]), [3]);
   ddp.backward(crossEntropy(ddp.forward(x), y));
-  ddp.finishGradSync();
   opt.step();
 });
 console.log(JSON.stringify({ rank: pg.rank, atStart, bf16AtStart, afterStep: digest() }));
@@ -111,10 +112,35 @@ function apiCases(): void {
       r.ddp.close();
     }
   };
-  run("ddpBackward", ({ ddp, opt }) => {
+  const gradDigest = (m: Sequential) => {
+    const h = createHash("sha256");
+    for (const p of m.parameters().slice(0, 4)) h.update(p.grad!.toBytes());
+    return h.digest("hex");
+  };
+  run("ddpBackward", ({ m, ddp, opt }) => {
     const [x, y] = batch();
     ddp.backward(crossEntropy(ddp.forward(x), y));
+    out.gradsAfterOneCall = gradDigest(m); // averaged already: the same on every rank
+    opt.step();
+  });
+  run("twoStepsOneCallEach", ({ ddp, opt }) => {
+    for (let i = 0; i < 2; i++) {
+      const [x, y] = batch();
+      opt.zeroGrad();
+      ddp.backward(crossEntropy(ddp.forward(x), y)); // the sync is complete: the next forward may run
+      opt.step();
+    }
+  });
+  run("deferred", ({ ddp, opt }) => {
+    const [x, y] = batch();
+    ddp.backward(crossEntropy(ddp.forward(x), y), { deferGradSync: true });
     ddp.finishGradSync();
+    opt.step();
+  });
+  run("finishAfterOneCall", ({ ddp, opt }) => {
+    const [x, y] = batch();
+    ddp.backward(crossEntropy(ddp.forward(x), y));
+    ddp.finishGradSync(); // the two-call form of older scripts: a no-op now
     opt.step();
   });
   run("gradReady", ({ ddp, opt }) => {
@@ -128,7 +154,6 @@ function apiCases(): void {
     ({ ddp, opt }) => {
       const [x, y] = batch();
       ddp.backward(crossEntropy(ddp.forward(x), y));
-      ddp.finishGradSync();
       opt.step();
     },
     true,
@@ -138,7 +163,6 @@ function apiCases(): void {
     const [x, y] = batch();
     ddp.noSync(() => ddp.backward(crossEntropy(ddp.forward(x), y)));
     ddp.backward(crossEntropy(ddp.forward(x), y));
-    ddp.finishGradSync();
     opt.step();
   });
   run("plainBackward", ({ ddp, opt }) => {
@@ -148,7 +172,7 @@ function apiCases(): void {
   });
   run("unfinished", ({ ddp }) => {
     const [x, y] = batch();
-    ddp.backward(crossEntropy(ddp.forward(x), y));
+    ddp.backward(crossEntropy(ddp.forward(x), y), { deferGradSync: true });
     try {
       ddp.forward(x);
     } finally {

@@ -2,7 +2,7 @@
  * One DDP training step on the emulated GPU, counted: launched as
  * `dtrain --nproc 2 --device cuda-emu ddp_step_syncs.ts`. After warm-up
  * steps, a step (forward, a logged loss.item(), ddp.backward with the
- * buckets' reductions overlapping it, finishGradSync, the GradScaler's
+ * buckets' reductions overlapping it and waited for on the GPU, the GradScaler's
  * inf/NaN check, clipping, AdamW) is measured twice over: the host waits
  * dtrain reports (tensor/host_sync.ts) and the waits the emulated device saw
  * (dt_emu_host_waits: every cudaStreamSynchronize, copy into pageable
@@ -61,7 +61,6 @@ function step(): number {
     const loss = autocast("f16", () => crossEntropy(ddp.forward(x), y));
     const value = loss.item(); // the logged loss: an explicit wait
     ddp.backward(scaler.scale(loss));
-    ddp.finishGradSync();
     scaler.unscale(opt); // the inf/NaN check: the step's other explicit wait
     clipGradNorm(ddp.parameters(), 1.0); // one reduction, one read of the norm
     scaler.step(opt);

@@ -41,7 +41,6 @@ for await (const { tensors: [xb, yb] } of loader) {
     const loss = crossEntropy((ddp ?? model).forward(xb!), yb!);
     if (ddp) {
       ddp.backward(loss);
-      ddp.finishGradSync();
     } else backward(loss);
     clipGradNorm(model.parameters(), 1.0);
     opt.step();

@@ -5,7 +5,7 @@
  * Options (env): STEPS (maxSteps), EPOCHS, ACCUM, CLIP, CKPT_EVERY,
  * CRASH_AT_STEP (throw after that many steps on the first attempt),
  * RESUME ("auto" | "never"), EVAL (evaluate the loss on the first 256
- * samples at every epoch end).
+ * samples at every epoch end), SHARD ("optimizer" | "gradients": ZeRO).
  */
 import { join } from "node:path";
 import { defaultFixtureDir, FixtureDir, toFloat32 } from "../../../parity/fixtures.ts";
@@ -64,6 +64,7 @@ const trainer = new Trainer({
       resume: env("RESUME") ?? "auto",
     },
     logEvery: 1000,
+    ...(env("SHARD") ? { ddp: { shard: env("SHARD") as "optimizer" | "gradients" } } : {}),
   },
 });
 const result = await trainer.fit();
