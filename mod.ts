@@ -124,6 +124,14 @@ export { SGD, type SGDOptions } from "./optim/sgd.ts";
 export { constantLr, LrScheduler, stepLr, warmupCosineLr } from "./optim/lr_schedule.ts";
 export { clipGradNorm, gradNorm } from "./optim/clip.ts";
 export { autocast } from "./amp/autocast.ts";
+export {
+  DEFAULT_NUMERICS,
+  type NumericsPolicy,
+  numericsPolicy,
+  PLAIN_NUMERICS,
+  resolveNumericsPolicy,
+  setNumericsPolicy,
+} from "./tensor/numerics_policy.ts";
 export { dropWeightCasts } from "./tensor/weight_cast.ts";
 export { GradScaler } from "./amp/grad_scaler.ts";
 

@@ -21,6 +21,11 @@ import { AdamW } from "../optim/adamw.ts";
 import { SGD } from "../optim/sgd.ts";
 import type { Optimizer } from "../optim/optimizer.ts";
 import { clipGradNorm, gradNorm } from "../optim/clip.ts";
+import {
+  type NumericsPolicy,
+  resolveNumericsPolicy,
+  setNumericsPolicy,
+} from "../tensor/numerics_policy.ts";
 import { constantLr, LrScheduler, stepLr, warmupCosineLr } from "../optim/lr_schedule.ts";
 import { DataLoader } from "../data/dataloader.ts";
 import type { Dataset } from "../data/dataset.ts";
@@ -62,8 +67,8 @@ import { section } from "../profile/profile.ts";
 /**
  * Called with every Trainer's resolved config, before the Trainer uses it: a
  * hook point for tools that run a user's script under other settings
- * (`dtrain check` stops after K steps, checkpoints every step, and turns
- * autocast, loss scaling and clipping off). What a hook changes is what the
+ * (`dtrain check` stops after K steps, checkpoints every step, and sets the
+ * plain numerics policy: no autocast, loss scaling, clipping or dropout). What a hook changes is what the
  * run records in config.json.
  */
 export type TrainerConfigHook = (config: TrainConfig) => void;
@@ -147,6 +152,8 @@ export class Trainer<M extends Module> {
   readonly optimizer: Optimizer<{ lr: number }>;
   readonly schedule: LrScheduler;
   readonly scaler: GradScaler;
+  /** The numerics policy of the config's `numerics` section, set for the process. */
+  readonly numerics: NumericsPolicy;
   readonly loader: DataLoader;
   readonly sampler: ResumableSampler;
   readonly checkpoints: CheckpointManager | null;
@@ -167,6 +174,10 @@ export class Trainer<M extends Module> {
     this.config = resolveConfig(opts.config ?? {});
     const cfg = this.config;
     for (const hook of configHooks) hook(cfg);
+    // The config's numerics policy holds for the whole process (Dropout layers read it) and is
+    // passed to autocast, the GradScaler and clipping explicitly.
+    this.numerics = resolveNumericsPolicy(cfg.numerics);
+    setNumericsPolicy(this.numerics, "the Trainer's config");
     const world = getWorld();
     this.pg = opts.processGroup ?? initProcessGroup();
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;
@@ -212,7 +223,7 @@ export class Trainer<M extends Module> {
     const useScaler = cfg.precision.gradScaler ?? cfg.precision.autocast === "f16";
     this.scaler = new GradScaler({ enabled: useScaler }, (flag) => {
       this.pg.allReduce({ ptr: flag.ptr, count: 1, dtype: "f32", device: flag.device }, "max");
-    });
+    }, this.numerics);
     const ckDir = cfg.checkpoint.dir ?? (this.runDir ? join(this.runDir, "checkpoints") : null);
     this.checkpoints = ckDir
       ? new CheckpointManager(ckDir, {
@@ -314,6 +325,7 @@ export class Trainer<M extends Module> {
         worldSize: this.pg.size,
         device: backend().kind,
         processGroup: this.pg.backend,
+        numerics: this.numerics,
       },
       step: this.#step,
     });
@@ -510,7 +522,7 @@ export class Trainer<M extends Module> {
       scope(() => {
         phase("forward", { frequent: true });
         const loss = section("forward", () =>
-          autocast(low, () => this.#opts.loss(this.model, batch)));
+          autocast(low, () => this.#opts.loss(this.model, batch), this.numerics));
         total += loss.item() / k;
         phase("backward", { frequent: true });
         const scaled = this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss);
@@ -531,7 +543,9 @@ export class Trainer<M extends Module> {
     phase("optimizer", { frequent: true });
     this.scaler.unscale(this.optimizer);
     const maxNorm = this.config.clipGradNorm;
-    const norm = maxNorm !== null ? clipGradNorm(params, maxNorm) : gradNorm(params);
+    const norm = maxNorm !== null
+      ? clipGradNorm(params, maxNorm, { numerics: this.numerics })
+      : gradNorm(params);
     this.scaler.step(this.optimizer);
     this.scaler.update();
     this.schedule.step();
