@@ -164,7 +164,8 @@ let log: (line: string) => void = (line) => console.error(line);
  */
 export function noteNumericsOverride(part: string, detail: string, policy?: NumericsPolicy): void {
   if (overridden.has(part)) return;
-  const by = policy === undefined || policy === current ? currentSource : "the caller's policy";
+  const same = policy === undefined || FIELDS.every((k) => policy[k] === current[k]);
+  const by = same ? currentSource : "the caller's policy";
   overridden.set(part, detail);
   log(`[dtrain] numerics policy (set by ${by}): ${detail}; said once per process`);
 }

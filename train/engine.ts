@@ -23,7 +23,7 @@ import type { Optimizer } from "../optim/optimizer.ts";
 import { clipGradNorm, gradNorm } from "../optim/clip.ts";
 import {
   type NumericsPolicy,
-  resolveNumericsPolicy,
+  numericsPolicy,
   setNumericsPolicy,
 } from "../tensor/numerics_policy.ts";
 import { constantLr, LrScheduler, stepLr, warmupCosineLr } from "../optim/lr_schedule.ts";
@@ -176,8 +176,8 @@ export class Trainer<M extends Module> {
     for (const hook of configHooks) hook(cfg);
     // The config's numerics policy holds for the whole process (Dropout layers read it) and is
     // passed to autocast, the GradScaler and clipping explicitly.
-    this.numerics = resolveNumericsPolicy(cfg.numerics);
-    setNumericsPolicy(this.numerics, "the Trainer's config");
+    setNumericsPolicy(cfg.numerics, "the Trainer's config");
+    this.numerics = numericsPolicy();
     const world = getWorld();
     this.pg = opts.processGroup ?? initProcessGroup();
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;
