@@ -133,6 +133,14 @@ export type { Optimizer, OptimizerState, ParamGroupSpec } from "./optim/optimize
 export { constantLr, LrScheduler, stepLr, warmupCosineLr } from "./optim/lr_schedule.ts";
 export { clipGradNorm, gradNorm } from "./optim/clip.ts";
 export { autocast } from "./amp/autocast.ts";
+export {
+  DEFAULT_NUMERICS,
+  type NumericsPolicy,
+  numericsPolicy,
+  PLAIN_NUMERICS,
+  resolveNumericsPolicy,
+  setNumericsPolicy,
+} from "./tensor/numerics_policy.ts";
 export { dropWeightCasts } from "./tensor/weight_cast.ts";
 export { GradScaler } from "./amp/grad_scaler.ts";
 

@@ -7,7 +7,11 @@
  */
 import type { DType } from "../tensor/dtype.ts";
 import { matmulLowPrecision, withMatmulPrecision } from "../tensor/matmul_precision.ts";
-import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
+import {
+  noteNumericsOverride,
+  type NumericsPolicy,
+  numericsPolicy,
+} from "../tensor/numerics_policy.ts";
 
 /** The dtype matmul-class ops use now, or null outside autocast. */
 export function autocastDtype(): DType | null {
@@ -16,12 +20,23 @@ export function autocastDtype(): DType | null {
 
 /**
  * Runs fn with autocast to `dtype` ("bf16" or "f16"); null or "f32" disables
- * it. An async fn keeps it for all of its run, across its awaits.
+ * it. An async fn keeps it for all of its run, across its awaits. A numerics
+ * policy whose autocast is "f32" (`numerics`, else the process's policy:
+ * tensor/numerics_policy.ts) runs fn in f32, and the log says so once.
  */
 export function autocast<T>(
   dtype: "bf16" | "f16" | "f32" | null,
   fn: () => T,
+  numerics: NumericsPolicy = numericsPolicy(),
 ): T {
-  // Plain arithmetic (tensor/plain_arithmetic.ts) computes in f32.
-  return withMatmulPrecision(dtype === "f32" || plainArithmetic() ? null : dtype, fn);
+  const low = dtype === "f32" ? null : dtype;
+  if (low !== null && numerics.autocast === "f32") {
+    noteNumericsOverride(
+      "autocast",
+      `autocast is f32: autocast("${low}") regions compute in f32`,
+      numerics,
+    );
+    return withMatmulPrecision(null, fn);
+  }
+  return withMatmulPrecision(low, fn);
 }

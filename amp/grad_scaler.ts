@@ -9,7 +9,11 @@ import { backend } from "../tensor/backend.ts";
 import { empty, type Tensor } from "../tensor/tensor.ts";
 import { scale as scaleOp } from "../tensor/ops/elementwise.ts";
 import type { Optimizer } from "../optim/optimizer.ts";
-import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
+import {
+  noteNumericsOverride,
+  type NumericsPolicy,
+  numericsPolicy,
+} from "../tensor/numerics_policy.ts";
 
 /** Options, with torch's defaults. */
 export interface GradScalerOptions {
@@ -49,6 +53,7 @@ export class GradScaler {
   constructor(
     opts: Partial<GradScalerOptions> = {},
     readonly reduceFoundInf: FoundInfReducer = () => {},
+    numerics: NumericsPolicy = numericsPolicy(),
   ) {
     this.opts = {
       initScale: 65536,
@@ -58,7 +63,14 @@ export class GradScaler {
       enabled: true,
       ...opts,
     };
-    if (plainArithmetic()) this.opts.enabled = false; // tensor/plain_arithmetic.ts
+    if (this.opts.enabled && !numerics.lossScaling) {
+      this.opts.enabled = false;
+      noteNumericsOverride(
+        "loss scaling",
+        "loss scaling is off: a GradScaler scales by 1 and skips no step",
+        numerics,
+      );
+    }
     this.#scale = this.opts.initScale;
   }
 

@@ -24,7 +24,8 @@
  *    ends any other loop at its (K+1)-th optimizer step, DTRAIN_CHECK_STOP_AFTER)
  *    with DTRAIN_CHECK_PLAIN=1 (no autocast, loss scaling, clipping or
  *    dropout, whose masks cannot match between one process and N: the
- *    library's plain arithmetic, and a Trainer's config says so), three
+ *    probe sets the plain numerics policy, and a Trainer's config's
+ *    `numerics` section says so), three
  *    times: (a) a single process without the launcher, (b) `launcher
  *    --nproc 1`, (c) `launcher --nproc N`. A step's loss is the sum of the
  *    backward losses since the previous step, averaged over ranks; its

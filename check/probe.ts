@@ -7,16 +7,17 @@
  * indices), each backward loss and the parameters it saw, each optimizer
  * step's gradient norm, each checkpoint (kept aside from rotation) — as JSON
  * lines in <out>/rank-<r>.jsonl, and ends the process once a stage has what
- * it needs. Plain arithmetic turns autocast, loss scaling, clipping and
- * dropout off, for a Trainer through its config too (so config.json shows
- * it). Each step also records what a diagnosis needs measured rather than
+ * it needs. In plain arithmetic it sets the process's numerics policy to
+ * PLAIN_NUMERICS (no autocast, loss scaling, clipping or dropout; each said
+ * once in the log), and a Trainer's config's `numerics` section to the same
+ * (so config.json and run.json record it). Each step also records what a diagnosis needs measured rather than
  * guessed: the samples of its batches, its learning rate, and digests of the
  * default generator's state and the optimizer's state.
  */
 import { createHash } from "node:crypto";
 import { basename, join } from "node:path";
 import { addBackwardObserver } from "../tensor/autograd.ts";
-import { plainBypassed, setPlainArithmetic } from "../tensor/plain_arithmetic.ts";
+import { numericsOverrides, PLAIN_NUMERICS, setNumericsPolicy } from "../tensor/numerics_policy.ts";
 import { scope } from "../tensor/tensor.ts";
 import { addOptimizerStepHook, type Optimizer } from "../optim/optimizer.ts";
 import { gradNorm } from "../optim/clip.ts";
@@ -51,7 +52,7 @@ export type ProbeEvent =
     rng?: string;
     /** digest of the optimizer's state before the update */
     optimizer?: string;
-    /** what plain arithmetic turned off so far ("dropout") */
+    /** what the numerics policy turned off so far ("clipping", "dropout", …) */
     plainOff?: string[];
   }
   /** After each backward: a digest per parameter that got a gradient (its bytes as the forward used them). */
@@ -148,15 +149,11 @@ export function installProbe(s: ProbeSettings): void {
   /** per sampler: its passes so far, and how many of them a backward followed */
   const samplers = new Map<number, { passes: number; trained: number; open: boolean }>();
 
-  if (s.plain) setPlainArithmetic(true);
+  if (s.plain) setNumericsPolicy(PLAIN_NUMERICS, "dtrain check");
   addTrainerConfigHook((cfg) => {
     if (s.maxSteps !== null) cfg.maxSteps = Math.min(cfg.maxSteps ?? Infinity, s.maxSteps);
     if (s.checkpointEvery !== null) cfg.checkpoint.everySteps = s.checkpointEvery;
-    if (s.plain) {
-      cfg.precision.autocast = "f32";
-      cfg.precision.gradScaler = false;
-      cfg.clipGradNorm = null;
-    }
+    if (s.plain) cfg.numerics = { ...PLAIN_NUMERICS };
   });
   addSamplerPassHook((pass) => {
     const id = pass.sampler;
@@ -208,7 +205,7 @@ export function installProbe(s: ProbeSettings): void {
       lr: optimizer.lr,
       rng: jsonDigest(getDefaultGenerator().getState()),
       optimizer: optimizerDigest(optimizer),
-      plainOff: plainBypassed(),
+      plainOff: numericsOverrides(),
     });
   });
   // Checkpoint files are hard-linked into <out>/checkpoints so rotation cannot delete the one the

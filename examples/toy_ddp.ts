@@ -39,7 +39,7 @@ const model = new Sequential(new Linear(128, 256), new ReLU(), new Linear(256, 2
 const ddp = new DistributedDataParallel(model, pg); // checks the replicas match, broadcasts rank 0's weights
 const optimizer = new AdamW(ddp.parameters(), { lr: 1e-3 });
 // Synchronous saves, measured: this 134 KB checkpoint costs rank 0 ~5 ms a save on a quiet disk,
-// less than the ~50 ms of CPU an asynchronous manager's worker thread takes to start (README,
+// less than the ~50 ms of CPU an asynchronous manager's worker thread takes to start (docs/LIBRARY.md,
 // "Asynchronous saves"); with a bigger model or a busy disk, pass `async: true`.
 const checkpoints = new CheckpointManager(`${world.runDir ?? "runs/toy_ddp"}/checkpoints`, {
   rank: pg.rank,

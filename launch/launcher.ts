@@ -348,7 +348,7 @@ async function startRunRecord(
       rec = beginAttempt(rec);
       await writeRunRecordAsync(runDir, rec);
     },
-    /** Ends attempt k's entry, with the process group its rank 0 reported. */
+    /** Ends attempt k's entry, with the process group and numerics policy its rank 0 reported. */
     async finish(k: number, end: AttemptEnd) {
       const key = attemptKeys((ctx.attemptBase ?? 0) + k).processGroup; // the ranks' DTRAIN_RESTART_COUNT
       const pg = await ctx.client.getText(key).catch(() => null);
@@ -356,7 +356,17 @@ async function startRunRecord(
       try {
         if (pg !== null) processGroup = AttemptSchema.shape.processGroup.parse(JSON.parse(pg));
       } catch { /* a malformed report is left out of the record */ }
-      rec = finishAttempt(rec, processGroup ? { ...end, processGroup } : end);
+      let numerics: AttemptEnd["numerics"];
+      try {
+        const text = await ctx.client.getText(attemptKeys((ctx.attemptBase ?? 0) + k).numerics)
+          .catch(() => null);
+        if (text !== null) numerics = AttemptSchema.shape.numerics.parse(JSON.parse(text));
+      } catch { /* a malformed report is left out of the record */ }
+      rec = finishAttempt(rec, {
+        ...end,
+        ...(processGroup ? { processGroup } : {}),
+        ...(numerics ? { numerics } : {}),
+      });
       writeRunRecord(runDir, rec);
     },
     /**

@@ -13,7 +13,12 @@ import {
   storeToken,
 } from "../distributed/control/env.ts";
 import { useDevice } from "../tensor/device_choice.ts";
-import { installRankStore, publishFailure } from "../distributed/control/rank_runtime.ts";
+import {
+  installRankStore,
+  publishFailure,
+  reportNumerics,
+} from "../distributed/control/rank_runtime.ts";
+import { numericsPolicy, onNumericsPolicySet } from "../tensor/numerics_policy.ts";
 import { StorePhaseSink } from "../distributed/control/rank_state.ts";
 import { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys } from "../distributed/control/store_keys.ts";
@@ -134,6 +139,10 @@ if (device !== "cpu") {
   }
   phase(before);
 }
+
+// run.json records the numerics policy of each attempt: the one in force now, then each one set.
+onNumericsPolicySet(reportNumerics);
+reportNumerics(numericsPolicy());
 
 // `dtrain check` runs the user's script with its probe: the library offers hook points, the probe
 // installs itself on them from here (loaded only when asked for).

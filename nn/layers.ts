@@ -17,7 +17,7 @@ import { dropout, gelu, relu } from "../tensor/ops/elementwise.ts";
 import { embedding, layerNorm } from "../tensor/ops/nn.ts";
 import { flatten } from "../tensor/ops/layout.ts";
 import type { TorchGenerator } from "../random/torch_generator.ts";
-import { notePlainBypass, plainArithmetic } from "../tensor/plain_arithmetic.ts";
+import { noteNumericsOverride, numericsPolicy } from "../tensor/numerics_policy.ts";
 import { noteDropoutDraw } from "./dropout_replay.ts";
 
 /** A module mapping one tensor to one tensor. */
@@ -103,8 +103,8 @@ export class Dropout extends Layer {
   }
   forward(x: Tensor): Tensor {
     if (!this.training || this.p === 0) return x;
-    if (plainArithmetic()) {
-      notePlainBypass("dropout"); // a tool comparing runs in plain f32 turned it off
+    if (!numericsPolicy().dropout) {
+      noteNumericsOverride("dropout", "dropout is off: Dropout layers pass their input through");
       return x;
     }
     noteDropoutDraw(this); // a checkpointed forward replays the same masks

@@ -10,7 +10,11 @@ import { backend } from "../tensor/backend.ts";
 import type { Tensor } from "../tensor/tensor.ts";
 import { allocBlock, releaseBlock } from "../tensor/allocator.ts";
 import { noteHostSync } from "../tensor/host_sync.ts";
-import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
+import {
+  noteNumericsOverride,
+  type NumericsPolicy,
+  numericsPolicy,
+} from "../tensor/numerics_policy.ts";
 import { enter, leave, section } from "../profile/profile.ts";
 import { address, count, HostTable } from "./tensor_table.ts";
 
@@ -85,13 +89,28 @@ function gradNormOf(params: Tensor[]): number {
 
 /**
  * Scales gradients so their global L2 norm is at most maxNorm; returns the
- * norm before clipping (f32, as torch returns it). Under plain arithmetic
- * (tensor/plain_arithmetic.ts) the norm is measured, not clipped.
+ * norm before clipping (f32, as torch returns it). Under a numerics policy
+ * with clipping off (`opts.numerics`, else the process's policy:
+ * tensor/numerics_policy.ts) the norm is measured, not clipped, and the log
+ * says so once.
  */
-export function clipGradNorm(params: Tensor[], maxNorm: number): number {
+export function clipGradNorm(
+  params: Tensor[],
+  maxNorm: number,
+  opts: { numerics?: NumericsPolicy } = {},
+): number {
   const prev = enter("optimizer");
   try {
-    return clipInPlace(params, maxNorm);
+    if (!(maxNorm >= 0)) throw new RangeError(`clipGradNorm: maxNorm must be >= 0, got ${maxNorm}`);
+    const policy = opts.numerics ?? numericsPolicy();
+    if (!policy.clipping) {
+      noteNumericsOverride(
+        "clipping",
+        `clipping is off: clipGradNorm(maxNorm ${maxNorm}) measures the norm and does not clip`,
+        policy,
+      );
+    }
+    return clipInPlace(params, policy.clipping ? maxNorm : Infinity);
   } finally {
     leave(prev);
   }
@@ -121,7 +140,7 @@ function clipInPlace(params: Tensor[], maxNorm: number): number {
     ptrs[i] = address(g);
     T.counts[i++] = count(g);
   }
-  const max = plainArithmetic() ? Infinity : maxNorm; // +inf: the norm only
+  const max = maxNorm; // +inf: the norm only
   const b = backend();
   const sumsq = allocBlock(8 * n);
   try {

@@ -14,6 +14,7 @@ import {
   compareWorld,
 } from "./compare_setup.ts";
 import { compareDataOrder, compareLosses, compareOutcome } from "./compare_results.ts";
+import { compareNumerics } from "./compare_numerics.ts";
 
 /** The ranked result. */
 export interface Comparison {
@@ -79,6 +80,7 @@ export function compareRuns(a: RunDir, b: RunDir, opts: CompareOptions): Compari
   const { findings, notes, compared } = sink;
   compareCode(a, b, sink);
   compareConfig(a, b, sink);
+  compareNumerics(a, b, sink);
   compareWorld(a, b, sink);
   compareDataOrder(a, b, sink);
   compareEnv(a, b, sink);

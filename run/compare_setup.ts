@@ -103,7 +103,8 @@ export function compareConfig(a: RunDir, b: RunDir, sink: Sink): void {
     }
     const fa = flatten(ca.config), fb = flatten(cb.config);
     const keys = [...new Set([...fa.keys(), ...fb.keys()])].sort();
-    const differing = keys.filter((k) => fa.get(k) !== fb.get(k));
+    // The config's numerics section is the policy compareNumerics reports on its own.
+    const differing = keys.filter((k) => !k.startsWith("numerics.") && fa.get(k) !== fb.get(k));
     if (differing.length > 0) {
       const pairs = differing.map((k) =>
         `${k} ${fa.get(k) ?? "(absent)"} vs ${fb.get(k) ?? "(absent)"}`

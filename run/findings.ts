@@ -30,7 +30,7 @@ export interface Sink {
 
 /**
  * The ranking. Deliberate changes to what is computed come first (code,
- * seed, config, device), then the partition of the work (world size,
+ * seed, numerics policy, config, device), then the partition of the work (world size,
  * launch options), then the data order (usually a consequence of the
  * former), then sources of last-bit non-determinism (numeric environment,
  * native build, hardware, runtime versions), then cosmetic settings; the
@@ -40,6 +40,7 @@ export const WEIGHT = {
   script: 10,
   dtrainVersion: 15,
   seed: 20,
+  numerics: 25,
   config: 30,
   scriptArgs: 35,
   device: 40,

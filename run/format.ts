@@ -44,6 +44,8 @@ export const AttemptSchema = lazySchema(() =>
       /** rank 0's device: "cpu", "cuda:0", "cuda-emu:0" */
       device: z.string(),
     }).optional(),
+    /** the numerics policy rank 0 trained under, as it reported it last (absent in older runs) */
+    numerics: NumericsRecordSchema.optional(),
   })
 );
 
@@ -169,6 +171,18 @@ export const RunRecordSchema = lazySchema(() =>
   })
 );
 
+/** A numerics policy as the records hold it (tensor/numerics_policy.ts). */
+export const NumericsRecordSchema = lazySchema(() =>
+  z.object({
+    autocast: z.enum(["as-called", "f32"]),
+    lossScaling: z.boolean(),
+    clipping: z.boolean(),
+    dropout: z.boolean(),
+    deterministicReductions: z.boolean(),
+    tf32: z.boolean(),
+  })
+);
+
 /** config.json: written once by rank 0 of the training code. */
 export const ConfigRecordSchema = lazySchema(() =>
   z.object({
@@ -180,6 +194,8 @@ export const ConfigRecordSchema = lazySchema(() =>
     device: z.string(),
     /** the process group's backend: "single", "shm", "gloo" (and "nccl" on GPUs) */
     processGroup: z.string().optional(),
+    /** the numerics policy the training ran under (absent in runs recorded before it existed) */
+    numerics: NumericsRecordSchema.optional(),
   })
 );
 

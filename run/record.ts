@@ -314,6 +314,8 @@ export interface AttemptEnd {
   endedAt?: Date;
   /** the process group rank 0 reported (distributed/control/rank_runtime.ts reportProcessGroup) */
   processGroup?: Attempt["processGroup"];
+  /** the numerics policy rank 0 reported last (distributed/control/rank_runtime.ts reportNumerics) */
+  numerics?: Attempt["numerics"];
 }
 
 /**
@@ -338,6 +340,7 @@ export function finishAttempt(record: RunRecord, end: AttemptEnd): RunRecord {
     failingRank: end.failingRank ?? null,
     reason: end.reason ?? null,
     ...(end.processGroup !== undefined ? { processGroup: end.processGroup } : {}),
+    ...(end.numerics !== undefined ? { numerics: end.numerics } : {}),
   };
   const status = end.interrupted
     ? "interrupted"

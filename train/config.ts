@@ -104,6 +104,24 @@ export const TrainConfigSchema = lazySchema(() =>
     }).prefault({}),
     /** Clip the global gradient L2 norm to this value (null: no clipping). */
     clipGradNorm: z.number().positive().nullable().default(null),
+    /**
+     * The numerics policy (tensor/numerics_policy.ts) the Trainer sets for its
+     * process: what of the arithmetic above it allows. Defaults allow all.
+     */
+    numerics: z.strictObject({
+      /** "as-called": autocast in precision.autocast; "f32": every region in f32. */
+      autocast: z.enum(["as-called", "f32"]).default("as-called"),
+      /** false: no loss scaling, whatever precision.gradScaler says (said once in the log). */
+      lossScaling: z.boolean().default(true),
+      /** false: clipGradNorm is measured, not applied (said once in the log). */
+      clipping: z.boolean().default(true),
+      /** false: Dropout layers pass their input through (said once in the log). */
+      dropout: z.boolean().default(true),
+      /** Reductions in a fixed order; every kernel of this build has only these (false is refused). */
+      deterministicReductions: z.boolean().default(true),
+      /** TF32-like GPU products; no kernel of this build has them (true is refused). */
+      tf32: z.boolean().default(false),
+    }).prefault({}),
     checkpoint: z.strictObject({
       /** Folder of checkpoints (null: <run dir>/checkpoints, or none outside a run). */
       dir: z.string().nullable().default(null),

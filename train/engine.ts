@@ -23,6 +23,12 @@ import { elementwiseOptimizer } from "../optim/by_name.ts";
 import { SGD } from "../optim/sgd.ts";
 import type { Optimizer, ParamGroupSpec } from "../optim/optimizer.ts";
 import { clipGradNorm, gradNorm } from "../optim/clip.ts";
+import {
+  noteNumericsOverride,
+  type NumericsPolicy,
+  numericsPolicy,
+  setNumericsPolicy,
+} from "../tensor/numerics_policy.ts";
 import { constantLr, LrScheduler, stepLr, warmupCosineLr } from "../optim/lr_schedule.ts";
 import { DataLoader } from "../data/dataloader.ts";
 import type { Dataset } from "../data/dataset.ts";
@@ -66,8 +72,8 @@ import { printMemoryReport } from "../tensor/memory_kinds.ts";
 /**
  * Called with every Trainer's resolved config, before the Trainer uses it: a
  * hook point for tools that run a user's script under other settings
- * (`dtrain check` stops after K steps, checkpoints every step, and turns
- * autocast, loss scaling and clipping off). What a hook changes is what the
+ * (`dtrain check` stops after K steps, checkpoints every step, and sets the
+ * plain numerics policy: no autocast, loss scaling, clipping or dropout). What a hook changes is what the
  * run records in config.json.
  */
 export type TrainerConfigHook = (config: TrainConfig) => void;
@@ -151,6 +157,8 @@ export class Trainer<M extends Module> {
   readonly optimizer: Optimizer<{ lr: number }>;
   readonly schedule: LrScheduler;
   readonly scaler: GradScaler;
+  /** The numerics policy of the config's `numerics` section, set for the process. */
+  readonly numerics: NumericsPolicy;
   readonly loader: DataLoader;
   readonly sampler: ResumableSampler;
   readonly checkpoints: CheckpointManager | null;
@@ -171,6 +179,10 @@ export class Trainer<M extends Module> {
     this.config = resolveConfig(opts.config ?? {});
     const cfg = this.config;
     for (const hook of configHooks) hook(cfg);
+    // The config's numerics policy holds for the whole process (Dropout layers read it) and is
+    // passed to autocast, the GradScaler and clipping explicitly.
+    setNumericsPolicy(cfg.numerics, "the Trainer's config");
+    this.numerics = numericsPolicy();
     const world = getWorld();
     this.pg = opts.processGroup ?? initProcessGroup();
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;
@@ -220,7 +232,7 @@ export class Trainer<M extends Module> {
     const useScaler = cfg.precision.gradScaler ?? cfg.precision.autocast === "f16";
     this.scaler = new GradScaler({ enabled: useScaler }, (flag) => {
       this.pg.allReduce({ ptr: flag.ptr, count: 1, dtype: "f32", device: flag.device }, "max");
-    });
+    }, this.numerics);
     const ckDir = cfg.checkpoint.dir ?? (this.runDir ? join(this.runDir, "checkpoints") : null);
     this.checkpoints = ckDir
       ? new CheckpointManager(ckDir, {
@@ -349,6 +361,7 @@ export class Trainer<M extends Module> {
         worldSize: this.pg.size,
         device: backend().kind,
         processGroup: this.pg.backend,
+        numerics: this.numerics,
       },
       step: this.#step,
     });
@@ -545,7 +558,7 @@ export class Trainer<M extends Module> {
       scope(() => {
         phase("forward", { frequent: true });
         const loss = section("forward", () =>
-          autocast(low, () => this.#opts.loss(this.model, batch)));
+          autocast(low, () => this.#opts.loss(this.model, batch), this.numerics));
         total += loss.item() / k;
         phase("backward", { frequent: true });
         const scaled = this.scaler.scale(k > 1 ? scale(loss, 1 / k) : loss);
@@ -568,11 +581,22 @@ export class Trainer<M extends Module> {
     const maxNorm = this.config.clipGradNorm;
     const opt = this.optimizer;
     // A sharded optimizer takes the global norm across the ranks' shares (the same bits).
-    const norm = opt instanceof ZeroRedundancyOptimizer
-      ? maxNorm !== null ? opt.clipGradNorm(maxNorm) : opt.gradNorm()
-      : maxNorm !== null
-      ? clipGradNorm(params, maxNorm)
-      : gradNorm(params);
+    let norm: Tensor;
+    if (opt instanceof ZeroRedundancyOptimizer) {
+      const clip = maxNorm !== null && this.numerics.clipping;
+      if (maxNorm !== null && !clip) {
+        noteNumericsOverride(
+          "clipping",
+          "clipping is off: gradients are measured, not clipped",
+          this.numerics,
+        );
+      }
+      norm = clip ? opt.clipGradNorm(maxNorm) : opt.gradNorm();
+    } else {
+      norm = maxNorm !== null
+        ? clipGradNorm(params, maxNorm, { numerics: this.numerics })
+        : gradNorm(params);
+    }
     this.scaler.step(this.optimizer);
     this.scaler.update();
     this.schedule.step();

@@ -12,6 +12,7 @@ import { allGatherJson } from "../distributed/gather_json.ts";
 import { getRankSettings, getWorld } from "../distributed/control/env.ts";
 import { memoryStats } from "../tensor/allocator.ts";
 import { backend } from "../tensor/backend.ts";
+import { type NumericsPolicy, numericsPolicy } from "../tensor/numerics_policy.ts";
 import type { Tensor } from "../tensor/tensor.ts";
 import { appendDataOrder } from "../run/record.ts";
 import { orderDigest } from "../run/data_order.ts";
@@ -36,6 +37,12 @@ export interface RunLogOptions {
   seed?: number;
   /** the job's process group; losses and evaluations are reduced over it (default: one process) */
   processGroup?: ProcessGroup;
+  /**
+   * The numerics policy the loop passes to autocast, GradScaler and
+   * clipGradNorm, for config.json (default: the process's policy now, so set
+   * one with setNumericsPolicy before making the RunLog).
+   */
+  numerics?: NumericsPolicy;
   /** its learning rate (the first group's) goes into each step line */
   optimizer?: { readonly lr: number };
   /** the sampler whose order of each epoch data_order.jsonl records (see epoch()) */
@@ -148,7 +155,13 @@ export class RunLog {
     const configSeed = opts.config.seed;
     const seed = opts.seed ?? (Number.isSafeInteger(configSeed) ? configSeed as number : 0);
     this.#logger.begin({
-      config: { config: opts.config, seed, worldSize: this.#size, device: backend().device },
+      config: {
+        config: opts.config,
+        seed,
+        worldSize: this.#size,
+        device: backend().device,
+        numerics: { ...(opts.numerics ?? numericsPolicy()) },
+      },
       step: this.#step,
     });
   }

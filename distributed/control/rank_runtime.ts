@@ -196,6 +196,17 @@ export function reportProcessGroup(report: ProcessGroupReport): void {
 }
 
 /**
+ * Tells the launcher the numerics policy rank 0 now trains under, for the
+ * run record (the latest report of an attempt is the one recorded); does
+ * nothing on other ranks or outside a launched job. Does not wait.
+ */
+export function reportNumerics(policy: object): void {
+  if (!store || !keys || getWorld().rank !== 0) return;
+  const [client, key, text] = [store, keys.numerics, JSON.stringify(policy)];
+  setTimeout(() => client.post(key, text), 0);
+}
+
+/**
  * Runs `fn` on rank 0 while every other rank waits at the barrier `name`,
  * then runs `fn` on the other ranks. Use it for work that one rank must do
  * first (download or preprocess a dataset) after which the others can use

@@ -48,6 +48,8 @@ export function attemptKeys(attempt: number) {
     barrierDone: (name: string, gen: number) => `${a}/barrier/${name}/${gen}/done`,
     /** JSON: the process group rank 0 made (backend, world size, device), for run.json */
     processGroup: `${a}/process-group`,
+    /** JSON: the numerics policy rank 0 trains under (the latest one set), for run.json */
+    numerics: `${a}/numerics`,
     /** a key of the user's (or a backend's) own, scoped to this attempt */
     user: (name: string) => `${a}/user/${name}`,
   };

@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parseEvents } from "../../check/events.ts";
 import { type ProbeEvent, tensorDigest } from "../../check/probe.ts";
+import { PLAIN_NUMERICS } from "../../tensor/numerics_policy.ts";
 import { CHECK_ENV } from "../../check/env.ts";
 import { CheckpointManager } from "../../train/checkpoint/manager.ts";
 import { REPO } from "./_helpers.ts";
@@ -164,7 +165,7 @@ Deno.test("probe is silent without DTRAIN_CHECK_OUT: the script runs to its end 
   }, false);
 });
 
-Deno.test("probe with plain arithmetic and a step limit rewrites a Trainer's config, which config.json shows", async () => {
+Deno.test("probe with plain arithmetic and a step limit sets a Trainer's numerics policy and step limit, which config.json shows; the log says clipping is off once", async () => {
   const tmp = Deno.makeTempDirSync({ prefix: "dtrain-probe-trainer-" });
   try {
     const [out, runDir] = [join(tmp, "probe"), join(tmp, "run")];
@@ -191,12 +192,20 @@ Deno.test("probe with plain arithmetic and a step limit rewrites a Trainer's con
       stderr: "piped",
     }).output();
     assert.equal(r.code, 0, new TextDecoder().decode(r.stderr));
-    const config = JSON.parse(Deno.readTextFileSync(join(runDir, "config.json"))).config;
+    const record = JSON.parse(Deno.readTextFileSync(join(runDir, "config.json")));
+    const config = record.config;
     assert.equal(config.maxSteps, 2);
     assert.equal(config.checkpoint.everySteps, 1);
-    assert.equal(config.precision.autocast, "f32");
-    assert.equal(config.precision.gradScaler, false);
-    assert.equal(config.clipGradNorm, null, "the script asked for 1.0; the check turned it off");
+    assert.equal(config.clipGradNorm, 1.0, "the script's own setting stays recorded");
+    assert.deepEqual(config.numerics, PLAIN_NUMERICS, "the policy that overrides it");
+    assert.deepEqual(record.numerics, PLAIN_NUMERICS);
+    const stderr = new TextDecoder().decode(r.stderr);
+    const said = stderr.split("\n").filter((l) => /numerics policy .*clipping is off/.test(l));
+    assert.equal(said.length, 1, `said once over 2 steps:\n${stderr}`);
+    assert.match(
+      said[0]!,
+      /set by the Trainer's config\): clipping is off: clipGradNorm\(maxNorm 1\)/,
+    );
     const file = join(out, "rank-0.jsonl");
     const events = parseEvents(Deno.readTextFileSync(file), file);
     assert.equal(count(events, "step"), 2);

@@ -52,6 +52,10 @@ export interface RunSpec {
   evalEvery: number;
   /** the evaluation metrics after `step` */
   evalMetrics: (step: number, seed: number) => Record<string, number>;
+  /** config.json's numerics policy, or null to leave it out (runs before it was recorded) */
+  numerics: NonNullable<ConfigRecord["numerics"]> | null;
+  /** the numerics policy run.json's attempt records, or null to leave it out */
+  attemptNumerics: NonNullable<ConfigRecord["numerics"]> | null;
 }
 
 /** The baseline spec: 12 steps, 3 epochs, 2 ranks on one node. */
@@ -81,6 +85,8 @@ export function baseSpec(): RunSpec {
       accuracy: 0.5 + 0.4 * (1 - Math.exp(-step / 8)) + seed * 1e-3,
       "val loss": 2 * Math.exp(-step / 12) + 0.2,
     }),
+    numerics: null,
+    attemptNumerics: null,
   };
 }
 
@@ -186,12 +192,22 @@ export function runRecordOf(spec: RunSpec, dir: string): RunRecord {
     createdAt: new Date("2025-01-01T00:00:00Z"),
   });
   r = beginAttempt(r, new Date("2025-01-01T00:00:01Z"));
-  return finishAttempt(r, { exitCode: 0, endedAt: new Date("2025-01-01T00:01:00Z") });
+  return finishAttempt(r, {
+    exitCode: 0,
+    endedAt: new Date("2025-01-01T00:01:00Z"),
+    ...(spec.attemptNumerics ? { numerics: spec.attemptNumerics } : {}),
+  });
 }
 
 /** The config.json record. */
 export function configOf(spec: RunSpec): ConfigRecord {
-  return { config: spec.config, seed: spec.seed, worldSize: spec.worldSize, device: "cpu" };
+  return {
+    config: spec.config,
+    seed: spec.seed,
+    worldSize: spec.worldSize,
+    device: "cpu",
+    ...(spec.numerics ? { numerics: spec.numerics } : {}),
+  };
 }
 
 /** Writes a complete run directory for `spec` under `root/<sub>` and returns its path. */

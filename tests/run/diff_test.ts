@@ -64,6 +64,57 @@ Deno.test("compareRuns() names a changed config value first", async () => {
   assert.equal(c.findings[0]!.headline, "config: optimizer.lr 0.001 vs 0.0003");
 });
 
+const DEFAULT_POLICY = {
+  autocast: "as-called" as const,
+  lossScaling: true,
+  clipping: true,
+  dropout: true,
+  deterministicReductions: true,
+  tf32: false,
+};
+
+/** Compares a run of spec `sa` with one of spec `sb`. */
+async function compareSpecs(sa: RunSpec, sb: RunSpec): Promise<Comparison> {
+  let c: Comparison | undefined;
+  await withTempDir((root) => {
+    const a = readRunDir(writeRun(root, "a", sa)), b = readRunDir(writeRun(root, "b", sb));
+    c = compareRuns(a, b, { lossTol: 1e-6 });
+  });
+  return c!;
+}
+
+Deno.test("compareRuns() names a changed numerics policy first, field by field, not again as config", async () => {
+  const sa = baseSpec(), sb = baseSpec();
+  sa.numerics = { ...DEFAULT_POLICY };
+  sb.numerics = { ...DEFAULT_POLICY, clipping: false, autocast: "f32" };
+  sb.config = { ...sb.config, numerics: { clipping: false, autocast: "f32" } };
+  const c = await compareSpecs(sa, sb);
+  assert.deepEqual(topics(c), ["numerics"]);
+  assert.equal(
+    c.findings[0]!.headline,
+    'numerics policy: autocast "as-called" vs "f32"; clipping true vs false',
+  );
+  assert.deepEqual(c.findings[0]!.evidence, ["a: config.json, b: config.json"]);
+  sb.numerics = { ...DEFAULT_POLICY };
+  assert.ok((await compareSpecs(sa, sb)).compared.includes("numerics"));
+});
+
+Deno.test("compareRuns() reads the numerics policy from run.json when config.json lacks it, and notes an unrecorded one", async () => {
+  const sa = baseSpec(), sb = baseSpec();
+  sa.attemptNumerics = { ...DEFAULT_POLICY };
+  sb.attemptNumerics = { ...DEFAULT_POLICY, lossScaling: false };
+  const c = await compareSpecs(sa, sb);
+  assert.deepEqual(topics(c), ["numerics"]);
+  assert.equal(c.findings[0]!.headline, "numerics policy: lossScaling true vs false");
+  assert.deepEqual(c.findings[0]!.evidence, ["a: run.json attempt 0, b: run.json attempt 0"]);
+  const one = await comparePair((s) => s.numerics = { ...DEFAULT_POLICY });
+  assert.deepEqual(topics(one), []);
+  assert.ok(
+    one.notes.some((n) => /numerics policy not compared: run a does not record one/.test(n)),
+  );
+  assert.ok(!(await comparePair(() => {})).compared.includes("numerics"));
+});
+
 Deno.test("compareRuns() names a changed seed first, with the data order and losses it changes after it", async () => {
   const c = await comparePair((s) => s.seed = 2);
   assert.deepEqual(topics(c), ["seed", "data order", "loss"]);
