@@ -20,6 +20,7 @@ import type { Module } from "../nn/module.ts";
 import { empty, scope, type Tensor, zeros } from "../tensor/tensor.ts";
 import { Optimizer, type OptimizerState, type ParamGroupSpec } from "../optim/optimizer.ts";
 import { clipGradNormSharded, gradNormSharded } from "../optim/clip.ts";
+import type { NumericsPolicy } from "../tensor/numerics_policy.ts";
 import { bufferOf, type DistributedDataParallel } from "./ddp.ts";
 import { allGatherJson } from "./gather_json.ts";
 import type { ProcessGroup } from "./process_group.ts";
@@ -180,8 +181,14 @@ export class ZeroRedundancyOptimizer<H extends { lr: number }> extends Optimizer
    * this rank's share; returns the norm. The same bits as clipGradNorm over
    * every gradient in plain DDP.
    */
-  clipGradNorm(maxNorm: number): number {
-    return clipGradNormSharded(this.params(), (p) => this.mine.has(p), maxNorm, this.#reduceSums);
+  clipGradNorm(maxNorm: number, opts: { numerics?: NumericsPolicy } = {}): number {
+    return clipGradNormSharded(
+      this.params(),
+      (p) => this.mine.has(p),
+      maxNorm,
+      this.#reduceSums,
+      opts,
+    );
   }
 
   /** The global gradient norm (f64) across the shards, as gradNorm gives it in plain DDP. */

@@ -231,12 +231,21 @@ export function clipGradNormSharded(
   inShard: (p: Tensor) => boolean,
   maxNorm: number,
   reduce: ShardSumReducer,
+  opts: { numerics?: NumericsPolicy } = {},
 ): number {
   if (!(maxNorm >= 0)) throw new RangeError(`clipGradNorm: maxNorm must be >= 0, got ${maxNorm}`);
   const prev = enter("optimizer");
   try {
     const total = clipTotalOf(shardedSumsq(params, inShard, reduce));
-    if (plainArithmetic()) return total; // the norm only
+    const policy = opts.numerics ?? numericsPolicy();
+    if (!policy.clipping) {
+      noteNumericsOverride(
+        "clipping",
+        `clipping is off: clipGradNorm(maxNorm ${maxNorm}) measures the norm and does not clip`,
+        policy,
+      );
+      return total; // the norm only
+    }
     const coef = clipCoefOf(maxNorm, total);
     const b = backend();
     for (const p of params) {

@@ -199,6 +199,9 @@ export class Trainer<M extends Module> {
       ...(g.lr !== undefined ? { lr: g.lr } : {}),
       ...(g.weightDecay !== undefined ? { weightDecay: g.weightDecay } : {}),
     }));
+    if (cfg.optim.name !== "adamw" && cfg.optim.name !== "sgd") {
+      this.#refuseSharding(cfg.optim.name);
+    }
     this.optimizer = cfg.optim.name === "adamw"
       ? this.#makeOptimizer(AdamW, groups, {
         lr: cfg.optim.lr,
@@ -213,10 +216,7 @@ export class Trainer<M extends Module> {
         nesterov: cfg.optim.nesterov,
         weightDecay: cfg.optim.weightDecay,
       })
-      : this.#unsharded(
-        cfg.optim.name,
-        () => elementwiseOptimizer(cfg.optim.name, groups, cfg.optim),
-      );
+      : elementwiseOptimizer(cfg.optim.name, groups, cfg.optim);
     this.sampler = new ResumableSampler(opts.data.length, this.pg.size, this.pg.rank, {
       shuffle: cfg.data.shuffle,
       seed: cfg.seed,
@@ -282,15 +282,13 @@ export class Trainer<M extends Module> {
     });
   }
 
-  /** An optimizer that ZeRO cannot shard: refused when the config asks for sharding. */
-  #unsharded<O>(name: string, make: () => O): O {
-    if (this.config.ddp.shard !== null && this.ddp !== null) {
-      throw new TypeError(
-        `ddp.shard "${this.config.ddp.shard}" shards AdamW and SGD state; optim.name "${name}" ` +
-          `has no sharded form yet: use adamw or sgd, or ddp.shard: null`,
-      );
-    }
-    return make();
+  /** ZeRO shards AdamW's and SGD's state only: another optimizer with ddp.shard is refused. */
+  #refuseSharding(name: string): void {
+    if (this.config.ddp.shard === null || this.ddp === null) return;
+    throw new TypeError(
+      `ddp.shard "${this.config.ddp.shard}" shards AdamW and SGD state; optim.name "${name}" ` +
+        `has no sharded form yet: use adamw or sgd, or ddp.shard: null`,
+    );
   }
 
   /** Optimizer steps in one epoch at this world size. */
@@ -581,22 +579,11 @@ export class Trainer<M extends Module> {
     const maxNorm = this.config.clipGradNorm;
     const opt = this.optimizer;
     // A sharded optimizer takes the global norm across the ranks' shares (the same bits).
-    let norm: Tensor;
-    if (opt instanceof ZeroRedundancyOptimizer) {
-      const clip = maxNorm !== null && this.numerics.clipping;
-      if (maxNorm !== null && !clip) {
-        noteNumericsOverride(
-          "clipping",
-          "clipping is off: gradients are measured, not clipped",
-          this.numerics,
-        );
-      }
-      norm = clip ? opt.clipGradNorm(maxNorm) : opt.gradNorm();
-    } else {
-      norm = maxNorm !== null
-        ? clipGradNorm(params, maxNorm, { numerics: this.numerics })
-        : gradNorm(params);
-    }
+    const norm = opt instanceof ZeroRedundancyOptimizer
+      ? maxNorm !== null ? opt.clipGradNorm(maxNorm, { numerics: this.numerics }) : opt.gradNorm()
+      : maxNorm !== null
+      ? clipGradNorm(params, maxNorm, { numerics: this.numerics })
+      : gradNorm(params);
     this.scaler.step(this.optimizer);
     this.scaler.update();
     this.schedule.step();
