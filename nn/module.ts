@@ -55,6 +55,7 @@ const markedBuffers = new WeakSet<Tensor>();
  */
 export function Parameter(t: Tensor): Tensor {
   t.requiresGrad = true;
+  structureVersion++; // a module holding it in a field lists its fields again
   return t;
 }
 
@@ -65,6 +66,7 @@ export function Parameter(t: Tensor): Tensor {
  */
 export function Buffer(t: Tensor): Tensor {
   markedBuffers.add(t);
+  structureVersion++;
   return t;
 }
 
@@ -88,10 +90,19 @@ export abstract class Module {
   readonly #children = new Map<string, Module>();
   /** the own fields' values at the last look for fields to register (see #discoverFields) */
   #fieldValues: unknown[] = [];
+  /** the own fields' names at the last look, and the structureVersion they were listed at */
+  #fieldKeys: string[] = [];
+  #keysAt = -1;
+  /** the structureVersion at which this module's whole tree was last looked at */
+  #treeAt = -1;
   /** names registered from fields (a field given a new value replaces its entry) */
   readonly #fromFields = new Set<string>();
   /** Training mode (dropout active). */
   training = true;
+
+  constructor() {
+    structureVersion++; // a field given this new module is then looked for (see #discoverFields)
+  }
 
   /** Registers a trainable tensor under `name` (it gets requiresGrad). */
   protected registerParameter(name: string, t: Tensor): Tensor {
@@ -131,12 +142,20 @@ export abstract class Module {
    * registered again; a name taken by an explicit registration stays its.
    */
   #discoverFields(): void {
+    // The fields are looked at again only after a module was made, or something registered or
+    // made a Parameter()/Buffer(), anywhere since this module last looked: a field can only have
+    // come to hold something new then. parameters() in a training loop costs one compare.
+    if (this.#keysAt === structureVersion) return;
+    this.#keysAt = structureVersion;
     const self = this as unknown as Record<string, unknown>;
     const keys = Object.keys(self);
-    const seen = this.#fieldValues;
-    let changed = keys.length !== seen.length;
-    for (let i = 0; !changed && i < keys.length; i++) changed = self[keys[i]!] !== seen[i];
+    const seen = this.#fieldValues, before = this.#fieldKeys;
+    let changed = keys.length !== before.length;
+    for (let i = 0; !changed && i < keys.length; i++) {
+      changed = keys[i] !== before[i] || self[keys[i]!] !== seen[i];
+    }
     if (!changed) return;
+    this.#fieldKeys = keys;
     this.#fieldValues = keys.map((k) => self[k]);
     let known: { modules: Set<Module>; tensors: Set<Tensor> } | null = null;
     const isKnown = (v: Module | Tensor) => {
@@ -220,8 +239,10 @@ export abstract class Module {
 
   /** Registers the fields of every module in the tree (see #discoverFields). */
   #discoverTree(): void {
+    if (this.#treeAt === structureVersion) return; // nothing was made or registered since
     this.#discoverFields();
     for (const c of this.#children.values()) c.#discoverTree();
+    this.#treeAt = structureVersion;
   }
 
   /** Child modules in registration order. */

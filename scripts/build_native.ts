@@ -657,7 +657,10 @@ export async function buildNativeParallel(opts: BuildOptions = {}): Promise<stri
     if (split) {
       Deno.mkdirSync(objDir, { recursive: true });
       const n = split.compile.length;
-      await runPool(split.compile, jobs, (k) => show.line(`${label}: compiling ${k}/${n}`, k, n));
+      // the largest sources first: the last to finish is then a small one, not the GEMM
+      const size = (cmd: string[]) => Deno.statSync(join(ROOT, cmd[cmd.indexOf("-c") + 1]!)).size;
+      const order = [...split.compile].sort((a, b) => size(b) - size(a));
+      await runPool(order, jobs, (k) => show.line(`${label}: compiling ${k}/${n}`, k, n));
       show.done();
       const [cmd, ...args] = split.link;
       const r = await new Deno.Command(cmd!, {

@@ -7,6 +7,15 @@ import { hasCommand } from "../../scripts/build_native.ts";
 
 /** The emulated device and the NCCL stand-in are built where g++ exists (DTRAIN_CUDA_EMU=0 skips them). */
 export const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
+if (!HAVE_EMU) {
+  console.warn(
+    `emulated-GPU tests skipped: ${
+      Deno.env.get("DTRAIN_CUDA_EMU") === "0"
+        ? "DTRAIN_CUDA_EMU=0"
+        : "g++ is not installed (Debian package g++)"
+    }`,
+  );
+}
 
 /** The JSON objects rank `rank` printed (the launcher prefixes its lines with "[r<rank>] "). */
 export function rankJson(stdout: string, rank: number): Record<string, unknown>[] {

@@ -27,6 +27,12 @@ function hasFashionMnist(): boolean {
   }
 }
 
+if (!hasFashionMnist()) {
+  console.warn(
+    `tests/train/own_loop_records_test.ts: skipped, no Fashion-MNIST in ${FASHION_MNIST_DIR} (Debian package dataset-fashion-mnist)`,
+  );
+}
+
 Deno.test({
   name: "a hand-written DDP loop with a RunLog gets report, diff and resume like the Trainer",
   ignore: !hasFashionMnist(),

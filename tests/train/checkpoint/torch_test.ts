@@ -46,6 +46,12 @@ print(json.dumps({
 }))
 `;
 
+if (!hasTorch()) {
+  console.warn(
+    `tests/train/checkpoint/torch_test.ts: skipped, ${PYTHON} does not find torch (Debian package python3-torch)`,
+  );
+}
+
 Deno.test({
   name:
     "load_dtrain_checkpoint.py loads a dtrain checkpoint into a PyTorch module with exact values",
