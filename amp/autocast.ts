@@ -8,6 +8,40 @@
 import type { DType } from "../tensor/dtype.ts";
 import { matmulLowPrecision, withMatmulPrecision } from "../tensor/matmul_precision.ts";
 import { plainArithmetic } from "../tensor/plain_arithmetic.ts";
+import { backend } from "../tensor/backend.ts";
+
+let warnedF16OnCpu = false;
+
+/**
+ * Where autocast's f16 warning goes (console.warn by default); returns the
+ * previous one. For tools and tests that collect warnings.
+ */
+export function setAutocastWarningSink(sink: (message: string) => void): (message: string) => void {
+  const prev = warnSink;
+  warnSink = sink;
+  return prev;
+}
+let warnSink: (message: string) => void = (m) => console.warn(m);
+
+/** Forgets that the f16-on-CPU warning was given (tests). */
+export function resetAutocastWarnings(): void {
+  warnedF16OnCpu = false;
+}
+
+/**
+ * f16 on a CPU: the CPU kernels convert f16 values one by one in software
+ * (bf16 widens with a shift, or multiplies natively with AVX-512 BF16), so
+ * f16 autocast there is several times slower than f32. Said once per process.
+ */
+function warnF16OnCpu(): void {
+  if (warnedF16OnCpu || backend().device !== "cpu") return;
+  warnedF16OnCpu = true;
+  warnSink(
+    'dtrain: autocast("f16") on a CPU runs several times slower than f32 (3x to 7x measured: f16 values ' +
+      'are converted one by one in software); use autocast("bf16") there, which keeps f32\'s range and ' +
+      "needs no GradScaler",
+  );
+}
 
 /** The dtype matmul-class ops use now, or null outside autocast. */
 export function autocastDtype(): DType | null {
@@ -22,6 +56,7 @@ export function autocast<T>(
   dtype: "bf16" | "f16" | "f32" | null,
   fn: () => T,
 ): T {
+  if (dtype === "f16") warnF16OnCpu();
   // Plain arithmetic (tensor/plain_arithmetic.ts) computes in f32.
   return withMatmulPrecision(dtype === "f32" || plainArithmetic() ? null : dtype, fn);
 }
