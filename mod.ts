@@ -161,7 +161,12 @@ export { Adadelta, type AdadeltaOptions } from "./optim/adadelta.ts";
 export { Adagrad, type AdagradOptions } from "./optim/adagrad.ts";
 export { RMSprop, type RMSpropOptions } from "./optim/rmsprop.ts";
 export { ElementwiseOptimizer, type ElementwiseState } from "./optim/elementwise_optimizer.ts";
-export type { OptimizerState, ParamGroup, ParamGroupSpec } from "./optim/optimizer.ts";
+export {
+  Optimizer,
+  type OptimizerState,
+  type ParamGroup,
+  type ParamGroupSpec,
+} from "./optim/optimizer.ts";
 /** torch.optim.lr_scheduler's schedulers, stepped after optimizer.step(). */
 export {
   CosineAnnealingLR,
@@ -174,6 +179,7 @@ export {
   MultiStepLR,
   OneCycleLR,
   type OneCycleLROptions,
+  type SchedulableOptimizer,
   SequentialLR,
   StepLR,
 } from "./optim/lr_schedulers.ts";

@@ -30,7 +30,9 @@ export const FASHION_MNIST_CLASSES = 10;
 
 /** The two splits; each sample is [image f32 [784], label i32 []]. */
 export interface FashionMnist {
+  /** 60000 training images and labels. */
   train: ByteImageDataset;
+  /** 10000 test images and labels. */
   test: ByteImageDataset;
 }
 
@@ -41,7 +43,9 @@ const SPLIT_FILES = {
 
 /** How pixels are normalised after scaling to [0, 1]: torchvision's Normalize((mean,), (std,)). */
 export interface PixelNormalization {
+  /** subtracted after scaling to [0, 1] */
   mean: number;
+  /** divides after the subtraction */
   std: number;
 }
 

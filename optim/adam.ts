@@ -55,10 +55,12 @@ const DEFAULTS: AdamOptions = {
  * ```
  */
 export class Adam extends ElementwiseOptimizer<AdamOptions> {
+  /** Builds it over `params` (a list, or parameter groups with their own options); options not given take torch's defaults. */
   constructor(params: Tensor[] | ParamGroupSpec<AdamOptions>[], opts: Partial<AdamOptions> = {}) {
     super(params, { ...DEFAULTS, ...opts });
   }
 
+  /** Refuses the values torch refuses. */
   protected checkHyper(h: AdamOptions, i: number): void {
     requireNonNegative("Adam", "lr", h.lr, i);
     requireNonNegative("Adam", "eps", h.eps, i);
@@ -70,12 +72,14 @@ export class Adam extends ElementwiseOptimizer<AdamOptions> {
     requireUnitInterval("Adam", "betas[1]", h.betas[1], i);
   }
 
+  /** The state tensors it keeps per parameter (torch's names). */
   protected buffers(h: AdamOptions): [string, number][] {
     const b: [string, number][] = [["exp_avg", 0], ["exp_avg_sq", 0]];
     if (h.amsgrad) b.push(["max_exp_avg_sq", 0]);
     return b;
   }
 
+  /** torch's single-tensor update of one parameter. */
   protected updateOne(p: Tensor, g0: Tensor, s: ElementwiseState, h: AdamOptions): void {
     const [beta1, beta2] = h.betas;
     const g = effectiveGrad(g0, p, h.weightDecay, h.maximize);
@@ -95,6 +99,7 @@ export class Adam extends ElementwiseOptimizer<AdamOptions> {
     p.copyFrom(addcdiv(p, m, denom, -stepSize));
   }
 
+  /** A group as torch's param_groups writes it. */
   protected groupJson(h: AdamOptions): Record<string, unknown> {
     return {
       lr: h.lr,
@@ -108,6 +113,7 @@ export class Adam extends ElementwiseOptimizer<AdamOptions> {
     };
   }
 
+  /** Reads a saved param_groups entry back. */
   protected readGroup(saved: Record<string, unknown>, h: AdamOptions): void {
     if (typeof saved.lr === "number") h.lr = saved.lr;
     const betas = saved.betas as number[] | undefined;
