@@ -118,7 +118,6 @@ const f32 = (t: FixtureTensor) => fromArray(Float32Array.from(t.data), t.shape);
 const i64 = (t: FixtureTensor) => fromArray(BigInt64Array.from(t.data.map(BigInt)), t.shape);
 let losses = 0;
 for (const c of lossFix.cases) {
-  // deno-lint-ignore no-explicit-any
   let fn: ((x: Tensor, c: LossCase) => Tensor) | null = null;
   const w = c.inputs.weight ? { weight: f32(c.inputs.weight) } : {};
   if (c.name.startsWith("nll_3d")) {
