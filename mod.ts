@@ -133,21 +133,29 @@ export {
 /**
  * Losses as torch.nn.functional's (nll_loss, cross_entropy, mse_loss,
  * l1_loss, smooth_l1_loss, binary_cross_entropy[_with_logits]), each with
- * reduction "none" | "mean" | "sum".
+ * reduction "none" | "mean" | "sum", and as torch.nn's classes
+ * (CrossEntropyLoss, ...: the options kept, forward(input, target)).
  */
 export {
+  BCELoss,
   type BCEOptions,
+  BCEWithLogitsLoss,
   type BCEWithLogitsOptions,
   binaryCrossEntropy,
   binaryCrossEntropyWithLogits,
   type ClassLossOptions,
   crossEntropy,
+  CrossEntropyLoss,
   type CrossEntropyOptions,
+  L1Loss,
   l1Loss,
   type LossOptions,
+  MSELoss,
   mseLoss,
+  NLLLoss,
   nllLoss,
   type Reduction,
+  SmoothL1Loss,
   smoothL1Loss,
   type SmoothL1Options,
 } from "./nn/losses.ts";
