@@ -2,8 +2,12 @@
  * Adam as torch 1.13's single-tensor loop runs it: L2 weight decay added to
  * the gradient (not decoupled: that is AdamW), bias corrections in double,
  * and the AMSGrad variant keeping the running maximum of the second moment.
+ * Without AMSGrad a parameter's update is one call of AdamW's fused kernel
+ * (dt_adamw with no decoupled decay), which rounds as torch does; AMSGrad
+ * composes tensor ops.
  */
 import { type Tensor } from "../tensor/tensor.ts";
+import { backendOf } from "../tensor/backend.ts";
 import { sqrt } from "../tensor/ops/unary.ts";
 import { scale } from "../tensor/ops/elementwise.ts";
 import { maximum } from "../tensor/ops/compare.ts";
@@ -84,6 +88,25 @@ export class Adam extends ElementwiseOptimizer<AdamOptions> {
     const [beta1, beta2] = h.betas;
     const g = effectiveGrad(g0, p, h.weightDecay, h.maximize);
     const m = s.buffers.get("exp_avg")!, v = s.buffers.get("exp_avg_sq")!;
+    if (!h.amsgrad) {
+      // Adam is AdamW without decoupled decay on the L2-adjusted gradient: AdamW's fused
+      // kernel (torch's roundings, one call) with weight_decay 0 leaves p's factor exactly 1
+      backendOf(p.device).call.dt_adamw(
+        p.ptr,
+        g.ptr,
+        m.ptr,
+        v.ptr,
+        BigInt(p.numel),
+        h.lr,
+        beta1,
+        beta2,
+        h.eps,
+        0,
+        BigInt(s.step),
+      );
+      for (const t of [p, m, v]) t.markModified();
+      return;
+    }
     m.copyFrom(mulAdd(m, beta1, g, 1 - beta1));
     v.copyFrom(addcmul(scale(v, beta2), g, g, 1 - beta2));
     const bc1 = 1 - beta1 ** s.step;
