@@ -49,7 +49,9 @@ export {
   tanh,
 } from "./tensor/ops/unary.ts";
 export { linear, matmul } from "./tensor/ops/linalg.ts";
-export { causalSelfAttention, crossEntropy, embedding, layerNorm } from "./tensor/ops/nn.ts";
+export { causalSelfAttention, embedding, layerNorm } from "./tensor/ops/nn.ts";
+/** Comparisons into u8 masks (torch.eq, ne, lt, le, gt, ge) and torch.maximum / minimum. */
+export { eq, ge, gt, le, lt, maximum, minimum, ne } from "./tensor/ops/compare.ts";
 export { logSoftmax, softmax, type SoftmaxOptions } from "./tensor/ops/softmax.ts";
 export { reshape, sliceLast, splitLast } from "./tensor/ops/shape.ts";
 export {
@@ -125,11 +127,78 @@ export { GPT, type GPTConfig } from "./nn/gpt.ts";
 export { checkpoint } from "./nn/checkpoint.ts";
 export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
 export { getRngState, type RngState, setRngState } from "./nn/rng_state.ts";
+/** Random tensors on PyTorch's generator (torch.rand, randn, randint and their *_like). */
+export {
+  rand,
+  randint,
+  randintLike,
+  type RandintOptions,
+  randLike,
+  randn,
+  randnLike,
+  type RandomOptions,
+} from "./nn/random.ts";
+/**
+ * Losses as torch.nn.functional's (nll_loss, cross_entropy, mse_loss,
+ * l1_loss, smooth_l1_loss, binary_cross_entropy[_with_logits]), each with
+ * reduction "none" | "mean" | "sum", and as torch.nn's classes
+ * (CrossEntropyLoss, ...: the options kept, forward(input, target)).
+ */
+export {
+  BCELoss,
+  type BCEOptions,
+  BCEWithLogitsLoss,
+  type BCEWithLogitsOptions,
+  binaryCrossEntropy,
+  binaryCrossEntropyWithLogits,
+  type ClassLossOptions,
+  crossEntropy,
+  CrossEntropyLoss,
+  type CrossEntropyOptions,
+  L1Loss,
+  l1Loss,
+  type LossOptions,
+  MSELoss,
+  mseLoss,
+  NLLLoss,
+  nllLoss,
+  type Reduction,
+  SmoothL1Loss,
+  smoothL1Loss,
+  type SmoothL1Options,
+} from "./nn/losses.ts";
 
 // optimizers, schedules, mixed precision
 export { AdamW, type AdamWOptions, type AdamWOptionsInput } from "./optim/adamw.ts";
 export { SGD, type SGDOptions } from "./optim/sgd.ts";
-export type { Optimizer, OptimizerState, ParamGroupSpec } from "./optim/optimizer.ts";
+/** torch.optim.Adam (amsgrad), Adadelta, Adagrad (lr_decay) and RMSprop (momentum, centered). */
+export { Adam, type AdamOptions } from "./optim/adam.ts";
+export { Adadelta, type AdadeltaOptions } from "./optim/adadelta.ts";
+export { Adagrad, type AdagradOptions } from "./optim/adagrad.ts";
+export { RMSprop, type RMSpropOptions } from "./optim/rmsprop.ts";
+export { ElementwiseOptimizer, type ElementwiseState } from "./optim/elementwise_optimizer.ts";
+export {
+  Optimizer,
+  type OptimizerState,
+  type ParamGroup,
+  type ParamGroupSpec,
+} from "./optim/optimizer.ts";
+/** torch.optim.lr_scheduler's schedulers, stepped after optimizer.step(). */
+export {
+  CosineAnnealingLR,
+  ExponentialLR,
+  LambdaLR,
+  LinearLR,
+  type LinearLROptions,
+  LRSchedulerBase,
+  type LRSchedulerState,
+  MultiStepLR,
+  OneCycleLR,
+  type OneCycleLROptions,
+  type SchedulableOptimizer,
+  SequentialLR,
+  StepLR,
+} from "./optim/lr_schedulers.ts";
 export { constantLr, LrScheduler, stepLr, warmupCosineLr } from "./optim/lr_schedule.ts";
 export { clipGradNorm, gradNorm } from "./optim/clip.ts";
 export { autocast } from "./amp/autocast.ts";
@@ -148,7 +217,12 @@ export { GradScaler } from "./amp/grad_scaler.ts";
 export { type Dataset, Subset, TensorDataset } from "./data/dataset.ts";
 export { type Batch, DataLoader, type DataLoaderState } from "./data/dataloader.ts";
 export { DistributedSampler, shardIndices } from "./data/distributed_sampler.ts";
-export { type FashionMnist, loadFashionMnist } from "./data/fashion_mnist.ts";
+export {
+  type FashionMnist,
+  type FashionMnistOptions,
+  loadFashionMnist,
+  type PixelNormalization,
+} from "./data/fashion_mnist.ts";
 export { ByteImageDataset } from "./data/byte_images.ts";
 export { CharWindows, loadCharCorpus } from "./data/char_corpus.ts";
 /** Token files read window by window: nanoGPT's .bin, llm.c's .bin, .npy, shard folders. */

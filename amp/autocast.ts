@@ -12,6 +12,40 @@ import {
   type NumericsPolicy,
   numericsPolicy,
 } from "../tensor/numerics_policy.ts";
+import { backend } from "../tensor/backend.ts";
+
+let warnedF16OnCpu = false;
+
+/**
+ * Where autocast's f16 warning goes (console.warn by default); returns the
+ * previous one. For tools and tests that collect warnings.
+ */
+export function setAutocastWarningSink(sink: (message: string) => void): (message: string) => void {
+  const prev = warnSink;
+  warnSink = sink;
+  return prev;
+}
+let warnSink: (message: string) => void = (m) => console.warn(m);
+
+/** Forgets that the f16-on-CPU warning was given (tests). */
+export function resetAutocastWarnings(): void {
+  warnedF16OnCpu = false;
+}
+
+/**
+ * f16 on a CPU: the CPU kernels convert f16 values one by one in software
+ * (bf16 widens with a shift, or multiplies natively with AVX-512 BF16), so
+ * f16 autocast there is several times slower than f32. Said once per process.
+ */
+function warnF16OnCpu(): void {
+  if (warnedF16OnCpu || backend().device !== "cpu") return;
+  warnedF16OnCpu = true;
+  warnSink(
+    'dtrain: autocast("f16") on a CPU runs several times slower than f32 (3x to 7x measured: f16 values ' +
+      'are converted one by one in software); use autocast("bf16") there, which keeps f32\'s range and ' +
+      "needs no GradScaler",
+  );
+}
 
 /** The dtype matmul-class ops use now, or null outside autocast. */
 export function autocastDtype(): DType | null {
@@ -29,6 +63,7 @@ export function autocast<T>(
   fn: () => T,
   numerics: NumericsPolicy = numericsPolicy(),
 ): T {
+  if (dtype === "f16") warnF16OnCpu();
   const low = dtype === "f32" ? null : dtype;
   if (low !== null && numerics.autocast === "f32") {
     noteNumericsOverride(

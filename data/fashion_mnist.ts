@@ -1,6 +1,7 @@
 /**
  * Fashion-MNIST as two datasets (train 60000, test 10000): images f32
- * [784] scaled to [0,1] then normalised with the training set's mean and std,
+ * [784] scaled to [0,1] then normalised (by default with the training set's
+ * mean and std; the caller may pick others or none),
  * labels i32 in 0..9. Read from the IDX files of Debian's dataset-fashion-mnist,
  * decompressed once into dtrain's cache folder (later loads read the copy).
  */
@@ -29,7 +30,9 @@ export const FASHION_MNIST_CLASSES = 10;
 
 /** The two splits; each sample is [image f32 [784], label i32 []]. */
 export interface FashionMnist {
+  /** 60000 training images and labels. */
   train: ByteImageDataset;
+  /** 10000 test images and labels. */
   test: ByteImageDataset;
 }
 
@@ -38,14 +41,24 @@ const SPLIT_FILES = {
   test: { images: "t10k-images-idx3-ubyte", labels: "t10k-labels-idx1-ubyte" },
 } as const;
 
+/** How pixels are normalised after scaling to [0, 1]: torchvision's Normalize((mean,), (std,)). */
+export interface PixelNormalization {
+  /** subtracted after scaling to [0, 1] */
+  mean: number;
+  /** divides after the subtraction */
+  std: number;
+}
+
 /**
- * The f32 value of each byte value, computed in f32 exactly as numpy does
- * `(x.astype(float32) / 255 - mean) / std` with float32 constants; each JS
- * operation on float32 inputs, rounded once by Math.fround, equals the f32 op.
+ * The f32 value of each byte value, computed in f32 exactly as torchvision's
+ * ToTensor then Normalize (`(x.float() / 255 - mean) / std` with float32
+ * constants), or ToTensor alone when `norm` is null; each JS operation on
+ * float32 inputs, rounded once by Math.fround, equals the f32 op.
  */
-function pixelTable(): Float32Array<ArrayBuffer> {
+function pixelTable(norm: PixelNormalization | null): Float32Array<ArrayBuffer> {
   const f = Math.fround;
-  const mean = f(FASHION_MNIST_MEAN), std = f(FASHION_MNIST_STD);
+  if (norm === null) return Float32Array.from({ length: 256 }, (_, b) => f(b / 255));
+  const mean = f(norm.mean), std = f(norm.std);
   return Float32Array.from({ length: 256 }, (_, b) => f(f(f(b / 255) - mean) / std));
 }
 
@@ -79,6 +92,7 @@ async function loadSplit(
   dir: string,
   files: { images: string; labels: string },
   ctx: LoadContext,
+  pixels: Float32Array<ArrayBuffer>,
 ): Promise<ByteImageDataset> {
   const paths = [files.images, files.labels].map((base) => findFile(dir, base));
   const missing = [files.images, files.labels].filter((_, i) => paths[i] === null);
@@ -126,7 +140,19 @@ async function loadSplit(
     );
   }
   // Kept as bytes and normalised a batch at a time (exactly as a pre-converted f32 copy would be).
-  return new ByteImageDataset(images.data, [FASHION_MNIST_PIXELS], labelData, pixelTable());
+  return new ByteImageDataset(images.data, [FASHION_MNIST_PIXELS], labelData, pixels);
+}
+
+/** Options of loadFashionMnist. */
+export interface FashionMnistOptions {
+  /** where decompressed copies are kept (default `<dtrain cache>/datasets`) */
+  cacheDir?: string;
+  /**
+   * The normalisation after scaling pixels to [0, 1] (torchvision's
+   * Normalize): default the training set's { mean: 0.286, std: 0.353 }; null
+   * keeps [0, 1] (ToTensor alone).
+   */
+  normalize?: PixelNormalization | null;
 }
 
 /**
@@ -134,27 +160,43 @@ async function loadSplit(
  * else /usr/share/datasets/fashion-mnist). Each file may be plain or `.gz`;
  * a `.gz` file is decompressed once into `<dtrain cache>/datasets` (see
  * os/cache_folder.ts) and read from there later. A pixel p in 0..255 becomes
- * `(p / 255 - 0.2860) / 0.3530` in f32. A load that takes more than 2 s
- * prints its progress on rank 0.
+ * `(p / 255 - mean) / std` in f32, by default with the training set's mean
+ * 0.2860 and std 0.3530 (`normalize` picks others, or null for p / 255). A
+ * load that takes more than 2 s prints its progress on rank 0.
  *
  * @example
  * ```ts
  * const { train, test } = await loadFashionMnist();
  * const [x, y] = train.getBatch(new Int32Array([0, 1])); // x f32 [2, 784], y i32 [2]
+ * const raw = await loadFashionMnist(undefined, { normalize: null }); // pixels in [0, 1]
+ * const mnistStyle = await loadFashionMnist(undefined, { normalize: { mean: 0.5, std: 0.5 } }); // [-1, 1]
  * ```
  */
 export async function loadFashionMnist(
   dir?: string,
-  opts: { cacheDir?: string } = {},
+  opts: FashionMnistOptions = {},
 ): Promise<FashionMnist> {
+  const norm = opts.normalize === undefined
+    ? { mean: FASHION_MNIST_MEAN, std: FASHION_MNIST_STD }
+    : opts.normalize;
+  if (norm !== null) {
+    if (!Number.isFinite(norm.mean) || !Number.isFinite(norm.std) || norm.std <= 0) {
+      throw new RangeError(
+        `loadFashionMnist: normalize needs a finite mean and a positive std, got ${
+          JSON.stringify(norm)
+        }`,
+      );
+    }
+  }
+  const pixels = pixelTable(norm);
   const folder = dir ?? Deno.env.get("DTRAIN_FASHION_MNIST") ?? FASHION_MNIST_DIR;
   const ctx: LoadContext = {
     cacheDir: opts.cacheDir ?? join(cacheFolder(), "datasets"),
     progress: new Progress("loading Fashion-MNIST", { unit: "bytes" }),
     base: 0,
   };
-  const train = await loadSplit(folder, SPLIT_FILES.train, ctx);
-  const test = await loadSplit(folder, SPLIT_FILES.test, ctx);
+  const train = await loadSplit(folder, SPLIT_FILES.train, ctx, pixels);
+  const test = await loadSplit(folder, SPLIT_FILES.test, ctx, pixels);
   ctx.progress.done(`${train.length} training and ${test.length} test images`);
   return { train, test };
 }

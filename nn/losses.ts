@@ -371,3 +371,97 @@ export function binaryCrossEntropyWithLogits(
   if (opts.weight) loss = mul(loss, opts.weight);
   return reduce(loss, r);
 }
+
+// ---- the torch.nn loss classes: the options fixed once, forward(input, target) ----
+
+/** torch.nn.NLLLoss: `new NLLLoss(opts).forward(logProbs, target)` is nllLoss(logProbs, target, opts). */
+export class NLLLoss {
+  /** Keeps `opts` for every call. */
+  constructor(readonly opts: ClassLossOptions = {}) {
+    reductionOf("NLLLoss", opts);
+  }
+  /** The loss of one batch. */
+  forward(input: Tensor, target: Tensor): Tensor {
+    return nllLoss(input, target, this.opts);
+  }
+}
+
+/**
+ * torch.nn.CrossEntropyLoss.
+ *
+ * @example
+ * ```ts
+ * const criterion = new CrossEntropyLoss({ labelSmoothing: 0.1 });
+ * const loss = criterion.forward(model.forward(x), y);
+ * ```
+ */
+export class CrossEntropyLoss {
+  /** Keeps `opts` for every call. */
+  constructor(readonly opts: CrossEntropyOptions = {}) {
+    reductionOf("CrossEntropyLoss", opts);
+  }
+  /** The loss of one batch. */
+  forward(input: Tensor, target: Tensor): Tensor {
+    return crossEntropy(input, target, this.opts);
+  }
+}
+
+/** torch.nn.MSELoss. */
+export class MSELoss {
+  /** Keeps `opts` for every call. */
+  constructor(readonly opts: LossOptions = {}) {
+    reductionOf("MSELoss", opts);
+  }
+  /** The loss of one batch. */
+  forward(input: Tensor, target: Tensor): Tensor {
+    return mseLoss(input, target, this.opts);
+  }
+}
+
+/** torch.nn.L1Loss. */
+export class L1Loss {
+  /** Keeps `opts` for every call. */
+  constructor(readonly opts: LossOptions = {}) {
+    reductionOf("L1Loss", opts);
+  }
+  /** The loss of one batch. */
+  forward(input: Tensor, target: Tensor): Tensor {
+    return l1Loss(input, target, this.opts);
+  }
+}
+
+/** torch.nn.SmoothL1Loss. */
+export class SmoothL1Loss {
+  /** Keeps `opts` for every call. */
+  constructor(readonly opts: SmoothL1Options = {}) {
+    reductionOf("SmoothL1Loss", opts);
+  }
+  /** The loss of one batch. */
+  forward(input: Tensor, target: Tensor): Tensor {
+    return smoothL1Loss(input, target, this.opts);
+  }
+}
+
+/** torch.nn.BCELoss. */
+export class BCELoss {
+  /** Keeps `opts` for every call. */
+  constructor(readonly opts: BCEOptions = {}) {
+    reductionOf("BCELoss", opts);
+  }
+  /** The loss of one batch. */
+  forward(input: Tensor, target: Tensor): Tensor {
+    return binaryCrossEntropy(input, target, this.opts);
+  }
+}
+
+/** torch.nn.BCEWithLogitsLoss. */
+export class BCEWithLogitsLoss {
+  /** Keeps `opts` for every call. */
+  constructor(readonly opts: BCEWithLogitsOptions = {}) {
+    reductionOf("BCEWithLogitsLoss", opts);
+  }
+  /** The loss of one batch. */
+  forward(input: Tensor, target: Tensor): Tensor {
+    return binaryCrossEntropyWithLogits(input, target, this.opts);
+  }
+}

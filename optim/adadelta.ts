@@ -35,6 +35,7 @@ const DEFAULTS: AdadeltaOptions = { lr: 1.0, rho: 0.9, eps: 1e-6, weightDecay: 0
 
 /** torch.optim.Adadelta. */
 export class Adadelta extends ElementwiseOptimizer<AdadeltaOptions> {
+  /** Builds it over `params` (a list, or parameter groups with their own options); options not given take torch's defaults. */
   constructor(
     params: Tensor[] | ParamGroupSpec<AdadeltaOptions>[],
     opts: Partial<AdadeltaOptions> = {},
@@ -42,6 +43,7 @@ export class Adadelta extends ElementwiseOptimizer<AdadeltaOptions> {
     super(params, { ...DEFAULTS, ...opts });
   }
 
+  /** Refuses the values torch refuses. */
   protected checkHyper(h: AdadeltaOptions, i: number): void {
     requireNonNegative("Adadelta", "lr", h.lr, i);
     if (!(h.rho >= 0 && h.rho <= 1)) {
@@ -53,10 +55,12 @@ export class Adadelta extends ElementwiseOptimizer<AdadeltaOptions> {
     requireNonNegative("Adadelta", "weightDecay", h.weightDecay, i);
   }
 
+  /** The state tensors it keeps per parameter (torch's names). */
   protected buffers(): [string, number][] {
     return [["square_avg", 0], ["acc_delta", 0]];
   }
 
+  /** torch's single-tensor update of one parameter. */
   protected updateOne(p: Tensor, g0: Tensor, s: ElementwiseState, h: AdadeltaOptions): void {
     const g = effectiveGrad(g0, p, h.weightDecay, h.maximize);
     const sq = s.buffers.get("square_avg")!, acc = s.buffers.get("acc_delta")!;
@@ -67,6 +71,7 @@ export class Adadelta extends ElementwiseOptimizer<AdadeltaOptions> {
     p.copyFrom(mulAdd(p, 1, delta, -h.lr));
   }
 
+  /** A group as torch's param_groups writes it. */
   protected groupJson(h: AdadeltaOptions): Record<string, unknown> {
     return {
       lr: h.lr,
@@ -78,6 +83,7 @@ export class Adadelta extends ElementwiseOptimizer<AdadeltaOptions> {
     };
   }
 
+  /** Reads a saved param_groups entry back. */
   protected readGroup(saved: Record<string, unknown>, h: AdadeltaOptions): void {
     if (typeof saved.lr === "number") h.lr = saved.lr;
     if (typeof saved.rho === "number") h.rho = saved.rho;

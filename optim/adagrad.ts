@@ -43,6 +43,7 @@ const DEFAULTS: AdagradOptions = {
 
 /** torch.optim.Adagrad. */
 export class Adagrad extends ElementwiseOptimizer<AdagradOptions> {
+  /** Builds it over `params` (a list, or parameter groups with their own options); options not given take torch's defaults. */
   constructor(
     params: Tensor[] | ParamGroupSpec<AdagradOptions>[],
     opts: Partial<AdagradOptions> = {},
@@ -50,6 +51,7 @@ export class Adagrad extends ElementwiseOptimizer<AdagradOptions> {
     super(params, { ...DEFAULTS, ...opts });
   }
 
+  /** Refuses the values torch refuses. */
   protected checkHyper(h: AdagradOptions, i: number): void {
     requireNonNegative("Adagrad", "lr", h.lr, i);
     requireNonNegative("Adagrad", "lrDecay", h.lrDecay, i);
@@ -58,10 +60,12 @@ export class Adagrad extends ElementwiseOptimizer<AdagradOptions> {
     requireNonNegative("Adagrad", "eps", h.eps, i);
   }
 
+  /** The state tensors it keeps per parameter (torch's names). */
   protected buffers(h: AdagradOptions): [string, number][] {
     return [["sum", h.initialAccumulatorValue]];
   }
 
+  /** torch's single-tensor update of one parameter. */
   protected updateOne(p: Tensor, g0: Tensor, s: ElementwiseState, h: AdagradOptions): void {
     const g = effectiveGrad(g0, p, h.weightDecay, h.maximize);
     const clr = h.lr / (1 + (s.step - 1) * h.lrDecay);
@@ -71,6 +75,7 @@ export class Adagrad extends ElementwiseOptimizer<AdagradOptions> {
     p.copyFrom(addcdiv(p, g, std, -clr));
   }
 
+  /** A group as torch's param_groups writes it. */
   protected groupJson(h: AdagradOptions): Record<string, unknown> {
     return {
       lr: h.lr,
@@ -83,6 +88,7 @@ export class Adagrad extends ElementwiseOptimizer<AdagradOptions> {
     };
   }
 
+  /** Reads a saved param_groups entry back. */
   protected readGroup(saved: Record<string, unknown>, h: AdagradOptions): void {
     if (typeof saved.lr === "number") h.lr = saved.lr;
     if (typeof saved.lr_decay === "number") h.lrDecay = saved.lr_decay;

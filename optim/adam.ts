@@ -2,8 +2,12 @@
  * Adam as torch 1.13's single-tensor loop runs it: L2 weight decay added to
  * the gradient (not decoupled: that is AdamW), bias corrections in double,
  * and the AMSGrad variant keeping the running maximum of the second moment.
+ * Without AMSGrad a parameter's update is one call of AdamW's fused kernel
+ * (dt_adamw with no decoupled decay), which rounds as torch does; AMSGrad
+ * composes tensor ops.
  */
 import { type Tensor } from "../tensor/tensor.ts";
+import { backendOf } from "../tensor/backend.ts";
 import { sqrt } from "../tensor/ops/unary.ts";
 import { scale } from "../tensor/ops/elementwise.ts";
 import { maximum } from "../tensor/ops/compare.ts";
@@ -55,10 +59,12 @@ const DEFAULTS: AdamOptions = {
  * ```
  */
 export class Adam extends ElementwiseOptimizer<AdamOptions> {
+  /** Builds it over `params` (a list, or parameter groups with their own options); options not given take torch's defaults. */
   constructor(params: Tensor[] | ParamGroupSpec<AdamOptions>[], opts: Partial<AdamOptions> = {}) {
     super(params, { ...DEFAULTS, ...opts });
   }
 
+  /** Refuses the values torch refuses. */
   protected checkHyper(h: AdamOptions, i: number): void {
     requireNonNegative("Adam", "lr", h.lr, i);
     requireNonNegative("Adam", "eps", h.eps, i);
@@ -70,16 +76,37 @@ export class Adam extends ElementwiseOptimizer<AdamOptions> {
     requireUnitInterval("Adam", "betas[1]", h.betas[1], i);
   }
 
+  /** The state tensors it keeps per parameter (torch's names). */
   protected buffers(h: AdamOptions): [string, number][] {
     const b: [string, number][] = [["exp_avg", 0], ["exp_avg_sq", 0]];
     if (h.amsgrad) b.push(["max_exp_avg_sq", 0]);
     return b;
   }
 
+  /** torch's single-tensor update of one parameter. */
   protected updateOne(p: Tensor, g0: Tensor, s: ElementwiseState, h: AdamOptions): void {
     const [beta1, beta2] = h.betas;
     const g = effectiveGrad(g0, p, h.weightDecay, h.maximize);
     const m = s.buffers.get("exp_avg")!, v = s.buffers.get("exp_avg_sq")!;
+    if (!h.amsgrad) {
+      // Adam is AdamW without decoupled decay on the L2-adjusted gradient: AdamW's fused
+      // kernel (torch's roundings, one call) with weight_decay 0 leaves p's factor exactly 1
+      backendOf(p.device).call.dt_adamw(
+        p.ptr,
+        g.ptr,
+        m.ptr,
+        v.ptr,
+        BigInt(p.numel),
+        h.lr,
+        beta1,
+        beta2,
+        h.eps,
+        0,
+        BigInt(s.step),
+      );
+      for (const t of [p, m, v]) t.markModified();
+      return;
+    }
     m.copyFrom(mulAdd(m, beta1, g, 1 - beta1));
     v.copyFrom(addcmul(scale(v, beta2), g, g, 1 - beta2));
     const bc1 = 1 - beta1 ** s.step;
@@ -95,6 +122,7 @@ export class Adam extends ElementwiseOptimizer<AdamOptions> {
     p.copyFrom(addcdiv(p, m, denom, -stepSize));
   }
 
+  /** A group as torch's param_groups writes it. */
   protected groupJson(h: AdamOptions): Record<string, unknown> {
     return {
       lr: h.lr,
@@ -108,6 +136,7 @@ export class Adam extends ElementwiseOptimizer<AdamOptions> {
     };
   }
 
+  /** Reads a saved param_groups entry back. */
   protected readGroup(saved: Record<string, unknown>, h: AdamOptions): void {
     if (typeof saved.lr === "number") h.lr = saved.lr;
     const betas = saved.betas as number[] | undefined;

@@ -19,7 +19,9 @@ import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer
 
 /** A parameter's optimizer state: its step count and named buffers (torch's state keys). */
 export interface ElementwiseState {
+  /** Steps taken (torch's state "step"). */
   step: number;
+  /** The state tensors by torch's names (exp_avg, sum, square_avg, ...). */
   buffers: Map<string, Tensor>;
 }
 
@@ -27,6 +29,7 @@ export interface ElementwiseState {
 export abstract class ElementwiseOptimizer<H extends { lr: number }> extends Optimizer<H> {
   readonly #state = new Map<Tensor, ElementwiseState>();
 
+  /** Builds the groups (see Optimizer) and checks every group's hyperparameters. */
   constructor(params: Tensor[] | ParamGroupSpec<H>[], defaults: H) {
     super(params, defaults);
     for (const [i, g] of this.groups.entries()) this.checkHyper(g.hyper, i);
@@ -57,6 +60,7 @@ export abstract class ElementwiseOptimizer<H extends { lr: number }> extends Opt
     return s;
   }
 
+  /** Runs updateOne on every parameter that has a gradient. */
   protected update(): void {
     const who = `${this.constructor.name}.step`;
     const device = backend().device;
@@ -83,6 +87,7 @@ export abstract class ElementwiseOptimizer<H extends { lr: number }> extends Opt
     });
   }
 
+  /** The state as torch's state_dict lays it out: "<index>.step" and "<index>.<buffer>" tensors, param_groups. */
   stateDict(): OptimizerState {
     const tensors = new Map<string, Tensor>();
     this.params().forEach((p, i) => {
@@ -94,6 +99,7 @@ export abstract class ElementwiseOptimizer<H extends { lr: number }> extends Opt
     return { tensors, paramGroups: this.groupsJson((h) => this.groupJson(h)) };
   }
 
+  /** Restores a state of this optimizer's layout. */
   protected loadState(state: OptimizerState): void {
     const name = this.constructor.name;
     this.restoreGroups(state, (saved, h) => this.readGroup(saved, h));

@@ -11,8 +11,8 @@
  */
 import type { Optimizer, ParamGroup } from "./optimizer.ts";
 
-// deno-lint-ignore no-explicit-any
-type AnyOptimizer = Optimizer<any>;
+/** Any optimizer whose groups have a learning rate (the schedulers drive it). */
+export type SchedulableOptimizer = Optimizer<{ lr: number }>;
 
 /** A scheduler's state: JSON with torch's state_dict keys (last_epoch, base_lrs, _step_count, _last_lr, ...). */
 export type LRSchedulerState = Record<string, unknown>;
@@ -30,7 +30,8 @@ export abstract class LRSchedulerBase {
   protected stepCount = 0;
   #lastLr: number[] = [];
 
-  constructor(readonly optimizer: AnyOptimizer, lastEpoch = -1) {
+  /** Takes the optimizer's groups' initial rates as base_lrs; lastEpoch -1 starts a new schedule. */
+  constructor(readonly optimizer: SchedulableOptimizer, lastEpoch = -1) {
     if (!Number.isInteger(lastEpoch) || lastEpoch < -1) {
       throw new RangeError(
         `${new.target.name}: lastEpoch must be an integer >= -1, got ${lastEpoch}`,
@@ -140,8 +141,9 @@ export abstract class LRSchedulerBase {
 
 /** lr × gamma every stepSize epochs (torch.optim.lr_scheduler.StepLR). */
 export class StepLR extends LRSchedulerBase {
+  /** lr × gamma every stepSize epochs (torch's StepLR(optimizer, step_size, gamma)). */
   constructor(
-    optimizer: AnyOptimizer,
+    optimizer: SchedulableOptimizer,
     readonly stepSize: number,
     readonly gamma = 0.1,
     lastEpoch = -1,
@@ -152,15 +154,18 @@ export class StepLR extends LRSchedulerBase {
     }
     this.initialStep();
   }
+  /** torch's get_lr: the chainable form. */
   protected getLr(): number[] {
     if (this.lastEpoch === 0 || this.lastEpoch % this.stepSize !== 0) {
       return this.groups.map((g) => g.hyper.lr);
     }
     return this.groups.map((g) => g.hyper.lr * this.gamma);
   }
+  /** torch's _get_closed_form_lr. */
   protected override closedFormLr(): number[] {
     return this.baseLrs.map((b) => b * this.gamma ** Math.floor(this.lastEpoch / this.stepSize));
   }
+  /** Its own state_dict entries, by torch's names. */
   protected override settings(): Record<string, unknown> {
     return { step_size: this.stepSize, gamma: this.gamma };
   }
@@ -168,8 +173,15 @@ export class StepLR extends LRSchedulerBase {
 
 /** lr × gamma at each milestone epoch (a repeated milestone decays again; torch's MultiStepLR). */
 export class MultiStepLR extends LRSchedulerBase {
+  /** Epochs at which the rate is multiplied by gamma (sorted; torch's milestones). */
   readonly milestones: number[];
-  constructor(optimizer: AnyOptimizer, milestones: number[], readonly gamma = 0.1, lastEpoch = -1) {
+  /** lr × gamma at each milestone (torch's MultiStepLR(optimizer, milestones, gamma)). */
+  constructor(
+    optimizer: SchedulableOptimizer,
+    milestones: number[],
+    readonly gamma = 0.1,
+    lastEpoch = -1,
+  ) {
     super(optimizer, lastEpoch);
     if (!Array.isArray(milestones) || milestones.some((m) => !Number.isInteger(m))) {
       throw new RangeError(
@@ -179,15 +191,18 @@ export class MultiStepLR extends LRSchedulerBase {
     this.milestones = [...milestones].sort((a, b) => a - b);
     this.initialStep();
   }
+  /** torch's get_lr: the chainable form. */
   protected getLr(): number[] {
     const count = this.milestones.filter((m) => m === this.lastEpoch).length;
     if (count === 0) return this.groups.map((g) => g.hyper.lr);
     return this.groups.map((g) => g.hyper.lr * this.gamma ** count);
   }
+  /** torch's _get_closed_form_lr. */
   protected override closedFormLr(): number[] {
     const passed = this.milestones.filter((m) => m <= this.lastEpoch).length;
     return this.baseLrs.map((b) => b * this.gamma ** passed);
   }
+  /** Its own state_dict entries, by torch's names. */
   protected override settings(): Record<string, unknown> {
     return { milestones: [...this.milestones], gamma: this.gamma };
   }
@@ -195,18 +210,22 @@ export class MultiStepLR extends LRSchedulerBase {
 
 /** lr × gamma every epoch (torch.optim.lr_scheduler.ExponentialLR). */
 export class ExponentialLR extends LRSchedulerBase {
-  constructor(optimizer: AnyOptimizer, readonly gamma: number, lastEpoch = -1) {
+  /** lr × gamma every epoch (torch's ExponentialLR(optimizer, gamma)). */
+  constructor(optimizer: SchedulableOptimizer, readonly gamma: number, lastEpoch = -1) {
     super(optimizer, lastEpoch);
     if (!(gamma > 0)) throw new RangeError(`ExponentialLR: gamma must be positive, got ${gamma}`);
     this.initialStep();
   }
+  /** torch's get_lr: the chainable form. */
   protected getLr(): number[] {
     if (this.lastEpoch === 0) return this.groups.map((g) => g.hyper.lr);
     return this.groups.map((g) => g.hyper.lr * this.gamma);
   }
+  /** torch's _get_closed_form_lr. */
   protected override closedFormLr(): number[] {
     return this.baseLrs.map((b) => b * this.gamma ** this.lastEpoch);
   }
+  /** Its own state_dict entries, by torch's names. */
   protected override settings(): Record<string, unknown> {
     return { gamma: this.gamma };
   }
@@ -217,11 +236,18 @@ export class ExponentialLR extends LRSchedulerBase {
  * up (torch.optim.lr_scheduler.CosineAnnealingLR, its recursive form).
  */
 export class CosineAnnealingLR extends LRSchedulerBase {
-  constructor(optimizer: AnyOptimizer, readonly tMax: number, readonly etaMin = 0, lastEpoch = -1) {
+  /** Anneals to etaMin over tMax epochs (torch's CosineAnnealingLR(optimizer, T_max, eta_min)). */
+  constructor(
+    optimizer: SchedulableOptimizer,
+    readonly tMax: number,
+    readonly etaMin = 0,
+    lastEpoch = -1,
+  ) {
     super(optimizer, lastEpoch);
     if (!(tMax > 0)) throw new RangeError(`CosineAnnealingLR: tMax must be positive, got ${tMax}`);
     this.initialStep();
   }
+  /** torch's get_lr: the chainable form. */
   protected getLr(): number[] {
     const e = this.lastEpoch, T = this.tMax, eta = this.etaMin;
     if (e === 0) return this.groups.map((g) => g.hyper.lr);
@@ -238,12 +264,14 @@ export class CosineAnnealingLR extends LRSchedulerBase {
       eta
     );
   }
+  /** torch's _get_closed_form_lr. */
   protected override closedFormLr(): number[] {
     const e = this.lastEpoch;
     return this.baseLrs.map((b) =>
       this.etaMin + (b - this.etaMin) * (1 + Math.cos(Math.PI * e / this.tMax)) / 2
     );
   }
+  /** Its own state_dict entries, by torch's names. */
   protected override settings(): Record<string, unknown> {
     return { T_max: this.tMax, eta_min: this.etaMin };
   }
@@ -264,10 +292,14 @@ export interface LinearLROptions {
  * totalIters epochs (torch.optim.lr_scheduler.LinearLR): the usual warm-up.
  */
 export class LinearLR extends LRSchedulerBase {
+  /** Factor of the first epoch. */
   readonly startFactor: number;
+  /** Factor reached at totalIters. */
   readonly endFactor: number;
+  /** Epochs of the ramp. */
   readonly totalIters: number;
-  constructor(optimizer: AnyOptimizer, opts: LinearLROptions = {}, lastEpoch = -1) {
+  /** Ramps the factor from startFactor to endFactor (torch's LinearLR). */
+  constructor(optimizer: SchedulableOptimizer, opts: LinearLROptions = {}, lastEpoch = -1) {
     super(optimizer, lastEpoch);
     this.startFactor = opts.startFactor ?? 1 / 3;
     this.endFactor = opts.endFactor ?? 1;
@@ -286,6 +318,7 @@ export class LinearLR extends LRSchedulerBase {
     }
     this.initialStep();
   }
+  /** torch's get_lr: the chainable form. */
   protected getLr(): number[] {
     const { startFactor: s, endFactor: f, totalIters: n } = this;
     if (this.lastEpoch === 0) return this.groups.map((g) => g.hyper.lr * s);
@@ -294,10 +327,12 @@ export class LinearLR extends LRSchedulerBase {
       g.hyper.lr * (1 + (f - s) / (n * s + (this.lastEpoch - 1) * (f - s)))
     );
   }
+  /** torch's _get_closed_form_lr. */
   protected override closedFormLr(): number[] {
     const { startFactor: s, endFactor: f, totalIters: n } = this;
     return this.baseLrs.map((b) => b * (s + (f - s) * Math.min(n, this.lastEpoch) / n));
   }
+  /** Its own state_dict entries, by torch's names. */
   protected override settings(): Record<string, unknown> {
     return {
       start_factor: this.startFactor,
@@ -313,9 +348,11 @@ export class LinearLR extends LRSchedulerBase {
  * of the state.
  */
 export class LambdaLR extends LRSchedulerBase {
+  /** One factor function per group. */
   readonly lrLambdas: ((epoch: number) => number)[];
+  /** The base rate times lrLambda(epoch), one function or one per group (torch's LambdaLR). */
   constructor(
-    optimizer: AnyOptimizer,
+    optimizer: SchedulableOptimizer,
     lrLambda: ((epoch: number) => number) | ((epoch: number) => number)[],
     lastEpoch = -1,
   ) {
@@ -333,6 +370,7 @@ export class LambdaLR extends LRSchedulerBase {
     }
     this.initialStep();
   }
+  /** torch's get_lr: the chainable form. */
   protected getLr(): number[] {
     return this.baseLrs.map((b, i) => b * this.lrLambdas[i]!(this.lastEpoch));
   }
@@ -342,8 +380,11 @@ export class LambdaLR extends LRSchedulerBase {
 export interface OneCycleLROptions {
   /** the peak rate, one for all groups or one per group */
   maxLr: number | number[];
+  /** steps of the whole cycle (or give epochs and stepsPerEpoch) */
   totalSteps?: number;
+  /** epochs of the cycle, with stepsPerEpoch */
   epochs?: number;
+  /** optimizer steps per epoch, with epochs */
   stepsPerEpoch?: number;
   /** fraction of the cycle spent increasing the rate (0.3) */
   pctStart?: number;
@@ -373,19 +414,27 @@ type Phase = {
 
 /** The 1cycle policy (torch.optim.lr_scheduler.OneCycleLR), stepped once per batch. */
 export class OneCycleLR extends LRSchedulerBase {
+  /** Steps of the whole cycle. */
   readonly totalSteps: number;
+  /** Whether the momentum cycles inversely to the rate. */
   readonly cycleMomentum: boolean;
+  /** How each phase moves between its ends. */
   readonly annealStrategy: "cos" | "linear";
   /** per group: initial, max and min rates, and max/base momentum */
   readonly initialLrs: number[];
+  /** Peak rate per group. */
   readonly maxLrs: number[];
+  /** Final rate per group. */
   readonly minLrs: number[];
+  /** Highest momentum per group. */
   readonly maxMomentums: number[];
+  /** Lowest momentum per group. */
   readonly baseMomentums: number[];
   readonly #phases: Phase[];
   readonly #momentumKey: "betas" | "beta1" | "momentum" | null;
 
-  constructor(optimizer: AnyOptimizer, opts: OneCycleLROptions, lastEpoch = -1) {
+  /** The 1cycle schedule of opts (torch's OneCycleLR). */
+  constructor(optimizer: SchedulableOptimizer, opts: OneCycleLROptions, lastEpoch = -1) {
     super(optimizer, lastEpoch);
     const n = optimizer.groups.length;
     if (opts.totalSteps !== undefined) {
@@ -484,6 +533,7 @@ export class OneCycleLR extends LRSchedulerBase {
     return end + (start - end) / 2.0 * cosOut;
   }
 
+  /** torch's get_lr: the chainable form. */
   protected getLr(): number[] {
     const stepNum = this.lastEpoch;
     if (stepNum > this.totalSteps) {
@@ -514,6 +564,7 @@ export class OneCycleLR extends LRSchedulerBase {
     });
   }
 
+  /** Its own state_dict entries, by torch's names. */
   protected override settings(): Record<string, unknown> {
     return {
       total_steps: this.totalSteps,
@@ -541,10 +592,13 @@ export class OneCycleLR extends LRSchedulerBase {
  * ```
  */
 export class SequentialLR extends LRSchedulerBase {
+  /** The schedulers in order. */
   readonly schedulers: LRSchedulerBase[];
+  /** Epochs at which the rate is multiplied by gamma (sorted; torch's milestones). */
   readonly milestones: number[];
+  /** Runs `schedulers` in turn, switching at `milestones` (torch's SequentialLR). */
   constructor(
-    optimizer: AnyOptimizer,
+    optimizer: SchedulableOptimizer,
     schedulers: LRSchedulerBase[],
     milestones: number[],
     lastEpoch = -1,
@@ -575,10 +629,12 @@ export class SequentialLR extends LRSchedulerBase {
   }
   #last: number[];
 
+  /** torch's get_lr: the chainable form. */
   protected getLr(): number[] {
     return this.#last;
   }
 
+  /** Steps the scheduler whose turn it is (at a milestone, the next one from epoch 0). */
   override step(): void {
     this.lastEpoch++;
     const idx = bisectRight(this.milestones, this.lastEpoch);
@@ -588,10 +644,12 @@ export class SequentialLR extends LRSchedulerBase {
     this.#last = s.getLastLr();
   }
 
+  /** The rates the current scheduler set last. */
   override getLastLr(): number[] {
     return [...this.#last];
   }
 
+  /** Its state and every scheduler's, as torch's SequentialLR.state_dict(). */
   override stateDict(): LRSchedulerState {
     return {
       base_lrs: [...this.baseLrs],
@@ -602,6 +660,7 @@ export class SequentialLR extends LRSchedulerBase {
     };
   }
 
+  /** Restores stateDict()'s output, every scheduler's included. */
   override loadStateDict(state: LRSchedulerState): void {
     const subs = state._schedulers;
     if (!Array.isArray(subs) || subs.length !== this.schedulers.length) {

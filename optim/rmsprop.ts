@@ -49,6 +49,7 @@ const DEFAULTS: RMSpropOptions = {
 
 /** torch.optim.RMSprop. */
 export class RMSprop extends ElementwiseOptimizer<RMSpropOptions> {
+  /** Builds it over `params` (a list, or parameter groups with their own options); options not given take torch's defaults. */
   constructor(
     params: Tensor[] | ParamGroupSpec<RMSpropOptions>[],
     opts: Partial<RMSpropOptions> = {},
@@ -56,6 +57,7 @@ export class RMSprop extends ElementwiseOptimizer<RMSpropOptions> {
     super(params, { ...DEFAULTS, ...opts });
   }
 
+  /** Refuses the values torch refuses. */
   protected checkHyper(h: RMSpropOptions, i: number): void {
     requireNonNegative("RMSprop", "lr", h.lr, i);
     requireNonNegative("RMSprop", "alpha", h.alpha, i);
@@ -64,6 +66,7 @@ export class RMSprop extends ElementwiseOptimizer<RMSpropOptions> {
     requireNonNegative("RMSprop", "momentum", h.momentum, i);
   }
 
+  /** The state tensors it keeps per parameter (torch's names). */
   protected buffers(h: RMSpropOptions): [string, number][] {
     const b: [string, number][] = [["square_avg", 0]];
     if (h.momentum > 0) b.push(["momentum_buffer", 0]);
@@ -71,6 +74,7 @@ export class RMSprop extends ElementwiseOptimizer<RMSpropOptions> {
     return b;
   }
 
+  /** torch's single-tensor update of one parameter. */
   protected updateOne(p: Tensor, g0: Tensor, s: ElementwiseState, h: RMSpropOptions): void {
     const g = effectiveGrad(g0, p, h.weightDecay, h.maximize);
     const sq = s.buffers.get("square_avg")!;
@@ -93,6 +97,7 @@ export class RMSprop extends ElementwiseOptimizer<RMSpropOptions> {
     }
   }
 
+  /** A group as torch's param_groups writes it. */
   protected groupJson(h: RMSpropOptions): Record<string, unknown> {
     return {
       lr: h.lr,
@@ -106,6 +111,7 @@ export class RMSprop extends ElementwiseOptimizer<RMSpropOptions> {
     };
   }
 
+  /** Reads a saved param_groups entry back. */
   protected readGroup(saved: Record<string, unknown>, h: RMSpropOptions): void {
     if (typeof saved.lr === "number") h.lr = saved.lr;
     if (typeof saved.momentum === "number") h.momentum = saved.momentum;

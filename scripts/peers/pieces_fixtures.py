@@ -5,7 +5,8 @@ functions, the random constructors (rand, randn, randint) and len(DataLoader).
   /usr/bin/python3 scripts/peers/pieces_fixtures.py [--out fixtures/pieces]
 
 Writes optimizers.json, lr_schedulers.json, losses.json, random.json and
-loader_lengths.json (len(DataLoader) with and without a DistributedSampler). Every
+loader_lengths.json (len(DataLoader) with and without a DistributedSampler)
+and pixels.json (every byte value through ToTensor and Normalize). Every
 float32 value is written as the exact decimal of its float (a JSON number
 parses back to the same float32), so the checks compare against torch's bits;
 the tolerances live beside the tests, which explain them. Everything runs on
@@ -276,6 +277,19 @@ def loader_cases():
     return out
 
 
+# ---- pixel normalisation (torchvision's ToTensor then Normalize, on every byte value) -
+
+def pixel_cases():
+    x = torch.arange(256, dtype=torch.uint8).float().div(255)  # ToTensor
+    out = [{"normalize": None, "values": flat(x)}]
+    for mean, std in [(0.286, 0.353), (0.5, 0.5), (0.1307, 0.3081)]:
+        m = torch.as_tensor([mean], dtype=torch.float32)
+        sd = torch.as_tensor([std], dtype=torch.float32)
+        out.append({"normalize": {"mean": mean, "std": std},
+                    "values": flat(x.clone().sub_(m).div_(sd))})  # Normalize's arithmetic
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="fixtures/pieces")
@@ -289,6 +303,7 @@ def main():
         "losses.json": {"torch": torch.__version__, "cases": loss_cases()},
         "random.json": {"torch": torch.__version__, "cases": random_cases()},
         "loader_lengths.json": {"torch": torch.__version__, "cases": loader_cases()},
+        "pixels.json": {"torch": torch.__version__, "cases": pixel_cases()},
     }
     for name, data in files.items():
         with open(os.path.join(a.out, name), "w") as f:

@@ -18,12 +18,19 @@ import assert from "node:assert/strict";
 import { fromArray, scope, type Tensor } from "../../tensor/tensor.ts";
 import { backward } from "../../tensor/autograd.ts";
 import {
+  BCELoss,
+  BCEWithLogitsLoss,
   binaryCrossEntropy,
   binaryCrossEntropyWithLogits,
   crossEntropy,
+  CrossEntropyLoss,
+  L1Loss,
   l1Loss,
+  MSELoss,
   mseLoss,
+  NLLLoss,
   nllLoss,
+  SmoothL1Loss,
   smoothL1Loss,
 } from "../../nn/losses.ts";
 import { logSoftmax } from "../../tensor/ops/softmax.ts";
@@ -135,5 +142,29 @@ Deno.test("a mean over targets that are all ignored is NaN, as torch's", () => {
     const t = fromArray(new Int32Array([-100, -100]));
     assert.ok(Number.isNaN(crossEntropy(x, t, { labelSmoothing: 0.1 }).item()));
     assert.equal(crossEntropy(x, t, { reduction: "sum" }).item(), 0);
+  });
+});
+
+Deno.test("the torch.nn loss classes keep their options and give the functions' values", () => {
+  scope(() => {
+    const x = fromArray([2, 0.5, -1, 0.1, 1.5, 0.3], [2, 3]);
+    const y = fromArray(new Int32Array([0, 2]));
+    const t = fromArray([1, 0, 1, 0, 1, 1], [2, 3]);
+    const same = (a: Tensor, b: Tensor) => assert.deepEqual(a.toArray(), b.toArray());
+    same(
+      new CrossEntropyLoss({ labelSmoothing: 0.1 }).forward(x, y),
+      crossEntropy(x, y, { labelSmoothing: 0.1 }),
+    );
+    same(new NLLLoss({ reduction: "sum" }).forward(x, y), nllLoss(x, y, { reduction: "sum" }));
+    same(new MSELoss().forward(x, t), mseLoss(x, t));
+    same(new L1Loss({ reduction: "none" }).forward(x, t), l1Loss(x, t, { reduction: "none" }));
+    same(new SmoothL1Loss({ beta: 0.5 }).forward(x, t), smoothL1Loss(x, t, { beta: 0.5 }));
+    const p = fromArray([0.9, 0.2, 0.6, 0.1, 0.7, 0.5], [2, 3]);
+    same(new BCELoss().forward(p, t), binaryCrossEntropy(p, t));
+    same(
+      new BCEWithLogitsLoss({ posWeight: fromArray([2, 1, 1]) }).forward(x, t),
+      binaryCrossEntropyWithLogits(x, t, { posWeight: fromArray([2, 1, 1]) }),
+    );
+    assert.throws(() => new MSELoss({ reduction: "avg" as never }), /MSELoss: reduction must be/);
   });
 });

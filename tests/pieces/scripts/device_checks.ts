@@ -36,7 +36,8 @@ scope(() => {
   assert.deepEqual(Array.from(maximum(a, b).toArray() as Float32Array), [1, NaN, NaN, 0]);
 });
 
-// optimizers: the second case of each (weight decay, amsgrad, lr decay, momentum + centered)
+// optimizers: the second case of each (weight decay, amsgrad, lr decay, momentum + centered), and
+// Adam's fused path
 interface OptCase {
   name: string;
   optimizer: string;
@@ -65,7 +66,13 @@ const opts = (kw: Record<string, unknown>) =>
 // deno-lint-ignore no-explicit-any
 const CLASSES: Record<string, any> = { Adam, Adadelta, Adagrad, RMSprop };
 const optFix = readPiecesFixture<{ steps: number; cases: OptCase[] }>("optimizers.json");
-const chosen = ["adam_amsgrad_wd", "adagrad_decay", "rmsprop_centered_momentum", "adadelta_tuned"];
+const chosen = [
+  "adam_default",
+  "adam_amsgrad_wd",
+  "adagrad_decay",
+  "rmsprop_centered_momentum",
+  "adadelta_tuned",
+];
 for (const c of optFix.cases.filter((c) => chosen.includes(c.name))) {
   scope(() => {
     const params = c.init.map((d, i) => {
@@ -118,7 +125,6 @@ const f32 = (t: FixtureTensor) => fromArray(Float32Array.from(t.data), t.shape);
 const i64 = (t: FixtureTensor) => fromArray(BigInt64Array.from(t.data.map(BigInt)), t.shape);
 let losses = 0;
 for (const c of lossFix.cases) {
-  // deno-lint-ignore no-explicit-any
   let fn: ((x: Tensor, c: LossCase) => Tensor) | null = null;
   const w = c.inputs.weight ? { weight: f32(c.inputs.weight) } : {};
   if (c.name.startsWith("nll_3d")) {
