@@ -154,6 +154,7 @@ export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
 // distributed
 export { initProcessGroup, type ProcessGroup } from "./distributed/process_group.ts";
 export { DistributedDataParallel } from "./distributed/ddp.ts";
+export { stopRequested, stopSignal, watchStopSignals } from "./distributed/stop.ts";
 export {
   getStore,
   rankZeroFirst,

@@ -58,6 +58,7 @@ import { dirname, join } from "node:path";
 import { MANIFEST_FILE } from "./checkpoint/format.ts";
 import { stateTensor } from "../nn/load.ts";
 import { section } from "../profile/profile.ts";
+import { onStopSignals } from "../os/stop_signals.ts";
 
 /**
  * Called with every Trainer's resolved config, before the Trainer uses it: a
@@ -273,9 +274,8 @@ export class Trainer<M extends Module> {
 
   /** Runs the training; every rank calls it. */
   async fit(): Promise<FitResult> {
-    const stop = () => (this.#stopRequested = true);
-    const signals: Deno.Signal[] = ["SIGTERM", "SIGINT"];
-    for (const s of signals) Deno.addSignalListener(s, stop);
+    // Every stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT, …) stops after the current step.
+    const stopListening = onStopSignals(() => (this.#stopRequested = true));
     const log = new MetricsLogger(this.runDir, {
       logEvery: this.config.logEvery,
       enabled: this.pg.rank === 0,
@@ -290,7 +290,7 @@ export class Trainer<M extends Module> {
       this.pg.close();
       throw e;
     } finally {
-      for (const s of signals) Deno.removeSignalListener(s, stop);
+      stopListening();
       log.close();
     }
   }
