@@ -32,7 +32,11 @@ import { phase } from "../distributed/control/phase.ts";
 import { getRankSettings, getWorld } from "../distributed/control/env.ts";
 import { publishFailure } from "../distributed/control/rank_runtime.ts";
 import { manualSeed } from "../nn/init.ts";
-import { CheckpointManager, type LoadedCheckpoint } from "./checkpoint/manager.ts";
+import {
+  CheckpointFolderBusy,
+  CheckpointManager,
+  type LoadedCheckpoint,
+} from "./checkpoint/manager.ts";
 import {
   microBatchSize,
   resolveConfig,
@@ -215,9 +219,11 @@ export class Trainer<M extends Module> {
       this.pg.allReduce({ ptr: flag.ptr, count: 1, dtype: "f32", device: flag.device }, "max");
     });
     const ckDir = cfg.checkpoint.dir ?? (this.runDir ? join(this.runDir, "checkpoints") : null);
+    const owner = world.runId || undefined; // the run named in the checkpoint folder's lock
     this.checkpoints = ckDir
       ? new CheckpointManager(ckDir, {
         rank: this.pg.rank,
+        ...(owner ? { owner } : {}),
         keepLast: cfg.checkpoint.keepLast,
         ...(cfg.checkpoint.keepEvery ? { keepEvery: cfg.checkpoint.keepEvery } : {}),
         async: cfg.checkpoint.async,
@@ -243,7 +249,11 @@ export class Trainer<M extends Module> {
       );
     }
     this.bestCheckpoints = ckDir && cfg.checkpoint.best
-      ? new CheckpointManager(join(ckDir, "best"), { rank: this.pg.rank, keepLast: 1 })
+      ? new CheckpointManager(join(ckDir, "best"), {
+        rank: this.pg.rank,
+        keepLast: 1,
+        ...(owner ? { owner } : {}),
+      })
       : null;
   }
 
@@ -306,6 +316,7 @@ export class Trainer<M extends Module> {
       resumedFrom: null,
       preempted: false,
     };
+    this.#claimCheckpointFolders();
     result.resumedFrom = this.#resume(log);
     log.begin({
       config: {
@@ -570,6 +581,29 @@ export class Trainer<M extends Module> {
     this.pg.barrier("checkpoint");
   }
 
+  /**
+   * Before anything is loaded or saved: rank 0 takes the lock of this run's checkpoint folders
+   * (refused, naming the holder, when another live run writes them); the other ranks check that
+   * no live run but their own holds them. Two live runs never share a folder.
+   */
+  #claimCheckpointFolders(): void {
+    for (const m of [this.checkpoints, this.bestCheckpoints]) {
+      if (!m) continue;
+      if (this.pg.rank === 0) {
+        m.claim("resume from it or write its checkpoints there");
+        continue;
+      }
+      const writer = m.liveWriter();
+      if (writer && writer.owner !== m.owner) {
+        throw new CheckpointFolderBusy(
+          m.dir,
+          writer,
+          "resume from it or write its checkpoints there",
+        );
+      }
+    }
+  }
+
   /** Loads the configured checkpoint; returns its step or null for a fresh start. */
   #resume(log: MetricsLogger): number | null {
     const mode = this.config.checkpoint.resume;
@@ -622,7 +656,11 @@ export class Trainer<M extends Module> {
     const how = st.worldSize === this.pg.size
       ? ""
       : ` (saved by ${st.worldSize} ranks, continuing on ${this.pg.size})`;
-    log.print(`resumed from ${loaded.dir}: epoch ${st.data.epoch}, step ${st.step}${how}`);
+    log.print(
+      `resumed from ${loaded.dir}: epoch ${st.data.epoch}, step ${st.step}${how}; ${
+        whoseState(st.runId, getWorld().runId)
+      }`,
+    );
     return st.step;
   }
 
@@ -644,12 +682,14 @@ export class Trainer<M extends Module> {
       }
     };
     if (exists(join(from, MANIFEST_FILE))) {
+      refuseLiveSource(new CheckpointManager(dirname(from), { rank: this.pg.rank }));
       const loaded = new CheckpointManager(dirname(from), { rank: this.pg.rank }).load(from);
       accept(loaded);
       return loaded;
     }
     const dir = exists(join(from, "checkpoints")) ? join(from, "checkpoints") : from;
     const source = new CheckpointManager(dir, { rank: this.pg.rank });
+    refuseLiveSource(source);
     const loaded = source.loadLatest({ accept });
     if (!loaded) {
       throw new Error(
@@ -669,4 +709,24 @@ export class Trainer<M extends Module> {
       for (const d of digests) appendDataOrder(this.runDir, d);
     }
   }
+}
+
+/** --resume names a folder that another live run writes: its checkpoints may rotate away mid-read. */
+function refuseLiveSource(source: CheckpointManager): void {
+  const writer = source.liveWriter();
+  if (writer && writer.owner !== (getWorld().runId || `pid ${Deno.pid}`)) {
+    throw new CheckpointFolderBusy(source.dir, writer, "resume from it (--resume)");
+  }
+}
+
+/**
+ * Whose training state a resume adopts, for the log: this run's own (a
+ * restart's), or another run's — which the folder lock has shown not live.
+ */
+function whoseState(savedBy: string, me: string): string {
+  if (savedBy !== "" && savedBy === me) return `this run's own state (run ${me})`;
+  if (savedBy === "") return "the state of a run that recorded no run id (outside the launcher)";
+  return `adopting the state of run ${savedBy}, which is not live (this is run ${
+    me || "without an id"
+  })`;
 }
