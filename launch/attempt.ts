@@ -421,6 +421,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         launcherPid: Deno.pid,
         device: opts.device,
         resume: opts.resume,
+        allowConfigChange: opts.allowConfigChange,
       });
       if (ctx.plan) Object.assign(env, rankDeviceEnv(ctx.plan, local, Deno.hostname()));
       let p: RankProcess;

@@ -350,13 +350,22 @@ async function startRunRecord(
     },
     /** Ends attempt k's entry, with the process group its rank 0 reported. */
     async finish(k: number, end: AttemptEnd) {
-      const key = attemptKeys((ctx.attemptBase ?? 0) + k).processGroup; // the ranks' DTRAIN_RESTART_COUNT
-      const pg = await ctx.client.getText(key).catch(() => null);
-      let processGroup: AttemptEnd["processGroup"];
-      try {
-        if (pg !== null) processGroup = AttemptSchema.shape.processGroup.parse(JSON.parse(pg));
-      } catch { /* a malformed report is left out of the record */ }
-      rec = finishAttempt(rec, processGroup ? { ...end, processGroup } : end);
+      const keys = attemptKeys((ctx.attemptBase ?? 0) + k); // the ranks' DTRAIN_RESTART_COUNT
+      const report = async <S extends { parse(v: unknown): unknown }>(key: string, schema: S) => {
+        const raw = await ctx.client.getText(key).catch(() => null);
+        try {
+          return raw === null ? undefined : schema.parse(JSON.parse(raw)) as ReturnType<S["parse"]>;
+        } catch {
+          return undefined; // a malformed report is left out of the record
+        }
+      };
+      const processGroup = await report(keys.processGroup, AttemptSchema.shape.processGroup);
+      const resumed = await report(keys.resume, AttemptSchema.shape.resumed);
+      rec = finishAttempt(rec, {
+        ...end,
+        ...(processGroup ? { processGroup } : {}),
+        ...(resumed ? { resumed } : {}),
+      });
       writeRunRecord(runDir, rec);
     },
     /**

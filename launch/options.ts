@@ -39,6 +39,8 @@ export interface LaunchOptions {
   oversubscribe: boolean;
   /** start the ranks without type-checking the script */
   noCheck: boolean;
+  /** a resume may change the data order or the global batch (DTRAIN_ALLOW_CONFIG_CHANGE) */
+  allowConfigChange: boolean;
   /**
    * Not a command-line option: the sha256 the script must have (`dtrain rerun`
    * verified it); the launcher refuses to start the ranks when it differs.
@@ -112,6 +114,16 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
     defaultText: "none: a Trainer resumes only from its own run directory's checkpoints",
     help:
       "a Trainer continues from the latest good checkpoint of this run directory (or checkpoint folder)",
+  },
+  {
+    name: "allow-config-change",
+    value: "",
+    key: "allowConfigChange",
+    kind: "flag",
+    topic: "Processes",
+    defaultText:
+      "off: a resume that changes the data order (seed, shuffle, dropLast) or the global batch is refused",
+    help: "let a Trainer resume with another data order or global batch size (listed in the log)",
   },
   {
     name: "no-check",
@@ -265,6 +277,7 @@ const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
   resume: null,
   oversubscribe: false,
   noCheck: false,
+  allowConfigChange: false,
 };
 
 function parseValue(spec: OptionSpec, raw: string): number | string {

@@ -44,6 +44,16 @@ export const AttemptSchema = lazySchema(() =>
       /** rank 0's device: "cpu", "cuda:0", "cuda-emu:0" */
       device: z.string(),
     }).optional(),
+    /** what the attempt's Trainer resumed from (absent: it started fresh, or is no Trainer) */
+    resumed: z.object({
+      /** the checkpoint's folder */
+      checkpoint: z.string(),
+      step: count,
+      /** the run whose state it adopted ("" when the state names none) */
+      savedBy: z.string(),
+      /** each change of the training config since the checkpoint: "key saved → now" */
+      configChanges: z.array(z.string()),
+    }).optional(),
   })
 );
 

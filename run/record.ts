@@ -314,6 +314,8 @@ export interface AttemptEnd {
   endedAt?: Date;
   /** the process group rank 0 reported (distributed/control/rank_runtime.ts reportProcessGroup) */
   processGroup?: Attempt["processGroup"];
+  /** what rank 0's Trainer resumed from (rank_runtime.ts reportResume) */
+  resumed?: Attempt["resumed"];
 }
 
 /**
@@ -338,6 +340,7 @@ export function finishAttempt(record: RunRecord, end: AttemptEnd): RunRecord {
     failingRank: end.failingRank ?? null,
     reason: end.reason ?? null,
     ...(end.processGroup !== undefined ? { processGroup: end.processGroup } : {}),
+    ...(end.resumed !== undefined ? { resumed: end.resumed } : {}),
   };
   const status = end.interrupted
     ? "interrupted"

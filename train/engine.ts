@@ -30,7 +30,8 @@ import { DistributedDataParallel } from "../distributed/ddp.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/control/phase.ts";
 import { getRankSettings, getWorld } from "../distributed/control/env.ts";
-import { publishFailure } from "../distributed/control/rank_runtime.ts";
+import { publishFailure, reportResume } from "../distributed/control/rank_runtime.ts";
+import { configChanges, describeChange, refuseUnintendedChanges } from "./resume_changes.ts";
 import { manualSeed } from "../nn/init.ts";
 import {
   CheckpointFolderBusy,
@@ -639,6 +640,31 @@ export class Trainer<M extends Module> {
     }
     phase("checkpoint load");
     const st = check(loaded);
+    // What the checkpoint was trained with against this run: the data order and the global batch
+    // only on purpose; any other change is said once (the log, and run.json's attempt).
+    const changes = configChanges(
+      st.config as unknown as Record<string, unknown>,
+      this.config as unknown as Record<string, unknown>,
+      st.worldSize,
+      this.pg.size,
+    );
+    refuseUnintendedChanges(
+      changes,
+      this.config.checkpoint.allowConfigChange || getRankSettings().allowConfigChange,
+      loaded.dir,
+    );
+    if (changes.length > 0) {
+      log.print(
+        `resuming with ${changes.length} change(s) to the training config the checkpoint was ` +
+          `trained with: ${changes.map(describeChange).join("; ")}`,
+      );
+    }
+    reportResume({
+      checkpoint: loaded.dir,
+      step: st.step,
+      savedBy: st.runId,
+      configChanges: changes.map(describeChange),
+    });
     const model = loaded.files.get("model")!;
     const opt = loaded.files.get("optimizer")!;
     this.model.loadStateDict(new Map([...model.tensors].map(([k, t]) => [k, stateTensor(t)])));

@@ -195,6 +195,24 @@ export function reportProcessGroup(report: ProcessGroupReport): void {
   setTimeout(() => client.post(key, JSON.stringify(report)), 0);
 }
 
+/** What a resume adopted, as run.json records it in the attempt (`resumed`). */
+export interface ResumeReport {
+  /** the checkpoint's folder */
+  checkpoint: string;
+  step: number;
+  /** the run id the checkpoint's state names ("" when it names none) */
+  savedBy: string;
+  /** each change of the training config since the checkpoint, "key saved → now" */
+  configChanges: string[];
+}
+
+/** Rank 0: tells the launcher what this attempt resumed from (run.json); a no-op elsewhere. */
+export function reportResume(report: ResumeReport): void {
+  if (!store || !keys || getWorld().rank !== 0) return;
+  const [client, key] = [store, keys.resume];
+  setTimeout(() => client.post(key, JSON.stringify(report)), 0);
+}
+
 /**
  * Runs `fn` on rank 0 while every other rank waits at the barrier `name`,
  * then runs `fn` on the other ranks. Use it for work that one rank must do

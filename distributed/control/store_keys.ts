@@ -48,6 +48,8 @@ export function attemptKeys(attempt: number) {
     barrierDone: (name: string, gen: number) => `${a}/barrier/${name}/${gen}/done`,
     /** JSON: the process group rank 0 made (backend, world size, device), for run.json */
     processGroup: `${a}/process-group`,
+    /** JSON: what rank 0's Trainer resumed from (checkpoint, whose state, config changes), for run.json */
+    resume: `${a}/resume`,
     /** a key of the user's (or a backend's) own, scoped to this attempt */
     user: (name: string) => `${a}/user/${name}`,
   };

@@ -121,9 +121,13 @@ export function lockCheckpointFolder(dir: string, owner: string, doing: string):
     since: new Date().toISOString(),
   };
   const bytes = new TextEncoder().encode(JSON.stringify(me) + "\n");
-  file.truncateSync(0);
-  file.seekSync(0, Deno.SeekMode.Start);
-  for (let off = 0; off < bytes.length;) off += file.writeSync(bytes.subarray(off));
+  try {
+    file.truncateSync(0);
+    file.seekSync(0, Deno.SeekMode.Start);
+    for (let off = 0; off < bytes.length;) off += file.writeSync(bytes.subarray(off));
+  } catch {
+    // A full disk: the lock is held all the same, only unnamed (the save reports the disk).
+  }
   let held = true;
   const lock: FolderLock = {
     dir,

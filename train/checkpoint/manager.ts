@@ -265,11 +265,14 @@ export class CheckpointManager {
    * run that held it before, if its lock file names one. Other ranks: null,
    * nothing taken. Throws CheckpointFolderBusy, naming the holder, when
    * another live process holds it. Called by the first save; call it earlier
-   * to be refused before any work is done.
+   * to be refused before any work is done. Managers with an injected `io`
+   * take no lock.
    */
   claim(doing = "save its checkpoints there"): FolderHolder | null {
     if (this.#rank !== 0) return null;
     if (this.#lock) return null;
+    // A folder behind an injected io (tests' faults, another store) is not a folder to flock.
+    if (this.#ctx.io !== denoCheckpointIO) return null;
     this.#lock = lockCheckpointFolder(this.dir, this.#owner, doing);
     return this.#lock.previous;
   }

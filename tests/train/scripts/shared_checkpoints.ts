@@ -2,7 +2,8 @@
  * Test rank script: a Trainer whose checkpoint folder is $TEST_CK_DIR (so two
  * runs can be pointed at one folder), saving every step. With TEST_HOLD=1 it
  * records its pid after the first epoch's checkpoints and waits (holding the
- * run live) until $TEST_PID_DIR/release exists.
+ * run live) until $TEST_PID_DIR/release exists. TEST_EPOCHS, TEST_BATCH and
+ * TEST_LR change the config a resume is compared with.
  */
 import { crossEntropy, Linear, TensorDataset, TorchGenerator, Trainer } from "dtrain";
 
@@ -30,7 +31,8 @@ await new Trainer({
   },
   config: {
     epochs: Number(Deno.env.get("TEST_EPOCHS") ?? 2),
-    data: { globalBatchSize: 16 },
+    data: { globalBatchSize: Number(Deno.env.get("TEST_BATCH") ?? 16) },
+    optim: { lr: Number(Deno.env.get("TEST_LR") ?? 1e-3) },
     checkpoint: { dir: Deno.env.get("TEST_CK_DIR")!, everySteps: 1, keepLast: 2, async: false },
     logEvery: 1000,
   },
