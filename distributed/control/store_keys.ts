@@ -17,6 +17,8 @@ export const runKeys = {
   nodeInfo: (n: number) => `${ROOT}/node/${n}/info`,
   /** node n's launcher heartbeat (its clock, ms) */
   nodeBeat: (n: number) => `${ROOT}/node/${n}/beat`,
+  /** JSON {node, host, why}: the first launcher that refused the launch (its options differ) */
+  refused: `${ROOT}/refused`,
   /** node n's launcher is leaving; node 0 may close the store once all have */
   nodeExit: (n: number) => `${ROOT}/node/${n}/exit`,
 } as const;
