@@ -152,7 +152,11 @@ export { fromStTensor, toStTensor } from "./tensor/st_bridge.ts";
 export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
 
 // distributed
-export { initProcessGroup, type ProcessGroup } from "./distributed/process_group.ts";
+export {
+  currentProcessGroup,
+  initProcessGroup,
+  type ProcessGroup,
+} from "./distributed/process_group.ts";
 export { DistributedDataParallel } from "./distributed/ddp.ts";
 export { stopRequested, stopSignal, watchStopSignals } from "./distributed/stop.ts";
 export {

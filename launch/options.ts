@@ -410,7 +410,9 @@ export function launchHelp(): string {
     "",
     "Exit status: 0 when every rank exited 0; 124 when a timeout ended the run (--timeout,",
     "--rdzv-timeout, or a rank's own collective or barrier timeout); 128+N after the launcher got",
-    "signal N; 2 for a bad command line; otherwise the code of the rank that failed first.",
+    "signal N (SIGINT, SIGTERM, SIGHUP, SIGQUIT, … all give the ranks --grace to save); 2 for a",
+    "bad command line, a launch refused before any rank ran, or an error of dtrain itself;",
+    "otherwise the code of the rank that failed first.",
   );
   return lines.join("\n");
 }

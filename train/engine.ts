@@ -25,7 +25,11 @@ import { constantLr, LrScheduler, stepLr, warmupCosineLr } from "../optim/lr_sch
 import { DataLoader } from "../data/dataloader.ts";
 import type { Dataset } from "../data/dataset.ts";
 import { ResumableSampler } from "../data/resumable_sampler.ts";
-import { initProcessGroup, type ProcessGroup } from "../distributed/process_group.ts";
+import {
+  currentProcessGroup,
+  initProcessGroup,
+  type ProcessGroup,
+} from "../distributed/process_group.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/control/phase.ts";
@@ -120,7 +124,7 @@ export interface TrainerOptions<M extends Module> {
   ) => Record<string, number> | Promise<Record<string, number>>;
   /** Tokens per sample, for tokens/s in the metrics (e.g. the block size of a language model). */
   tokensPerSample?: number;
-  /** Process group (default: initProcessGroup() from the launcher's environment). */
+  /** Process group (default: the open one, else initProcessGroup() from the launcher's environment). */
   processGroup?: ProcessGroup;
   /** Run directory for metrics, data order and checkpoints (default: the launcher's, or none). */
   runDir?: string | null;
@@ -174,7 +178,7 @@ export class Trainer<M extends Module> {
     const cfg = this.config;
     for (const hook of configHooks) hook(cfg);
     const world = getWorld();
-    this.pg = opts.processGroup ?? initProcessGroup();
+    this.pg = opts.processGroup ?? currentProcessGroup() ?? initProcessGroup();
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;
     manualSeed(cfg.seed);
     this.model = opts.model();
