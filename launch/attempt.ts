@@ -266,7 +266,12 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       } catch {
         return;
       }
-      const hang = findHang(current, worldSize, Math.min(opts.hangWarnS, opts.timeoutS));
+      const hang = findHang(
+        current,
+        worldSize,
+        Math.min(opts.hangWarnS, opts.timeoutS),
+        stateOf(processStates()),
+      );
       if (hang && hang.waitS >= opts.timeoutS) {
         const table = rankTable(current, {
           worldSize,

@@ -83,8 +83,16 @@ export function findHang(
   reported: readonly RankView[],
   worldSize: number,
   thresholdS: number,
+  processState: (rank: number, pid: number) => string | null = () => null,
 ): Hang | null {
-  const views = reported.map(inferBlocked);
+  // What the launcher sees itself comes first: a rank whose process is stopped (SIGSTOP, a
+  // debugger, a suspended job) is the stall, whatever its last published record says; it is
+  // never counted among the ranks that wait.
+  const stoppedRanks = reported.filter((v) =>
+    v.status === "running" && STOPPED_STATES.has(processState(v.rank, v.pid) ?? "")
+  );
+  const isStopped = new Set(stoppedRanks.map((v) => v.rank));
+  const views = reported.filter((v) => !isStopped.has(v.rank)).map(inferBlocked);
   const stuck = views.filter((v) => v.inColl && v.status === "running" && v.collS >= thresholdS);
   if (stuck.length === 0) return null;
   const groups = new Map<string, RankView[]>();
@@ -102,26 +110,38 @@ export function findHang(
   const byRank = new Map(views.map((v) => [v.rank, v]));
   const others: string[] = [];
   for (let r = 0; r < worldSize; r++) {
-    if (!memberRanks.has(r)) others.push(elsewhere(r, byRank.get(r)));
+    if (!memberRanks.has(r) && !isStopped.has(r)) others.push(elsewhere(r, byRank.get(r)));
   }
   const waitS = waitOf(group);
   const who = members.length === 1
     ? `rank ${members[0]!.rank} waits`
     : `ranks ${rankList([...memberRanks])} wait`;
   const head = `${who} at ${collName(group[0]!)} for ${seconds(waitS)}`;
-  const sentence = others.length === 0
+  const stopped = stoppedRanks.map((v) =>
+    `rank ${v.rank} (pid ${v.pid}) is ${
+      PROCESS_STATES[processState(v.rank, v.pid)!]
+    } (process state "${processState(v.rank, v.pid)}": SIGSTOP, a debugger or a suspended job) ` +
+    `and has not been heard from for ${seconds(v.heardS)}`
+  );
+  const sentence = stopped.length > 0
+    ? `${stopped.join("; ")}: ${head}${others.length > 0 ? `; ${others.join("; ")}` : ""}`
+    : others.length === 0
     ? `${head}; every rank is in it, so the collective itself is stuck`
     : `${head}; ${others.join("; ")}`;
   return {
     signature: JSON.stringify([
       key,
       [...memberRanks].sort(),
+      [...isStopped].sort(),
       others.map((o) => o.replace(/ for [\d.]+ s$/, "")),
     ]),
     waitS,
     sentence,
   };
 }
+
+/** Process states of a rank that cannot run until someone continues it. */
+const STOPPED_STATES = new Set(["T", "t"]);
 
 /** What the /proc state letter of a silent rank says about it. */
 const PROCESS_STATES: Record<string, string> = {
