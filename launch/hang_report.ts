@@ -49,6 +49,12 @@ function elsewhere(rank: number, v: RankView | undefined): string {
   if (!v) return `rank ${rank} has not reported (not started, or died before its first report)`;
   if (v.status === "exited") return `rank ${rank} has exited`;
   if (v.inColl) return `rank ${rank} waits at ${collName(v)} for ${seconds(v.collS)}`;
+  if (v.status === "running" && v.heardS >= SILENT_S) {
+    // Its record is old: where it is now is not known (busy in code that never yields, or blocked).
+    return `rank ${rank} is elsewhere, phase unknown (its last record, phase "${v.phase}", is ${
+      seconds(v.heardS)
+    } old)`;
+  }
   return `rank ${rank} is elsewhere: phase "${v.phase}" for ${seconds(v.phaseS)}`;
 }
 
@@ -60,10 +66,12 @@ export const SILENT_S = 3;
  * rank's frequent collectives are reported only every ~100 ms, so it is
  * taken to wait in the collective after the last one it reported.
  */
-function inferBlocked(v: RankView): RankView {
-  // A silent rank in a phase of its own (the user's `phase("scan dataset")`) is busy, not blocked.
+function inferBlocked(v: RankView, processState: string | null): RankView {
+  // A silent rank in a phase of its own (the user's `phase("scan dataset")`) is busy, not blocked;
+  // so is one whose process the launcher sees running code ("R"): the guess would be wrong.
   if (
-    v.status !== "running" || v.inColl || v.heardS < SILENT_S || v.coll === null || !v.phaseFrequent
+    v.status !== "running" || v.inColl || v.heardS < SILENT_S || v.coll === null ||
+    !v.phaseFrequent || processState === "R"
   ) return v;
   const coll = {
     ...v.coll,
@@ -92,7 +100,9 @@ export function findHang(
     v.status === "running" && STOPPED_STATES.has(processState(v.rank, v.pid) ?? "")
   );
   const isStopped = new Set(stoppedRanks.map((v) => v.rank));
-  const views = reported.filter((v) => !isStopped.has(v.rank)).map(inferBlocked);
+  const views = reported.filter((v) => !isStopped.has(v.rank)).map((v) =>
+    inferBlocked(v, processState(v.rank, v.pid))
+  );
   const stuck = views.filter((v) => v.inColl && v.status === "running" && v.collS >= thresholdS);
   if (stuck.length === 0) return null;
   const groups = new Map<string, RankView[]>();
@@ -133,7 +143,7 @@ export function findHang(
       key,
       [...memberRanks].sort(),
       [...isStopped].sort(),
-      others.map((o) => o.replace(/ for [\d.]+ s$/, "")),
+      others.map((o) => o.replace(/ (for [\d.]+ s|is [\d.]+ s old\))$/, "")),
     ]),
     waitS,
     sentence,
@@ -205,14 +215,16 @@ export function rankTable(views: readonly RankView[], opts: TableOptions): strin
       const what = PROCESS_STATES[opts.processState?.(r, v.pid) ?? ""];
       state = `not responding${what ? ` (${what})` : ""}${exit ? `, then ${exit}` : ""}`;
     }
+    // A silent rank's last phase is a fact about then, not now (a loop without `await` never
+    // sends its heartbeat): it is shown as stale, with no time in it that would read as current.
     rows.push([
       String(r),
       node,
       v.host,
       String(v.pid),
       state,
-      v.phase,
-      seconds(v.phaseS),
+      silent ? `unknown (last: ${v.phase})` : v.phase,
+      silent ? "-" : seconds(v.phaseS),
       coll,
       `${seconds(v.heardS)} ago`,
     ]);

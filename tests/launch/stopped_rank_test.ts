@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { SCRIPTS, TestRun, waitUntil } from "./launch_helpers.ts";
 import type { RankView } from "../../distributed/control/rank_state.ts";
-import { findHang } from "../../launch/hang_report.ts";
+import { findHang, rankTable } from "../../launch/hang_report.ts";
 
 function atBarrier(rank: number, waitS: number, heardS = 0.5): RankView {
   return {
@@ -69,4 +69,26 @@ Deno.test("a launched rank stopped by SIGSTOP is named as stopped in the hang re
     }
     await t.cleanup();
   }
+});
+
+Deno.test("a silent rank's old phase is shown as unknown, and a rank running code is not guessed blocked", () => {
+  // Rank 1 runs a loop without `await`: its record (DDP's set-up phase) is 21 s old.
+  const stale: RankView = {
+    ...atBarrier(1, 0, 21),
+    phase: "ddp: verify parameters",
+    phaseS: 21,
+    inColl: false,
+    coll: { seq: 3, op: "allReduce", bytes: 4 },
+  };
+  const views = [atBarrier(0, 30), stale];
+  const table = rankTable(views, { worldSize: 2, nproc: 2, processState: () => "R" });
+  assert.match(table, /unknown \(last: ddp: verify parameters\)/);
+  assert.doesNotMatch(table, /ddp: verify parameters\s+21/, "no time in a phase that is not known");
+  const hang = findHang(views, 2, 10, () => "R")!;
+  assert.match(
+    hang.sentence,
+    /rank 1 is elsewhere, phase unknown \(its last record, phase "ddp: verify parameters", is 21 s old\)/,
+  );
+  // Without the process state, a silent rank in a library phase is taken as blocked (as before).
+  assert.doesNotMatch(findHang(views, 2, 10)!.sentence, /phase unknown/);
 });
