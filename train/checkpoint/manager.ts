@@ -66,6 +66,7 @@ import { listCheckpoints, rotateCheckpoints } from "./prune.ts";
 import { BackgroundCommitter, settleAllCommits } from "./background.ts";
 import { Progress, type ProgressOptions } from "../../distributed/control/progress.ts";
 import {
+  CheckpointFolderBusy,
   type FolderHolder,
   type FolderLock,
   liveHolder,
@@ -342,7 +343,13 @@ export class CheckpointManager {
 
   #save(payload: CheckpointPayload, async: boolean): string | null {
     if (this.#rank !== 0) return null;
-    this.claim();
+    try {
+      this.claim();
+    } catch (e) {
+      // Another live run's folder is refused here; a folder that cannot be made or opened is
+      // the save's own error, reported by it with the checkpoint's name (and then it retries).
+      if (e instanceof CheckpointFolderBusy) throw e;
+    }
     this.#settle();
     if (async) {
       const encoded = encodeCheckpoint(payload);
