@@ -263,7 +263,11 @@ export { fromStTensor, toStTensor } from "./tensor/st_bridge.ts";
 export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
 
 // distributed
-export { initProcessGroup, type ProcessGroup } from "./distributed/process_group.ts";
+export {
+  currentProcessGroup,
+  initProcessGroup,
+  type ProcessGroup,
+} from "./distributed/process_group.ts";
 export { type DDPBackwardOptions, DistributedDataParallel } from "./distributed/ddp.ts";
 export {
   type OptimizerClass,
@@ -271,6 +275,7 @@ export {
   ZeroRedundancyOptimizer,
   type ZeroRedundancyOptions,
 } from "./distributed/zero.ts";
+export { stopRequested, stopSignal, watchStopSignals } from "./distributed/stop.ts";
 export {
   getStore,
   rankZeroFirst,

@@ -102,6 +102,16 @@ export interface ProcessGroup {
 export function initProcessGroup(options: ProcessGroupOptions = {}): ProcessGroup {
   const b = backend();
   const cfg = resolveProcessGroupConfig({ ...options, device: b.device });
+  if (openGroup && cfg.size > 1) {
+    // PyTorch refuses a second init_process_group too: two groups of the same ranks would share
+    // the launcher's barriers and the failure notices, and a collective on one never matches
+    // the other's.
+    throw new Error(
+      `initProcessGroup: this process already has an open process group (${openGroup.backend}, ` +
+        `rank ${openGroup.rank} of ${openGroup.size}); use it (currentProcessGroup() returns ` +
+        `it), or close() it first`,
+    );
+  }
   const kind = options.backend ??
     (cfg.size === 1 ? "single" : b.device === "cuda" ? "nccl" : cfg.backend);
   if (!["nccl", "shm", "gloo", "single"].includes(kind)) {
@@ -129,5 +139,28 @@ export function initProcessGroup(options: ProcessGroupOptions = {}): ProcessGrou
         ? GlooProcessGroup.open(cfg)
         : ShmProcessGroup.open(cfg));
   reportProcessGroup({ backend: pg.backend, worldSize: pg.size, device: describeBackend(b) });
+  if (pg.size > 1) trackOpen(pg);
   return pg;
+}
+
+/** The group of several ranks that initProcessGroup() made and nobody closed yet. */
+let openGroup: ProcessGroup | null = null;
+
+/** Remembers `pg` as this process's open group until its close(). */
+function trackOpen(pg: ProcessGroup): void {
+  openGroup = pg;
+  const close = pg.close.bind(pg);
+  pg.close = () => {
+    if (openGroup === pg) openGroup = null;
+    close();
+  };
+}
+
+/**
+ * The process group of several ranks that initProcessGroup() made in this
+ * process and that is still open, or null (PyTorch's
+ * `torch.distributed.is_initialized()` with the default group).
+ */
+export function currentProcessGroup(): ProcessGroup | null {
+  return openGroup;
 }

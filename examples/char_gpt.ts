@@ -23,6 +23,7 @@ import {
   noGrad,
   RunLog,
   scope,
+  stopRequested,
   tensorFile,
   TorchGenerator,
 } from "dtrain";
@@ -75,6 +76,7 @@ let heldOut = NaN;
 try {
   const t0 = performance.now();
   let tWarm = t0;
+  let ran = steps;
   for (let step = 1; step <= steps; step++) {
     const offsets = train.randomOffsets(gen, BATCH);
     const loss = scope(() => {
@@ -88,8 +90,15 @@ try {
     log.step({ loss, samples: BATCH, indices: offsets }); // prints the mean over ranks every 10 steps
     if (step === 1) tFirst = Date.now() / 1000;
     if (step === 10) tWarm = performance.now();
+    // Ctrl-C or a preemption's SIGTERM: every rank stops here, at the same step; the held-out
+    // loss and the checkpoint below are written as at the end.
+    if (await stopRequested(pg)) {
+      log.print(`stopped on request after step ${step}`);
+      ran = step;
+      break;
+    }
   }
-  const tokensPerS = ((steps - 10) * BATCH * BLOCK * pg.size) /
+  const tokensPerS = ((ran - 10) * BATCH * BLOCK * pg.size) /
     ((performance.now() - tWarm) / 1000);
   if (pg.rank === 0) {
     // The peer's held-out figure: 64 fixed windows (generator 4242), evaluated 16 at a time.
@@ -108,9 +117,7 @@ try {
       })
     );
     console.log(
-      `held-out loss ${evalLoss.toFixed(4)}, ${
-        Math.round(tokensPerS)
-      } tokens/s (steps 11..${steps})`,
+      `held-out loss ${evalLoss.toFixed(4)}, ${Math.round(tokensPerS)} tokens/s (steps 11..${ran})`,
     );
     if (bench) {
       // llm.c's count of a training step's arithmetic: 6 per parameter and 6·L·C·T for attention.
@@ -127,7 +134,7 @@ try {
     }
     heldOut = evalLoss;
     new CheckpointManager(`${world.runDir ?? "runs/char_gpt"}/checkpoints`, { rank: 0 })
-      .save({ step: steps, files: [tensorFile("model", ddp.stateDict())], state: { steps } });
+      .save({ step: ran, files: [tensorFile("model", ddp.stateDict())], state: { steps: ran } });
   }
   // Rank 0 computed the peer's figure; every rank takes part in recording it.
   const shared = Float64Array.of(heldOut);

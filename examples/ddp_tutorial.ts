@@ -5,7 +5,10 @@
  * with set_epoch, SGD, a checkpoint every `saveEvery` epochs — plus what a
  * loop of one's own gets from dtrain: a RunLog (metrics.jsonl, config.json,
  * data_order.jsonl, TensorBoard), an evaluation on every rank under noGrad
- * reduced over the ranks, and a resume from the latest checkpoint.
+ * reduced over the ranks, a resume from the latest checkpoint, and a graceful
+ * stop: on Ctrl-C or SIGTERM (a preemption) every rank finishes its step,
+ * rank 0 saves, and the run exits 0 within the launcher's --grace; the next
+ * launch resumes at the step where it stopped.
  *
  *   ./dtrain --nproc 2 examples/ddp_tutorial.ts [epochs=3] [batchSize=32] [--limit N]
  *
@@ -35,6 +38,7 @@ import {
   Sequential,
   setRngState,
   SGD,
+  stopRequested,
   Subset,
   tensorFile,
 } from "dtrain";
@@ -63,6 +67,8 @@ class Trainer {
     readonly log: RunLog,
     readonly checkpoints: CheckpointManager,
     readonly epochsRun: number,
+    /** batches of epoch `epochsRun` a stopped run already trained on */
+    readonly batchesRun = 0,
   ) {
     this.ddp = new DistributedDataParallel(model, pg);
   }
@@ -82,7 +88,8 @@ class Trainer {
     });
   }
 
-  async runEpoch(epoch: number): Promise<void> {
+  /** Trains one epoch from batch `skip`; returns the batches done when a stop was requested, else null. */
+  async runEpoch(epoch: number, skip = 0): Promise<number | null> {
     const it = this.trainData[Symbol.asyncIterator]();
     const first = (await it.next()).value; // b_sz = len(next(iter(self.train_data))[0])
     const bSz = first?.tensors[0]?.shape[0] ?? 0;
@@ -96,12 +103,21 @@ class Trainer {
     );
     sampler.setEpoch(epoch);
     this.log.epoch(epoch);
+    let batch = 0;
     for await (const { tensors: [source, targets], waitMs } of this.trainData) {
+      if (batch++ < skip) { // trained before the stop: the same order, since set_epoch(epoch)
+        source!.dispose();
+        targets!.dispose();
+        continue;
+      }
       const loss = this.runBatch(source!, targets!);
       this.log.step({ loss, samples: source!.shape[0]!, dataWaitMs: waitMs });
       source!.dispose();
       targets!.dispose();
+      // Ctrl-C or SIGTERM on any rank: every rank learns it here, at the same step.
+      if (await stopRequested(this.pg)) return batch;
     }
+    return null;
   }
 
   /** Test accuracy and loss over every rank's share of the test set. */
@@ -130,19 +146,30 @@ class Trainer {
     );
   }
 
-  saveCheckpoint(epoch: number): void {
+  /** Saves after `epoch`, or inside it after `batchesRun` batches (a stop). */
+  saveCheckpoint(epoch: number, batchesRun: number | null = null): void {
     const rng = [getRngState(this.model)]; // rank 0's: every rank draws alike here
     this.checkpoints.save({
       step: this.log.stepCount,
       files: [tensorFile("model", this.model.stateDict()), optimizerFile(this.optimizer)],
-      state: { epochsRun: epoch + 1, rng },
+      state: batchesRun === null
+        ? { epochsRun: epoch + 1, batchesRun: 0, rng }
+        : { epochsRun: epoch, batchesRun, rng },
     });
     this.log.print(`Epoch ${epoch} | Training checkpoint saved`);
   }
 
   async train(maxEpochs: number): Promise<void> {
     for (let epoch = this.epochsRun; epoch < maxEpochs; epoch++) {
-      await this.runEpoch(epoch);
+      const stoppedAt = await this.runEpoch(epoch, epoch === this.epochsRun ? this.batchesRun : 0);
+      if (stoppedAt !== null) {
+        this.saveCheckpoint(epoch, stoppedAt);
+        await this.checkpoints.wait(); // durable before the grace period ends
+        this.log.print(
+          `stopped on request at epoch ${epoch}, batch ${stoppedAt}; checkpoint saved`,
+        );
+        return;
+      }
       await this.evaluate();
       if (epoch % saveEvery === 0) this.saveCheckpoint(epoch);
       this.pg.barrier("epoch-end");
@@ -175,13 +202,14 @@ try {
     { rank: pg.rank },
   );
   const ck = checkpoints.loadLatest();
-  let epochsRun = 0;
+  let epochsRun = 0, batchesRun = 0;
   if (ck) {
     model.loadStateDict(ck);
     optimizer.loadStateDict(ck);
-    const state = ck.state as { epochsRun: number; rng: RngState[] };
+    const state = ck.state as { epochsRun: number; batchesRun?: number; rng: RngState[] };
     setRngState(state.rng[0]!, model);
     epochsRun = state.epochsRun;
+    batchesRun = state.batchesRun ?? 0;
   }
   const log = new RunLog({
     config: {
@@ -201,7 +229,13 @@ try {
     logEvery: 50,
     startStep: ck?.step ?? 0,
   });
-  if (ck) log.print(`resuming training from the checkpoint of epoch ${epochsRun - 1}`);
+  if (ck) {
+    log.print(
+      batchesRun > 0
+        ? `resuming training in epoch ${epochsRun} after batch ${batchesRun}`
+        : `resuming training from the checkpoint of epoch ${epochsRun - 1}`,
+    );
+  }
   const trainer = new Trainer(
     model,
     trainData,
@@ -211,6 +245,7 @@ try {
     log,
     checkpoints,
     epochsRun,
+    batchesRun,
   );
   await trainer.train(totalEpochs);
   log.close();

@@ -154,9 +154,11 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     stopping = true;
     let before: RankView[] | null = null;
     const failedIn = new Map<number, number>();
+    let notices: StoredNotice[] = [];
     try {
       before = await views();
-      for (const { notice } of await readNotices()) {
+      notices = await readNotices();
+      for (const { notice } of notices) {
         if (notice.collective) failedIn.set(notice.rank, notice.collective.seq);
       }
     } catch { /* the store is gone: nobody can say what the other ranks were doing */ }
@@ -176,7 +178,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         failedIn,
       })
       : "(unknown: the control store is unreachable)";
-    log.info(failureSummary(rec, table));
+    log.info(failureSummary(rec, table) + otherFailures(rec, notices));
     log.info(
       `node ${node}'s ranks ended: ${
         ranks.map((p, i) => `rank ${p.rank} ${describeExit(exits[i]!)}`).join(", ")
@@ -266,7 +268,12 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       } catch {
         return;
       }
-      const hang = findHang(current, worldSize, Math.min(opts.hangWarnS, opts.timeoutS));
+      const hang = findHang(
+        current,
+        worldSize,
+        Math.min(opts.hangWarnS, opts.timeoutS),
+        stateOf(processStates()),
+      );
       if (hang && hang.waitS >= opts.timeoutS) {
         const table = rankTable(current, {
           worldSize,
@@ -421,6 +428,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         launcherPid: Deno.pid,
         device: opts.device,
         resume: opts.resume,
+        allowConfigChange: opts.allowConfigChange,
       });
       if (ctx.plan) Object.assign(env, rankDeviceEnv(ctx.plan, local, Deno.hostname()));
       let p: RankProcess;
@@ -484,6 +492,25 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     requestAbort({ reason: "launch-error", node, code: 1, detail, graceMs: FAILURE_GRACE_MS });
   };
   return { signal, nodeLost, launchError, started, result };
+}
+
+/**
+ * The other ranks' own errors, one line each after the summary (the ranks no longer print them):
+ * the same error as the first failure's is named by rank only, a different one by its message.
+ */
+function otherFailures(rec: AbortRecord, notices: readonly StoredNotice[]): string {
+  const first = rec.notice;
+  const others = notices.map((n) => n.notice).filter((n) =>
+    n.kind !== "peer" && n.rank !== rec.rank
+  ).sort((a, b) => a.rank - b.rank);
+  const same = others.filter((n) => first && n.message === first.message).map((n) => n.rank);
+  const lines = [
+    ...(same.length > 0 ? [`rank(s) ${rankList(same)} failed with the same error`] : []),
+    ...others.filter((n) => !first || n.message !== first.message).map((n) =>
+      `rank ${n.rank} also failed: ${n.message}`
+    ),
+  ];
+  return lines.map((l) => `\n${l}`).join("");
 }
 
 /** With DTRAIN_PROFILE=1, when this launcher started and spawns a rank (epoch ms), for the rank's report. */

@@ -49,6 +49,12 @@ function elsewhere(rank: number, v: RankView | undefined): string {
   if (!v) return `rank ${rank} has not reported (not started, or died before its first report)`;
   if (v.status === "exited") return `rank ${rank} has exited`;
   if (v.inColl) return `rank ${rank} waits at ${collName(v)} for ${seconds(v.collS)}`;
+  if (v.status === "running" && v.heardS >= SILENT_S) {
+    // Its record is old: where it is now is not known (busy in code that never yields, or blocked).
+    return `rank ${rank} is elsewhere, phase unknown (its last record, phase "${v.phase}", is ${
+      seconds(v.heardS)
+    } old)`;
+  }
   return `rank ${rank} is elsewhere: phase "${v.phase}" for ${seconds(v.phaseS)}`;
 }
 
@@ -60,10 +66,12 @@ export const SILENT_S = 3;
  * rank's frequent collectives are reported only every ~100 ms, so it is
  * taken to wait in the collective after the last one it reported.
  */
-function inferBlocked(v: RankView): RankView {
-  // A silent rank in a phase of its own (the user's `phase("scan dataset")`) is busy, not blocked.
+function inferBlocked(v: RankView, processState: string | null): RankView {
+  // A silent rank in a phase of its own (the user's `phase("scan dataset")`) is busy, not blocked;
+  // so is one whose process the launcher sees running code ("R"): the guess would be wrong.
   if (
-    v.status !== "running" || v.inColl || v.heardS < SILENT_S || v.coll === null || !v.phaseFrequent
+    v.status !== "running" || v.inColl || v.heardS < SILENT_S || v.coll === null ||
+    !v.phaseFrequent || processState === "R"
   ) return v;
   const coll = {
     ...v.coll,
@@ -83,8 +91,18 @@ export function findHang(
   reported: readonly RankView[],
   worldSize: number,
   thresholdS: number,
+  processState: (rank: number, pid: number) => string | null = () => null,
 ): Hang | null {
-  const views = reported.map(inferBlocked);
+  // What the launcher sees itself comes first: a rank whose process is stopped (SIGSTOP, a
+  // debugger, a suspended job) is the stall, whatever its last published record says; it is
+  // never counted among the ranks that wait.
+  const stoppedRanks = reported.filter((v) =>
+    v.status === "running" && STOPPED_STATES.has(processState(v.rank, v.pid) ?? "")
+  );
+  const isStopped = new Set(stoppedRanks.map((v) => v.rank));
+  const views = reported.filter((v) => !isStopped.has(v.rank)).map((v) =>
+    inferBlocked(v, processState(v.rank, v.pid))
+  );
   const stuck = views.filter((v) => v.inColl && v.status === "running" && v.collS >= thresholdS);
   if (stuck.length === 0) return null;
   const groups = new Map<string, RankView[]>();
@@ -102,26 +120,38 @@ export function findHang(
   const byRank = new Map(views.map((v) => [v.rank, v]));
   const others: string[] = [];
   for (let r = 0; r < worldSize; r++) {
-    if (!memberRanks.has(r)) others.push(elsewhere(r, byRank.get(r)));
+    if (!memberRanks.has(r) && !isStopped.has(r)) others.push(elsewhere(r, byRank.get(r)));
   }
   const waitS = waitOf(group);
   const who = members.length === 1
     ? `rank ${members[0]!.rank} waits`
     : `ranks ${rankList([...memberRanks])} wait`;
   const head = `${who} at ${collName(group[0]!)} for ${seconds(waitS)}`;
-  const sentence = others.length === 0
+  const stopped = stoppedRanks.map((v) =>
+    `rank ${v.rank} (pid ${v.pid}) is ${
+      PROCESS_STATES[processState(v.rank, v.pid)!]
+    } (process state "${processState(v.rank, v.pid)}": SIGSTOP, a debugger or a suspended job) ` +
+    `and has not been heard from for ${seconds(v.heardS)}`
+  );
+  const sentence = stopped.length > 0
+    ? `${stopped.join("; ")}: ${head}${others.length > 0 ? `; ${others.join("; ")}` : ""}`
+    : others.length === 0
     ? `${head}; every rank is in it, so the collective itself is stuck`
     : `${head}; ${others.join("; ")}`;
   return {
     signature: JSON.stringify([
       key,
       [...memberRanks].sort(),
-      others.map((o) => o.replace(/ for [\d.]+ s$/, "")),
+      [...isStopped].sort(),
+      others.map((o) => o.replace(/ (for [\d.]+ s|is [\d.]+ s old\))$/, "")),
     ]),
     waitS,
     sentence,
   };
 }
+
+/** Process states of a rank that cannot run until someone continues it. */
+const STOPPED_STATES = new Set(["T", "t"]);
 
 /** What the /proc state letter of a silent rank says about it. */
 const PROCESS_STATES: Record<string, string> = {
@@ -185,14 +215,16 @@ export function rankTable(views: readonly RankView[], opts: TableOptions): strin
       const what = PROCESS_STATES[opts.processState?.(r, v.pid) ?? ""];
       state = `not responding${what ? ` (${what})` : ""}${exit ? `, then ${exit}` : ""}`;
     }
+    // A silent rank's last phase is a fact about then, not now (a loop without `await` never
+    // sends its heartbeat): it is shown as stale, with no time in it that would read as current.
     rows.push([
       String(r),
       node,
       v.host,
       String(v.pid),
       state,
-      v.phase,
-      seconds(v.phaseS),
+      silent ? `unknown (last: ${v.phase})` : v.phase,
+      silent ? "-" : seconds(v.phaseS),
       coll,
       `${seconds(v.heardS)} ago`,
     ]);

@@ -183,6 +183,29 @@ async function typeCheck(given: string, script: string, log: LauncherLog): Promi
   );
 }
 
+/** Run facts every node must share: a difference is a refusal of the launch. */
+const SHARED_FIELDS = ["nnodes", "nproc", "maxRestarts"] as const;
+/** How long a launcher that refused the launch keeps node 0's store up for the others to read why. */
+const REFUSAL_LINGER_MS = 5000;
+
+/** A launch refused at rendezvous because the nodes were started with different options. */
+export class RendezvousRefused extends UsageError {
+  override name = "RendezvousRefused";
+}
+
+/** The first field in which `other` (node n) differs from `mine`, said as a sentence, or null. */
+function mismatch(other: RunInfo & { host?: string }, n: number, mine: RunInfo, me: number) {
+  for (const field of SHARED_FIELDS) {
+    if (other[field] !== mine[field]) {
+      return `node ${n}${other.host ? ` (${other.host})` : ""} runs with ${field}=${
+        other[field]
+      } but node ${me} with ${field}=${mine[field]}; ` +
+        `every node must be given the same --nnodes, --nproc and --max-restarts`;
+    }
+  }
+  return null;
+}
+
 /** Meets every node's launcher in the store; returns node 0's run facts (its run id, attempt base). */
 async function rendezvous(
   client: StoreClient,
@@ -210,17 +233,60 @@ async function rendezvous(
     JSON.stringify({ ...mine, host: Deno.hostname(), pid: Deno.pid }),
   );
   const timeoutMs = opts.rdzvTimeoutS * 1000;
-  const nodes = Array.from({ length: opts.nnodes }, (_, n) => n);
-  try {
-    await client.wait(nodes.map(runKeys.nodeInfo), timeoutMs);
-  } catch (e) {
-    const missing = nodes.filter((n) =>
-      (e as { missingKeys?: string[] }).missingKeys?.includes(runKeys.nodeInfo(n))
+  /** Says why in the store (for every other launcher), then refuses here. */
+  const refuse = async (why: string): Promise<never> => {
+    await client.set(runKeys.refused, JSON.stringify({ node: me, host: Deno.hostname(), why }))
+      .catch(() => {});
+    if (me === 0) {
+      // This store is about to close: the nodes that joined read the refusal and say goodbye first.
+      const others = Array.from({ length: opts.nnodes - 1 }, (_, i) => runKeys.nodeExit(i + 1));
+      await client.wait(others, REFUSAL_LINGER_MS).catch(() => {});
+    }
+    throw new RendezvousRefused(`Rendezvous failed: ${why}`);
+  };
+  /** Another launcher refused: say so, and why, and leave. */
+  const refusedElsewhere = async (): Promise<never> => {
+    const raw = await client.getText(runKeys.refused).catch(() => null);
+    const r = raw ? JSON.parse(raw) as { node: number; host: string; why: string } : null;
+    await client.set(runKeys.nodeExit(me), "refused").catch(() => {});
+    throw new RendezvousRefused(
+      r
+        ? `Rendezvous failed: node ${r.node} (${r.host}) refused the launch: ${r.why}`
+        : "Rendezvous failed: another node refused the launch",
     );
-    throw new LaunchTimeout(
-      `Rendezvous failed: node(s) ${
-        missing.join(",") || "?"
-      } did not join within ${opts.rdzvTimeoutS} s (--rdzv-timeout)`,
+  };
+  if (me !== 0) {
+    // Node 0's facts are in the store before its own node key: compared at once, not after a wait
+    // for nodes that will never come (a different --nnodes).
+    await client.wait([runKeys.info], timeoutMs).catch(() => {});
+    const info0 = await client.getText(runKeys.info).catch(() => null);
+    const why = info0 ? mismatch(JSON.parse(info0) as RunInfo, 0, mine, me) : null;
+    if (why) await refuse(why);
+  }
+  const nodes = Array.from({ length: opts.nnodes }, (_, n) => n);
+  const refused = client.wait([runKeys.refused], timeoutMs).then(() => "refused" as const);
+  refused.catch(() => {});
+  try {
+    const first = await Promise.race([
+      client.wait(nodes.map(runKeys.nodeInfo), timeoutMs),
+      refused,
+    ]);
+    if (first === "refused") await refusedElsewhere();
+  } catch (e) {
+    if (e instanceof RendezvousRefused) throw e;
+    if (await client.get(runKeys.refused).catch(() => null) !== null) await refusedElsewhere();
+    if (e instanceof StoreError && e.kind === "timeout") {
+      const missing = nodes.filter((n) => e.missingKeys.includes(runKeys.nodeInfo(n)));
+      throw new LaunchTimeout(
+        `Rendezvous failed: node(s) ${
+          missing.join(",") || "?"
+        } did not join within ${opts.rdzvTimeoutS} s (--rdzv-timeout)`,
+      );
+    }
+    throw new Error(
+      `Rendezvous failed: the control store closed before every node joined (${
+        (e as Error).message
+      }): node 0's launcher has ended; its output says why`,
     );
   }
   const info = JSON.parse((await client.getText(runKeys.info))!) as RunInfo;
@@ -228,16 +294,8 @@ async function rendezvous(
     const other = JSON.parse((await client.getText(runKeys.nodeInfo(n)))!) as RunInfo & {
       host: string;
     };
-    for (const field of ["nnodes", "nproc", "maxRestarts"] as const) {
-      if (other[field] !== mine[field]) {
-        throw new Error(
-          `Rendezvous failed: node ${n} (${other.host}) runs with ${field}=${
-            other[field]
-          } but node ${me} with ${field}=${mine[field]}; ` +
-            `every node must be given the same --nnodes, --nproc and --max-restarts`,
-        );
-      }
-    }
+    const why = mismatch(other, n, mine, me);
+    if (why) await refuse(why);
   }
   return info;
 }
@@ -350,22 +408,23 @@ async function startRunRecord(
     },
     /** Ends attempt k's entry, with the process group and numerics policy its rank 0 reported. */
     async finish(k: number, end: AttemptEnd) {
-      const key = attemptKeys((ctx.attemptBase ?? 0) + k).processGroup; // the ranks' DTRAIN_RESTART_COUNT
-      const pg = await ctx.client.getText(key).catch(() => null);
-      let processGroup: AttemptEnd["processGroup"];
-      try {
-        if (pg !== null) processGroup = AttemptSchema.shape.processGroup.parse(JSON.parse(pg));
-      } catch { /* a malformed report is left out of the record */ }
-      let numerics: AttemptEnd["numerics"];
-      try {
-        const text = await ctx.client.getText(attemptKeys((ctx.attemptBase ?? 0) + k).numerics)
-          .catch(() => null);
-        if (text !== null) numerics = AttemptSchema.shape.numerics.parse(JSON.parse(text));
-      } catch { /* a malformed report is left out of the record */ }
+      const keys = attemptKeys((ctx.attemptBase ?? 0) + k); // the ranks' DTRAIN_RESTART_COUNT
+      const report = async <S extends { parse(v: unknown): unknown }>(key: string, schema: S) => {
+        const raw = await ctx.client.getText(key).catch(() => null);
+        try {
+          return raw === null ? undefined : schema.parse(JSON.parse(raw)) as ReturnType<S["parse"]>;
+        } catch {
+          return undefined; // a malformed report is left out of the record
+        }
+      };
+      const processGroup = await report(keys.processGroup, AttemptSchema.shape.processGroup);
+      const numerics = await report(keys.numerics, AttemptSchema.shape.numerics);
+      const resumed = await report(keys.resume, AttemptSchema.shape.resumed);
       rec = finishAttempt(rec, {
         ...end,
         ...(processGroup ? { processGroup } : {}),
         ...(numerics ? { numerics } : {}),
+        ...(resumed ? { resumed } : {}),
       });
       writeRunRecord(runDir, rec);
     },

@@ -42,6 +42,8 @@ export interface LaunchOptions {
   noCheck: boolean;
   /** the cluster launcher environment the node settings came from (Slurm, MPI), when one was found */
   cluster?: string;
+  /** a resume may change the data order or the global batch (DTRAIN_ALLOW_CONFIG_CHANGE) */
+  allowConfigChange: boolean;
   /**
    * Not a command-line option: the sha256 the script must have (`dtrain rerun`
    * verified it); the launcher refuses to start the ranks when it differs.
@@ -115,6 +117,16 @@ export const LAUNCH_OPTIONS: readonly OptionSpec[] = [
     defaultText: "none: a Trainer resumes only from its own run directory's checkpoints",
     help:
       "a Trainer continues from the latest good checkpoint of this run directory (or checkpoint folder)",
+  },
+  {
+    name: "allow-config-change",
+    value: "",
+    key: "allowConfigChange",
+    kind: "flag",
+    topic: "Processes",
+    defaultText:
+      "off: a resume that changes the data order (seed, shuffle, dropLast) or the global batch is refused",
+    help: "let a Trainer resume with another data order or global batch size (listed in the log)",
   },
   {
     name: "no-check",
@@ -268,6 +280,7 @@ const DEFAULTS: Omit<LaunchOptions, "script" | "scriptArgs" | "logRanks"> = {
   resume: null,
   oversubscribe: false,
   noCheck: false,
+  allowConfigChange: false,
 };
 
 function parseValue(spec: OptionSpec, raw: string): number | string {
@@ -414,7 +427,9 @@ export function launchHelp(): string {
     "",
     "Exit status: 0 when every rank exited 0; 124 when a timeout ended the run (--timeout,",
     "--rdzv-timeout, or a rank's own collective or barrier timeout); 128+N after the launcher got",
-    "signal N; 2 for a bad command line; otherwise the code of the rank that failed first.",
+    "signal N (SIGINT, SIGTERM, SIGHUP, SIGQUIT, … all give the ranks --grace to save); 2 for a",
+    "bad command line, a launch refused before any rank ran, or an error of dtrain itself;",
+    "otherwise the code of the rank that failed first.",
   );
   return lines.join("\n");
 }

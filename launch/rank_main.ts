@@ -94,14 +94,19 @@ sink.startHeartbeat();
 
 let failing = false;
 
-/** Prints the error, stores the failure notice (unless the Trainer already did), exits 1. */
+/**
+ * Stores the failure notice (unless the Trainer already did) and exits 1. The launcher prints the
+ * error once, with the rank, from the notice (its summary, and launcher.log); the rank prints it
+ * itself only when the notice could not be stored, so it is never printed twice or thrice.
+ */
 async function fail(err: unknown): Promise<void> {
   if (failing) return;
   failing = true;
   sink.stopHeartbeat();
-  const text = err instanceof Error ? (err.stack || `${err.name}: ${err.message}`) : String(err);
-  console.error(`Uncaught error in rank ${me}: ${text}`);
-  await publishFailure(err);
+  if (!await publishFailure(err)) {
+    const text = err instanceof Error ? (err.stack || `${err.name}: ${err.message}`) : String(err);
+    console.error(`Uncaught error in rank ${me}: ${text}`);
+  }
   Deno.exit(1);
 }
 

@@ -46,6 +46,16 @@ export const AttemptSchema = lazySchema(() =>
     }).optional(),
     /** the numerics policy rank 0 trained under, as it reported it last (absent in older runs) */
     numerics: NumericsRecordSchema.optional(),
+    /** what the attempt's Trainer resumed from (absent: it started fresh, or is no Trainer) */
+    resumed: z.object({
+      /** the checkpoint's folder */
+      checkpoint: z.string(),
+      step: count,
+      /** the run whose state it adopted ("" when the state names none) */
+      savedBy: z.string(),
+      /** each change of the training config since the checkpoint: "key saved → now" */
+      configChanges: z.array(z.string()),
+    }).optional(),
   })
 );
 

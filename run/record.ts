@@ -316,6 +316,8 @@ export interface AttemptEnd {
   processGroup?: Attempt["processGroup"];
   /** the numerics policy rank 0 reported last (distributed/control/rank_runtime.ts reportNumerics) */
   numerics?: Attempt["numerics"];
+  /** what rank 0's Trainer resumed from (rank_runtime.ts reportResume) */
+  resumed?: Attempt["resumed"];
 }
 
 /**
@@ -341,6 +343,7 @@ export function finishAttempt(record: RunRecord, end: AttemptEnd): RunRecord {
     reason: end.reason ?? null,
     ...(end.processGroup !== undefined ? { processGroup: end.processGroup } : {}),
     ...(end.numerics !== undefined ? { numerics: end.numerics } : {}),
+    ...(end.resumed !== undefined ? { resumed: end.resumed } : {}),
   };
   const status = end.interrupted
     ? "interrupted"

@@ -142,6 +142,12 @@ export const TrainConfigSchema = lazySchema(() =>
       /** "auto": continue from the latest good checkpoint when there is one; "never"; or a checkpoint path. */
       resume: z.string().default("auto"),
       /**
+       * Let a resume change the data order (seed, data.shuffle, data.dropLast) or
+       * data.globalBatchSize from what the checkpoint was trained with; otherwise
+       * such a resume is refused (the launcher's --allow-config-change says the same).
+       */
+      allowConfigChange: z.boolean().default(false),
+      /**
        * Also keep the checkpoint with the best value of this evaluation metric,
        * in <dir>/best (null: none). mode "max" for accuracies, "min" for losses.
        */

@@ -33,15 +33,24 @@ import { constantLr, LrScheduler, stepLr, warmupCosineLr } from "../optim/lr_sch
 import { DataLoader } from "../data/dataloader.ts";
 import type { Dataset } from "../data/dataset.ts";
 import { ResumableSampler } from "../data/resumable_sampler.ts";
-import { initProcessGroup, type ProcessGroup } from "../distributed/process_group.ts";
+import {
+  currentProcessGroup,
+  initProcessGroup,
+  type ProcessGroup,
+} from "../distributed/process_group.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
 import { type OptimizerClass, ZeroRedundancyOptimizer } from "../distributed/zero.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/control/phase.ts";
 import { getRankSettings, getWorld } from "../distributed/control/env.ts";
-import { publishFailure } from "../distributed/control/rank_runtime.ts";
+import { publishFailure, reportResume } from "../distributed/control/rank_runtime.ts";
+import { configChanges, describeChange, refuseUnintendedChanges } from "./resume_changes.ts";
 import { manualSeed } from "../nn/init.ts";
-import { CheckpointManager, type LoadedCheckpoint } from "./checkpoint/manager.ts";
+import {
+  CheckpointFolderBusy,
+  CheckpointManager,
+  type LoadedCheckpoint,
+} from "./checkpoint/manager.ts";
 import {
   microBatchSize,
   resolveConfig,
@@ -68,6 +77,7 @@ import { MANIFEST_FILE } from "./checkpoint/format.ts";
 import { stateTensor } from "../nn/load.ts";
 import { profiling, section } from "../profile/profile.ts";
 import { printMemoryReport } from "../tensor/memory_kinds.ts";
+import { onStopSignals } from "../os/stop_signals.ts";
 
 /**
  * Called with every Trainer's resolved config, before the Trainer uses it: a
@@ -124,7 +134,7 @@ export interface TrainerOptions<M extends Module> {
   ) => Record<string, number> | Promise<Record<string, number>>;
   /** Tokens per sample, for tokens/s in the metrics (e.g. the block size of a language model). */
   tokensPerSample?: number;
-  /** Process group (default: initProcessGroup() from the launcher's environment). */
+  /** Process group (default: the open one, else initProcessGroup() from the launcher's environment). */
   processGroup?: ProcessGroup;
   /** Run directory for metrics, data order and checkpoints (default: the launcher's, or none). */
   runDir?: string | null;
@@ -184,7 +194,7 @@ export class Trainer<M extends Module> {
     setNumericsPolicy(cfg.numerics, "the Trainer's config");
     this.numerics = numericsPolicy();
     const world = getWorld();
-    this.pg = opts.processGroup ?? initProcessGroup();
+    this.pg = opts.processGroup ?? currentProcessGroup() ?? initProcessGroup();
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;
     manualSeed(cfg.seed);
     this.model = opts.model();
@@ -234,9 +244,11 @@ export class Trainer<M extends Module> {
       this.pg.allReduce({ ptr: flag.ptr, count: 1, dtype: "f32", device: flag.device }, "max");
     }, this.numerics);
     const ckDir = cfg.checkpoint.dir ?? (this.runDir ? join(this.runDir, "checkpoints") : null);
+    const owner = world.runId || undefined; // the run named in the checkpoint folder's lock
     this.checkpoints = ckDir
       ? new CheckpointManager(ckDir, {
         rank: this.pg.rank,
+        ...(owner ? { owner } : {}),
         keepLast: cfg.checkpoint.keepLast,
         ...(cfg.checkpoint.keepEvery ? { keepEvery: cfg.checkpoint.keepEvery } : {}),
         async: cfg.checkpoint.async,
@@ -262,7 +274,11 @@ export class Trainer<M extends Module> {
       );
     }
     this.bestCheckpoints = ckDir && cfg.checkpoint.best
-      ? new CheckpointManager(join(ckDir, "best"), { rank: this.pg.rank, keepLast: 1 })
+      ? new CheckpointManager(join(ckDir, "best"), {
+        rank: this.pg.rank,
+        keepLast: 1,
+        ...(owner ? { owner } : {}),
+      })
       : null;
   }
 
@@ -318,9 +334,8 @@ export class Trainer<M extends Module> {
 
   /** Runs the training; every rank calls it. */
   async fit(): Promise<FitResult> {
-    const stop = () => (this.#stopRequested = true);
-    const signals: Deno.Signal[] = ["SIGTERM", "SIGINT"];
-    for (const s of signals) Deno.addSignalListener(s, stop);
+    // Every stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT, …) stops after the current step.
+    const stopListening = onStopSignals(() => (this.#stopRequested = true));
     const log = new MetricsLogger(this.runDir, {
       logEvery: this.config.logEvery,
       enabled: this.pg.rank === 0,
@@ -335,7 +350,7 @@ export class Trainer<M extends Module> {
       this.pg.close();
       throw e;
     } finally {
-      for (const s of signals) Deno.removeSignalListener(s, stop);
+      stopListening();
       log.close();
     }
   }
@@ -351,6 +366,7 @@ export class Trainer<M extends Module> {
       resumedFrom: null,
       preempted: false,
     };
+    this.#claimCheckpointFolders();
     result.resumedFrom = this.#resume(log);
     log.begin({
       config: {
@@ -623,6 +639,29 @@ export class Trainer<M extends Module> {
     this.pg.barrier("checkpoint");
   }
 
+  /**
+   * Before anything is loaded or saved: rank 0 takes the lock of this run's checkpoint folders
+   * (refused, naming the holder, when another live run writes them); the other ranks check that
+   * no live run but their own holds them. Two live runs never share a folder.
+   */
+  #claimCheckpointFolders(): void {
+    for (const m of [this.checkpoints, this.bestCheckpoints]) {
+      if (!m) continue;
+      if (this.pg.rank === 0) {
+        m.claim("resume from it or write its checkpoints there");
+        continue;
+      }
+      const writer = m.liveWriter();
+      if (writer && writer.owner !== m.owner) {
+        throw new CheckpointFolderBusy(
+          m.dir,
+          writer,
+          "resume from it or write its checkpoints there",
+        );
+      }
+    }
+  }
+
   /** Loads the configured checkpoint; returns its step or null for a fresh start. */
   #resume(log: MetricsLogger): number | null {
     const mode = this.config.checkpoint.resume;
@@ -658,6 +697,31 @@ export class Trainer<M extends Module> {
     }
     phase("checkpoint load");
     const st = check(loaded);
+    // What the checkpoint was trained with against this run: the data order and the global batch
+    // only on purpose; any other change is said once (the log, and run.json's attempt).
+    const changes = configChanges(
+      st.config as unknown as Record<string, unknown>,
+      this.config as unknown as Record<string, unknown>,
+      st.worldSize,
+      this.pg.size,
+    );
+    refuseUnintendedChanges(
+      changes,
+      this.config.checkpoint.allowConfigChange || getRankSettings().allowConfigChange,
+      loaded.dir,
+    );
+    if (changes.length > 0) {
+      log.print(
+        `resuming with ${changes.length} change(s) to the training config the checkpoint was ` +
+          `trained with: ${changes.map(describeChange).join("; ")}`,
+      );
+    }
+    reportResume({
+      checkpoint: loaded.dir,
+      step: st.step,
+      savedBy: st.runId,
+      configChanges: changes.map(describeChange),
+    });
     const model = loaded.files.get("model")!;
     const opt = loaded.files.get("optimizer")!;
     this.model.loadStateDict(new Map([...model.tensors].map(([k, t]) => [k, stateTensor(t)])));
@@ -675,7 +739,11 @@ export class Trainer<M extends Module> {
     const how = st.worldSize === this.pg.size
       ? ""
       : ` (saved by ${st.worldSize} ranks, continuing on ${this.pg.size})`;
-    log.print(`resumed from ${loaded.dir}: epoch ${st.data.epoch}, step ${st.step}${how}`);
+    log.print(
+      `resumed from ${loaded.dir}: epoch ${st.data.epoch}, step ${st.step}${how}; ${
+        whoseState(st.runId, getWorld().runId)
+      }`,
+    );
     return st.step;
   }
 
@@ -697,12 +765,14 @@ export class Trainer<M extends Module> {
       }
     };
     if (exists(join(from, MANIFEST_FILE))) {
+      refuseLiveSource(new CheckpointManager(dirname(from), { rank: this.pg.rank }));
       const loaded = new CheckpointManager(dirname(from), { rank: this.pg.rank }).load(from);
       accept(loaded);
       return loaded;
     }
     const dir = exists(join(from, "checkpoints")) ? join(from, "checkpoints") : from;
     const source = new CheckpointManager(dir, { rank: this.pg.rank });
+    refuseLiveSource(source);
     const loaded = source.loadLatest({ accept });
     if (!loaded) {
       throw new Error(
@@ -722,4 +792,24 @@ export class Trainer<M extends Module> {
       for (const d of digests) appendDataOrder(this.runDir, d);
     }
   }
+}
+
+/** --resume names a folder that another live run writes: its checkpoints may rotate away mid-read. */
+function refuseLiveSource(source: CheckpointManager): void {
+  const writer = source.liveWriter();
+  if (writer && writer.owner !== (getWorld().runId || `pid ${Deno.pid}`)) {
+    throw new CheckpointFolderBusy(source.dir, writer, "resume from it (--resume)");
+  }
+}
+
+/**
+ * Whose training state a resume adopts, for the log: this run's own (a
+ * restart's), or another run's — which the folder lock has shown not live.
+ */
+function whoseState(savedBy: string, me: string): string {
+  if (savedBy !== "" && savedBy === me) return `this run's own state (run ${me})`;
+  if (savedBy === "") return "the state of a run that recorded no run id (outside the launcher)";
+  return `adopting the state of run ${savedBy}, which is not live (this is run ${
+    me || "without an id"
+  })`;
 }

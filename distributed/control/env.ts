@@ -41,12 +41,16 @@ export interface RankSettings {
   logRanks: string;
   /** --resume: the folder a Trainer resumes from when its own run has no checkpoint yet */
   resume: string | null;
+  /** --allow-config-change: a resume may change the data order or the global batch */
+  allowConfigChange: boolean;
 }
 
 /** Everything the launcher needs to describe one rank's environment. */
-export interface RankEnvInput extends Omit<RankSettings, "resume"> {
+export interface RankEnvInput extends Omit<RankSettings, "resume" | "allowConfigChange"> {
   /** --resume's folder (absent: none) */
   resume?: string | null;
+  /** --allow-config-change (absent: false) */
+  allowConfigChange?: boolean;
   world: World;
   /** the run's store secret */
   storeToken: string;
@@ -77,6 +81,7 @@ export const ENV = {
   LAUNCHER_PID: "DTRAIN_LAUNCHER_PID",
   DEVICE: "DTRAIN_DEVICE",
   RESUME: "DTRAIN_RESUME",
+  ALLOW_CONFIG_CHANGE: "DTRAIN_ALLOW_CONFIG_CHANGE",
 } as const;
 
 /** The variables the launcher sets for one rank. */
@@ -102,6 +107,7 @@ export function rankEnv(input: RankEnvInput): Record<string, string> {
     [ENV.LAUNCHER_PID]: String(input.launcherPid),
     [ENV.DEVICE]: input.device ?? "auto",
     ...(input.resume ? { [ENV.RESUME]: input.resume } : {}),
+    ...(input.allowConfigChange ? { [ENV.ALLOW_CONFIG_CHANGE]: "1" } : {}),
   };
 }
 
@@ -228,6 +234,7 @@ export function getRankSettings(get: Lookup = (n) => Deno.env.get(n)): RankSetti
     restartCount: intVar(get, ENV.RESTART_COUNT, 0, 0),
     logRanks: get(ENV.LOG_RANKS) || "0",
     resume: get(ENV.RESUME) || null,
+    allowConfigChange: get(ENV.ALLOW_CONFIG_CHANGE) === "1",
   };
 }
 

@@ -17,7 +17,7 @@ let store: StoreClient | null = null;
 let keys: AttemptKeys | null = null;
 const barrierGenerations = new Map<string, number>();
 let barrierSeq = 0;
-let published: Promise<void> | null = null;
+let published: Promise<boolean> | null = null;
 
 /** How long a failing rank waits for its failure notice to be stored. */
 const NOTICE_TIMEOUT_MS = 2000;
@@ -143,16 +143,17 @@ function describe(err: unknown): { message: string; stack: string } {
  * Call it before closing the process group or anything else peers would
  * notice, so that their own failures read as consequences of this one. Only
  * the first call of a process publishes; later ones return the same promise.
- * Resolves once stored (or after 2 s); does nothing outside a launched job.
+ * Resolves to true once stored, false when it could not be (the store is
+ * gone, or 2 s passed, or outside a launched job).
  *
  * @example
  * ```ts
  * try { await train(); } catch (e) { await publishFailure(e); pg.close(); throw e; }
  * ```
  */
-export function publishFailure(err: unknown): Promise<void> {
+export function publishFailure(err: unknown): Promise<boolean> {
   if (published) return published;
-  if (!store || !keys) return Promise.resolve();
+  if (!store || !keys) return Promise.resolve(false);
   flushPhases(); // the latest phase and collective, which may not have been sent yet
   const { rank } = getWorld();
   const { message, stack } = describe(err);
@@ -169,8 +170,8 @@ export function publishFailure(err: unknown): Promise<void> {
   };
   let timer: ReturnType<typeof setTimeout> | undefined;
   published = Promise.race([
-    store.set(keys.rankFailure(rank), JSON.stringify(notice)).catch(() => {}),
-    new Promise<void>((r) => timer = setTimeout(r, NOTICE_TIMEOUT_MS)),
+    store.set(keys.rankFailure(rank), JSON.stringify(notice)).then(() => true, () => false),
+    new Promise<boolean>((r) => timer = setTimeout(() => r(false), NOTICE_TIMEOUT_MS)),
   ]).finally(() => clearTimeout(timer));
   return published;
 }
@@ -192,6 +193,24 @@ export interface ProcessGroupReport {
 export function reportProcessGroup(report: ProcessGroupReport): void {
   if (!store || !keys || getWorld().rank !== 0) return;
   const [client, key] = [store, keys.processGroup];
+  setTimeout(() => client.post(key, JSON.stringify(report)), 0);
+}
+
+/** What a resume adopted, as run.json records it in the attempt (`resumed`). */
+export interface ResumeReport {
+  /** the checkpoint's folder */
+  checkpoint: string;
+  step: number;
+  /** the run id the checkpoint's state names ("" when it names none) */
+  savedBy: string;
+  /** each change of the training config since the checkpoint, "key saved → now" */
+  configChanges: string[];
+}
+
+/** Rank 0: tells the launcher what this attempt resumed from (run.json); a no-op elsewhere. */
+export function reportResume(report: ResumeReport): void {
+  if (!store || !keys || getWorld().rank !== 0) return;
+  const [client, key] = [store, keys.resume];
   setTimeout(() => client.post(key, JSON.stringify(report)), 0);
 }
 

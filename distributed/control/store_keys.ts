@@ -17,6 +17,8 @@ export const runKeys = {
   nodeInfo: (n: number) => `${ROOT}/node/${n}/info`,
   /** node n's launcher heartbeat (its clock, ms) */
   nodeBeat: (n: number) => `${ROOT}/node/${n}/beat`,
+  /** JSON {node, host, why}: the first launcher that refused the launch (its options differ) */
+  refused: `${ROOT}/refused`,
   /** node n's launcher is leaving; node 0 may close the store once all have */
   nodeExit: (n: number) => `${ROOT}/node/${n}/exit`,
 } as const;
@@ -50,6 +52,8 @@ export function attemptKeys(attempt: number) {
     processGroup: `${a}/process-group`,
     /** JSON: the numerics policy rank 0 trains under (the latest one set), for run.json */
     numerics: `${a}/numerics`,
+    /** JSON: what rank 0's Trainer resumed from (checkpoint, whose state, config changes), for run.json */
+    resume: `${a}/resume`,
     /** a key of the user's (or a backend's) own, scoped to this attempt */
     user: (name: string) => `${a}/user/${name}`,
   };

@@ -46,6 +46,7 @@ const EXPECT: Record<string, RegExp> = {
   "Memory: scope and dispose": /^2 \d\.\d{4}\n.*no leak$/ms,
   "Parameter groups": /0\.5\n/,
   "Checkpoints and resuming": /resumed at step 100, epoch 2/,
+  "Stopping gracefully: Ctrl-C and preemption": /rank 0: ran every step/,
   "DistributedDataParallel": /weights in sync: tensor\(/,
   "DistributedSampler": /rank 0 epoch 1: /,
   "Mixed precision: autocast and GradScaler": /f32 65536/,

@@ -4,6 +4,7 @@
  * saved-hooks once the commit is durable, keeps the process alive while a
  * commit is in flight, and waits for it on exit, so none is silently lost.
  */
+import { STOP_SIGNALS } from "../../os/stop_signals.ts";
 import { Worker } from "node:worker_threads";
 import { workerModuleUrl } from "../../os/install_layout.ts";
 import {
@@ -56,12 +57,10 @@ export function settleAllCommits(): Error[] {
   return errors;
 }
 
-/** Signals that end a process by default and that a launcher sends to stop ranks (preemption). */
-const STOP_SIGNALS: Deno.Signal[] = ["SIGTERM", "SIGINT"];
 const signalHandlers = new Map<Deno.Signal, () => void>();
 
 /**
- * While a commit is in flight, SIGTERM/SIGINT first finish it (a signal's
+ * While a commit is in flight, a stop signal (SIGTERM, SIGINT, SIGHUP, …: os/stop_signals.ts) first finishes it (a signal's
  * default action ends the process without the `unload` event), then the
  * signal is raised again: with no other listener it ends the process as it
  * would have; a Trainer's listener sees a second stop request, which it

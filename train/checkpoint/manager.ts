@@ -33,7 +33,9 @@
  *    victim to `.tmp-deleting-…` before deleting it, so a half-deleted
  *    checkpoint never looks like a checkpoint; the next save removes it.
  *
- * One process writes a directory at a time (rank 0 of one run).
+ * One process writes a directory at a time (rank 0 of one run): the first
+ * save (or claim()) takes the folder's lock (folder_lock.ts), and a save from
+ * any other live process is refused, naming the holder's run.
  *
  * An asynchronous save (`async: true`) writes by the same protocol, in the
  * same order, on a worker thread (background.ts, commit_worker.ts): save()
@@ -63,11 +65,19 @@ import { commitCheckpoint, encodeCheckpoint, type SaveContext } from "./save.ts"
 import { listCheckpoints, rotateCheckpoints } from "./prune.ts";
 import { BackgroundCommitter, settleAllCommits } from "./background.ts";
 import { Progress, type ProgressOptions } from "../../distributed/control/progress.ts";
+import {
+  CheckpointFolderBusy,
+  type FolderHolder,
+  type FolderLock,
+  liveHolder,
+  lockCheckpointFolder,
+} from "./folder_lock.ts";
 
 export type { CheckpointDirEntry, CheckpointIO } from "./io.ts";
 export type { CheckpointTensors } from "./format.ts";
 export { denoCheckpointIO } from "./io.ts";
 export { LATEST_FILE } from "./layout.ts";
+export { CheckpointFolderBusy, FOLDER_LOCK_FILE, type FolderHolder } from "./folder_lock.ts";
 
 /** A checkpoint rank 0 has just committed (its rotation has not run yet). */
 export interface SavedCheckpoint {
@@ -150,6 +160,11 @@ export interface CheckpointManagerOptions {
    * prints no progress lines.
    */
   async?: boolean;
+  /**
+   * Who writes the folder, named in its lock (folder_lock.ts) for other runs
+   * to see: the run id under the launcher. Default: "pid <this pid>".
+   */
+  owner?: string;
 }
 
 /** Options of one save. */
@@ -189,6 +204,8 @@ export class CheckpointManager {
   readonly #ctx: SaveContext;
   readonly #progress: Pick<ProgressOptions, "print" | "now">;
   readonly #async: boolean;
+  readonly #owner: string;
+  #lock: FolderLock | null = null;
   #committer: BackgroundCommitter | null = null;
 
   /**
@@ -216,6 +233,7 @@ export class CheckpointManager {
     };
     this.#progress = opts.progress ?? {};
     this.#async = opts.async ?? false;
+    this.#owner = opts.owner ?? `pid ${Deno.pid}`;
     if (this.#async && opts.io !== undefined && opts.io !== denoCheckpointIO) {
       throw new TypeError(
         "CheckpointManager: async saves write from a worker thread through the real file " +
@@ -235,6 +253,43 @@ export class CheckpointManager {
         for (const hook of savedHooks) hook({ dir, step });
       },
     });
+  }
+
+  /** Who this manager writes as (the owner named in the folder's lock). */
+  get owner(): string {
+    return this.#owner;
+  }
+
+  /**
+   * Rank 0: takes the folder's lock (creating the folder) for as long as this
+   * process lives, so no other live run can save or rotate here; returns the
+   * run that held it before, if its lock file names one. Other ranks: null,
+   * nothing taken. Throws CheckpointFolderBusy, naming the holder, when
+   * another live process holds it. Called by the first save; call it earlier
+   * to be refused before any work is done. Managers with an injected `io`
+   * take no lock.
+   */
+  claim(doing = "save its checkpoints there"): FolderHolder | null {
+    if (this.#rank !== 0) return null;
+    if (this.#lock) return null;
+    // A folder behind an injected io (tests' faults, another store) is not a folder to flock.
+    if (this.#ctx.io !== denoCheckpointIO) return null;
+    this.#lock = lockCheckpointFolder(this.dir, this.#owner, doing);
+    return this.#lock.previous;
+  }
+
+  /**
+   * The live process that holds this folder's lock, when it is not this
+   * manager (another run's rank 0, or this run's when asked from another
+   * rank), else null. Reads only.
+   */
+  liveWriter(): FolderHolder | null {
+    if (this.#lock) return null;
+    try {
+      return liveHolder(this.dir);
+    } catch {
+      return null; // an unreadable lock file says nothing about a writer
+    }
   }
 
   /**
@@ -288,6 +343,13 @@ export class CheckpointManager {
 
   #save(payload: CheckpointPayload, async: boolean): string | null {
     if (this.#rank !== 0) return null;
+    try {
+      this.claim();
+    } catch (e) {
+      // Another live run's folder is refused here; a folder that cannot be made or opened is
+      // the save's own error, reported by it with the checkpoint's name (and then it retries).
+      if (e instanceof CheckpointFolderBusy) throw e;
+    }
     this.#settle();
     if (async) {
       const encoded = encodeCheckpoint(payload);

@@ -57,10 +57,15 @@ Deno.test("rankEnv() sets the torchrun variables and getWorld() reads them back"
     restartCount: 2,
     logRanks: "all",
     resume: null,
+    allowConfigChange: false,
   });
   assert.equal(
     getRankSettings(lookup(rankEnv({ ...input, resume: "/runs/a" }))).resume,
     "/runs/a",
+  );
+  assert.equal(
+    getRankSettings(lookup(rankEnv({ ...input, allowConfigChange: true }))).allowConfigChange,
+    true,
   );
   assert.equal(storeToken(lookup(launched)), "secret-token-0123456789");
   assert.equal(launcherPid(lookup(launched)), 1234);

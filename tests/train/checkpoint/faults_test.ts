@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { CheckpointManager } from "../../../train/checkpoint/manager.ts";
+import { CheckpointManager, FOLDER_LOCK_FILE } from "../../../train/checkpoint/manager.ts";
 import { FullDiskIO, type FullDiskOptions } from "../scripts/checkpoint_faulty_io.ts";
 import { assertHoldsPayload, payloadForStep } from "../scripts/checkpoint_payloads.ts";
 
@@ -39,7 +39,9 @@ function watched(root: string): { manager: CheckpointManager; warnings: string[]
   };
 }
 
-const names = (dir: string) => [...Deno.readDirSync(dir)].map((e) => e.name).sort();
+/** The folder's entries, without the lock file its writer holds (folder_lock.ts). */
+const names = (dir: string) =>
+  [...Deno.readDirSync(dir)].map((e) => e.name).filter((n) => n !== FOLDER_LOCK_FILE).sort();
 const step3 = (root: string, file = "") => join(root, "step-00000003", file);
 
 /** Each way the latest checkpoint can be damaged, and the reason the warning must give. */

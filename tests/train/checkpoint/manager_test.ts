@@ -11,6 +11,7 @@ import {
   CheckpointManager,
   type CheckpointPayload,
   denoCheckpointIO,
+  FOLDER_LOCK_FILE,
 } from "../../../train/checkpoint/manager.ts";
 import { assertHoldsPayload, payloadForStep, tensor } from "../scripts/checkpoint_payloads.ts";
 
@@ -24,7 +25,9 @@ function withTempDir(fn: (dir: string) => void): void {
   }
 }
 
-const names = (dir: string) => [...Deno.readDirSync(dir)].map((e) => e.name).sort();
+/** The folder's entries, without the lock file its writer holds (folder_lock.ts). */
+const names = (dir: string) =>
+  [...Deno.readDirSync(dir)].map((e) => e.name).filter((n) => n !== FOLDER_LOCK_FILE).sort();
 const text = (path: string) => Deno.readTextFileSync(path);
 
 Deno.test("CheckpointManager.save() and loadLatest() round-trip tensors, metadata and state exactly", () => {

@@ -9,6 +9,7 @@ import {
   type CheckpointIO,
   CheckpointManager,
   denoCheckpointIO,
+  FOLDER_LOCK_FILE,
 } from "../../../train/checkpoint/manager.ts";
 import { stepsToDelete } from "../../../train/checkpoint/rotation.ts";
 import { FullDiskIO } from "../scripts/checkpoint_faulty_io.ts";
@@ -24,7 +25,9 @@ function withTempDir(fn: (dir: string) => void): void {
 }
 
 const steps = (m: CheckpointManager) => m.list().map((c) => c.step);
-const names = (dir: string) => [...Deno.readDirSync(dir)].map((e) => e.name).sort();
+/** The folder's entries, without the lock file its writer holds (folder_lock.ts). */
+const names = (dir: string) =>
+  [...Deno.readDirSync(dir)].map((e) => e.name).filter((n) => n !== FOLDER_LOCK_FILE).sort();
 
 Deno.test("stepsToDelete() keeps the newest keepLast, every keepEvery-th and the one just saved", () => {
   assert.deepEqual(stepsToDelete([1, 2, 3, 4, 5], 5, { keepLast: 2 }), [1, 2, 3]);

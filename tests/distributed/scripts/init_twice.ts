@@ -1,0 +1,22 @@
+/**
+ * Test rank script: a second initProcessGroup() while the first group is
+ * open is refused (printed as "refused: …"); currentProcessGroup() returns
+ * the open one; after close() a new group can be made and works.
+ */
+import { currentProcessGroup, initProcessGroup } from "dtrain";
+
+const first = initProcessGroup();
+console.log(`current is first: ${currentProcessGroup() === first}`);
+try {
+  initProcessGroup();
+  console.log("second group made");
+} catch (e) {
+  console.log(`refused: ${(e as Error).message}`);
+}
+first.close();
+console.log(`after close: ${currentProcessGroup()}`);
+const second = initProcessGroup();
+const x = new Float32Array([second.rank + 1]);
+second.allReduce(x, "sum");
+console.log(`second group sums to ${x[0]}`);
+second.close();
