@@ -49,5 +49,6 @@ torch.cuda.synchronize()
 ms = start.elapsed_time(end) / a.iters
 tflops = 3.5 * (4 * B * H * T * T * D) / 2 / (ms / 1000) / 1e12
 print(f"bench_attention_torch: {torch.cuda.get_device_name()}, torch {torch.__version__}, B {B} T {T} H {H} D {D}")
-print("RESULT " + json.dumps({"impl": "torch-sdpa", "ms": ms, "tflops": tflops, "B": B, "T": T, "H": H, "D": D}))
+result = {"impl": "torch-sdpa", "ms": ms, "tflops": tflops, "B": B, "T": T, "H": H, "D": D}
+print("RESULT " + json.dumps(result, separators=(",", ":")))  # run.sh reads "ms":<number>
 print(f"SUMMARY torch SDPA fwd+bwd {ms:.3f} ms ({tflops:.1f} TFLOP/s)")

@@ -172,7 +172,8 @@ else
 fi
 
 # ---- 5. GPT-2-124M bf16 training, beside PyTorch eager ---------------------------------------
-tokens() { sed -n 's/^RESULT .*"tokens_per_s":\([0-9.e+-]*\).*/\1/p' "$OUT" | tail -n 1; }
+# (json.dumps writes "key": value, JSON.stringify "key":value)
+tokens() { sed -n 's/^RESULT .*"tokens_per_s": *\([0-9.e+-]*\).*/\1/p' "$OUT" | tail -n 1; }
 if [ "$GPU_OK" = 1 ]; then
   if [ "$DEVICE" = cuda-emu ]; then
     step 90 env DTRAIN_COUNT_CALLS=1 ./dtrain exec js/bench_gpt.js --device cuda-emu --tiny --steps 1 --warmup 1
@@ -204,7 +205,7 @@ else
 fi
 
 # ---- 6. attention alone (GPT-2's shape), beside torch's scaled_dot_product_attention ---------
-ms_of() { sed -n 's/^RESULT .*"ms":\([0-9.e+-]*\).*/\1/p' "$OUT" | tail -n 1; }
+ms_of() { sed -n 's/^RESULT .*"ms": *\([0-9.e+-]*\).*/\1/p' "$OUT" | tail -n 1; }
 if [ "$GPU_OK" = 1 ]; then
   if [ "$DEVICE" = cuda-emu ]; then
     step 60 ./dtrain exec js/bench_attention.js --device cuda-emu --tiny
