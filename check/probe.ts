@@ -21,6 +21,7 @@ import { numericsOverrides, PLAIN_NUMERICS, setNumericsPolicy } from "../tensor/
 import { scope } from "../tensor/tensor.ts";
 import { addOptimizerStepHook, type Optimizer } from "../optim/optimizer.ts";
 import { gradNorm } from "../optim/clip.ts";
+import { ZeroRedundancyOptimizer } from "../distributed/zero.ts";
 import { addSamplerPassHook } from "../data/distributed_sampler.ts";
 import { addLoaderBatchHook, addLoaderPassHook } from "../data/dataloader.ts";
 import { getDefaultGenerator } from "../nn/init.ts";
@@ -201,7 +202,10 @@ export function installProbe(s: ProbeSettings): void {
     steps++;
     write({
       kind: "step",
-      gradNorm: gradNorm(optimizer.params()),
+      // a sharded optimizer's ranks hold their shares: its norm is taken across them
+      gradNorm: optimizer instanceof ZeroRedundancyOptimizer
+        ? optimizer.gradNorm()
+        : gradNorm(optimizer.params()),
       lr: optimizer.lr,
       rng: jsonDigest(getDefaultGenerator().getState()),
       optimizer: optimizerDigest(optimizer),
@@ -231,7 +235,10 @@ function jsonDigest(value: unknown): string {
 /** One digest of an optimizer's state: its groups' settings and every state tensor's bytes. */
 function optimizerDigest(optimizer: Optimizer<{ lr: number }>): string {
   return scope(() => {
-    const state = optimizer.stateDict();
+    // a sharded optimizer: this rank's share (its whole state is on no rank between saves)
+    const state = optimizer instanceof ZeroRedundancyOptimizer
+      ? optimizer.local.stateDict()
+      : optimizer.stateDict();
     const hash = createHash("sha256");
     for (const [name, t] of [...state.tensors].sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0)) {
       hash.update(name).update(t.toBytes());

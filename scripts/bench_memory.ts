@@ -4,8 +4,8 @@
  * ZeRO-2 (gradients too) and activation checkpointing (DDP with every GPT
  * block checkpointed), on GPT-mini (examples/char_gpt.ts's) and a larger GPT
  * (6 layers of 384) where the optimizer state outweighs the activations.
- * Each (model, mode) is one launch of scripts/bench_memory_rank.ts: 2
- * warm-up steps, then BENCH_STEPS (4) measured; the bytes are the allocator's
+ * Each (model, mode) is one launch of scripts/bench_memory_rank.ts: DDP
+ * buckets of 5 MiB, 2 warm-up steps, then BENCH_STEPS (4) measured; the bytes are the allocator's
  * counts by kind (tensor/memory_kinds.ts), the largest over the ranks.
  *
  *   deno run -A scripts/bench_memory.ts --ranks 2 [--models mini,large]

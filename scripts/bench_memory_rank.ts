@@ -43,7 +43,9 @@ if (!model || !["ddp", "zero1", "zero2", "checkpointing"].includes(mode ?? "")) 
 const pg = initProcessGroup();
 manualSeed(0);
 const gpt = new GPT({ ...model.cfg, checkpointBlocks: mode === "checkpointing" });
-const ddp = new DistributedDataParallel(gpt, pg);
+// 5 MiB buckets (as DeepSpeed's bucket sizes, smaller than the model): ZeRO-2 frees each bucket
+// at its reduce-scatter, so a rank holds one or two buckets of whole gradients at a time
+const ddp = new DistributedDataParallel(gpt, pg, { bucketCapMb: 5 });
 const hyper = { lr: 3e-4, weightDecay: 0.1 };
 const opt: Optimizer<{ lr: number }> = mode === "zero1" || mode === "zero2"
   ? new ZeroRedundancyOptimizer(ddp.parameters(), {

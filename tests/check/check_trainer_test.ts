@@ -7,10 +7,11 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { REPO } from "./_helpers.ts";
 
-Deno.test("dtrain check passes a correct Trainer script in every stage and exits 0", async () => {
+async function checkTrainerOk(env: Record<string, string> = {}) {
   const out = Deno.makeTempDirSync({ prefix: "dtrain-check-cli-" });
   try {
     const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+      env,
       args: [
         "run",
         "-A",
@@ -55,4 +56,12 @@ Deno.test("dtrain check passes a correct Trainer script in every stage and exits
   } finally {
     Deno.removeSync(out, { recursive: true });
   }
+}
+
+Deno.test("dtrain check passes a correct Trainer script in every stage and exits 0", async () => {
+  await checkTrainerOk();
+});
+
+Deno.test("dtrain check passes the same Trainer script with ZeRO-2 (the probe takes the sharded norm)", async () => {
+  await checkTrainerOk({ SHARD: "gradients" });
 });

@@ -68,7 +68,11 @@ Deno.test("DDP's step API: ddp.backward returns with the gradients averaged; a d
   }
   assert.equal(a.gradReady, a.ddpBackward, "the two ways of wiring the sync are the same step");
   assert.equal(a.deferred, a.ddpBackward, "a deferred sync finished later is the same step");
-  assert.equal(a.finishAfterOneCall, a.ddpBackward, "finishGradSync after one call changes nothing");
+  assert.equal(
+    a.finishAfterOneCall,
+    a.ddpBackward,
+    "finishGradSync after one call changes nothing",
+  );
   assert.notEqual(
     a.accumulated,
     a.ddpBackward,
