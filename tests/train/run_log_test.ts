@@ -12,6 +12,7 @@ import { RunLog } from "../../train/run_log.ts";
 import { orderDigest } from "../../run/data_order.ts";
 import { DistributedSampler } from "../../data/distributed_sampler.ts";
 import { TestRun } from "../launch/launch_helpers.ts";
+import { DEFAULT_NUMERICS } from "../../tensor/numerics_policy.ts";
 
 const SCRIPT = new URL("./scripts/run_log_ranks.ts", import.meta.url).pathname;
 
@@ -33,7 +34,9 @@ Deno.test("RunLog on 2 ranks: mean losses, summed samples, weighted evaluations,
       seed: 11,
       worldSize: 2,
       device: "cpu",
+      numerics: { ...DEFAULT_NUMERICS, dropout: false },
     });
+    assert.deepEqual(run.run.attempts[0]!.numerics, { ...DEFAULT_NUMERICS, dropout: false });
     assert.deepEqual(
       run.metrics.map((m) => [m.step, m.loss, m.lr, m.samples, m.stepMsByRank!.length]),
       [[1, 1.5, 0.5, 9, 2], [2, 3, 0.25, 8, 2]],

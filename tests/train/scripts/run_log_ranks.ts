@@ -2,10 +2,12 @@
  * Test rank script for RunLog: every rank logs two steps with a
  * rank-dependent loss, sample count and drawn indices (no sampler), one
  * evaluation weighted by a rank-dependent sample count, and closes; rank 0
- * prints what step() and eval() returned as one JSON line.
+ * prints what step() and eval() returned as one JSON line. The loop sets a
+ * numerics policy at its start (no dropout), which config.json records.
  */
-import { initProcessGroup, RunLog } from "../../../mod.ts";
+import { initProcessGroup, RunLog, setNumericsPolicy } from "../../../mod.ts";
 
+setNumericsPolicy({ dropout: false }, "the test loop");
 const pg = initProcessGroup();
 try {
   const r = pg.rank;
