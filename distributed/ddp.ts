@@ -22,6 +22,7 @@
 import type { Module } from "../nn/module.ts";
 import type { ProcessGroup } from "./process_group.ts";
 import type { Work } from "./work.ts";
+import type { CollectiveBuffer } from "./collective_buffer.ts";
 import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/autograd.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./control/phase.ts";
@@ -38,12 +39,13 @@ export interface DDPOptions {
   broadcastBuffers?: boolean;
 }
 
-interface Bucket {
+/** Gradients of several parameters packed in one flat tensor, all-reduced as one message. */
+export interface Bucket {
   /** its place in buckets (the phase names it) */
   index: number;
   flat: Tensor;
   /** the flat buffer as the process group takes it (made once: its address never changes) */
-  buffer: ReturnType<typeof bufferOf>;
+  buffer: CollectiveBuffer;
   params: Tensor[];
   /** gradients of this backward pass still to come */
   pending: number;

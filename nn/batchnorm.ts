@@ -39,7 +39,7 @@ export interface BatchNormLayerOptions {
 }
 
 /** The tensors of a batch norm, shared when convertSyncBatchNorm converts one. */
-interface BatchNormState {
+export interface BatchNormState {
   weight: Tensor | null;
   bias: Tensor | null;
   runningMean: Tensor | null;

@@ -43,7 +43,7 @@ export interface GPTConfig {
   attention?: "fused" | "composed";
 }
 
-class CausalSelfAttention extends Module {
+export class CausalSelfAttention extends Module {
   readonly c_attn: Linear;
   readonly c_proj: Linear;
   readonly resid: Dropout;
@@ -78,7 +78,7 @@ class CausalSelfAttention extends Module {
   }
 }
 
-class MLP extends Module {
+export class MLP extends Module {
   readonly c_fc: Linear;
   readonly gelu = new GELU();
   readonly c_proj: Linear;
@@ -105,7 +105,7 @@ class MLP extends Module {
   }
 }
 
-class Block extends Module {
+export class Block extends Module {
   readonly ln_1: LayerNorm;
   readonly attn: CausalSelfAttention;
   readonly ln_2: LayerNorm;
@@ -149,7 +149,8 @@ function addNorm(x: Tensor, y: Tensor, ln: LayerNorm): [Tensor, Tensor] {
   });
 }
 
-class Transformer extends Module {
+/** nanoGPT's `model.transformer`: embeddings, the blocks `h` and the final LayerNorm `ln_f`. */
+export class Transformer extends Module {
   readonly wte: Embedding;
   readonly wpe: Embedding;
   readonly drop: Dropout;

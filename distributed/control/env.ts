@@ -105,7 +105,8 @@ export function rankEnv(input: RankEnvInput): Record<string, string> {
   };
 }
 
-type Lookup = (name: string) => string | undefined;
+/** Reads an environment variable by name (`Deno.env.get` unless a test passes its own). */
+export type Lookup = (name: string) => string | undefined;
 
 function intVar(get: Lookup, name: string, fallback: number, min: number): number {
   const raw = get(name);
