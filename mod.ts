@@ -206,6 +206,7 @@ export { type PrepareProgress, type PrepareResult, prepareTokens } from "./data/
 export { type FitResult, Trainer, type TrainerOptions } from "./train/engine.ts";
 export type { EvalStep } from "./train/evaluation.ts";
 export { resolveConfig, type TrainConfig, type TrainConfigInput } from "./train/config.ts";
+export type { ParamGroupRule } from "./train/config_types.ts";
 export {
   type EvalOptions,
   type OrderSource,

@@ -29,7 +29,9 @@ export type InputGrad = Tensor | null | typeof ADDED_TO_LEAF;
 
 /** One recorded op: given the gradient of its output, the gradients of its inputs. */
 export interface Node {
+  /** The op's name (as the profiler and error messages print it). */
   readonly name: string;
+  /** The op's input tensors, in the order backward() returns their gradients. */
   readonly inputs: readonly Tensor[];
   /** Returns one gradient per input (null where an input needs none). */
   backward(gradOut: Tensor): InputGrad[];

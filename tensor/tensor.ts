@@ -55,9 +55,13 @@ const scopes: Set<Tensor>[] = [];
 
 /** A dense, contiguous, row-major n-dimensional array in native memory. */
 export class Tensor {
+  /** Size of each dim (PyTorch's `tensor.shape`). */
   readonly shape: readonly number[];
+  /** Element type. */
   readonly dtype: DType;
+  /** Where the memory lives: "cpu" or "cuda". */
   readonly device: Device;
+  /** Number of elements (product of the shape). */
   readonly numel: number;
   #storage: Storage | null;
   /** Address of element 0 (fixed for the tensor's life; cached for FFI calls). */

@@ -61,7 +61,9 @@ export function pow(x: Tensor, exponent: number): Tensor {
 
 /** Bounds of clamp(); either may be left out. */
 export interface ClampOptions {
+  /** Lower bound (null or absent: none). */
   min?: number | null;
+  /** Upper bound (null or absent: none). */
   max?: number | null;
 }
 
