@@ -21,13 +21,28 @@ import { notePlainBypass, plainArithmetic } from "../tensor/plain_arithmetic.ts"
 
 /** A module mapping one tensor to one tensor. */
 export abstract class Layer extends Module {
+  /** Maps the input to the output (records autograd nodes when gradients are on). */
   abstract forward(x: Tensor): Tensor;
 }
 
 /** y = x W^T + b; weight (out, in) and bias (out) drawn as torch.nn.Linear does. */
 export class Linear extends Layer {
+  /** The (out, in) weight, uniform in ±1/√in at init. */
   readonly weight: Tensor;
+  /** The (out) bias, uniform in ±1/√in at init; null when made with `bias: false`. */
   readonly bias: Tensor | null;
+  /**
+   * A layer from `inFeatures` to `outFeatures` (torch.nn.Linear(in, out, bias=True)); `generator`
+   * draws its init (default: the global one manualSeed seeds).
+   *
+   * @example
+   * ```ts
+   * import { fromArray, Linear, manualSeed } from "dtrain";
+   * manualSeed(0);
+   * const fc = new Linear(4, 2);
+   * const y = fc.forward(fromArray(new Float32Array(12).fill(1), [3, 4])); // shape [3, 2]
+   * ```
+   */
   constructor(
     readonly inFeatures: number,
     readonly outFeatures: number,
@@ -49,6 +64,7 @@ export class Linear extends Layer {
       this.bias = null;
     }
   }
+  /** x W^T + b over the last dim of x (any leading dims). */
   forward(x: Tensor): Tensor {
     return linear(x, this.weight, this.bias);
   }
@@ -73,6 +89,7 @@ function fusesReluMaxPool(a: Layer, b: Layer, c: Layer, x: Tensor): boolean {
 
 /** max(x, 0). */
 export class ReLU extends Layer {
+  /** max(x, 0) elementwise. */
   forward(x: Tensor): Tensor {
     return relu(x);
   }
@@ -80,6 +97,7 @@ export class ReLU extends Layer {
 
 /** GELU, tanh approximation. */
 export class GELU extends Layer {
+  /** GELU(x) elementwise (tanh approximation). */
   forward(x: Tensor): Tensor {
     return gelu(x);
   }
@@ -94,12 +112,17 @@ export class GELU extends Layer {
 export class Dropout extends Layer {
   /** Mask stream position; advanced by the element count of each call. */
   offset = 0n;
+  /**
+   * Zeroes each element with probability `p` in training mode and scales the rest by 1/(1-p)
+   * (torch.nn.Dropout); `seed` chooses the mask stream.
+   */
   constructor(readonly p: number, public seed: bigint = nextDropoutSeed()) {
     super();
     if (!(p >= 0 && p < 1)) {
       throw new RangeError(`Dropout: p must be in [0, 1), got ${p}`);
     }
   }
+  /** x with the mask applied in training mode; x itself in eval mode or when p is 0. */
   forward(x: Tensor): Tensor {
     if (!this.training || this.p === 0) return x;
     if (plainArithmetic()) {
@@ -114,8 +137,14 @@ export class Dropout extends Layer {
 
 /** Layer norm over the last dim with weight = 1, bias = 0 at init. */
 export class LayerNorm extends Layer {
+  /** Per-feature scale, 1 at init. */
   readonly weight: Tensor;
+  /** Per-feature shift, 0 at init; null when made with `bias: false`. */
   readonly bias: Tensor | null;
+  /**
+   * Normalises over a last dim of size `normalizedShape` (torch.nn.LayerNorm; `eps` default 1e-5,
+   * `bias: false` as nanoGPT's LayerNorm without bias).
+   */
   constructor(
     readonly normalizedShape: number,
     opts: { bias?: boolean; eps?: number } = {},
@@ -127,7 +156,9 @@ export class LayerNorm extends Layer {
       ? this.registerParameter("bias", full([normalizedShape], 0))
       : null;
   }
+  /** Added to the variance before the square root. */
   readonly eps: number;
+  /** Layer norm of x over its last dim. */
   forward(x: Tensor): Tensor {
     return layerNorm(x, this.weight, this.bias, this.eps);
   }
@@ -135,7 +166,9 @@ export class LayerNorm extends Layer {
 
 /** A lookup table (num, dim), N(0, 1) at init as torch.nn.Embedding. */
 export class Embedding extends Module {
+  /** The (num, dim) table, N(0, 1) at init. */
   readonly weight: Tensor;
+  /** A table of `num` vectors of size `dim` (torch.nn.Embedding(num, dim)). */
   constructor(
     readonly num: number,
     readonly dim: number,
@@ -147,6 +180,7 @@ export class Embedding extends Module {
       normalTensor([num, dim], 0, 1, opts.generator),
     );
   }
+  /** The rows of the table at the integer (i32/i64) indices `idx`: shape idx.shape + [dim]. */
   forward(idx: Tensor): Tensor {
     return embedding(idx, this.weight);
   }
@@ -154,7 +188,9 @@ export class Embedding extends Module {
 
 /** Layers applied in order; children are named "0", "1", … as in torch.nn.Sequential. */
 export class Sequential extends Layer {
+  /** The layers in order (child i is layers[i]). */
   readonly layers: Layer[];
+  /** The given layers in order, registered as children "0", "1", …. */
   constructor(...layers: Layer[]) {
     super();
     this.layers = layers;
@@ -194,6 +230,7 @@ export class Sequential extends Layer {
 
 /** Returns its input (torch.nn.Identity): a placeholder that keeps a model's structure. */
 export class Identity extends Layer {
+  /** x unchanged. */
   forward(x: Tensor): Tensor {
     return x;
   }
@@ -201,9 +238,11 @@ export class Identity extends Layer {
 
 /** Merges dims startDim..endDim into one (torch.nn.Flatten; by default all but the batch dim). */
 export class Flatten extends Layer {
+  /** Flattens dims `startDim`..`endDim` (negative: from the end), as torch.nn.Flatten. */
   constructor(readonly startDim = 1, readonly endDim = -1) {
     super();
   }
+  /** x with dims startDim..endDim merged into one. */
   forward(x: Tensor): Tensor {
     return flatten(x, this.startDim, this.endDim);
   }

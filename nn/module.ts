@@ -16,6 +16,10 @@ export type { StateDictSource, StateTensor } from "../tensor/state_source.ts";
 
 /** Problems found when loading a state dict, each listed by name. */
 export class StateDictError extends Error {
+  /**
+   * The keys missing from the source, those it has that the module lacks, and those whose shapes
+   * differ.
+   */
   constructor(
     readonly missing: string[],
     readonly unexpected: string[],
