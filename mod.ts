@@ -148,7 +148,12 @@ export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
 export { getRngState, type RngState, setRngState } from "./nn/rng_state.ts";
 
 // optimizers, schedules, mixed precision
-export { Optimizer, type OptimizerState, type ParamGroup } from "./optim/optimizer.ts";
+export {
+  Optimizer,
+  type OptimizerState,
+  type ParamGroup,
+  type ParamGroupSpec,
+} from "./optim/optimizer.ts";
 export { AdamW, type AdamWOptions } from "./optim/adamw.ts";
 export { SGD, type SGDOptions } from "./optim/sgd.ts";
 export {
