@@ -174,8 +174,14 @@ export {
 } from "./amp/grad_scaler.ts";
 
 // data
-export { type Dataset, Subset, TensorDataset } from "./data/dataset.ts";
-export { type Batch, DataLoader, type DataLoaderState, type Sampler } from "./data/dataloader.ts";
+export { type Column, type Dataset, Subset, TensorDataset } from "./data/dataset.ts";
+export {
+  type Batch,
+  DataLoader,
+  type DataLoaderOptions,
+  type DataLoaderState,
+  type Sampler,
+} from "./data/dataloader.ts";
 export { type OrderOptions, ResumableSampler, type ResumePoint } from "./data/resumable_sampler.ts";
 export { DistributedSampler, shardIndices, type ShardOptions } from "./data/distributed_sampler.ts";
 export { type FashionMnist, loadFashionMnist } from "./data/fashion_mnist.ts";

@@ -29,7 +29,9 @@ export const FASHION_MNIST_CLASSES = 10;
 
 /** The two splits; each sample is [image f32 [784], label i32 []]. */
 export interface FashionMnist {
+  /** The 60,000 training images. */
   train: ByteImageDataset;
+  /** The 10,000 test images. */
   test: ByteImageDataset;
 }
 
