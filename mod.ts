@@ -183,7 +183,12 @@ export {
   type Sampler,
 } from "./data/dataloader.ts";
 export { type OrderOptions, ResumableSampler, type ResumePoint } from "./data/resumable_sampler.ts";
-export { DistributedSampler, shardIndices, type ShardOptions } from "./data/distributed_sampler.ts";
+export {
+  DistributedSampler,
+  type DistributedSamplerOptions,
+  shardIndices,
+  type ShardOptions,
+} from "./data/distributed_sampler.ts";
 export { type FashionMnist, loadFashionMnist } from "./data/fashion_mnist.ts";
 export { ByteImageDataset } from "./data/byte_images.ts";
 export { type CharCorpus, CharWindows, loadCharCorpus } from "./data/char_corpus.ts";
@@ -257,7 +262,7 @@ export type {
   ReduceOp,
 } from "./distributed/collective_buffer.ts";
 export type { Work } from "./distributed/work.ts";
-export { type Bucket, DistributedDataParallel } from "./distributed/ddp.ts";
+export { type Bucket, type DDPOptions, DistributedDataParallel } from "./distributed/ddp.ts";
 export {
   getStore,
   rankZeroFirst,
@@ -265,7 +270,12 @@ export {
   type StoreBarrierOptions,
   storeKey,
 } from "./distributed/control/rank_runtime.ts";
-export type { StoreClient, StoreCloseInfo, StoreEntry } from "./distributed/control/store.ts";
+export type {
+  StoreClient,
+  StoreCloseInfo,
+  StoreConnectOptions,
+  StoreEntry,
+} from "./distributed/control/store.ts";
 export { getWorld, type Lookup, type World } from "./distributed/control/env.ts";
 
 // random numbers and data order

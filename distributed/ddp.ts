@@ -43,9 +43,11 @@ export interface DDPOptions {
 export interface Bucket {
   /** its place in buckets (the phase names it) */
   index: number;
+  /** The bucket's gradients, packed one after another. */
   flat: Tensor;
   /** the flat buffer as the process group takes it (made once: its address never changes) */
   buffer: CollectiveBuffer;
+  /** The parameters whose gradients the bucket holds, in packing order. */
   params: Tensor[];
   /** gradients of this backward pass still to come */
   pending: number;
@@ -55,6 +57,7 @@ export interface Bucket {
 
 /** Wraps a module for data-parallel training over a process group. */
 export class DistributedDataParallel<M extends Module> {
+  /** The gradient buckets, filled in reverse parameter order as torch's (~bucketCapMb each). */
   readonly buckets: Bucket[] = [];
   readonly #bucketOf = new Map<Tensor, Bucket>();
   readonly #names = new Map<Tensor, string>();
@@ -75,6 +78,12 @@ export class DistributedDataParallel<M extends Module> {
   /** backward()'s options when the caller passes none (made once) */
   readonly #wired: BackwardOptions;
 
+  /**
+   * Wraps `module` for data-parallel training over `pg`
+   * (torch.nn.parallel.DistributedDataParallel): checks every rank has the same parameters, copies
+   * rank 0's parameters (and buffers unless broadcastBuffers is false) to all, and buckets the
+   * gradients.
+   */
   constructor(readonly module: M, readonly pg: ProcessGroup, opts: DDPOptions = {}) {
     this.#findUnused = opts.findUnusedParameters ?? false;
     this.#wired = { onLeafGrad: this.gradReady };

@@ -10,14 +10,17 @@ export interface World {
   rank: number;
   /** rank within this node, 0 … localWorldSize-1 */
   localRank: number;
+  /** number of ranks in the job (torchrun's WORLD_SIZE) */
   worldSize: number;
   /** ranks on this node */
   localWorldSize: number;
   /** this node's index (torchrun's GROUP_RANK), 0 … nnodes-1 */
   groupRank: number;
+  /** number of nodes in the job */
   nnodes: number;
   /** address of node 0, where the control store listens */
   masterAddr: string;
+  /** port of the control store on node 0 */
   masterPort: number;
   /** the run's id ("" outside a launcher) */
   runId: string;
