@@ -74,3 +74,26 @@ Deno.test("deno doc --lint mod.ts: every public export documented, every type it
   );
   assert.equal(r.code, 0, `deno doc --lint mod.ts exited ${r.code}:\n${report}`);
 });
+
+Deno.test("deno task docs writes the HTML reference of mod.ts", async () => {
+  const tasks = JSON.parse(await Deno.readTextFile(join(REPO, "deno.json"))).tasks;
+  assert.match(tasks.docs, /deno doc --html --name=dtrain --output=dist\/docs mod\.ts/);
+  // the same command into a scratch folder (the task writes dist/docs)
+  const out = await Deno.makeTempDir({ prefix: "dtrain-docs-" });
+  try {
+    const r = await new Deno.Command(Deno.execPath(), {
+      args: ["doc", "--html", "--name=dtrain", `--output=${out}`, "mod.ts"],
+      cwd: REPO,
+      env: { NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(r.code, 0, new TextDecoder().decode(r.stderr));
+    const index = await Deno.readTextFile(join(out, "index.html"));
+    assert.match(index, /dtrain/);
+    const adamw = await Deno.readTextFile(join(out, "~", "AdamW.html"));
+    assert.match(adamw, /torch\.optim\.AdamW/);
+  } finally {
+    await Deno.remove(out, { recursive: true });
+  }
+});
