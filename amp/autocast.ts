@@ -17,6 +17,7 @@ export function autocastDtype(): DType | null {
 /**
  * Runs fn with autocast to `dtype` ("bf16" or "f16"); null or "f32" disables
  * it. An async fn keeps it for all of its run, across its awaits.
+ * As `with torch.autocast(device_type, dtype=…):` around the forward pass.
  */
 export function autocast<T>(
   dtype: "bf16" | "f16" | "f32" | null,

@@ -43,7 +43,10 @@ export interface Column {
 /** Batches smaller than this are gathered on the calling thread. */
 const BACKGROUND_MIN_BYTES = 1 << 20;
 
-/** Columns of equal length held in native host memory, gathered row by row in C. */
+/**
+ * Columns of equal length held in native host memory, gathered row by row in C.
+ * (torch.utils.data.TensorDataset.)
+ */
 export class TensorDataset implements Dataset {
   readonly length: number;
   readonly #columns: {

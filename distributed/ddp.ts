@@ -55,7 +55,11 @@ export interface Bucket {
   work: Work | null;
 }
 
-/** Wraps a module for data-parallel training over a process group. */
+/**
+ * Wraps a module for data-parallel training over a process group.
+ * (torch.nn.parallel.DistributedDataParallel, with the gradient sync called explicitly:
+ * `ddp.backward(loss); ddp.finishGradSync(); opt.step()`.)
+ */
 export class DistributedDataParallel<M extends Module> {
   /** The gradient buckets, filled in reverse parameter order as torch's (~bucketCapMb each). */
   readonly buckets: Bucket[] = [];

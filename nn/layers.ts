@@ -19,7 +19,7 @@ import { flatten } from "../tensor/ops/layout.ts";
 import type { TorchGenerator } from "../random/torch_generator.ts";
 import { notePlainBypass, plainArithmetic } from "../tensor/plain_arithmetic.ts";
 
-/** A module mapping one tensor to one tensor. */
+/** A module mapping one tensor to one tensor. Sequential holds Layers. */
 export abstract class Layer extends Module {
   /** Maps the input to the output (records autograd nodes when gradients are on). */
   abstract forward(x: Tensor): Tensor;
@@ -87,7 +87,7 @@ function fusesReluMaxPool(a: Layer, b: Layer, c: Layer, x: Tensor): boolean {
     pool.pools2x2() && x.shape.length === 4 && x.shape[2]! >= 2 && x.shape[3]! >= 2;
 }
 
-/** max(x, 0). */
+/** max(x, 0). (torch.nn.ReLU.) */
 export class ReLU extends Layer {
   /** max(x, 0) elementwise. */
   forward(x: Tensor): Tensor {
@@ -95,7 +95,7 @@ export class ReLU extends Layer {
   }
 }
 
-/** GELU, tanh approximation. */
+/** GELU, tanh approximation. (torch.nn.GELU(approximate="tanh").) */
 export class GELU extends Layer {
   /** GELU(x) elementwise (tanh approximation). */
   forward(x: Tensor): Tensor {
@@ -108,6 +108,7 @@ export class GELU extends Layer {
  * so a run is reproducible from (seed, number of calls), which checkpoints
  * save (getRngState). The seed defaults to one derived from manualSeed's seed
  * and the layer's construction order (nextDropoutSeed), distinct per layer.
+ * The counterpart of torch.nn.Dropout (off in eval mode).
  */
 export class Dropout extends Layer {
   /** Mask stream position; advanced by the element count of each call. */
@@ -135,7 +136,10 @@ export class Dropout extends Layer {
   }
 }
 
-/** Layer norm over the last dim with weight = 1, bias = 0 at init. */
+/**
+ * Layer norm over the last dim with weight = 1, bias = 0 at init. (torch.nn.LayerNorm over one last
+ * dim.)
+ */
 export class LayerNorm extends Layer {
   /** Per-feature scale, 1 at init. */
   readonly weight: Tensor;

@@ -14,7 +14,10 @@ import {
 
 export type { StateDictSource, StateTensor } from "../tensor/state_source.ts";
 
-/** Problems found when loading a state dict, each listed by name. */
+/**
+ * Problems found when loading a state dict, each listed by name. What `loadStateDict` throws in
+ * strict mode, as torch's "Error(s) in loading state_dict".
+ */
 export class StateDictError extends Error {
   /**
    * The keys missing from the source, those it has that the module lacks, and those whose shapes
@@ -49,7 +52,10 @@ export class StateDictError extends Error {
  */
 let structureVersion = 0;
 
-/** Base class of layers and models. */
+/**
+ * Base class of layers and models. (torch.nn.Module: parameters, buffers and children by name,
+ * state dicts, train/eval mode.)
+ */
 export abstract class Module {
   /** namedParameters() as last walked, and the structureVersion it was walked at */
   #named: { version: number; list: readonly (readonly [string, Tensor])[] } | null = null;

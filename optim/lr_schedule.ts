@@ -11,7 +11,7 @@ import type { Optimizer } from "./optimizer.ts";
 /** lr at a given step (0-based count of completed optimizer steps). */
 export type LrFunction = (step: number) => number;
 
-/** A constant learning rate. */
+/** A constant learning rate (in PyTorch: no scheduler). */
 export function constantLr(lr: number): LrFunction {
   return () => lr;
 }

@@ -58,7 +58,7 @@ export function addOptimizerStepHook(hook: OptimizerStepHook): () => void {
   return () => stepHooks.delete(hook);
 }
 
-/** Base of SGD and AdamW. */
+/** Base of SGD and AdamW. (torch.optim.Optimizer: param groups, zeroGrad, step, state dicts.) */
 export abstract class Optimizer<H extends { lr: number }> {
   /**
    * The parameter groups in the order given (torch's `optimizer.param_groups`); set

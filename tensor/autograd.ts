@@ -53,7 +53,7 @@ export interface Node {
 const noGradContext = new AsyncLocalStorage<false>();
 let open = 0;
 
-/** Whether ops currently record the tape. */
+/** Whether ops currently record the tape. (torch.is_grad_enabled.) */
 export function isGradEnabled(): boolean {
   return open === 0 || noGradContext.getStore() !== false;
 }
@@ -178,6 +178,7 @@ export interface BackwardOptions {
  * Computes gradients of `output` with respect to every leaf tensor that
  * requires grad, adding them into leaf.grad (allocated on first use, outside
  * any scope, so it lives as long as the parameter).
+ * As `output.backward()` (torch.autograd.backward): a scalar loss gets gradient 1.
  */
 export function backward(output: Tensor, opts: BackwardOptions = {}): void {
   const prev = enter("backward");

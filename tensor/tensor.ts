@@ -53,7 +53,10 @@ const ITEM = (() => {
 /** Tensors created in the innermost open scope; disposed when it closes. */
 const scopes: Set<Tensor>[] = [];
 
-/** A dense, contiguous, row-major n-dimensional array in native memory. */
+/**
+ * A dense, contiguous, row-major n-dimensional array in native memory. The counterpart of
+ * torch.Tensor: free its memory with dispose() or by creating it inside scope().
+ */
 export class Tensor {
   /** Size of each dim (PyTorch's `tensor.shape`). */
   readonly shape: readonly number[];
@@ -314,7 +317,7 @@ export class Tensor {
   }
 }
 
-/** An uninitialised tensor. */
+/** An uninitialised tensor. (torch.empty; default dtype f32.) */
 export function empty(shape: readonly number[], dtype: DType = "f32"): Tensor {
   const n = numelOf(shape);
   const b = backend();
@@ -326,12 +329,12 @@ export function empty(shape: readonly number[], dtype: DType = "f32"): Tensor {
   );
 }
 
-/** A tensor of zeros. */
+/** A tensor of zeros. (torch.zeros; default dtype f32.) */
 export function zeros(shape: readonly number[], dtype: DType = "f32"): Tensor {
   return empty(shape, dtype).fill(0);
 }
 
-/** A tensor filled with `value`. */
+/** A tensor filled with `value`. (torch.full; default dtype f32.) */
 export function full(
   shape: readonly number[],
   value: number,
@@ -340,7 +343,10 @@ export function full(
   return empty(shape, dtype).fill(value);
 }
 
-/** A tensor with the contents of a typed array (copied). */
+/**
+ * A tensor with the contents of a typed array (copied). (torch.tensor; a number[] becomes f32, the
+ * shape defaults to 1-D.)
+ */
 export function fromArray(
   data: Float32Array | Int32Array | BigInt64Array | Uint8Array | number[],
   shape?: readonly number[],
@@ -366,7 +372,10 @@ export function fromArray(
   return t.copyFromArray(arr);
 }
 
-/** Converts a tensor's elements to another dtype (no autograd; see ops for the differentiable cast). */
+/**
+ * Converts a tensor's elements to another dtype (no autograd; see ops for the differentiable cast).
+ * (PyTorch's `t.to(dtype)` outside autograd.)
+ */
 export function castTensor(t: Tensor, dtype: DType): Tensor {
   const out = empty(t.shape, dtype);
   const b = backend();

@@ -138,7 +138,28 @@ export interface FitResult {
   preempted: boolean;
 }
 
-/** One training run of a model over a dataset, on every rank of the job. */
+/**
+ * One training run of a model over a dataset, on every rank of the job: the
+ * loop a PyTorch script writes by hand (DDP, DistributedSampler, optimizer,
+ * schedule, autocast and GradScaler, checkpoints, evaluation, resume), driven
+ * by one TrainConfig.
+ *
+ * @example
+ * ```ts
+ * import { crossEntropy, Linear, TensorDataset, Trainer } from "dtrain";
+ * const data = new TensorDataset(
+ *   { data: new Float32Array(256 * 4).map((_, i) => i % 3), sampleShape: [4] },
+ *   { data: new Int32Array(256).map((_, i) => i % 2), sampleShape: [] },
+ * );
+ * const trainer = new Trainer({
+ *   model: () => new Linear(4, 2),
+ *   data,
+ *   loss: (model, [x, y]) => crossEntropy(model.forward(x!), y!),
+ *   config: { epochs: 2, data: { globalBatchSize: 32 }, optim: { lr: 1e-2 } },
+ * });
+ * const result = await trainer.fit(); // result.epochLosses: the mean loss of each epoch
+ * ```
+ */
 export class Trainer<M extends Module> {
   /** The resolved configuration (every default filled in). */
   readonly config: TrainConfig;

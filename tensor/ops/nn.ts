@@ -27,7 +27,10 @@ export function asIndices(idx: Tensor): Tensor {
   return castTensor(idx, "i32");
 }
 
-/** Rows of `table` (V, C) picked by integer indices: output shape [...idx.shape, C]. */
+/**
+ * Rows of `table` (V, C) picked by integer indices: output shape [...idx.shape, C].
+ * (torch.nn.functional.embedding.)
+ */
 export function embedding(idx0: Tensor, table: Tensor): Tensor {
   const idx = asIndices(idx0);
   if (table.shape.length !== 2) {
