@@ -144,6 +144,8 @@ let processWorld: World | undefined;
  * given `get`, the world those variables describe. Outside a launcher, with
  * none of them set, a world of one. Inconsistent values throw an error
  * naming the variables involved.
+ * The counterpart of torch.distributed.get_rank() and get_world_size() and of torchrun's
+ * environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, …).
  *
  * @example
  * ```ts

@@ -111,7 +111,10 @@ interface Pending {
 const utf8 = new TextDecoder();
 const MAX_REQUEST_ID = 0xffff_ffff;
 
-/** An authenticated connection to the store. */
+/**
+ * An authenticated connection to the store. (The counterpart of a torch.distributed.TCPStore
+ * client.)
+ */
 export class StoreClient {
   readonly #conn: Deno.Conn;
   readonly #writer: SerialWriter;
