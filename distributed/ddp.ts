@@ -59,6 +59,23 @@ export interface Bucket {
  * Wraps a module for data-parallel training over a process group.
  * (torch.nn.parallel.DistributedDataParallel, with the gradient sync called explicitly:
  * `ddp.backward(loss); ddp.finishGradSync(); opt.step()`.)
+ *
+ * @example
+ * ```ts
+ * // ./dtrain --nproc 2 script.ts
+ * import { AdamW, crossEntropy, DistributedDataParallel, fromArray, initProcessGroup, Linear, scope } from "dtrain";
+ * using pg = initProcessGroup();
+ * const ddp = new DistributedDataParallel(new Linear(4, 2), pg); // rank 0's weights on every rank
+ * const opt = new AdamW(ddp.parameters(), { lr: 1e-2 });
+ * const x = fromArray(new Float32Array(8).fill(pg.rank + 1), [2, 4]); // each rank its own batch
+ * const y = fromArray(new Int32Array([0, 1]), [2]);
+ * scope(() => {
+ *   opt.zeroGrad();
+ *   ddp.backward(crossEntropy(ddp.forward(x), y));
+ *   ddp.finishGradSync(); // the gradients are now the mean over the ranks
+ *   opt.step();
+ * });
+ * ```
  */
 export class DistributedDataParallel<M extends Module> {
   /** The gradient buckets, filled in reverse parameter order as torch's (~bucketCapMb each). */

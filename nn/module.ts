@@ -55,6 +55,20 @@ let structureVersion = 0;
 /**
  * Base class of layers and models. (torch.nn.Module: parameters, buffers and children by name,
  * state dicts, train/eval mode.)
+ *
+ * @example
+ * ```ts
+ * import { Linear, Module, relu, type Tensor } from "dtrain";
+ * class Mlp extends Module {
+ *   fc1 = this.registerModule("fc1", new Linear(4, 16));
+ *   fc2 = this.registerModule("fc2", new Linear(16, 2));
+ *   forward(x: Tensor): Tensor {
+ *     return this.fc2.forward(relu(this.fc1.forward(x)));
+ *   }
+ * }
+ * const model = new Mlp();
+ * model.namedParameters().map(([name]) => name); // fc1.weight, fc1.bias, fc2.weight, fc2.bias
+ * ```
  */
 export abstract class Module {
   /** namedParameters() as last walked, and the structureVersion it was walked at */

@@ -387,6 +387,15 @@ export function castTensor(t: Tensor, dtype: DType): Tensor {
  * Runs fn with a new scope: every tensor created inside and not returned (or
  * kept with keep()) is disposed when fn returns or throws. Returned tensors
  * (directly, or inside an array or plain object) move to the enclosing scope.
+ *
+ * @example
+ * ```ts
+ * import { fromArray, mul, scope, sum } from "dtrain";
+ * const x = fromArray([1, 2, 3]);
+ * const total = scope(() => sum(mul(x, x))); // the product is freed here; the sum is returned
+ * total.item(); // 14
+ * total.dispose();
+ * ```
  */
 export function scope<T>(fn: () => T): T {
   const mine = new Set<Tensor>();

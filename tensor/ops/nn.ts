@@ -54,6 +54,14 @@ export function embedding(idx0: Tensor, table: Tensor): Tensor {
 /**
  * Mean cross-entropy of logits (..., V) against integer targets (...),
  * skipping targets equal to ignoreIndex (torch's F.cross_entropy).
+ *
+ * @example
+ * ```ts
+ * import { crossEntropy, fromArray } from "dtrain";
+ * const logits = fromArray(new Float32Array([2, 0, 0, 0, 3, 0]), [2, 3]);
+ * const targets = fromArray(new Int32Array([0, 1]), [2]);
+ * const loss = crossEntropy(logits, targets); // 0-dim: 0.16723, as F.cross_entropy(logits, targets)
+ * ```
  */
 export function crossEntropy(
   logits: Tensor,
