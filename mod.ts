@@ -26,7 +26,15 @@
 // tensors and autograd
 export { castTensor, empty, fromArray, full, scope, Tensor, zeros } from "./tensor/tensor.ts";
 export type { DType } from "./tensor/dtype.ts";
-export { backend, type Device, type DeviceKind, setDevice } from "./tensor/backend.ts";
+export type { Device, DeviceKind } from "./tensor/backend.ts";
+export { backend, type BackendInfo, setDevice } from "./tensor/device_info.ts";
+export type {
+  CudaAvailability,
+  CudaAvailable,
+  CudaFlavor,
+  CudaLibraries,
+  CudaUnavailable,
+} from "./tensor/cuda_backend.ts";
 export {
   describeBackend,
   type DeviceRequest,
@@ -36,7 +44,15 @@ export {
 } from "./tensor/device_choice.ts";
 export { memoryStats } from "./tensor/allocator.ts";
 export { hostSyncCounts } from "./tensor/host_sync.ts";
-export { backward, isGradEnabled, noGrad } from "./tensor/autograd.ts";
+export {
+  ADDED_TO_LEAF,
+  backward,
+  type BackwardOptions,
+  type InputGrad,
+  isGradEnabled,
+  type Node,
+  noGrad,
+} from "./tensor/autograd.ts";
 export { add, cast, div, dropout, gelu, mul, relu, scale, sub } from "./tensor/ops/elementwise.ts";
 export {
   clamp,
@@ -48,7 +64,8 @@ export {
   sqrt,
   tanh,
 } from "./tensor/ops/unary.ts";
-export { linear, matmul } from "./tensor/ops/linalg.ts";
+export { linear, type LinearOptions, matmul } from "./tensor/ops/linalg.ts";
+export type { LayerNormOptions } from "./tensor/ops/layernorm.ts";
 export { causalSelfAttention, embedding, layerNorm } from "./tensor/ops/nn.ts";
 /** Comparisons into u8 masks (torch.eq, ne, lt, le, gt, ge) and torch.maximum / minimum. */
 export { eq, ge, gt, le, lt, maximum, minimum, ne } from "./tensor/ops/compare.ts";
@@ -90,6 +107,7 @@ export {
   batchNorm,
   type BatchNormOptions,
   batchNormReluMaxPool2d,
+  type StatsBuffer,
 } from "./tensor/ops/batchnorm.ts";
 
 // layers and models
@@ -101,6 +119,7 @@ export {
   type StateDictSource,
   type StateTensor,
 } from "./nn/module.ts";
+export type { CheckpointLike, StateEntry, TensorFileLike } from "./tensor/state_source.ts";
 export {
   Dropout,
   Embedding,
@@ -118,12 +137,22 @@ export { AdaptiveAvgPool2d, AvgPool2d, MaxPool2d } from "./nn/pooling.ts";
 export {
   BatchNorm1d,
   BatchNorm2d,
+  BatchNormBase,
   type BatchNormLayerOptions,
+  type BatchNormState,
   convertSyncBatchNorm,
+  type StatsGroup,
   SyncBatchNorm,
   type SyncBatchNormOptions,
 } from "./nn/batchnorm.ts";
-export { GPT, type GPTConfig } from "./nn/gpt.ts";
+export {
+  type Block,
+  type CausalSelfAttention,
+  GPT,
+  type GPTConfig,
+  type MLP,
+  type Transformer,
+} from "./nn/gpt.ts";
 export { checkpoint } from "./nn/checkpoint.ts";
 export { getDefaultGenerator, manualSeed } from "./nn/init.ts";
 export { getRngState, type RngState, setRngState } from "./nn/rng_state.ts";
@@ -199,7 +228,13 @@ export {
   SequentialLR,
   StepLR,
 } from "./optim/lr_schedulers.ts";
-export { constantLr, LrScheduler, stepLr, warmupCosineLr } from "./optim/lr_schedule.ts";
+export {
+  constantLr,
+  type LrFunction,
+  LrScheduler,
+  stepLr,
+  warmupCosineLr,
+} from "./optim/lr_schedule.ts";
 export { clipGradNorm, gradNorm } from "./optim/clip.ts";
 export { autocast } from "./amp/autocast.ts";
 export {
@@ -211,12 +246,29 @@ export {
   setNumericsPolicy,
 } from "./tensor/numerics_policy.ts";
 export { dropWeightCasts } from "./tensor/weight_cast.ts";
-export { GradScaler } from "./amp/grad_scaler.ts";
+export {
+  type FoundInfReducer,
+  GradScaler,
+  type GradScalerOptions,
+  type GradScalerState,
+} from "./amp/grad_scaler.ts";
 
 // data
-export { type Dataset, Subset, TensorDataset } from "./data/dataset.ts";
-export { type Batch, DataLoader, type DataLoaderState } from "./data/dataloader.ts";
-export { DistributedSampler, shardIndices } from "./data/distributed_sampler.ts";
+export { type Column, type Dataset, Subset, TensorDataset } from "./data/dataset.ts";
+export {
+  type Batch,
+  DataLoader,
+  type DataLoaderOptions,
+  type DataLoaderState,
+  type Sampler,
+} from "./data/dataloader.ts";
+export { type OrderOptions, ResumableSampler, type ResumePoint } from "./data/resumable_sampler.ts";
+export {
+  DistributedSampler,
+  type DistributedSamplerOptions,
+  shardIndices,
+  type ShardOptions,
+} from "./data/distributed_sampler.ts";
 export {
   type FashionMnist,
   type FashionMnistOptions,
@@ -224,10 +276,15 @@ export {
   type PixelNormalization,
 } from "./data/fashion_mnist.ts";
 export { ByteImageDataset } from "./data/byte_images.ts";
-export { CharWindows, loadCharCorpus } from "./data/char_corpus.ts";
+export { type CharCorpus, CharWindows, loadCharCorpus } from "./data/char_corpus.ts";
 /** Token files read window by window: nanoGPT's .bin, llm.c's .bin, .npy, shard folders. */
 export { TokenStream } from "./data/token_file.ts";
-export { TokenFileError, type TokenFormat } from "./data/token_format.ts";
+export {
+  type TokenDType,
+  TokenFileError,
+  type TokenFormat,
+  type TokenLayout,
+} from "./data/token_format.ts";
 /** nanoGPT's random windows (keyed by seed, rank, step) and consecutive windows as a Dataset. */
 export {
   RandomWindows,
@@ -244,13 +301,22 @@ export {
   type Tokenizer,
 } from "./data/tokenizer.ts";
 /** Text to nanoGPT's train.bin and val.bin, streaming (`dtrain prepare`). */
-export { prepareTokens } from "./data/prepare_tokens.ts";
+export { type PrepareProgress, type PrepareResult, prepareTokens } from "./data/prepare_tokens.ts";
 
 // training engine
 export { type FitResult, Trainer, type TrainerOptions } from "./train/engine.ts";
+export type { EvalStep } from "./train/evaluation.ts";
 export { resolveConfig, type TrainConfig, type TrainConfigInput } from "./train/config.ts";
-export { type EvalOptions, RunLog, type RunLogOptions, type StepInput } from "./train/run_log.ts";
+export type { ParamGroupRule } from "./train/config_types.ts";
 export {
+  type EvalOptions,
+  type OrderSource,
+  RunLog,
+  type RunLogOptions,
+  type StepInput,
+} from "./train/run_log.ts";
+export {
+  type CheckpointFile,
   CheckpointManager,
   type CheckpointManagerOptions,
   type CheckpointPayload,
@@ -258,17 +324,36 @@ export {
   type SaveOptions,
   waitForCheckpoints,
 } from "./train/checkpoint/manager.ts";
-export { optimizerFile, restoreOptimizer, tensorFile } from "./train/state.ts";
+export type { CheckpointDirEntry, CheckpointIO } from "./train/checkpoint/io.ts";
+export type { CheckpointTensors } from "./train/checkpoint/format.ts";
+export type { ProgressOptions } from "./distributed/control/progress.ts";
+export { type BestEvaluation, optimizerFile, restoreOptimizer, tensorFile } from "./train/state.ts";
 export { fromStTensor, toStTensor } from "./tensor/st_bridge.ts";
+export type { StDType, StTensor } from "./io/st_tensor.ts";
 export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
 
 // distributed
 export {
+  type CallOptions,
   currentProcessGroup,
   initProcessGroup,
   type ProcessGroup,
 } from "./distributed/process_group.ts";
-export { type DDPBackwardOptions, DistributedDataParallel } from "./distributed/ddp.ts";
+export type { CpuBackend, ProcessGroupOptions } from "./distributed/pg_config.ts";
+export type {
+  BufferLike,
+  CollectiveArray,
+  CollectiveBuffer,
+  CollectiveDType,
+  ReduceOp,
+} from "./distributed/collective_buffer.ts";
+export type { Work } from "./distributed/work.ts";
+export {
+  type Bucket,
+  type DDPBackwardOptions,
+  type DDPOptions,
+  DistributedDataParallel,
+} from "./distributed/ddp.ts";
 export {
   type OptimizerClass,
   type ShardMode,
@@ -280,10 +365,17 @@ export {
   getStore,
   rankZeroFirst,
   storeBarrier,
+  type StoreBarrierOptions,
   storeKey,
 } from "./distributed/control/rank_runtime.ts";
-export { getWorld, type World } from "./distributed/control/env.ts";
+export type {
+  StoreClient,
+  StoreCloseInfo,
+  StoreConnectOptions,
+  StoreEntry,
+} from "./distributed/control/store.ts";
+export { getWorld, type Lookup, type World } from "./distributed/control/env.ts";
 
 // random numbers and data order
-export { TorchGenerator } from "./random/torch_generator.ts";
+export { TorchGenerator, type TorchGeneratorState } from "./random/torch_generator.ts";
 export { phase } from "./distributed/control/phase.ts";

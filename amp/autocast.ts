@@ -57,6 +57,7 @@ export function autocastDtype(): DType | null {
  * it. An async fn keeps it for all of its run, across its awaits. A numerics
  * policy whose autocast is "f32" (`numerics`, else the process's policy:
  * tensor/numerics_policy.ts) runs fn in f32, and the log says so once.
+ * As `with torch.autocast(device_type, dtype=…):` around the forward pass.
  */
 export function autocast<T>(
   dtype: "bf16" | "f16" | "f32" | null,

@@ -17,19 +17,29 @@ import {
 
 /** Options, with torch's defaults. */
 export interface GradScalerOptions {
+  /** The first loss scale (default 65536 = 2^16). */
   initScale: number;
+  /** Scale multiplier after growthInterval steps without inf/NaN (default 2). */
   growthFactor: number;
+  /** Scale multiplier after a step with inf/NaN (default 0.5). */
   backoffFactor: number;
+  /** Good steps between growths (default 2000). */
   growthInterval: number;
+  /** false: scale() returns the loss and step() always steps (default true). */
   enabled: boolean;
 }
 
 /** The scaler's saved state (torch's GradScaler.state_dict keys). */
 export interface GradScalerState {
+  /** The current scale. */
   scale: number;
+  /** See GradScalerOptions.growthFactor. */
   growth_factor: number;
+  /** See GradScalerOptions.backoffFactor. */
   backoff_factor: number;
+  /** See GradScalerOptions.growthInterval. */
   growth_interval: number;
+  /** Good steps since the last growth or backoff. */
   _growth_tracker: number;
 }
 
@@ -42,7 +52,28 @@ export interface GradScalerState {
  */
 export type FoundInfReducer = (flag: Tensor) => void;
 
+/**
+ * Dynamic loss scaling for f16 training (torch.cuda.amp.GradScaler).
+ *
+ * @example
+ * ```ts
+ * import { AdamW, autocast, backward, crossEntropy, fromArray, GradScaler, Linear, scope } from "dtrain";
+ * const model = new Linear(4, 2);
+ * const opt = new AdamW(model.parameters());
+ * const scaler = new GradScaler();
+ * const x = fromArray(new Float32Array(8).fill(1), [2, 4]);
+ * const y = fromArray(new Int32Array([0, 1]), [2]);
+ * scope(() => {
+ *   opt.zeroGrad();
+ *   const loss = autocast("f16", () => crossEntropy(model.forward(x), y));
+ *   backward(scaler.scale(loss));
+ *   scaler.step(opt); // skipped when a gradient is inf/NaN
+ *   scaler.update();
+ * });
+ * ```
+ */
 export class GradScaler {
+  /** The options in use (loadStateDict may change the factors and interval). */
   readonly opts: GradScalerOptions;
   #scale: number;
   #growthTracker = 0;
@@ -50,6 +81,10 @@ export class GradScaler {
   #foundInf = 0;
   #skipped = 0;
 
+  /**
+   * Options default to torch's; `reduceFoundInf` makes every rank skip the same steps (the Trainer
+   * passes its process group's max all-reduce).
+   */
   constructor(
     opts: Partial<GradScalerOptions> = {},
     readonly reduceFoundInf: FoundInfReducer = () => {},
@@ -138,6 +173,7 @@ export class GradScaler {
     this.#foundInf = 0;
   }
 
+  /** The state under torch's GradScaler.state_dict() keys. */
   stateDict(): GradScalerState {
     return {
       scale: this.#scale,
@@ -148,6 +184,7 @@ export class GradScaler {
     };
   }
 
+  /** Restores a saved state; throws on a scale that is not a positive finite number. */
   loadStateDict(s: GradScalerState): void {
     if (!(s.scale > 0) || !Number.isFinite(s.scale)) {
       throw new RangeError(

@@ -105,6 +105,10 @@ export class CharWindows implements Dataset {
    * @param data the bytes (e.g. loadCharCorpus().train); copied
    * @param block input length T (default 128, the peer's)
    */
+  /**
+   * Windows of `block` + 1 bytes over `data`; throws when block is not a positive integer or data
+   * is shorter than one window.
+   */
   constructor(data: Uint8Array, readonly block: number = CHAR_BLOCK) {
     if (!Number.isSafeInteger(block) || block < 1) {
       throw new RangeError(`CharWindows: block must be a positive integer, got ${block}`);

@@ -12,7 +12,9 @@ import { enter, leave } from "../profile/profile.ts";
 
 /** What orders the indices of an epoch. */
 export interface Sampler {
+  /** Selects the epoch whose order indices() returns next. */
   setEpoch(epoch: number): void;
+  /** The dataset indices of the current epoch, in the order to visit them. */
   indices(): Int32Array;
   /** The sampler's current epoch, when it tracks one (setEpoch called on the sampler directly). */
   readonly epoch?: number;
@@ -24,6 +26,7 @@ export interface Sampler {
 
 /** Options of a DataLoader. */
 export interface DataLoaderOptions {
+  /** Samples per batch. */
   batchSize: number;
   /** Ordering of indices (default: 0..n-1 every epoch). */
   sampler?: Sampler;
@@ -35,9 +38,11 @@ export interface DataLoaderOptions {
 
 /** A batch and where it sits in its epoch. */
 export interface Batch {
+  /** One tensor per dataset column, each with the batch as its first dim. */
   tensors: Tensor[];
   /** dataset indices of the samples */
   indices: Int32Array;
+  /** The epoch the batch belongs to. */
   epoch: number;
   /** 0-based batch number inside the epoch */
   position: number;
@@ -47,7 +52,9 @@ export interface Batch {
 
 /** Where iteration stands: the next batch to produce. */
 export interface DataLoaderState {
+  /** The epoch of the next batch. */
   epoch: number;
+  /** 0-based number of the next batch within its epoch. */
   position: number;
 }
 
@@ -108,10 +115,33 @@ class SequentialSampler implements Sampler {
   }
 }
 
+/**
+ * Batches of a Dataset in a sampler's order, prepared ahead, resumable mid-epoch
+ * (torch.utils.data.DataLoader); iterate it with `for await`.
+ *
+ * @example
+ * ```ts
+ * import { DataLoader, DistributedSampler, fromArray, scope, TensorDataset } from "dtrain";
+ * const data = new TensorDataset(
+ *   { data: new Float32Array(64 * 4), sampleShape: [4] },
+ *   { data: new Int32Array(64), sampleShape: [] },
+ * );
+ * const sampler = new DistributedSampler(data.length, { numReplicas: 1, rank: 0, seed: 0 });
+ * const loader = new DataLoader(data, { batchSize: 16, sampler });
+ * for (let epoch = 0; epoch < 2; epoch++) {
+ *   loader.setEpoch(epoch);
+ *   for await (const { tensors: [x, y] } of loader) scope(() => console.log(x!.shape, y!.shape));
+ * }
+ * ```
+ */
 export class DataLoader {
+  /** Samples per batch. */
   readonly batchSize: number;
+  /** The order of each epoch (default: 0..n-1 every epoch). */
   readonly sampler: Sampler;
+  /** Whether the last incomplete batch is dropped. */
   readonly dropLast: boolean;
+  /** Batches prepared ahead (0: none). */
   readonly prefetch: number;
   #epoch = 0;
   #position = 0;
@@ -121,6 +151,7 @@ export class DataLoader {
   #lastYield = 0;
   #batches = 0;
 
+  /** A loader over `dataset`; throws unless batchSize is a positive integer. */
   constructor(readonly dataset: Dataset, opts: DataLoaderOptions) {
     if (!Number.isSafeInteger(opts.batchSize) || opts.batchSize < 1) {
       throw new RangeError(

@@ -29,6 +29,7 @@ export interface Dataset {
 
 /** One column of a TensorDataset: per-sample shape and host data for every sample. */
 export interface Column {
+  /** Every sample's values, sample after sample (length = samples × product of sampleShape). */
   data: Float32Array | Int32Array;
   /** shape of one sample (e.g. [128] for features, [] for a label) */
   sampleShape: number[];
@@ -42,7 +43,10 @@ export interface Column {
 /** Batches smaller than this are gathered on the calling thread. */
 const BACKGROUND_MIN_BYTES = 1 << 20;
 
-/** Columns of equal length held in native host memory, gathered row by row in C. */
+/**
+ * Columns of equal length held in native host memory, gathered row by row in C.
+ * (torch.utils.data.TensorDataset.)
+ */
 export class TensorDataset implements Dataset {
   readonly length: number;
   readonly #columns: {
@@ -55,6 +59,10 @@ export class TensorDataset implements Dataset {
     dtype: DType;
   }[];
 
+  /**
+   * A dataset of the given columns (torch.utils.data.TensorDataset); throws when there are none or
+   * their sample counts differ.
+   */
   constructor(...columns: Column[]) {
     if (columns.length === 0) {
       throw new RangeError("TensorDataset needs at least one column");
@@ -173,6 +181,7 @@ export class Subset implements Dataset {
   readonly length: number;
   readonly #indices: Int32Array;
 
+  /** The samples of `dataset` at `indices`; throws naming an index out of range. */
   constructor(readonly dataset: Dataset, indices: Int32Array | readonly number[]) {
     this.#indices = Int32Array.from(indices);
     this.length = this.#indices.length;

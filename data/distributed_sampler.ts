@@ -173,10 +173,15 @@ export interface DistributedSamplerOptions {
 export class DistributedSampler implements Iterable<number> {
   /** Length of the dataset being split. */
   readonly datasetLength: number;
+  /** Number of ranks sharing the dataset (torch's num_replicas). */
   readonly numReplicas: number;
+  /** This rank's share. */
   readonly rank: number;
+  /** Whether each epoch is a permutation of the seed + epoch (torch's order), or 0..n-1. */
   readonly shuffle: boolean;
+  /** Seed of the permutation. */
   readonly seed: number;
+  /** Drop the tail so every rank gets the same count, instead of padding with the first indices. */
   readonly dropLast: boolean;
   /** Indices this rank receives per epoch. */
   readonly numSamples: number;

@@ -30,9 +30,9 @@ export const FASHION_MNIST_CLASSES = 10;
 
 /** The two splits; each sample is [image f32 [784], label i32 []]. */
 export interface FashionMnist {
-  /** 60000 training images and labels. */
+  /** The 60,000 training images. */
   train: ByteImageDataset;
-  /** 10000 test images and labels. */
+  /** The 10,000 test images. */
   test: ByteImageDataset;
 }
 

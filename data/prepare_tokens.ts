@@ -28,16 +28,23 @@ const MAX_PENDING = 1 << 24;
 
 /** Progress of a prepare run. */
 export interface PrepareProgress {
+  /** Input bytes read so far. */
   bytesRead: number;
+  /** Input bytes in all. */
   totalBytes: number;
+  /** Tokens written to train.bin so far. */
   trainTokens: number;
+  /** Tokens written to val.bin so far. */
   valTokens: number;
 }
 
 /** What prepare wrote. */
 export interface PrepareResult extends PrepareProgress {
+  /** Input files read. */
   files: number;
+  /** The path of train.bin. */
   trainPath: string;
+  /** The path of val.bin. */
   valPath: string;
 }
 

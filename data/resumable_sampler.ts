@@ -15,8 +15,11 @@ import type { Sampler } from "./dataloader.ts";
 
 /** How an epoch's global order is made. */
 export interface OrderOptions {
+  /** Permute each epoch (torch's DistributedSampler order for seed + epoch). */
   shuffle: boolean;
+  /** Seed of the permutation. */
   seed: number;
+  /** Drop the tail instead of padding with the first indices. */
   dropLast: boolean;
 }
 
@@ -37,6 +40,7 @@ export function globalOrder(
 
 /** Where a resumed epoch continues: its world size at start and the samples of L already consumed. */
 export interface ResumePoint {
+  /** The epoch to continue. */
   epoch: number;
   /** world size the epoch started with (defines L) */
   epochWorldSize: number;
@@ -67,9 +71,11 @@ export function remainderIndices(
  * torch's order for this world size.
  */
 export class ResumableSampler implements Sampler {
+  /** The DistributedSampler that gives the order of epochs not resumed. */
   readonly inner: DistributedSampler;
   #resume: ResumePoint | null = null;
 
+  /** Rank `rank` of `worldSize` over a dataset of `datasetLength` samples. */
   constructor(
     readonly datasetLength: number,
     readonly worldSize: number,
@@ -95,6 +101,7 @@ export class ResumableSampler implements Sampler {
     this.inner.setEpoch(point.epoch);
   }
 
+  /** Selects the epoch (a resume point of another epoch is dropped). */
   setEpoch(epoch: number): void {
     if (this.#resume && this.#resume.epoch !== epoch) this.#resume = null;
     this.inner.setEpoch(epoch);

@@ -287,6 +287,7 @@ export class TokenStream implements Disposable {
     }
   }
 
+  /** Closes the files (`using stream = TokenStream.open(…)`). */
   [Symbol.dispose](): void {
     this.close();
   }

@@ -23,6 +23,7 @@ export interface TokenDType {
   kind: "u" | "i" | "f";
   /** bytes per element: 1, 2, 4 or 8 (floats: 2, 4, 8) */
   size: 1 | 2 | 4 | 8;
+  /** Byte order: true for little-endian. */
   littleEndian: boolean;
 }
 
@@ -31,11 +32,13 @@ export type TokenFormat = "auto" | "nanogpt" | "llmc" | "npy";
 
 /** The layout of one token file. */
 export interface TokenLayout {
+  /** The file's format. */
   format: "nanogpt" | "llmc" | "npy";
   /** byte offset of the first token */
   dataOffset: number;
   /** tokens in the file */
   count: number;
+  /** How each token is stored. */
   dtype: TokenDType;
   /** the .npy array's shape (tokens are read in C order); [count] for the others */
   shape: number[];
@@ -43,6 +46,7 @@ export interface TokenLayout {
 
 /** A token file whose header or size is wrong; the message names the file and what was expected. */
 export class TokenFileError extends Error {
+  /** "TokenFileError". */
   override name = "TokenFileError";
 }
 

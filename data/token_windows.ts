@@ -59,6 +59,7 @@ export interface RandomWindowsOptions {
   block: number;
   /** windows per batch (B) */
   batch: number;
+  /** Seed of the draws (nanoGPT's seed); each rank and step get their own stream. */
   seed: number;
   /** this rank (each rank draws its own windows) */
   rank: number;
@@ -78,6 +79,10 @@ export interface RandomWindowsOptions {
  * ```
  */
 export class RandomWindows {
+  /**
+   * Windows over `tokens`; throws when block or batch is not a positive integer or the stream is
+   * shorter than one window.
+   */
   constructor(readonly tokens: TokenStream, readonly opts: RandomWindowsOptions) {
     const { block, batch } = opts;
     if (!Number.isSafeInteger(block) || block < 1 || !Number.isSafeInteger(batch) || batch < 1) {
@@ -115,6 +120,10 @@ export class RandomWindows {
 export class TokenWindows implements Dataset {
   readonly length: number;
 
+  /**
+   * Windows of `block` + 1 tokens over `tokens`; throws when block is not a positive integer or no
+   * window fits.
+   */
   constructor(readonly tokens: TokenStream, readonly block: number) {
     if (!Number.isSafeInteger(block) || block < 1) {
       throw new RangeError(`TokenWindows: block must be a positive integer, got ${block}`);

@@ -15,6 +15,7 @@ export const EOT_TEXT = "<|endoftext|>";
 
 /** Text to token ids and back. */
 export interface Tokenizer {
+  /** "gpt2" (GPT-2's BPE) or "bytes" (UTF-8 bytes as ids). */
   readonly name: "gpt2" | "bytes";
   /** ids are below this */
   readonly vocabSize: number;

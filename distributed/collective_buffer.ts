@@ -18,9 +18,13 @@ export type ReduceOp = "sum" | "avg" | "max" | "min";
  *  GPU's ("cuda"). Without `device`, the memory is the group's own kind: host
  *  memory for the CPU groups, GPU memory for the NCCL group. */
 export interface CollectiveBuffer {
+  /** Address of the first element (null only when count is 0). */
   ptr: Deno.PointerObject | null;
+  /** Number of elements. */
   count: number;
+  /** Element type. */
   dtype: CollectiveDType;
+  /** Whose memory `ptr` is: host ("cpu") or a GPU's ("cuda"); absent: the group's own kind. */
   device?: "cpu" | "cuda";
 }
 

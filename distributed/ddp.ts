@@ -26,6 +26,7 @@
 import type { Module } from "../nn/module.ts";
 import type { ProcessGroup } from "./process_group.ts";
 import { COMPLETED, type Work } from "./work.ts";
+import type { CollectiveBuffer } from "./collective_buffer.ts";
 import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/autograd.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./control/phase.ts";
@@ -68,15 +69,17 @@ interface ShardedBucket {
   views: (Tensor | null)[];
 }
 
-interface Bucket {
+/** Gradients of several parameters packed in one flat tensor, all-reduced (or reduce-scattered) as one message. */
+export interface Bucket {
   /** its place in buckets (the phase names it) */
   index: number;
   /** the gradients of its parameters, as views (null: a sharded bucket between steps) */
   flat: Tensor | null;
   /** the flat buffer as the process group takes it (made once per flat: its address never changes) */
-  buffer: ReturnType<typeof bufferOf>;
+  buffer: CollectiveBuffer;
   /** under sharded gradients (ZeRO-2): this rank's block of the bucket, and where each parameter is */
   shard: ShardedBucket | null;
+  /** The parameters whose gradients the bucket holds, in packing order. */
   params: Tensor[];
   /** gradients of this backward pass still to come */
   pending: number;
@@ -84,8 +87,30 @@ interface Bucket {
   work: Work | null;
 }
 
-/** Wraps a module for data-parallel training over a process group. */
+/**
+ * Wraps a module for data-parallel training over a process group.
+ * (torch.nn.parallel.DistributedDataParallel, with the gradient sync called explicitly:
+ * `ddp.backward(loss); ddp.finishGradSync(); opt.step()`.)
+ *
+ * @example
+ * ```ts
+ * // ./dtrain --nproc 2 script.ts
+ * import { AdamW, crossEntropy, DistributedDataParallel, fromArray, initProcessGroup, Linear, scope } from "dtrain";
+ * using pg = initProcessGroup();
+ * const ddp = new DistributedDataParallel(new Linear(4, 2), pg); // rank 0's weights on every rank
+ * const opt = new AdamW(ddp.parameters(), { lr: 1e-2 });
+ * const x = fromArray(new Float32Array(8).fill(pg.rank + 1), [2, 4]); // each rank its own batch
+ * const y = fromArray(new Int32Array([0, 1]), [2]);
+ * scope(() => {
+ *   opt.zeroGrad();
+ *   ddp.backward(crossEntropy(ddp.forward(x), y));
+ *   ddp.finishGradSync(); // the gradients are now the mean over the ranks
+ *   opt.step();
+ * });
+ * ```
+ */
 export class DistributedDataParallel<M extends Module> {
+  /** The gradient buckets, filled in reverse parameter order as torch's (~bucketCapMb each). */
   readonly buckets: Bucket[] = [];
   readonly #bucketOf = new Map<Tensor, Bucket>();
   readonly #names = new Map<Tensor, string>();
@@ -108,6 +133,12 @@ export class DistributedDataParallel<M extends Module> {
   /** backward()'s options when the caller passes none (made once) */
   readonly #wired: BackwardOptions;
 
+  /**
+   * Wraps `module` for data-parallel training over `pg`
+   * (torch.nn.parallel.DistributedDataParallel): checks every rank has the same parameters, copies
+   * rank 0's parameters (and buffers unless broadcastBuffers is false) to all, and buckets the
+   * gradients.
+   */
   constructor(readonly module: M, readonly pg: ProcessGroup, opts: DDPOptions = {}) {
     this.#findUnused = opts.findUnusedParameters ?? false;
     this.#wired = { onLeafGrad: this.gradReady };

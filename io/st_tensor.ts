@@ -24,7 +24,9 @@ export type StDType =
 
 /** A host tensor: `data` holds exactly `dtypeSize(dtype) × product(shape)` bytes. */
 export interface StTensor {
+  /** Element type by its safetensors name. */
   dtype: StDType;
+  /** Size of each dim. */
   shape: number[];
   /** Raw little-endian bytes, C-contiguous; often a view into a file's buffer. */
   data: Uint8Array;

@@ -39,26 +39,46 @@ export interface BatchNormLayerOptions {
 }
 
 /** The tensors of a batch norm, shared when convertSyncBatchNorm converts one. */
-interface BatchNormState {
+export interface BatchNormState {
+  /** Per-channel scale (null without affine). */
   weight: Tensor | null;
+  /** Per-channel shift (null without affine). */
   bias: Tensor | null;
+  /** Running mean (null without trackRunningStats). */
   runningMean: Tensor | null;
+  /** Running (unbiased) variance (null without trackRunningStats). */
   runningVar: Tensor | null;
+  /** i64 count of training batches seen (null without trackRunningStats). */
   numBatchesTracked: Tensor | null;
 }
 
 /** What BatchNorm1d, BatchNorm2d and SyncBatchNorm share (torch's _BatchNorm). */
 export abstract class BatchNormBase extends Layer {
+  /** Added to the variance before the square root. */
   readonly eps: number;
+  /** Weight of each batch in the running statistics; null: a cumulative average. */
   readonly momentum: number | null;
+  /** Whether weight and bias are learned. */
   readonly affine: boolean;
+  /** Whether running statistics are kept (and used in eval mode). */
   readonly trackRunningStats: boolean;
+  /** Per-channel scale γ, 1 at init (null without affine). */
   readonly weight: Tensor | null;
+  /** Per-channel shift β, 0 at init (null without affine). */
   readonly bias: Tensor | null;
+  /** Buffer `running_mean`, 0 at init (null without trackRunningStats). */
   readonly runningMean: Tensor | null;
+  /** Buffer `running_var`, 1 at init (null without trackRunningStats). */
   readonly runningVar: Tensor | null;
+  /**
+   * Buffer `num_batches_tracked` (i64), counting training batches (null without trackRunningStats).
+   */
   readonly numBatchesTracked: Tensor | null;
 
+  /**
+   * A batch norm over `numFeatures` channels; `shared` reuses another one's tensors
+   * (convertSyncBatchNorm).
+   */
   constructor(
     readonly numFeatures: number,
     opts: BatchNormLayerOptions = {},
@@ -102,6 +122,10 @@ export abstract class BatchNormBase extends Layer {
     return null;
   }
 
+  /**
+   * Normalises x per channel: batch statistics in training mode (updating the running ones), the
+   * running statistics in eval mode.
+   */
   forward(x: Tensor): Tensor {
     return batchNorm(x, ...this.#arguments(x));
   }
@@ -165,6 +189,7 @@ export abstract class BatchNormBase extends Layer {
  * ```
  */
 export class BatchNorm1d extends BatchNormBase {
+  /** Throws unless x is (N, C) or (N, C, L). */
   protected checkInput(x: Tensor): void {
     if (x.shape.length !== 2 && x.shape.length !== 3) {
       throw new RangeError(
@@ -183,6 +208,7 @@ export class BatchNorm1d extends BatchNormBase {
  * ```
  */
 export class BatchNorm2d extends BatchNormBase {
+  /** Throws unless x is (N, C, H, W). */
   protected checkInput(x: Tensor): void {
     if (x.shape.length !== 4) {
       throw new RangeError(
@@ -212,13 +238,16 @@ export interface SyncBatchNormOptions extends BatchNormLayerOptions {
  * ```
  */
 export class SyncBatchNorm extends BatchNormBase {
+  /** The ranks whose statistics are combined (null: this process alone). */
   processGroup: StatsGroup | null;
 
+  /** A SyncBatchNorm over `numFeatures` channels (see BatchNormBase for `shared`). */
   constructor(numFeatures: number, opts: SyncBatchNormOptions = {}, shared?: BatchNormState) {
     super(numFeatures, opts, shared);
     this.processGroup = opts.processGroup ?? null;
   }
 
+  /** Throws unless x has at least 2 dims (N, C, …). */
   protected checkInput(x: Tensor): void {
     if (x.shape.length < 2) {
       throw new RangeError(
@@ -227,6 +256,7 @@ export class SyncBatchNorm extends BatchNormBase {
     }
   }
 
+  /** The all-reduce of the statistics over processGroup (null when alone). */
   protected override statsAllReduce(): ((buf: StatsBuffer) => void) | null {
     const pg = this.processGroup;
     if (!pg || pg.size === 1) return null;

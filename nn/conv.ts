@@ -13,9 +13,16 @@ import type { TorchGenerator } from "../random/torch_generator.ts";
 
 /** Options of Conv2d (PyTorch's keyword arguments). */
 export interface Conv2dLayerOptions {
+  /** Step of the kernel: one number or [h, w] (default 1). */
   stride?: number | readonly number[];
+  /**
+   * Zero padding on each side: one number, [h, w], "valid" (none) or "same" (output size = input
+   * size; stride 1 only). Default 0.
+   */
   padding?: number | readonly number[] | "valid" | "same";
+  /** Spacing between the kernel's elements: one number or [h, w] (default 1). */
   dilation?: number | readonly number[];
+  /** Split the channels into this many independent convolutions (default 1). */
   groups?: number;
   /** Learn an additive bias (default true). */
   bias?: boolean;
@@ -34,14 +41,26 @@ export interface Conv2dLayerOptions {
  * ```
  */
 export class Conv2d extends Layer {
+  /** The (out, in / groups, kh, kw) kernels, uniform in ±1/√fanIn at init. */
   readonly weight: Tensor;
+  /** The (out) bias, uniform in ±1/√fanIn at init; null when made with `bias: false`. */
   readonly bias: Tensor | null;
+  /** The kernel's [height, width]. */
   readonly kernelSize: [number, number];
+  /** The stride as given (default 1). */
   readonly stride: number | readonly number[];
+  /** The padding as given (default 0). */
   readonly padding: number | readonly number[] | "valid" | "same";
+  /** The dilation as given (default 1). */
   readonly dilation: number | readonly number[];
+  /** The number of channel groups (default 1). */
   readonly groups: number;
 
+  /**
+   * `inChannels` to `outChannels` with a `kernelSize` kernel (one number or [h, w]), as
+   * torch.nn.Conv2d(in, out, kernel_size, …); throws naming a bad channel count, groups or padding
+   * mode.
+   */
   constructor(
     readonly inChannels: number,
     readonly outChannels: number,
@@ -92,6 +111,7 @@ export class Conv2d extends Layer {
     }
   }
 
+  /** The convolution of an (N, C_in, H, W) input: (N, C_out, H_out, W_out). */
   forward(x: Tensor): Tensor {
     return conv2d(x, this.weight, this.bias, {
       stride: this.stride,

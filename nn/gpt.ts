@@ -25,10 +25,15 @@ import { kaimingUniformLinear } from "../random/init.ts";
 
 /** Model shape, as nanoGPT's GPTConfig. */
 export interface GPTConfig {
+  /** Number of token ids (nanoGPT's vocab_size; 50304 for GPT-2's padded vocabulary). */
   vocabSize: number;
+  /** Longest sequence: the number of position embeddings (block_size). */
   blockSize: number;
+  /** Number of transformer blocks (n_layer). */
   nLayer: number;
+  /** Attention heads per block (n_head); must divide nEmbd. */
   nHead: number;
+  /** Width of the residual stream (n_embd). */
   nEmbd: number;
   /** dropout probability (0: no dropout layers are applied) */
   dropout?: number;
@@ -50,10 +55,15 @@ export interface GPTConfig {
   checkpointBlocks?: boolean;
 }
 
-class CausalSelfAttention extends Module {
+/** nanoGPT's CausalSelfAttention: multi-head self-attention with a causal mask (`block.attn`). */
+export class CausalSelfAttention extends Module {
+  /** The query, key and value projection, C to 3C. */
   readonly c_attn: Linear;
+  /** The output projection, C to C. */
   readonly c_proj: Linear;
+  /** Dropout after the output projection (child "resid_dropout"). */
   readonly resid: Dropout;
+  /** The attention of a model of shape `cfg`, initialised from `gen`. */
   constructor(readonly cfg: GPTConfig, gen: TorchGenerator) {
     super();
     const C = cfg.nEmbd, bias = cfg.bias ?? true;
@@ -76,6 +86,7 @@ class CausalSelfAttention extends Module {
       this.registerBuffer("bias", fromArray(mask, [1, 1, T, T]));
     }
   }
+  /** Attention of x (B, T, C) over its earlier positions: (B, T, C). */
   forward(x: Tensor): Tensor {
     const attend = this.cfg.attention === "composed"
       ? composedCausalSelfAttention
@@ -85,11 +96,17 @@ class CausalSelfAttention extends Module {
   }
 }
 
-class MLP extends Module {
+/** nanoGPT's MLP: C to 4C, GELU, 4C to C, dropout (`block.mlp`). */
+export class MLP extends Module {
+  /** The expansion, C to 4C. */
   readonly c_fc: Linear;
+  /** The activation (kept as a child for nanoGPT's module names; forward fuses it into c_fc). */
   readonly gelu = new GELU();
+  /** The projection back, 4C to C. */
   readonly c_proj: Linear;
+  /** Dropout on the output (child "dropout"). */
   readonly drop: Dropout;
+  /** The MLP of a model of shape `cfg`, initialised from `gen`. */
   constructor(cfg: GPTConfig, gen: TorchGenerator) {
     super();
     const C = cfg.nEmbd, bias = cfg.bias ?? true;
@@ -104,6 +121,7 @@ class MLP extends Module {
     );
     this.drop = this.registerModule("dropout", new Dropout(cfg.dropout ?? 0));
   }
+  /** c_proj(gelu(c_fc(x))) with dropout, x of shape (…, C). */
   forward(x: Tensor): Tensor {
     // c_fc and GELU in one product (the GELU module keeps nanoGPT's module names)
     const fc = this.c_fc;
@@ -112,11 +130,17 @@ class MLP extends Module {
   }
 }
 
-class Block extends Module {
+/** nanoGPT's Block: x + attn(ln_1(x)), then + mlp(ln_2(·)) (`transformer.h[i]`). */
+export class Block extends Module {
+  /** The layer norm before attention. */
   readonly ln_1: LayerNorm;
+  /** The causal self-attention. */
   readonly attn: CausalSelfAttention;
+  /** The layer norm before the MLP. */
   readonly ln_2: LayerNorm;
+  /** The MLP. */
   readonly mlp: MLP;
+  /** A block of a model of shape `cfg`, initialised from `gen`. */
   constructor(cfg: GPTConfig, gen: TorchGenerator) {
     super();
     const bias = cfg.bias ?? true;
@@ -125,6 +149,7 @@ class Block extends Module {
     this.ln_2 = this.registerModule("ln_2", new LayerNorm(cfg.nEmbd, { bias }));
     this.mlp = this.registerModule("mlp", new MLP(cfg, gen));
   }
+  /** The block on the residual stream x (B, T, C). */
   forward(x: Tensor): Tensor {
     const [h, n2] = addNorm(x, this.attn.forward(normed(this.ln_1, x)), this.ln_2);
     return add(h, this.mlp.forward(n2));
@@ -156,12 +181,19 @@ function addNorm(x: Tensor, y: Tensor, ln: LayerNorm): [Tensor, Tensor] {
   });
 }
 
-class Transformer extends Module {
+/** nanoGPT's `model.transformer`: embeddings, the blocks `h` and the final LayerNorm `ln_f`. */
+export class Transformer extends Module {
+  /** Token embeddings (vocabSize, nEmbd), tied to the output head. */
   readonly wte: Embedding;
+  /** Position embeddings (blockSize, nEmbd). */
   readonly wpe: Embedding;
+  /** Dropout on the summed embeddings. */
   readonly drop: Dropout;
+  /** The blocks, children "h.0", "h.1", …. */
   readonly h: Block[];
+  /** The final layer norm. */
   readonly ln_f: LayerNorm;
+  /** The body of a model of shape `cfg`, initialised from `gen`. */
   constructor(cfg: GPTConfig, gen: TorchGenerator) {
     super();
     this.wte = this.registerModule(
@@ -198,10 +230,23 @@ class BlockList extends Module {
  * loss(idx, targets) the mean cross-entropy (ignore_index -1, as nanoGPT).
  */
 export class GPT extends Module {
+  /** Embeddings, blocks and final norm, named as nanoGPT's `transformer.*`. */
   readonly transformer: Transformer;
+  /** The model's shape. */
   readonly cfg: GPTConfig;
   #positions = new Map<number, Tensor>();
 
+  /**
+   * A GPT of shape `cfg` initialised as nanoGPT's (`generator`: default the global one); throws
+   * when nHead does not divide nEmbd.
+   *
+   * @example
+   * ```ts
+   * import { GPT, manualSeed } from "dtrain";
+   * manualSeed(1337);
+   * const model = new GPT({ vocabSize: 65, blockSize: 64, nLayer: 2, nHead: 2, nEmbd: 64, dropout: 0 });
+   * ```
+   */
   constructor(cfg: GPTConfig, opts: { generator?: TorchGenerator } = {}) {
     super();
     if (cfg.nEmbd % cfg.nHead !== 0) {
@@ -303,6 +348,7 @@ export class GPT extends Module {
     return p;
   }
 
+  /** Frees the cached position indices, then the parameters and buffers. */
   override dispose(): void {
     for (const p of this.#positions.values()) p.dispose();
     this.#positions.clear();

@@ -39,7 +39,10 @@ function splitmix64(x: bigint): bigint {
   return z ^ (z >> 31n);
 }
 
-/** The default generator used by layer constructors. */
+/**
+ * The default generator used by layer constructors. (torch.default_generator, which manualSeed
+ * seeds.)
+ */
 export function getDefaultGenerator(): TorchGenerator {
   return defaultGenerator;
 }

@@ -20,15 +20,30 @@ import type { TorchGenerator } from "../random/torch_generator.ts";
 import { noteNumericsOverride, numericsPolicy } from "../tensor/numerics_policy.ts";
 import { noteDropoutDraw } from "./dropout_replay.ts";
 
-/** A module mapping one tensor to one tensor. */
+/** A module mapping one tensor to one tensor. Sequential holds Layers. */
 export abstract class Layer extends Module {
+  /** Maps the input to the output (records autograd nodes when gradients are on). */
   abstract forward(x: Tensor): Tensor;
 }
 
 /** y = x W^T + b; weight (out, in) and bias (out) drawn as torch.nn.Linear does. */
 export class Linear extends Layer {
+  /** The (out, in) weight, uniform in ±1/√in at init. */
   readonly weight: Tensor;
+  /** The (out) bias, uniform in ±1/√in at init; null when made with `bias: false`. */
   readonly bias: Tensor | null;
+  /**
+   * A layer from `inFeatures` to `outFeatures` (torch.nn.Linear(in, out, bias=True)); `generator`
+   * draws its init (default: the global one manualSeed seeds).
+   *
+   * @example
+   * ```ts
+   * import { fromArray, Linear, manualSeed } from "dtrain";
+   * manualSeed(0);
+   * const fc = new Linear(4, 2);
+   * const y = fc.forward(fromArray(new Float32Array(12).fill(1), [3, 4])); // shape [3, 2]
+   * ```
+   */
   constructor(
     readonly inFeatures: number,
     readonly outFeatures: number,
@@ -50,6 +65,7 @@ export class Linear extends Layer {
       this.bias = null;
     }
   }
+  /** x W^T + b over the last dim of x (any leading dims). */
   forward(x: Tensor): Tensor {
     return linear(x, this.weight, this.bias);
   }
@@ -72,15 +88,17 @@ function fusesReluMaxPool(a: Layer, b: Layer, c: Layer, x: Tensor): boolean {
     pool.pools2x2() && x.shape.length === 4 && x.shape[2]! >= 2 && x.shape[3]! >= 2;
 }
 
-/** max(x, 0). */
+/** max(x, 0). (torch.nn.ReLU.) */
 export class ReLU extends Layer {
+  /** max(x, 0) elementwise. */
   forward(x: Tensor): Tensor {
     return relu(x);
   }
 }
 
-/** GELU, tanh approximation. */
+/** GELU, tanh approximation. (torch.nn.GELU(approximate="tanh").) */
 export class GELU extends Layer {
+  /** GELU(x) elementwise (tanh approximation). */
   forward(x: Tensor): Tensor {
     return gelu(x);
   }
@@ -91,16 +109,22 @@ export class GELU extends Layer {
  * so a run is reproducible from (seed, number of calls), which checkpoints
  * save (getRngState). The seed defaults to one derived from manualSeed's seed
  * and the layer's construction order (nextDropoutSeed), distinct per layer.
+ * The counterpart of torch.nn.Dropout (off in eval mode).
  */
 export class Dropout extends Layer {
   /** Mask stream position; advanced by the element count of each call. */
   offset = 0n;
+  /**
+   * Zeroes each element with probability `p` in training mode and scales the rest by 1/(1-p)
+   * (torch.nn.Dropout); `seed` chooses the mask stream.
+   */
   constructor(readonly p: number, public seed: bigint = nextDropoutSeed()) {
     super();
     if (!(p >= 0 && p < 1)) {
       throw new RangeError(`Dropout: p must be in [0, 1), got ${p}`);
     }
   }
+  /** x with the mask applied in training mode; x itself in eval mode or when p is 0. */
   forward(x: Tensor): Tensor {
     if (!this.training || this.p === 0) return x;
     if (!numericsPolicy().dropout) {
@@ -114,10 +138,19 @@ export class Dropout extends Layer {
   }
 }
 
-/** Layer norm over the last dim with weight = 1, bias = 0 at init. */
+/**
+ * Layer norm over the last dim with weight = 1, bias = 0 at init. (torch.nn.LayerNorm over one last
+ * dim.)
+ */
 export class LayerNorm extends Layer {
+  /** Per-feature scale, 1 at init. */
   readonly weight: Tensor;
+  /** Per-feature shift, 0 at init; null when made with `bias: false`. */
   readonly bias: Tensor | null;
+  /**
+   * Normalises over a last dim of size `normalizedShape` (torch.nn.LayerNorm; `eps` default 1e-5,
+   * `bias: false` as nanoGPT's LayerNorm without bias).
+   */
   constructor(
     readonly normalizedShape: number,
     opts: { bias?: boolean; eps?: number } = {},
@@ -129,7 +162,9 @@ export class LayerNorm extends Layer {
       ? this.registerParameter("bias", full([normalizedShape], 0))
       : null;
   }
+  /** Added to the variance before the square root. */
   readonly eps: number;
+  /** Layer norm of x over its last dim. */
   forward(x: Tensor): Tensor {
     return layerNorm(x, this.weight, this.bias, this.eps);
   }
@@ -137,7 +172,9 @@ export class LayerNorm extends Layer {
 
 /** A lookup table (num, dim), N(0, 1) at init as torch.nn.Embedding. */
 export class Embedding extends Module {
+  /** The (num, dim) table, N(0, 1) at init. */
   readonly weight: Tensor;
+  /** A table of `num` vectors of size `dim` (torch.nn.Embedding(num, dim)). */
   constructor(
     readonly num: number,
     readonly dim: number,
@@ -149,6 +186,7 @@ export class Embedding extends Module {
       normalTensor([num, dim], 0, 1, opts.generator),
     );
   }
+  /** The rows of the table at the integer (i32/i64) indices `idx`: shape idx.shape + [dim]. */
   forward(idx: Tensor): Tensor {
     return embedding(idx, this.weight);
   }
@@ -156,7 +194,9 @@ export class Embedding extends Module {
 
 /** Layers applied in order; children are named "0", "1", … as in torch.nn.Sequential. */
 export class Sequential extends Layer {
+  /** The layers in order (child i is layers[i]). */
   readonly layers: Layer[];
+  /** The given layers in order, registered as children "0", "1", …. */
   constructor(...layers: Layer[]) {
     super();
     this.layers = layers;
@@ -196,6 +236,7 @@ export class Sequential extends Layer {
 
 /** Returns its input (torch.nn.Identity): a placeholder that keeps a model's structure. */
 export class Identity extends Layer {
+  /** x unchanged. */
   forward(x: Tensor): Tensor {
     return x;
   }
@@ -203,9 +244,11 @@ export class Identity extends Layer {
 
 /** Merges dims startDim..endDim into one (torch.nn.Flatten; by default all but the batch dim). */
 export class Flatten extends Layer {
+  /** Flattens dims `startDim`..`endDim` (negative: from the end), as torch.nn.Flatten. */
   constructor(readonly startDim = 1, readonly endDim = -1) {
     super();
   }
+  /** x with dims startDim..endDim merged into one. */
   forward(x: Tensor): Tensor {
     return flatten(x, this.startDim, this.endDim);
   }

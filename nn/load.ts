@@ -10,7 +10,12 @@ import { flattenStateDict, stripModulePrefix } from "../io/state_dict.ts";
 import { isStTensor, type StTensor } from "../io/st_tensor.ts";
 import type { Module, StateTensor } from "./module.ts";
 
-/** The tensors of a weights file by dotted name (non-tensor entries dropped). */
+/**
+ * The tensors of a weights file by dotted name (non-tensor entries dropped). Reads a safetensors
+ * file or a torch.save file (as `torch.load(path, weights_only=True)`): a state dict, or a
+ * checkpoint dict holding one under `key` (default: "model_state_dict", "model" or "state_dict",
+ * whichever it has); DDP's "module." prefix is dropped.
+ */
 export function readWeights(path: string, opts: { key?: string } = {}): Map<string, StTensor> {
   const tensors = new Map<string, StTensor>();
   if (path.endsWith(".safetensors")) {

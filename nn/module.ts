@@ -14,8 +14,15 @@ import {
 
 export type { StateDictSource, StateTensor } from "../tensor/state_source.ts";
 
-/** Problems found when loading a state dict, each listed by name. */
+/**
+ * Problems found when loading a state dict, each listed by name. What `loadStateDict` throws in
+ * strict mode, as torch's "Error(s) in loading state_dict".
+ */
 export class StateDictError extends Error {
+  /**
+   * The keys missing from the source, those it has that the module lacks, and those whose shapes
+   * differ.
+   */
   constructor(
     readonly missing: string[],
     readonly unexpected: string[],
@@ -81,7 +88,24 @@ function modulesIn(v: unknown[]): Module[] {
   return v.flatMap((e) => e instanceof Module ? [e] : modulesIn(e as unknown[]));
 }
 
-/** Base class of layers and models. */
+/**
+ * Base class of layers and models. (torch.nn.Module: parameters, buffers and children by name,
+ * state dicts, train/eval mode.)
+ *
+ * @example
+ * ```ts
+ * import { Linear, Module, relu, type Tensor } from "dtrain";
+ * class Mlp extends Module {
+ *   fc1 = this.registerModule("fc1", new Linear(4, 16));
+ *   fc2 = this.registerModule("fc2", new Linear(16, 2));
+ *   forward(x: Tensor): Tensor {
+ *     return this.fc2.forward(relu(this.fc1.forward(x)));
+ *   }
+ * }
+ * const model = new Mlp();
+ * model.namedParameters().map(([name]) => name); // fc1.weight, fc1.bias, fc2.weight, fc2.bias
+ * ```
+ */
 export abstract class Module {
   /** namedParameters() as last walked, and the structureVersion it was walked at */
   #named: { version: number; list: readonly (readonly [string, Tensor])[] } | null = null;

@@ -22,6 +22,7 @@ import { pair } from "../tensor/ops/_util.ts";
  * ```
  */
 export class MaxPool2d extends Layer {
+  /** Windows of `kernelSize` (one number or [h, w]); stride defaults to the kernel size. */
   constructor(
     readonly kernelSize: number | readonly number[],
     readonly opts: MaxPool2dOptions = {},
@@ -29,6 +30,7 @@ export class MaxPool2d extends Layer {
     super();
     pair("MaxPool2d", "kernelSize", kernelSize);
   }
+  /** The max of each window of an (N, C, H, W) input. */
   forward(x: Tensor): Tensor {
     return maxPool2d(x, this.kernelSize, this.opts);
   }
@@ -50,6 +52,7 @@ export class MaxPool2d extends Layer {
 
 /** Mean over kernel windows (torch.nn.AvgPool2d). */
 export class AvgPool2d extends Layer {
+  /** Windows of `kernelSize` (one number or [h, w]); stride defaults to the kernel size. */
   constructor(
     readonly kernelSize: number | readonly number[],
     readonly opts: AvgPool2dOptions = {},
@@ -57,6 +60,7 @@ export class AvgPool2d extends Layer {
     super();
     pair("AvgPool2d", "kernelSize", kernelSize);
   }
+  /** The mean of each window of an (N, C, H, W) input. */
   forward(x: Tensor): Tensor {
     return avgPool2d(x, this.kernelSize, this.opts);
   }
@@ -64,9 +68,11 @@ export class AvgPool2d extends Layer {
 
 /** Mean over adaptive windows to a fixed output size (torch.nn.AdaptiveAvgPool2d). */
 export class AdaptiveAvgPool2d extends Layer {
+  /** Pools to `outputSize`: one number, or [h, w] where null keeps that dim's input size. */
   constructor(readonly outputSize: number | readonly (number | null)[]) {
     super();
   }
+  /** An (N, C, H, W) input pooled to (N, C, outH, outW). */
   forward(x: Tensor): Tensor {
     return adaptiveAvgPool2d(x, this.outputSize);
   }

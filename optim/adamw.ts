@@ -20,10 +20,15 @@ import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer
 
 /** AdamW hyperparameters; names and defaults are torch's (`betas=(0.9, 0.999)`). */
 export interface AdamWOptions {
+  /** Learning rate (default 1e-3). */
   lr: number;
-  /** the running averages' decay rates (torch's `betas`), each in [0, 1) */
+  /** Decay rates of the running means of gradients and of squared gradients (torch's betas, default [0.9, 0.999]); each in [0, 1). */
   betas: [number, number];
+  /** Added to the denominator (default 1e-8). */
   eps: number;
+  /**
+   * Decoupled weight decay: each step multiplies parameters by 1 - lr * weightDecay (default 1e-2).
+   */
   weightDecay: number;
 }
 
@@ -113,6 +118,22 @@ export class AdamW extends Optimizer<AdamWOptions> {
   readonly #items = new Map<Tensor, AdamItem>();
   readonly #list: AdamItem[] = [];
 
+  /**
+   * AdamW over `params` (a list, or groups with their own overrides), options defaulting to
+   * torch's.
+   *
+   * @example
+   * ```ts
+   * import { AdamW, Linear } from "dtrain";
+   * const model = new Linear(4, 2);
+   * const opt = new AdamW(model.parameters(), { lr: 3e-4, weightDecay: 0.1 });
+   * // nanoGPT's groups: no decay on biases and norm weights
+   * const grouped = new AdamW([
+   *   { params: model.parameters().filter((p) => p.shape.length >= 2) },
+   *   { params: model.parameters().filter((p) => p.shape.length < 2), weightDecay: 0 },
+   * ]);
+   * ```
+   */
   constructor(
     params: Tensor[] | (ParamGroupSpec<AdamWOptions> & AdamWOptionsInput)[],
     opts: AdamWOptionsInput = {},
@@ -131,6 +152,7 @@ export class AdamW extends Optimizer<AdamWOptions> {
     super(groups, defaults);
   }
 
+  /** One AdamW step of every parameter that has a gradient. */
   protected update(): void {
     // the step's items are kept per parameter and the list reused: a step allocates nearly nothing
     const items = this.#list;
@@ -209,6 +231,10 @@ export class AdamW extends Optimizer<AdamWOptions> {
     );
   }
 
+  /**
+   * Per parameter `step`, `exp_avg` and `exp_avg_sq`, and each group's lr, betas, eps and
+   * weight_decay, named as torch's.
+   */
   stateDict(): OptimizerState {
     const tensors = new Map<string, Tensor>();
     this.params().forEach((p, i) => {
@@ -231,6 +257,7 @@ export class AdamW extends Optimizer<AdamWOptions> {
     return { tensors, paramGroups };
   }
 
+  /** Restores what stateDict() returned. */
   protected loadState(state: OptimizerState): void {
     this.restoreGroups(state, (saved, h) => {
       if (typeof saved.lr === "number") h.lr = saved.lr;

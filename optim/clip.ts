@@ -65,7 +65,10 @@ export function sumOfSquares(t: Tensor): number {
   return out[0]!;
 }
 
-/** sqrt(sum over grads of sum(g^2)) in double (the fixtures' grad_norms), in one reduction. */
+/**
+ * sqrt(sum over grads of sum(g^2)) in double (the fixtures' grad_norms), in one reduction. (The
+ * total norm torch.nn.utils.clip_grad_norm_ returns, without clipping.)
+ */
 export function gradNorm(params: Tensor[]): number {
   return section("optimizer", () => gradNormOf(params));
 }

@@ -11,7 +11,7 @@ import type { Optimizer } from "./optimizer.ts";
 /** lr at a given step (0-based count of completed optimizer steps). */
 export type LrFunction = (step: number) => number;
 
-/** A constant learning rate. */
+/** A constant learning rate (in PyTorch: no scheduler). */
 export function constantLr(lr: number): LrFunction {
   return () => lr;
 }
@@ -72,6 +72,10 @@ export class LrScheduler {
   #step = 0;
   /** the rate the schedule's values are for (a group starting at it follows fn exactly) */
   readonly baseLr: number;
+  /**
+   * Drives `optimizer`'s rates by `fn` (the factor of step 0 is applied now); `baseLr` defaults to
+   * the first group's initial rate.
+   */
   constructor(
     readonly optimizer: Optimizer<{ lr: number }>,
     readonly fn: LrFunction,
@@ -93,9 +97,14 @@ export class LrScheduler {
     this.#step++;
     this.optimizer.setLrScaled(this.fn(this.#step), this.baseLr);
   }
+  /** The steps taken (saved with a checkpoint). */
   stateDict(): { step: number } {
     return { step: this.#step };
   }
+  /**
+   * Resumes at a saved step and applies that step's rate; throws on a step that is not a non-
+   * negative integer.
+   */
   loadStateDict(s: { step: number }): void {
     if (!Number.isSafeInteger(s.step) || s.step < 0) {
       throw new RangeError(

@@ -17,7 +17,9 @@ import { address, count, HostTable } from "./tensor_table.ts";
 
 /** One group of parameters sharing hyperparameters (torch's param_groups). */
 export interface ParamGroup<H> {
+  /** The group's parameters. */
   params: Tensor[];
+  /** The group's hyperparameters (the optimizer's defaults with the group's overrides). */
   hyper: H;
   /**
    * The group's learning rate when the optimizer was built (torch's
@@ -57,14 +59,22 @@ export function addOptimizerStepHook(hook: OptimizerStepHook): () => void {
   return () => stepHooks.delete(hook);
 }
 
-/** Base of SGD and AdamW. */
+/** Base of SGD and AdamW. (torch.optim.Optimizer: param groups, zeroGrad, step, state dicts.) */
 export abstract class Optimizer<H extends { lr: number }> {
+  /**
+   * The parameter groups in the order given (torch's `optimizer.param_groups`); set
+   * `groups[i].hyper.lr` to change a rate by hand.
+   */
   readonly groups: ParamGroup<H>[];
   /** zeroGrad's host table (the gradients' addresses and sizes) */
   readonly #zeroTable = new HostTable(1, 0, 0);
   /** the parameters this optimizer updates and keeps state for (null: all; see keepShard) */
   #shard: ReadonlySet<Tensor> | null = null;
 
+  /**
+   * Parameters as one list, or as groups (`{ params, ...overrides }`, as PyTorch's param groups)
+   * over the `defaults`.
+   */
   constructor(
     params: Tensor[] | ParamGroupSpec<H>[],
     defaults: H,
@@ -231,6 +241,10 @@ export abstract class Optimizer<H extends { lr: number }> {
 
   /** The update rule itself (step() without the step hooks). */
   protected abstract update(): void;
+  /**
+   * The state as PyTorch lays it out (torch's `optimizer.state_dict()`): per-parameter tensors and
+   * the groups' hyperparameters.
+   */
   abstract stateDict(): OptimizerState;
   /** Restores a state of this optimizer's own layout (what stateDict() returned). */
   protected abstract loadState(state: OptimizerState): void;

@@ -18,10 +18,15 @@ import { Optimizer, type OptimizerState, type ParamGroupSpec } from "./optimizer
 
 /** SGD hyperparameters; defaults are torch's (lr has none there; 1e-2 here). */
 export interface SGDOptions {
+  /** Learning rate (default 1e-2). */
   lr: number;
+  /** Momentum factor (default 0: plain SGD). */
   momentum: number;
+  /** Dampening of the momentum (default 0). */
   dampening: number;
+  /** L2 penalty added to the gradient (default 0). */
   weightDecay: number;
+  /** Nesterov momentum (needs momentum > 0 and dampening 0; default false). */
   nesterov: boolean;
 }
 
@@ -51,6 +56,17 @@ export class SGD extends Optimizer<SGDOptions> {
   readonly #items = new Map<Tensor, SgdItem>();
   readonly #list: SgdItem[] = [];
 
+  /**
+   * SGD over `params` (a list, or groups with their own overrides); throws on Nesterov without
+   * momentum or with dampening, as torch.
+   *
+   * @example
+   * ```ts
+   * import { Linear, SGD } from "dtrain";
+   * const model = new Linear(4, 2);
+   * const opt = new SGD(model.parameters(), { lr: 0.1, momentum: 0.9 });
+   * ```
+   */
   constructor(
     params: Tensor[] | ParamGroupSpec<SGDOptions>[],
     opts: Partial<SGDOptions> = {},
@@ -67,6 +83,7 @@ export class SGD extends Optimizer<SGDOptions> {
     }
   }
 
+  /** One SGD step of every parameter that has a gradient. */
   protected update(): void {
     // the step's items are kept per parameter and the list reused: a step allocates nearly nothing
     const items = this.#list;
@@ -140,6 +157,7 @@ export class SGD extends Optimizer<SGDOptions> {
     );
   }
 
+  /** Per parameter `momentum_buffer`, and each group's hyperparameters, named as torch's. */
   stateDict(): OptimizerState {
     const tensors = new Map<string, Tensor>();
     this.params().forEach((p, i) => {
@@ -158,6 +176,7 @@ export class SGD extends Optimizer<SGDOptions> {
     return { tensors, paramGroups };
   }
 
+  /** Restores what stateDict() returned. */
   protected loadState(state: OptimizerState): void {
     this.restoreGroups(state, (saved, h) => {
       if (typeof saved.lr === "number") h.lr = saved.lr;

@@ -100,7 +100,11 @@ export function emptyCache(): void {
   cachedBytes = 0;
 }
 
-/** Bytes in live tensors, in the cache, and the peak of live bytes. */
+/**
+ * Bytes in live tensors, in the cache, and the peak of live bytes. (liveBytes is the counterpart of
+ * torch.cuda.memory_allocated, peakLiveBytes of max_memory_allocated, liveBytes + cachedBytes of
+ * memory_reserved.)
+ */
 export function memoryStats(): {
   liveBytes: number;
   cachedBytes: number;

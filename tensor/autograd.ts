@@ -30,7 +30,9 @@ export type InputGrad = Tensor | null | typeof ADDED_TO_LEAF;
 
 /** One recorded op: given the gradient of its output, the gradients of its inputs. */
 export interface Node {
+  /** The op's name (as the profiler and error messages print it). */
   readonly name: string;
+  /** The op's input tensors, in the order backward() returns their gradients. */
   readonly inputs: readonly Tensor[];
   /** Returns one gradient per input (null where an input needs none). */
   backward(gradOut: Tensor): InputGrad[];
@@ -52,7 +54,7 @@ export interface Node {
 const noGradContext = new AsyncLocalStorage<false>();
 let open = 0;
 
-/** Whether ops currently record the tape. */
+/** Whether ops currently record the tape. (torch.is_grad_enabled.) */
 export function isGradEnabled(): boolean {
   return open === 0 || noGradContext.getStore() !== false;
 }
@@ -183,6 +185,7 @@ export interface BackwardOptions {
  * Computes gradients of `output` with respect to every leaf tensor that
  * requires grad, adding them into leaf.grad (allocated on first use, outside
  * any scope, so it lives as long as the parameter).
+ * As `output.backward()` (torch.autograd.backward): a scalar loss gets gradient 1.
  */
 export function backward(output: Tensor, opts: BackwardOptions = {}): void {
   const prev = enter("backward");

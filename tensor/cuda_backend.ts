@@ -36,6 +36,7 @@ export interface CudaLibraries {
   kernels: string | null;
   /** null for the emulated device, which needs none */
   driver: string | null;
+  /** cuBLASLt, the matmul library (null when it is not found). */
   cublasLt: string | null;
   /** needed only by process groups of several GPU ranks */
   nccl: string | null;
@@ -45,26 +46,38 @@ export interface CudaLibraries {
 
 /** A usable GPU setup. */
 export interface CudaAvailable {
+  /** Marks a usable setup. */
   ok: true;
+  /** A real GPU ("cuda") or the emulated one ("cuda-emu"). */
   flavor: CudaFlavor;
+  /** The libraries found. */
   libraries: CudaLibraries;
+  /** Number of visible GPUs. */
   deviceCount: number;
   /** name of GPU 0 */
   deviceName: string;
+  /** The CUDA driver's version, as the driver reports it. */
   driverVersion: string;
+  /** The CUDA runtime's version the kernels were built with. */
   runtimeVersion: string;
 }
 
 /** An unusable one, with every reason. */
 export interface CudaUnavailable {
+  /** Marks an unusable setup. */
   ok: false;
   /** names each missing piece and where it was looked for */
   reason: string;
   /** a few words per missing piece, for one-line notices */
   summary: string;
+  /** The libraries found (those missing are null). */
   libraries: CudaLibraries;
 }
 
+/**
+ * Whether this machine can compute on a GPU (`ok`), with what was found or why not (`dtrain doctor`
+ * prints it).
+ */
 export type CudaAvailability = CudaAvailable | CudaUnavailable;
 
 /** A library of dtrain's own (ffi/native.ts search), or why it was not found. */

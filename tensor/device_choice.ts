@@ -5,8 +5,9 @@
  * without the NVIDIA device node is answered in microseconds; only where a
  * GPU may exist are the CUDA libraries searched (tensor/cuda_backend.ts).
  */
-import { type Backend, backend, type DeviceKind, setDevice } from "./backend.ts";
+import { backend, type DeviceKind, setDevice } from "./backend.ts";
 import { type CudaAvailability, cudaAvailability } from "./cuda_backend.ts";
+import type { BackendInfo } from "./device_info.ts";
 
 /** What a user may ask for (the --device flag). */
 export type DeviceRequest = "auto" | DeviceKind;
@@ -90,7 +91,7 @@ export function useDevice(request = Deno.env.get("DTRAIN_DEVICE") || "auto"): De
 }
 
 /** The active device in words: "cpu", "cuda:1" (GPU 1), "cuda-emu:0" (emulated GPU 0). */
-export function describeBackend(b: Backend = backend()): string {
+export function describeBackend(b: BackendInfo = backend()): string {
   if (b.device === "cpu") return "cpu";
   return `${b.kind}:${b.index}`;
 }

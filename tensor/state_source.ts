@@ -10,8 +10,11 @@ import { Tensor } from "./tensor.ts";
 
 /** A tensor as a state-dict source: anything with a shape and raw little-endian bytes. */
 export interface StateTensor {
+  /** Size of each dim. */
   shape: readonly number[];
+  /** Element type by dtrain's name, lower case ("f32", "bf16", "i64", …). */
   dtype: string;
+  /** The raw little-endian, C-contiguous bytes. */
   bytes(): Uint8Array;
 }
 
@@ -20,13 +23,17 @@ export type StateEntry = StateTensor | StTensor | Tensor;
 
 /** A file of named tensors, as CheckpointManager returns each checkpoint file. */
 export interface TensorFileLike {
+  /** The tensors by name. */
   tensors: ReadonlyMap<string, StateEntry>;
+  /** The file's string metadata, if any. */
   metadata?: Record<string, string>;
 }
 
 /** A loaded checkpoint, as CheckpointManager.load() and loadLatest() return it. */
 export interface CheckpointLike {
+  /** The checkpoint's folder. */
   dir?: string;
+  /** Its tensor files by name ("model", "optimizer", …). */
   files: ReadonlyMap<string, TensorFileLike>;
 }
 

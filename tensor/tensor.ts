@@ -54,11 +54,18 @@ const ITEM = (() => {
 /** Tensors created in the innermost open scope; disposed when it closes. */
 const scopes: Set<Tensor>[] = [];
 
-/** A dense, contiguous, row-major n-dimensional array in native memory. */
+/**
+ * A dense, contiguous, row-major n-dimensional array in native memory. The counterpart of
+ * torch.Tensor: free its memory with dispose() or by creating it inside scope().
+ */
 export class Tensor {
+  /** Size of each dim (PyTorch's `tensor.shape`). */
   readonly shape: readonly number[];
+  /** Element type. */
   readonly dtype: DType;
+  /** Where the memory lives: "cpu" or "cuda". */
   readonly device: Device;
+  /** Number of elements (product of the shape). */
   readonly numel: number;
   #storage: Storage | null;
   /** Address of element 0 (fixed for the tensor's life; cached for FFI calls). */
@@ -321,7 +328,7 @@ export class Tensor {
   }
 }
 
-/** An uninitialised tensor. */
+/** An uninitialised tensor. (torch.empty; default dtype f32.) */
 export function empty(shape: readonly number[], dtype: DType = "f32"): Tensor {
   const n = numelOf(shape);
   const b = backend();
@@ -333,12 +340,12 @@ export function empty(shape: readonly number[], dtype: DType = "f32"): Tensor {
   );
 }
 
-/** A tensor of zeros. */
+/** A tensor of zeros. (torch.zeros; default dtype f32.) */
 export function zeros(shape: readonly number[], dtype: DType = "f32"): Tensor {
   return empty(shape, dtype).fill(0);
 }
 
-/** A tensor filled with `value`. */
+/** A tensor filled with `value`. (torch.full; default dtype f32.) */
 export function full(
   shape: readonly number[],
   value: number,
@@ -347,7 +354,10 @@ export function full(
   return empty(shape, dtype).fill(value);
 }
 
-/** A tensor with the contents of a typed array (copied). */
+/**
+ * A tensor with the contents of a typed array (copied). (torch.tensor; a number[] becomes f32, the
+ * shape defaults to 1-D.)
+ */
 export function fromArray(
   data: Float32Array | Int32Array | BigInt64Array | Uint8Array | number[],
   shape?: readonly number[],
@@ -373,7 +383,10 @@ export function fromArray(
   return t.copyFromArray(arr);
 }
 
-/** Converts a tensor's elements to another dtype (no autograd; see ops for the differentiable cast). */
+/**
+ * Converts a tensor's elements to another dtype (no autograd; see ops for the differentiable cast).
+ * (PyTorch's `t.to(dtype)` outside autograd.)
+ */
 export function castTensor(t: Tensor, dtype: DType): Tensor {
   const out = empty(t.shape, dtype);
   const b = backend();
@@ -385,6 +398,15 @@ export function castTensor(t: Tensor, dtype: DType): Tensor {
  * Runs fn with a new scope: every tensor created inside and not returned (or
  * kept with keep()) is disposed when fn returns or throws. Returned tensors
  * (directly, or inside an array or plain object) move to the enclosing scope.
+ *
+ * @example
+ * ```ts
+ * import { fromArray, mul, scope, sum } from "dtrain";
+ * const x = fromArray([1, 2, 3]);
+ * const total = scope(() => sum(mul(x, x))); // the product is freed here; the sum is returned
+ * total.item(); // 14
+ * total.dispose();
+ * ```
  */
 export function scope<T>(fn: () => T): T {
   const mine = new Set<Tensor>();

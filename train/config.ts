@@ -7,6 +7,7 @@
 import { z } from "zod";
 import { lazySchema } from "../run/lazy_schema.ts";
 import { describeConfigIssues } from "./config_errors.ts";
+import type { TrainConfig, TrainConfigInput } from "./config_types.ts";
 
 const positiveInt = lazySchema(() => z.number().int().positive());
 
@@ -180,10 +181,15 @@ export const TrainConfigSchema = lazySchema(() =>
   })
 );
 
-/** The validated configuration with every default filled in. */
-export type TrainConfig = z.infer<typeof TrainConfigSchema>;
-/** What a user writes: any subset of the sections and fields. */
-export type TrainConfigInput = z.input<typeof TrainConfigSchema>;
+/** The validated configuration with every default filled in (written out in config_types.ts). */
+export type { TrainConfig, TrainConfigInput } from "./config_types.ts";
+/** Compile-time proof that config_types.ts says exactly what the schema parses and accepts. */
+type SameType<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+type Holds<T extends true> = T;
+export type ConfigTypesMatchSchema = [
+  Holds<SameType<TrainConfig, z.output<typeof TrainConfigSchema>>>,
+  Holds<SameType<TrainConfigInput, z.input<typeof TrainConfigSchema>>>,
+];
 
 /**
  * Validates a configuration and fills defaults. Errors name each bad field

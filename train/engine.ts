@@ -158,22 +158,54 @@ export interface FitResult {
   preempted: boolean;
 }
 
-/** One training run of a model over a dataset, on every rank of the job. */
+/**
+ * One training run of a model over a dataset, on every rank of the job: the
+ * loop a PyTorch script writes by hand (DDP, DistributedSampler, optimizer,
+ * schedule, autocast and GradScaler, checkpoints, evaluation, resume), driven
+ * by one TrainConfig.
+ *
+ * @example
+ * ```ts
+ * import { crossEntropy, Linear, TensorDataset, Trainer } from "dtrain";
+ * const data = new TensorDataset(
+ *   { data: new Float32Array(256 * 4).map((_, i) => i % 3), sampleShape: [4] },
+ *   { data: new Int32Array(256).map((_, i) => i % 2), sampleShape: [] },
+ * );
+ * const trainer = new Trainer({
+ *   model: () => new Linear(4, 2),
+ *   data,
+ *   loss: (model, [x, y]) => crossEntropy(model.forward(x!), y!),
+ *   config: { epochs: 2, data: { globalBatchSize: 32 }, optim: { lr: 1e-2 } },
+ * });
+ * const result = await trainer.fit(); // result.epochLosses: the mean loss of each epoch
+ * ```
+ */
 export class Trainer<M extends Module> {
+  /** The resolved configuration (every default filled in). */
   readonly config: TrainConfig;
+  /** The model, as the `model` option built it. */
   readonly model: M;
+  /** The process group of the job (options.processGroup, or initProcessGroup()). */
   readonly pg: ProcessGroup;
+  /** The DDP wrapper of the model, or null on a single rank. */
   readonly ddp: DistributedDataParallel<M> | null;
+  /** The optimizer config.optim names (AdamW or SGD), with its parameter groups. */
   readonly optimizer: Optimizer<{ lr: number }>;
+  /** The learning-rate schedule config.schedule describes. */
   readonly schedule: LrScheduler;
+  /** The loss scaler (enabled for f16 autocast unless precision.gradScaler says otherwise). */
   readonly scaler: GradScaler;
   /** The numerics policy of the config's `numerics` section, set for the process. */
   readonly numerics: NumericsPolicy;
+  /** The training data loader (micro-batches of this rank). */
   readonly loader: DataLoader;
+  /** This rank's share of each epoch, resumable mid-epoch at another world size. */
   readonly sampler: ResumableSampler;
+  /** Where checkpoints are saved and resumed from, or null when there is no checkpoint folder. */
   readonly checkpoints: CheckpointManager | null;
   /** where the best checkpoint is kept (checkpoint.best), or null */
   readonly bestCheckpoints: CheckpointManager | null;
+  /** The run directory (options.runDir, or the launcher's), or null. */
   readonly runDir: string | null;
   readonly #opts: TrainerOptions<M>;
   readonly #evaluator: Evaluator<M> | null;
@@ -184,6 +216,10 @@ export class Trainer<M extends Module> {
   #consumed = 0;
   #stopRequested = false;
 
+  /**
+   * Builds model, optimizer, schedule, data loader and checkpoint manager from the options; throws
+   * naming a bad config field or option.
+   */
   constructor(opts: TrainerOptions<M>) {
     this.#opts = opts;
     this.config = resolveConfig(opts.config ?? {});

@@ -131,6 +131,7 @@ export class RunLog {
   #drawn: Int32Array[] = [];
   #closed = false;
 
+  /** A log of the run described by `opts`. */
   constructor(opts: RunLogOptions) {
     this.#opts = opts;
     this.#pg = opts.processGroup ?? null;

@@ -41,8 +41,11 @@ export interface TrainState {
 
 /** The best value of the metric checkpoint.best names, and the step it was reached after. */
 export interface BestEvaluation {
+  /** The metric's name. */
   metric: string;
+  /** Its best value. */
   value: number;
+  /** The optimizer step after which it was reached. */
   step: number;
 }
 

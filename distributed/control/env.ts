@@ -10,14 +10,17 @@ export interface World {
   rank: number;
   /** rank within this node, 0 … localWorldSize-1 */
   localRank: number;
+  /** number of ranks in the job (torchrun's WORLD_SIZE) */
   worldSize: number;
   /** ranks on this node */
   localWorldSize: number;
   /** this node's index (torchrun's GROUP_RANK), 0 … nnodes-1 */
   groupRank: number;
+  /** number of nodes in the job */
   nnodes: number;
   /** address of node 0, where the control store listens */
   masterAddr: string;
+  /** port of the control store on node 0 */
   masterPort: number;
   /** the run's id ("" outside a launcher) */
   runId: string;
@@ -111,7 +114,8 @@ export function rankEnv(input: RankEnvInput): Record<string, string> {
   };
 }
 
-type Lookup = (name: string) => string | undefined;
+/** Reads an environment variable by name (`Deno.env.get` unless a test passes its own). */
+export type Lookup = (name: string) => string | undefined;
 
 function intVar(get: Lookup, name: string, fallback: number, min: number): number {
   const raw = get(name);
@@ -146,6 +150,8 @@ let processWorld: World | undefined;
  * given `get`, the world those variables describe. Outside a launcher, with
  * none of them set, a world of one. Inconsistent values throw an error
  * naming the variables involved.
+ * The counterpart of torch.distributed.get_rank() and get_world_size() and of torchrun's
+ * environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, …).
  *
  * @example
  * ```ts

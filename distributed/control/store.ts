@@ -21,7 +21,9 @@ import { peerText } from "./store_refusals.ts";
 
 /** Where the store is and how to prove membership of the run. */
 export interface StoreConnectOptions {
+  /** Host name or address of the store (node 0's MASTER_ADDR). */
   host: string;
+  /** Its TCP port. */
   port: number;
   /** The run's secret (DTRAIN_STORE_TOKEN). */
   token: string;
@@ -85,7 +87,9 @@ export class StoreError extends Error {
 
 /** One key of a `list()` answer. */
 export interface StoreEntry {
+  /** The key, without the store's namespace. */
   key: string;
+  /** Its value. */
   value: Uint8Array;
   /** ms since the key was last written, by the store's clock */
   ageMs: number;
@@ -95,6 +99,7 @@ export interface StoreEntry {
 export interface StoreCloseInfo {
   /** true when close() was called; false when the store went away */
   byClient: boolean;
+  /** Why it ended, in words. */
   reason: string;
 }
 
@@ -106,7 +111,10 @@ interface Pending {
 const utf8 = new TextDecoder();
 const MAX_REQUEST_ID = 0xffff_ffff;
 
-/** An authenticated connection to the store. */
+/**
+ * An authenticated connection to the store. (The counterpart of a torch.distributed.TCPStore
+ * client.)
+ */
 export class StoreClient {
   readonly #conn: Deno.Conn;
   readonly #writer: SerialWriter;

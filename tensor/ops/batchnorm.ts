@@ -15,6 +15,7 @@ import { elementPtr } from "./_strided.ts";
 
 /** f64 values in native memory that an all-reduce sums in place. */
 export interface StatsBuffer {
+  /** Address of the first value. */
   ptr: Deno.PointerObject;
   /** number of f64 values */
   count: number;
@@ -22,12 +23,15 @@ export interface StatsBuffer {
 
 /** Options of batchNorm (PyTorch's names and defaults). */
 export interface BatchNormOptions {
+  /** Per-channel scale γ (null or absent: 1). */
   weight?: Tensor | null;
+  /** Per-channel shift β (null or absent: 0). */
   bias?: Tensor | null;
   /** Batch statistics (and running-average updates) when true; the running statistics when false. Default false. */
   training?: boolean;
   /** Weight of the new batch in the running averages; null: the cumulative average over numBatchesTracked. Default 0.1. */
   momentum?: number | null;
+  /** Added to the variance before the square root (default 1e-5). */
   eps?: number;
   /** The i64 counter of batches seen (BatchNorm's num_batches_tracked): incremented by a training step. */
   numBatchesTracked?: Tensor | null;

@@ -97,6 +97,7 @@ export function withConvPaths<T>(
 /**
  * Convolution of x (N, C, H, W) — or (C, H, W) — with weight
  * (Cout, C/groups, KH, KW) and an optional bias (Cout).
+ * As torch.nn.functional.conv2d.
  *
  * @example
  * ```ts

@@ -236,11 +236,11 @@ function reduceTo(g: Tensor, b: Tensor, bn: number, inner: number): Tensor {
 export function add(a: Tensor, b: Tensor): Tensor {
   return binary("add", a, b);
 }
-/** a - b. */
+/** a - b. (torch.sub, broadcast as add.) */
 export function sub(a: Tensor, b: Tensor): Tensor {
   return binary("sub", a, b);
 }
-/** a * b (elementwise). */
+/** a * b (elementwise). (torch.mul, broadcast as add.) */
 export function mul(a: Tensor, b: Tensor): Tensor {
   return binary("mul", a, b);
 }
@@ -267,7 +267,7 @@ export function broadcastShapes(op: string, a: readonly number[], b: readonly nu
   return out;
 }
 
-/** alpha * x. */
+/** alpha * x. (x * alpha in PyTorch.) */
 export function scale(x0: Tensor, alpha: number): Tensor {
   const x = asF32(x0);
   const out = empty(x.shape, "f32");
@@ -283,7 +283,7 @@ export function scale(x0: Tensor, alpha: number): Tensor {
   return out;
 }
 
-/** max(x, 0). */
+/** max(x, 0). (torch.relu.) */
 export function relu(x0: Tensor): Tensor {
   const x = asF32(x0);
   const out = empty(x.shape, "f32");
@@ -339,6 +339,7 @@ function geluLow(x: Tensor): Tensor {
  * Inverted dropout: zeroes each element with probability p (the mask is a
  * hash of (seed, offset + index), so it is reproducible on any device) and
  * scales the rest by 1/(1-p).
+ * As torch.nn.functional.dropout in training mode.
  */
 export function dropout(
   x0: Tensor,
@@ -366,7 +367,7 @@ export function dropout(
   return out;
 }
 
-/** Converts to another dtype; differentiable between float types. */
+/** Converts to another dtype; differentiable between float types. (PyTorch's `x.to(dtype)`.) */
 export function cast(x: Tensor, dtype: DType): Tensor {
   if (x.dtype === dtype) return x;
   const out = castTensor(x, dtype);

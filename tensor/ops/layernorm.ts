@@ -20,7 +20,10 @@ export interface LayerNormOptions {
   outDtype?: DType;
 }
 
-/** Layer norm over the last dim (biased variance), with optional weight and bias. */
+/**
+ * Layer norm over the last dim (biased variance), with optional weight and bias.
+ * (torch.nn.functional.layer_norm over the last dim.)
+ */
 export function layerNorm(
   x: Tensor,
   weight: Tensor | null,

@@ -118,6 +118,7 @@ const LOW_GRAD = { lowPrecisionGrad: true } as const;
 /**
  * Matrix product. a: (..., M, K); b: (K, N) shared by every batch, or
  * (..., K, N) with the same batch dims as a. transB: b is given as (..., N, K).
+ * As torch.matmul for these shapes.
  */
 export function matmul(
   a0: Tensor,

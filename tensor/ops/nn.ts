@@ -27,7 +27,10 @@ export function asIndices(idx: Tensor): Tensor {
   return castTensor(idx, "i32");
 }
 
-/** Rows of `table` (V, C) picked by integer indices: output shape [...idx.shape, C]. */
+/**
+ * Rows of `table` (V, C) picked by integer indices: output shape [...idx.shape, C].
+ * (torch.nn.functional.embedding.)
+ */
 export function embedding(idx0: Tensor, table: Tensor): Tensor {
   const idx = asIndices(idx0);
   if (table.shape.length !== 2) {
@@ -51,6 +54,14 @@ export function embedding(idx0: Tensor, table: Tensor): Tensor {
 /**
  * Mean cross-entropy of logits (..., V) against integer targets (...),
  * skipping targets equal to ignoreIndex (torch's F.cross_entropy).
+ *
+ * @example
+ * ```ts
+ * import { crossEntropy, fromArray } from "dtrain";
+ * const logits = fromArray(new Float32Array([2, 0, 0, 0, 3, 0]), [2, 3]);
+ * const targets = fromArray(new Int32Array([0, 1]), [2]);
+ * const loss = crossEntropy(logits, targets); // 0-dim: 0.16723, as F.cross_entropy(logits, targets)
+ * ```
  */
 export function crossEntropy(
   logits: Tensor,

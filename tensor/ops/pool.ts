@@ -11,16 +11,23 @@ import { asF32, pair, requireFloat } from "./_util.ts";
 
 /** Options of maxPool2d (PyTorch's names; stride defaults to the kernel size). */
 export interface MaxPool2dOptions {
+  /** Step of the window: one number or [h, w] (null or absent: the kernel size). */
   stride?: number | readonly number[] | null;
+  /** Padding on each side (never taken as the maximum): one number or [h, w] (default 0). */
   padding?: number | readonly number[];
+  /** Spacing between the window's elements: one number or [h, w] (default 1). */
   dilation?: number | readonly number[];
+  /** Round the output size up instead of down (default false). */
   ceilMode?: boolean;
 }
 
 /** Options of avgPool2d. */
 export interface AvgPool2dOptions {
+  /** Step of the window: one number or [h, w] (null or absent: the kernel size). */
   stride?: number | readonly number[] | null;
+  /** Implicit zero padding on each side: one number or [h, w] (default 0). */
   padding?: number | readonly number[];
+  /** Round the output size up instead of down (default false). */
   ceilMode?: boolean;
   /** Count the zero padding in the divisor (default true, as PyTorch). */
   countIncludePad?: boolean;

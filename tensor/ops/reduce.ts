@@ -162,7 +162,9 @@ export function mean(
 
 /** Values and (i32) indices of a max or min along a dim. */
 export interface ValuesIndices {
+  /** The largest (or smallest) values. */
   values: Tensor;
+  /** Their indices along the reduced dim (i32). */
   indices: Tensor;
 }
 
@@ -221,6 +223,10 @@ function extreme(
  * full reduction's gradient evenly over ties).
  */
 export function max(x: Tensor): Tensor;
+/**
+ * The largest values along `dim` and the index of each (torch.max(x, dim)); `keepdim` keeps the
+ * reduced dim as size 1.
+ */
 export function max(x: Tensor, dim: number, opts?: ReduceOptions): ValuesIndices;
 export function max(x: Tensor, dim?: number, opts: ReduceOptions = {}): Tensor | ValuesIndices {
   const r = extreme("max", x, dim, opts);
@@ -231,6 +237,10 @@ export function max(x: Tensor, dim?: number, opts: ReduceOptions = {}): Tensor |
 
 /** The smallest element, or the smallest values along `dim` with their indices, as torch.min. */
 export function min(x: Tensor): Tensor;
+/**
+ * The smallest values along `dim` and the index of each (torch.min(x, dim)); `keepdim` keeps the
+ * reduced dim as size 1.
+ */
 export function min(x: Tensor, dim: number, opts?: ReduceOptions): ValuesIndices;
 export function min(x: Tensor, dim?: number, opts: ReduceOptions = {}): Tensor | ValuesIndices {
   const r = extreme("min", x, dim, opts);

@@ -8,7 +8,7 @@ import { empty, numelOf, type Tensor, zeros } from "../tensor.ts";
 import { needsGrad, record } from "../autograd.ts";
 import { DTYPE_SIZE } from "../dtype.ts";
 
-/** Same elements, another shape (one dim may be -1). Shares memory. */
+/** Same elements, another shape (one dim may be -1). Shares memory. (torch.reshape.) */
 export function reshape(x: Tensor, shape: readonly number[]): Tensor {
   const s = [...shape];
   const free = s.indexOf(-1);

@@ -27,23 +27,23 @@ function unary(op: keyof typeof UN, x0: Tensor, a = 0, b = 0): Tensor {
   return out;
 }
 
-/** e^x. */
+/** e^x. (torch.exp.) */
 export function exp(x: Tensor): Tensor {
   return unary("exp", x);
 }
-/** ln x (NaN below 0, -inf at 0). */
+/** ln x (NaN below 0, -inf at 0). (torch.log.) */
 export function log(x: Tensor): Tensor {
   return unary("log", x);
 }
-/** 1 / (1 + e^-x). */
+/** 1 / (1 + e^-x). (torch.sigmoid.) */
 export function sigmoid(x: Tensor): Tensor {
   return unary("sigmoid", x);
 }
-/** tanh x. */
+/** tanh x. (torch.tanh.) */
 export function tanh(x: Tensor): Tensor {
   return unary("tanh", x);
 }
-/** √x (IEEE, exactly rounded). */
+/** √x (IEEE, exactly rounded). (torch.sqrt.) */
 export function sqrt(x: Tensor): Tensor {
   return unary("sqrt", x);
 }
@@ -61,7 +61,9 @@ export function pow(x: Tensor, exponent: number): Tensor {
 
 /** Bounds of clamp(); either may be left out. */
 export interface ClampOptions {
+  /** Lower bound (null or absent: none). */
   min?: number | null;
+  /** Upper bound (null or absent: none). */
   max?: number | null;
 }
 

@@ -40,7 +40,9 @@ export interface Manifest {
 
 /** A parsed tensor file of a checkpoint. */
 export interface CheckpointTensors {
+  /** The tensors by name (views into the file's bytes). */
   tensors: Map<string, StTensor>;
+  /** The file's string metadata. */
   metadata: Record<string, string>;
 }
 

@@ -6,7 +6,9 @@
 
 /** One entry of a directory listing. */
 export interface CheckpointDirEntry {
+  /** The entry's name within its folder. */
   name: string;
+  /** Whether it is a folder. */
   isDirectory: boolean;
 }
 

@@ -106,7 +106,9 @@ export function addCheckpointSavedHook(hook: CheckpointSavedHook): () => void {
 export interface CheckpointFile {
   /** File name without extension ("model", "optimizer"); stored as `<name>.safetensors`. */
   name: string;
+  /** The tensors by name. */
   tensors: Map<string, StTensor>;
+  /** String metadata stored in the file's header. */
   metadata?: Record<string, string>;
 }
 
@@ -116,7 +118,9 @@ export interface CheckpointFile {
  * whatever the engine puts there).
  */
 export interface CheckpointPayload {
+  /** The optimizer step the checkpoint is taken after (names its folder). */
   step: number;
+  /** The tensor files to write. */
   files: CheckpointFile[];
   /** Plain JSON only (checked on save), so that it loads back exactly. */
   state: Record<string, unknown>;
@@ -126,9 +130,11 @@ export interface CheckpointPayload {
 export interface LoadedCheckpoint {
   /** The checkpoint's directory. */
   dir: string;
+  /** The optimizer step the checkpoint was taken after. */
   step: number;
   /** Tensor files by name ("model"); tensor data are views into the file's bytes. */
   files: Map<string, CheckpointTensors>;
+  /** The JSON state it was saved with. */
   state: Record<string, unknown>;
   /** Newer checkpoints that loadLatest() passed over, and why; empty from load(). */
   skipped: { dir: string; reason: string }[];
