@@ -49,8 +49,8 @@ function elsewhere(rank: number, v: RankView | undefined): string {
   if (!v) return `rank ${rank} has not reported (not started, or died before its first report)`;
   if (v.status === "exited") return `rank ${rank} has exited`;
   if (v.inColl) return `rank ${rank} waits at ${collName(v)} for ${seconds(v.collS)}`;
-  if (v.status === "running" && v.heardS >= SILENT_S) {
-    // Its record is old: where it is now is not known (busy in code that never yields, or blocked).
+  if (phaseIsStale(v)) {
+    // Its record is old and it had gone past its phase: where it is now is not known.
     return `rank ${rank} is elsewhere, phase unknown (its last record, phase "${v.phase}", is ${
       seconds(v.heardS)
     } old)`;
@@ -60,6 +60,17 @@ function elsewhere(rank: number, v: RankView | undefined): string {
 
 /** A running rank silent for this long is blocked in a synchronous call (its heartbeat is 1 s). */
 export const SILENT_S = 3;
+
+/**
+ * A silent rank's phase is stale when its last record shows a collective finished after the phase
+ * began: the rank had moved on (a loop without `await` runs collectives that no phase announces
+ * and never sends its heartbeat), so the phase says nothing about now. A phase with no collective
+ * after it (the user's `phase("scan dataset")` around synchronous work) is still true.
+ */
+function phaseIsStale(v: RankView): boolean {
+  return v.status === "running" && v.heardS >= SILENT_S && v.coll !== null && !v.inColl &&
+    v.collS <= v.phaseS;
+}
 
 /**
  * A rank that stopped reporting while running is blocked in native code; a
@@ -215,16 +226,16 @@ export function rankTable(views: readonly RankView[], opts: TableOptions): strin
       const what = PROCESS_STATES[opts.processState?.(r, v.pid) ?? ""];
       state = `not responding${what ? ` (${what})` : ""}${exit ? `, then ${exit}` : ""}`;
     }
-    // A silent rank's last phase is a fact about then, not now (a loop without `await` never
-    // sends its heartbeat): it is shown as stale, with no time in it that would read as current.
+    // A stale phase is a fact about then, not now: shown as such, with no time that would read
+    // as current.
     rows.push([
       String(r),
       node,
       v.host,
       String(v.pid),
       state,
-      silent ? `unknown (last: ${v.phase})` : v.phase,
-      silent ? "-" : seconds(v.phaseS),
+      phaseIsStale(v) ? `unknown (last: ${v.phase})` : v.phase,
+      phaseIsStale(v) ? "-" : seconds(v.phaseS),
       coll,
       `${seconds(v.heardS)} ago`,
     ]);

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { alive, REPO, TestRun, waitUntil } from "../launch/launch_helpers.ts";
 import { lockRunDir, RunDirBusy } from "../../launch/run_lock.ts";
-import { CheckpointManager } from "../../train/checkpoint/manager.ts";
+import { CheckpointManager, FOLDER_LOCK_FILE } from "../../train/checkpoint/manager.ts";
 import { payloadForStep } from "../train/scripts/checkpoint_payloads.ts";
 
 const HOLD = join(REPO, "tests/faults/scripts/hold.ts");
@@ -115,7 +115,7 @@ Deno.test("checkpoint cleanup removes temporary folders of dead writers only", a
     Deno.writeTextFileSync(join(root, names.own), "step-00000001\n");
     manager.save(payloadForStep(3));
     assert.deepEqual(
-      listing(root),
+      listing(root).filter((n) => n !== FOLDER_LOCK_FILE), // the writer's own lock (folder_lock.ts)
       [names.liveAside, names.live, "latest", "step-00000002", "step-00000003"].sort(),
       "a live writer's folders stay; a dead writer's and this process's own are removed",
     );

@@ -62,8 +62,10 @@ Deno.test("parseLaunchArgs() fills documented defaults", () => {
       resume: null,
       oversubscribe: false,
       noCheck: false,
+      allowConfigChange: false,
     },
   );
+  assert.equal(parse(["--allow-config-change", "run.ts"]).allowConfigChange, true);
   assert.equal(parse(["--device", "cuda-emu", "run.ts"]).device, "cuda-emu");
   assert.equal(parse(["--resume", "runs/a", "run.ts"]).resume, "runs/a");
   assert.equal(parse(["--oversubscribe", "run.ts", "--oversubscribe"]).oversubscribe, true);

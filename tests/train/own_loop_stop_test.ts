@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { onlyRunDir, REPO, TestRun } from "../launch/launch_helpers.ts";
+import { onlyRunDir, REPO, TestRun, waitUntil } from "../launch/launch_helpers.ts";
 
 const SCRIPT = join(REPO, "tests/train/scripts/own_loop_stop.ts");
 
@@ -39,3 +39,47 @@ for (const sig of ["SIGTERM", "SIGINT"] as const) {
     }
   });
 }
+
+const TUTORIAL = join(REPO, "examples/ddp_tutorial.ts");
+
+function hasFashionMnist(): boolean {
+  try {
+    return Deno.statSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").isFile;
+  } catch {
+    return false;
+  }
+}
+
+Deno.test({
+  name:
+    "the DDP tutorial stops on SIGTERM mid-epoch, saves, and the next launch resumes at that batch",
+  ignore: !hasFashionMnist(),
+  async fn() {
+    const t = new TestRun();
+    try {
+      const runDir = join(t.dir, "tutorial");
+      const args = ["--nproc", "2", "--grace", "60", "--run-dir", runDir, TUTORIAL];
+      const l = t.launch([...args, "1000", "32", "--limit", "512"]);
+      await waitUntil(() => /Epoch 1 \| Batchsize/.test(l.stdout()), 180_000, "epoch 1 began");
+      Deno.kill(l.pid, "SIGTERM");
+      const r = await t.finish(l, 120_000);
+      assert.equal(r.code, 143, r.stderr);
+      assert.match(r.stderr, /node 0's ranks ended: rank 0 exit code 0, rank 1 exit code 0/);
+      const m = /stopped on request at epoch (\d+), batch (\d+); checkpoint saved/.exec(r.stdout);
+      assert.ok(m, r.stdout);
+      const [epoch, batch] = [Number(m[1]), Number(m[2])];
+      // One more epoch than the stopped one: it resumes inside it, after the saved batch.
+      const again = await t.finish(
+        t.launch([...args, String(epoch + 1), "32", "--limit", "512"]),
+        180_000,
+      );
+      assert.equal(again.code, 0, again.stderr);
+      assert.match(
+        again.stdout,
+        new RegExp(`resuming training in epoch ${epoch} after batch ${batch}`),
+      );
+    } finally {
+      await t.cleanup();
+    }
+  },
+});

@@ -43,6 +43,22 @@ Deno.test("a second live run on a live run's checkpoint folder is refused, namin
     assert.deepEqual(listing(ck), before, "B wrote and removed nothing");
     assert.equal(Deno.readTextFileSync(join(ck, "latest")), latest);
 
+    // --resume from the live run's folder (a fork with its own folder) is refused as well.
+    const fork = await t.finish(
+      t.launch(["--nproc", "1", "--run-dir", join(t.dir, "fork"), "--resume", ck, SCRIPT], {
+        env: { TEST_CK_DIR: join(t.dir, "fork-checkpoints") },
+      }),
+      120_000,
+    );
+    assert.notEqual(fork.code, 0, fork.stderr);
+    assert.match(
+      fork.stderr + fork.stdout,
+      new RegExp(
+        `another live run \\(run ${runA}, .*so this run cannot resume from it \\(--resume\\)`,
+      ),
+    );
+    assert.deepEqual(listing(ck), before, "the fork touched nothing of A's");
+
     Deno.writeTextFileSync(join(t.pidDir, "release"), "");
     const ra = await t.finish(a, 120_000);
     assert.equal(ra.code, 0, ra.stderr);

@@ -6,7 +6,6 @@
  * file still says who held it last. Managers of one process share the lock.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import {
   CheckpointFolderBusy,
   CheckpointManager,
