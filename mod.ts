@@ -246,6 +246,13 @@ export {
   setNumericsPolicy,
 } from "./tensor/numerics_policy.ts";
 export { dropWeightCasts } from "./tensor/weight_cast.ts";
+/** Live and peak bytes per device and kind (weights, gradients, optimizer state, activations, communication). */
+export {
+  type DeviceMemory,
+  formatMemoryReport,
+  memoryByKind,
+  type MemoryKind,
+} from "./tensor/memory_kinds.ts";
 export {
   type FoundInfReducer,
   GradScaler,
@@ -325,6 +332,7 @@ export {
   waitForCheckpoints,
 } from "./train/checkpoint/manager.ts";
 export type { CheckpointDirEntry, CheckpointIO } from "./train/checkpoint/io.ts";
+export type { FolderHolder } from "./train/checkpoint/folder_lock.ts";
 export type { CheckpointTensors } from "./train/checkpoint/format.ts";
 export type { ProgressOptions } from "./distributed/control/progress.ts";
 export { type BestEvaluation, optimizerFile, restoreOptimizer, tensorFile } from "./train/state.ts";
@@ -353,9 +361,11 @@ export {
   type DDPBackwardOptions,
   type DDPOptions,
   DistributedDataParallel,
+  type ShardedBucket,
 } from "./distributed/ddp.ts";
 export {
   type OptimizerClass,
+  type ShardBucket,
   type ShardMode,
   ZeroRedundancyOptimizer,
   type ZeroRedundancyOptions,

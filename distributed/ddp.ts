@@ -57,9 +57,12 @@ export interface DDPBackwardOptions extends Omit<BackwardOptions, "onLeafGrad"> 
 }
 
 /** A bucket's layout under sharded gradients: per-rank blocks, each parameter in its owner's. */
-interface ShardedBucket {
+export interface ShardedBucket {
+  /** the rank that owns (and updates) each parameter of the bucket, in packing order */
   owners: readonly number[];
+  /** each parameter's offset in the bucket's flat layout, grouped by owner */
   offsets: readonly number[];
+  /** elements per rank's block (the longest owner's share; shorter ones are padded) */
   blockSize: number;
   /** this rank's block after the reduce-scatter: the gradients of the parameters it owns */
   out: Tensor;

@@ -50,9 +50,13 @@ export interface ZeroRedundancyOptions<H extends { lr: number }> {
 
 /** One of DDP's buckets as the sharded step sees it: its parameters, their owners and block offsets. */
 export interface ShardBucket {
+  /** the bucket's optimized parameters, in packing order */
   params: Tensor[];
+  /** the rank that updates each parameter */
   owners: number[];
+  /** each parameter's offset in the bucket's flat layout, grouped by owner */
   offsets: number[];
+  /** elements per rank's block */
   blockSize: number;
 }
 
@@ -60,7 +64,9 @@ export interface ShardBucket {
 export class ZeroRedundancyOptimizer<H extends { lr: number }> extends Optimizer<H> {
   /** The wrapped optimizer: the whole parameter list, state and updates for this rank's share only. */
   readonly local: Optimizer<H>;
+  /** The DDP model's process group: the ranks the state is spread over. */
   readonly pg: ProcessGroup;
+  /** "optimizer" (ZeRO-1) or "gradients" (ZeRO-2). */
   readonly shard: ShardMode;
   /** DDP's buckets with each parameter's owner (only the optimized parameters). */
   readonly buckets: ShardBucket[];
@@ -72,6 +78,10 @@ export class ZeroRedundancyOptimizer<H extends { lr: number }> extends Optimizer
     if (this.pg.size > 1) this.pg.allReduce(v, "sum");
   };
 
+  /**
+   * Shards `params`' optimizer state (and with shard "gradients" their gradients) over the
+   * ranks of `opts.ddp`; the other options are the wrapped optimizer's hyperparameters.
+   */
   constructor(
     params: Tensor[] | ParamGroupSpec<H>[],
     opts: ZeroRedundancyOptions<H> & Partial<H>,
@@ -141,6 +151,7 @@ export class ZeroRedundancyOptimizer<H extends { lr: number }> extends Optimizer
     return this.mine.has(p);
   }
 
+  /** One step: this rank updates its share, then every rank gets the others' updated parameters. */
   protected update(): void {
     this.#dropConsolidated();
     this.local.updateOnly();

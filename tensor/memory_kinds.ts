@@ -25,11 +25,13 @@ export const MEMORY_KINDS: readonly MemoryKind[] = [
 
 /** One device's counts: live bytes and peaks by kind, and the total's peak with its breakdown. */
 export interface DeviceMemory {
+  /** bytes held now, by kind */
   live: Record<MemoryKind, number>;
   /** each kind's own highest live bytes */
   peak: Record<MemoryKind, number>;
   /** the highest live total, and what it was made of at that moment */
   peakTotal: number;
+  /** the live bytes of each kind when the total peaked */
   atPeak: Record<MemoryKind, number>;
 }
 

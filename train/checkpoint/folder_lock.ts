@@ -16,8 +16,11 @@ export const FOLDER_LOCK_FILE = "dtrain-checkpoints.lock";
 export interface FolderHolder {
   /** the run id of the holder (DTRAIN_RUN_ID), or "pid <pid>" outside the launcher */
   owner: string;
+  /** the holding process */
   pid: number;
+  /** the machine it runs on */
   host: string;
+  /** when it took the lock (ISO 8601) */
   since: string;
 }
 
