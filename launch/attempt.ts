@@ -83,7 +83,10 @@ function describeExit(e: RankExit): string {
 /** Starts attempt `k` on this node; the handle's result settles when it is over here. */
 export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   const { opts, client, log } = ctx;
-  const keys = attemptKeys(k);
+  // The run's attempt number: what the ranks get as DTRAIN_RESTART_COUNT, and what names their
+  // store keys and shared-memory segments (a launch into an existing run directory starts past 0).
+  const attempt = (ctx.attemptBase ?? 0) + k;
+  const keys = attemptKeys(attempt);
   const node = opts.nodeRank;
   const nodes = Array.from({ length: opts.nnodes }, (_, i) => i);
   const worldSize = opts.nnodes * opts.nproc;
@@ -105,9 +108,11 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     if (finished) return;
     finished = true;
     // Every local rank has ended: nothing can attach to this attempt's segments any more.
-    const { failed } = removeAttemptSegments(ctx.runId, k);
+    const { failed } = removeAttemptSegments(ctx.runId, attempt);
     if (failed.length > 0) {
-      log.info(`could not remove shared-memory segment(s) of attempt ${k}: ${failed.join("; ")}`);
+      log.info(
+        `could not remove shared-memory segment(s) of attempt ${attempt}: ${failed.join("; ")}`,
+      );
     }
     resolveResult(r);
   };
@@ -396,7 +401,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
           reason: "node-lost",
           node,
           code: 1,
-          detail: `attempt ${k} could not start: ${(e as Error).message}`,
+          detail: `attempt ${attempt} could not start: ${(e as Error).message}`,
           graceMs: 0,
         },
       });
@@ -423,7 +428,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         numThreads: ctx.threads,
         hangWarnS: opts.hangWarnS,
         timeoutS: opts.timeoutS,
-        restartCount: (ctx.attemptBase ?? 0) + k,
+        restartCount: attempt,
         logRanks: opts.logRanks,
         launcherPid: Deno.pid,
         device: opts.device,
@@ -460,7 +465,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     }
     if (ranks.length === 0) return; // stopped before any rank started: onAbort reports it
     log.info(
-      `attempt ${(ctx.attemptBase ?? 0) + k}: started ranks ${
+      `attempt ${attempt}: started ranks ${
         rankList(ranks.map((p) => p.rank))
       } of ${worldSize} on node ${node} ` +
         `(pids ${ranks.map((p) => p.pid).join(",")}; ${ctx.threads} native thread(s) each)`,

@@ -13,6 +13,7 @@
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { CheckpointManager } from "../train/checkpoint/manager.ts";
+import { FOLDER_LOCK_FILE } from "../train/checkpoint/folder_lock.ts";
 import { assertHoldsPayload, payloadForStep } from "../tests/train/scripts/checkpoint_payloads.ts";
 
 const WRITER = fileURLToPath(
@@ -246,7 +247,9 @@ export function finalCheck(opts: Pick<KillTrialOptions, "dir" | "scale">, step: 
     if (!c.complete) throw new Error(`${c.dir} is not a complete checkpoint after the final save`);
     assertHoldsPayload(manager.load(c.dir), payloadForStep(c.step, { scale: opts.scale }));
   }
-  const names = [...Deno.readDirSync(opts.dir)].map((e) => e.name).sort();
+  // the folder's lock file (train/checkpoint/folder_lock.ts) stays there by design
+  const names = [...Deno.readDirSync(opts.dir)].map((e) => e.name)
+    .filter((n) => n !== FOLDER_LOCK_FILE).sort();
   const stray = names.filter((n) => n !== "latest" && !/^step-\d{8}$/.test(n));
   if (stray.length > 0) throw new Error(`leftovers after the final save: ${stray.join(", ")}`);
   const kept = names.filter((n) => n !== "latest").map((n) => Number(n.slice(5)));
