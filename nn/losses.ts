@@ -233,8 +233,8 @@ export function crossEntropy(
   requireIndexTargets(who, target);
   const d = classDimOf(who, input, target, opts.classDim);
   if (
-    r === "mean" && !opts.weight && eps === 0 && d === input.shape.length - 1 &&
-    input.dtype === "f32"
+    // the fused kernel also reads bf16/f16 logits (autocast's outputs) as they are
+    r === "mean" && !opts.weight && eps === 0 && d === input.shape.length - 1
   ) {
     return fusedCrossEntropy(input, target, { ignoreIndex: opts.ignoreIndex ?? -100 });
   }

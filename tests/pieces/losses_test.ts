@@ -15,7 +15,9 @@
  * 1e-3 or more.
  */
 import assert from "node:assert/strict";
-import { fromArray, scope, type Tensor } from "../../tensor/tensor.ts";
+import { castTensor, fromArray, scope, type Tensor } from "../../tensor/tensor.ts";
+import { crossEntropy as fusedCrossEntropy } from "../../tensor/ops/nn.ts";
+import { backend } from "../../tensor/backend.ts";
 import { backward } from "../../tensor/autograd.ts";
 import {
   BCELoss,
@@ -166,5 +168,29 @@ Deno.test("the torch.nn loss classes keep their options and give the functions' 
       binaryCrossEntropyWithLogits(x, t, { posWeight: fromArray([2, 1, 1]) }),
     );
     assert.throws(() => new MSELoss({ reduction: "avg" as never }), /MSELoss: reduction must be/);
+  });
+});
+
+Deno.test("plain crossEntropy keeps the fused kernel, for bf16 logits too (autocast's outputs)", () => {
+  scope(() => {
+    const call = backend().call as unknown as Record<string, (...a: unknown[]) => unknown>;
+    const saved = call.dt_crossentropy_fwd!;
+    let fused = 0;
+    call.dt_crossentropy_fwd = (...a: unknown[]) => {
+      fused++;
+      return saved(...a);
+    };
+    try {
+      const logits = fromArray([2, 0.5, -1, 0.1, 1.5, 0.3], [2, 3]);
+      const y = fromArray(new Int32Array([0, 2]));
+      const low = castTensor(logits, "bf16");
+      assert.equal(crossEntropy(low, y).item(), fusedCrossEntropy(low, y).item());
+      assert.equal(crossEntropy(logits, y).item(), fusedCrossEntropy(logits, y).item());
+      assert.equal(fused, 4); // each crossEntropy call above ran the fused kernel
+      crossEntropy(logits, y, { labelSmoothing: 0.1 });
+      assert.equal(fused, 4); // smoothing composes ops instead
+    } finally {
+      call.dt_crossentropy_fwd = saved;
+    }
   });
 });

@@ -5,6 +5,7 @@ Deno.test("resolveConfig() fills every default", () => {
   const c = resolveConfig({ optim: { lr: 0.1 } });
   assert.equal(c.optim.lr, 0.1);
   assert.equal(c.optim.name, "adamw");
+  assert.equal(resolveConfig({ optim: { name: "rmsprop" } }).optim.alpha, 0.99); // torch's default
   assert.equal(c.data.globalBatchSize, 64);
   assert.equal(c.checkpoint.keepLast, 3);
   assert.equal(c.precision.autocast, "f32");
@@ -12,10 +13,13 @@ Deno.test("resolveConfig() fills every default", () => {
 
 Deno.test("resolveConfig() names each bad field, its value and what is allowed", () => {
   assert.throws(
-    () => resolveConfig({ epochs: 1.5, optim: { lr: -1, name: "adam" }, bogus: true }),
+    () => resolveConfig({ epochs: 1.5, optim: { lr: -1, name: "lamb" }, bogus: true }),
     (e: Error) => {
       assert.match(e.message, /epochs = 1\.5: .*expected int/);
-      assert.match(e.message, /optim\.name = "adam": .*"adamw"\|"sgd"/);
+      assert.match(
+        e.message,
+        /optim\.name = "lamb": .*"adamw"\|"sgd"\|"adam"\|"adadelta"\|"adagrad"\|"rmsprop"/,
+      );
       assert.match(e.message, /optim\.lr = -1: .*>0/);
       assert.match(
         e.message,
