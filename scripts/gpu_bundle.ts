@@ -1,16 +1,19 @@
 /**
  * `deno task gpu-bundle`: dist/gpu-check/, dtrain's device check packed to
- * travel to a GPU machine like an air-gapped install — at most 60 MiB, and
- * nothing needed there but sh, coreutils and the NVIDIA driver (no network,
- * node, npm or Deno):
+ * travel to a GPU machine like an air-gapped install — at most 50 MiB (64 MiB
+ * is all that travels), and nothing needed there but sh, coreutils and the
+ * NVIDIA driver (no network, node, npm or Deno):
  *
  *   dtrain        the single file, holding the CUDA library built here by nvcc
  *                 (sm_80 + sm_90 + PTX, cudart linked statically) and the emulated device
- *   run.sh        the steps, a table row per step as it ends, gpu-check.log
+ *   run.sh        the driver: a table row per step as it ends, gpu-check.log; `--help` lists this
+ *   steps/        its steps, one file each (scripts/gpu_check/steps/NN-*.sh), run in name order
  *   js/           the single-process checks, bundled (facts, ops vs CPU, parity,
- *                 benchmark, resume verdict), run with `dtrain exec`
+ *                 benchmark, resume verdict), run with `dtrain exec`; and the rank scripts
+ *                 the launcher runs, bundled with "dtrain" left to the single file's library
  *   scripts/      the launched checks, TypeScript on the public API (NCCL ranks, a training job)
- *   fixtures/     the PyTorch parity fixtures (and the repository's own fixtures/, if any)
+ *   fixtures.tar.gz  the PyTorch parity fixtures and the repository's own fixtures/ (gzip:
+ *                 they are half JSON), unpacked by run.sh
  *   bench_gpt_torch.py  the PyTorch side of the benchmark
  *
  *   deno run -A scripts/gpu_bundle.ts [--out DIR] [--fixtures DIR] [--allow-no-cuda] [--quiet]
@@ -19,13 +22,13 @@ import { basename, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { buildSingle } from "./build_single.ts";
-import { bundleScripts, stopBundler } from "../sfx/bundle.ts";
+import { bundleRankScript, bundleScripts, stopBundler } from "../sfx/bundle.ts";
 import { defaultFixtureDir } from "../parity/fixtures.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
 /** The bundle may not be larger than this: what travels to the lent GPU machine (64 MiB) with room. */
-export const MAX_BUNDLE_BYTES = 60 * 2 ** 20;
+export const MAX_BUNDLE_BYTES = 50 * 2 ** 20;
 
 /** Single-process checks, bundled into js/<name>.js (with the workers the library may start). */
 export const CHECK_ENTRIES = {
@@ -38,6 +41,18 @@ export const CHECK_ENTRIES = {
   nccl_watchdog_worker: "distributed/nccl_watchdog_worker.ts",
   checkpoint_commit_worker: "train/checkpoint/commit_worker.ts",
 } as const;
+
+/**
+ * Scripts the launcher runs as ranks from inside a bundled check (js/<name>.js): bundled alone,
+ * "dtrain" left as an import (the single file's library, which the rank bootstrap set up).
+ */
+export const RANK_SCRIPTS = { syncbn_rank: "parity/syncbn_rank.ts" } as const;
+
+/**
+ * Folders a rank script may bundle in: parsing and reporting only. Any other library folder
+ * would be a second copy of the library inside the script, without the rank's store.
+ */
+const RANK_SCRIPT_FOLDERS = ["parity/", "io/"];
 
 /** Launched checks, copied as they are into scripts/ (they import only "dtrain"). */
 export const LAUNCHED_SCRIPTS = [
@@ -56,6 +71,19 @@ function copyTree(from: string, to: string): number {
     }
   }
   return files;
+}
+
+/** Packs `<staging>/fixtures` into a gzip tar (run.sh unpacks it with the target's tar). */
+async function packFixtures(staging: string, file: string): Promise<void> {
+  const r = await new Deno.Command("tar", {
+    args: ["-czf", file, "-C", staging, "fixtures"],
+    env: { GZIP: "-9" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!r.success) {
+    throw new Error(`tar could not pack the fixtures: ${new TextDecoder().decode(r.stderr)}`);
+  }
 }
 
 /** Bytes of every file under `dir`. */
@@ -80,7 +108,7 @@ export interface GpuBundle {
 /**
  * Writes the bundle into `out` (replacing it). Refuses when the CUDA library
  * could not be built here (no nvcc), unless `allowNoCuda` (a bundle that can
- * only check the emulated device, for tests), and when it exceeds 60 MiB.
+ * only check the emulated device, for tests), and when it exceeds 50 MiB.
  *
  * @example
  * ```ts
@@ -122,6 +150,16 @@ export async function buildGpuBundle(opts: {
   } finally {
     await stopBundler();
   }
+  for (const [name, src] of Object.entries(RANK_SCRIPTS)) {
+    const inputs = await bundleRankScript(ROOT, src, join(out, "js", `${name}.js`));
+    const stray = inputs.filter((f) => !RANK_SCRIPT_FOLDERS.some((d) => f.startsWith(d)));
+    if (stray.length) {
+      throw new Error(
+        `${src} bundles library modules (${stray.join(", ")}): a rank script takes the ` +
+          `library from "dtrain" only, or it runs a copy of its own without the rank's store`,
+      );
+    }
+  }
   Deno.mkdirSync(join(out, "scripts"));
   for (const s of LAUNCHED_SCRIPTS) {
     Deno.copyFileSync(join(ROOT, s), join(out, "scripts", basename(s)));
@@ -132,12 +170,20 @@ export async function buildGpuBundle(opts: {
   );
   Deno.copyFileSync(join(ROOT, "scripts/gpu_check/run.sh"), join(out, "run.sh"));
   Deno.chmodSync(join(out, "run.sh"), 0o755);
-  let fixtures = copyTree(opts.fixtures ?? defaultFixtureDir(), join(out, "fixtures", "pytorch"));
+  copyTree(join(ROOT, "scripts/gpu_check/steps"), join(out, "steps"));
+  const staging = Deno.makeTempDirSync({ prefix: "dtrain-gpu-bundle-" });
+  let fixtures: number;
   try {
-    if (Deno.statSync(join(ROOT, "fixtures")).isDirectory) {
-      fixtures += copyTree(join(ROOT, "fixtures"), join(out, "fixtures"));
-    }
-  } catch { /* the repository has no fixtures of its own */ }
+    fixtures = copyTree(opts.fixtures ?? defaultFixtureDir(), join(staging, "fixtures", "pytorch"));
+    try {
+      if (Deno.statSync(join(ROOT, "fixtures")).isDirectory) {
+        fixtures += copyTree(join(ROOT, "fixtures"), join(staging, "fixtures"));
+      }
+    } catch { /* the repository has no fixtures of its own */ }
+    await packFixtures(staging, join(out, "fixtures.tar.gz"));
+  } finally {
+    Deno.removeSync(staging, { recursive: true });
+  }
   const bytes = treeBytes(out);
   if (bytes > MAX_BUNDLE_BYTES) {
     throw new Error(
@@ -168,7 +214,8 @@ if (import.meta.main) {
   if (values.help) {
     console.log(
       "Usage: deno task gpu-bundle [--out DIR] [--fixtures DIR] [--allow-no-cuda] [--quiet]\n\n" +
-        "Writes dist/gpu-check/ (at most 60 MiB): copy it to a GPU machine and run `sh run.sh` there.",
+        "Writes dist/gpu-check/ (at most 50 MiB): copy it to a GPU machine and run `sh run.sh` there\n" +
+        "(`sh run.sh --help` there says what the folder holds and what each step checks).",
     );
     Deno.exit(0);
   }
