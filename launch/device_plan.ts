@@ -71,16 +71,16 @@ export function describePlan(plan: DevicePlan, node: number, nproc: number): str
 }
 
 /**
- * Extra environment of local rank `local`: under GPU sharing on real GPUs,
- * an NCCL host identity of its own (NCCL_HOSTID), since NCCL refuses two
- * ranks of one host on one GPU but connects "other hosts" through its
- * network transport.
+ * Extra environment of local rank `local`: under GPU sharing, an NCCL host
+ * identity of its own (NCCL_HOSTID), since NCCL refuses two ranks of one
+ * host on one GPU but connects "other hosts" through its network transport
+ * (the emulated GPU's NCCL stand-in takes the identity as NCCL does).
  */
 export function rankDeviceEnv(
   plan: DevicePlan,
   local: number,
   host: string,
 ): Record<string, string> {
-  if (!plan.share || plan.kind !== "cuda") return {};
+  if (!plan.share || plan.kind === "cpu") return {};
   return { NCCL_HOSTID: `${host}-dtrain-rank${local}` };
 }

@@ -16,33 +16,80 @@ import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import type { ParityRow } from "./report.ts";
 import { row } from "./report.ts";
+import { SFX_FILE_ENV } from "../os/install_layout.ts";
+import { backend } from "../tensor/backend.ts";
 
-const CLI = fileURLToPath(new URL("../cli.ts", import.meta.url));
-const CONFIG = fileURLToPath(new URL("../deno.json", import.meta.url));
-const RANK_SCRIPT = fileURLToPath(new URL("./syncbn_rank.ts", import.meta.url));
+/** The device bundle's name for the rank script, bundled beside this module (scripts/gpu_bundle.ts). */
+export const BUNDLED_RANK_SCRIPT = "syncbn_rank.js";
+
+/** How `dtrain --nproc 2 <rank script>` is started from where this module runs. */
+export interface RankLaunch {
+  /** the program and the arguments before dtrain's own */
+  command: string;
+  prefix: string[];
+  rankScript: string;
+}
+
+/**
+ * In a checkout (this module is TypeScript), cli.ts with the checkout's
+ * deno.json and parity/syncbn_rank.ts; bundled (the device bundle's js/, run
+ * by `dtrain exec`), the single file that runs this process and the rank
+ * script bundled beside this module: the checkout's files are not there.
+ *
+ * @example
+ * ```ts
+ * rankLaunch("file:///b/js/chunk-x.js", { DTRAIN_SFX_FILE: "/b/dtrain" }).rankScript; // "/b/js/syncbn_rank.js"
+ * ```
+ */
+export function rankLaunch(
+  moduleUrl: string = import.meta.url,
+  env: Record<string, string | undefined> = Deno.env.toObject(),
+): RankLaunch {
+  const at = (p: string) => fileURLToPath(new URL(p, moduleUrl));
+  if (moduleUrl.endsWith(".ts")) {
+    return {
+      command: Deno.execPath(),
+      prefix: ["run", "-A", "--config", at("../deno.json"), at("../cli.ts")],
+      rankScript: at("./syncbn_rank.ts"),
+    };
+  }
+  const self = env[SFX_FILE_ENV];
+  if (!self) {
+    throw new Error(
+      `the SyncBatchNorm parity check runs bundled, but ${SFX_FILE_ENV} (the single file that ` +
+        "starts ranks) is not set: run it with `dtrain exec`",
+    );
+  }
+  return { command: self, prefix: [], rankScript: at(`./${BUNDLED_RANK_SCRIPT}`) };
+}
 
 /** Both ranks' rows for the fixture folder `dir` (a failed launch is one failing row with its output). */
 export async function syncbnParityRows(dir: string, timeoutMs = 120_000): Promise<ParityRow[]> {
   const work = await Deno.makeTempDir({ prefix: "dtrain-syncbn-parity-" });
   try {
-    const child = new Deno.Command(Deno.execPath(), {
+    const launch = rankLaunch();
+    // a hung collective must not hold the check: DTRAIN_TIMEOUT (the device check sets 30 s) caps it
+    const collectiveS = Math.min(
+      Math.ceil(timeoutMs / 1000),
+      Number(Deno.env.get("DTRAIN_TIMEOUT")) || Infinity,
+    );
+    const child = new Deno.Command(launch.command, {
       args: [
-        "run",
-        "-A",
-        "--config",
-        CONFIG,
-        CLI,
+        ...launch.prefix,
         "--nproc",
         "2",
+        // the ranks compute where this process does
+        "--device",
+        backend().device === "cpu" ? "cpu" : backend().kind,
         "--threads",
         "1",
         "--log-ranks",
         "all",
         "--timeout",
-        String(Math.ceil(timeoutMs / 1000)),
+        String(collectiveS),
         "--run-dir",
         join(work, "run"),
-        RANK_SCRIPT,
+        launch.rankScript,
         dir,
       ],
       cwd: work,

@@ -7,19 +7,44 @@
  *
  *   dtrain --nproc 2 parity/syncbn_rank.ts <fixture folder>
  */
-import { FixtureDir, stateSources, toFloat32 } from "./fixtures.ts";
+// The library comes from "dtrain" only (the launcher's import map), never from its files: in the
+// device bundle this script is bundled on its own and runs under the single file's rank bootstrap,
+// which installs the rank's store in the library that "dtrain" names; a second copy of the library
+// inside this script would start without it. What else it imports holds no library state.
+import { backward, fromStTensor, initProcessGroup, noGrad, scope, SyncBatchNorm } from "dtrain";
+import { parseSafetensors, type StTensor } from "../io/safetensors.ts";
 import { type ParityRow, relL2Error, row } from "./report.ts";
-import { initProcessGroup } from "../distributed/process_group.ts";
-import { SyncBatchNorm } from "../nn/batchnorm.ts";
-import { fromStTensor } from "../tensor/st_bridge.ts";
-import { scope } from "../tensor/tensor.ts";
-import { backward, noGrad } from "../tensor/autograd.ts";
-import type { StTensor } from "../io/safetensors.ts";
+
+/** A fixture folder's JSON and safetensors files (what this rank reads of parity/fixtures.ts). */
+class RankFixtures {
+  constructor(readonly dir: string) {}
+  // deno-lint-ignore no-explicit-any
+  json(name: string): any {
+    return JSON.parse(Deno.readTextFileSync(`${this.dir}/${name}`));
+  }
+  tensors(name: string): Map<string, StTensor> {
+    return parseSafetensors(Deno.readFileSync(`${this.dir}/${name}`), name).tensors;
+  }
+}
+
+function toFloat32(t: StTensor, what: string): Float32Array {
+  if (t.dtype !== "F32") throw new Error(`${what}: expected F32, got ${t.dtype}`);
+  return new Float32Array(t.data.slice().buffer);
+}
+
+/** A file tensor as a state-dict source (nn/load.ts's stateTensor, without the library). */
+function stateSources(m: Map<string, StTensor>) {
+  return new Map(
+    [...m].map((
+      [k, t],
+    ) => [k, { shape: t.shape, dtype: t.dtype.toLowerCase(), bytes: () => t.data }]),
+  );
+}
 
 /** Relative L2 tolerances, reasoned in parity/syncbn.ts. */
 export const SYNCBN_TOL = { out: 1e-6, grad: 1e-5, state: 1e-6 } as const;
 
-function rankRows(fx: FixtureDir, rank: number, world: number): ParityRow[] {
+function rankRows(fx: RankFixtures, rank: number, world: number): ParityRow[] {
   const meta = fx.json("syncbn.json");
   if (meta.world_size !== world) {
     return [
@@ -118,5 +143,5 @@ if (import.meta.main) {
   if (!dir) throw new Error("usage: dtrain --nproc 2 parity/syncbn_rank.ts <fixture folder>");
   const rank = Number(Deno.env.get("RANK") ?? "0"),
     world = Number(Deno.env.get("WORLD_SIZE") ?? "1");
-  console.log(JSON.stringify({ syncbnRows: rankRows(new FixtureDir(dir), rank, world) }));
+  console.log(JSON.stringify({ syncbnRows: rankRows(new RankFixtures(dir), rank, world) }));
 }

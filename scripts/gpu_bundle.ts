@@ -1,16 +1,19 @@
 /**
  * `deno task gpu-bundle`: dist/gpu-check/, dtrain's device check packed to
- * travel to a GPU machine like an air-gapped install — at most 60 MiB, and
- * nothing needed there but sh, coreutils and the NVIDIA driver (no network,
- * node, npm or Deno):
+ * travel to a GPU machine like an air-gapped install — held to 50 MiB (64 MiB
+ * is all that travels), and nothing needed there but sh, coreutils and the
+ * NVIDIA driver (no network, node, npm or Deno):
  *
  *   dtrain        the single file, holding the CUDA library built here by nvcc
  *                 (sm_80 + sm_90 + PTX, cudart linked statically) and the emulated device
- *   run.sh        the steps, a table row per step as it ends, gpu-check.log
+ *   run.sh        the driver: a table row per step as it ends, gpu-check.log; `--help` lists this
+ *   steps/        its steps, one file each (scripts/gpu_check/steps/NN-*.sh), run in name order
  *   js/           the single-process checks, bundled (facts, ops vs CPU, parity,
- *                 benchmark, resume verdict), run with `dtrain exec`
+ *                 benchmark, resume verdict), run with `dtrain exec`; and the rank scripts
+ *                 the launcher runs, bundled with "dtrain" left to the single file's library
  *   scripts/      the launched checks, TypeScript on the public API (NCCL ranks, a training job)
- *   fixtures/     the repository's fixtures/ (pytorch/ from --fixtures DIR when given)
+ *   fixtures.tar.gz  the PyTorch parity fixtures and the repository's own fixtures/ (gzip:
+ *                 they are half JSON), unpacked by run.sh
  *   bench_gpt_torch.py  the PyTorch side of the benchmark
  *
  *   deno run -A scripts/gpu_bundle.ts [--out DIR] [--fixtures DIR] [--allow-no-cuda] [--quiet]
@@ -19,13 +22,21 @@ import { basename, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { buildSingle } from "./build_single.ts";
-import { bundleScripts, stopBundler } from "../sfx/bundle.ts";
+import { bundleRankScript, bundleScripts, stopBundler } from "../sfx/bundle.ts";
 import { defaultFixtureDir } from "../parity/fixtures.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
-/** The bundle may not be larger than this: what travels to the lent GPU machine (64 MiB) with room. */
-export const MAX_BUNDLE_BYTES = 60 * 2 ** 20;
+/** The size the bundle is held to: what travels to the lent GPU machine (64 MiB) with room. */
+export const MAX_BUNDLE_BYTES = 50 * 2 ** 20;
+
+/**
+ * The size past which the build refuses: 64 MiB travel, the rest is room. Between this and
+ * MAX_BUNDLE_BYTES the build warns (measured 2026-12-06: 47.6 MiB without the CUDA library, whose
+ * sm_80 + sm_90 + PTX fat binary adds 6.4 MiB gzipped: ~54 MiB with it), so that a bundle that can
+ * travel is never refused on the day a GPU is lent.
+ */
+export const HARD_LIMIT_BYTES = 60 * 2 ** 20;
 
 /** Single-process checks, bundled into js/<name>.js (with the workers the library may start). */
 export const CHECK_ENTRIES = {
@@ -39,6 +50,18 @@ export const CHECK_ENTRIES = {
   nccl_watchdog_worker: "distributed/nccl_watchdog_worker.ts",
   checkpoint_commit_worker: "train/checkpoint/commit_worker.ts",
 } as const;
+
+/**
+ * Scripts the launcher runs as ranks from inside a bundled check (js/<name>.js): bundled alone,
+ * "dtrain" left as an import (the single file's library, which the rank bootstrap set up).
+ */
+export const RANK_SCRIPTS = { syncbn_rank: "parity/syncbn_rank.ts" } as const;
+
+/**
+ * Folders a rank script may bundle in: parsing and reporting only. Any other library folder
+ * would be a second copy of the library inside the script, without the rank's store.
+ */
+const RANK_SCRIPT_FOLDERS = ["parity/", "io/"];
 
 /** Launched checks, copied as they are into scripts/ (they import only "dtrain"). */
 export const LAUNCHED_SCRIPTS = [
@@ -57,6 +80,19 @@ function copyTree(from: string, to: string): number {
     }
   }
   return files;
+}
+
+/** Packs `<staging>/fixtures` into a gzip tar (run.sh unpacks it with the target's tar). */
+async function packFixtures(staging: string, file: string): Promise<void> {
+  const r = await new Deno.Command("tar", {
+    args: ["-czf", file, "-C", staging, "fixtures"],
+    env: { GZIP: "-9" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!r.success) {
+    throw new Error(`tar could not pack the fixtures: ${new TextDecoder().decode(r.stderr)}`);
+  }
 }
 
 /** Bytes of every file under `dir`. */
@@ -81,7 +117,8 @@ export interface GpuBundle {
 /**
  * Writes the bundle into `out` (replacing it). Refuses when the CUDA library
  * could not be built here (no nvcc), unless `allowNoCuda` (a bundle that can
- * only check the emulated device, for tests), and when it exceeds 60 MiB.
+ * only check the emulated device, for tests), and when it exceeds 60 MiB
+ * (over 50 MiB it warns).
  *
  * @example
  * ```ts
@@ -123,6 +160,16 @@ export async function buildGpuBundle(opts: {
   } finally {
     await stopBundler();
   }
+  for (const [name, src] of Object.entries(RANK_SCRIPTS)) {
+    const inputs = await bundleRankScript(ROOT, src, join(out, "js", `${name}.js`));
+    const stray = inputs.filter((f) => !RANK_SCRIPT_FOLDERS.some((d) => f.startsWith(d)));
+    if (stray.length) {
+      throw new Error(
+        `${src} bundles library modules (${stray.join(", ")}): a rank script takes the ` +
+          `library from "dtrain" only, or it runs a copy of its own without the rank's store`,
+      );
+    }
+  }
   Deno.mkdirSync(join(out, "scripts"));
   for (const s of LAUNCHED_SCRIPTS) {
     Deno.copyFileSync(join(ROOT, s), join(out, "scripts", basename(s)));
@@ -137,26 +184,34 @@ export async function buildGpuBundle(opts: {
   );
   Deno.copyFileSync(join(ROOT, "scripts/gpu_check/run.sh"), join(out, "run.sh"));
   Deno.chmodSync(join(out, "run.sh"), 0o755);
-  // The repository's fixtures/ (the ops, CNN and SyncBatchNorm references), then
-  // fixtures/pytorch from the chosen set (the repository's own by default).
-  let fixtures = 0;
-  for (const e of Deno.readDirSync(join(ROOT, "fixtures"))) {
-    if (e.name === "pytorch") continue;
-    const to = join(out, "fixtures", e.name);
-    if (e.isDirectory) fixtures += copyTree(join(ROOT, "fixtures", e.name), to);
-    else if (e.isFile) {
-      Deno.mkdirSync(join(out, "fixtures"), { recursive: true });
-      Deno.copyFileSync(join(ROOT, "fixtures", e.name), to);
-      fixtures++;
-    }
+  copyTree(join(ROOT, "scripts/gpu_check/steps"), join(out, "steps"));
+  const staging = Deno.makeTempDirSync({ prefix: "dtrain-gpu-bundle-" });
+  let fixtures: number;
+  try {
+    fixtures = copyTree(opts.fixtures ?? defaultFixtureDir(), join(staging, "fixtures", "pytorch"));
+    try {
+      if (Deno.statSync(join(ROOT, "fixtures")).isDirectory) {
+        fixtures += copyTree(join(ROOT, "fixtures"), join(staging, "fixtures"));
+      }
+    } catch { /* the repository has no fixtures of its own */ }
+    await packFixtures(staging, join(out, "fixtures.tar.gz"));
+  } finally {
+    Deno.removeSync(staging, { recursive: true });
   }
-  fixtures += copyTree(opts.fixtures ?? defaultFixtureDir(), join(out, "fixtures", "pytorch"));
   const bytes = treeBytes(out);
-  if (bytes > MAX_BUNDLE_BYTES) {
+  const mib = (n: number) => (n / 2 ** 20).toFixed(1);
+  if (bytes > HARD_LIMIT_BYTES) {
     throw new Error(
-      `${out} is ${(bytes / 2 ** 20).toFixed(1)} MiB, more than the ${
-        MAX_BUNDLE_BYTES / 2 ** 20
-      } MiB that may travel to the GPU machine`,
+      `${out} is ${mib(bytes)} MiB, more than the ${
+        mib(HARD_LIMIT_BYTES)
+      } MiB that may travel to the GPU machine (64 MiB, with room)`,
+    );
+  }
+  if (bytes > MAX_BUNDLE_BYTES) {
+    console.error(
+      `gpu-bundle: warning: ${mib(bytes)} MiB is over the ${
+        mib(MAX_BUNDLE_BYTES)
+      } MiB the bundle is held to (it still travels: at most ${mib(HARD_LIMIT_BYTES)} MiB)`,
     );
   }
   say(
@@ -181,7 +236,8 @@ if (import.meta.main) {
   if (values.help) {
     console.log(
       "Usage: deno task gpu-bundle [--out DIR] [--fixtures DIR] [--allow-no-cuda] [--quiet]\n\n" +
-        "Writes dist/gpu-check/ (at most 60 MiB): copy it to a GPU machine and run `sh run.sh` there.",
+        "Writes dist/gpu-check/ (held to 50 MiB, refused past 60): copy it to a GPU machine and run `sh run.sh` there\n" +
+        "(`sh run.sh --help` there says what the folder holds and what each step checks).",
     );
     Deno.exit(0);
   }

@@ -92,6 +92,36 @@ export async function bundleScripts(
   return Object.keys(result.metafile!.outputs).map((p) => p.slice(p.lastIndexOf("/") + 1)).sort();
 }
 
+/**
+ * Bundles a script that the launcher runs as each rank's main module (under
+ * the single file's rank bootstrap) into `outfile`: "dtrain" stays an import,
+ * which the single file's import map resolves to its library, so the script
+ * shares the library the bootstrap set up (a copy of its own would start
+ * without the rank's store); `import.meta.main` keeps its meaning. Returns
+ * the checkout files bundled in, relative to `root`.
+ *
+ * @example
+ * ```ts
+ * await bundleRankScript("/repo", "parity/syncbn_rank.ts", "/out/js/syncbn_rank.js");
+ * // ["io/safetensors.ts", …, "parity/syncbn_rank.ts"]
+ * ```
+ */
+export async function bundleRankScript(
+  root: string,
+  source: string,
+  outfile: string,
+): Promise<string[]> {
+  const result = await esbuild.build({
+    ...COMMON,
+    define: {},
+    external: ["node:*", "dtrain"],
+    entryPoints: [join(root, source)],
+    outfile,
+    absWorkingDir: root,
+  });
+  return Object.keys(result.metafile!.inputs).sort();
+}
+
 /** Bundles sfx/compiled_main.ts alone into `outfile` (the program `deno compile` embeds). */
 export async function bundleCompiledMain(root: string, outfile: string): Promise<void> {
   await esbuild.build({

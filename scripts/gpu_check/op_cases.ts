@@ -923,17 +923,43 @@ export function buildOpCases(
       tol: dtype === DT.F32 ? TOL.gemm32 : dtype === DT.BF16 ? TOL.bf16 : TOL.f16,
       // each element within K-term summation bounds of the CPU's: another order, FMA, split-K pass
       bounds: () => {
-        const a = asNumbers(A, kind), b = asNumbers(B, kind), c = asNumbers(C, kind);
+        // Σ_k |a_ik·b_kj| for every element: the CPU library's f32 GEMM of |A| and |B|
+        const absOf = (x: Arr) => Float32Array.from(asNumbers(x, kind), Math.abs);
+        const absA = absOf(A), absB = absOf(B), c = asNumbers(C, kind);
+        const prods = new Float32Array(Math.max(1, g.M * g.N));
         const out = new Float64Array(batch * sc); // padding columns: untouched, so bound 0
+        const P = (x: Float32Array) => Deno.UnsafePointer.of(x);
         for (let z = 0; z < batch; z++) {
-          const bound = gemmBounds(
-            { M: g.M, N: g.N, K: g.K, alpha, beta },
-            g.ta ? (i, k) => a[z * sa + k * lda + i]! : (i, k) => a[z * sa + i * lda + k]!,
-            g.tb ? (k, j) => b[z * sb + j * ldb + k]! : (k, j) => b[z * sb + k * ldb + j]!,
-            (i, j) => c[z * sc + i * ldc + j]!,
-            acc,
-            kind,
+          if (g.M * g.N === 0) break;
+          cpu.check(
+            cpu.symbols.dt_gemm(
+              DT.F32,
+              g.ta,
+              g.tb,
+              n64(g.M),
+              n64(g.N),
+              n64(g.K),
+              1,
+              P(absA.subarray(z * sa)),
+              n64(lda),
+              P(absB.subarray(z * sb)),
+              n64(ldb),
+              0,
+              P(prods),
+              n64(g.N),
+              1n,
+              0n,
+              0n,
+              0n,
+              null,
+            ),
+            "dt_gemm (|A| |B|)",
           );
+          const c0 = new Float64Array(g.M * g.N);
+          for (let i = 0; i < g.M; i++) {
+            for (let j = 0; j < g.N; j++) c0[i * g.N + j] = c[z * sc + i * ldc + j]!;
+          }
+          const bound = gemmBounds({ M: g.M, N: g.N, K: g.K, alpha, beta }, prods, c0, acc, kind);
           for (let i = 0; i < g.M; i++) {
             out.set(bound.subarray(i * g.N, (i + 1) * g.N), z * sc + i * ldc);
           }

@@ -1,14 +1,17 @@
 #!/bin/sh
 # run.sh — dtrain's device check, as `deno task gpu-bundle` packs it (dist/gpu-check/), for a
-# machine with NVIDIA GPUs and nothing installed: no network, node, npm or Deno. At most 8 minutes:
-#   1  facts: the GPU, driver and libraries dtrain finds, or what is missing
-#   2  every kernel op on the GPU against the CPU library (a sticky CUDA error stops the sweep
-#      and names the first failing op)
-#   3  the PyTorch parity fixtures on the GPU, with the CPU's tolerances
-#   4  NCCL: one rank; two ranks (sharing the GPU when there is only one); a 2-rank training
-#      job with a checkpoint, then a new run resuming from it, which must repeat its steps
-#   5  GPT-2-124M bf16 training tokens/s and MFU, beside this machine's PyTorch eager
-#   6  attention alone at GPT-2's shape, forward + backward, beside torch's SDPA (a ratio)
+# machine with NVIDIA GPUs and nothing installed: no network, node, npm or Deno. `sh run.sh --help`
+# says what the bundle holds. At most 8 minutes. The steps are the files steps/NN-*.sh, sourced in
+# the order of their names (a new check is one more file); the figures wanted most come first, and
+# the steps that start several ranks (which a hung NCCL could hold) come last:
+#   10 facts: the GPU, driver and libraries dtrain finds (and where), or what is missing
+#   20 every kernel op on the GPU against the CPU library, within bounds derived from each
+#      dtype's epsilon and the size of each reduction (a sticky CUDA error stops the sweep)
+#   30 the PyTorch parity fixtures on the GPU (every group but SyncBatchNorm's two ranks)
+#   40 GPT-2-124M bf16 training tokens/s and MFU, beside this machine's PyTorch eager
+#   45 attention alone at GPT-2's shape, forward + backward, beside torch's SDPA (a ratio)
+#   50 NCCL: one rank; two ranks sharing the GPU; SyncBatchNorm parity on two ranks; a 2-rank
+#      training job with a checkpoint, then a new run resuming from it, which must repeat its steps
 # A table row is printed as each step ends (PASS, FAIL or SKIP, why, figures); everything goes to
 # gpu-check.log. A failed step does not stop the later ones. Exit status 0 when no step failed;
 # on a machine without a usable GPU the GPU steps are SKIPs, with the reason, and it exits 0.
@@ -18,6 +21,36 @@
 set -u
 cd "$(dirname "$0")" || exit 2
 HERE=$(pwd)
+case ${1:-} in
+  -h | --help)
+    cat <<'HELP'
+Usage: sh run.sh [LOG]     (DTRAIN_GPU_CHECK_DEVICE=cuda-emu: every step on the emulated GPU)
+
+dtrain's device check: about 8 minutes on a machine with an NVIDIA GPU (driver >= 580), no network,
+no Deno, node or npm. One table row per step as it ends; everything in LOG (gpu-check.log).
+
+What this folder holds, and why:
+  dtrain              the single file: Deno, dtrain bundled, libdtrain_cpu.so, libdtrain_cuda.so
+                      (nvcc: sm_80 + sm_90 + PTX, cudart static: only the driver is needed), the
+                      emulated GPU's libraries (this same check runs in CI without a GPU)
+  run.sh, steps/      this script and its steps (10 facts, 20 ops vs CPU, 30 parity, 40 GPT-2
+                      benchmark, 45 attention benchmark, 50 NCCL and a resumed training job), in
+                      the order they run
+  js/                 the single-process checks, bundled, run with `dtrain exec`; syncbn_rank.js,
+                      a rank of the two-rank SyncBatchNorm parity check
+  scripts/            the launched checks, TypeScript on the public API (NCCL ranks, a training job)
+  fixtures.tar.gz     the PyTorch parity fixtures (compressed: they are mostly JSON), unpacked
+                      into fixtures/ on the first run
+  bench_gpt_torch.py  the PyTorch side of the benchmark (needs this machine's python3 + torch)
+  bench_attention_torch.py  the PyTorch side of the attention benchmark (torch SDPA)
+
+Two ranks share the one GPU (DTRAIN_SHARE_GPUS=1, an NCCL host identity per rank), NCCL talks over
+the loopback interface without InfiniBand, and a collective waits at most 30 s (DTRAIN_TIMEOUT),
+so a hung NCCL step cannot eat the time of the steps after it.
+HELP
+    exit 0
+    ;;
+esac
 LOG=${1:-gpu-check.log}
 : >"$LOG" || exit 2
 DEVICE=${DTRAIN_GPU_CHECK_DEVICE:-cuda}
@@ -32,8 +65,25 @@ esac
 DTRAIN_CACHE=${DTRAIN_CACHE:-$HERE/.cache}
 DTRAIN_DEVICE=$DEVICE
 NO_COLOR=1
-export DTRAIN_CACHE DTRAIN_DEVICE NO_COLOR
-BUDGET=470 # seconds: the whole check stays under 8 minutes
+# the fixtures of the parity checks are these, never a checkout's
+DTRAIN_FIXTURES=$HERE/fixtures/pytorch
+DTRAIN_OPS_FIXTURES=$HERE/fixtures
+# One GPU, two ranks: they share it, each an NCCL "host" of its own (the launcher sets NCCL_HOSTID),
+# so NCCL joins them over its socket transport, on loopback: no InfiniBand, no second interface.
+DTRAIN_SHARE_GPUS=1
+NCCL_IB_DISABLE=1
+NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# a collective (and an NCCL start) that waits longer than this fails its step instead of the budget
+DTRAIN_TIMEOUT=${DTRAIN_TIMEOUT:-30}
+export DTRAIN_CACHE DTRAIN_DEVICE NO_COLOR DTRAIN_FIXTURES DTRAIN_OPS_FIXTURES DTRAIN_SHARE_GPUS \
+  NCCL_IB_DISABLE NCCL_SOCKET_IFNAME NCCL_DEBUG DTRAIN_TIMEOUT
+if [ "$DEVICE" = cuda-emu ]; then
+  # rehearse the GPU machine: one device, which the two ranks must share
+  DTRAIN_CUDA_EMU_DEVICES=${DTRAIN_CUDA_EMU_DEVICES:-1}
+  export DTRAIN_CUDA_EMU_DEVICES
+fi
+BUDGET=${DTRAIN_GPU_CHECK_BUDGET:-470} # seconds: the whole check stays under 8 minutes
 START=$(date +%s)
 TABLE=$(mktemp) || exit 2
 OUT=$(mktemp) || exit 2
@@ -55,7 +105,7 @@ step() {
   [ "$t" -gt "$max" ] && t=$max
   : >"$OUT"
   if [ "$t" -lt 5 ]; then
-    echo "SUMMARY not run: the 8-minute budget is spent" >"$OUT"
+    echo "SUMMARY not run: the ${BUDGET}-second budget is spent" >"$OUT"
     RC=124
     SECS=0
     return
@@ -104,134 +154,17 @@ header=$(printf '%-30s %-5s %5s  %s' "step" "result" "time" "why / figures")
 printf '%s\n' "$header"
 say "dtrain device check on $(uname -n) ($(uname -m)), $(date -u '+%Y-%m-%dT%H:%M:%SZ'), device $DEVICE"
 
-# ---- 1. facts --------------------------------------------------------------------------------
-step 120 ./dtrain exec js/gpu_env.js
-GPU_OK=$(sed -n 's/^GPU_OK //p' "$OUT" | tail -n 1)
-if [ "$RC" -ne 0 ]; then
-  why=$(problem)
-  row "1 facts" FAIL "$SECS" "dtrain did not run (exit $RC): $why"
-  WHY="dtrain did not run"
-  GPU_OK=0
-else
-  row "1 facts" PASS "$SECS" "$(summary)"
-  WHY=$(summary)
-fi
-[ "${GPU_OK:-0}" = 1 ] || GPU_OK=0
-
-# ---- 2. every op against the CPU library -----------------------------------------------------
-if [ "$GPU_OK" = 1 ]; then
-  step 200 ./dtrain exec js/ops_vs_cpu.js
-  record "2 ops vs CPU"
-else
-  skip "2 ops vs CPU" "$WHY"
+if [ ! -d fixtures ] && [ -f fixtures.tar.gz ]; then
+  tar -xzf fixtures.tar.gz || { echo "run.sh: cannot unpack fixtures.tar.gz" >&2; exit 2; }
 fi
 
-# ---- 3. PyTorch parity fixtures on the GPU ---------------------------------------------------
-if [ "$GPU_OK" = 1 ]; then
-  # the emulated GPU is slow: its own test in CI runs every group, the bundle's run the toy MLPs
-  if [ "$DEVICE" = cuda-emu ]; then
-    step 150 ./dtrain exec js/parity.js fixtures/pytorch --device "$DEVICE" --only toy
-  else
-    step 150 ./dtrain exec js/parity.js fixtures/pytorch --device "$DEVICE"
-  fi
-  record "3 parity fixtures"
-else
-  skip "3 parity fixtures" "$WHY"
-fi
-
-# ---- 4. NCCL: one rank, two ranks, a training job with a checkpoint and a resume -------------
-if [ "$GPU_OK" = 1 ]; then
-  step 90 ./dtrain --nproc 1 --device "$DEVICE" --run-dir runs/nccl-1 scripts/nccl_ranks.ts
-  record "4a NCCL, 1 rank"
-  # DTRAIN_SHARE_GPUS=1: on a machine with one GPU both ranks use it (NCCL sees two hosts)
-  step 120 env DTRAIN_SHARE_GPUS=1 ./dtrain --nproc 2 --device "$DEVICE" --run-dir runs/nccl-2 \
-    scripts/nccl_ranks.ts
-  record "4b NCCL, 2 ranks"
-  step 150 env DTRAIN_SHARE_GPUS=1 ./dtrain --nproc 2 --device "$DEVICE" --run-dir runs/train \
-    scripts/train_job.ts 6
-  if [ "$RC" -ne 0 ]; then
-    record "4c train, checkpoint, resume"
-  elif [ ! -d runs/train/checkpoints/step-00000004 ]; then
-    row "4c train, checkpoint, resume" FAIL "$SECS" "the job wrote no checkpoint at step 4"
-  else
-    first=$SECS
-    step 120 env DTRAIN_SHARE_GPUS=1 ./dtrain --nproc 2 --device "$DEVICE" \
-      --run-dir runs/train-resumed --resume runs/train/checkpoints/step-00000004 scripts/train_job.ts 6
-    if [ "$RC" -ne 0 ]; then
-      SECS=$((SECS + first))
-      record "4c train, checkpoint, resume"
-    else
-      second=$SECS
-      step 30 ./dtrain exec js/resume_check.js runs/train runs/train-resumed
-      SECS=$((SECS + first + second))
-      record "4c train, checkpoint, resume"
-    fi
-  fi
-else
-  skip "4 NCCL and a training job" "$WHY"
-fi
-
-# ---- 5. GPT-2-124M bf16 training, beside PyTorch eager ---------------------------------------
-# (json.dumps writes "key": value, JSON.stringify "key":value)
-tokens() { sed -n 's/^RESULT .*"tokens_per_s": *\([0-9.e+-]*\).*/\1/p' "$OUT" | tail -n 1; }
-if [ "$GPU_OK" = 1 ]; then
-  if [ "$DEVICE" = cuda-emu ]; then
-    step 90 env DTRAIN_COUNT_CALLS=1 ./dtrain exec js/bench_gpt.js --device cuda-emu --tiny --steps 1 --warmup 1
-  else
-    # counting costs ~1 us per native call (~0.5 ms of a step of ~100 ms): launches per layer come along
-    step 150 env DTRAIN_COUNT_CALLS=1 ./dtrain exec js/bench_gpt.js --device cuda --batch 8 --steps 10
-  fi
-  record "5a GPT-2 124M bf16, dtrain"
-  ours=$(tokens)
-  if [ "$DEVICE" = cuda-emu ]; then
-    skip "5b same model, PyTorch eager" "the emulated GPU has no PyTorch peer"
-  elif ! command -v python3 >/dev/null 2>&1; then
-    skip "5b same model, PyTorch eager" "python3 is not on PATH"
-  elif ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
-    >/dev/null 2>&1; then
-    skip "5b same model, PyTorch eager" "python3 has no torch that sees a GPU"
-  else
-    step 150 python3 bench_gpt_torch.py --batch 8 --steps 10
-    theirs=$(tokens)
-    if [ "$RC" -eq 0 ] && [ -n "$ours" ] && [ -n "$theirs" ]; then
-      ratio=$(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.2f", a / b }')
-      row "5b same model, PyTorch eager" PASS "$SECS" "$(summary); dtrain runs at ${ratio}x its tokens/s"
-    else
-      record "5b same model, PyTorch eager"
-    fi
-  fi
-else
-  skip "5 GPT-2 124M benchmark" "$WHY"
-fi
-
-# ---- 6. attention alone (GPT-2's shape), beside torch's scaled_dot_product_attention ---------
-ms_of() { sed -n 's/^RESULT .*"ms": *\([0-9.e+-]*\).*/\1/p' "$OUT" | tail -n 1; }
-if [ "$GPU_OK" = 1 ]; then
-  if [ "$DEVICE" = cuda-emu ]; then
-    step 60 ./dtrain exec js/bench_attention.js --device cuda-emu --tiny
-  else
-    step 60 ./dtrain exec js/bench_attention.js --device cuda
-  fi
-  record "6a attention fwd+bwd, dtrain"
-  ours=$(ms_of)
-  if [ "$DEVICE" = cuda-emu ]; then
-    skip "6b same, torch SDPA" "the emulated GPU has no PyTorch peer"
-  elif ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
-    >/dev/null 2>&1; then
-    skip "6b same, torch SDPA" "python3 has no torch that sees a GPU"
-  else
-    step 60 python3 bench_attention_torch.py
-    theirs=$(ms_of)
-    if [ "$RC" -eq 0 ] && [ -n "$ours" ] && [ -n "$theirs" ]; then
-      ratio=$(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.2f", b / a }')
-      row "6b same, torch SDPA" PASS "$SECS" "$(summary); dtrain runs at ${ratio}x its speed"
-    else
-      record "6b same, torch SDPA"
-    fi
-  fi
-else
-  skip "6 attention benchmark" "$WHY"
-fi
+# GPU_OK (1: the GPU steps run) and WHY (why not) are set by the facts step
+GPU_OK=0
+WHY="the facts step did not run"
+for f in steps/*.sh; do
+  # shellcheck disable=SC1090
+  . "./$f"
+done
 
 # ---- the whole table --------------------------------------------------------------------------
 {

@@ -17,7 +17,7 @@
  *
  * @example
  * ```ts
- * const bound = dotBounds(absProducts, 768, "f32", "bf16"); // one per output element
+ * const bound = gemmBounds({ M, N, K: 768, alpha: 1, beta: 0 }, absProducts, null, "f32", "bf16");
  * const r = withinBounds(gpuOut, cpuOut, bound);
  * if (!r.ok) console.log(`element ${r.at}: off by ${r.worst}x its bound`);
  * ```
@@ -90,35 +90,29 @@ export function elementwiseBound(roundings: number, magnitude: number, f: FloatF
 }
 
 /**
- * Per-element bounds of a GEMM C = alpha·op(A)·op(B) + beta·C0 (row-major,
- * as dt_gemm): Σ_k |a_ik·b_kj| from the operands' values as stored, the
- * reduction length K accumulated in `acc`, beta·C0 one more term, the
- * result rounded into `out`.
- *
- * @param a row i, column k of op(A) as a number
- * @param b row k, column j of op(B) as a number
- * @param c0 row i, column j of C before the call (only read when beta != 0)
+ * Per-element bounds of a GEMM C = alpha·op(A)·op(B) + beta·C0 (row-major
+ * M x N, as dt_gemm): `absProducts[i·N + j]` is Σ_k |a_ik·b_kj| of the
+ * operands' values as stored (itself a product of |A| and |B|, which a CPU
+ * GEMM computes fast; its own rounding is far below the bound's slack),
+ * `c0[i·N + j]` C's value before the call (read only when beta != 0); the
+ * reduction length K accumulates in `acc`, beta·C0 is one more term, the
+ * result is rounded into `out`.
  */
 export function gemmBounds(
   shape: { M: number; N: number; K: number; alpha: number; beta: number },
-  a: (i: number, k: number) => number,
-  b: (k: number, j: number) => number,
-  c0: (i: number, j: number) => number,
+  absProducts: ArrayLike<number>,
+  c0: ArrayLike<number> | null,
   acc: FloatFormat,
   out: FloatFormat,
 ): Float64Array {
   const { M, N, K, alpha, beta } = shape;
   const bound = new Float64Array(M * N);
-  const row = new Float64Array(K);
-  for (let i = 0; i < M; i++) {
-    for (let k = 0; k < K; k++) row[k] = Math.abs(a(i, k));
-    for (let j = 0; j < N; j++) {
-      let s = 0;
-      for (let k = 0; k < K; k++) s += row[k]! * Math.abs(b(k, j));
-      const absSum = Math.abs(alpha) * s + (beta !== 0 ? Math.abs(beta * c0(i, j)) : 0);
-      // alpha and beta scale in the accumulator: two more roundings beside the K of the sum
-      bound[i * N + j] = sumBound(K + (beta !== 0 ? 3 : 1), absSum, acc, out);
-    }
+  // alpha and beta scale in the accumulator: a rounding or two beside the K of the sum
+  const terms = K + (beta !== 0 ? 3 : 1);
+  for (let e = 0; e < M * N; e++) {
+    const absSum = Math.abs(alpha) * absProducts[e]! * (1 + 1e-3) +
+      (beta !== 0 ? Math.abs(beta * c0![e]!) : 0);
+    bound[e] = sumBound(terms, absSum, acc, out);
   }
   return bound;
 }

@@ -60,8 +60,8 @@ Deno.test("GPU sharing: ranks beyond the GPUs share them, each with its own NCCL
   );
   const ids = [0, 1, 2].map((l) => rankDeviceEnv(plan, l, "box").NCCL_HOSTID);
   assert.equal(new Set(ids).size, 3, `NCCL_HOSTID per rank: ${ids}`);
-  // the emulated device has no NCCL host check to satisfy
-  assert.deepEqual(rankDeviceEnv({ ...plan, kind: "cuda-emu" }, 2, "box"), {});
+  // the emulated GPU's NCCL stand-in refuses shared devices as NCCL does, so it gets them too
+  assert.equal(rankDeviceEnv({ ...plan, kind: "cuda-emu" }, 2, "box").NCCL_HOSTID, ids[2]);
 });
 
 Deno.test("--nproc is bounded by the GPUs for cuda and the emulated GPUs for cuda-emu, unless shared", () => {

@@ -1,12 +1,15 @@
 /**
- * The device bundle (`deno task gpu-bundle`): at most 60 MiB with the single
- * file, the checks, the fixtures and run.sh; and `sh run.sh` run as on the
- * GPU machine — no network (unshare -n where permitted), an empty HOME, no
- * Deno, node or npm on PATH — here without a GPU: it says what it found,
- * marks the GPU steps SKIP with the reason and exits 0; then with the hidden
- * switch that puts every step on the emulated GPU, so each step's code runs
- * (ops sweep, parity, NCCL with one and two ranks, a training job resumed
- * from its checkpoint, the benchmark) and passes.
+ * The device bundle (`deno task gpu-bundle`): at most 50 MiB with the single
+ * file, the checks, the fixtures and run.sh; and `sh run.sh` run from the
+ * built folder as on the GPU machine — no network (unshare -n where
+ * permitted), an empty HOME, no Deno, node or npm on PATH — here without a
+ * GPU: it says what it found, marks the GPU steps SKIP with the reason and
+ * exits 0; then with the switch that puts every step on the emulated GPU (one
+ * device, as on the lent machine, which the two ranks share), so each step's
+ * code runs — ops sweep, every parity group (SyncBatchNorm's two ranks
+ * included), the benchmark, NCCL with one and two ranks, a training job
+ * resumed from its checkpoint — and passes. A path that exists only in the
+ * checkout fails the run: the checkout is not where it runs.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -18,7 +21,8 @@ import { MAX_BUNDLE_BYTES, treeBytes } from "../../scripts/gpu_bundle.ts";
 const BLOCKER = buildBlocker(REPO);
 if (BLOCKER) console.log(`device bundle tests skipped: ${BLOCKER}`);
 
-/** What run.sh calls besides the single file's header tools (sh, tail, gzip, tar, …). */
+/** What run.sh calls besides the single file's header tools (sh, tail, gzip, tar — which also
+ *  unpacks fixtures.tar.gz —, …). */
 const RUN_TOOLS = [
   "date",
   "timeout",
@@ -84,7 +88,7 @@ function rows(stdout: string): Map<string, { result: string; why: string }> {
 
 Deno.test({
   name:
-    "gpu-bundle writes dist/gpu-check: the single file, checks, fixtures and run.sh, under 60 MiB",
+    "gpu-bundle writes dist/gpu-check: the single file, checks, steps, fixtures and run.sh, at most 50 MiB",
   ignore: BLOCKER !== null,
   async fn() {
     const dir = await bundle();
@@ -104,14 +108,45 @@ Deno.test({
         "js/resume_check.js",
         "js/nccl_watchdog_worker.js",
         "js/checkpoint_commit_worker.js",
+        "js/syncbn_rank.js",
         "scripts/nccl_ranks.ts",
         "scripts/train_job.ts",
-        "fixtures/pytorch/toy_mlp.json",
-        "fixtures/pytorch/gpt_mini.json",
+        "fixtures.tar.gz",
+        "steps/10-facts.sh",
+        "steps/20-ops.sh",
+        "steps/30-parity.sh",
+        "steps/40-bench-gpt.sh",
+        "steps/50-nccl.sh",
       ]
     ) {
       assert.ok(Deno.statSync(join(dir, f)).isFile, `${f} is missing`);
     }
+    // the rank script keeps "dtrain" an import: the single file's library, not a copy of its own
+    const rank = Deno.readTextFileSync(join(dir, "js", "syncbn_rank.js"));
+    assert.match(rank, /from "dtrain"/);
+    assert.doesNotMatch(rank, /installRankStore|class Tensor\b/);
+    // run.sh --help says what the folder holds and why
+    const help = await new Deno.Command("sh", {
+      args: ["run.sh", "--help"],
+      cwd: dir,
+      stdout: "piped",
+    })
+      .output();
+    const text = new TextDecoder().decode(help.stdout);
+    assert.equal(help.code, 0);
+    for (
+      const what of [
+        "dtrain ",
+        "steps/",
+        "js/",
+        "scripts/",
+        "fixtures.tar.gz",
+        "bench_gpt_torch.py",
+      ]
+    ) {
+      assert.ok(text.includes(what), `run.sh --help does not mention ${what}:\n${text}`);
+    }
+    assert.match(text, /NCCL_IB_DISABLE|InfiniBand/);
     // the launched checks travel as TypeScript and may import nothing but the library
     for (const s of ["nccl_ranks.ts", "train_job.ts"]) {
       const text = Deno.readTextFileSync(join(dir, "scripts", s));
@@ -141,9 +176,9 @@ Deno.test({
         const s of [
           "2 ops vs CPU",
           "3 parity fixtures",
-          "4 NCCL and a training job",
-          "5 GPT-2 124M benchmark",
-          "6 attention benchmark",
+          "4 GPT-2 124M benchmark",
+          "5 attention benchmark",
+          "6 NCCL and a training job",
         ]
       ) {
         assert.equal(table.get(s)?.result, "SKIP", `${s}: ${r.stdout}`);
@@ -183,11 +218,12 @@ Deno.test({
         "1 facts",
         "2 ops vs CPU",
         "3 parity fixtures",
-        "4a NCCL, 1 rank",
-        "4b NCCL, 2 ranks",
-        "4c train, checkpoint, resume",
-        "5a GPT-2 124M bf16, dtrain",
-        "6a attention fwd+bwd, dtrain",
+        "4a GPT-2 124M bf16, dtrain",
+        "5a attention fwd+bwd, dtrain",
+        "6a NCCL, 1 rank",
+        "6b NCCL, 2 ranks",
+        "6c SyncBN parity, 2 ranks",
+        "6d train, checkpoint, resume",
       ];
       for (const s of passed) assert.equal(table.get(s)?.result, "PASS", `${s}: ${r.stdout}`);
       assert.match(table.get("1 facts")!.why, /emulated GPU/);
@@ -195,25 +231,39 @@ Deno.test({
         table.get("2 ops vs CPU")!.why,
         /^\d+ checks, 0 failed, (\d+)\/\1 symbols verified\b/,
       );
-      assert.match(table.get("4b NCCL, 2 ranks")!.why, /^2 rank\(s\), every collective right/);
+      // every parity group ran from the bundle's own fixtures
+      const parity = table.get("3 parity fixtures")!.why;
+      const [, ok, all] = /^(\d+) of (\d+) cases within tolerance/.exec(parity) ?? [];
+      assert.ok(ok && ok === all && Number(all) >= 400, parity);
+      assert.match(table.get("5c SyncBN parity, 2 ranks")!.why, /^(\d+) of \1 cases within/);
+      assert.match(table.get("6b NCCL, 2 ranks")!.why, /^2 rank\(s\), every collective right/);
       assert.match(
-        table.get("4c train, checkpoint, resume")!.why,
+        table.get("5d train, checkpoint, resume")!.why,
         /^resumed at step 5 and repeated 2 step/,
       );
       // the benchmark counts its device launches, per step and per layer
       assert.match(
-        table.get("5a GPT-2 124M bf16, dtrain")!.why,
-        /, \d+ launches\/step \([\d.]+ per layer\)/,
+        table.get("4a GPT-2 124M bf16, dtrain")!.why,
+        /, \d+ launches\/step \(\d+(\.\d+)? per layer\)/,
       );
-      assert.equal(table.get("5b same model, PyTorch eager")?.result, "SKIP");
+      assert.equal(table.get("4b same model, PyTorch eager")?.result, "SKIP");
       assert.match(
-        table.get("6a attention fwd+bwd, dtrain")!.why,
+        table.get("5a attention fwd+bwd, dtrain")!.why,
         /^dtrain attention fwd\+bwd [\d.]+ ms/,
       );
-      assert.equal(table.get("6b same, torch SDPA")?.result, "SKIP");
+      assert.equal(table.get("5b same, torch SDPA")?.result, "SKIP");
+      const log = Deno.readTextFileSync(join(dir, "emu.log"));
+      // each parity group's rows are in the log
+      for (
+        const c of ["toy_mlp_e", "gpt_mini", "ckpt_", "conv2d_0", "cnn", "syncbn_1", "sampler"]
+      ) {
+        assert.ok(log.includes(c), `no ${c} rows in the log`);
+      }
+      // two ranks shared the one emulated GPU
+      assert.match(log, /GPU sharing is on/);
+      console.log(`run.sh on the emulated GPU: ${r.elapsedMs} ms`);
       // the rows came out as the steps ended, before the closing table
       assert.ok(r.stdout.indexOf("1 facts") < r.stdout.lastIndexOf("\nstep "), r.stdout);
-      const log = Deno.readTextFileSync(join(dir, "emu.log"));
       assert.match(log, /ranks compute on cuda-emu/);
     } finally {
       box.remove();

@@ -1,3 +1,4 @@
+/// <reference lib="deno.worker" />
 /** The worker of thread_device.ts: queries the event and reads the memory, reporting each status. */
 import { CUDA_EXTRA_SYMBOLS } from "../../../ffi/cuda.ts";
 
