@@ -1,8 +1,8 @@
-"""PyTorch reference fixtures for dtrain's everyday pieces: the optimizers
+"""PyTorch reference fixtures for dtrain's PyTorch-API pieces: the optimizers
 (Adam, Adadelta, Adagrad, RMSprop), the learning-rate schedulers, the loss
 functions, the random constructors (rand, randn, randint) and len(DataLoader).
 
-  /usr/bin/python3 scripts/peers/pieces_fixtures.py [--out fixtures/pieces]
+  /usr/bin/python3 scripts/peers/torch_api_fixtures.py [--out fixtures/torch_api]
 
 Writes optimizers.json, lr_schedulers.json, losses.json, random.json and
 loader_lengths.json (len(DataLoader) with and without a DistributedSampler)
@@ -292,7 +292,7 @@ def pixel_cases():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="fixtures/pieces")
+    ap.add_argument("--out", default="fixtures/torch_api")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     files = {

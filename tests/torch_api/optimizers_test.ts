@@ -1,6 +1,6 @@
 /**
  * Adam, Adadelta, Adagrad and RMSprop against torch 1.13
- * (fixtures/pieces/optimizers.json: two parameter groups, the second with
+ * (fixtures/torch_api/optimizers.json: two parameter groups, the second with
  * its own hyperparameters, six steps from the same parameters and
  * gradients): the parameters after every step, the final state tensors and
  * param_groups, a state_dict round trip that continues the same trajectory,

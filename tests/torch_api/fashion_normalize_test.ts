@@ -3,7 +3,7 @@
  * synthetic IDX set holding every byte value, the default (the training
  * set's mean 0.286 and std 0.353), normalize: null (pixels / 255) and other
  * mean/std pairs give, bit for bit, torchvision's ToTensor then Normalize as
- * torch computes them (fixtures/pieces/pixels.json); bad values are refused.
+ * torch computes them (fixtures/torch_api/pixels.json); bad values are refused.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";

@@ -1,5 +1,5 @@
 /**
- * The losses against torch 1.13 (fixtures/pieces/losses.json): for every
+ * The losses against torch 1.13 (fixtures/torch_api/losses.json): for every
  * loss, option set and reduction, the output and the gradients of the inputs
  * torch differentiates, under a random upstream gradient for unreduced
  * outputs.

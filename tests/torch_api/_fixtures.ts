@@ -1,12 +1,12 @@
 /**
- * Reads the PyTorch fixtures of the everyday pieces (fixtures/pieces/*.json,
- * written by scripts/peers/pieces_fixtures.py): float32 values are stored as
+ * Reads the PyTorch fixtures of the optimizers, schedulers, losses and everyday ops (fixtures/torch_api/*.json,
+ * written by scripts/peers/torch_api_fixtures.py): float32 values are stored as
  * the exact decimals of their floats, so Math.fround gives torch's bits back.
  */
 
 /** A fixture file parsed. */
 export function readPiecesFixture<T>(name: string): T {
-  const url = new URL(`../../fixtures/pieces/${name}`, import.meta.url);
+  const url = new URL(`../../fixtures/torch_api/${name}`, import.meta.url);
   return JSON.parse(Deno.readTextFileSync(url)) as T;
 }
 

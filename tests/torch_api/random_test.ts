@@ -1,6 +1,6 @@
 /**
  * rand, randn and randint after manualSeed against torch.manual_seed and the
- * same calls in the same order (fixtures/pieces/random.json, three seeds):
+ * same calls in the same order (fixtures/torch_api/random.json, three seeds):
  * equal bits (rand and randint are integer arithmetic on MT19937 outputs;
  * randn of 16 or more elements is torch's float Box-Muller, bit-exact), but
  * randn below 16 elements takes torch's double path through libm's log /

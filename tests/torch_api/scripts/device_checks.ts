@@ -1,9 +1,9 @@
 /**
- * The everyday pieces on one device (`device_checks.ts <device>`, e.g.
+ * The optimizers, schedulers, losses and everyday ops on one device (`device_checks.ts <device>`, e.g.
  * cuda-emu), in a process of its own: the comparisons, each optimizer's
  * second fixture case (six steps, two groups) and the losses' fixture cases
  * with options, against torch's values with the tolerances of the CPU tests
- * (tests/pieces/*_test.ts explain them). Prints {"ok": true, ...counts} last.
+ * (tests/torch_api/*_test.ts explain them). Prints {"ok": true, ...counts} last.
  */
 import assert from "node:assert/strict";
 import { useDevice } from "../../../tensor/device_choice.ts";

@@ -1,5 +1,5 @@
 /**
- * DataLoader.length against torch's len(DataLoader) (fixtures/pieces/
+ * DataLoader.length against torch's len(DataLoader) (fixtures/torch_api/
  * loader_lengths.json): dataset sizes 0..64, batch sizes 1, 3, 8, drop_last
  * on and off, alone and under DistributedSamplers of 3 and 4 replicas
  * (their own drop_last too); and that counting the batches a pass yields

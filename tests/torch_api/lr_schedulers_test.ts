@@ -1,6 +1,6 @@
 /**
  * The PyTorch-style schedulers against torch 1.13
- * (fixtures/pieces/lr_schedulers.json): every group's rate (two groups, the
+ * (fixtures/torch_api/lr_schedulers.json): every group's rate (two groups, the
  * second starting at half the first's) after construction and after each of
  * 30 steps, and OneCycleLR's momentum (SGD's momentum, Adam's betas[0]).
  * Both sides compute in float64 in the same order (on this machine the rates
