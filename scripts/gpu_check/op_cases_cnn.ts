@@ -12,6 +12,7 @@
 import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
 import { type Arr, type Case, type Kernels, type Rng, toBf16 } from "./_harness.ts";
+import { gamma } from "./tolerance.ts";
 
 /** A convolution's shape: N, C, H, W, Cout, groups, kernel, stride, padding, dilation. */
 export interface ConvShape {
@@ -194,7 +195,10 @@ export function buildCnnOpCases(
   const P = (a: Arr) => Deno.UnsafePointer.of(a);
   /** Runs a CPU call whose outputs feed a backward case. */
   const onCpu = (what: string, call: (k: Kernels) => number) => cpu.check(call(cpu.symbols), what);
+  // exact: data movement and one rounding per element; contracted: formulas of multiply-adds,
+  // which the GPU build may fuse into FMAs (the bound's derivation: TOL.contracted, op_cases.ts)
   const exact = 0;
+  const contracted = 2 * gamma(32, "f32");
 
   // ---- unary math, where ------------------------------------------------------------------
   // [name, op, a, b, positive inputs, tolerance forward, backward]: pow by an exponent
@@ -517,7 +521,7 @@ export function buildCnnOpCases(
         symbols: ["dt_conv2d_direct_fwd"],
         dtype: "f32",
         size,
-        tol: exact,
+        tol: contracted,
         inputs: withBias ? { x, w, bias } : { x, w },
         outputs: { y: [f32(dy.length), "f32"] },
         call: (k, p, s) =>
@@ -528,7 +532,7 @@ export function buildCnnOpCases(
         symbols: ["dt_conv2d_direct_bwd_weight"],
         dtype: "f32",
         size,
-        tol: exact,
+        tol: contracted,
         inputs: { dy, x },
         outputs: withBias ? { dw: [f32(w.length), "f32"], db: [f32(g.Cout), "f32"] } : {
           dw: [f32(w.length), "f32"],
@@ -542,7 +546,7 @@ export function buildCnnOpCases(
       symbols: ["dt_conv2d_direct_bwd_input"],
       dtype: "f32",
       size,
-      tol: exact,
+      tol: contracted,
       inputs: { dy, w },
       outputs: { dx: [f32(x.length), "f32"] },
       call: (k, p, s) =>
@@ -686,7 +690,7 @@ export function buildCnnOpCases(
       symbols: ["dt_bn_sqdev"],
       dtype: "f64",
       size,
-      tol: exact,
+      tol: contracted,
       inputs: { x, acc },
       outputs: { sq: [new Float64Array(C), "f64"] },
       call: (k, p, s) => k.dt_bn_sqdev(p("sq"), p("x"), p("acc"), ...nn, s),
@@ -698,7 +702,7 @@ export function buildCnnOpCases(
         symbols: ["dt_bn_finalize"],
         dtype: "f32",
         size,
-        tol: exact,
+        tol: contracted,
         inputs: { acc, sq },
         outputs: { mean: [f32(C), "f32"], rstd: [f32(C), "f32"] },
         inout: {
@@ -727,7 +731,7 @@ export function buildCnnOpCases(
       symbols: ["dt_bn_eval_stats"],
       dtype: "f32",
       size,
-      tol: exact,
+      tol: contracted,
       inputs: { rm: rng.normals(C), rv: Float32Array.from(rng.normals(C), Math.abs) },
       outputs: { mean: [f32(C), "f32"], rstd: [f32(C), "f32"] },
       call: (k, p, s) =>
@@ -739,7 +743,7 @@ export function buildCnnOpCases(
         symbols: ["dt_bn_apply"],
         dtype: "f32",
         size,
-        tol: exact,
+        tol: contracted,
         inputs: affine ? { x, mean, rstd, w, b } : { x, mean, rstd },
         outputs: { y: [f32(x.length), "f32"] },
         call: (k, p, s) =>
@@ -751,7 +755,7 @@ export function buildCnnOpCases(
       symbols: ["dt_bn_bwd_reduce"],
       dtype: "f32",
       size,
-      tol: exact,
+      tol: contracted,
       inputs: { dy, x, mean, rstd },
       outputs: {
         sums: [new Float64Array(2 * C), "f64"],
@@ -777,7 +781,7 @@ export function buildCnnOpCases(
         symbols: ["dt_bn_bwd_apply"],
         dtype: "f32",
         size,
-        tol: exact,
+        tol: contracted,
         inputs: training ? { dy, x, mean, rstd, w, sums, count } : { dy, x, mean, rstd, w },
         outputs: { dx: [f32(x.length), "f32"] },
         call: (k, p, s) =>
@@ -809,7 +813,7 @@ export function buildCnnOpCases(
         symbols: ["dt_bn_relu_maxpool2x2_fwd"],
         dtype: "f32",
         size: `${N}x${C}x${H}x${W}`,
-        tol: exact,
+        tol: contracted,
         inputs: affine
           ? { x, mean, rstd, w: rng.normals(C), b: rng.normals(C) }
           : { x, mean, rstd },
@@ -850,7 +854,7 @@ export function buildCnnOpCases(
       symbols: ["dt_winograd_weight"],
       dtype: "f32",
       size,
-      tol: exact,
+      tol: contracted,
       inputs: { w },
       outputs: { u: [f32(16 * Cout * C), "f32"] },
       call: (k, p, s) => k.dt_winograd_weight(p("u"), p("w"), n64(Cout), n64(C), s),
@@ -860,7 +864,7 @@ export function buildCnnOpCases(
       symbols: ["dt_winograd_weight_grad"],
       dtype: "f32",
       size,
-      tol: exact,
+      tol: contracted,
       inputs: { m: rng.normals(16 * Cout * C) },
       outputs: { dw: [f32(Cout * C * 9), "f32"] },
       call: (k, p, s) => k.dt_winograd_weight_grad(p("dw"), p("m"), n64(Cout), n64(C), s),
