@@ -52,6 +52,23 @@ function denoDir(): string {
   return dir;
 }
 
+/**
+ * Drops a shipped library's local symbols and debug sections (`strip --strip-unneeded`: the
+ * exported dt_* symbols stay), which the single file and the 50 MiB device bundle do not carry.
+ * Where binutils' strip is missing the library ships as built.
+ */
+function stripSymbols(file: string): void {
+  try {
+    const r = new Deno.Command("strip", { args: ["--strip-unneeded", file], stderr: "piped" })
+      .outputSync();
+    if (!r.success) {
+      throw new Error(`strip ${file} failed: ${new TextDecoder().decode(r.stderr).trim()}`);
+    }
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
+  }
+}
+
 /** Builds the native libraries and copies every available one into `libDir`. */
 function stageLibraries(libDir: string, quiet: boolean): Record<string, string> {
   buildNative({ quiet });
@@ -61,6 +78,7 @@ function stageLibraries(libDir: string, quiet: boolean): Record<string, string> 
     const src = join(BUILD_DIR, spec.name);
     Deno.copyFileSync(src, join(libDir, spec.name));
     Deno.chmodSync(join(libDir, spec.name), 0o755);
+    stripSymbols(join(libDir, spec.name));
     Deno.copyFileSync(`${src}.hash`, join(libDir, `${spec.name}.hash`)); // for `dtrain doctor`
     hashes[spec.name] = Deno.readTextFileSync(`${src}.hash`).trim();
   }

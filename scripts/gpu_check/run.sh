@@ -39,7 +39,7 @@ What this folder holds, and why:
   js/                 the single-process checks, bundled, run with `dtrain exec`; syncbn_rank.js,
                       a rank of the two-rank SyncBatchNorm parity check
   scripts/            the launched checks, TypeScript on the public API (NCCL ranks, a training job)
-  fixtures.tar.gz     the PyTorch parity fixtures (compressed: they are mostly JSON), unpacked
+  fixtures.tar.xz     the PyTorch parity fixtures (xz: they are mostly JSON), unpacked
                       into fixtures/ on the first run
   bench_gpt_torch.py  the PyTorch side of the benchmark (needs this machine's python3 + torch)
   bench_attention_torch.py  the PyTorch side of the attention benchmark (torch SDPA)
@@ -154,8 +154,13 @@ header=$(printf '%-30s %-5s %5s  %s' "step" "result" "time" "why / figures")
 printf '%s\n' "$header"
 say "dtrain device check on $(uname -n) ($(uname -m)), $(date -u '+%Y-%m-%dT%H:%M:%SZ'), device $DEVICE"
 
-if [ ! -d fixtures ] && [ -f fixtures.tar.gz ]; then
-  tar -xzf fixtures.tar.gz || { echo "run.sh: cannot unpack fixtures.tar.gz" >&2; exit 2; }
+# xz-compressed; a machine without the xz program unpacks it with Python's own lzma
+if [ ! -d fixtures ] && [ -f fixtures.tar.xz ]; then
+  if command -v xz >/dev/null 2>&1; then
+    tar -xJf fixtures.tar.xz
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(".")' fixtures.tar.xz
+  fi || { echo "run.sh: cannot unpack fixtures.tar.xz (neither xz nor python3 could)" >&2; exit 2; }
 fi
 
 # GPU_OK (1: the GPU steps run) and WHY (why not) are set by the facts step

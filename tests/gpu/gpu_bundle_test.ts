@@ -21,8 +21,7 @@ import { MAX_BUNDLE_BYTES, treeBytes } from "../../scripts/gpu_bundle.ts";
 const BLOCKER = buildBlocker(REPO);
 if (BLOCKER) console.log(`device bundle tests skipped: ${BLOCKER}`);
 
-/** What run.sh calls besides the single file's header tools (sh, tail, gzip, tar — which also
- *  unpacks fixtures.tar.gz —, …). */
+/** What run.sh calls besides the single file's header tools (sh, tail, gzip, tar, …). */
 const RUN_TOOLS = [
   "date",
   "timeout",
@@ -69,10 +68,14 @@ function bundle(): Promise<string> {
   return built;
 }
 
-/** A sandbox whose PATH holds the header's tools and run.sh's, nothing else (no deno). */
-function sandbox(): Sandbox {
+/**
+ * A sandbox whose PATH holds the header's tools and run.sh's, nothing else (no deno), and what
+ * unpacks the xz fixtures: `xz` for tar -J, or, as on a GPU machine without xz, only `python3`
+ * (its own lzma).
+ */
+function sandbox(unpacker: "xz" | "python3"): Sandbox {
   const box = new Sandbox();
-  for (const t of RUN_TOOLS) Deno.symlinkSync(findTool(t), join(box.tools, t));
+  for (const t of [...RUN_TOOLS, unpacker]) Deno.symlinkSync(findTool(t), join(box.tools, t));
   return box;
 }
 
@@ -111,7 +114,7 @@ Deno.test({
         "js/syncbn_rank.js",
         "scripts/nccl_ranks.ts",
         "scripts/train_job.ts",
-        "fixtures.tar.gz",
+        "fixtures.tar.xz",
         "steps/10-facts.sh",
         "steps/20-ops.sh",
         "steps/30-parity.sh",
@@ -140,7 +143,7 @@ Deno.test({
         "steps/",
         "js/",
         "scripts/",
-        "fixtures.tar.gz",
+        "fixtures.tar.xz",
         "bench_gpt_torch.py",
       ]
     ) {
@@ -162,7 +165,7 @@ Deno.test({
   ignore: BLOCKER !== null,
   async fn() {
     const dir = await bundle();
-    const box = sandbox();
+    const box = sandbox("python3");
     try {
       const r = await runIn(dir, ["sh", "run.sh"], box.env(join(box.dir, "cache")), {
         isolate: true,
@@ -205,7 +208,7 @@ Deno.test({
   ignore: BLOCKER !== null || !HAVE_EMU,
   async fn() {
     const dir = await bundle();
-    const box = sandbox();
+    const box = sandbox("xz");
     try {
       const env = { ...box.env(join(box.dir, "cache")), DTRAIN_GPU_CHECK_DEVICE: "cuda-emu" };
       const r = await runIn(dir, ["sh", "run.sh", "emu.log"], env, {
@@ -235,10 +238,10 @@ Deno.test({
       const parity = table.get("3 parity fixtures")!.why;
       const [, ok, all] = /^(\d+) of (\d+) cases within tolerance/.exec(parity) ?? [];
       assert.ok(ok && ok === all && Number(all) >= 400, parity);
-      assert.match(table.get("5c SyncBN parity, 2 ranks")!.why, /^(\d+) of \1 cases within/);
+      assert.match(table.get("6c SyncBN parity, 2 ranks")!.why, /^(\d+) of \1 cases within/);
       assert.match(table.get("6b NCCL, 2 ranks")!.why, /^2 rank\(s\), every collective right/);
       assert.match(
-        table.get("5d train, checkpoint, resume")!.why,
+        table.get("6d train, checkpoint, resume")!.why,
         /^resumed at step 5 and repeated 2 step/,
       );
       // the benchmark counts its device launches, per step and per layer

@@ -99,6 +99,12 @@ function cases(dir: string): Record<string, [string[], RegExp][]> {
       [["doctor", "--no-such-flag"], /Unknown option/],
       [["doctor", "--nnodes", "0"], /--nnodes 0: expected a whole number >= 1/],
     ],
+    prepare: [
+      [["prepare"], /expected INPUT and DIR, got 0 argument/],
+      [["prepare", "--no-such-flag", script, dir], /Unknown option '--no-such-flag'/],
+      [["prepare", "--tokenizer", "foo", script, dir], /unknown tokenizer "foo"/],
+      [["prepare", join(dir, "none.txt"), dir], /INPUT .*none\.txt does not exist/],
+    ],
     exec: [
       [["exec"], /^$/], // prints its usage on stdout, and exits 2 as for a bad command line
       [["exec", join(dir, "missing.ts")], /exec: no script at/],
