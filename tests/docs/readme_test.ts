@@ -122,8 +122,8 @@ export function dtrainCommands(markdown: string, verbs: readonly string[]): Show
     for (const w of rest) {
       if (w === "--") break;
       if (w.startsWith("--")) options.push(w.split("=")[0]!);
-      else if (verb === "run" && /\.(ts|js)$/.test(w)) {
-        script = w; // launcher options stop at the script path; what follows is the script's
+      else if ((verb === "run" || verb === "exec") && /\.(ts|js)$/.test(w)) {
+        script = w; // the verb's options stop at the script path; what follows is the script's
         break;
       }
     }
