@@ -24,7 +24,6 @@ import { SGD } from "../optim/sgd.ts";
 import type { Optimizer, ParamGroupSpec } from "../optim/optimizer.ts";
 import { clipGradNorm, gradNorm } from "../optim/clip.ts";
 import {
-  noteNumericsOverride,
   type NumericsPolicy,
   numericsPolicy,
   setNumericsPolicy,
