@@ -48,7 +48,7 @@ export function behaviourEnv(
   return Object.fromEntries(names.map((n) => [n, env[n]!]));
 }
 
-/** What `versions()` cannot find out by itself: the CUDA engineer's fields. */
+/** What `versions()` cannot find out by itself: the CUDA backend's fields. */
 export interface GpuVersions {
   /** dt_build_hash of the CUDA library */
   nativeCuda?: string;

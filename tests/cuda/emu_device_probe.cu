@@ -419,6 +419,9 @@ static int runtime_scenario(const char* name) {
     CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CHECK(cudaMalloc((void**)&d, 4));
     CHECK(cudaEventRecord(e, s));
+    /* complete before the threads ask: a query before the stream's worker reached the record
+       would answer "not ready", a right answer but not the one this scenario is about */
+    CHECK(cudaEventSynchronize(e));
     static char text[3][400];
     static int set_first = 0;
     for (set_first = 0; set_first < 2; set_first++) {
