@@ -6,11 +6,9 @@
  * the launcher an older collective. The page needs no turn: the launcher on the same node reads it
  * and uses whichever of page and store record is newer (launch/attempt.ts).
  */
-import { join } from "node:path";
-
 /** The page of `rank` in `runDir`. */
 export function statePagePath(runDir: string, rank: number): string {
-  return join(runDir, `rank-${rank}.state`);
+  return `${runDir}/rank-${rank}.state`;
 }
 
 /** Writes a rank's state page; each write replaces the whole page. */
