@@ -11,6 +11,7 @@ import type { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
 import { type FailedExit, firstFailure, type StoredNotice } from "./first_failure.ts";
 import { type AbortRecord, failureSummary, TIMEOUT_EXIT_CODE } from "./failure_report.ts";
+import { readStatePage, statePagePath } from "../distributed/control/state_page.ts";
 import { findHang, rankList, rankTable, seconds } from "./hang_report.ts";
 import type { LaunchOptions } from "./options.ts";
 import type { LauncherLog } from "./output.ts";
@@ -132,10 +133,26 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   const stateOf = (states: Map<number, string>) => (rank: number, pid: number) =>
     ranks.some((p) => p.rank === rank && p.pid === pid) ? states.get(rank) ?? null : null;
 
-  const views = async (): Promise<RankView[]> =>
-    (await client.list(keys.rankStatePrefix)).map(toRankView).filter((v): v is RankView =>
-      v !== null
-    );
+  /**
+   * Each rank's latest state: its store record, or its state page when this node's rank wrote the
+   * page more recently (a rank that blocks in a collective from a loop without `await` has written
+   * that collective's entry to its page, while its store record may still wait in the writer).
+   */
+  const views = async (): Promise<RankView[]> => {
+    const stored = (await client.list(keys.rankStatePrefix)).map(toRankView).filter((
+      v,
+    ): v is RankView => v !== null);
+    const byRank = new Map(stored.map((v) => [v.rank, v]));
+    for (const p of ranks) {
+      if (p.exit) continue;
+      const page = readStatePage(statePagePath(ctx.runDir, p.rank));
+      const view = page && toRankView({ key: "", ...page });
+      if (!view || view.rank !== p.rank || view.pid !== p.pid) continue;
+      const known = byRank.get(p.rank);
+      if (!known || view.heardS <= known.heardS) byRank.set(p.rank, view);
+    }
+    return [...byRank.values()].sort((a, b) => a.rank - b.rank);
+  };
 
   /** Writes the abort record unless another launcher already did. */
   const requestAbort = async (rec: AbortRecord) => {

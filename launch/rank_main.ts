@@ -20,6 +20,7 @@ import {
 } from "../distributed/control/rank_runtime.ts";
 import { numericsPolicy, onNumericsPolicySet } from "../tensor/numerics_policy.ts";
 import { StorePhaseSink } from "../distributed/control/rank_state.ts";
+import { StatePage, statePagePath } from "../distributed/control/state_page.ts";
 import { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys } from "../distributed/control/store_keys.ts";
 import { dieWithParent } from "./pdeathsig.ts";
@@ -87,7 +88,7 @@ const sink = new StorePhaseSink(client, keys.rankState(me), {
   pid: Deno.pid,
   phase: start.phase,
   phaseAt: start.sinceMs,
-});
+}, world.runDir === null ? null : StatePage.open(statePagePath(world.runDir, me)));
 setPhaseSink(sink);
 sink.publish();
 sink.startHeartbeat();

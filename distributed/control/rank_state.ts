@@ -6,6 +6,7 @@
 import type { CollectiveRecord, PhaseSink } from "./phase.ts";
 import type { StoreClient, StoreEntry } from "./store.ts";
 import { FAILURE_KINDS, type FailureKind } from "./failure_kind.ts";
+import type { StatePage } from "./state_page.ts";
 
 /** The record a rank writes to `rankState(r)` (JSON). */
 export interface RankState {
@@ -78,14 +79,21 @@ export class StorePhaseSink implements PhaseSink {
   readonly #state: RankState;
   #timer: ReturnType<typeof setInterval> | undefined;
   #flush: ReturnType<typeof setTimeout> | undefined;
+  readonly #page: StatePage | null;
 
+  /**
+   * `page`: this rank's state page, rewritten synchronously at every collective enter and exit so
+   * the launcher learns the collective a rank blocks in even when the store record never leaves.
+   */
   constructor(
     store: StoreClient,
     key: string,
     init: { rank: number; host: string; pid: number; phase: string; phaseAt: number },
+    page: StatePage | null = null,
   ) {
     this.#store = store;
     this.#key = key;
+    this.#page = page;
     this.#state = { ...init, coll: null, inColl: false, collAt: 0, status: "running", sentAt: 0 };
   }
 
@@ -108,8 +116,10 @@ export class StorePhaseSink implements PhaseSink {
     this.#state.coll = { ...rec };
     this.#state.inColl = state === "enter";
     this.#state.collAt = Date.now();
-    if (state === "enter" && rec.op === "barrier") this.publish();
-    else this.#soon();
+    if (state === "enter" && rec.op === "barrier") return this.publish();
+    // The page's record carries its own write time; `sentAt` stays the store record's (#soon).
+    this.#page?.write(JSON.stringify({ ...this.#state, sentAt: this.#state.collAt }));
+    this.#soon();
   }
 
   /** Publishes within FLUSH_MS (at once when the last record is older). */
@@ -137,7 +147,9 @@ export class StorePhaseSink implements PhaseSink {
       this.#flush = undefined;
     }
     this.#state.sentAt = Date.now();
-    this.#store.post(this.#key, JSON.stringify(this.#state));
+    const json = JSON.stringify(this.#state);
+    this.#page?.write(json);
+    this.#store.post(this.#key, json);
   }
 
   /** Sends the latest state now if a change is waiting to be sent (PhaseSink.flush). */

@@ -92,3 +92,27 @@ Deno.test("a silent rank's old phase is shown as unknown, and a rank running cod
   // Without the process state, a silent rank in a library phase is taken as blocked (as before).
   assert.doesNotMatch(findHang(views, 2, 10)!.sentence, /phase unknown/);
 });
+
+Deno.test("the hang report names the collective a rank blocks in from a loop without await", async () => {
+  // Rank 1's store records of its later barriers wait in the connection's writer for an event-loop
+  // turn that never comes; its state page has barrier "step 201" (written before it blocked).
+  const t = new TestRun();
+  try {
+    const l = t.launch([
+      "--nproc",
+      "2",
+      "--hang-warn",
+      "3",
+      "--timeout",
+      "120",
+      join(SCRIPTS, "unawaited_barriers.ts"),
+      "200",
+    ]);
+    await t.ranksStarted(2, 120_000);
+    await waitUntil(() => /hang: /.test(l.stderr()), 60_000, "the hang report");
+    const hang = l.stderr().split("\n").find((line) => /hang: /.test(line))!;
+    assert.match(hang, /rank 1 waits at barrier "step 201" \(seq \d+\)/, l.stderr());
+  } finally {
+    await t.cleanup();
+  }
+});

@@ -11,6 +11,11 @@ import {
 } from "../../../distributed/control/rank_state.ts";
 import { StoreClient } from "../../../distributed/control/store.ts";
 import { StoreServer } from "../../../distributed/control/store_server.ts";
+import {
+  readStatePage,
+  StatePage,
+  statePagePath,
+} from "../../../distributed/control/state_page.ts";
 
 const TOKEN = "rank-state-test-token";
 
@@ -60,6 +65,46 @@ Deno.test("StorePhaseSink publishes phases and collectives that toRankView() rea
     rank.close();
     launcher.close();
     await server.close();
+  }
+});
+
+Deno.test("StorePhaseSink writes every collective enter and exit to its state page at once", async () => {
+  const server = StoreServer.listen({
+    hostname: "127.0.0.1",
+    port: 0,
+    token: TOKEN,
+    log: () => {},
+  });
+  const rank = await StoreClient.connect({ host: "127.0.0.1", port: server.port, token: TOKEN });
+  const dir = Deno.makeTempDirSync();
+  const path = statePagePath(dir, 1);
+  const page = StatePage.open(path)!;
+  try {
+    const sink = new StorePhaseSink(rank, "r/1", {
+      rank: 1,
+      host: "h",
+      pid: 5,
+      phase: "start",
+      phaseAt: Date.now(),
+    }, page);
+    sink.publish();
+    // Frequent collectives reach the store only within ~100 ms (a timer); the page at once, with
+    // no event-loop turn in between.
+    for (let seq = 1; seq <= 5; seq++) {
+      sink.collective({ seq, op: "allReduce", bytes: 64 }, "enter");
+      sink.collective({ seq, op: "allReduce", bytes: 64 }, "exit");
+    }
+    sink.collective({ seq: 6, op: "allReduce", bytes: 64 }, "enter");
+    const v = toRankView({ key: "", ...readStatePage(path)! })!;
+    assert.deepEqual(v.coll, { seq: 6, op: "allReduce", bytes: 64 });
+    assert.equal(v.inColl, true);
+    assert.equal(v.rank, 1);
+    assert.equal(v.pid, 5);
+  } finally {
+    page.close();
+    rank.close();
+    await server.close();
+    Deno.removeSync(dir, { recursive: true });
   }
 });
 
