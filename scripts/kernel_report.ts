@@ -75,7 +75,7 @@ export const HOT_KERNELS: { pattern: RegExp; min: number; tensorCore: boolean; w
   },
   {
     pattern:
-      /\bdt_(layernorm_(fwd|bwd|fold|fold_rows)_k_|ce_(fwd|bwd)_k_|softmax_(fwd|bwd)_k_|gemm_bgrad_(cols|fold)_k_|adamw_many_k_)/,
+      /\bdt_(layernorm_(fwd|bwd|fold|fold_rows)_k_|ce_(fwd|bwd)_k_|softmax_(fwd|bwd)(_warp)?_k_|gemm_bgrad_(cols|fold)_k_|adamw_many_k_)/,
     min: 1 / 2,
     tensorCore: false,
     why: "memory-bound: 32 warps keep 15 KB per SM in flight",

@@ -120,7 +120,11 @@ export const GPU_SIZES: SizeSet = {
   broadcast: [[1000 * 768, 768, 1], [64 * 33, 64, 33], [100_003, 1, 1], [12_345, 7, 10], [5, 5, 1]],
   sumsq: [1, 1001, 3_000_017],
   conversions: [1, 7, 100_003],
-  softmax: [[1, 1, 0], [7, 33, 0], [96, 1024, 32], [5, 1025, 0], [64, 3000, 64]],
+  softmax: [[1, 1, 0], [7, 33, 0], [96, 1024, 32], [5, 1025, 0], [64, 3000, 64], [4096, 768, 0], [
+    33,
+    1020,
+    700,
+  ]],
   layernorm: [[1, 1], [7, 768], [33, 1025], [100, 3000], [4096, 768]],
   argmax: [[1, 1], [7, 1000], [300, 50_257]],
   embedding: [[1, 1, 1], [1000, 50_257, 64], [4096, 1024, 768], [777, 13, 5]],
@@ -155,7 +159,16 @@ export const EMULATED_SIZES: SizeSet = {
   ]],
   sumsq: [0, 1, 1001, 140_001],
   conversions: [0, 1, 7, 20_011],
-  softmax: [[0, 5, 0], [1, 1, 0], [7, 33, 0], [130, 64, 32], [5, 1025, 0], [3, 3000, 3]],
+  // a warp per row (cols <= 1024, a multiple of 4): 64, 1024, 1020; a block per row: 33, 1025, 1028, 3000
+  softmax: [[0, 5, 0], [1, 1, 0], [7, 33, 0], [130, 64, 32], [5, 1025, 0], [3, 3000, 3], [
+    9,
+    1024,
+    0,
+  ], [
+    40,
+    1020,
+    700,
+  ], [6, 1028, 0]],
   layernorm: [[0, 8], [1, 1], [7, 768], [33, 1025], [200, 64]],
   argmax: [[0, 5], [1, 1], [7, 1000], [150, 2001]],
   embedding: [[0, 5, 4], [1, 1, 1], [300, 50_257, 8], [600, 1024, 64], [777, 13, 5], [
@@ -544,6 +557,41 @@ export function buildOpCases(
       outputs: { dx: [f32(rows * cols), "f32"] },
       call: (k, p, s) => k.dt_softmax_bwd(p("dx"), p("dy"), p("y"), n64(rows), n64(cols), 0.125, s),
     });
+    // Rows a warp takes when 16-byte aligned: at 4 floats in they still are, at 1 they fall back to
+    // a block per row (CPU and device get the same offset pointers; the heads stay as initialised).
+    if (rows === 0 || cols % 4 !== 0 || cols > 1024) continue;
+    for (const off of [1, 4]) {
+      // outputs start zeroed: values of a normal's size in the head would outweigh the rows' norm
+      const n = rows * cols + off, init = new Float32Array(n);
+      const at = (q: Deno.PointerValue) => q === null ? q : Deno.UnsafePointer.offset(q, 4 * off);
+      const pad = (v: Float32Array) => {
+        const out = rng.normals(n);
+        out.set(v, off);
+        return out;
+      };
+      add({
+        op: `softmax fwd${causal ? " causal" : ""} (offset ${off})`,
+        symbols: ["dt_softmax_fwd"],
+        dtype: "f32",
+        size: `${rows}x${cols}`,
+        tol: TOL.f32,
+        inputs: { x: pad(x) },
+        inout: { y: [init, "f32"] },
+        call: (k, p, s) =>
+          k.dt_softmax_fwd(at(p("y")), at(p("x")), n64(rows), n64(cols), n64(causal), 0.125, s),
+      });
+      add({
+        op: `softmax bwd (offset ${off})`,
+        symbols: ["dt_softmax_bwd"],
+        dtype: "f32",
+        size: `${rows}x${cols}`,
+        tol: TOL.f32,
+        inputs: { dy: pad(dy), y: pad(probs) },
+        inout: { dx: [init, "f32"] },
+        call: (k, p, s) =>
+          k.dt_softmax_bwd(at(p("dx")), at(p("dy")), at(p("y")), n64(rows), n64(cols), 0.125, s),
+      });
+    }
   }
   for (const c of layerNormCases(rng, cpu, S.layernorm)) add(c);
   for (const [rows, cols] of S.argmax) {
