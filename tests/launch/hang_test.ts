@@ -67,7 +67,10 @@ Deno.test("--timeout turns the hang into a clean failure that prints the table",
     const r = await t.finish(l);
     const took = performance.now() - t0;
     assert.equal(r.code, 124, r.stderr);
-    assert.ok(took >= 4500 && took < 15000, `the launcher ended ${took} ms after the ranks started`);
+    assert.ok(
+      took >= 4500 && took < 15000,
+      `the launcher ended ${took} ms after the ranks started`,
+    );
     assert.match(
       r.stderr,
       /timeout: a collective waited [\d.]+ s \(--timeout 5 s\); stopping every rank/,
