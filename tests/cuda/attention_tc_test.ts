@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { BUILD_DIR, buildNative, hasCommand } from "../../scripts/build_native.ts";
+import { BUILD_DIR, buildNative } from "../../scripts/build_native.ts";
 import { KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
 import { CUDA_EMU_LIBRARIES, CUDA_SYMBOLS } from "../../ffi/cuda.ts";
 import { openLibrary } from "../../ffi/native.ts";
@@ -18,7 +18,7 @@ import { type CaseLibraries, Rng, runCase, toBf16 } from "../../scripts/gpu_chec
 import { attentionCases, type AttentionShape } from "../../scripts/gpu_check/op_cases_attention.ts";
 import { attentionTolerance } from "./_attention_tolerance.ts";
 
-const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
+import { HAVE_EMU } from "../gpu/_emu.ts"; // prints why the emulated-GPU tests skip, where they do
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const test = (name: string, fn: () => void) => Deno.test({ name, ignore: !HAVE_EMU, fn });
 

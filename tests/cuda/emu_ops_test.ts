@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { BUILD_DIR, buildNative, hasCommand } from "../../scripts/build_native.ts";
+import { BUILD_DIR, buildNative } from "../../scripts/build_native.ts";
 import { KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
 import { CUDA_EMU_LIBRARIES, CUDA_SYMBOLS, type CudaSymbols } from "../../ffi/cuda.ts";
 import { cString, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
@@ -18,7 +18,7 @@ import { buildOpCases, EMULATED_SIZES } from "../../scripts/gpu_check/op_cases.t
 import { checkDataErrors } from "../../scripts/gpu_check/data_errors.ts";
 import { epilogueLaunches } from "../../scripts/gpu_check/op_cases_gemm_ex.ts";
 
-const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
+import { HAVE_EMU } from "../gpu/_emu.ts"; // prints why the emulated-GPU tests skip, where they do
 
 let libs: CaseLibraries | undefined;
 let emu: NativeLibrary<CudaSymbols> | undefined;

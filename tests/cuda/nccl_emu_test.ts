@@ -11,10 +11,10 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { BUILD_DIR, buildNative, hasCommand } from "../../scripts/build_native.ts";
+import { BUILD_DIR, buildNative } from "../../scripts/build_native.ts";
 import { NCCL_SYMBOLS } from "../../ffi/nccl.ts";
 
-const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
+import { HAVE_EMU } from "../gpu/_emu.ts"; // prints why the emulated-GPU tests skip, where they do
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
 const drivers = new Map<string, string>();

@@ -16,7 +16,7 @@ import { ABI_VERSION, cString, openLibrary } from "../../ffi/native.ts";
 import { CPU_EXTRA_SYMBOLS } from "../../ffi/cpu_extras.ts";
 
 const HAVE_NVCC = hasCommand("nvcc") && Deno.env.get("DTRAIN_CUDA") !== "0";
-const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
+import { HAVE_EMU } from "../gpu/_emu.ts"; // prints why the emulated-GPU tests skip, where they do
 const EMU_LIBRARY = "libdtrain_cuda_emu.so";
 if (!HAVE_EMU) {
   console.log(

@@ -12,11 +12,11 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { BUILD_DIR, buildNative, hasCommand } from "../../scripts/build_native.ts";
+import { BUILD_DIR, buildNative } from "../../scripts/build_native.ts";
 import { StoreServer } from "../../distributed/control/store_server.ts";
 import { launcherEnv, uniqueRunId } from "./scripts/_ranks.ts";
 
-const HAVE_EMU = hasCommand("g++") && Deno.env.get("DTRAIN_CUDA_EMU") !== "0";
+import { HAVE_EMU } from "../gpu/_emu.ts"; // prints why the emulated-GPU tests skip, where they do
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const SCRIPT = join(ROOT, "tests", "distributed", "scripts", "nccl_rank.ts");
 
