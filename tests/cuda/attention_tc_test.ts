@@ -9,7 +9,6 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { BUILD_DIR, buildNative } from "../../scripts/build_native.ts";
 import { KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
 import { CUDA_EMU_LIBRARIES, CUDA_SYMBOLS } from "../../ffi/cuda.ts";
@@ -18,8 +17,8 @@ import { type CaseLibraries, Rng, runCase, toBf16 } from "../../scripts/gpu_chec
 import { attentionCases, type AttentionShape } from "../../scripts/gpu_check/op_cases_attention.ts";
 import { attentionTolerance } from "./_attention_tolerance.ts";
 
+import { emuProbe } from "./_emu_probe.ts";
 import { HAVE_EMU } from "../gpu/_emu.ts"; // prints why the emulated-GPU tests skip, where they do
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const test = (name: string, fn: () => void) => Deno.test({ name, ignore: !HAVE_EMU, fn });
 
 let libs: CaseLibraries | undefined;
@@ -140,43 +139,8 @@ function normwise(a: Float32Array, b: Float32Array): number {
 
 // ---- the emulated instructions -------------------------------------------------------------
 
-let probe: string | null = null;
-
-/** Builds tests/cuda/emu_mma_probe.cu once (into a temporary folder, removed at exit). */
-function probePath(): string {
-  if (probe) return probe;
-  buildNative({ quiet: true });
-  const dir = Deno.makeTempDirSync({ prefix: "dtrain-mma-probe-" });
-  addEventListener("unload", () => Deno.removeSync(dir, { recursive: true }));
-  const out = join(dir, "probe");
-  const r = new Deno.Command("g++", {
-    args: [
-      "-std=gnu++20",
-      "-O1",
-      "-pthread",
-      `-I${ROOT}kernels/cuda_emu/include`,
-      `-I${ROOT}kernels/common`,
-      `-I${ROOT}kernels/cuda`,
-      "-x",
-      "c++",
-      `${ROOT}tests/cuda/emu_mma_probe.cu`,
-      "-x",
-      "none",
-      `-L${BUILD_DIR}`,
-      "-ldtrain_cudart_emu",
-      `-Wl,-rpath,${BUILD_DIR}`,
-      "-o",
-      out,
-    ],
-    stdout: "piped",
-    stderr: "piped",
-  }).outputSync();
-  if (!r.success) {
-    assert.fail(`g++ emu_mma_probe.cu failed:\n${new TextDecoder().decode(r.stderr)}`);
-  }
-  probe = out;
-  return out;
-}
+/** The probe, built once. */
+const probePath = () => emuProbe("emu_mma_probe.cu");
 
 function run(scenario: string): string {
   const r = new Deno.Command(probePath(), { args: [scenario], stdout: "piped", stderr: "piped" })

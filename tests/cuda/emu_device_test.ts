@@ -8,50 +8,11 @@
  * copies, stream ordering, events and devices must keep CUDA's semantics.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { BUILD_DIR, buildNative } from "../../scripts/build_native.ts";
-
+import { emuProbe } from "./_emu_probe.ts";
 import { HAVE_EMU } from "../gpu/_emu.ts"; // prints why the emulated-GPU tests skip, where they do
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
-let probe: string | null = null;
-
-/** Builds the probe once (into a temporary folder, removed at exit). */
-function probePath(): string {
-  if (probe) return probe;
-  buildNative({ quiet: true });
-  const dir = Deno.makeTempDirSync({ prefix: "dtrain-emu-probe-" });
-  addEventListener("unload", () => Deno.removeSync(dir, { recursive: true }));
-  const out = join(dir, "probe");
-  const r = new Deno.Command("g++", {
-    args: [
-      "-std=gnu++20",
-      "-O1",
-      "-pthread",
-      `-I${ROOT}kernels/cuda_emu/include`,
-      `-I${ROOT}kernels/common`,
-      `-I${ROOT}kernels/cuda`,
-      "-x",
-      "c++",
-      `${ROOT}tests/cuda/emu_device_probe.cu`,
-      "-x",
-      "none",
-      `-L${BUILD_DIR}`,
-      "-ldtrain_cudart_emu",
-      `-Wl,-rpath,${BUILD_DIR}`,
-      "-o",
-      out,
-    ],
-    stdout: "piped",
-    stderr: "piped",
-  }).outputSync();
-  if (!r.success) {
-    assert.fail(`g++ emu_device_probe.cu failed:\n${new TextDecoder().decode(r.stderr)}`);
-  }
-  probe = out;
-  return out;
-}
+/** The probe, built once. */
+const probePath = () => emuProbe("emu_device_probe.cu");
 
 /** The probe's output for `scenario` (it must exit 0), in an environment of only `env`. */
 function run(scenario: string, env: Record<string, string> = {}): string {
