@@ -15,8 +15,11 @@ export function statePagePath(runDir: string, rank: number): string {
 export class StatePage {
   readonly #file: Deno.FsFile;
   readonly #encoder = new TextEncoder();
-  /** The longest record written so far: shorter ones are padded to it so no old bytes remain. */
-  #size = 256;
+  /** The page's bytes, reused by every write; as long as the longest record so far, so shorter
+   * ones are padded with spaces and no old bytes remain. */
+  #page = new Uint8Array(256);
+  /** bytes of the last record: what a shorter next one must blank out */
+  #used = 0;
 
   private constructor(file: Deno.FsFile) {
     this.#file = file;
@@ -35,10 +38,17 @@ export class StatePage {
 
   /** Replaces the page with `json` (padded with spaces); synchronous, a few microseconds. */
   write(json: string): void {
-    const bytes = this.#encoder.encode(json);
-    if (bytes.length > this.#size) this.#size = bytes.length;
-    const out = new Uint8Array(this.#size).fill(0x20);
-    out.set(bytes);
+    // a record is ASCII JSON, at most 3 bytes per UTF-16 unit otherwise
+    if (json.length * 3 > this.#page.length) {
+      const grown = new Uint8Array(json.length * 3);
+      grown.set(this.#page);
+      this.#page = grown;
+    }
+    const { written } = this.#encoder.encodeInto(json, this.#page);
+    const used = Math.max(written, this.#used);
+    this.#page.fill(0x20, written, used);
+    this.#used = written;
+    const out = this.#page.subarray(0, used);
     try {
       this.#file.seekSync(0, Deno.SeekMode.Start);
       let off = 0;
