@@ -20,6 +20,8 @@ import { signalExitCode } from "../os/exit_status.ts";
 import { join } from "node:path";
 import { removeAttemptSegments } from "./attempt_segments.ts";
 import { type DevicePlan, rankDeviceEnv } from "./device_plan.ts";
+import { RemoteRanks } from "./node_view.ts";
+import { forwardNodeView } from "./page_forwarder.ts";
 
 /** Ranks stopped because of a failure get this long between SIGTERM and SIGKILL (the whole stop must take < 5 s). */
 export const FAILURE_GRACE_MS = 2000;
@@ -105,9 +107,13 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
   let escalation: string | null = null;
   let resolveResult!: (r: AttemptResult) => void;
   const result = new Promise<AttemptResult>((r) => resolveResult = r);
+  /** Other nodes' ranks as their launchers forward them; this node's are forwarded from `run`. */
+  const remote = new RemoteRanks(node, opts.nproc);
+  let stopForwarding: (() => void) | null = null;
   const finish = (r: AttemptResult) => {
     if (finished) return;
     finished = true;
+    stopForwarding?.();
     // Every local rank has ended: nothing can attach to this attempt's segments any more.
     const { failed } = removeAttemptSegments(ctx.runId, attempt);
     if (failed.length > 0) {
@@ -131,7 +137,9 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
     return out;
   };
   const stateOf = (states: Map<number, string>) => (rank: number, pid: number) =>
-    ranks.some((p) => p.rank === rank && p.pid === pid) ? states.get(rank) ?? null : null;
+    ranks.some((p) => p.rank === rank && p.pid === pid)
+      ? states.get(rank) ?? null
+      : remote.processState(rank, pid);
 
   /**
    * Each rank's latest state: its store record, or its state page when this node's rank wrote the
@@ -150,6 +158,10 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       if (!view || view.rank !== p.rank || view.pid !== p.pid) continue;
       const known = byRank.get(p.rank);
       if (!known || view.heardS <= known.heardS) byRank.set(p.rank, view);
+    }
+    if (opts.nnodes > 1) {
+      remote.update(await client.list(keys.nodeViewPrefix));
+      remote.merge(byRank);
     }
     return [...byRank.values()].sort((a, b) => a.rank - b.rank);
   };
@@ -295,6 +307,7 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
         worldSize,
         Math.min(opts.hangWarnS, opts.timeoutS),
         stateOf(processStates()),
+        remote.silentNodes(current),
       );
       if (hang && hang.waitS >= opts.timeoutS) {
         const table = rankTable(current, {
@@ -487,6 +500,16 @@ export function startAttempt(ctx: RunContext, k: number): AttemptHandle {
       } of ${worldSize} on node ${node} ` +
         `(pids ${ranks.map((p) => p.pid).join(",")}; ${ctx.threads} native thread(s) each)`,
     );
+    if (opts.nnodes > 1 && !finished) {
+      stopForwarding = forwardNodeView({
+        client,
+        key: keys.nodeView(node),
+        node,
+        runDir: ctx.runDir,
+        ranks: () => ranks,
+        processStates,
+      });
+    }
     if (stopping) return;
     if (node === 0) watch();
     client.wait(nodes.map(keys.nodeDone)).then(async () => {

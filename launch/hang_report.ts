@@ -103,14 +103,18 @@ export function findHang(
   worldSize: number,
   thresholdS: number,
   processState: (rank: number, pid: number) => string | null = () => null,
+  silentNodes: readonly SilentNode[] = [],
 ): Hang | null {
   // What the launcher sees itself comes first: a rank whose process is stopped (SIGSTOP, a
   // debugger, a suspended job) is the stall, whatever its last published record says; it is
-  // never counted among the ranks that wait.
+  // never counted among the ranks that wait. The ranks of a node whose launcher went silent are
+  // neither blamed nor counted: nothing current is known of them.
+  const unknown = new Set(silentNodes.flatMap((n) => n.ranks));
   const stoppedRanks = reported.filter((v) =>
-    v.status === "running" && STOPPED_STATES.has(processState(v.rank, v.pid) ?? "")
+    !unknown.has(v.rank) && v.status === "running" &&
+    STOPPED_STATES.has(processState(v.rank, v.pid) ?? "")
   );
-  const isStopped = new Set(stoppedRanks.map((v) => v.rank));
+  const isStopped = new Set([...stoppedRanks.map((v) => v.rank), ...unknown]);
   const views = reported.filter((v) => !isStopped.has(v.rank)).map((v) =>
     inferBlocked(v, processState(v.rank, v.pid))
   );
@@ -144,6 +148,7 @@ export function findHang(
     } (process state "${processState(v.rank, v.pid)}": SIGSTOP, a debugger or a suspended job) ` +
     `and has not been heard from for ${seconds(v.heardS)}`
   );
+  stopped.push(...silentNodes.map(silentNodeText));
   const sentence = stopped.length > 0
     ? `${stopped.join("; ")}: ${head}${others.length > 0 ? `; ${others.join("; ")}` : ""}`
     : others.length === 0
@@ -154,11 +159,29 @@ export function findHang(
       key,
       [...memberRanks].sort(),
       [...isStopped].sort(),
+      silentNodes.map((n) => n.node),
       others.map((o) => o.replace(/ (for [\d.]+ s|is [\d.]+ s old\))$/, "")),
     ]),
     waitS,
     sentence,
   };
+}
+
+/** A node whose launcher stopped forwarding what it sees of its ranks (launch/node_view.ts). */
+export interface SilentNode {
+  node: number;
+  /** its ranks that are silent too: where they are is not known */
+  ranks: number[];
+  /** seconds since its launcher was last heard from */
+  heardS: number;
+}
+
+function silentNodeText(n: SilentNode): string {
+  return `node ${n.node}'s launcher has not been heard from for ${
+    seconds(n.heardS)
+  } (the node is stopped, overloaded or cut off), so where rank(s) ${
+    rankList(n.ranks)
+  } are is not known`;
 }
 
 /** Process states of a rank that cannot run until someone continues it. */

@@ -34,6 +34,10 @@ export function attemptKeys(attempt: number) {
     nodeDone: (n: number) => `${a}/node/${n}/done`,
     /** node n has no rank of this attempt left running */
     nodeStopped: (n: number) => `${a}/node/${n}/stopped`,
+    /** prefix of the node views: what each node's launcher sees of its ranks (launch/node_view.ts) */
+    nodeViewPrefix: `${a}/view/`,
+    /** JSON NodeView of node n, rewritten by its launcher's own timer */
+    nodeView: (n: number) => `${a}/view/${n}`,
     /** prefix of every rank state record */
     rankStatePrefix: `${a}/rank/`,
     /** JSON RankState of rank r */
