@@ -238,9 +238,10 @@ Deno.test({
       perNode: 2,
       port: freePort(),
       token: tokenFile(t, "token", 0o600),
+      // The report waits 5 s: node 1's launcher forwards every 0.5 s, even on a loaded machine.
       rest: [
         "--hang-warn",
-        "3",
+        "5",
         "--timeout",
         "300",
         join(SCRIPTS, "stop_self.ts"),
@@ -255,31 +256,33 @@ Deno.test({
     const err = node0.stderr();
     const hang = err.split("\n").find((l) => /hang: /.test(l))!;
     // Rank 3's store record never left its loop; only its node's forwarded view knows it stopped.
-    const m = new RegExp(
-      `hang: rank 3 \\(pid ${
-        pids.get(3)
-      }\\) is stopped by a signal \\(process state "T": SIGSTOP, ` +
-        `a debugger or a suspended job\\) and has not been heard from for [\\d.]+ s: ranks 0,1,2 wait at barrier "step" \\(seq (\\d+)\\) for [\\d.]+ s$`,
-    ).exec(hang);
-    assert.ok(m, `node 0's hang line:\n${hang}\n\nnode 0:\n${err}\n\nnode 1:\n${node1.stderr()}`);
-    const seq = Number(m[1]);
-    // The table has rank 3 where its page left it: past the barrier before the one the others
-    // wait in, on node 1, not responding because it is stopped.
+    const head = `hang: rank 3 (pid ${pids.get(3)}) is stopped by a signal (process state "T": ` +
+      `SIGSTOP, a debugger or a suspended job) and has not been heard from for `;
+    const at = hang.indexOf(head);
+    assert.ok(
+      at >= 0,
+      `node 0's hang line:\n${hang}\n\nnode 0:\n${err}\n\nnode 1:\n${node1.stderr()}`,
+    );
+    // Then the waiting ranks, rank 2 among them where its forwarded page has it (barrier 21 or 22;
+    // its store record is still at barrier 1). A barrier is an exchange of records in which some
+    // ranks may finish before others, so which of 21 and 22 each waits in is not fixed.
+    const rest = hang.slice(at + head.length);
+    assert.match(rest, /^[\d.]+ s: ranks? [\d,]+ waits? at barrier "step" \(seq 2[12]\)/, hang);
+    assert.doesNotMatch(rest, /rank 3|\(seq 1\)|itself is stuck/, hang);
+    // The table has rank 3 where its page left it (past barrier i = 20, the group's 21st
+    // collective), on node 1, not responding because it is stopped; and rank 2 in the next one.
     assert.match(
       err,
       new RegExp(
         `^\\[dtrain\\] 3\\s+1\\s+\\S+\\s+${
           pids.get(3)
         }\\s+not responding \\(stopped by a signal\\)` +
-          `.*past barrier "step" \\(seq ${seq - 1}\\)`,
+          `.*past barrier "step" \\(seq 21\\)`,
         "m",
       ),
       err,
     );
-    assert.match(
-      err,
-      new RegExp(`^\\[dtrain\\] 2\\s+1\\s+.*barrier "step" \\(seq ${seq}\\) (stuck|waiting)`, "m"),
-    );
+    assert.match(err, /^\[dtrain\] 2\s+1\s+.*barrier "step" \(seq 2[12]\) (stuck|waiting)/m, err);
   } finally {
     resume(stopped);
     await t.cleanup();
@@ -319,12 +322,14 @@ Deno.test({
     await waitUntil(() => /hang: /.test(node0.stderr()), 90_000, "node 0's hang report");
     const err = node0.stderr();
     const hang = err.split("\n").find((l) => /hang: /.test(l))!;
-    assert.match(
-      hang,
-      /hang: node 1's launcher has not been heard from for [\d.]+ s \(the node is stopped, overloaded or cut off\), so where rank\(s\) 2,3 are is not known: ranks 0,1 wait at barrier "step" \(seq \d+\) for [\d.]+ s$/,
-      err,
-    );
-    assert.doesNotMatch(hang, /rank [23] \(pid \d+\) is stopped/);
+    const head =
+      /hang: node 1's launcher has not been heard from for [\d.]+ s \(the node is stopped, overloaded or cut off\), so where rank\(s\) 2,3 are is not known: /;
+    assert.match(hang, head, err);
+    // The waiting ranks are node 0's; a barrier is an exchange of records in which some ranks may
+    // finish before others, so ranks 0 and 1 may wait in two successive barriers.
+    const rest = hang.slice(hang.search(head)).replace(head, "");
+    assert.match(rest, /^ranks? [01,]+ waits? at barrier "step"/, hang);
+    assert.doesNotMatch(rest, /rank [23]\b|ranks [\d,]*[23]\b|is stopped|itself is stuck/, hang);
   } finally {
     resume(stopped);
     await t.cleanup();
