@@ -13,6 +13,7 @@
  */
 import { type CheckedCalls, checkedCalls } from "./calls.ts";
 import { cString, type NativeLibrary, openLibrary } from "./native.ts";
+import { buildHash } from "./value_calls.ts";
 
 const P = "pointer" as const;
 const BUF = "buffer" as const;
@@ -133,8 +134,12 @@ export function glooCloseLeaked(handle: Deno.PointerObject): void {
   glooLibrary().symbols.dt_gloo_close(handle);
 }
 
+/** The Gloo version `lib` (this library, perhaps opened by a probe of its own) was built against. */
+export function glooVersion(lib: NativeLibrary<GlooSymbols> = glooLibrary()): string {
+  return cString(lib.symbols.dt_gloo_version());
+}
+
 /** The library's build hash and the Gloo version it was built against (for run records). */
 export function glooBuildInfo(): { buildHash: string; version: string } {
-  const s = glooLibrary().symbols;
-  return { buildHash: cString(s.dt_build_hash()), version: cString(s.dt_gloo_version()) };
+  return { buildHash: buildHash(glooLibrary()), version: glooVersion() };
 }
