@@ -22,8 +22,8 @@ const SKIPPED = new Set(["ffi", "tests", "scripts", "node_modules", "build", "di
  * ncclResult_t, where ncclInProgress is not a failure but an answer these
  * callers poll (a nonblocking communicator's start, queueing and teardown),
  * so NCCL's calls do not fit the dt_status wrappers; ffi/nccl.ts owns its
- * error text. The watchdog worker opens its own handles (FFI handles do not
- * cross threads). A file leaves this list once it calls through ffi/ only;
+ * loading and error text (the watchdog worker opens its own handles through
+ * it too). A file leaves this list once it calls through ffi/ only;
  * the test fails when a listed file no longer needs its place.
  */
 const NCCL_FAMILY = new Set([
