@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { B, F32, I32, I64, P, STATUS } from "./c_types.ts";
+import { F32, I32, I64, P, STATUS } from "./c_types.ts";
 
 export const ATTENTION_SYMBOLS = {
   // ---- attention --------------------------------------------------------------

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { B, I64, P, STATUS } from "./c_types.ts";
+import { I64, P, STATUS } from "./c_types.ts";
 
 export const LAYOUT_SYMBOLS = {
   // ---- layout ---------------------------------------------------------------
