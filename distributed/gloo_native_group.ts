@@ -6,8 +6,15 @@
  * gloo_backend.ts does both); it logs a refused connection, a security event.
  */
 import { createHmac } from "node:crypto";
-import { GLOO_ERR_REFUSED, GLOO_FLAG_DETAIL, GLOO_PROOF_BYTES, glooLibrary } from "../ffi/gloo.ts";
-import { cString as readCString } from "../ffi/native.ts";
+import {
+  GLOO_ERR_REFUSED,
+  GLOO_FLAG_DETAIL,
+  GLOO_PROOF_BYTES,
+  glooAbort,
+  glooCalls,
+  glooCloseLeaked,
+} from "../ffi/gloo.ts";
+import { DtNativeError } from "../ffi/native.ts";
 import type { GlooSettings } from "./gloo_config.ts";
 
 const encoder = new TextEncoder();
@@ -17,7 +24,7 @@ export const cString = (s: string): Uint8Array => encoder.encode(s.replaceAll("\
 
 /** Closes handles whose group was dropped without close(): a backstop only. */
 const leaked = new FinalizationRegistry<Deno.PointerObject>((handle) => {
-  glooLibrary().symbols.dt_gloo_close(handle);
+  glooCloseLeaked(handle);
 });
 
 /** Who joins one native group and how it is told apart in the store. */
@@ -66,17 +73,13 @@ export class GlooNativeGroup {
     this.member = member;
     this.size = size;
     const out = new Uint8Array(512);
-    glooLibrary().check(
-      glooLibrary().symbols.dt_gloo_info(handle, out, BigInt(out.length)),
-      "dt_gloo_info",
-    );
+    glooCalls().dt_gloo_info(handle, out, BigInt(out.length));
     this.device = decoder.decode(out.subarray(0, out.indexOf(0)));
     leaked.register(this, handle, this);
   }
 
   /** Joins (blocking) once every member has; throws naming those that did not. */
   static open(spec: NativeGroupSpec, s: GlooSettings): GlooNativeGroup {
-    const lib = glooLibrary();
     const n = spec.labels.length;
     const proofsOut = new Uint8Array(n * GLOO_PROOF_BYTES);
     const proofsIn = new Uint8Array(n * GLOO_PROOF_BYTES);
@@ -87,30 +90,32 @@ export class GlooNativeGroup {
     }
     const labels = encoder.encode(spec.labels.map((l) => l.replaceAll("\0", " ") + "\0").join(""));
     const out = new BigUint64Array(1);
-    const status = lib.symbols.dt_gloo_open(
-      cString(s.storeHost),
-      s.storePort,
-      cString(s.token),
-      cString(spec.identity),
-      cString(spec.prefix),
-      cString(spec.attemptAbortKey),
-      spec.member,
-      n,
-      labels,
-      cString(s.iface),
-      cString(s.bindHost),
-      proofsOut,
-      proofsIn,
-      spec.detail ? GLOO_FLAG_DETAIL : 0,
-      BigInt(Math.ceil(spec.timeoutMs)),
-      out,
-    );
-    if (status === GLOO_ERR_REFUSED) {
+    try {
+      glooCalls().dt_gloo_open(
+        cString(s.storeHost),
+        s.storePort,
+        cString(s.token),
+        cString(spec.identity),
+        cString(spec.prefix),
+        cString(spec.attemptAbortKey),
+        spec.member,
+        n,
+        labels,
+        cString(s.iface),
+        cString(s.bindHost),
+        proofsOut,
+        proofsIn,
+        spec.detail ? GLOO_FLAG_DETAIL : 0,
+        BigInt(Math.ceil(spec.timeoutMs)),
+        out,
+      );
+    } catch (e) {
       // A connection that is not the run's is a security event: logged whatever the caller does.
-      const text = readCString(lib.symbols.dt_last_error());
-      console.error(`[dtrain] ${text}`);
+      if (e instanceof DtNativeError && e.status === GLOO_ERR_REFUSED) {
+        console.error(`[dtrain] ${e.text}`);
+      }
+      throw e;
     }
-    lib.check(status, "dt_gloo_open");
     const handle = Deno.UnsafePointer.create(out[0]!);
     if (handle === null) throw new Error("dt_gloo_open returned success but no handle");
     return new GlooNativeGroup(handle, spec.member, n);
@@ -129,7 +134,7 @@ export class GlooNativeGroup {
   /** Fails the group for every member with `reason`; never throws. */
   abort(status: number, reason: string): void {
     if (this.#handle === null) return;
-    glooLibrary().symbols.dt_gloo_abort(this.#handle, status, cString(reason));
+    glooAbort(this.#handle, status, cString(reason));
   }
 
   /** Leaves the group (idempotent). */
@@ -138,6 +143,6 @@ export class GlooNativeGroup {
     if (handle === null) return;
     this.#handle = null;
     leaked.unregister(this);
-    glooLibrary().check(glooLibrary().symbols.dt_gloo_close(handle), "dt_gloo_close");
+    glooCalls().dt_gloo_close(handle);
   }
 }

@@ -22,6 +22,7 @@
  */
 import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
+import { allocOrNull } from "../ffi/value_calls.ts";
 import {
   NCCL_DTYPE,
   NCCL_IN_PROGRESS,
@@ -672,7 +673,7 @@ export class NcclProcessGroup implements ProcessGroup {
   }
 
   #alloc(bytes: number): Deno.PointerObject {
-    const p = cudaKernels().symbols.dt_alloc(BigInt(bytes));
+    const p = allocOrNull(cudaKernels(), bytes);
     if (p === null) {
       throw new Error(
         `NCCL process group: cannot allocate ${bytes} bytes: ${this.#rt.lastError()}`,

@@ -27,26 +27,12 @@ import {
   type WatchdogInit,
 } from "./nccl_watchdog.ts";
 import { finishTeardown } from "./nccl_teardown.ts";
-
-const NCCL = {
-  ncclCommGetAsyncError: { parameters: ["pointer", "buffer"], result: "i32" },
-  ncclCommAbort: { parameters: ["pointer"], result: "i32" },
-  ncclGetErrorString: { parameters: ["i32"], result: "pointer" },
-  ncclGetLastError: { parameters: ["pointer"], result: "pointer", optional: true },
-} as const satisfies Deno.ForeignLibraryInterface;
-
-const CUDA = {
-  /** (event, int32* done) */
-  dt_cuda_event_query: { parameters: ["pointer", "buffer"], result: "i32" },
-  dt_last_error: { parameters: [], result: "pointer" },
-} as const satisfies Deno.ForeignLibraryInterface;
+import { ncclLibrary } from "../ffi/nccl.ts";
+import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
+import { DtNativeError } from "../ffi/native.ts";
 
 /** How often the launcher's abort record is read. */
 const ABORT_POLL_MS = 1000;
-
-function cText(p: Deno.PointerValue): string {
-  return p === null ? "" : Deno.UnsafePointerView.getCString(p);
-}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
@@ -56,11 +42,11 @@ async function watch(init: WatchdogInit): Promise<void> {
   const h = new Int32Array(init.sab, 0, 16);
   const words = new Int32Array(init.sab);
   const view = new DataView(init.sab);
-  const nccl = Deno.dlopen(init.ncclPath, NCCL);
-  const cuda = Deno.dlopen(init.cudaPath, CUDA);
+  // This thread's own handles of the main thread's libraries (FFI handles do not cross threads).
+  const nccl = ncclLibrary(undefined, init.ncclPath);
+  const cuda = new CudaRuntime(cudaKernels(undefined, init.cudaPath));
   const comm = Deno.UnsafePointer.create(init.comm)!;
   const asyncError = new Int32Array(1);
-  const done = new Int32Array(1);
 
   const slotText = (i: number) => {
     const base = SLOT_BASE + i * SLOT_BYTES;
@@ -101,10 +87,7 @@ async function watch(init: WatchdogInit): Promise<void> {
       const what = i >= 0
         ? slotText(i)
         : `the NCCL communicator of rank ${init.rank} of ${init.size}`;
-      const detail = nccl.symbols.ncclGetLastError
-        ? cText(nccl.symbols.ncclGetLastError(comm))
-        : "";
-      const text = cText(nccl.symbols.ncclGetErrorString(err)) + (detail ? ` (${detail})` : "");
+      const text = nccl.errorText(err, comm);
       return failAndAbort(
         FAIL.NCCL,
         err,
@@ -116,16 +99,18 @@ async function watch(init: WatchdogInit): Promise<void> {
       if (Atomics.load(words, slotWord(i, SLOT.ACTIVE)) !== 1) continue;
       const base = SLOT_BASE + i * SLOT_BYTES;
       const event = Deno.UnsafePointer.create(view.getBigInt64(base + SLOT.EVENT, true));
-      if (cuda.symbols.dt_cuda_event_query(event, done) !== 0) {
+      let done: boolean;
+      try {
+        done = cuda.query(event!);
+      } catch (e) {
+        const text = e instanceof DtNativeError ? e.text : (e as Error).message;
         return failAndAbort(
           FAIL.CUDA,
           0,
-          `${slotText(i)} failed: the GPU reported "${
-            cText(cuda.symbols.dt_last_error())
-          }"; the communicator was aborted`,
+          `${slotText(i)} failed: the GPU reported "${text}"; the communicator was aborted`,
         );
       }
-      if (done[0] === 1) {
+      if (done) {
         Atomics.store(words, slotWord(i, SLOT.ACTIVE), 0);
         Atomics.add(h, H.FREED, 1);
         Atomics.notify(h, H.FREED);

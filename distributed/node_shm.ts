@@ -6,8 +6,15 @@
  * (texts this file hands to the segment say "job rank"), so a message never
  * blames the wrong rank.
  */
-import { cString as readCString, DtNativeError } from "../ffi/native.ts";
-import { SHM_DTYPE_CODE, SHM_FLAG_DETAIL, SHM_REDUCE_CODE, shmLibrary } from "../ffi/shm.ts";
+import { DtNativeError } from "../ffi/native.ts";
+import {
+  SHM_DTYPE_CODE,
+  SHM_FLAG_DETAIL,
+  SHM_REDUCE_CODE,
+  shmAbort,
+  shmCalls,
+  shmCloseLeaked,
+} from "../ffi/shm.ts";
 import type { CollectiveDType, ReduceOp } from "./collective_buffer.ts";
 import { cString } from "./gloo_native_group.ts";
 
@@ -27,7 +34,7 @@ export interface NodeShmSpec {
 
 /** Closes handles whose group was dropped without close(): a backstop only. */
 const leaked = new FinalizationRegistry<Deno.PointerObject>((handle) => {
-  shmLibrary().symbols.dt_shm_close(handle);
+  shmCloseLeaked(handle);
 });
 
 /** A node's shared-memory group, as the Gloo group uses it. */
@@ -43,19 +50,18 @@ export class NodeShm {
 
   /** Joins the node's segment; returns once every local rank has. */
   static open(spec: NodeShmSpec): NodeShm {
-    const lib = shmLibrary();
     const out = new BigUint64Array(1);
-    const status = lib.symbols.dt_shm_open(
-      cString(spec.name),
-      spec.localRank,
-      spec.localSize,
-      BigInt(spec.chunkBytes),
-      BigInt(Math.round(spec.spinUs * 1000)),
-      spec.detail ? SHM_FLAG_DETAIL : 0,
-      BigInt(Math.ceil(spec.timeoutMs)),
-      out,
-    );
-    checkShm(status, "dt_shm_open", spec.firstRank);
+    inJobRanks(spec.firstRank, () =>
+      shmCalls().dt_shm_open(
+        cString(spec.name),
+        spec.localRank,
+        spec.localSize,
+        BigInt(spec.chunkBytes),
+        BigInt(Math.round(spec.spinUs * 1000)),
+        spec.detail ? SHM_FLAG_DETAIL : 0,
+        BigInt(Math.ceil(spec.timeoutMs)),
+        out,
+      ));
     const handle = Deno.UnsafePointer.create(out[0]!);
     if (handle === null) throw new Error("dt_shm_open returned success but no handle");
     return new NodeShm(handle, spec.firstRank);
@@ -70,19 +76,17 @@ export class NodeShm {
     op: ReduceOp,
     timeoutMs: number,
   ): void {
-    checkShm(
-      shmLibrary().symbols.dt_shm_reduce_scatter(
-        this.#live(),
+    const handle = this.#live();
+    inJobRanks(this.#firstRank, () =>
+      shmCalls().dt_shm_reduce_scatter(
+        handle,
         out,
         inp,
         BigInt(count),
         SHM_DTYPE_CODE[dtype],
         SHM_REDUCE_CODE[op],
         BigInt(Math.ceil(timeoutMs)),
-      ),
-      "dt_shm_reduce_scatter",
-      this.#firstRank,
-    );
+      ));
   }
 
   /** out [localSize × count] = every local rank's inp [count], in order. */
@@ -93,18 +97,16 @@ export class NodeShm {
     dtype: CollectiveDType,
     timeoutMs: number,
   ): void {
-    checkShm(
-      shmLibrary().symbols.dt_shm_allgather(
-        this.#live(),
+    const handle = this.#live();
+    inJobRanks(this.#firstRank, () =>
+      shmCalls().dt_shm_allgather(
+        handle,
         out,
         inp,
         BigInt(count),
         SHM_DTYPE_CODE[dtype],
         BigInt(Math.ceil(timeoutMs)),
-      ),
-      "dt_shm_allgather",
-      this.#firstRank,
-    );
+      ));
   }
 
   /** Fails the node's group for its other ranks; never throws. `reason`
@@ -113,7 +115,7 @@ export class NodeShm {
   abort(status: number, reason: string): void {
     if (!this.#handle) return;
     const marked = reason.replace(/(?<!job )\brank (\d+)\b/g, "job rank $1");
-    shmLibrary().symbols.dt_shm_abort(this.#handle, status, cString(marked));
+    shmAbort(this.#handle, status, cString(marked));
   }
 
   close(): void {
@@ -121,7 +123,7 @@ export class NodeShm {
     if (h === null) return;
     this.#handle = null;
     leaked.unregister(this);
-    checkShm(shmLibrary().symbols.dt_shm_close(h), "dt_shm_close", this.#firstRank);
+    inJobRanks(this.#firstRank, () => shmCalls().dt_shm_close(h));
   }
 
   #live(): Deno.PointerObject {
@@ -130,10 +132,15 @@ export class NodeShm {
   }
 }
 
-/** Throws like the library's check, with the node's rank numbers renamed to the job's. */
-function checkShm(status: number, symbol: string, firstRank: number): void {
-  if (status === 0) return;
-  const text = readCString(shmLibrary().symbols.dt_last_error())
-    .replace(/(?<!job )\brank (\d+)\b/g, (_, r) => `rank ${firstRank + Number(r)}`);
-  throw new DtNativeError("libdtrain_shm.so", symbol, status, text);
+/** Runs a status-checked call; its DtNativeError is thrown again with the node's rank numbers
+ *  renamed to the job's. */
+function inJobRanks(firstRank: number, call: () => void): void {
+  try {
+    call();
+  } catch (e) {
+    if (!(e instanceof DtNativeError)) throw e;
+    const text = e.text
+      .replace(/(?<!job )\brank (\d+)\b/g, (_, r) => `rank ${firstRank + Number(r)}`);
+    throw new DtNativeError(e.library, e.symbol, e.status, text);
+  }
 }

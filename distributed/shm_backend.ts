@@ -11,7 +11,9 @@ import {
   SHM_DTYPE_CODE,
   SHM_FLAG_DETAIL,
   SHM_REDUCE_CODE,
-  shmLibrary,
+  shmAbort,
+  shmCalls,
+  shmCloseLeaked,
 } from "../ffi/shm.ts";
 import { DtNativeError } from "../ffi/native.ts";
 import { type CollectiveRecord, reportCollective } from "./control/phase.ts";
@@ -36,7 +38,7 @@ const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");
 
 /** Closes handles whose group was dropped without close(): a backstop only. */
 const leaked = new FinalizationRegistry<Deno.PointerObject>((handle) => {
-  shmLibrary().symbols.dt_shm_close(handle);
+  shmCloseLeaked(handle);
 });
 
 /**
@@ -59,16 +61,8 @@ function hostBuffer(b: BufferLike, what: string): ResolvedBuffer {
   return r;
 }
 
-/** A native call of one collective, given the handle and the timeout. */
-type NativeCall = (handle: Deno.PointerObject, timeoutMs: bigint) => number;
-
-const SYMBOL_OF: Record<string, string> = {
-  allReduce: "dt_shm_allreduce",
-  broadcast: "dt_shm_broadcast",
-  allGather: "dt_shm_allgather",
-  reduceScatter: "dt_shm_reduce_scatter",
-  barrier: "dt_shm_barrier",
-};
+/** A status-checked native call of one collective, given the handle and the timeout. */
+type NativeCall = (handle: Deno.PointerObject, timeoutMs: bigint) => void;
 
 /** The shared-memory process group; create it with initProcessGroup(). */
 export class ShmProcessGroup implements ProcessGroup {
@@ -92,7 +86,7 @@ export class ShmProcessGroup implements ProcessGroup {
     this.#handle = handle;
     this.#timeoutMs = cfg.timeoutMs;
     const info = new BigInt64Array(6);
-    shmLibrary().check(shmLibrary().symbols.dt_shm_info(handle, info), "dt_shm_info");
+    shmCalls().dt_shm_info(handle, info);
     this.chunkBytes = Number(info[2]);
     this.segmentBytes = Number(info[3]);
     leaked.register(this, handle, this);
@@ -100,12 +94,11 @@ export class ShmProcessGroup implements ProcessGroup {
 
   /** Joins the group described by `cfg`; returns once every rank has joined. */
   static open(cfg: ProcessGroupConfig): ShmProcessGroup {
-    const lib = shmLibrary();
     // Each launch attempt gets its own segment: a restart never meets a crashed attempt's leftovers.
     const attempt = Deno.env.get("DTRAIN_RESTART_COUNT") ?? "0";
     const name = `/dtrain-${cfg.runId}-a${attempt}-pg`;
     const out = new BigUint64Array(1);
-    const status = lib.symbols.dt_shm_open(
+    shmCalls().dt_shm_open(
       cString(name),
       cfg.rank,
       cfg.size,
@@ -115,7 +108,6 @@ export class ShmProcessGroup implements ProcessGroup {
       BigInt(Math.ceil(cfg.timeoutMs)),
       out,
     );
-    lib.check(status, "dt_shm_open");
     const handle = Deno.UnsafePointer.create(out[0]!);
     if (handle === null) throw new Error("dt_shm_open returned success but no handle");
     return new ShmProcessGroup(cfg, handle, name);
@@ -140,17 +132,13 @@ export class ShmProcessGroup implements ProcessGroup {
     reportCollective(rec, "enter");
     const prev = enter("reduction wait");
     try {
-      const lib = shmLibrary();
-      lib.check(
-        lib.symbols.dt_shm_allreduce(
-          handle,
-          b.ptr,
-          BigInt(b.count),
-          SHM_DTYPE_CODE[b.dtype],
-          SHM_REDUCE_CODE[op],
-          BigInt(Math.ceil(timeoutMs)),
-        ),
-        "dt_shm_allreduce",
+      shmCalls().dt_shm_allreduce(
+        handle,
+        b.ptr,
+        BigInt(b.count),
+        SHM_DTYPE_CODE[b.dtype],
+        SHM_REDUCE_CODE[op],
+        BigInt(Math.ceil(timeoutMs)),
       );
     } catch (e) {
       throw withFailureKind(e as Error, shmFailureKind(e), { inCollective: true });
@@ -175,7 +163,7 @@ export class ShmProcessGroup implements ProcessGroup {
         );
       }
       const args = [b.ptr, BigInt(b.count), SHM_DTYPE_CODE[b.dtype], root] as const;
-      return [b.bytes, (h, t) => shmLibrary().symbols.dt_shm_broadcast(h, ...args, t)];
+      return [b.bytes, (h, t) => shmCalls().dt_shm_broadcast(h, ...args, t)];
     }, opts);
   }
 
@@ -185,7 +173,7 @@ export class ShmProcessGroup implements ProcessGroup {
       const i = hostBuffer(inp, "allGather inp");
       checkSizes(o, i, this.size, 1, "allGather");
       const args = [o.ptr, i.ptr, BigInt(i.count), SHM_DTYPE_CODE[i.dtype]] as const;
-      return [i.bytes, (h, t) => shmLibrary().symbols.dt_shm_allgather(h, ...args, t)];
+      return [i.bytes, (h, t) => shmCalls().dt_shm_allgather(h, ...args, t)];
     }, opts);
   }
 
@@ -207,14 +195,14 @@ export class ShmProcessGroup implements ProcessGroup {
         SHM_DTYPE_CODE[o.dtype],
         SHM_REDUCE_CODE[op],
       ] as const;
-      return [o.bytes, (h, t) => shmLibrary().symbols.dt_shm_reduce_scatter(h, ...args, t)];
+      return [o.bytes, (h, t) => shmCalls().dt_shm_reduce_scatter(h, ...args, t)];
     }, opts);
   }
 
   barrier(name: string, opts: CallOptions = {}): void {
     this.#run("barrier", String(name), () => {
       const cname = cString(String(name));
-      return [0, (h, t) => shmLibrary().symbols.dt_shm_barrier(h, cname, t)];
+      return [0, (h, t) => shmCalls().dt_shm_barrier(h, cname, t)];
     }, opts);
   }
 
@@ -223,7 +211,7 @@ export class ShmProcessGroup implements ProcessGroup {
     if (handle === null) return;
     this.#handle = null;
     leaked.unregister(this);
-    shmLibrary().check(shmLibrary().symbols.dt_shm_close(handle), "dt_shm_close");
+    shmCalls().dt_shm_close(handle);
   }
 
   [Symbol.dispose](): void {
@@ -244,7 +232,7 @@ export class ShmProcessGroup implements ProcessGroup {
     const reason = `rank ${this.rank} called ${op} #${seq} with bad arguments: ${
       (e as Error).message
     }`;
-    shmLibrary().symbols.dt_shm_abort(handle, DT_ERR_ARG, cString(reason));
+    shmAbort(handle, DT_ERR_ARG, cString(reason));
   }
 
   /** Checks the arguments (`prepare` returns the payload bytes and the native
@@ -271,7 +259,7 @@ export class ShmProcessGroup implements ProcessGroup {
     reportCollective(rec, "enter");
     const prev = enter("reduction wait");
     try {
-      shmLibrary().check(call(handle, BigInt(Math.ceil(timeoutMs))), SYMBOL_OF[op] ?? op);
+      call(handle, BigInt(Math.ceil(timeoutMs)));
     } catch (e) {
       throw withFailureKind(e as Error, shmFailureKind(e), { inCollective: true });
     } finally {

@@ -44,7 +44,8 @@ export type StreamCalls<S extends Deno.ForeignLibraryInterface, K extends keyof 
 };
 
 /* Factories by argument count (the stream, when appended, is not counted), written out so that
- * each wrapper has exactly the FFI function's arity. Up to 20 arguments (dt_gemm has 18). */
+ * each wrapper has exactly the FFI function's arity. Up to 20 arguments (dt_gemm has 18,
+ * dt_cpu_gemm_bf16_mixed 20, dt_gloo_open 16). */
 type U = unknown;
 // deno-fmt-ignore
 const WITH_STREAM: ((f: Raw, name: string, s: Deno.PointerValue, fail: Fail) => unknown)[] = [
@@ -176,6 +177,61 @@ const PLAIN: ((f: Raw, name: string, fail: Fail) => unknown)[] = [
   },
   (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U) => {
     const r = f(a, b, c, d, e, g, h, i);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U, t: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U, t: U, u: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, u);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U, t: U, u: U, v: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, u, v);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U, t: U, u: U, v: U, w: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, u, v, w);
+    if (r !== 0) x(n, r);
+  },
+  (f, n, x) => (a: U, b: U, c: U, d: U, e: U, g: U, h: U, i: U, j: U, k: U, l: U, m: U, o: U,
+    p: U, q: U, t: U, u: U, v: U, w: U, z: U) => {
+    const r = f(a, b, c, d, e, g, h, i, j, k, l, m, o, p, q, t, u, v, w, z);
     if (r !== 0) x(n, r);
   },
 ];

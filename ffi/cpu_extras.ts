@@ -1,38 +1,33 @@
 /**
  * Host-only helpers of the CPU kernel library (build/libdtrain_cpu.so) that
- * are not part of the kernel ABI, since they work on JavaScript memory and
- * the CUDA library has no counterpart: the bulk draws of PyTorch's CPU
- * generator (kernels/cpu/random.c), and which GEMM kernel this CPU runs
- * (kernels/cpu/gemm.c). Opened on first use, separately from the
- * kernel table, so the ABI table of ffi/symbols.ts stays the same for both
- * libraries.
+ * are not part of the kernel ABI, since the CUDA library has no counterpart:
+ * which GEMM kernel this CPU runs, and bf16 products of mixed f32/bf16
+ * operands (kernels/cpu/gemm*.c). The generator's bulk draws, the other
+ * dt_cpu_* extras, are ffi/cpu_random.ts. Opened on first use, separately
+ * from the kernel table, so the ABI table of ffi/symbols.ts stays the same
+ * for both libraries. Failures are DtNativeError, as every native call's.
  */
 import { KERNEL_SYMBOLS } from "./symbols.ts";
-import { type NativeLibrary, openLibrary } from "./native.ts";
+import { type CheckedCalls, checkedCalls } from "./calls.ts";
+import { CPU_RANDOM_SYMBOLS } from "./cpu_random.ts";
+import { cString, DtNativeError, type NativeLibrary, openLibrary } from "./native.ts";
 
-const B = "buffer" as const;
 const I32 = "i32" as const;
 const I64 = "i64" as const;
 const F32 = "f32" as const;
 const P = "pointer" as const;
 const STATUS = { result: "i32" } as const;
 
-/** The dt_cpu_* extras: exported by libdtrain_cpu.so only. */
-export const CPU_EXTRA_SYMBOLS = {
-  /** (uint32 words[624], int32* index, float* out, n): out = the next n unit floats of MT19937. */
-  dt_cpu_mt_unit: { parameters: [B, B, B, I64], ...STATUS },
-  /** (words, index, out, n, float from, float span): torch's uniform_, fmaf(unit, span, from). */
-  dt_cpu_mt_uniform: { parameters: [B, B, B, I64, F32, F32], ...STATUS },
-  /** (words, index, int32* out, n): out = torch's randperm(n), drawing n - 1 words. */
-  dt_cpu_randperm: { parameters: [B, B, B, I64], ...STATUS },
-  /** (float* data, blocks, float mean, float std): torch's normal_fill_16_AVX2 over 16 x blocks uniforms. */
-  dt_cpu_normal_fill16: { parameters: [B, I64, F32, F32], ...STATUS },
+/** The GEMM extras of libdtrain_cpu.so. */
+const CPU_GEMM_SYMBOLS = {
   /** (dtype): "avx512bf16", "avx512", "avx2" or "generic", as DTRAIN_CPU_ISA caps it; NULL on error. */
   dt_cpu_gemm_kernel: { parameters: [I32], result: "pointer" },
   /** dt_gemm in bf16 products with A, B and C each f32 or bf16 (a_dtype, b_dtype, c_dtype first,
    *  then dt_gemm's arguments without dtype and stream): f32 operands rounded while packed, an
    *  f32 C gets the bf16 result widened. Only where dt_cpu_gemm_kernel(bf16) is "avx512bf16". */
   dt_cpu_gemm_bf16_mixed: {
+    // a, b, c dtypes; transA, transB; m, n, k; alpha, A, lda, B, ldb, beta, C, ldc; batch and
+    // the three strides
     parameters: [
       I32,
       I32,
@@ -59,25 +54,39 @@ export const CPU_EXTRA_SYMBOLS = {
   },
 } as const satisfies Deno.ForeignLibraryInterface;
 
+/** The dt_cpu_* extras: exported by libdtrain_cpu.so only (the generator's and the GEMM's). */
+export const CPU_EXTRA_SYMBOLS = {
+  ...CPU_RANDOM_SYMBOLS,
+  ...CPU_GEMM_SYMBOLS,
+} as const satisfies Deno.ForeignLibraryInterface;
+
 const TABLE = {
   dt_abi_version: KERNEL_SYMBOLS.dt_abi_version,
   dt_last_error: KERNEL_SYMBOLS.dt_last_error,
-  ...CPU_EXTRA_SYMBOLS,
+  ...CPU_GEMM_SYMBOLS,
 } as const satisfies Deno.ForeignLibraryInterface;
 
-let extras: NativeLibrary<typeof TABLE> | null | undefined;
+const LIBRARY = "libdtrain_cpu.so";
 
-/**
- * The extras, or null where the CPU library cannot be opened (callers then
- * use their TypeScript reference code).
- */
-export function cpuExtras(): NativeLibrary<typeof TABLE> | null {
+interface GemmExtras {
+  lib: NativeLibrary<typeof TABLE>;
+  call: CheckedCalls<typeof TABLE, "dt_cpu_gemm_bf16_mixed">;
+}
+
+let extras: GemmExtras | undefined;
+
+/** The GEMM extras, opened on first call; `what` names the caller in the error when they cannot be. */
+function gemmExtras(what: string): GemmExtras {
   if (extras === undefined) {
+    let lib: NativeLibrary<typeof TABLE>;
     try {
-      extras = openLibrary("libdtrain_cpu.so", TABLE);
-    } catch {
-      extras = null;
+      lib = openLibrary(LIBRARY, TABLE);
+    } catch (e) {
+      throw new Error(`${what}: the CPU kernel library cannot be opened: ${(e as Error).message}`, {
+        cause: e,
+      });
     }
+    extras = { lib, call: checkedCalls(lib, TABLE, ["dt_cpu_gemm_bf16_mixed"]) };
   }
   return extras;
 }
@@ -85,7 +94,7 @@ export function cpuExtras(): NativeLibrary<typeof TABLE> | null {
 /**
  * The GEMM kernel dt_gemm runs for `dtype` here ("avx512bf16" for bf16 on a
  * CPU with AVX512_BF16; "avx512", "avx2" or "generic"), after the
- * DTRAIN_CPU_ISA cap. Throws with the library's text on a bad cap.
+ * DTRAIN_CPU_ISA cap. Throws DtNativeError with the library's text on a bad cap.
  *
  * @example
  * ```ts
@@ -93,16 +102,19 @@ export function cpuExtras(): NativeLibrary<typeof TABLE> | null {
  * ```
  */
 export function gemmKernel(dtype: "f32" | "bf16" | "f16"): string {
-  const lib = cpuExtras();
-  if (!lib) throw new Error("gemmKernel: the CPU kernel library cannot be opened");
+  const { lib } = gemmExtras("gemmKernel");
   const code = { f32: 0, bf16: 1, f16: 2 }[dtype];
   const name = lib.symbols.dt_cpu_gemm_kernel(code);
   if (name === null) {
-    throw new Error(
-      `dt_cpu_gemm_kernel: ${Deno.UnsafePointerView.getCString(lib.symbols.dt_last_error()!)}`,
+    // A pointer result has no status: -1 stands for "NULL returned", the text says why.
+    throw new DtNativeError(
+      LIBRARY,
+      "dt_cpu_gemm_kernel",
+      -1,
+      cString(lib.symbols.dt_last_error()),
     );
   }
-  return Deno.UnsafePointerView.getCString(name);
+  return cString(name);
 }
 
 let mixedBf16: boolean | undefined;
@@ -114,7 +126,7 @@ let mixedBf16: boolean | undefined;
 export function hasGemmBf16Mixed(): boolean {
   if (mixedBf16 === undefined) {
     try {
-      mixedBf16 = cpuExtras() !== null && gemmKernel("bf16") === "avx512bf16";
+      mixedBf16 = gemmKernel("bf16") === "avx512bf16";
     } catch {
       mixedBf16 = false;
     }
@@ -132,7 +144,7 @@ export interface MixedOperand {
  * Row-major C = alpha op(A) op(B) + beta C computed in bf16 products, as
  * dt_gemm in bf16 after casting f32 operands to bf16 and casting the result
  * to f32 where C is f32 — the same bits, without those passes. Only where
- * hasGemmBf16Mixed(); throws with the library's text on failure.
+ * hasGemmBf16Mixed(); throws DtNativeError with the library's text on failure.
  */
 export function gemmBf16Mixed(
   transA: boolean,
@@ -152,10 +164,9 @@ export function gemmBf16Mixed(
     strideC?: number;
   } = {},
 ): void {
-  const lib = cpuExtras();
-  if (!lib) throw new Error("gemmBf16Mixed: the CPU kernel library cannot be opened");
+  const { call } = gemmExtras("gemmBf16Mixed");
   const code = (o: MixedOperand) => (o.f32 ? 0 : 1);
-  const status = lib.symbols.dt_cpu_gemm_bf16_mixed(
+  call.dt_cpu_gemm_bf16_mixed(
     code(a),
     code(b),
     code(c),
@@ -177,9 +188,4 @@ export function gemmBf16Mixed(
     BigInt(opts.strideB ?? k * n),
     BigInt(opts.strideC ?? m * n),
   );
-  if (status !== 0) {
-    throw new Error(
-      `dt_cpu_gemm_bf16_mixed: ${Deno.UnsafePointerView.getCString(lib.symbols.dt_last_error()!)}`,
-    );
-  }
 }

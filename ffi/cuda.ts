@@ -56,27 +56,17 @@ export const CUDA_EXTRA_SYMBOLS = {
   dt_cuda_work_count: { parameters: [B], ...STATUS },
 } as const satisfies Deno.ForeignLibraryInterface;
 
-/** The dt_status extras (dt_cuda_get_device and dt_cuda_host_alloc return values). */
-const CUDA_STATUS_EXTRAS = [
-  "dt_cuda_device_count",
-  "dt_cuda_set_device",
-  "dt_cuda_device_info",
-  "dt_cuda_versions",
-  "dt_cuda_mem_info",
-  "dt_cuda_compute_stream",
-  "dt_cuda_stream_create",
-  "dt_cuda_stream_destroy",
-  "dt_cuda_event_create",
-  "dt_cuda_event_destroy",
-  "dt_cuda_event_record",
-  "dt_cuda_stream_wait_event",
-  "dt_cuda_event_query",
-  "dt_cuda_event_synchronize",
-  "dt_cuda_host_free",
-  "dt_cuda_load_cublaslt",
-  "dt_cuda_gemm_allow_tf32",
-  "dt_cuda_work_count",
-] as const satisfies readonly (keyof typeof CUDA_EXTRA_SYMBOLS)[];
+/** The extras that return a value, not a dt_status (called through named methods below). */
+const CUDA_VALUE_EXTRAS = ["dt_cuda_get_device", "dt_cuda_host_alloc"] as const;
+
+/** The dt_status extras: every other entry of the table, so a new one is declared once. */
+type CudaStatusExtra = Exclude<
+  keyof typeof CUDA_EXTRA_SYMBOLS,
+  (typeof CUDA_VALUE_EXTRAS)[number]
+>;
+const CUDA_STATUS_EXTRAS = Object.keys(CUDA_EXTRA_SYMBOLS).filter((name) =>
+  !(CUDA_VALUE_EXTRAS as readonly string[]).includes(name)
+) as CudaStatusExtra[];
 
 /** The kernel ABI as this library declares it: CUDA_PENDING_SYMBOLS optional
  *  (null when absent; the ops check before calling). */
@@ -169,7 +159,7 @@ export interface CudaDeviceInfo {
 /** Typed calls of the dt_cuda_* extras; every status is checked. */
 export class CudaRuntime {
   readonly #lib: NativeLibrary<CudaSymbols>;
-  readonly #call: CheckedCalls<CudaSymbols, (typeof CUDA_STATUS_EXTRAS)[number]>;
+  readonly #call: CheckedCalls<CudaSymbols, CudaStatusExtra>;
 
   constructor(lib: NativeLibrary<CudaSymbols>) {
     this.#lib = lib;

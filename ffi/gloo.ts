@@ -6,11 +6,14 @@
  *
  * Conventions as in ffi/symbols.ts: every dt_gloo_* call returns a dt_status;
  * counts, sequence numbers and timeouts are 64-bit and must be BigInt.
+ * Callers use glooCalls() (status-checked), and glooAbort()/glooCloseLeaked()
+ * where a failure must not throw; never the raw symbols.
  *
  * @module
  */
 import { type CheckedCalls, checkedCalls } from "./calls.ts";
 import { cString, type NativeLibrary, openLibrary } from "./native.ts";
+import { buildHash } from "./value_calls.ts";
 
 const P = "pointer" as const;
 const BUF = "buffer" as const;
@@ -87,32 +90,56 @@ export function glooLibrary(): NativeLibrary<GlooSymbols> {
   return gloo;
 }
 
-/** The collectives, status-checked (ffi/calls.ts): they throw DtNativeError with the library's text. */
-export type GlooCalls = CheckedCalls<
-  GlooSymbols,
-  | "dt_gloo_check"
-  | "dt_gloo_allreduce"
-  | "dt_gloo_broadcast"
-  | "dt_gloo_allgather"
-  | "dt_gloo_reduce_scatter"
->;
+/** The dt_status symbols of the library that callers call, each status-checked. */
+const GLOO_CALLED = [
+  "dt_gloo_open",
+  "dt_gloo_close",
+  "dt_gloo_info",
+  "dt_gloo_probe",
+  "dt_gloo_check",
+  "dt_gloo_allreduce",
+  "dt_gloo_broadcast",
+  "dt_gloo_allgather",
+  "dt_gloo_reduce_scatter",
+] as const satisfies readonly (keyof GlooSymbols)[];
+
+/** The group's calls, status-checked (ffi/calls.ts): they throw DtNativeError with the library's text. */
+export type GlooCalls = CheckedCalls<GlooSymbols, (typeof GLOO_CALLED)[number]>;
+
+/** A NUL-terminated C string as the library's `const char*` parameters take it. */
+type CText = Parameters<Deno.DynamicLibrary<GlooSymbols>["symbols"]["dt_gloo_abort"]>[2];
 
 let calls: GlooCalls | undefined;
 
-/** The status-checked collectives of the Gloo library, bound on first call. */
+/** The status-checked calls of the Gloo library, bound on first call. */
 export function glooCalls(): GlooCalls {
-  calls ??= checkedCalls(glooLibrary(), GLOO_SYMBOLS, [
-    "dt_gloo_check",
-    "dt_gloo_allreduce",
-    "dt_gloo_broadcast",
-    "dt_gloo_allgather",
-    "dt_gloo_reduce_scatter",
-  ]);
+  calls ??= checkedCalls(glooLibrary(), GLOO_SYMBOLS, GLOO_CALLED);
   return calls;
+}
+
+/**
+ * Fails the group of `handle` for every member with `status` and `reason`
+ * (NUL-terminated). Never throws: it runs while another error is already
+ * being reported, which must not be replaced by this one's.
+ */
+export function glooAbort(handle: Deno.PointerObject, status: number, reason: CText): void {
+  glooLibrary().symbols.dt_gloo_abort(handle, status, reason);
+}
+
+/**
+ * Leaves a group whose handle was dropped without close() (a finalizer's
+ * backstop): nobody is left to hear of a failure, so its status is ignored.
+ */
+export function glooCloseLeaked(handle: Deno.PointerObject): void {
+  glooLibrary().symbols.dt_gloo_close(handle);
+}
+
+/** The Gloo version `lib` (this library, perhaps opened by a probe of its own) was built against. */
+export function glooVersion(lib: NativeLibrary<GlooSymbols> = glooLibrary()): string {
+  return cString(lib.symbols.dt_gloo_version());
 }
 
 /** The library's build hash and the Gloo version it was built against (for run records). */
 export function glooBuildInfo(): { buildHash: string; version: string } {
-  const s = glooLibrary().symbols;
-  return { buildHash: cString(s.dt_build_hash()), version: cString(s.dt_gloo_version()) };
+  return { buildHash: buildHash(glooLibrary()), version: glooVersion() };
 }

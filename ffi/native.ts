@@ -17,6 +17,8 @@ export class DtNativeError extends Error {
   readonly status: number;
   readonly library: string;
   readonly symbol: string;
+  /** The library's own text (what the message quotes after the symbol and status). */
+  readonly text: string;
   constructor(library: string, symbol: string, status: number, text: string) {
     super(
       `${symbol} failed (${library}, status ${status}): ${nativeErrorText(library, status, text)}`,
@@ -25,6 +27,7 @@ export class DtNativeError extends Error {
     this.status = status;
     this.library = library;
     this.symbol = symbol;
+    this.text = text;
   }
 }
 

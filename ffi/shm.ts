@@ -4,10 +4,13 @@
  * process group (distributed/shm_backend.ts) is its only user.
  *
  * Conventions as in ffi/symbols.ts: every dt_shm_* call returns a dt_status;
- * counts and timeouts are i64 and must be passed as BigInt.
+ * counts and timeouts are i64 and must be passed as BigInt. Callers use the
+ * status-checked wrappers of shmCalls(), and shmAbort()/shmCloseLeaked() where
+ * a failure must not throw; never the raw symbols.
  *
  * @module
  */
+import { type CheckedCalls, checkedCalls } from "./calls.ts";
 import { type NativeLibrary, openLibrary } from "./native.ts";
 
 const P = "pointer" as const;
@@ -72,4 +75,47 @@ let shm: NativeLibrary<ShmSymbols> | undefined;
 export function shmLibrary(): NativeLibrary<ShmSymbols> {
   shm ??= openLibrary("libdtrain_shm.so", SHM_SYMBOLS);
   return shm;
+}
+
+/** The dt_status symbols of the library, each status-checked (ffi/calls.ts). */
+const SHM_CALLED = [
+  "dt_shm_open",
+  "dt_shm_close",
+  "dt_shm_info",
+  "dt_shm_allreduce",
+  "dt_shm_broadcast",
+  "dt_shm_allgather",
+  "dt_shm_reduce_scatter",
+  "dt_shm_barrier",
+] as const satisfies readonly (keyof ShmSymbols)[];
+
+/** The status-checked calls of libdtrain_shm.so: they throw DtNativeError with the library's text. */
+export type ShmCalls = CheckedCalls<ShmSymbols, (typeof SHM_CALLED)[number]>;
+
+/** A NUL-terminated C string as the library's `const char*` parameters take it. */
+type CText = Parameters<Deno.DynamicLibrary<ShmSymbols>["symbols"]["dt_shm_abort"]>[2];
+
+let calls: ShmCalls | undefined;
+
+/** The status-checked calls of the shared-memory library, bound on first call. */
+export function shmCalls(): ShmCalls {
+  calls ??= checkedCalls(shmLibrary(), SHM_SYMBOLS, SHM_CALLED);
+  return calls;
+}
+
+/**
+ * Fails the group of `handle` for every rank with `status` and `reason`
+ * (NUL-terminated). Never throws: it runs while another error is already
+ * being reported, which must not be replaced by this one's.
+ */
+export function shmAbort(handle: Deno.PointerObject, status: number, reason: CText): void {
+  shmLibrary().symbols.dt_shm_abort(handle, status, reason);
+}
+
+/**
+ * Detaches a handle whose group was dropped without close() (a finalizer's
+ * backstop): nobody is left to hear of a failure, so its status is ignored.
+ */
+export function shmCloseLeaked(handle: Deno.PointerObject): void {
+  shmLibrary().symbols.dt_shm_close(handle);
 }

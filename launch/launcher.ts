@@ -18,7 +18,7 @@ import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
 import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
 import { ncclLibrary } from "../ffi/nccl.ts";
-import { cString } from "../ffi/native.ts";
+import { buildHash } from "../ffi/value_calls.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
 import { type LaunchOptions, UsageError } from "./options.ts";
 import { LauncherLog } from "./output.ts";
@@ -314,7 +314,7 @@ function gpuVersions(plan: DevicePlan): GpuVersions {
     },
   };
   try {
-    out.nativeCuda = cString(cudaKernels().symbols.dt_build_hash());
+    out.nativeCuda = buildHash(cudaKernels());
   } catch { /* left out */ }
   try {
     const nccl = ncclLibrary(

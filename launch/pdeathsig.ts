@@ -1,11 +1,12 @@
 /**
  * Ties a rank's life to its launcher's: asks Linux (prctl PR_SET_PDEATHSIG)
  * to SIGKILL this process when its parent dies, even if the launcher itself
- * is SIGKILLed and cannot stop its ranks. Called through libc's FFI.
+ * is SIGKILLed and cannot stop its ranks. Called through libc's FFI
+ * (ffi/libc.ts).
  */
+import { setParentDeathSignal } from "../ffi/libc.ts";
 
-const PR_SET_PDEATHSIG = 1;
-const SIGKILL = 9n;
+const SIGKILL = 9;
 
 /** What dieWithParent() achieved. */
 export type ParentWatch =
@@ -17,36 +18,14 @@ export type ParentWatch =
  * still `expectedParent` (it may have died before the request took effect).
  */
 export function dieWithParent(expectedParent: number): ParentWatch {
-  let libc: Deno.DynamicLibrary<{
-    prctl: { parameters: ["i32", "u64", "u64", "u64", "u64"]; result: "i32" };
-    getppid: { parameters: []; result: "i32" };
-  }>;
-  try {
-    libc = Deno.dlopen("libc.so.6", {
-      prctl: { parameters: ["i32", "u64", "u64", "u64", "u64"], result: "i32" },
-      getppid: { parameters: [], result: "i32" },
-    });
-  } catch (e) {
+  const r = setParentDeathSignal(SIGKILL);
+  if ("error" in r) return { ok: false, parentGone: false, reason: r.error };
+  if (r.parent !== expectedParent) {
     return {
       ok: false,
-      parentGone: false,
-      reason: `cannot open libc.so.6 for prctl: ${(e as Error).message}`,
+      parentGone: true,
+      reason: `the launcher (pid ${expectedParent}) is gone; parent is now pid ${r.parent}`,
     };
   }
-  try {
-    if (libc.symbols.prctl(PR_SET_PDEATHSIG, SIGKILL, 0n, 0n, 0n) !== 0) {
-      return { ok: false, parentGone: false, reason: "prctl(PR_SET_PDEATHSIG) failed" };
-    }
-    const parent = libc.symbols.getppid();
-    if (parent !== expectedParent) {
-      return {
-        ok: false,
-        parentGone: true,
-        reason: `the launcher (pid ${expectedParent}) is gone; parent is now pid ${parent}`,
-      };
-    }
-    return { ok: true };
-  } finally {
-    libc.close();
-  }
+  return { ok: true };
 }

@@ -6,7 +6,7 @@
  * `mul` whose only use is an `add`/`sub` becomes one fused, once-rounded step.
  */
 import { fmaf32 } from "./float32_fma.ts";
-import { cpuExtras } from "../ffi/cpu_extras.ts";
+import { cpuRandomCalls } from "../ffi/cpu_random.ts";
 
 const f = Math.fround;
 
@@ -146,16 +146,13 @@ export function normalFillBlocks(
   mean: number,
   std: number,
 ): void {
-  const native = blocks >= 4 ? cpuExtras() : null;
+  const native = blocks >= 4 ? cpuRandomCalls() : null;
   if (native) {
-    native.check(
-      native.symbols.dt_cpu_normal_fill16(
-        data.subarray(offset, offset + 16 * blocks),
-        BigInt(blocks),
-        mean,
-        std,
-      ),
-      "dt_cpu_normal_fill16",
+    native.dt_cpu_normal_fill16(
+      data.subarray(offset, offset + 16 * blocks),
+      BigInt(blocks),
+      mean,
+      std,
     );
     return;
   }

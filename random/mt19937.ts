@@ -5,7 +5,7 @@
  * built on top of it are in torch_generator.ts. Bulk draws run in native code
  * (kernels/cpu/random.c) when the CPU library is there, with the same bits.
  */
-import { cpuExtras } from "../ffi/cpu_extras.ts";
+import { cpuRandomCalls } from "../ffi/cpu_random.ts";
 
 /** Number of 32-bit words in the MT19937 state. */
 export const MT_STATE_WORDS = 624;
@@ -78,17 +78,14 @@ export class Mt19937 {
    * out[from..to): uniform_real_distribution<float>(0, 1) as torch draws it.
    */
   fillUnit(out: Float32Array, from: number, to: number): void {
-    const native = to - from >= NATIVE_MIN ? cpuExtras() : null;
+    const native = to - from >= NATIVE_MIN ? cpuRandomCalls() : null;
     if (native) {
       this.#nativeIndex[0] = this.#index;
-      native.check(
-        native.symbols.dt_cpu_mt_unit(
-          this.#words,
-          this.#nativeIndex,
-          out.subarray(from, to),
-          BigInt(to - from),
-        ),
-        "dt_cpu_mt_unit",
+      native.dt_cpu_mt_unit(
+        this.#words,
+        this.#nativeIndex,
+        out.subarray(from, to),
+        BigInt(to - from),
       );
       this.#index = this.#nativeIndex[0]!;
       return;
@@ -103,13 +100,10 @@ export class Mt19937 {
    */
   fillPermutation(out: Int32Array): void {
     const n = out.length;
-    const native = n >= NATIVE_MIN ? cpuExtras() : null;
+    const native = n >= NATIVE_MIN ? cpuRandomCalls() : null;
     if (native) {
       this.#nativeIndex[0] = this.#index;
-      native.check(
-        native.symbols.dt_cpu_randperm(this.#words, this.#nativeIndex, out, BigInt(n)),
-        "dt_cpu_randperm",
-      );
+      native.dt_cpu_randperm(this.#words, this.#nativeIndex, out, BigInt(n));
       this.#index = this.#nativeIndex[0]!;
       return;
     }
@@ -133,20 +127,10 @@ export class Mt19937 {
     span: number,
     fma: (a: number, b: number, c: number) => number,
   ): void {
-    const native = out.length >= NATIVE_MIN ? cpuExtras() : null;
+    const native = out.length >= NATIVE_MIN ? cpuRandomCalls() : null;
     if (native) {
       this.#nativeIndex[0] = this.#index;
-      native.check(
-        native.symbols.dt_cpu_mt_uniform(
-          this.#words,
-          this.#nativeIndex,
-          out,
-          BigInt(out.length),
-          from,
-          span,
-        ),
-        "dt_cpu_mt_uniform",
-      );
+      native.dt_cpu_mt_uniform(this.#words, this.#nativeIndex, out, BigInt(out.length), from, span);
       this.#index = this.#nativeIndex[0]!;
       return;
     }

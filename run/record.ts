@@ -5,7 +5,7 @@
  */
 import { basename, dirname, join } from "node:path";
 import pkg from "../package.json" with { type: "json" };
-import { cString } from "../ffi/native.ts";
+import { buildHash } from "../ffi/value_calls.ts";
 import { cpuKernels } from "../ffi/cpu.ts";
 import { envRule } from "./env_rules.ts";
 import {
@@ -58,7 +58,7 @@ export interface GpuVersions {
 
 /** The CPU library's dt_build_hash (opens the library on first use). */
 function cpuBuildHash(): string {
-  return cString(cpuKernels().symbols.dt_build_hash());
+  return buildHash(cpuKernels());
 }
 
 /** `read()`, or `unavailable: <why>` when it throws. */

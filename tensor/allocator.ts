@@ -7,7 +7,7 @@
  * another, and each is freed by the library that allocated it.
  */
 import { backend, backendOf, type Device } from "./backend.ts";
-import { cString } from "../ffi/native.ts";
+import { allocOrNull, lastAllocError } from "../ffi/value_calls.ts";
 import { countMemory, currentMemoryKind, type MemoryKind } from "./memory_kinds.ts";
 
 /** Sizes are rounded up to 256 bytes, or to 1/8 of their power of two above 64 KiB. */
@@ -48,17 +48,13 @@ export function allocBlock(bytes: number): Block {
   if (ptr) {
     cachedBytes -= capacity;
   } else {
-    const p = b.lib.symbols.dt_alloc(BigInt(capacity));
+    const p = allocOrNull(b.lib, capacity);
     if (p === null) {
       // Memory may be held in the cache: give it back and try once more.
       emptyCache();
-      const q = b.lib.symbols.dt_alloc(BigInt(capacity));
+      const q = allocOrNull(b.lib, capacity);
       if (q === null) {
-        throw new Error(
-          `Cannot allocate ${capacity} bytes on ${b.kind}: ${
-            cString(b.lib.symbols.dt_last_error())
-          }`,
-        );
+        throw new Error(`Cannot allocate ${capacity} bytes on ${b.kind}: ${lastAllocError(b.lib)}`);
       }
       ptr = q;
     } else {

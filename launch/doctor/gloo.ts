@@ -5,8 +5,9 @@
  * GLOO_SOCKET_IFNAME names, or else the one that reaches node 0 — as Gloo
  * itself describes the device it opens there.
  */
-import { cString } from "../../ffi/native.ts";
-import { GLOO_SYMBOLS } from "../../ffi/gloo.ts";
+import { DtNativeError } from "../../ffi/native.ts";
+import { GLOO_SYMBOLS, glooCalls, glooVersion } from "../../ffi/gloo.ts";
+import { buildHash } from "../../ffi/value_calls.ts";
 import { plannedCpuBackend } from "../../distributed/pg_config.ts";
 import { type LibraryFacts, probeLibrary } from "./native.ts";
 
@@ -53,11 +54,9 @@ export function probeGloo(nnodes: number, nproc: number, masterAddr: string | nu
     backend = nnodes > 1 ? "gloo" : "shm";
   }
   let version: string | null = null;
-  let symbols: Deno.DynamicLibrary<typeof GLOO_SYMBOLS>["symbols"] | null = null;
-  const library = probeLibrary("libdtrain_gloo.so", GLOO_SYMBOLS, (s) => {
-    symbols = s;
-    version = cString(s.dt_gloo_version());
-    return { buildHash: cString(s.dt_build_hash()), backend: null };
+  const library = probeLibrary("libdtrain_gloo.so", GLOO_SYMBOLS, (lib) => {
+    version = glooVersion(lib);
+    return { buildHash: buildHash(lib), backend: null };
   });
   const ifname = Deno.env.get("GLOO_SOCKET_IFNAME")?.trim() || null;
   const toward = masterAddr ?? Deno.hostname();
@@ -74,22 +73,21 @@ export function probeGloo(nnodes: number, nproc: number, masterAddr: string | nu
     loopback: false,
     error: library.loaded ? null : "the Gloo library does not load",
   };
-  const s = symbols as Deno.DynamicLibrary<typeof GLOO_SYMBOLS>["symbols"] | null;
-  if (s) {
+  if (library.loaded) {
     const enc = new TextEncoder();
     const out = new Uint8Array(512);
-    const status = s.dt_gloo_probe(
-      enc.encode(`${ifname ?? ""}\0`),
-      enc.encode(`${toward}\0`),
-      out,
-      BigInt(out.length),
-    );
-    if (status === 0) {
+    try {
+      glooCalls().dt_gloo_probe(
+        enc.encode(`${ifname ?? ""}\0`),
+        enc.encode(`${toward}\0`),
+        out,
+        BigInt(out.length),
+      );
       facts.device = new TextDecoder().decode(out.subarray(0, out.indexOf(0)));
       Object.assign(facts, parseDevice(facts.device));
       facts.loopback = /^127\.|^::1$/.test(facts.addr ?? "");
-    } else {
-      facts.error = cString(s.dt_last_error());
+    } catch (e) {
+      facts.error = e instanceof DtNativeError ? e.text : (e as Error).message;
     }
   }
   return facts;

@@ -6,7 +6,8 @@
  */
 import { KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
 import { SHM_SYMBOLS } from "../../ffi/shm.ts";
-import { cString, findLibrary, libraryDirs, openLibrary } from "../../ffi/native.ts";
+import { findLibrary, libraryDirs, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
+import { backendName, buildHash } from "../../ffi/value_calls.ts";
 import { CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../../ffi/cuda.ts";
 import { ncclLibrary } from "../../ffi/nccl.ts";
 import { cudaLibraryDirs } from "../../ffi/cuda_libs.ts";
@@ -50,9 +51,7 @@ function recordedHash(path: string): string | null {
 export function probeLibrary<S extends Deno.ForeignLibraryInterface>(
   name: string,
   symbols: S,
-  describe: (
-    sym: Deno.DynamicLibrary<S>["symbols"],
-  ) => { buildHash: string; backend: string | null },
+  describe: (lib: NativeLibrary<S>) => { buildHash: string; backend: string | null },
 ): LibraryFacts {
   const facts: LibraryFacts = {
     name,
@@ -70,7 +69,7 @@ export function probeLibrary<S extends Deno.ForeignLibraryInterface>(
     facts.recordedHash = recordedHash(facts.path);
     // Never closed: a kernel library may have started its thread pool.
     const lib = openLibrary(name, symbols, facts.path);
-    Object.assign(facts, describe(lib.symbols), { loaded: true });
+    Object.assign(facts, describe(lib), { loaded: true });
   } catch (e) {
     facts.error = (e as Error).message;
   }
@@ -80,12 +79,12 @@ export function probeLibrary<S extends Deno.ForeignLibraryInterface>(
 /** The CPU and shared-memory libraries, found and loaded. */
 export function probeCpuLibraries(): LibraryFacts[] {
   return [
-    probeLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS, (s) => ({
-      buildHash: cString(s.dt_build_hash()),
-      backend: cString(s.dt_backend_name()),
+    probeLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS, (lib) => ({
+      buildHash: buildHash(lib),
+      backend: backendName(lib),
     })),
-    probeLibrary("libdtrain_shm.so", SHM_SYMBOLS, (s) => ({
-      buildHash: cString(s.dt_build_hash()),
+    probeLibrary("libdtrain_shm.so", SHM_SYMBOLS, (lib) => ({
+      buildHash: buildHash(lib),
       backend: null,
     })),
   ];
@@ -150,9 +149,9 @@ export function probeGpu(): GpuFacts {
     backend: null,
   };
   if (a.ok) {
-    const s = cudaKernels(a.libraries.driver).symbols;
-    kernels.buildHash = cString(s.dt_build_hash());
-    kernels.backend = cString(s.dt_backend_name());
+    const lib = cudaKernels(a.libraries.driver);
+    kernels.buildHash = buildHash(lib);
+    kernels.backend = backendName(lib);
   }
   let ncclVersion: string | null = null;
   let ncclError: string | null = null;

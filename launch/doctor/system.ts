@@ -4,6 +4,7 @@
  * free space (statvfs through libc), and the open-file and locked-memory
  * limits. File paths are parameters so tests can hand in their own.
  */
+import { statvfsWords } from "../../ffi/libc.ts";
 
 /** The CPU. */
 export interface CpuFacts {
@@ -75,36 +76,25 @@ const STATVFS_BYTES = 112;
  * ```
  */
 export function fsSpace(path: string): FsSpace {
-  let libc: Deno.DynamicLibrary<{ statvfs: { parameters: ["buffer", "buffer"]; result: "i32" } }>;
-  try {
-    libc = Deno.dlopen("libc.so.6", {
-      statvfs: { parameters: ["buffer", "buffer"], result: "i32" },
-    });
-  } catch (e) {
-    return { path, ok: false, error: `cannot open libc.so.6: ${(e as Error).message}` };
-  }
-  try {
-    const out = new BigUint64Array(STATVFS_BYTES / 8);
-    const cPath = new TextEncoder().encode(path + "\0");
-    if (libc.symbols.statvfs(cPath, out) !== 0) {
-      let why = "statvfs failed";
-      try {
-        Deno.statSync(path);
-      } catch (e) {
-        why = (e as Error).message;
-      }
-      return { path, ok: false, error: why };
+  const out = new BigUint64Array(STATVFS_BYTES / 8);
+  const r = statvfsWords(path, out);
+  if (typeof r === "object") return { path, ok: false, error: r.error };
+  if (r === "failed") {
+    let why = "statvfs failed";
+    try {
+      Deno.statSync(path);
+    } catch (e) {
+      why = (e as Error).message;
     }
-    const frsize = Number(out[1]!);
-    return {
-      path,
-      ok: true,
-      totalBytes: Number(out[2]!) * frsize,
-      freeBytes: Number(out[4]!) * frsize,
-    };
-  } finally {
-    libc.close();
+    return { path, ok: false, error: why };
   }
+  const frsize = Number(out[1]!);
+  return {
+    path,
+    ok: true,
+    totalBytes: Number(out[2]!) * frsize,
+    freeBytes: Number(out[4]!) * frsize,
+  };
 }
 
 /** A resource limit: soft and hard, null meaning unlimited. */

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { BUILD_DIR, buildNative } from "../../scripts/build_native.ts";
-import { KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
+import { CUDA_PENDING_SYMBOLS, KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
 import { CUDA_EMU_LIBRARIES, CUDA_SYMBOLS, type CudaSymbols } from "../../ffi/cuda.ts";
 import { cString, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
 import { type CaseLibraries, Rng, runCase } from "../../scripts/gpu_check/_harness.ts";
@@ -89,7 +89,12 @@ Deno.test({
       "dt_deferred_error",
     ];
     const covered = new Set([...runtime, ...cases.flatMap((c) => c.symbols)]);
-    assert.deepEqual(Object.keys(KERNEL_SYMBOLS).filter((s) => !covered.has(s)), []);
+    // a kernel the CUDA library does not have yet (CUDA_PENDING_SYMBOLS) needs no case yet
+    const pending = CUDA_PENDING_SYMBOLS as ReadonlySet<string>;
+    assert.deepEqual(
+      Object.keys(KERNEL_SYMBOLS).filter((s) => !covered.has(s) && !pending.has(s)),
+      [],
+    );
     // 2 multiprocessors: 64 blocks of 256 per grid-stride pass, 128 rows per row grid
     const S = EMULATED_SIZES;
     assert.ok(S.elementwise.some((n) => n > 64 * 256) && S.elementwise.includes(0));

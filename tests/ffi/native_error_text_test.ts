@@ -36,3 +36,12 @@ Deno.test("nativeErrorText() passes a library's real text through unchanged", ()
   const text = "#2 allReduce(sum, 100000 x f32) on rank 0 cannot complete: rank 1 (pid 7) exited";
   assert.equal(nativeErrorText("libdtrain_shm.so", 8, text), text);
 });
+
+Deno.test("DtNativeError keeps the library's own text apart from the message", () => {
+  const e = new DtNativeError("libdtrain_shm.so", "dt_shm_barrier", 7, "barrier 'x' timed out");
+  assert.equal(e.text, "barrier 'x' timed out");
+  assert.equal(
+    e.message,
+    "dt_shm_barrier failed (libdtrain_shm.so, status 7): barrier 'x' timed out",
+  );
+});

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { Mt19937 } from "../../random/mt19937.ts";
 import { normalFill16Avx2, normalFillBlocks } from "../../random/box_muller_avx2.ts";
 import { fmaf32 } from "../../random/float32_fma.ts";
-import { cpuExtras } from "../../ffi/cpu_extras.ts";
+import { cpuRandomCalls } from "../../ffi/cpu_random.ts";
 import { TorchGenerator } from "../../random/torch_generator.ts";
 
 const SEEDS = [0, 1, 42, 1337, 2 ** 31 - 1, 0xffffffff];
@@ -29,7 +29,7 @@ function bitsEqual(actual: Float32Array, expected: Float32Array, what: string): 
 }
 
 Deno.test("the CPU library exports the native draws (else TorchGenerator silently runs the slow path)", () => {
-  assert.ok(cpuExtras() !== null, "libdtrain_cpu.so did not open");
+  assert.ok(cpuRandomCalls() !== null, "libdtrain_cpu.so did not open");
 });
 
 Deno.test("Mt19937.fillUnit equals the word-by-word stream and leaves the engine where it would be", () => {
