@@ -4,7 +4,7 @@
  * of this install (a checkout's build/, the single file's lib/), and its
  * failure lists every path tried and the command that builds the library.
  * (The single file's entries verify its extracted files before anything
- * loads: sfx/entry.ts, sfx/rank_entry.ts.)
+ * loads: single_file/entry.ts, single_file/rank_entry.ts.)
  */
 import { join } from "node:path";
 import { installLayout } from "../os/install_layout.ts";

@@ -10,7 +10,7 @@ import { type CudaAvailability, cudaAvailability, gpuSharing } from "../tensor/c
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import { describePlan, type DevicePlan, planDevices } from "./device_plan.ts";
 import { basename } from "node:path";
-import type { AttemptEnd, GpuVersions } from "../run/record.ts";
+import type { AttemptEnd, GpuVersions } from "../run_record/record.ts";
 import { join, resolve } from "node:path";
 import { glooBuildInfo } from "../ffi/gloo.ts";
 import { plannedCpuBackend } from "../distributed/pg_config.ts";
@@ -37,8 +37,8 @@ import {
 import { resolveToken } from "./token.ts";
 import { checkScriptTypes } from "./type_check.ts";
 import { installLayout } from "../os/install_layout.ts";
-import type { RunRecord } from "../run/format.ts";
-import { RUN_FILES } from "../run/files.ts";
+import type { RunRecord } from "../run_record/format.ts";
+import { RUN_FILES } from "../run_record/files.ts";
 import { checkNproc, type NodeCapacity } from "./nproc_limit.ts";
 import { lockRunDir, type RunLock } from "./run_lock.ts";
 
@@ -126,7 +126,7 @@ function checkScript(script: string): string {
 
 /** `dtrain rerun`: the script must still be the file it verified, as the ranks are about to start. */
 async function checkScriptHash(script: string, expected: string): Promise<void> {
-  const { sha256File } = await import("../run/record.ts");
+  const { sha256File } = await import("../run_record/record.ts");
   const now = await sha256File(script);
   if (now !== expected) {
     throw new UsageError(
@@ -336,7 +336,7 @@ async function readPreviousRecord(runDir: string): Promise<RunRecord | null> {
   } catch (e) {
     if (e instanceof Deno.errors.NotFound) return null;
   }
-  return (await import("../run/record.ts")).readRunRecord(runDir);
+  return (await import("../run_record/record.ts")).readRunRecord(runDir);
 }
 
 /**
@@ -360,8 +360,8 @@ async function startRunRecord(
     versions,
     writeRunRecord,
     writeRunRecordAsync,
-  } = await import("../run/record.ts");
-  const { AttemptSchema } = await import("../run/format.ts");
+  } = await import("../run_record/record.ts");
+  const { AttemptSchema } = await import("../run_record/format.ts");
   const { opts, runDir, runId, threads, script } = ctx;
   // What CPU ranks' initProcessGroup() will choose (the same rule), and Gloo's versions when it is Gloo.
   // GPU ranks: NCCL, unless they are alone.

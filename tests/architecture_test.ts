@@ -28,7 +28,7 @@ const LIBRARY_LAYERS: readonly (readonly string[])[] = [
 ];
 
 /** Folders of the tools built on the library; the library never imports them. */
-const TOOLS = ["check", "run", "sfx", "launch", "train", "parity"];
+const TOOLS = ["check", "run_record", "record_tools", "single_file", "launch", "train", "parity"];
 
 /** One import of one module. */
 interface Edge {
