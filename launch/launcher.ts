@@ -6,19 +6,17 @@
  */
 import { resolveDevice } from "../tensor/device_choice.ts";
 import type { DeviceKind } from "../tensor/backend.ts";
-import { type CudaAvailability, cudaAvailability, gpuSharing } from "../tensor/cuda_backend.ts";
+import { type CudaAvailability, cudaAvailability, gpuSharing } from "../ffi/cuda_discovery.ts";
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import { describePlan, type DevicePlan, planDevices } from "./device_plan.ts";
 import { basename } from "node:path";
-import type { AttemptEnd, GpuVersions } from "../run_record/record.ts";
+import type { AttemptEnd } from "../run_record/record.ts";
 import { join, resolve } from "node:path";
-import { glooBuildInfo } from "../ffi/gloo.ts";
+import { nativeVersions } from "../ffi/native_versions.ts";
 import { plannedCpuBackend } from "../distributed/pg_config.ts";
 import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
 import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
-import { ncclLibrary } from "../ffi/nccl.ts";
-import { cString } from "../ffi/native.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
 import { type LaunchOptions, UsageError } from "./options.ts";
 import { LauncherLog } from "./output.ts";
@@ -35,7 +33,7 @@ import {
   writeLaunchRecord,
 } from "./run_dir.ts";
 import { resolveToken } from "./token.ts";
-import { checkScriptTypes } from "./type_check.ts";
+import { checkScriptTypes } from "../check/type_check.ts";
 import { installLayout } from "../os/install_layout.ts";
 import type { RunRecord } from "../run_record/format.ts";
 import { RUN_FILES } from "../run_record/files.ts";
@@ -300,32 +298,6 @@ async function rendezvous(
   return info;
 }
 
-/** What run.json says of the GPUs of a GPU run: the CUDA library's build hash, versions, NCCL's. */
-function gpuVersions(plan: DevicePlan): GpuVersions {
-  if (plan.kind === "cpu") return {};
-  const emulated = plan.kind === "cuda-emu";
-  const a = cudaAvailability(undefined, emulated ? "cuda-emu" : "cuda");
-  if (!a.ok) return {};
-  const out: GpuVersions = {
-    cuda: {
-      runtime: emulated ? `${a.runtimeVersion} (emulated)` : a.runtimeVersion,
-      driver: emulated ? "none (emulated device)" : a.driverVersion,
-      gpus: plan.names,
-    },
-  };
-  try {
-    out.nativeCuda = cString(cudaKernels().symbols.dt_build_hash());
-  } catch { /* left out */ }
-  try {
-    const nccl = ncclLibrary(
-      undefined,
-      emulated && a.libraries.nccl ? a.libraries.nccl : undefined,
-    );
-    out.nccl = emulated ? `${nccl.version} (stand-in)` : nccl.version;
-  } catch { /* no NCCL: a one-rank GPU run needs none */ }
-  return out;
-}
-
 /**
  * The run.json an earlier launch left in `runDir`, or null. The record's reader (and the schema
  * library it validates with) loads only when there is one: a new run starts without them.
@@ -370,16 +342,10 @@ async function startRunRecord(
     : opts.nnodes * opts.nproc > 1
     ? "nccl" as const
     : "single" as const;
-  const v = versions(ctx.plan ? gpuVersions(ctx.plan) : {});
-  if (backend === "gloo") {
-    try {
-      const info = glooBuildInfo();
-      v.native.gloo = info.buildHash;
-      v.gloo = info.version;
-    } catch (e) {
-      v.native.gloo = `unavailable: ${(e as Error).message}`;
-    }
-  }
+  // The native side as the ranks will find it: the GPU stack of a GPU run, Gloo when it is Gloo.
+  const plan = ctx.plan;
+  const gpu = plan?.kind === "cuda" || plan?.kind === "cuda-emu" ? plan.kind : undefined;
+  const v = versions(nativeVersions({ gpu, gloo: backend === "gloo" }), gpu ? plan!.names : []);
   const input = {
     runId,
     name: basename(runDir),
@@ -444,8 +410,361 @@ async function startRunRecord(
   };
 }
 
+/** What the checks before anything starts resolved, for the stages after them. */
+interface Preflight {
+  /** the script's absolute path */
+  script: string;
+  token: string;
+  plan: DevicePlan;
+  /** what resolving `--device auto` said, logged once the run directory exists */
+  deviceNotices: string[];
+}
+
 /**
- * Runs the launcher with parsed options; returns the process exit code.
+ * Stage 1, the refusals before anything starts (no store, no run directory, no rank): the script,
+ * the token, the device ("auto" resolved once here, so every rank gets the same answer), --nproc
+ * against the machine, --resume, then the slower type check and rerun's script hash.
+ */
+async function preflight(opts: LaunchOptions, log: LauncherLog): Promise<Preflight> {
+  const script = checkScript(opts.script);
+  const token = resolveToken(opts);
+  const deviceNotices: string[] = [];
+  opts.device = resolveDevice(opts.device, {
+    notice: (line) => deviceNotices.push(line.replace(/^dtrain: /, "")),
+  });
+  checkNproc(opts.nproc, nodeCapacity(opts));
+  const plan = devicePlan(opts);
+  if (opts.resume !== null) opts.resume = checkResume(opts.resume);
+  // After the cheap refusals: a bad option must not wait for seconds of type-checking.
+  if (!opts.noCheck) await typeCheck(opts.script, script, log);
+  if (opts.expectScriptSha256 !== undefined) await checkScriptHash(script, opts.expectScriptSha256);
+  return { script, token, plan, deviceNotices };
+}
+
+/** What a launch holds while it runs: each way out (return, error, signal) releases it. */
+class LaunchState {
+  current: AttemptHandle | null = null;
+  client: StoreClient | null = null;
+  server: StoreServer | null = null;
+  beat: ReturnType<typeof setInterval> | undefined;
+  /** a stop signal arrived: whatever the attempt's outcome, do not restart */
+  preempted = false;
+  runLock: RunLock | null = null;
+  /** A run directory this launch created, removed again if nothing ran in it. */
+  createdDir: string | null = null;
+  /** The run record of this launch once written (node 0); closed on every way out. */
+  run: Awaited<ReturnType<typeof startRunRecord>> | null = null;
+  constructor(readonly log: LauncherLog) {}
+
+  /** Another node's launcher is gone: its attempt fails, and node 0 stops waiting for it. */
+  async nodeLost(node: number, why: string): Promise<void> {
+    // A launcher that said goodbye before disconnecting left normally.
+    if (this.client && await this.client.get(runKeys.nodeExit(node)).catch(() => null) !== null) {
+      return;
+    }
+    this.current?.nodeLost(node, why);
+    // A launcher that is gone will not say goodbye: say it for it, so node 0 need not wait.
+    this.client?.set(runKeys.nodeExit(node), "disconnected").catch(() => {});
+  }
+}
+
+/**
+ * Stage 2 (node 0): the control store, which the nodes' launchers and every rank connect to. A
+ * launcher of another node that disconnects is lost.
+ */
+function hostStore(opts: LaunchOptions, token: string, s: LaunchState): void {
+  if (opts.nodeRank !== 0) return;
+  s.server = startStore(opts, token, s.log, (node, why) => void s.nodeLost(node, why));
+}
+
+/**
+ * Stop signals and the process's end, from here to the launch's end: a signal goes to the running
+ * attempt, or ends the launch between attempts; whatever ends this process (Deno.exit, an error
+ * nobody caught) leaves no run.json saying "running". Returns the function that stops listening.
+ */
+function watchStops(s: LaunchState): () => void {
+  const onSignal = (sig: Deno.Signal) => {
+    s.preempted = true;
+    if (s.current) return s.current.signal(sig);
+    s.log.info(`received ${sig} while no rank is running; exiting`);
+    s.run?.closeIfOpen({
+      exitCode: signalExitCode(sig),
+      signal: sig,
+      reason: `the launcher received ${sig} between attempts; no rank was running`,
+      interrupted: true,
+    });
+    s.runLock?.release();
+    if (s.createdDir) removeEmptyRunDir(s.createdDir);
+    Deno.exit(signalExitCode(sig));
+  };
+  const onUnload = () =>
+    s.run?.closeIfOpen({
+      exitCode: null,
+      reason: "the launcher exited before this attempt ended",
+    });
+  globalThis.addEventListener("unload", onUnload);
+  const stopListening = onStopSignals(onSignal);
+  return () => {
+    stopListening();
+    globalThis.removeEventListener("unload", onUnload);
+  };
+}
+
+/** Where this node reaches the control store. */
+function storeAddress(opts: LaunchOptions, s: LaunchState): { host: string; port: number } {
+  return {
+    host: s.server ? "127.0.0.1" : opts.masterAddr,
+    port: s.server?.port ?? opts.masterPort ?? MULTI_NODE_PORT,
+  };
+}
+
+/**
+ * Stage 3: this launcher's connection to the store (its own, or node 0's, waited for up to
+ * --rdzv-timeout: a timeout that ends the run).
+ */
+async function connectStore(opts: LaunchOptions, token: string, s: LaunchState): Promise<void> {
+  const { host, port } = storeAddress(opts, s);
+  try {
+    s.client = await StoreClient.connect({
+      host,
+      port,
+      token,
+      timeoutMs: s.server ? OWN_STORE_CONNECT_MS : opts.rdzvTimeoutS * 1000,
+      identity: `launcher node ${opts.nodeRank}`,
+      onRetry: (why) => s.log.info(`waiting for node 0's control store at ${host}:${port}: ${why}`),
+    });
+  } catch (e) {
+    if (
+      !s.server && e instanceof StoreError && e.kind === "connect" && / within /.test(e.message)
+    ) {
+      throw new LaunchTimeout(`${e.message} (--rdzv-timeout ${opts.rdzvTimeoutS} s)`);
+    }
+    throw e;
+  }
+}
+
+/** The run this launcher joined. */
+interface JoinedRun {
+  runId: string;
+  runDir: string;
+  /** attempts that earlier launches into the run directory made */
+  attemptBase: number;
+  /** their run.json, continued by this launch (node 0) */
+  previous: RunRecord | null;
+}
+
+/**
+ * Stage 4: the run directory and the rendezvous. Node 0 proposes a directory, locks it (refusing
+ * one another live launcher holds, before anyone joins) and reads an earlier launch's run.json
+ * (a directory reused to resume keeps its run's id and record); every node meets the others and
+ * learns the run's id. Nothing ran if this fails: a directory this launch created is removed.
+ */
+async function joinRun(opts: LaunchOptions, script: string, s: LaunchState): Promise<JoinedRun> {
+  const proposed = opts.nodeRank === 0
+    ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
+    : null;
+  if (proposed?.created) s.createdDir = proposed.dir;
+  let info: RunInfo, previous: RunRecord | null = null;
+  try {
+    if (proposed) s.runLock = lockRunDir(proposed.dir, 0, proposed.runId);
+    previous = proposed ? await readPreviousRecord(proposed.dir) : null;
+    info = await rendezvous(
+      s.client!,
+      opts,
+      previous?.runId ?? proposed?.runId ?? null,
+      previous?.attempts.length ?? 0,
+    );
+  } catch (e) {
+    s.runLock?.release();
+    s.runLock = null;
+    if (proposed?.created) removeEmptyRunDir(proposed.dir);
+    throw e;
+  }
+  const { dir: runDir } = proposed ??
+    createRunDir({ runDir: opts.runDir, runId: info.runId, exclusive: false });
+  s.runLock ??= lockRunDir(runDir, opts.nodeRank, info.runId);
+  return { runId: info.runId, runDir, attemptBase: info.attemptBase ?? 0, previous };
+}
+
+/**
+ * Stage 5: the node's log file in the run directory, its heartbeat in the store, and what this
+ * launch will do (the run, a lock taken over, the device notices and plan, a resume).
+ */
+function announce(opts: LaunchOptions, pre: Preflight, run: JoinedRun, s: LaunchState): void {
+  const { log } = s;
+  const { runId, runDir } = run;
+  log.attach(
+    `${runDir}/${opts.nodeRank === 0 ? "launcher.log" : `launcher-node${opts.nodeRank}.log`}`,
+  );
+  log.info(
+    `run ${runId}: ${
+      opts.nnodes > 1 ? `node ${opts.nodeRank} of ${opts.nnodes}, ` : ""
+    }logs in ${runDir}`,
+  );
+  const gone = s.runLock!.previous;
+  if (gone) {
+    log.info(
+      `took over the run directory's lock from run ${gone.runId} (pid ${gone.pid} on ${gone.host}), ` +
+        `which ended without releasing it`,
+    );
+  }
+  const c = s.client!;
+  s.beat = setInterval(() => c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now())), BEAT_MS);
+  c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
+  for (const line of pre.deviceNotices) log.info(line);
+  const planLine = describePlan(pre.plan, opts.nodeRank, opts.nproc);
+  if (planLine) log.info(planLine);
+  if (opts.resume !== null) {
+    log.info(`a Trainer resumes from the latest good checkpoint in ${opts.resume}`);
+  }
+}
+
+/** What every attempt of the run is started with. */
+function runContext(opts: LaunchOptions, pre: Preflight, run: JoinedRun, s: LaunchState) {
+  const threads = opts.threads ??
+    Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
+  const ctx: RunContext = {
+    opts,
+    client: s.client!,
+    log: s.log,
+    runId: run.runId,
+    runDir: run.runDir,
+    token: pre.token,
+    masterPort: storeAddress(opts, s).port,
+    threads,
+    script: pre.script,
+    plan: pre.plan,
+    attemptBase: run.attemptBase,
+  };
+  return ctx;
+}
+
+/** launch.json of this node: what it started, updated as attempts start and when the launch ends. */
+function newLaunchRecord(opts: LaunchOptions, argv: readonly string[], ctx: RunContext) {
+  const record: LaunchRecord = {
+    runId: ctx.runId,
+    command: ["dtrain", ...redactToken(argv)],
+    script: ctx.script,
+    scriptArgs: opts.scriptArgs,
+    nproc: opts.nproc,
+    nnodes: opts.nnodes,
+    nodeRank: opts.nodeRank,
+    startedAt: new Date().toISOString(),
+    endedAt: null,
+    exitCode: null,
+    attempts: 0,
+    outcome: null,
+  };
+  return { record, path: launchRecordPath(ctx.runDir, opts.nodeRank) };
+}
+
+/**
+ * The first attempt, started before the records are written: its ranks' start-up (a Deno start,
+ * module loading) overlaps the launcher's bookkeeping (hashing the script, opening the CPU library
+ * for its build hash, loading the record schemas). No record, no run: if they cannot be written,
+ * the ranks just started are stopped before the error is reported.
+ */
+async function startFirstAttempt(
+  ctx: RunContext,
+  argv: readonly string[],
+  previous: RunRecord | null,
+  launchRecord: { record: LaunchRecord; path: string },
+  s: LaunchState,
+): Promise<AttemptHandle> {
+  const current = s.current = startAttempt(ctx, 0);
+  // Spawning needs this process's event loop (the store it serves): the records wait for it.
+  await current.started;
+  try {
+    writeLaunchRecord(launchRecord.path, launchRecord.record);
+    // run.json: the job's rerun record (node 0 only), one entry per attempt.
+    s.run = ctx.opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
+    await s.run?.begin();
+  } catch (e) {
+    current.launchError(`cannot write the run's records: ${(e as Error).message}`);
+    await current.result;
+    throw e;
+  }
+  return current;
+}
+
+/**
+ * Stage 6: the attempts, restarting every rank after a rank's failure or a timeout, up to
+ * --max-restarts (never after a stop signal); each attempt's start and end go into the records.
+ * Returns the exit code and the grace period the last attempt's ranks were given.
+ */
+async function runAttempts(
+  ctx: RunContext,
+  argv: readonly string[],
+  previous: RunRecord | null,
+  s: LaunchState,
+): Promise<{ code: number; graceMs: number }> {
+  const { opts, log, attemptBase = 0 } = ctx;
+  const launchRecord = newLaunchRecord(opts, argv, ctx);
+  const { record } = launchRecord;
+  let code = 1;
+  let graceMs = 0;
+  for (let k = 0;; k++) {
+    record.attempts = k + 1;
+    let current: AttemptHandle;
+    if (k === 0) current = await startFirstAttempt(ctx, argv, previous, launchRecord, s);
+    else {
+      await s.run?.begin();
+      current = s.current = startAttempt(ctx, k);
+    }
+    const result = await current.result;
+    s.current = null;
+    if (result.ok) {
+      code = 0;
+      record.outcome = `every rank exited 0${k > 0 ? ` after ${k} restart(s)` : ""}`;
+      await s.run?.finish(k, { exitCode: 0 });
+      break;
+    }
+    const { abort } = result;
+    code = abort.code;
+    graceMs = abort.graceMs;
+    record.outcome = abort.detail + (abort.rank !== undefined ? ` (rank ${abort.rank})` : "");
+    await s.run?.finish(k, {
+      exitCode: abort.code,
+      signal: abort.signal ?? null,
+      failingRank: abort.rank ?? null,
+      reason: abort.detail,
+      interrupted: s.preempted,
+    });
+    const restartable = abort.reason === "rank-failed" || abort.reason === "timeout";
+    if (!restartable || s.preempted || k >= opts.maxRestarts) break;
+    log.info(
+      `restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${
+        attemptBase + k + 1
+      }`,
+    );
+  }
+  record.endedAt = new Date().toISOString();
+  record.exitCode = code;
+  writeLaunchRecord(launchRecord.path, record);
+  log.info(
+    code === 0
+      ? `run ${ctx.runId} finished: every rank exited 0`
+      : `run ${ctx.runId} failed: exit code ${code}`,
+  );
+  return { code, graceMs };
+}
+
+/** The last stage, on every way out: what the launch held is released, in this order. */
+async function release(s: LaunchState, stopWatching: () => void): Promise<void> {
+  s.current = null;
+  clearInterval(s.beat);
+  stopWatching();
+  s.client?.close();
+  await s.server?.close();
+  s.log.close();
+  s.runLock?.release();
+}
+
+/**
+ * Runs the launcher with parsed options; returns the process exit code. The stages, in the order
+ * a launch happens: the refusals before anything starts, the control store (node 0), the
+ * connection to it, the run directory and rendezvous, the announcement, the attempts, and on
+ * every way out the release of what the launch held.
  *
  * @example
  * ```ts
@@ -453,247 +772,23 @@ async function startRunRecord(
  * ```
  */
 export async function launch(opts: LaunchOptions, argv: readonly string[]): Promise<number> {
-  const log = new LauncherLog();
-  const script = checkScript(opts.script);
-  const token = resolveToken(opts);
-  // "auto" is resolved once here, so every rank gets the same answer and the notice prints once
-  // (after the run directory exists, so that it is in launcher.log too).
-  const deviceNotices: string[] = [];
-  opts.device = resolveDevice(opts.device, {
-    notice: (line) => deviceNotices.push(line.replace(/^dtrain: /, "")),
-  });
-  // Refused before anything starts: no store, no run directory, no rank.
-  checkNproc(opts.nproc, nodeCapacity(opts));
-  const plan = devicePlan(opts);
-  if (opts.resume !== null) opts.resume = checkResume(opts.resume);
-  // After the cheap refusals: a bad option must not wait for seconds of type-checking.
-  if (!opts.noCheck) await typeCheck(opts.script, script, log);
-  if (opts.expectScriptSha256 !== undefined) await checkScriptHash(script, opts.expectScriptSha256);
-  let current: AttemptHandle | null = null;
-  let client: StoreClient | null = null;
-  const nodeLost = async (node: number, why: string) => {
-    // A launcher that said goodbye before disconnecting left normally.
-    if (client && await client.get(runKeys.nodeExit(node)).catch(() => null) !== null) return;
-    current?.nodeLost(node, why);
-    // A launcher that is gone will not say goodbye: say it for it, so node 0 need not wait.
-    client?.set(runKeys.nodeExit(node), "disconnected").catch(() => {});
-  };
-  const server = opts.nodeRank === 0 ? startStore(opts, token, log, nodeLost) : null;
-  const masterPort = server?.port ?? opts.masterPort ?? MULTI_NODE_PORT;
-  const storeHost = server ? "127.0.0.1" : opts.masterAddr;
-
-  let beat: ReturnType<typeof setInterval> | undefined;
-  let preempted = false;
-  let runLock: RunLock | null = null;
-  /** A run directory this launch created, removed again if nothing ran in it. */
-  let createdDir: string | null = null;
-  /** The run record of this launch once written (node 0); closed on every way out. */
-  let run: Awaited<ReturnType<typeof startRunRecord>> | null = null;
-  const onSignal = (sig: Deno.Signal) => {
-    preempted = true; // whatever the attempt's outcome, do not restart after this
-    if (current) return current.signal(sig);
-    log.info(`received ${sig} while no rank is running; exiting`);
-    run?.closeIfOpen({
-      exitCode: signalExitCode(sig),
-      signal: sig,
-      reason: `the launcher received ${sig} between attempts; no rank was running`,
-      interrupted: true,
-    });
-    runLock?.release();
-    if (createdDir) removeEmptyRunDir(createdDir);
-    Deno.exit(signalExitCode(sig));
-  };
-  // Whatever ends this process from here on (Deno.exit, an error nobody caught), run.json
-  // must not say "running" after it.
-  const onUnload = () =>
-    run?.closeIfOpen({
-      exitCode: null,
-      reason: "the launcher exited before this attempt ended",
-    });
-  globalThis.addEventListener("unload", onUnload);
-  const stopListening = onStopSignals(onSignal);
-
+  const s = new LaunchState(new LauncherLog());
+  const pre = await preflight(opts, s.log);
+  hostStore(opts, pre.token, s);
+  const stopWatching = watchStops(s);
   try {
-    try {
-      client = await StoreClient.connect({
-        host: storeHost,
-        port: masterPort,
-        token,
-        timeoutMs: server ? OWN_STORE_CONNECT_MS : opts.rdzvTimeoutS * 1000,
-        identity: `launcher node ${opts.nodeRank}`,
-        onRetry: (why) =>
-          log.info(`waiting for node 0's control store at ${storeHost}:${masterPort}: ${why}`),
-      });
-    } catch (e) {
-      // Node 1.. waited --rdzv-timeout for node 0: a timeout that ended the run.
-      if (
-        !server && e instanceof StoreError && e.kind === "connect" && / within /.test(e.message)
-      ) {
-        throw new LaunchTimeout(`${e.message} (--rdzv-timeout ${opts.rdzvTimeoutS} s)`);
-      }
-      throw e;
-    }
-    const proposed = opts.nodeRank === 0
-      ? createRunDir({ runDir: opts.runDir, runId: makeRunId(script), exclusive: true })
-      : null;
-    if (proposed?.created) createdDir = proposed.dir;
-    let runId: string, attemptBase: number;
-    let previous: RunRecord | null = null;
-    try {
-      // Node 0 refuses a run directory another live launcher holds before anyone joins.
-      if (proposed) runLock = lockRunDir(proposed.dir, 0, proposed.runId);
-      // A run directory reused to resume keeps its run's id and record (run.json).
-      previous = proposed ? await readPreviousRecord(proposed.dir) : null;
-      const info = await rendezvous(
-        client,
-        opts,
-        previous?.runId ?? proposed?.runId ?? null,
-        previous?.attempts.length ?? 0,
-      );
-      runId = info.runId;
-      attemptBase = info.attemptBase ?? 0;
-    } catch (e) {
-      // Nothing ran: leave no run directory behind that this launch created.
-      runLock?.release();
-      runLock = null;
-      if (proposed?.created) removeEmptyRunDir(proposed.dir);
-      throw e;
-    }
-    const { dir: runDir } = proposed ??
-      createRunDir({ runDir: opts.runDir, runId, exclusive: false });
-    runLock ??= lockRunDir(runDir, opts.nodeRank, runId);
-    log.attach(
-      `${runDir}/${opts.nodeRank === 0 ? "launcher.log" : `launcher-node${opts.nodeRank}.log`}`,
-    );
-    log.info(
-      `run ${runId}: ${
-        opts.nnodes > 1 ? `node ${opts.nodeRank} of ${opts.nnodes}, ` : ""
-      }logs in ${runDir}`,
-    );
-    const gone = runLock.previous;
-    if (gone) {
-      log.info(
-        `took over the run directory's lock from run ${gone.runId} (pid ${gone.pid} on ${gone.host}), ` +
-          `which ended without releasing it`,
-      );
-    }
-
-    const c = client;
-    beat = setInterval(() => c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now())), BEAT_MS);
-    c.post(runKeys.nodeBeat(opts.nodeRank), String(Date.now()));
-
-    for (const line of deviceNotices) log.info(line);
-    const planLine = describePlan(plan, opts.nodeRank, opts.nproc);
-    if (planLine) log.info(planLine);
-    if (opts.resume !== null) {
-      log.info(`a Trainer resumes from the latest good checkpoint in ${opts.resume}`);
-    }
-    const threads = opts.threads ??
-      Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
-    const ctx: RunContext = {
-      opts,
-      client,
-      log,
-      runId,
-      runDir,
-      token,
-      masterPort,
-      threads,
-      script,
-      plan,
-      attemptBase,
-    };
-    const record: LaunchRecord = {
-      runId,
-      command: ["dtrain", ...redactToken(argv)],
-      script,
-      scriptArgs: opts.scriptArgs,
-      nproc: opts.nproc,
-      nnodes: opts.nnodes,
-      nodeRank: opts.nodeRank,
-      startedAt: new Date().toISOString(),
-      endedAt: null,
-      exitCode: null,
-      attempts: 0,
-      outcome: null,
-    };
-    const recordPath = launchRecordPath(runDir, opts.nodeRank);
-
-    let code = 1;
-    let graceMs = 0;
-    for (let k = 0;; k++) {
-      record.attempts = k + 1;
-      if (k === 0) {
-        // The first attempt's ranks start before the records are written: their start-up (a Deno
-        // start, module loading) overlaps the launcher's bookkeeping (hashing the script, opening
-        // the CPU library for its build hash, loading the record schemas).
-        current = startAttempt(ctx, k);
-        // Spawning needs this process's event loop (the store it serves): the records wait for it.
-        await current.started;
-        try {
-          writeLaunchRecord(recordPath, record);
-          // run.json: the job's rerun record (node 0 only), one entry per attempt.
-          run = opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
-          await run?.begin();
-        } catch (e) {
-          // No record, no run: the ranks just started are stopped before the error is reported.
-          current.launchError(`cannot write the run's records: ${(e as Error).message}`);
-          await current.result;
-          throw e;
-        }
-      } else {
-        await run?.begin();
-        current = startAttempt(ctx, k);
-      }
-      const result = await current.result;
-      current = null;
-      if (result.ok) {
-        code = 0;
-        record.outcome = `every rank exited 0${k > 0 ? ` after ${k} restart(s)` : ""}`;
-        await run?.finish(k, { exitCode: 0 });
-        break;
-      }
-      const { abort } = result;
-      code = abort.code;
-      graceMs = abort.graceMs;
-      record.outcome = abort.detail + (abort.rank !== undefined ? ` (rank ${abort.rank})` : "");
-      await run?.finish(k, {
-        exitCode: abort.code,
-        signal: abort.signal ?? null,
-        failingRank: abort.rank ?? null,
-        reason: abort.detail,
-        interrupted: preempted,
-      });
-      const restartable = abort.reason === "rank-failed" || abort.reason === "timeout";
-      if (!restartable || preempted || k >= opts.maxRestarts) break;
-      log.info(
-        `restarting every rank (restart ${k + 1} of ${opts.maxRestarts}); DTRAIN_RESTART_COUNT=${
-          attemptBase + k + 1
-        }`,
-      );
-    }
-    record.endedAt = new Date().toISOString();
-    record.exitCode = code;
-    writeLaunchRecord(recordPath, record);
-    log.info(
-      code === 0
-        ? `run ${runId} finished: every rank exited 0`
-        : `run ${runId} failed: exit code ${code}`,
-    );
-    await leave(client, opts, server, graceMs);
+    await connectStore(opts, pre.token, s);
+    const run = await joinRun(opts, pre.script, s);
+    announce(opts, pre, run, s);
+    const ctx = runContext(opts, pre, run, s);
+    const { code, graceMs } = await runAttempts(ctx, argv, run.previous, s);
+    await leave(s.client!, opts, s.server, graceMs);
     return code;
   } catch (e) {
-    run?.closeIfOpen({ exitCode: null, reason: `the launcher failed: ${(e as Error).message}` });
+    s.run?.closeIfOpen({ exitCode: null, reason: `the launcher failed: ${(e as Error).message}` });
     throw e;
   } finally {
-    current = null;
-    clearInterval(beat);
-    stopListening();
-    globalThis.removeEventListener("unload", onUnload);
-    client?.close();
-    await server?.close();
-    log.close();
-    runLock?.release();
+    await release(s, stopWatching);
   }
 }
 

@@ -4,7 +4,8 @@
  * JavaScript in js/, libraries in lib/), and the files another dtrain process
  * (a rank) is started with, so both layouts spawn ranks the same way. The
  * bottom of the tree: loading a native library asks it where to look, and it
- * knows nothing of how the single file is packed or verified (single_file/).
+ * knows nothing of how the single file is packed (single_file/) or verified
+ * (single_file_manifest.ts).
  */
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";

@@ -5,8 +5,11 @@
  */
 import { basename, dirname, join } from "node:path";
 import pkg from "../package.json" with { type: "json" };
-import { cString } from "../ffi/native.ts";
-import { cpuKernels } from "../ffi/cpu.ts";
+import {
+  type LibraryVersion,
+  type NativeVersions,
+  nativeVersions,
+} from "../ffi/native_versions.ts";
 import { envRule } from "./env_rules.ts";
 import {
   type Attempt,
@@ -48,52 +51,50 @@ export function behaviourEnv(
   return Object.fromEntries(names.map((n) => [n, env[n]!]));
 }
 
-/** What `versions()` cannot find out by itself: the CUDA backend's fields. */
-export interface GpuVersions {
-  /** dt_build_hash of the CUDA library */
-  nativeCuda?: string;
-  cuda?: { runtime: string; driver: string; gpus: string[] };
-  nccl?: string;
-}
-
-/** The CPU library's dt_build_hash (opens the library on first use). */
-function cpuBuildHash(): string {
-  return cString(cpuKernels().symbols.dt_build_hash());
-}
-
-/** `read()`, or `unavailable: <why>` when it throws. */
-function orUnavailable(read: () => string): string {
-  try {
-    return read();
-  } catch (e) {
-    return `unavailable: ${(e as Error).message}`;
-  }
+/** `unavailable: <why>` for a library whose version is not known. */
+function versionOrWhy(lib: LibraryVersion): string {
+  return lib.version ?? `unavailable: ${lib.error}`;
 }
 
 /**
- * Versions of everything that computes: dtrain (package.json), Deno, V8,
- * TypeScript, the CPU library's build hash, and the GPU fields passed in.
- * A CPU library that cannot be loaded is recorded as `unavailable: <why>`.
+ * run.json's `versions`: dtrain (package.json), Deno, V8, TypeScript, and the native side as
+ * `nativeVersions()` (ffi/native_versions.ts) found it — the CPU library's build hash
+ * (`unavailable: <why>` when it does not load); when a usable GPU stack was described, the CUDA
+ * library's build hash, the runtime, the driver, `gpus` (the GPUs' names) and NCCL's version,
+ * marked as the emulated device's where they are; Gloo's build hash and version when described.
  *
  * @example
  * ```ts
- * versions({ cuda: { runtime: "12.8", driver: "570.86", gpus: ["NVIDIA H200"] }, nccl: "2.26.2" });
+ * versions(nativeVersions({ gpu: "cuda" }), ["NVIDIA H200"]).cuda; // { runtime: "12.8", driver: "570.86", gpus: [...] }
  * ```
  */
 export function versions(
-  gpu: GpuVersions = {},
-  readCpuHash: () => string = cpuBuildHash,
+  native: NativeVersions = nativeVersions(),
+  gpus: readonly string[] = [],
 ): Versions {
   const v: Versions = {
     dtrain: pkg.version,
     deno: Deno.version.deno,
     v8: Deno.version.v8,
     typescript: Deno.version.typescript,
-    native: { cpu: orUnavailable(readCpuHash) },
+    native: { cpu: versionOrWhy(native.cpu) },
   };
-  if (gpu.nativeCuda !== undefined) v.native.cuda = gpu.nativeCuda;
-  if (gpu.cuda !== undefined) v.cuda = { ...gpu.cuda, gpus: [...gpu.cuda.gpus] };
-  if (gpu.nccl !== undefined) v.nccl = gpu.nccl;
+  const gpu = native.gpu;
+  if (gpu && gpu.runtime !== null && gpu.driver !== null) {
+    const emulated = gpu.flavor === "cuda-emu";
+    v.cuda = {
+      runtime: emulated ? `${gpu.runtime} (emulated)` : gpu.runtime,
+      driver: emulated ? "none (emulated device)" : gpu.driver,
+      gpus: [...gpus],
+    };
+    if (gpu.kernels.version !== null) v.native.cuda = gpu.kernels.version;
+    const nccl = native.nccl?.version; // none: a one-rank GPU run needs no NCCL
+    if (nccl) v.nccl = emulated ? `${nccl} (stand-in)` : nccl;
+  }
+  if (native.gloo) {
+    v.native.gloo = versionOrWhy(native.gloo);
+    if (native.gloo.glooVersion !== null) v.gloo = native.gloo.glooVersion;
+  }
   return v;
 }
 

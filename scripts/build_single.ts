@@ -15,7 +15,7 @@ import { BUILD_DIR, buildNative, LIBRARIES } from "./build_native.ts";
 import { stageGlooRuntime } from "./gloo_runtime_libs.ts";
 import { bundleCompiledMain, bundleDtrain, stopBundler } from "../single_file/bundle.ts";
 import { chooseBuildMode, denortUrl, downloadReachable } from "../single_file/build_mode.ts";
-import { sha256File } from "../single_file/manifest.ts";
+import { sha256File } from "../os/single_file_manifest.ts";
 import {
   fillHeader,
   packPayload,

@@ -11,8 +11,8 @@ import { join } from "node:path";
 export const BUNDLE_ENTRIES = {
   /** the `dtrain` command: checks the extraction, then runs cli.ts */
   dtrain: "single_file/entry.ts",
-  /** the rank bootstrap, loaded with --preload: checks the extraction, then runs launch/rank_main.ts */
-  rank_main: "single_file/rank_entry.ts",
+  /** the rank bootstrap, loaded with --preload: checks the extraction, then bootstraps the rank */
+  rank_main: "launch/rank_main.ts",
   /** `dtrain check`'s probe, preloaded into a run without the launcher */
   probe_main: "check/probe_main.ts",
   /** the library; deno.json maps "dtrain" to it */

@@ -3,7 +3,7 @@
  * extraction folder against its verification stamp, then runs `dtrain`.
  */
 import { exitOnStrayErrors, main } from "../cli.ts";
-import { checkOwnExtractionOrExit } from "./manifest.ts";
+import { checkOwnExtractionOrExit } from "../os/single_file_manifest.ts";
 
 checkOwnExtractionOrExit();
 exitOnStrayErrors();

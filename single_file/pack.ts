@@ -6,7 +6,12 @@
  */
 import { createHash } from "node:crypto";
 import { join, relative } from "node:path";
-import { type Manifest, MANIFEST_FILE, type PackedFile, sha256File } from "./manifest.ts";
+import {
+  type Manifest,
+  MANIFEST_FILE,
+  type PackedFile,
+  sha256File,
+} from "../os/single_file_manifest.ts";
 
 function listFiles(dir: string, root = dir): string[] {
   const out: string[] = [];

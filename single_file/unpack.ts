@@ -6,7 +6,11 @@
 import { join } from "node:path";
 import { cacheFolder } from "../os/cache_folder.ts";
 import { readTar } from "./tar_reader.ts";
-import { DamagedExtractionError, STAMP_FILE, verifyExtraction } from "./manifest.ts";
+import {
+  DamagedExtractionError,
+  STAMP_FILE,
+  verifyExtraction,
+} from "../os/single_file_manifest.ts";
 
 /** What build_single.ts writes beside the payload. */
 export interface PayloadInfo {

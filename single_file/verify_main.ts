@@ -5,7 +5,7 @@
  *
  *   deno run -A --no-config js/verify.js <unpacked folder> <the single file>
  */
-import { DamagedExtractionError, verifyExtraction } from "./manifest.ts";
+import { DamagedExtractionError, verifyExtraction } from "../os/single_file_manifest.ts";
 
 const [root, single] = Deno.args;
 if (!root) {

@@ -26,6 +26,8 @@ import {
   writeRunRecordAsync,
 } from "../../run_record/record.ts";
 import { orderDigest } from "../../run_record/data_order.ts";
+import { nativeVersions } from "../../ffi/native_versions.ts";
+import { findLibrary } from "../../ffi/native.ts";
 import { baseSpec, configOf, runRecordOf, withTempDir } from "./_fixtures.ts";
 
 Deno.test("behaviourEnv() keeps behaviour-changing variables and drops secrets, run identity and the rest", () => {
@@ -87,20 +89,56 @@ Deno.test("versions() records package.json, Deno, V8, TypeScript and the CPU lib
   assert.equal(v.nccl, undefined);
 });
 
-Deno.test("versions() takes the GPU fields from its argument and records an unreadable library as unavailable", () => {
-  const gpu = {
-    nativeCuda: "cafe",
-    cuda: { runtime: "12.8", driver: "570.86", gpus: ["NVIDIA H200"] },
-    nccl: "2.26.2",
+Deno.test("versions() records the native side as nativeVersions() found it, an unreadable library as unavailable", () => {
+  const missing = {
+    path: null,
+    version: null,
+    error: "Cannot find native library libdtrain_cpu.so",
   };
-  const v = versions(gpu, () => {
-    throw new Error("Cannot find native library libdtrain_cpu.so");
-  });
+  const gpu = {
+    flavor: "cuda" as const,
+    kernels: { path: "/lib/libdtrain_cuda.so", version: "cafe", error: null },
+    runtime: "12.8",
+    driver: "570.86",
+    cublasLt: "/lib/libcublasLt.so.12",
+    error: null,
+  };
+  const nccl = { path: "/lib/libnccl.so.2", version: "2.26.2", error: null };
+  const names = ["NVIDIA H200"];
+  const v = versions({ cpu: missing, gpu, nccl }, names);
   assert.equal(v.native.cpu, "unavailable: Cannot find native library libdtrain_cpu.so");
   assert.equal(v.native.cuda, "cafe");
-  assert.deepEqual(v.cuda, gpu.cuda);
-  assert.notEqual(v.cuda!.gpus, gpu.cuda.gpus, "copied, not shared");
+  assert.deepEqual(v.cuda, { runtime: "12.8", driver: "570.86", gpus: names });
+  assert.notEqual(v.cuda!.gpus, names, "copied, not shared");
   assert.equal(v.nccl, "2.26.2");
+  assert.equal(v.native.gloo, undefined);
+  // The emulated device says so; a GPU stack that is not usable records nothing of the GPU.
+  const cpu = { path: "/lib/libdtrain_cpu.so", version: "beef", error: null };
+  const emu = versions({ cpu, gpu: { ...gpu, flavor: "cuda-emu" }, nccl }, names);
+  assert.equal(emu.cuda!.runtime, "12.8 (emulated)");
+  assert.equal(emu.cuda!.driver, "none (emulated device)");
+  assert.equal(emu.nccl, "2.26.2 (stand-in)");
+  const unusable = { ...gpu, runtime: null, driver: null, error: "the driver sees no GPU" };
+  const none = versions({ cpu, gpu: unusable, nccl }, names);
+  assert.deepEqual([none.cuda, none.nccl, none.native.cuda], [undefined, undefined, undefined]);
+  // Gloo: its build hash and libgloo's version, or why not.
+  const gloo = { path: "/lib/libdtrain_gloo.so", version: "f00d", error: null, glooVersion: "0.5" };
+  const g = versions({ cpu, gloo });
+  assert.deepEqual([g.native.gloo, g.gloo], ["f00d", "0.5"]);
+  const noGloo = versions({ cpu, gloo: { ...missing, glooVersion: null } });
+  assert.deepEqual([noGloo.native.gloo, noGloo.gloo], [
+    "unavailable: Cannot find native library libdtrain_cpu.so",
+    undefined,
+  ]);
+});
+
+Deno.test("nativeVersions() finds the CPU library where a run loads it, with its build hash", () => {
+  const n = nativeVersions();
+  const hashFile = fileURLToPath(new URL("../../build/libdtrain_cpu.so.hash", import.meta.url));
+  assert.equal(n.cpu.version, Deno.readTextFileSync(hashFile).trim());
+  assert.equal(n.cpu.path, findLibrary("libdtrain_cpu.so"), "where ffi/native.ts finds it");
+  assert.equal(n.cpu.error, null);
+  assert.deepEqual([n.gpu, n.nccl, n.gloo], [undefined, undefined, undefined], "only when asked");
 });
 
 Deno.test("machineFacts() describes this machine in the run.json schema", () => {
@@ -306,7 +344,7 @@ Deno.test("writeRunRecordAsync() writes what writeRunRecord() writes, and refuse
       cwd: "/",
       script: { path: "/x.ts", sha256: "0".repeat(64), args: [] },
       world: { nnodes: 1, nprocPerNode: 1, hosts: ["h"] },
-      versions: versions({}, () => "hash"),
+      versions: versions({ cpu: { path: null, version: "hash", error: null } }),
       env: {},
       machine: machineFacts(),
     });

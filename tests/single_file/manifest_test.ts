@@ -1,5 +1,5 @@
 /**
- * The extraction folder's verification (single_file/manifest.ts): the full sha256
+ * The extraction folder's verification (os/single_file_manifest.ts): the full sha256
  * pass that writes the stamp, the cheap stat check of later starts, and the
  * re-hash of a file whose stat changed; plus which layout os/install_layout.ts
  * reports for a module URL.
@@ -13,7 +13,7 @@ import {
   readManifest,
   STAMP_FILE,
   verifyExtraction,
-} from "../../single_file/manifest.ts";
+} from "../../os/single_file_manifest.ts";
 import { writeManifest } from "../../single_file/pack.ts";
 import { installLayout } from "../../os/install_layout.ts";
 

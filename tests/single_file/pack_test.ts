@@ -14,7 +14,7 @@ import {
 } from "../../single_file/pack.ts";
 import { readTar } from "../../single_file/tar_reader.ts";
 import { cacheFolder, ensureUnpacked } from "../../single_file/unpack.ts";
-import { sha256File, STAMP_FILE } from "../../single_file/manifest.ts";
+import { sha256File, STAMP_FILE } from "../../os/single_file_manifest.ts";
 
 function scratch(): string {
   return Deno.makeTempDirSync({ prefix: "dtrain-pack-test-" });

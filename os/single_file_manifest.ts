@@ -7,7 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { join } from "node:path";
-import { installLayout } from "../os/install_layout.ts";
+import { installLayout } from "./install_layout.ts";
 
 /** The manifest's name inside the extraction folder. */
 export const MANIFEST_FILE = "manifest.json";
@@ -177,8 +177,8 @@ export function checkExtraction(root: string): void {
 }
 
 /**
- * What the single file's entries (single_file/entry.ts, single_file/rank_entry.ts) run
- * before anything else: when this dtrain runs from an extraction folder,
+ * What the single file's command entry (single_file/entry.ts) and every rank's
+ * preloaded entry (launch/rank_main.ts) run before anything else: when this dtrain runs from an extraction folder,
  * checkExtraction() of it, or the reason printed and exit code 1. A checkout
  * has nothing to check.
  */
