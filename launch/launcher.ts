@@ -2,21 +2,18 @@
  * The launcher of one node: hosts the control store (node 0), meets the other nodes' launchers
  * (rendezvous), creates the run directory, runs attempts (restarting up to --max-restarts),
  * forwards every stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, …: os/stop_signals.ts), records
- * launch.json, and returns 0 only when every rank exited 0.
+ * launch.json, and returns 0 only when every rank exited 0. launch() is its stages in the order a
+ * launch happens; the rendezvous is rendezvous.ts, run.json run_json.ts, an attempt attempt.ts.
  */
 import { resolveDevice } from "../tensor/device_choice.ts";
 import type { DeviceKind } from "../tensor/backend.ts";
 import { type CudaAvailability, cudaAvailability, gpuSharing } from "../ffi/cuda_discovery.ts";
 import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
 import { describePlan, type DevicePlan, planDevices } from "./device_plan.ts";
-import { basename } from "node:path";
-import type { AttemptEnd } from "../run_record/record.ts";
-import { join, resolve } from "node:path";
-import { nativeVersions } from "../ffi/native_versions.ts";
-import { plannedCpuBackend } from "../distributed/pg_config.ts";
+import { resolve } from "node:path";
 import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
-import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
+import { runKeys } from "../distributed/control/store_keys.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
 import { type LaunchOptions, UsageError } from "./options.ts";
 import { LauncherLog } from "./output.ts";
@@ -36,9 +33,10 @@ import { resolveToken } from "./token.ts";
 import { checkScriptTypes } from "../check/type_check.ts";
 import { installLayout } from "../os/install_layout.ts";
 import type { RunRecord } from "../run_record/format.ts";
-import { RUN_FILES } from "../run_record/files.ts";
 import { checkNproc, type NodeCapacity } from "./nproc_limit.ts";
 import { lockRunDir, type RunLock } from "./run_lock.ts";
+import { rendezvous, type RunInfo } from "./rendezvous.ts";
+import { readPreviousRecord, type RunJson, startRunRecord } from "./run_json.ts";
 
 /** Default store port with several nodes (torchrun's). */
 const MULTI_NODE_PORT = 29500;
@@ -48,16 +46,6 @@ const BEAT_MS = 1000;
 const EXIT_WAIT_MS = 10_000;
 /** Node 0's launcher reaching the store it serves itself: anything slower is a local fault. */
 const OWN_STORE_CONNECT_MS = 10_000;
-
-/** Run facts node 0 publishes and every node checks against its own options. */
-interface RunInfo {
-  runId: string;
-  nnodes: number;
-  nproc: number;
-  maxRestarts: number;
-  /** attempts that earlier launches into the run directory made (node 0 reads run.json) */
-  attemptBase?: number;
-}
 
 /** The GPU setup of the resolved device (null on the CPU). */
 function gpuAvailability(device: string): CudaAvailability | null {
@@ -181,235 +169,6 @@ async function typeCheck(given: string, script: string, log: LauncherLog): Promi
   );
 }
 
-/** Run facts every node must share: a difference is a refusal of the launch. */
-const SHARED_FIELDS = ["nnodes", "nproc", "maxRestarts"] as const;
-/** How long a launcher that refused the launch keeps node 0's store up for the others to read why. */
-const REFUSAL_LINGER_MS = 5000;
-
-/** A launch refused at rendezvous because the nodes were started with different options. */
-export class RendezvousRefused extends UsageError {
-  override name = "RendezvousRefused";
-}
-
-/** The first field in which `other` (node n) differs from `mine`, said as a sentence, or null. */
-function mismatch(other: RunInfo & { host?: string }, n: number, mine: RunInfo, me: number) {
-  for (const field of SHARED_FIELDS) {
-    if (other[field] !== mine[field]) {
-      return `node ${n}${other.host ? ` (${other.host})` : ""} runs with ${field}=${
-        other[field]
-      } but node ${me} with ${field}=${mine[field]}; ` +
-        `every node must be given the same --nnodes, --nproc and --max-restarts`;
-    }
-  }
-  return null;
-}
-
-/** Meets every node's launcher in the store; returns node 0's run facts (its run id, attempt base). */
-async function rendezvous(
-  client: StoreClient,
-  opts: LaunchOptions,
-  runId: string | null,
-  attemptBase = 0,
-): Promise<RunInfo> {
-  const me = opts.nodeRank;
-  const claims = await client.add(runKeys.nodeClaim(me), 1);
-  if (claims > 1) {
-    throw new Error(
-      `Node rank ${me} was already claimed by another launcher of this run: give each node its own --node-rank`,
-    );
-  }
-  const mine: RunInfo = {
-    runId: runId ?? "",
-    nnodes: opts.nnodes,
-    nproc: opts.nproc,
-    maxRestarts: opts.maxRestarts,
-    attemptBase,
-  };
-  if (me === 0) await client.set(runKeys.info, JSON.stringify(mine));
-  await client.set(
-    runKeys.nodeInfo(me),
-    JSON.stringify({ ...mine, host: Deno.hostname(), pid: Deno.pid }),
-  );
-  const timeoutMs = opts.rdzvTimeoutS * 1000;
-  /** Says why in the store (for every other launcher), then refuses here. */
-  const refuse = async (why: string): Promise<never> => {
-    await client.set(runKeys.refused, JSON.stringify({ node: me, host: Deno.hostname(), why }))
-      .catch(() => {});
-    if (me === 0) {
-      // This store is about to close: the nodes that joined read the refusal and say goodbye first.
-      const others = Array.from({ length: opts.nnodes - 1 }, (_, i) => runKeys.nodeExit(i + 1));
-      await client.wait(others, REFUSAL_LINGER_MS).catch(() => {});
-    }
-    throw new RendezvousRefused(`Rendezvous failed: ${why}`);
-  };
-  /** Another launcher refused: say so, and why, and leave. */
-  const refusedElsewhere = async (): Promise<never> => {
-    const raw = await client.getText(runKeys.refused).catch(() => null);
-    const r = raw ? JSON.parse(raw) as { node: number; host: string; why: string } : null;
-    await client.set(runKeys.nodeExit(me), "refused").catch(() => {});
-    throw new RendezvousRefused(
-      r
-        ? `Rendezvous failed: node ${r.node} (${r.host}) refused the launch: ${r.why}`
-        : "Rendezvous failed: another node refused the launch",
-    );
-  };
-  if (me !== 0) {
-    // Node 0's facts are in the store before its own node key: compared at once, not after a wait
-    // for nodes that will never come (a different --nnodes).
-    await client.wait([runKeys.info], timeoutMs).catch(() => {});
-    const info0 = await client.getText(runKeys.info).catch(() => null);
-    const why = info0 ? mismatch(JSON.parse(info0) as RunInfo, 0, mine, me) : null;
-    if (why) await refuse(why);
-  }
-  const nodes = Array.from({ length: opts.nnodes }, (_, n) => n);
-  const refused = client.wait([runKeys.refused], timeoutMs).then(() => "refused" as const);
-  refused.catch(() => {});
-  try {
-    const first = await Promise.race([
-      client.wait(nodes.map(runKeys.nodeInfo), timeoutMs),
-      refused,
-    ]);
-    if (first === "refused") await refusedElsewhere();
-  } catch (e) {
-    if (e instanceof RendezvousRefused) throw e;
-    if (await client.get(runKeys.refused).catch(() => null) !== null) await refusedElsewhere();
-    if (e instanceof StoreError && e.kind === "timeout") {
-      const missing = nodes.filter((n) => e.missingKeys.includes(runKeys.nodeInfo(n)));
-      throw new LaunchTimeout(
-        `Rendezvous failed: node(s) ${
-          missing.join(",") || "?"
-        } did not join within ${opts.rdzvTimeoutS} s (--rdzv-timeout)`,
-      );
-    }
-    throw new Error(
-      `Rendezvous failed: the control store closed before every node joined (${
-        (e as Error).message
-      }): node 0's launcher has ended; its output says why`,
-    );
-  }
-  const info = JSON.parse((await client.getText(runKeys.info))!) as RunInfo;
-  for (const n of nodes) {
-    const other = JSON.parse((await client.getText(runKeys.nodeInfo(n)))!) as RunInfo & {
-      host: string;
-    };
-    const why = mismatch(other, n, mine, me);
-    if (why) await refuse(why);
-  }
-  return info;
-}
-
-/**
- * The run.json an earlier launch left in `runDir`, or null. The record's reader (and the schema
- * library it validates with) loads only when there is one: a new run starts without them.
- */
-async function readPreviousRecord(runDir: string): Promise<RunRecord | null> {
-  try {
-    Deno.statSync(join(runDir, RUN_FILES.run));
-  } catch (e) {
-    if (e instanceof Deno.errors.NotFound) return null;
-  }
-  return (await import("../run_record/record.ts")).readRunRecord(runDir);
-}
-
-/**
- * run.json of this launch: written as the first attempt begins and
- * rewritten as each attempt begins and ends; continued (not replaced) when
- * the directory holds the record of an earlier launch.
- */
-async function startRunRecord(
-  ctx: RunContext,
-  argv: readonly string[],
-  previous: RunRecord | null,
-) {
-  const {
-    beginAttempt,
-    behaviourEnv,
-    continueRunRecord,
-    finishAttempt,
-    machineFacts,
-    newRunRecord,
-    sha256File,
-    versions,
-    writeRunRecord,
-    writeRunRecordAsync,
-  } = await import("../run_record/record.ts");
-  const { AttemptSchema } = await import("../run_record/format.ts");
-  const { opts, runDir, runId, threads, script } = ctx;
-  // What CPU ranks' initProcessGroup() will choose (the same rule), and Gloo's versions when it is Gloo.
-  // GPU ranks: NCCL, unless they are alone.
-  const backend = opts.device === "cpu"
-    ? plannedCpuBackend(opts.nnodes, opts.nproc, Deno.env.get("DTRAIN_CPU_BACKEND"))
-    : opts.nnodes * opts.nproc > 1
-    ? "nccl" as const
-    : "single" as const;
-  // The native side as the ranks will find it: the GPU stack of a GPU run, Gloo when it is Gloo.
-  const plan = ctx.plan;
-  const gpu = plan?.kind === "cuda" || plan?.kind === "cuda-emu" ? plan.kind : undefined;
-  const v = versions(nativeVersions({ gpu, gloo: backend === "gloo" }), gpu ? plan!.names : []);
-  const input = {
-    runId,
-    name: basename(runDir),
-    argv: ["dtrain", ...argv],
-    cwd: Deno.cwd(),
-    script: { path: script, sha256: await sha256File(script), args: opts.scriptArgs },
-    world: {
-      nnodes: opts.nnodes,
-      nprocPerNode: opts.nproc,
-      hosts: [Deno.hostname()],
-      ...(backend ? { backend } : {}),
-      device: opts.device,
-    },
-    ...(opts.resume !== null ? { resume: opts.resume } : {}),
-    versions: v,
-    env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
-    machine: machineFacts(),
-  };
-  // Written as the first attempt begins (begin(), called right after): one write, not two.
-  let rec = previous ? continueRunRecord(previous, input) : newRunRecord(input);
-  return {
-    /** Records attempt k's start; its writes and fsyncs leave the store answering the ranks. */
-    async begin() {
-      rec = beginAttempt(rec);
-      await writeRunRecordAsync(runDir, rec);
-    },
-    /** Ends attempt k's entry, with the process group and numerics policy its rank 0 reported. */
-    async finish(k: number, end: AttemptEnd) {
-      const keys = attemptKeys((ctx.attemptBase ?? 0) + k); // the ranks' DTRAIN_RESTART_COUNT
-      const report = async <S extends { parse(v: unknown): unknown }>(key: string, schema: S) => {
-        const raw = await ctx.client.getText(key).catch(() => null);
-        try {
-          return raw === null ? undefined : schema.parse(JSON.parse(raw)) as ReturnType<S["parse"]>;
-        } catch {
-          return undefined; // a malformed report is left out of the record
-        }
-      };
-      const processGroup = await report(keys.processGroup, AttemptSchema.shape.processGroup);
-      const numerics = await report(keys.numerics, AttemptSchema.shape.numerics);
-      const resumed = await report(keys.resume, AttemptSchema.shape.resumed);
-      rec = finishAttempt(rec, {
-        ...end,
-        ...(processGroup ? { processGroup } : {}),
-        ...(numerics ? { numerics } : {}),
-        ...(resumed ? { resumed } : {}),
-      });
-      writeRunRecord(runDir, rec);
-    },
-    /**
-     * Ends the open attempt, if any, synchronously (from a signal handler or the unload
-     * event): the record never says "running" once its launcher is gone. Never throws.
-     */
-    closeIfOpen(end: AttemptEnd) {
-      if (rec.attempts.at(-1)?.endedAt !== null) return;
-      try {
-        rec = finishAttempt(rec, end);
-        writeRunRecord(runDir, rec);
-      } catch (e) {
-        console.error(`dtrain: could not close ${runDir}/run.json: ${(e as Error).message}`);
-      }
-    },
-  };
-}
-
 /** What the checks before anything starts resolved, for the stages after them. */
 interface Preflight {
   /** the script's absolute path */
@@ -453,7 +212,7 @@ class LaunchState {
   /** A run directory this launch created, removed again if nothing ran in it. */
   createdDir: string | null = null;
   /** The run record of this launch once written (node 0); closed on every way out. */
-  run: Awaited<ReturnType<typeof startRunRecord>> | null = null;
+  run: RunJson | null = null;
   constructor(readonly log: LauncherLog) {}
 
   /** Another node's launcher is gone: its attempt fails, and node 0 stops waiting for it. */
