@@ -1,5 +1,6 @@
 /**
- * The launcher's type check of the user's script, before any rank starts:
+ * The type check of the user's script that the launcher runs before any rank starts (and
+ * `dtrain check` before its stages; it sits here, below the launcher, so both can import it):
  * `deno check` with the config the ranks run with, its errors printed as
  * deno prints them. A script that passed is remembered by the content of
  * every local file of its module graph (the script, its own modules,

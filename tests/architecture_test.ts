@@ -347,8 +347,8 @@ Deno.test("the tool order forbids the three climbs it replaced, and allows impor
       // file's manifest, the single file's rank entry into the launcher's bootstrap
       "check/main.ts": `import { t } from "../launch/type_check.ts";\nexport const m = t;\n`,
       "launch/type_check.ts": `export const t = 1;\n`,
-      "launch/doctor/facts.ts": `import { c } from "../../single_file/manifest.ts";\n` +
-        `import { e } from "../../check/env.ts";\nexport const f = c + e;\n`,
+      "launch/doctor.ts": `import { c } from "../single_file/manifest.ts";\n` +
+        `import { e } from "../check/env.ts";\nexport const f = c + e;\n`,
       "single_file/manifest.ts": `export const c = 1;\n`,
       "single_file/rank_entry.ts": `await import("../launch/rank_main.ts");\n`,
       "launch/rank_main.ts": `import { r } from "../run_record/format.ts";\nexport const x = r;\n`,
@@ -368,7 +368,7 @@ Deno.test("the tool order forbids the three climbs it replaced, and allows impor
     assert.deepEqual(toolOrderViolations(edges).sort(), [
       "check/main.ts:1 imports launch/type_check.ts: the tool check (layer 2) may import only " +
       "lower tools, launch is layer 3",
-      "launch/doctor/facts.ts:1 imports single_file/manifest.ts: the tool launch (layer 3) may " +
+      "launch/doctor.ts:1 imports single_file/manifest.ts: the tool launch (layer 3) may " +
       "import only lower tools, single_file is layer 6",
       "single_file/rank_entry.ts:1 imports launch/rank_main.ts: single_file/ packs the command " +
       "through cli.ts, not launch's parts",
