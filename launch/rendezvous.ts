@@ -42,12 +42,15 @@ function mismatch(other: RunInfo & { host?: string }, n: number, mine: RunInfo, 
   return null;
 }
 
-/** Meets every node's launcher in the store; returns node 0's run facts (its run id, attempt base). */
-export async function rendezvous(
+/**
+ * Claims this node's rank and publishes this launcher's run facts (node 0's are the run's):
+ * returns them.
+ */
+async function publish(
   client: StoreClient,
   opts: LaunchOptions,
   runId: string | null,
-  attemptBase = 0,
+  attemptBase: number,
 ): Promise<RunInfo> {
   const me = opts.nodeRank;
   const claims = await client.add(runKeys.nodeClaim(me), 1);
@@ -68,37 +71,56 @@ export async function rendezvous(
     runKeys.nodeInfo(me),
     JSON.stringify({ ...mine, host: Deno.hostname(), pid: Deno.pid }),
   );
-  const timeoutMs = opts.rdzvTimeoutS * 1000;
-  /** Says why in the store (for every other launcher), then refuses here. */
-  const refuse = async (why: string): Promise<never> => {
-    await client.set(runKeys.refused, JSON.stringify({ node: me, host: Deno.hostname(), why }))
-      .catch(() => {});
-    if (me === 0) {
-      // This store is about to close: the nodes that joined read the refusal and say goodbye first.
-      const others = Array.from({ length: opts.nnodes - 1 }, (_, i) => runKeys.nodeExit(i + 1));
-      await client.wait(others, REFUSAL_LINGER_MS).catch(() => {});
-    }
-    throw new RendezvousRefused(`Rendezvous failed: ${why}`);
-  };
-  /** Another launcher refused: say so, and why, and leave. */
-  const refusedElsewhere = async (): Promise<never> => {
-    const raw = await client.getText(runKeys.refused).catch(() => null);
-    const r = raw ? JSON.parse(raw) as { node: number; host: string; why: string } : null;
-    await client.set(runKeys.nodeExit(me), "refused").catch(() => {});
-    throw new RendezvousRefused(
-      r
-        ? `Rendezvous failed: node ${r.node} (${r.host}) refused the launch: ${r.why}`
-        : "Rendezvous failed: another node refused the launch",
-    );
-  };
-  if (me !== 0) {
-    // Node 0's facts are in the store before its own node key: compared at once, not after a wait
-    // for nodes that will never come (a different --nnodes).
-    await client.wait([runKeys.info], timeoutMs).catch(() => {});
-    const info0 = await client.getText(runKeys.info).catch(() => null);
-    const why = info0 ? mismatch(JSON.parse(info0) as RunInfo, 0, mine, me) : null;
-    if (why) await refuse(why);
+  return mine;
+}
+
+/** Says why in the store (for every other launcher), then refuses the launch here. */
+async function refuse(client: StoreClient, opts: LaunchOptions, why: string): Promise<never> {
+  const me = opts.nodeRank;
+  await client.set(runKeys.refused, JSON.stringify({ node: me, host: Deno.hostname(), why }))
+    .catch(() => {});
+  if (me === 0) {
+    // This store is about to close: the nodes that joined read the refusal and say goodbye first.
+    const others = Array.from({ length: opts.nnodes - 1 }, (_, i) => runKeys.nodeExit(i + 1));
+    await client.wait(others, REFUSAL_LINGER_MS).catch(() => {});
   }
+  throw new RendezvousRefused(`Rendezvous failed: ${why}`);
+}
+
+/** Another launcher refused: say so, and why, and leave. */
+async function refusedElsewhere(client: StoreClient, me: number): Promise<never> {
+  const raw = await client.getText(runKeys.refused).catch(() => null);
+  const r = raw ? JSON.parse(raw) as { node: number; host: string; why: string } : null;
+  await client.set(runKeys.nodeExit(me), "refused").catch(() => {});
+  throw new RendezvousRefused(
+    r
+      ? `Rendezvous failed: node ${r.node} (${r.host}) refused the launch: ${r.why}`
+      : "Rendezvous failed: another node refused the launch",
+  );
+}
+
+/**
+ * Nodes 1..: node 0's facts are in the store before its own node key, so they are compared at
+ * once, not after a wait for nodes that will never come (a different --nnodes).
+ */
+async function compareWithNode0(
+  client: StoreClient,
+  opts: LaunchOptions,
+  mine: RunInfo,
+): Promise<void> {
+  await client.wait([runKeys.info], opts.rdzvTimeoutS * 1000).catch(() => {});
+  const info0 = await client.getText(runKeys.info).catch(() => null);
+  const why = info0 ? mismatch(JSON.parse(info0) as RunInfo, 0, mine, opts.nodeRank) : null;
+  if (why) await refuse(client, opts, why);
+}
+
+/**
+ * Waits for every node's facts, up to --rdzv-timeout (a timeout that ends the run, naming the
+ * nodes that did not join); a refusal by any launcher meanwhile ends the wait.
+ */
+async function waitForEveryNode(client: StoreClient, opts: LaunchOptions): Promise<void> {
+  const me = opts.nodeRank;
+  const timeoutMs = opts.rdzvTimeoutS * 1000;
   const nodes = Array.from({ length: opts.nnodes }, (_, n) => n);
   const refused = client.wait([runKeys.refused], timeoutMs).then(() => "refused" as const);
   refused.catch(() => {});
@@ -107,10 +129,12 @@ export async function rendezvous(
       client.wait(nodes.map(runKeys.nodeInfo), timeoutMs),
       refused,
     ]);
-    if (first === "refused") await refusedElsewhere();
+    if (first === "refused") await refusedElsewhere(client, me);
   } catch (e) {
     if (e instanceof RendezvousRefused) throw e;
-    if (await client.get(runKeys.refused).catch(() => null) !== null) await refusedElsewhere();
+    if (await client.get(runKeys.refused).catch(() => null) !== null) {
+      await refusedElsewhere(client, me);
+    }
     if (e instanceof StoreError && e.kind === "timeout") {
       const missing = nodes.filter((n) => e.missingKeys.includes(runKeys.nodeInfo(n)));
       throw new LaunchTimeout(
@@ -125,13 +149,38 @@ export async function rendezvous(
       }): node 0's launcher has ended; its output says why`,
     );
   }
-  const info = JSON.parse((await client.getText(runKeys.info))!) as RunInfo;
-  for (const n of nodes) {
+}
+
+/** Every node's facts against this launcher's: the first difference refuses the launch. */
+async function compareEveryNode(
+  client: StoreClient,
+  opts: LaunchOptions,
+  mine: RunInfo,
+): Promise<void> {
+  for (let n = 0; n < opts.nnodes; n++) {
     const other = JSON.parse((await client.getText(runKeys.nodeInfo(n)))!) as RunInfo & {
       host: string;
     };
-    const why = mismatch(other, n, mine, me);
-    if (why) await refuse(why);
+    const why = mismatch(other, n, mine, opts.nodeRank);
+    if (why) await refuse(client, opts, why);
   }
+}
+
+/**
+ * Meets every node's launcher in the store; returns node 0's run facts (its run id, attempt base).
+ * In order: publish this node's facts, compare node 0's at once (nodes 1..), wait for every node,
+ * compare them all.
+ */
+export async function rendezvous(
+  client: StoreClient,
+  opts: LaunchOptions,
+  runId: string | null,
+  attemptBase = 0,
+): Promise<RunInfo> {
+  const mine = await publish(client, opts, runId, attemptBase);
+  if (opts.nodeRank !== 0) await compareWithNode0(client, opts, mine);
+  await waitForEveryNode(client, opts);
+  const info = JSON.parse((await client.getText(runKeys.info))!) as RunInfo;
+  await compareEveryNode(client, opts, mine);
   return info;
 }

@@ -26,6 +26,50 @@ export async function readPreviousRecord(runDir: string): Promise<RunRecord | nu
   return (await import("../run_record/record.ts")).readRunRecord(runDir);
 }
 
+type RecordModule = typeof import("../run_record/record.ts");
+
+/** What CPU ranks' initProcessGroup() will choose (the same rule); GPU ranks NCCL, unless alone. */
+function plannedBackend(opts: RunContext["opts"]) {
+  return opts.device === "cpu"
+    ? plannedCpuBackend(opts.nnodes, opts.nproc, Deno.env.get("DTRAIN_CPU_BACKEND"))
+    : opts.nnodes * opts.nproc > 1
+    ? "nccl" as const
+    : "single" as const;
+}
+
+/**
+ * The run's facts for run.json: command, script (hashed), world, versions (the native side as the
+ * ranks will find it: the GPU stack of a GPU run, Gloo when it is Gloo), environment, machine.
+ */
+async function runFacts(
+  ctx: RunContext,
+  argv: readonly string[],
+  record: RecordModule,
+): Promise<Parameters<RecordModule["newRunRecord"]>[0]> {
+  const { opts, runDir, runId, threads, script, plan } = ctx;
+  const backend = plannedBackend(opts);
+  const gpu = plan?.kind === "cuda" || plan?.kind === "cuda-emu" ? plan.kind : undefined;
+  const native = nativeVersions({ gpu, gloo: backend === "gloo" });
+  return {
+    runId,
+    name: basename(runDir),
+    argv: ["dtrain", ...argv],
+    cwd: Deno.cwd(),
+    script: { path: script, sha256: await record.sha256File(script), args: opts.scriptArgs },
+    world: {
+      nnodes: opts.nnodes,
+      nprocPerNode: opts.nproc,
+      hosts: [Deno.hostname()],
+      ...(backend ? { backend } : {}),
+      device: opts.device,
+    },
+    ...(opts.resume !== null ? { resume: opts.resume } : {}),
+    versions: record.versions(native, gpu ? plan!.names : []),
+    env: record.behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
+    machine: record.machineFacts(),
+  };
+}
+
 /**
  * run.json of this launch: written as the first attempt begins and
  * rewritten as each attempt begins and ends; continued (not replaced) when
@@ -36,49 +80,14 @@ export async function startRunRecord(
   argv: readonly string[],
   previous: RunRecord | null,
 ) {
-  const {
-    beginAttempt,
-    behaviourEnv,
-    continueRunRecord,
-    finishAttempt,
-    machineFacts,
-    newRunRecord,
-    sha256File,
-    versions,
-    writeRunRecord,
-    writeRunRecordAsync,
-  } = await import("../run_record/record.ts");
+  // Loaded here, not at the launcher's start: the record's schemas cost time a new run spends
+  // while its first ranks start.
+  const record = await import("../run_record/record.ts");
+  const { beginAttempt, continueRunRecord, finishAttempt, newRunRecord } = record;
+  const { writeRunRecord, writeRunRecordAsync } = record;
   const { AttemptSchema } = await import("../run_record/format.ts");
-  const { opts, runDir, runId, threads, script } = ctx;
-  // What CPU ranks' initProcessGroup() will choose (the same rule), and Gloo's versions when it is Gloo.
-  // GPU ranks: NCCL, unless they are alone.
-  const backend = opts.device === "cpu"
-    ? plannedCpuBackend(opts.nnodes, opts.nproc, Deno.env.get("DTRAIN_CPU_BACKEND"))
-    : opts.nnodes * opts.nproc > 1
-    ? "nccl" as const
-    : "single" as const;
-  // The native side as the ranks will find it: the GPU stack of a GPU run, Gloo when it is Gloo.
-  const plan = ctx.plan;
-  const gpu = plan?.kind === "cuda" || plan?.kind === "cuda-emu" ? plan.kind : undefined;
-  const v = versions(nativeVersions({ gpu, gloo: backend === "gloo" }), gpu ? plan!.names : []);
-  const input = {
-    runId,
-    name: basename(runDir),
-    argv: ["dtrain", ...argv],
-    cwd: Deno.cwd(),
-    script: { path: script, sha256: await sha256File(script), args: opts.scriptArgs },
-    world: {
-      nnodes: opts.nnodes,
-      nprocPerNode: opts.nproc,
-      hosts: [Deno.hostname()],
-      ...(backend ? { backend } : {}),
-      device: opts.device,
-    },
-    ...(opts.resume !== null ? { resume: opts.resume } : {}),
-    versions: v,
-    env: behaviourEnv({ ...Deno.env.toObject(), DTRAIN_NUM_THREADS: String(threads) }),
-    machine: machineFacts(),
-  };
+  const { runDir } = ctx;
+  const input = await runFacts(ctx, argv, record);
   // Written as the first attempt begins (begin(), called right after): one write, not two.
   let rec = previous ? continueRunRecord(previous, input) : newRunRecord(input);
   return {
