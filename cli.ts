@@ -62,15 +62,15 @@ export const VERBS: Record<string, Verb> = {
   },
   diff: {
     summary: "what differs between two runs, as hypotheses ranked most likely first",
-    main: async (args) => (await import("./run/diff.ts")).diffMain(args),
+    main: async (args) => (await import("./record_tools/diff.ts")).diffMain(args),
   },
   rerun: {
     summary: "relaunch a recorded run with the same script, config, seed and world size",
-    main: async (args) => (await import("./run/rerun.ts")).rerunMain(args, runLauncher),
+    main: async (args) => (await import("./record_tools/rerun.ts")).rerunMain(args, runLauncher),
   },
   report: {
     summary: "write a self-contained HTML (and SVG) report of a run's metrics",
-    main: async (args) => (await import("./run/report.ts")).reportMain(args),
+    main: async (args) => (await import("./record_tools/report.ts")).reportMain(args),
   },
   doctor: {
     summary: "check this machine for a run: versions, native libraries, /dev/shm, GPUs, limits",

@@ -34,7 +34,7 @@ export type {
   CudaFlavor,
   CudaLibraries,
   CudaUnavailable,
-} from "./tensor/cuda_backend.ts";
+} from "./ffi/cuda_discovery.ts";
 export {
   describeBackend,
   type DeviceRequest,

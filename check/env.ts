@@ -1,7 +1,7 @@
 /**
  * The environment variables through which `dtrain check` drives a run of the
  * user's script. Only the check's own code reads them: the probe
- * (check/probe.ts), installed by the rank bootstrap (launch/rank_main.ts) or
+ * (check/probe.ts), installed by the rank bootstrap (launch/rank_bootstrap.ts) or
  * by check/probe_main.ts for a run without the launcher.
  */
 export const CHECK_ENV = {

@@ -53,7 +53,7 @@
 import { parseArgs } from "node:util";
 import { join, resolve } from "node:path";
 import { runCheck } from "./run_check.ts";
-import { checkScriptTypes } from "../launch/type_check.ts";
+import { checkScriptTypes } from "./type_check.ts";
 import { installLayout } from "../os/install_layout.ts";
 import { formatTable, summary } from "./verdict.ts";
 

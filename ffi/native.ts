@@ -3,8 +3,8 @@
  * exceptions. One function searches DTRAIN_LIB_DIR, then the library folder
  * of this install (a checkout's build/, the single file's lib/), and its
  * failure lists every path tried and the command that builds the library.
- * (The single file's entries verify its extracted files before anything
- * loads: sfx/entry.ts, sfx/rank_entry.ts.)
+ * (The single file's extracted files are verified before anything loads, by
+ * single_file/entry.ts for the command and launch/rank_main.ts for a rank.)
  */
 import { join } from "node:path";
 import { installLayout } from "../os/install_layout.ts";

@@ -1,11 +1,11 @@
 /**
  * Which device each local rank of this node computes on — the GPU each rank
- * will open (tensor/cuda_backend.ts gpuForLocalRank: GPU LOCAL_RANK), worked
+ * will open (ffi/cuda_discovery.ts gpuForLocalRank: GPU LOCAL_RANK), worked
  * out once by the launcher so it can say so in one line — and the extra
  * environment a rank needs for it (GPU sharing's NCCL host identities).
  */
 import type { DeviceKind } from "../tensor/backend.ts";
-import { type CudaAvailability, gpuForLocalRank } from "../tensor/cuda_backend.ts";
+import { type CudaAvailability, gpuForLocalRank } from "../ffi/cuda_discovery.ts";
 import { rankList } from "./hang_report.ts";
 
 /** The devices of this node's ranks. */

@@ -1,7 +1,7 @@
 /**
  * dtrain's cache folder, shared by the single file's extraction, the type
  * check's records and parsed datasets: DTRAIN_CACHE, else
- * $XDG_CACHE_HOME/dtrain, else $HOME/.cache/dtrain (as sfx/header.sh).
+ * $XDG_CACHE_HOME/dtrain, else $HOME/.cache/dtrain (as single_file/header.sh).
  */
 import { join } from "node:path";
 

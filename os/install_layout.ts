@@ -4,7 +4,8 @@
  * JavaScript in js/, libraries in lib/), and the files another dtrain process
  * (a rank) is started with, so both layouts spawn ranks the same way. The
  * bottom of the tree: loading a native library asks it where to look, and it
- * knows nothing of how the single file is packed or verified (sfx/).
+ * knows nothing of how the single file is packed (single_file/) or verified
+ * (single_file_manifest.ts).
  */
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -29,7 +30,7 @@ export interface InstallLayout {
 /**
  * Modules that run in Deno workers (started by the library at run time, so
  * they are found by path): where each is in a checkout, and its name in the
- * single file's bundle (sfx/bundle.ts makes it an entry of its own).
+ * single file's bundle (single_file/bundle.ts makes it an entry of its own).
  */
 export const WORKER_MODULES = {
   /** store calls for synchronous code (distributed/control/sync_store.ts) */

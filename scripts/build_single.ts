@@ -2,7 +2,7 @@
  * `deno task build`: dist/dtrain, one file holding the Deno runtime, dtrain
  * bundled with esbuild and the native libraries. It is a `deno compile`
  * binary when a Deno runtime (denort) is available, else a self-extracting
- * file (sfx/header.sh + a gzip'd tar); sfx/README.md describes both.
+ * file (single_file/header.sh + a gzip'd tar); single_file/README.md describes both.
  *
  *   deno run -A scripts/build_single.ts [--sfx | --compile] [--offline] [--out FILE]
  *     [--stage DIR] [--gzip-level 1-9] [--quiet]
@@ -13,11 +13,16 @@ import { parseArgs } from "node:util";
 import pkg from "../package.json" with { type: "json" };
 import { BUILD_DIR, buildNative, LIBRARIES } from "./build_native.ts";
 import { stageGlooRuntime } from "./gloo_runtime_libs.ts";
-import { bundleCompiledMain, bundleDtrain, stopBundler } from "../sfx/bundle.ts";
-import { chooseBuildMode, denortUrl, downloadReachable } from "../sfx/build_mode.ts";
-import { sha256File } from "../sfx/manifest.ts";
-import { fillHeader, packPayload, writeManifest, writeSelfExtracting } from "../sfx/pack.ts";
-import type { PayloadInfo } from "../sfx/unpack.ts";
+import { bundleCompiledMain, bundleDtrain, stopBundler } from "../single_file/bundle.ts";
+import { chooseBuildMode, denortUrl, downloadReachable } from "../single_file/build_mode.ts";
+import { sha256File } from "../os/single_file_manifest.ts";
+import {
+  fillHeader,
+  packPayload,
+  writeManifest,
+  writeSelfExtracting,
+} from "../single_file/pack.ts";
+import type { PayloadInfo } from "../single_file/unpack.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
@@ -178,7 +183,7 @@ export async function buildSingle(opts: {
     Deno.mkdirSync(resolve(out, ".."), { recursive: true });
     let written: { bytes: number; sha256: string };
     if (mode.kind === "sfx") {
-      const header = fillHeader(Deno.readTextFileSync(join(ROOT, "sfx", "header.sh")), {
+      const header = fillHeader(Deno.readTextFileSync(join(ROOT, "single_file", "header.sh")), {
         version: pkg.version,
         payloadId: info.id,
         unpackedMb: Math.ceil(payload.unpackedBytes / 2 ** 20),

@@ -22,7 +22,7 @@ import { basename, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { buildSingle } from "./build_single.ts";
-import { bundleRankScript, bundleScripts, stopBundler } from "../sfx/bundle.ts";
+import { bundleRankScript, bundleScripts, stopBundler } from "../single_file/bundle.ts";
 import { defaultFixtureDir } from "../parity/fixtures.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));

@@ -3,10 +3,10 @@
  * GPU: the whole CUDA path on the CPU, slowly, for tests), or "auto" — a GPU
  * when the CUDA backend can open one, else the CPU, said once. A machine
  * without the NVIDIA device node is answered in microseconds; only where a
- * GPU may exist are the CUDA libraries searched (tensor/cuda_backend.ts).
+ * GPU may exist are the CUDA libraries searched (ffi/cuda_discovery.ts).
  */
 import { backend, type DeviceKind, setDevice } from "./backend.ts";
-import { type CudaAvailability, cudaAvailability } from "./cuda_backend.ts";
+import { type CudaAvailability, cudaAvailability } from "../ffi/cuda_discovery.ts";
 import type { BackendInfo } from "./device_info.ts";
 
 /** What a user may ask for (the --device flag). */

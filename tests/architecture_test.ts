@@ -3,9 +3,9 @@
  * import graph: Deno's own parser (`deno info --json`) reads every import,
  * `export … from` and dynamic `import("…")` of a string literal in every
  * TypeScript file. The library never imports the tools built on it, each
- * library folder imports only lower layers, no library module registers
- * itself by a bare `import "…"`, and no chain of runtime imports comes back
- * to where it started.
+ * library folder imports only lower layers, each tool only lower tools, no
+ * library module registers itself by a bare `import "…"`, and no chain of
+ * runtime imports comes back to where it started.
  */
 import assert from "node:assert/strict";
 import { join, relative } from "node:path";
@@ -27,8 +27,31 @@ const LIBRARY_LAYERS: readonly (readonly string[])[] = [
   ["amp", "distributed"],
 ];
 
-/** Folders of the tools built on the library; the library never imports them. */
-const TOOLS = ["check", "run", "sfx", "launch", "train", "parity"];
+/**
+ * The tools built on the library, by layer, lowest first (folders, and the
+ * command's own file); the library never imports them. A tool imports the
+ * library, its own folder and strictly lower tools only: what two tools both
+ * need lives in the lower one (the run record's format below the Trainer, the
+ * launcher and the verbs; the script type check in check/, below the
+ * launcher) or in the library (the single file's manifest in os/).
+ */
+const TOOL_LAYERS: readonly (readonly string[])[] = [
+  ["run_record", "parity"],
+  ["train"],
+  ["check"],
+  ["launch"],
+  ["record_tools"],
+  ["cli.ts"],
+  ["single_file"],
+];
+
+/**
+ * What the single-file packer may import among the tools: it packs the
+ * finished command through its entry, never the launcher's or another tool's
+ * parts (the rank bootstrap's preload, launch/rank_main.ts, is the launcher's
+ * own entry and checks the extraction itself).
+ */
+const SINGLE_FILE_REACHES = ["cli.ts"];
 
 /** One import of one module. */
 interface Edge {
@@ -51,8 +74,31 @@ function layerOf(folder: string): number {
   return LIBRARY_LAYERS.findIndex((l) => l.includes(folder));
 }
 
+/** The tool (a folder, or cli.ts) of a repository path, or null. */
 function toolFolder(path: string): string | null {
-  return TOOLS.find((t) => path.startsWith(t + "/")) ?? null;
+  return TOOL_LAYERS.flat().find((t) => path === t || path.startsWith(t + "/")) ?? null;
+}
+
+function toolLayerOf(tool: string): number {
+  return TOOL_LAYERS.findIndex((l) => l.includes(tool));
+}
+
+/** Every import between tools that climbs their order, as a readable line. */
+function toolOrderViolations(edges: readonly Edge[]): string[] {
+  const out: string[] = [];
+  for (const e of edges) {
+    const from = toolFolder(e.from), to = toolFolder(e.to);
+    if (from === null || to === null || from === to) continue;
+    if (toolLayerOf(to) >= toolLayerOf(from)) {
+      out.push(
+        `${where(e)}: the tool ${from} (layer ${toolLayerOf(from)}) may import only lower tools, ` +
+          `${to} is layer ${toolLayerOf(to)}`,
+      );
+    } else if (from === "single_file" && !SINGLE_FILE_REACHES.includes(to)) {
+      out.push(`${where(e)}: single_file/ packs the command through cli.ts, not ${to}'s parts`);
+    }
+  }
+  return out;
 }
 
 const where = (e: Edge) => `${e.from}:${e.line} imports ${e.to}`;
@@ -234,6 +280,12 @@ Deno.test("the library never imports a tool, and each library folder only lower 
   assert.deepEqual(problems, [], `layer rules broken:\n${problems.join("\n")}`);
 });
 
+Deno.test("each tool imports only lower tools (the order of TOOL_LAYERS)", async () => {
+  const { edges } = await repositoryGraph();
+  const problems = toolOrderViolations(edges);
+  assert.deepEqual(problems, [], `tool order broken:\n${problems.join("\n")}`);
+});
+
 Deno.test("no library module is imported for its side effects alone (no registration by import)", async () => {
   const { bare } = await repositoryGraph();
   const found = bare.filter((e) => libraryFolder(e.to) !== null).map(where);
@@ -282,6 +334,45 @@ Deno.test("the checks see static, re-exported and dynamic imports and report eac
     assert.deepEqual(bare.map(where), ["nn/c.ts:1 imports tensor/b.ts"]);
     // b -> c is a re-export and c -> b a bare import: a runtime circle. b <-> t is type-only: none.
     assert.deepEqual(runtimeCircles(edges), [["nn/c.ts", "tensor/b.ts", "nn/c.ts"]]);
+  } finally {
+    Deno.removeSync(root, { recursive: true });
+  }
+});
+
+Deno.test("the tool order forbids the three climbs it replaced, and allows imports down the order", async () => {
+  const root = Deno.makeTempDirSync({ prefix: "dtrain-arch-tools-" });
+  try {
+    const files: Record<string, string> = {
+      // the three climbs: the checker into the launcher's type check, the doctor into the single
+      // file's manifest, the single file's rank entry into the launcher's bootstrap
+      "check/main.ts": `import { t } from "../launch/type_check.ts";\nexport const m = t;\n`,
+      "launch/type_check.ts": `export const t = 1;\n`,
+      "launch/doctor.ts": `import { c } from "../single_file/manifest.ts";\n` +
+        `import { e } from "../check/env.ts";\nexport const f = c + e;\n`,
+      "single_file/manifest.ts": `export const c = 1;\n`,
+      "single_file/rank_entry.ts": `await import("../launch/rank_main.ts");\n`,
+      "launch/rank_main.ts": `import { r } from "../run_record/format.ts";\nexport const x = r;\n`,
+      // allowed: each goes down the order, and the single file's entry starts cli.ts
+      "check/env.ts": `import { s } from "../train/engine.ts";\nexport const e = s;\n`,
+      "train/engine.ts": `import { r } from "../run_record/format.ts";\nexport const s = r;\n`,
+      "run_record/format.ts": `export const r = 1;\n`,
+      "record_tools/rerun.ts": `import { x } from "../launch/rank_main.ts";\nexport const y = x;\n`,
+      "cli.ts": `export const main = () => import("./record_tools/rerun.ts");\n`,
+      "single_file/entry.ts": `import { main } from "../cli.ts";\nawait main();\n`,
+    };
+    for (const [path, text] of Object.entries(files)) {
+      Deno.mkdirSync(join(root, path, ".."), { recursive: true });
+      Deno.writeTextFileSync(join(root, path), text);
+    }
+    const { edges } = await importGraph(root, Object.keys(files).sort());
+    assert.deepEqual(toolOrderViolations(edges).sort(), [
+      "check/main.ts:1 imports launch/type_check.ts: the tool check (layer 2) may import only " +
+      "lower tools, launch is layer 3",
+      "launch/doctor.ts:1 imports single_file/manifest.ts: the tool launch (layer 3) may " +
+      "import only lower tools, single_file is layer 6",
+      "single_file/rank_entry.ts:1 imports launch/rank_main.ts: single_file/ packs the command " +
+      "through cli.ts, not launch's parts",
+    ]);
   } finally {
     Deno.removeSync(root, { recursive: true });
   }

@@ -5,7 +5,7 @@
  * section is strict: a misspelled key is an error, never silently ignored.
  */
 import { z } from "zod";
-import { lazySchema } from "../run/lazy_schema.ts";
+import { lazySchema } from "../run_record/lazy_schema.ts";
 import { describeConfigIssues } from "./config_errors.ts";
 import type { TrainConfig, TrainConfigInput } from "./config_types.ts";
 

@@ -60,8 +60,8 @@ import { MetricsLogger } from "./metrics.ts";
 import { paramGroupsFromConfig } from "./param_groups.ts";
 import { type EvalStep, Evaluator } from "./evaluation.ts";
 import { checkTrainState } from "./state_schema.ts";
-import { appendDataOrder } from "../run/record.ts";
-import { orderDigest } from "../run/data_order.ts";
+import { appendDataOrder } from "../run_record/record.ts";
+import { orderDigest } from "../run_record/data_order.ts";
 import {
   type BestEvaluation,
   captureRng,

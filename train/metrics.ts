@@ -4,8 +4,8 @@
  * TensorBoard events in tb/ (train/tensorboard.ts), and on a terminal a
  * progress line with rate and ETA, plain lines otherwise.
  */
-import { appendEval, appendMetrics, writeConfigRecord } from "../run/record.ts";
-import type { ConfigRecord, EvalRecord, MetricsRecord } from "../run/format.ts";
+import { appendEval, appendMetrics, writeConfigRecord } from "../run_record/record.ts";
+import type { ConfigRecord, EvalRecord, MetricsRecord } from "../run_record/format.ts";
 import { TensorBoardLog } from "./tensorboard.ts";
 import { section } from "../profile/profile.ts";
 

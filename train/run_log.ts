@@ -5,7 +5,7 @@
  * metrics reduced over ranks, data_order.jsonl per epoch and rank, and the
  * TensorBoard events — so `dtrain report`, `dtrain diff` and `dtrain check`
  * read a tutorial- or nanoGPT-style loop as they read a Trainer run. Built on
- * train/metrics.ts (MetricsLogger) and run/record.ts; rank 0 writes.
+ * train/metrics.ts (MetricsLogger) and run_record/record.ts; rank 0 writes.
  */
 import type { ProcessGroup } from "../distributed/process_group.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
@@ -14,8 +14,8 @@ import { memoryStats } from "../tensor/allocator.ts";
 import { backend } from "../tensor/backend.ts";
 import { type NumericsPolicy, numericsPolicy } from "../tensor/numerics_policy.ts";
 import type { Tensor } from "../tensor/tensor.ts";
-import { appendDataOrder } from "../run/record.ts";
-import { orderDigest } from "../run/data_order.ts";
+import { appendDataOrder } from "../run_record/record.ts";
+import { orderDigest } from "../run_record/data_order.ts";
 import { MetricsLogger } from "./metrics.ts";
 
 /** The sampler whose epoch order data_order.jsonl records (a DistributedSampler). */

@@ -6,7 +6,7 @@
  * A state that fails is reported like a corrupt checkpoint.
  */
 import { z } from "zod";
-import { lazySchema } from "../run/lazy_schema.ts";
+import { lazySchema } from "../run_record/lazy_schema.ts";
 import { samplerSizes } from "../data/distributed_sampler.ts";
 import { TrainConfigSchema } from "./config.ts";
 import { describeConfigIssues } from "./config_errors.ts";

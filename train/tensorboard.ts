@@ -6,7 +6,7 @@
  */
 import { join } from "node:path";
 import { EventFileWriter, MAX_TEXT_BYTES, type SummaryValue } from "../io/tfevents.ts";
-import type { ConfigRecord, EvalRecord, MetricsRecord } from "../run/format.ts";
+import type { ConfigRecord, EvalRecord, MetricsRecord } from "../run_record/format.ts";
 
 /** The folder of the event files inside a run directory. */
 export const TB_DIR = "tb";

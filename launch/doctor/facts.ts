@@ -6,7 +6,7 @@
  */
 import pkg from "../../package.json" with { type: "json" };
 import { resolveProcessGroupConfig } from "../../distributed/pg_config.ts";
-import { checkExtraction } from "../../sfx/manifest.ts";
+import { checkExtraction } from "../../os/single_file_manifest.ts";
 import { installLayout, SFX_FILE_ENV } from "../../os/install_layout.ts";
 import { type GpuFacts, type LibraryFacts, probeCpuLibraries, probeGpu } from "./native.ts";
 import { type GlooFacts, probeGloo } from "./gloo.ts";

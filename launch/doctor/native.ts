@@ -9,9 +9,9 @@ import { SHM_SYMBOLS } from "../../ffi/shm.ts";
 import { findLibrary, libraryDirs, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
 import { backendName, buildHash } from "../../ffi/value_calls.ts";
 import { CUDA_LIBRARY_NAME, cudaKernels, CudaRuntime } from "../../ffi/cuda.ts";
-import { ncclLibrary } from "../../ffi/nccl.ts";
+import { nativeVersions } from "../../ffi/native_versions.ts";
 import { cudaLibraryDirs } from "../../ffi/cuda_libs.ts";
-import { cudaAvailability, type CudaLibraries } from "../../tensor/cuda_backend.ts";
+import { cudaAvailability, type CudaLibraries } from "../../ffi/cuda_discovery.ts";
 
 /** One kernel library as found (or not). */
 export interface LibraryFacts {
@@ -128,7 +128,7 @@ function describeDevices(driver: string | null, count: number): string[] {
   }
 }
 
-/** Asks the CUDA backend what it can use, and NCCL for its version. */
+/** Asks GPU discovery what this machine can use, and nativeVersions() for the versions. */
 export function probeGpu(): GpuFacts {
   const a = cudaAvailability();
   const kernels: LibraryFacts = {
@@ -148,18 +148,14 @@ export function probeGpu(): GpuFacts {
     buildHash: null,
     backend: null,
   };
+  // The versions as a run records them (run.json's `versions`), from the same answer.
+  const native = nativeVersions({ gpu: "cuda" });
   if (a.ok) {
-    const lib = cudaKernels(a.libraries.driver);
-    kernels.buildHash = buildHash(lib);
-    kernels.backend = backendName(lib);
+    kernels.buildHash = native.gpu!.kernels.version;
+    kernels.backend = backendName(cudaKernels(a.libraries.driver));
   }
-  let ncclVersion: string | null = null;
-  let ncclError: string | null = null;
-  try {
-    ncclVersion = ncclLibrary().version;
-  } catch (e) {
-    ncclError = (e as Error).message;
-  }
+  const ncclVersion = native.nccl!.version;
+  const ncclError = native.nccl!.error;
   const settings: Record<string, string> = {};
   for (const [k, v] of Object.entries(Deno.env.toObject()).sort()) {
     if (k.startsWith("NCCL_") || k === "CUDA_VISIBLE_DEVICES") settings[k] = v;

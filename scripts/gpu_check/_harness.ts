@@ -6,7 +6,8 @@
  */
 import { KERNEL_SYMBOLS, type KernelSymbols } from "../../ffi/symbols.ts";
 import { cString, type NativeLibrary, openLibrary } from "../../ffi/native.ts";
-import { type CudaFlavor, openCudaBackend } from "../../tensor/cuda_backend.ts";
+import type { CudaFlavor } from "../../ffi/cuda_discovery.ts";
+import { openCudaBackend } from "../../tensor/cuda_backend.ts";
 import { withinBounds } from "./tolerance.ts";
 
 export type Arr =

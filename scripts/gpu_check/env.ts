@@ -8,7 +8,8 @@
  *
  *   deno run -A scripts/gpu_check/env.ts
  */
-import { cudaAvailability, openCudaBackend } from "../../tensor/cuda_backend.ts";
+import { cudaAvailability } from "../../ffi/cuda_discovery.ts";
+import { openCudaBackend } from "../../tensor/cuda_backend.ts";
 import { cudaKernels, CudaRuntime } from "../../ffi/cuda.ts";
 import { cudaLibraryDirs } from "../../ffi/cuda_libs.ts";
 import { ncclLibrary } from "../../ffi/nccl.ts";

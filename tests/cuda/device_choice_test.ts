@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
-import { type CudaAvailability, cudaAvailability } from "../../tensor/cuda_backend.ts";
+import { type CudaAvailability, cudaAvailability } from "../../ffi/cuda_discovery.ts";
 import { resolveDevice } from "../../tensor/device_choice.ts";
 import { setDevice } from "../../tensor/backend.ts";
 

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { cudaLibraryDirs, ldconfigDirs } from "../../ffi/cuda_libs.ts";
-import { type CudaAvailability, findCublasLt, gpuForLocalRank } from "../../tensor/cuda_backend.ts";
+import { type CudaAvailability, findCublasLt, gpuForLocalRank } from "../../ffi/cuda_discovery.ts";
 import { describePlan, planDevices, rankDeviceEnv } from "../../launch/device_plan.ts";
 import { checkNproc, NprocLimitError } from "../../launch/nproc_limit.ts";
 

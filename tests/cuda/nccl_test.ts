@@ -13,7 +13,7 @@ import {
   NcclProcessGroup,
   waitForCollective,
 } from "../../distributed/nccl_backend.ts";
-import { cudaAvailability } from "../../tensor/cuda_backend.ts";
+import { cudaAvailability } from "../../ffi/cuda_discovery.ts";
 
 /** A probe whose event fires after `doneAfter` polls, whose NCCL reports `errorAt` from that poll, on a fake clock. */
 function fakeProbe(

@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { REPO } from "../launch/launch_helpers.ts";
-import { buildBlocker, NO_NETWORK, runIn, Sandbox } from "../single/_sandbox.ts";
+import { buildBlocker, NO_NETWORK, runIn, Sandbox } from "../single_file/_sandbox.ts";
 import { HAVE_EMU } from "./_emu.ts";
 import { MAX_BUNDLE_BYTES, treeBytes } from "../../scripts/gpu_bundle.ts";
 

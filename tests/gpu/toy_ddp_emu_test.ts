@@ -62,7 +62,13 @@ Deno.test({
         worldSize: 2,
         device: "cuda-emu:0",
       });
-      assert.match(run.versions.nccl, /stand-in/);
+      // run.json's versions are nativeVersions()'s answer for the emulated stack
+      assert.match(run.versions.nccl, /^\d+\.\d+\.\d+ \(stand-in\)$/);
+      assert.match(run.versions.cuda.runtime, / \(emulated\)$/);
+      assert.equal(run.versions.cuda.driver, "none (emulated device)");
+      assert.equal(run.versions.cuda.gpus.length, 2);
+      const emuHash = new URL("../../build/libdtrain_cuda_emu.so.hash", import.meta.url);
+      assert.equal(run.versions.native.cuda, Deno.readTextFileSync(emuHash).trim());
       const cpuRun = JSON.parse(Deno.readTextFileSync(join(cpuDir, "run.json")));
       assert.equal(cpuRun.attempts[0].processGroup.backend, "shm");
       // checkpoints written from device tensors

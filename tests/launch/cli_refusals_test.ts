@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { main, VERBS } from "../../cli.ts";
-import { baseSpec, withTempDir, writeRun } from "../run/_fixtures.ts";
+import { baseSpec, withTempDir, writeRun } from "../run_record/_fixtures.ts";
 import { REPO } from "./launch_helpers.ts";
 
 /** Runs main(argv) with console output captured. */

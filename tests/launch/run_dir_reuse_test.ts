@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { SCRIPTS, TestRun } from "./launch_helpers.ts";
-import { readRunRecord } from "../../run/record.ts";
+import { readRunRecord } from "../../run_record/record.ts";
 
 Deno.test("a second launch into the same --run-dir keeps the first attempt in run.json", async () => {
   const t = new TestRun();

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { REPO, TestRun } from "./launch_helpers.ts";
-import { checkScriptTypes } from "../../launch/type_check.ts";
+import { checkScriptTypes } from "../../check/type_check.ts";
 
 const CONFIG = join(REPO, "deno.json");
 

@@ -7,8 +7,8 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { EvalRecordSchema, MetricsRecordSchema, parseJsonLines } from "../../run/format.ts";
-import type { ConfigRecord, MetricsRecord } from "../../run/format.ts";
+import { EvalRecordSchema, MetricsRecordSchema, parseJsonLines } from "../../run_record/format.ts";
+import type { ConfigRecord, MetricsRecord } from "../../run_record/format.ts";
 import { MetricsLogger } from "../../train/metrics.ts";
 import { configText, STEP_TAGS, stepScalars } from "../../train/tensorboard.ts";
 import { MAX_TEXT_BYTES } from "../../io/tfevents.ts";

@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { readRunDir } from "../../run/format.ts";
-import { compareRuns } from "../../run/compare.ts";
+import { readRunDir } from "../../run_record/format.ts";
+import { compareRuns } from "../../record_tools/compare.ts";
 import { DEFAULT_NUMERICS } from "../../tensor/numerics_policy.ts";
 import { TestRun } from "../launch/launch_helpers.ts";
 

@@ -9,10 +9,10 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { readRunDir } from "../../run/format.ts";
-import { compareRuns } from "../../run/compare.ts";
-import { reportMain } from "../../run/report.ts";
-import { DEFAULT_LOSS_TOL } from "../../run/diff.ts";
+import { readRunDir } from "../../run_record/format.ts";
+import { compareRuns } from "../../record_tools/compare.ts";
+import { reportMain } from "../../record_tools/report.ts";
+import { DEFAULT_LOSS_TOL } from "../../record_tools/diff.ts";
 import { TestRun } from "../launch/launch_helpers.ts";
 import { FASHION_MNIST_DIR } from "../../data/fashion_mnist.ts";
 

@@ -7,9 +7,9 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { readRunDir } from "../../run/format.ts";
+import { readRunDir } from "../../run_record/format.ts";
 import { RunLog } from "../../train/run_log.ts";
-import { orderDigest } from "../../run/data_order.ts";
+import { orderDigest } from "../../run_record/data_order.ts";
 import { DistributedSampler } from "../../data/distributed_sampler.ts";
 import { TestRun } from "../launch/launch_helpers.ts";
 import { DEFAULT_NUMERICS } from "../../tensor/numerics_policy.ts";

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { buildNative } from "../../scripts/build_native.ts";
 import { REPO, TestRun } from "../launch/launch_helpers.ts";
-import { finalEvals, finalSteps, readRunDir } from "../../run/format.ts";
+import { finalEvals, finalSteps, readRunDir } from "../../run_record/format.ts";
 import { configText, evalTag } from "../../train/tensorboard.ts";
 import { eventFiles, f32Hex, readerMissing, readEvents } from "../io/_tfevents_reader.ts";
 

@@ -9,8 +9,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { REPO, TestRun } from "../launch/launch_helpers.ts";
-import { readRunDir } from "../../run/format.ts";
-import { reportMain } from "../../run/report.ts";
+import { readRunDir } from "../../run_record/format.ts";
+import { reportMain } from "../../record_tools/report.ts";
 import { CheckpointManager } from "../../train/checkpoint/manager.ts";
 
 const SCRIPT = join(REPO, "tests/train/scripts/trainer_eval.ts");
