@@ -5,13 +5,13 @@
  * library's own argument checks through a one-rank shared-memory group.
  */
 import assert from "node:assert/strict";
-import { initProcessGroup } from "../../distributed/process_group.ts";
+import { initProcessGroup } from "../../distributed/init_process_group.ts";
 import {
   DEFAULT_SPIN_US,
   defaultSpinUs,
   resolveProcessGroupConfig,
 } from "../../distributed/pg_config.ts";
-import { ShmProcessGroup } from "../../distributed/shm_backend.ts";
+import { ShmProcessGroup } from "../../distributed/backends/shm_backend.ts";
 import { type CollectiveRecord, setPhaseSink } from "../../distributed/control/phase.ts";
 import { SHM_DTYPE_CODE, shmLibrary } from "../../ffi/shm.ts";
 import { launcherEnv, shmEntries, uniqueRunId } from "./scripts/_ranks.ts";

@@ -7,9 +7,9 @@
  * first (hierarchical): reduce-scatter in the node, Gloo all-reduce of each
  * rank's share between nodes, all-gather in the node.
  */
-import { DT_ERR_ARG, SHM_DTYPE_CODE, SHM_REDUCE_CODE } from "../ffi/shm.ts";
-import { GLOO_OP, glooCalls, glooLibrary } from "../ffi/gloo.ts";
-import { reportCollective } from "./control/phase.ts";
+import { DT_ERR_ARG, SHM_DTYPE_CODE, SHM_REDUCE_CODE } from "../../ffi/shm.ts";
+import { GLOO_OP, glooCalls, glooLibrary } from "../../ffi/gloo.ts";
+import { reportCollective } from "../control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -24,10 +24,9 @@ import {
 import { type GlooSettings, glooSettings } from "./gloo_config.ts";
 import { cString, GlooNativeGroup } from "./gloo_native_group.ts";
 import { NodeShm } from "./node_shm.ts";
-import type { ResolvedProcessGroupConfig } from "./pg_config.ts";
-import type { CallOptions, ProcessGroup } from "./process_group.ts";
-import { COMPLETED, type Work } from "./work.ts";
-import { attemptKeys } from "./control/store_keys.ts";
+import type { ResolvedProcessGroupConfig } from "../pg_config.ts";
+import { type CallOptions, COMPLETED, type ProcessGroup, type Work } from "../process_group.ts";
+import { attemptKeys } from "../control/store_keys.ts";
 
 /** Groups opened by this process: every rank opens them in the same order. */
 let groups = 0;

@@ -6,8 +6,8 @@
  * (texts this file hands to the segment say "job rank"), so a message never
  * blames the wrong rank.
  */
-import { cString as readCString, DtNativeError } from "../ffi/native.ts";
-import { SHM_DTYPE_CODE, SHM_FLAG_DETAIL, SHM_REDUCE_CODE, shmLibrary } from "../ffi/shm.ts";
+import { cString as readCString, DtNativeError } from "../../ffi/native.ts";
+import { SHM_DTYPE_CODE, SHM_FLAG_DETAIL, SHM_REDUCE_CODE, shmLibrary } from "../../ffi/shm.ts";
 import type { CollectiveDType, ReduceOp } from "./collective_buffer.ts";
 import { cString } from "./gloo_native_group.ts";
 

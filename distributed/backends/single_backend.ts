@@ -6,8 +6,8 @@
  * GPU memory is copied by the GPU (on the compute stream), never touched by
  * the host; a copy between host and GPU memory is refused.
  */
-import { reportCollective } from "./control/phase.ts";
-import { backendOf, type Device } from "../tensor/backend.ts";
+import { reportCollective } from "../control/phase.ts";
+import { backendOf, type Device } from "../../tensor/backend.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -17,8 +17,7 @@ import {
   resolveBuffer,
   type ResolvedBuffer,
 } from "./collective_buffer.ts";
-import type { CallOptions, ProcessGroup } from "./process_group.ts";
-import { COMPLETED, type Work } from "./work.ts";
+import { type CallOptions, COMPLETED, type ProcessGroup, type Work } from "../process_group.ts";
 
 /** Where a buffer is: its own `device`, else the group's. */
 function placeOf(b: ResolvedBuffer, group: Device): Device {

@@ -20,8 +20,8 @@
  *   communicator exactly once; the group reports its failure at the next
  *   call, at Work.wait(), and after any host wait for the device.
  */
-import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
-import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
+import { type KernelCalls, kernelCalls } from "../../ffi/calls.ts";
+import { cudaKernels, CudaRuntime } from "../../ffi/cuda.ts";
 import {
   NCCL_DTYPE,
   NCCL_IN_PROGRESS,
@@ -30,11 +30,11 @@ import {
   ncclConfig,
   type NcclLibrary,
   ncclLibrary,
-} from "../ffi/nccl.ts";
-import { DtNativeError } from "../ffi/native.ts";
-import { type CudaBackend, openCudaBackend, openedCudaBackend } from "../tensor/cuda_backend.ts";
-import { noteHostSync, onHostSync } from "../tensor/host_sync.ts";
-import { reportCollective } from "./control/phase.ts";
+} from "../../ffi/nccl.ts";
+import { DtNativeError } from "../../ffi/native.ts";
+import { type CudaBackend, openCudaBackend, openedCudaBackend } from "../../tensor/cuda_backend.ts";
+import { noteHostSync, onHostSync } from "../../tensor/host_sync.ts";
+import { reportCollective } from "../control/phase.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -44,10 +44,10 @@ import {
   resolveBuffer,
   type ResolvedBuffer,
 } from "./collective_buffer.ts";
-import { getRankSettings, getWorld, storeToken } from "./control/env.ts";
-import { attemptKeys } from "./control/store_keys.ts";
-import { type FailureKind, failureKind, withFailureKind } from "./control/failure_kind.ts";
-import { syncStore } from "./control/sync_store.ts";
+import { getRankSettings, getWorld, storeToken } from "../control/env.ts";
+import { attemptKeys } from "../control/store_keys.ts";
+import { type FailureKind, failureKind, withFailureKind } from "../control/failure_kind.ts";
+import { syncStore } from "../control/sync_store.ts";
 import {
   describeCollective,
   FAIL,
@@ -57,8 +57,7 @@ import {
   TEARDOWN_TIMEOUT_MS,
   type Tracked,
 } from "./nccl_watchdog.ts";
-import type { CallOptions, ProcessGroup } from "./process_group.ts";
-import { COMPLETED, type Work } from "./work.ts";
+import { type CallOptions, COMPLETED, type ProcessGroup, type Work } from "../process_group.ts";
 import { finishTeardown, teardownEnded } from "./nccl_teardown.ts";
 
 /** What the host watches while it waits for a collective. */

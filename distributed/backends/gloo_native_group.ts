@@ -6,8 +6,13 @@
  * gloo_backend.ts does both); it logs a refused connection, a security event.
  */
 import { createHmac } from "node:crypto";
-import { GLOO_ERR_REFUSED, GLOO_FLAG_DETAIL, GLOO_PROOF_BYTES, glooLibrary } from "../ffi/gloo.ts";
-import { cString as readCString } from "../ffi/native.ts";
+import {
+  GLOO_ERR_REFUSED,
+  GLOO_FLAG_DETAIL,
+  GLOO_PROOF_BYTES,
+  glooLibrary,
+} from "../../ffi/gloo.ts";
+import { cString as readCString } from "../../ffi/native.ts";
 import type { GlooSettings } from "./gloo_config.ts";
 
 const encoder = new TextEncoder();

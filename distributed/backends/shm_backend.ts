@@ -12,11 +12,11 @@ import {
   SHM_FLAG_DETAIL,
   SHM_REDUCE_CODE,
   shmLibrary,
-} from "../ffi/shm.ts";
-import { DtNativeError } from "../ffi/native.ts";
-import { type CollectiveRecord, reportCollective } from "./control/phase.ts";
-import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
-import { enter, leave } from "../profile/profile.ts";
+} from "../../ffi/shm.ts";
+import { DtNativeError } from "../../ffi/native.ts";
+import { type CollectiveRecord, reportCollective } from "../control/phase.ts";
+import { type FailureKind, withFailureKind } from "../control/failure_kind.ts";
+import { enter, leave } from "../../profile/profile.ts";
 import {
   type BufferLike,
   checkReduceDType,
@@ -27,9 +27,8 @@ import {
   resolveBuffer,
   type ResolvedBuffer,
 } from "./collective_buffer.ts";
-import type { ProcessGroupConfig } from "./pg_config.ts";
-import type { CallOptions, ProcessGroup } from "./process_group.ts";
-import { COMPLETED, type Work } from "./work.ts";
+import type { ProcessGroupConfig } from "../pg_config.ts";
+import { type CallOptions, COMPLETED, type ProcessGroup, type Work } from "../process_group.ts";
 
 const encoder = new TextEncoder();
 const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");

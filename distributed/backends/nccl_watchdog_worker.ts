@@ -9,7 +9,7 @@
  * hanging.
  */
 import { parentPort } from "node:worker_threads";
-import { StoreClient } from "./control/store.ts";
+import { StoreClient } from "../control/store.ts";
 import {
   describeCollective,
   FAIL,
