@@ -35,15 +35,9 @@ import { DtNativeError } from "../../ffi/native.ts";
 import { type CudaBackend, openCudaBackend, openedCudaBackend } from "../../tensor/cuda_backend.ts";
 import { noteHostSync, onHostSync } from "../../tensor/host_sync.ts";
 import { reportCollective } from "../control/phase.ts";
-import {
-  type BufferLike,
-  checkReduceDType,
-  checkReduceOp,
-  checkSizes,
-  type ReduceOp,
-  resolveBuffer,
-  type ResolvedBuffer,
-} from "./collective_buffer.ts";
+import type { BufferLike, ReduceOp, ResolvedBuffer } from "./collective_buffer.ts";
+import type { Collective } from "./collective_args.ts";
+import { CollectiveRunner } from "./collective_runner.ts";
 import { getRankSettings, getWorld, storeToken } from "../control/env.ts";
 import { attemptKeys } from "../control/store_keys.ts";
 import { type FailureKind, failureKind, withFailureKind } from "../control/failure_kind.ts";
@@ -52,7 +46,6 @@ import {
   describeCollective,
   FAIL,
   NcclWatchdog,
-  OPS,
   SLOTS,
   TEARDOWN_TIMEOUT_MS,
   type Tracked,
@@ -147,10 +140,8 @@ export interface NcclGroupOptions {
   pollMs?: number;
 }
 
-/** A collective as #run needs it: the buffers it reads and writes, and the NCCL call. */
+/** A collective as #perform needs it: the buffers it reads and writes, and the NCCL call. */
 interface Plan {
-  op: (typeof OPS)[number];
-  bytes: number;
   /** read by the collective (staged to the GPU first when they are host memory) */
   inputs: ResolvedBuffer[];
   /** written by it (copied back when they are host memory) */
@@ -160,7 +151,7 @@ interface Plan {
   enqueue(comm: Deno.PointerObject, ptrs: Deno.PointerValue[], stream: Deno.PointerObject): number;
 }
 
-/** How #run finishes a call. */
+/** How #perform finishes a call. */
 type Finish =
   /** the compute stream waits for the collective; the host does not */
   | "stream"
@@ -198,7 +189,7 @@ export class NcclProcessGroup implements ProcessGroup {
   #staging: { ptr: Deno.PointerObject; bytes: number } | null = null;
   #barrierBuf: Deno.PointerObject | null = null;
   #closed = false;
-  #seq = 0;
+  readonly #runner: CollectiveRunner;
 
   private constructor(
     rank: number,
@@ -239,6 +230,29 @@ export class NcclProcessGroup implements ProcessGroup {
         }
         : null,
     });
+    this.#runner = new CollectiveRunner(
+      {
+        groupName: `NCCL process group of rank ${rank}`,
+        hostOnly: null,
+        requireHealthy: (op) => this.#requireHealthy(op),
+        abortForBadArguments: (reason) => {
+          this.#watch.fail(FAIL.OWN, 0, reason);
+          this.#watch.abortOnce();
+        },
+        perform: (c, seq, timeoutMs, deferred) => this.#perform(c, seq, timeoutMs, deferred),
+        failed: (e, c, seq) => {
+          if (!this.#watch.failure()) {
+            const what = describeCollective(c.op, seq, c.bytes, this.rank, this.size);
+            this.#watch.fail(FAIL.OWN, 0, `${what} failed: ${(e as Error).message}`);
+            this.#watch.abortOnce();
+          }
+          return e as Error;
+        },
+      },
+      rank,
+      size,
+      timeoutMs,
+    );
     // A collective that failed while the host waited for the device is reported by that wait.
     this.#stopSyncHook = onHostSync(() => {
       const f = this.#watch.failure();
@@ -302,7 +316,7 @@ export class NcclProcessGroup implements ProcessGroup {
   }
 
   allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
-    this.#run(opts, () => this.#allReducePlan(buf, op), "stream");
+    this.#runner.allReduce(buf, op, opts);
   }
 
   /**
@@ -313,70 +327,15 @@ export class NcclProcessGroup implements ProcessGroup {
    * reduced before this returns (it is staged through device memory anyway).
    */
   allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
-    const plan = () => this.#allReducePlan(buf, op);
-    if (ArrayBuffer.isView(buf) || (buf as { device?: string }).device === "cpu") {
-      this.#run(opts, plan, "stream");
-      return COMPLETED;
-    }
-    const started = this.#run(opts, plan, "later");
-    let finished = false;
-    return {
-      wait: () => {
-        if (finished) return;
-        finished = true;
-        try {
-          this.#requireHealthy(started.what);
-          // A slot reused since means the collective is long done: nothing to wait for.
-          if (this.#watch.inFlight(started.tracked)) {
-            this.#rt.streamWait(this.#compute, started.tracked.event);
-          }
-        } finally {
-          reportCollective(started.rec, "exit");
-        }
-      },
-    };
+    return this.#runner.allReduceStart(buf, op, opts);
   }
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
-    this.#run(
-      opts,
-      () => {
-        const b = resolveBuffer(buf, "broadcast buf");
-        if (!Number.isInteger(root) || root < 0 || root >= this.size) {
-          throw new RangeError(
-            `broadcast: root ${root} is not a rank of this group (size ${this.size})`,
-          );
-        }
-        const args = [BigInt(b.count), NCCL_DTYPE[b.dtype], root] as const;
-        return {
-          op: "broadcast",
-          bytes: b.bytes,
-          inputs: [b],
-          outputs: [b],
-          symbol: "ncclBroadcast",
-          enqueue: (c, p, s) => this.#lib.symbols.ncclBroadcast(p[0]!, p[1]!, ...args, c, s),
-        };
-      },
-      "stream",
-      `root ${root}`,
-    );
+    this.#runner.broadcast(buf, root, opts);
   }
 
   allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
-    this.#run(opts, () => {
-      const o = resolveBuffer(out, "allGather out");
-      const i = resolveBuffer(inp, "allGather inp");
-      checkSizes(o, i, this.size, 1, "allGather");
-      const args = [BigInt(i.count), NCCL_DTYPE[i.dtype]] as const;
-      return {
-        op: "allGather",
-        bytes: i.bytes,
-        inputs: [i],
-        outputs: [o],
-        symbol: "ncclAllGather",
-        enqueue: (c, p, s) => this.#lib.symbols.ncclAllGather(p[0]!, p[1]!, ...args, c, s),
-      };
-    }, "stream");
+    this.#runner.allGather(out, inp, opts);
   }
 
   reduceScatter(
@@ -385,49 +344,12 @@ export class NcclProcessGroup implements ProcessGroup {
     op: ReduceOp = "sum",
     opts: CallOptions = {},
   ): void {
-    this.#run(opts, () => {
-      const o = resolveBuffer(out, "reduceScatter out");
-      const i = resolveBuffer(inp, "reduceScatter inp");
-      checkSizes(o, i, 1, this.size, "reduceScatter");
-      checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
-      const args = [BigInt(o.count), NCCL_DTYPE[o.dtype], NCCL_OP[op]] as const;
-      return {
-        op: "reduceScatter",
-        bytes: o.bytes,
-        inputs: [i],
-        outputs: [o],
-        symbol: "ncclReduceScatter",
-        enqueue: (c, p, s) => this.#lib.symbols.ncclReduceScatter(p[0]!, p[1]!, ...args, c, s),
-      };
-    }, "stream");
+    this.#runner.reduceScatter(out, inp, op, opts);
   }
 
   /** Returns once every rank has reached it: the host waits for a one-element allReduce. */
   barrier(name: string, opts: CallOptions = {}): void {
-    this.#run(
-      opts,
-      () => {
-        this.#barrierBuf ??= this.#alloc(4);
-        const b: ResolvedBuffer = {
-          ptr: this.#barrierBuf,
-          count: 1,
-          dtype: "f32",
-          bytes: 4,
-          device: "cuda",
-        };
-        return {
-          op: "barrier",
-          bytes: 0,
-          inputs: [b],
-          outputs: [b],
-          symbol: "ncclAllReduce",
-          enqueue: (c, p, s) =>
-            this.#lib.symbols.ncclAllReduce(p[0]!, p[1]!, 1n, NCCL_DTYPE.f32, NCCL_OP.sum, c, s),
-        };
-      },
-      "host",
-      String(name),
-    );
+    this.#runner.barrier(name, opts);
   }
 
   /**
@@ -437,7 +359,7 @@ export class NcclProcessGroup implements ProcessGroup {
    * timeout) and it is destroyed. Never frees the communicator twice.
    */
   close(): void {
-    if (this.#closed) return;
+    if (!this.#runner.close()) return;
     this.#closed = true;
     this.#stopSyncHook();
     const deadline = Date.now() + this.#timeoutMs;
@@ -465,18 +387,66 @@ export class NcclProcessGroup implements ProcessGroup {
     this.close();
   }
 
-  #allReducePlan(buf: BufferLike, op: ReduceOp): Plan {
-    const b = resolveBuffer(buf, "allReduce buf");
-    checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
-    const args = [BigInt(b.count), NCCL_DTYPE[b.dtype], NCCL_OP[op]] as const;
-    return {
-      op: "allReduce",
-      bytes: b.bytes,
-      inputs: [b],
-      outputs: [b],
-      symbol: "ncclAllReduce",
-      enqueue: (c, p, s) => this.#lib.symbols.ncclAllReduce(p[0]!, p[1]!, ...args, c, s),
-    };
+  /** The buffers and the NCCL call of a checked collective. */
+  #plan(c: Collective): Plan {
+    const lib = this.#lib;
+    const i = c.inp!, o = c.out!;
+    switch (c.op) {
+      case "allReduce": {
+        const args = [BigInt(i.count), NCCL_DTYPE[i.dtype], NCCL_OP[c.reduceOp]] as const;
+        return {
+          inputs: [i],
+          outputs: [o],
+          symbol: "ncclAllReduce",
+          enqueue: (c, p, s) => lib.symbols.ncclAllReduce(p[0]!, p[1]!, ...args, c, s),
+        };
+      }
+      case "broadcast": {
+        const args = [BigInt(i.count), NCCL_DTYPE[i.dtype], c.root] as const;
+        return {
+          inputs: [i],
+          outputs: [o],
+          symbol: "ncclBroadcast",
+          enqueue: (c, p, s) => lib.symbols.ncclBroadcast(p[0]!, p[1]!, ...args, c, s),
+        };
+      }
+      case "allGather": {
+        const args = [BigInt(i.count), NCCL_DTYPE[i.dtype]] as const;
+        return {
+          inputs: [i],
+          outputs: [o],
+          symbol: "ncclAllGather",
+          enqueue: (c, p, s) => lib.symbols.ncclAllGather(p[0]!, p[1]!, ...args, c, s),
+        };
+      }
+      case "reduceScatter": {
+        const args = [BigInt(o.count), NCCL_DTYPE[o.dtype], NCCL_OP[c.reduceOp]] as const;
+        return {
+          inputs: [i],
+          outputs: [o],
+          symbol: "ncclReduceScatter",
+          enqueue: (c, p, s) => lib.symbols.ncclReduceScatter(p[0]!, p[1]!, ...args, c, s),
+        };
+      }
+      case "barrier": {
+        // a one-element allReduce of the group's own device memory
+        this.#barrierBuf ??= this.#alloc(4);
+        const b: ResolvedBuffer = {
+          ptr: this.#barrierBuf,
+          count: 1,
+          dtype: "f32",
+          bytes: 4,
+          device: "cuda",
+        };
+        return {
+          inputs: [b],
+          outputs: [b],
+          symbol: "ncclAllReduce",
+          enqueue: (c, p, s) =>
+            lib.symbols.ncclAllReduce(p[0]!, p[1]!, 1n, NCCL_DTYPE.f32, NCCL_OP.sum, c, s),
+        };
+      }
+    }
   }
 
   /** The error of a call on a group that failed before: the first failure, with its kind. */
@@ -494,83 +464,47 @@ export class NcclProcessGroup implements ProcessGroup {
   }
 
   /**
-   * Checks the arguments, stages host memory, queues the call on the
-   * communication stream after the compute stream's work, hands it to the
-   * watchdog and finishes it as `finish` says. An argument error aborts the
-   * communicator too, since the peers would otherwise wait for this rank
-   * until their timeout.
+   * Stages host memory, queues the call on the communication stream after the
+   * compute stream's work, hands it to the watchdog and finishes it: a barrier
+   * waits on the host; a deferred allReduce of device memory returns a Work
+   * that orders the compute stream later; anything else orders the compute
+   * stream after the collective now (host memory: the host waits for the copy back).
    */
-  #run(
-    opts: CallOptions,
-    prepare: () => Plan,
-    finish: Finish,
-    detail?: string,
-  ): {
-    rec: { seq: number; op: string; bytes: number; detail?: string };
-    what: string;
-    tracked: Tracked;
-  } {
-    if (this.#closed) throw new Error(`the NCCL process group is closed`);
-    this.#requireHealthy("a collective");
-    const seq = ++this.#seq;
-    let plan: Plan, timeoutMs: number;
-    try {
-      plan = prepare();
-      timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
-      if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-        throw new RangeError(`${plan.op}: timeoutMs must be a positive number, got ${timeoutMs}`);
-      }
-    } catch (e) {
-      this.#watch.fail(
-        FAIL.OWN,
-        0,
-        `rank ${this.rank} called a collective (#${seq}) with bad arguments: ${
-          (e as Error).message
-        }`,
-      );
-      this.#watch.abortOnce();
-      throw e;
+  #perform(c: Collective, seq: number, timeoutMs: number, deferred: boolean): Work {
+    const plan = this.#plan(c);
+    const finish: Finish = c.op === "barrier" ? "host" : deferred ? "later" : "stream";
+    const what = describeCollective(c.op, seq, c.bytes, this.rank, this.size);
+    const deadline = Date.now() + timeoutMs;
+    const { slot, event } = this.#watch.slot(deadline);
+    let ptrs: Deno.PointerValue[] = [];
+    this.#watch.withComm((comm) => {
+      this.#rt.record(this.#ready, this.#compute);
+      this.#rt.streamWait(this.#stream, this.#ready); // inputs written by the compute stream are ready
+      ptrs = this.#stageInputs(plan);
+      this.#enqueue(plan, comm, ptrs, deadline, what);
+      this.#rt.record(event, this.#stream);
+    });
+    const tracked = this.#watch.track(slot, { seq, op: c.op, bytes: c.bytes, deadline, timeoutMs });
+    const staged = [...plan.inputs, ...plan.outputs].some(isHost);
+    if (staged) {
+      this.#copyOutputsBack(plan, ptrs); // the host waits for the collective here
+      noteHostSync(`nccl ${c.op}`);
+      this.#requireHealthy(what);
+    } else if (finish === "host") {
+      this.#hostWait(tracked, what, deadline, timeoutMs);
+      noteHostSync(`nccl ${c.op}`);
+    } else if (finish === "stream") {
+      this.#rt.streamWait(this.#compute, event); // later kernels see the result
+    } else {
+      return {
+        wait: () => {
+          this.#requireHealthy(what);
+          // A slot reused since means the collective is long done: nothing to wait for.
+          if (this.#watch.inFlight(tracked)) this.#rt.streamWait(this.#compute, tracked.event);
+        },
+      };
     }
-    const op = plan.op;
-    const rec = detail === undefined
-      ? { seq, op, bytes: plan.bytes }
-      : { seq, op, bytes: plan.bytes, detail };
-    const what = describeCollective(op, seq, plan.bytes, this.rank, this.size);
-    reportCollective(rec, "enter");
-    try {
-      const deadline = Date.now() + timeoutMs;
-      const { slot, event } = this.#watch.slot(deadline);
-      let ptrs: Deno.PointerValue[] = [];
-      this.#watch.withComm((comm) => {
-        this.#rt.record(this.#ready, this.#compute);
-        this.#rt.streamWait(this.#stream, this.#ready); // inputs written by the compute stream are ready
-        ptrs = this.#stageInputs(plan);
-        this.#enqueue(plan, comm, ptrs, deadline, what);
-        this.#rt.record(event, this.#stream);
-      });
-      const tracked = this.#watch.track(slot, { seq, op, bytes: plan.bytes, deadline, timeoutMs });
-      const staged = [...plan.inputs, ...plan.outputs].some(isHost);
-      if (staged) {
-        this.#copyOutputsBack(plan, ptrs); // the host waits for the collective here
-        noteHostSync(`nccl ${op}`);
-        this.#requireHealthy(what);
-      } else if (finish === "host") {
-        this.#hostWait(tracked, what, deadline, timeoutMs);
-        noteHostSync(`nccl ${op}`);
-      } else if (finish === "stream") {
-        this.#rt.streamWait(this.#compute, event); // later kernels see the result
-      }
-      if (finish !== "later" || staged) reportCollective(rec, "exit");
-      return { rec, what, tracked };
-    } catch (e) {
-      reportCollective(rec, "exit");
-      const f = this.#watch.failure();
-      if (!f) {
-        this.#watch.fail(FAIL.OWN, 0, `${what} failed: ${(e as Error).message}`);
-        this.#watch.abortOnce();
-      }
-      throw e;
-    }
+    return COMPLETED;
   }
 
   /** Queues the NCCL call; a nonblocking communicator may answer "in progress" until it is queued. */

@@ -6,17 +6,10 @@
  * GPU memory is copied by the GPU (on the compute stream), never touched by
  * the host; a copy between host and GPU memory is refused.
  */
-import { reportCollective } from "../control/phase.ts";
 import { backendOf, type Device } from "../../tensor/backend.ts";
-import {
-  type BufferLike,
-  checkReduceDType,
-  checkReduceOp,
-  checkSizes,
-  type ReduceOp,
-  resolveBuffer,
-  type ResolvedBuffer,
-} from "./collective_buffer.ts";
+import type { BufferLike, ReduceOp, ResolvedBuffer } from "./collective_buffer.ts";
+import type { Collective } from "./collective_args.ts";
+import { CollectiveRunner } from "./collective_runner.ts";
 import { type CallOptions, COMPLETED, type ProcessGroup, type Work } from "../process_group.ts";
 
 /** Where a buffer is: its own `device`, else the group's. */
@@ -48,9 +41,6 @@ function copyBuffer(dst: ResolvedBuffer, src: ResolvedBuffer, group: Device): vo
   to.set(new Uint8Array(Deno.UnsafePointerView.getArrayBuffer(src.ptr, src.bytes)));
 }
 
-/** What a collective does to its data with one rank: nothing. */
-const identity = () => {};
-
 /** A world of one rank; create it with initProcessGroup(). */
 export class SingleProcessGroup implements ProcessGroup {
   readonly rank = 0;
@@ -58,47 +48,44 @@ export class SingleProcessGroup implements ProcessGroup {
   readonly backend = "single" as const;
   /** The memory kind of buffers that do not say theirs: the process's device at creation. */
   readonly device: Device;
-  #seq = 0;
-  #closed = false;
-  #timeoutMs: number;
+  readonly #runner: CollectiveRunner;
 
   constructor(timeoutMs: number, device: Device = "cpu") {
-    this.#timeoutMs = timeoutMs;
     this.device = device;
+    this.#runner = new CollectiveRunner(
+      {
+        groupName: "single-process group",
+        hostOnly: null,
+        checkArgs: (c) => {
+          if (c.op === "allGather" || c.op === "reduceScatter") {
+            checkSameDevice(c.out!, c.inp!, this.device, c.op);
+          }
+        },
+        abortForBadArguments: () => {}, // no peer waits for this rank
+        perform: (c) => this.#perform(c),
+        failed: (e) => e as Error,
+      },
+      0,
+      1,
+      timeoutMs,
+    );
   }
 
   allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
-    this.#run("allReduce", undefined, opts, () => {
-      const b = resolveBuffer(buf, "allReduce buf");
-      checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
-      return [b.bytes, identity];
-    });
+    this.#runner.allReduce(buf, op, opts);
   }
 
   /** allReduce, complete when it returns. */
   allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
-    this.allReduce(buf, op, opts);
-    return COMPLETED;
+    return this.#runner.allReduceStart(buf, op, opts);
   }
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
-    this.#run("broadcast", `root ${root}`, opts, () => {
-      const b = resolveBuffer(buf, "broadcast buf");
-      if (root !== 0) {
-        throw new RangeError(`broadcast: root ${root} is not a rank of this group (size 1)`);
-      }
-      return [b.bytes, identity];
-    });
+    this.#runner.broadcast(buf, root, opts);
   }
 
   allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
-    this.#run("allGather", undefined, opts, () => {
-      const o = resolveBuffer(out, "allGather out");
-      const i = resolveBuffer(inp, "allGather inp");
-      checkSizes(o, i, 1, 1, "allGather");
-      checkSameDevice(o, i, this.device, "allGather");
-      return [i.bytes, () => copyBuffer(o, i, this.device)];
-    });
+    this.#runner.allGather(out, inp, opts);
   }
 
   reduceScatter(
@@ -107,49 +94,24 @@ export class SingleProcessGroup implements ProcessGroup {
     op: ReduceOp = "sum",
     opts: CallOptions = {},
   ): void {
-    this.#run("reduceScatter", undefined, opts, () => {
-      const o = resolveBuffer(out, "reduceScatter out");
-      const i = resolveBuffer(inp, "reduceScatter inp");
-      checkSizes(o, i, 1, 1, "reduceScatter");
-      checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
-      checkSameDevice(o, i, this.device, "reduceScatter");
-      return [o.bytes, () => copyBuffer(o, i, this.device)];
-    });
+    this.#runner.reduceScatter(out, inp, op, opts);
   }
 
   barrier(name: string, opts: CallOptions = {}): void {
-    this.#run("barrier", String(name), opts, () => [0, identity]);
+    this.#runner.barrier(name, opts);
   }
 
   close(): void {
-    this.#closed = true;
+    this.#runner.close();
   }
 
   [Symbol.dispose](): void {
     this.close();
   }
 
-  /** Checks the arguments (`prepare` returns the payload bytes and the
-   *  work), reports the call, and does the work. */
-  #run(
-    op: string,
-    detail: string | undefined,
-    opts: CallOptions,
-    prepare: () => [number, () => void],
-  ): void {
-    if (this.#closed) throw new Error(`${op}: process group is closed`);
-    const timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
-    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-      throw new RangeError(`${op}: timeoutMs must be a positive number, got ${timeoutMs}`);
-    }
-    const [bytes, work] = prepare();
-    const seq = ++this.#seq;
-    const rec = detail === undefined ? { seq, op, bytes } : { seq, op, bytes, detail };
-    reportCollective(rec, "enter");
-    try {
-      work();
-    } finally {
-      reportCollective(rec, "exit");
-    }
+  /** With one rank a collective is an identity: allGather and reduceScatter copy inp to out. */
+  #perform(c: Collective): Work {
+    if (c.op === "allGather" || c.op === "reduceScatter") copyBuffer(c.out!, c.inp!, this.device);
+    return COMPLETED;
   }
 }
