@@ -77,27 +77,11 @@ export class CollectiveRunner {
   // bucket, and the closures and argument lists of a general path would cost more than the checks.
 
   allReduce(buf: BufferLike, op: ReduceOp, opts: CallOptions): void {
-    const seq = this.#begin("allReduce");
-    let c: Collective, timeoutMs: number;
-    try {
-      c = allReduceArgs(buf, op, this.#backend.hostOnly);
-      timeoutMs = this.#prepare(c, opts);
-    } catch (e) {
-      throw this.#badArguments("allReduce", seq, e);
-    }
-    this.#perform(c, seq, timeoutMs, false);
+    this.#allReduce(buf, op, opts, false);
   }
 
   allReduceStart(buf: BufferLike, op: ReduceOp, opts: CallOptions): Work {
-    const seq = this.#begin("allReduce");
-    let c: Collective, timeoutMs: number;
-    try {
-      c = allReduceArgs(buf, op, this.#backend.hostOnly);
-      timeoutMs = this.#prepare(c, opts);
-    } catch (e) {
-      throw this.#badArguments("allReduce", seq, e);
-    }
-    return this.#perform(c, seq, timeoutMs, true);
+    return this.#allReduce(buf, op, opts, true);
   }
 
   broadcast(buf: BufferLike, root: number, opts: CallOptions): void {
@@ -146,6 +130,18 @@ export class CollectiveRunner {
       throw this.#badArguments("barrier", seq, e);
     }
     this.#perform(c, seq, timeoutMs, false);
+  }
+
+  #allReduce(buf: BufferLike, op: ReduceOp, opts: CallOptions, deferred: boolean): Work {
+    const seq = this.#begin("allReduce");
+    let c: Collective, timeoutMs: number;
+    try {
+      c = allReduceArgs(buf, op, this.#backend.hostOnly);
+      timeoutMs = this.#prepare(c, opts);
+    } catch (e) {
+      throw this.#badArguments("allReduce", seq, e);
+    }
+    return this.#perform(c, seq, timeoutMs, deferred);
   }
 
   /** Refuses a closed or failed group; numbers the call. */

@@ -10,7 +10,6 @@
 import { DT_ERR_ARG, SHM_DTYPE_CODE, SHM_REDUCE_CODE } from "../../ffi/shm.ts";
 import { GLOO_OP, glooCalls, glooLibrary } from "../../ffi/gloo.ts";
 import {
-  type BufferLike,
   type CollectiveDType,
   DTYPE_BYTES,
   type ReduceOp,
@@ -18,11 +17,12 @@ import {
 } from "./collective_buffer.ts";
 import type { Collective } from "./collective_args.ts";
 import { CollectiveRunner } from "./collective_runner.ts";
+import { CollectiveGroup } from "./collective_group.ts";
 import { type GlooSettings, glooSettings } from "./gloo_config.ts";
 import { cString, GlooNativeGroup } from "./gloo_native_group.ts";
 import { NodeShm } from "./node_shm.ts";
 import type { ResolvedProcessGroupConfig } from "../pg_config.ts";
-import { type CallOptions, COMPLETED, type ProcessGroup, type Work } from "../process_group.ts";
+import { COMPLETED, type Work } from "../process_group.ts";
 import { attemptKeys } from "../control/store_keys.ts";
 
 /** Groups opened by this process: every rank opens them in the same order. */
@@ -46,7 +46,7 @@ interface Joined {
  * group forms (a report sent just before a long synchronous call can be held
  * back behind it).
  */
-export class GlooProcessGroup implements ProcessGroup {
+export class GlooProcessGroup extends CollectiveGroup {
   readonly rank: number;
   readonly size: number;
   readonly backend = "gloo" as const;
@@ -64,9 +64,10 @@ export class GlooProcessGroup implements ProcessGroup {
   #failed: Error | null = null;
   #scratch = new Uint8Array(0);
   #scratchPtr: Deno.PointerValue = null;
-  readonly #runner: CollectiveRunner;
+  protected readonly runner: CollectiveRunner;
 
   private constructor(cfg: ResolvedProcessGroupConfig, settings: GlooSettings) {
+    super();
     this.rank = cfg.rank;
     this.size = cfg.size;
     this.nnodes = cfg.world.nnodes;
@@ -76,7 +77,7 @@ export class GlooProcessGroup implements ProcessGroup {
     this.#settings = settings;
     this.#gen = ++groups;
     this.#timeoutMs = cfg.timeoutMs;
-    this.#runner = new CollectiveRunner(
+    this.runner = new CollectiveRunner(
       {
         groupName: `Gloo process group of rank ${cfg.rank}`,
         hostOnly: "Gloo process group",
@@ -167,39 +168,8 @@ export class GlooProcessGroup implements ProcessGroup {
     }
   }
 
-  allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
-    this.#runner.allReduce(buf, op, opts);
-  }
-
-  /** Gloo's calls complete before they return (they block this thread): the Work is done. */
-  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
-    return this.#runner.allReduceStart(buf, op, opts);
-  }
-
-  broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
-    this.#runner.broadcast(buf, root, opts);
-  }
-
-  allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
-    this.#runner.allGather(out, inp, opts);
-  }
-
-  reduceScatter(
-    out: BufferLike,
-    inp: BufferLike,
-    op: ReduceOp = "sum",
-    opts: CallOptions = {},
-  ): void {
-    this.#runner.reduceScatter(out, inp, op, opts);
-  }
-
-  /** The call-record exchange is itself a barrier: every rank waits for every other's record. */
-  barrier(name: string, opts: CallOptions = {}): void {
-    this.#runner.barrier(name, opts);
-  }
-
-  close(): void {
-    if (!this.#runner.close()) return;
+  override close(): void {
+    if (!this.runner.close()) return;
     const j = this.#joined;
     if (!j) return;
     let first: unknown = null;
@@ -211,10 +181,6 @@ export class GlooProcessGroup implements ProcessGroup {
       }
     }
     if (first) throw first;
-  }
-
-  [Symbol.dispose](): void {
-    this.close();
   }
 
   /** Shared memory within the node, Gloo between nodes: each local rank carries

@@ -35,9 +35,10 @@ import { DtNativeError } from "../../ffi/native.ts";
 import { type CudaBackend, openCudaBackend, openedCudaBackend } from "../../tensor/cuda_backend.ts";
 import { noteHostSync, onHostSync } from "../../tensor/host_sync.ts";
 import { reportCollective } from "../control/phase.ts";
-import type { BufferLike, ReduceOp, ResolvedBuffer } from "./collective_buffer.ts";
+import type { ResolvedBuffer } from "./collective_buffer.ts";
 import type { Collective } from "./collective_args.ts";
 import { CollectiveRunner } from "./collective_runner.ts";
+import { CollectiveGroup } from "./collective_group.ts";
 import { getRankSettings, getWorld, storeToken } from "../control/env.ts";
 import { attemptKeys } from "../control/store_keys.ts";
 import { type FailureKind, failureKind, withFailureKind } from "../control/failure_kind.ts";
@@ -50,7 +51,7 @@ import {
   TEARDOWN_TIMEOUT_MS,
   type Tracked,
 } from "./nccl_watchdog.ts";
-import { type CallOptions, COMPLETED, type ProcessGroup, type Work } from "../process_group.ts";
+import { COMPLETED, type Work } from "../process_group.ts";
 import { finishTeardown, teardownEnded } from "./nccl_teardown.ts";
 
 /** What the host watches while it waits for a collective. */
@@ -166,7 +167,7 @@ let groups = 0; // groups opened by this process: every rank opens them in the s
 const DEFAULT_POLL_MS = 10;
 
 /** The NCCL process group; create it with initProcessGroup() on a GPU rank, or NcclProcessGroup.open(). */
-export class NcclProcessGroup implements ProcessGroup {
+export class NcclProcessGroup extends CollectiveGroup {
   readonly rank: number;
   readonly size: number;
   readonly backend = "nccl" as const;
@@ -188,8 +189,7 @@ export class NcclProcessGroup implements ProcessGroup {
   readonly #stopSyncHook: () => void;
   #staging: { ptr: Deno.PointerObject; bytes: number } | null = null;
   #barrierBuf: Deno.PointerObject | null = null;
-  #closed = false;
-  readonly #runner: CollectiveRunner;
+  protected readonly runner: CollectiveRunner;
 
   private constructor(
     rank: number,
@@ -200,6 +200,7 @@ export class NcclProcessGroup implements ProcessGroup {
     timeoutMs: number,
     pollMs: number,
   ) {
+    super();
     this.rank = rank;
     this.size = size;
     this.gpu = gpu.index;
@@ -230,7 +231,7 @@ export class NcclProcessGroup implements ProcessGroup {
         }
         : null,
     });
-    this.#runner = new CollectiveRunner(
+    this.runner = new CollectiveRunner(
       {
         groupName: `NCCL process group of rank ${rank}`,
         hostOnly: null,
@@ -256,7 +257,7 @@ export class NcclProcessGroup implements ProcessGroup {
     // A collective that failed while the host waited for the device is reported by that wait.
     this.#stopSyncHook = onHostSync(() => {
       const f = this.#watch.failure();
-      if (f && !this.#closed) throw this.#failedEarlier("the device", f);
+      if (f && !this.runner.closed) throw this.#failedEarlier("the device", f);
     });
   }
 
@@ -315,52 +316,14 @@ export class NcclProcessGroup implements ProcessGroup {
     );
   }
 
-  allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
-    this.#runner.allReduce(buf, op, opts);
-  }
-
-  /**
-   * Starts an in-place allReduce on the communication stream and returns at
-   * once, so the compute stream keeps working (DDP buckets during backward);
-   * wait() makes the compute stream wait for the result — on the GPU, not the
-   * host — and throws the group's failure if it has one. A host array is
-   * reduced before this returns (it is staged through device memory anyway).
-   */
-  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
-    return this.#runner.allReduceStart(buf, op, opts);
-  }
-
-  broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
-    this.#runner.broadcast(buf, root, opts);
-  }
-
-  allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
-    this.#runner.allGather(out, inp, opts);
-  }
-
-  reduceScatter(
-    out: BufferLike,
-    inp: BufferLike,
-    op: ReduceOp = "sum",
-    opts: CallOptions = {},
-  ): void {
-    this.#runner.reduceScatter(out, inp, op, opts);
-  }
-
-  /** Returns once every rank has reached it: the host waits for a one-element allReduce. */
-  barrier(name: string, opts: CallOptions = {}): void {
-    this.#runner.barrier(name, opts);
-  }
-
   /**
    * Detaches from the group, once: after a failure (here or, through the
    * watchdog, anywhere) the communicator was or is now aborted, so peers
    * fail too; otherwise the collectives in flight finish (at most the
    * timeout) and it is destroyed. Never frees the communicator twice.
    */
-  close(): void {
-    if (!this.#runner.close()) return;
-    this.#closed = true;
+  override close(): void {
+    if (!this.runner.close()) return;
     this.#stopSyncHook();
     const deadline = Date.now() + this.#timeoutMs;
     for (let polls = 0; this.#watch.anyInFlight() && !this.#watch.failure(); polls++) {
@@ -381,10 +344,6 @@ export class NcclProcessGroup implements ProcessGroup {
     }
     for (const e of [...this.#events, this.#ready]) this.#rt.destroyEvent(e);
     this.#rt.destroyStream(this.#stream);
-  }
-
-  [Symbol.dispose](): void {
-    this.close();
   }
 
   /** The buffers and the NCCL call of a checked collective. */

@@ -15,11 +15,11 @@ import {
 } from "../../ffi/shm.ts";
 import { DtNativeError } from "../../ffi/native.ts";
 import { type FailureKind, withFailureKind } from "../control/failure_kind.ts";
-import type { BufferLike, ReduceOp } from "./collective_buffer.ts";
 import type { Collective } from "./collective_args.ts";
 import { type CollectiveBackend, CollectiveRunner } from "./collective_runner.ts";
+import { CollectiveGroup } from "./collective_group.ts";
 import type { ProcessGroupConfig } from "../pg_config.ts";
-import { type CallOptions, COMPLETED, type ProcessGroup, type Work } from "../process_group.ts";
+import { COMPLETED, type Work } from "../process_group.ts";
 
 const encoder = new TextEncoder();
 const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");
@@ -43,7 +43,7 @@ function shmFailureKind(e: unknown): FailureKind {
 }
 
 /** The shared-memory process group; create it with initProcessGroup(). */
-export class ShmProcessGroup implements ProcessGroup {
+export class ShmProcessGroup extends CollectiveGroup {
   readonly rank: number;
   readonly size: number;
   readonly backend = "shm" as const;
@@ -53,10 +53,11 @@ export class ShmProcessGroup implements ProcessGroup {
   readonly chunkBytes: number;
   /** Bytes of the whole segment. */
   readonly segmentBytes: number;
-  #handle: Deno.PointerObject;
-  readonly #runner: CollectiveRunner;
+  readonly #handle: Deno.PointerObject;
+  protected readonly runner: CollectiveRunner;
 
   private constructor(cfg: ProcessGroupConfig, handle: Deno.PointerObject, name: string) {
+    super();
     this.rank = cfg.rank;
     this.size = cfg.size;
     this.segmentName = name;
@@ -68,7 +69,7 @@ export class ShmProcessGroup implements ProcessGroup {
       perform: (c, _seq, timeoutMs) => this.#perform(c, timeoutMs),
       failed: shmFailure,
     };
-    this.#runner = new CollectiveRunner(backend, cfg.rank, cfg.size, cfg.timeoutMs);
+    this.runner = new CollectiveRunner(backend, cfg.rank, cfg.size, cfg.timeoutMs);
     const info = new BigInt64Array(6);
     shmLibrary().check(shmLibrary().symbols.dt_shm_info(handle, info), "dt_shm_info");
     this.chunkBytes = Number(info[2]);
@@ -99,45 +100,11 @@ export class ShmProcessGroup implements ProcessGroup {
     return new ShmProcessGroup(cfg, handle, name);
   }
 
-  allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
-    this.#runner.allReduce(buf, op, opts);
-  }
-
-  /** allReduce, completed before it returns (this thread does the reduction). */
-  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
-    return this.#runner.allReduceStart(buf, op, opts);
-  }
-
-  broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
-    this.#runner.broadcast(buf, root, opts);
-  }
-
-  allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
-    this.#runner.allGather(out, inp, opts);
-  }
-
-  reduceScatter(
-    out: BufferLike,
-    inp: BufferLike,
-    op: ReduceOp = "sum",
-    opts: CallOptions = {},
-  ): void {
-    this.#runner.reduceScatter(out, inp, op, opts);
-  }
-
-  barrier(name: string, opts: CallOptions = {}): void {
-    this.#runner.barrier(name, opts);
-  }
-
-  close(): void {
-    if (!this.#runner.close()) return;
+  override close(): void {
+    if (!this.runner.close()) return;
     const handle = this.#handle;
     leaked.unregister(this);
     shmLibrary().check(shmLibrary().symbols.dt_shm_close(handle), "dt_shm_close");
-  }
-
-  [Symbol.dispose](): void {
-    this.close();
   }
 
   /** An argument error aborts the group, so the peers stop waiting for this rank instead of

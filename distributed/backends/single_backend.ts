@@ -7,10 +7,11 @@
  * the host; a copy between host and GPU memory is refused.
  */
 import { backendOf, type Device } from "../../tensor/backend.ts";
-import type { BufferLike, ReduceOp, ResolvedBuffer } from "./collective_buffer.ts";
+import type { ResolvedBuffer } from "./collective_buffer.ts";
 import type { Collective } from "./collective_args.ts";
 import { CollectiveRunner } from "./collective_runner.ts";
-import { type CallOptions, COMPLETED, type ProcessGroup, type Work } from "../process_group.ts";
+import { CollectiveGroup } from "./collective_group.ts";
+import { COMPLETED, type Work } from "../process_group.ts";
 
 /** Where a buffer is: its own `device`, else the group's. */
 function placeOf(b: ResolvedBuffer, group: Device): Device {
@@ -42,17 +43,18 @@ function copyBuffer(dst: ResolvedBuffer, src: ResolvedBuffer, group: Device): vo
 }
 
 /** A world of one rank; create it with initProcessGroup(). */
-export class SingleProcessGroup implements ProcessGroup {
+export class SingleProcessGroup extends CollectiveGroup {
   readonly rank = 0;
   readonly size = 1;
   readonly backend = "single" as const;
   /** The memory kind of buffers that do not say theirs: the process's device at creation. */
   readonly device: Device;
-  readonly #runner: CollectiveRunner;
+  protected readonly runner: CollectiveRunner;
 
   constructor(timeoutMs: number, device: Device = "cpu") {
+    super();
     this.device = device;
-    this.#runner = new CollectiveRunner(
+    this.runner = new CollectiveRunner(
       {
         groupName: "single-process group",
         hostOnly: null,
@@ -71,42 +73,8 @@ export class SingleProcessGroup implements ProcessGroup {
     );
   }
 
-  allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
-    this.#runner.allReduce(buf, op, opts);
-  }
-
-  /** allReduce, complete when it returns. */
-  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
-    return this.#runner.allReduceStart(buf, op, opts);
-  }
-
-  broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
-    this.#runner.broadcast(buf, root, opts);
-  }
-
-  allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
-    this.#runner.allGather(out, inp, opts);
-  }
-
-  reduceScatter(
-    out: BufferLike,
-    inp: BufferLike,
-    op: ReduceOp = "sum",
-    opts: CallOptions = {},
-  ): void {
-    this.#runner.reduceScatter(out, inp, op, opts);
-  }
-
-  barrier(name: string, opts: CallOptions = {}): void {
-    this.#runner.barrier(name, opts);
-  }
-
-  close(): void {
-    this.#runner.close();
-  }
-
-  [Symbol.dispose](): void {
-    this.close();
+  override close(): void {
+    this.runner.close();
   }
 
   /** With one rank a collective is an identity: allGather and reduceScatter copy inp to out. */
