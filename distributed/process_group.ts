@@ -6,12 +6,13 @@
  * what one must provide.
  *
  * What a backend must provide, beyond the signatures below:
- * - Every call goes through the collective runner (backends/collective_runner.ts), which checks
- *   the arguments with the texts of backends/collective_args.ts, numbers the call, reports it to
- *   the launcher (enter and exit, for the hang report and the state page), takes the clock as
+ * - Every call goes through the collective runner (backends/collective_runner.ts; a backend
+ *   extends backends/collective_group.ts, whose collectives are the runner's), which checks the
+ *   arguments with the texts of backends/collective_args.ts, numbers the call, reports it to the
+ *   launcher (enter and exit, for the hang report and the state page), takes the clock as
  *   "reduction wait", and turns a bad argument into an abort of the whole group so the peers
- *   fail at once instead of timing out. The backend supplies only the data movement and how to
- *   abort its peers.
+ *   fail at once instead of timing out. The backend supplies only the data movement, how to
+ *   abort its peers, and close().
  * - The same bits on every rank: floats are combined in rank order 0..size-1 (or by a library
  *   that promises identical results on every rank, as NCCL does for one communicator).
  * - A mismatch across ranks (another op, size, dtype, reduce op or root) fails on every rank,
