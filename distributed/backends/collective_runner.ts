@@ -169,24 +169,25 @@ export class CollectiveRunner {
     return e;
   }
 
-  /** Reports the call, runs it as "reduction wait", and reports its end (a deferred one's at
-   *  its Work's wait()). */
+  /** Reports the call, runs it as "reduction wait" (in a world of several ranks: one rank's
+   *  identities wait for nobody), and reports its end (a deferred one's at its Work's wait()). */
   #perform(c: Collective, seq: number, timeoutMs: number, deferred: boolean): Work {
     const rec: CollectiveRecord = c.detail === undefined
       ? { seq, op: c.op, bytes: c.bytes }
       : { seq, op: c.op, bytes: c.bytes, detail: c.detail };
     reportCollective(rec, "enter");
-    const prev = enter("reduction wait");
+    const waits = this.#size > 1;
+    const prev = waits ? enter("reduction wait") : null;
     let work: Work;
     try {
       work = this.#backend.perform(c, seq, timeoutMs, deferred);
     } catch (e) {
       const err = this.#backend.failed(e, c, seq);
-      leave(prev);
+      if (waits) leave(prev);
       reportCollective(rec, "exit");
       throw err;
     }
-    leave(prev);
+    if (waits) leave(prev);
     if (work === COMPLETED) {
       reportCollective(rec, "exit");
       return COMPLETED;
