@@ -341,12 +341,8 @@ export type { StDType, StTensor } from "./io/st_tensor.ts";
 export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
 
 // distributed
-export {
-  type CallOptions,
-  currentProcessGroup,
-  initProcessGroup,
-  type ProcessGroup,
-} from "./distributed/process_group.ts";
+export type { CallOptions, ProcessGroup, Work } from "./distributed/process_group.ts";
+export { currentProcessGroup, initProcessGroup } from "./distributed/init_process_group.ts";
 export type { CpuBackend, ProcessGroupOptions } from "./distributed/pg_config.ts";
 export type {
   BufferLike,
@@ -354,8 +350,7 @@ export type {
   CollectiveBuffer,
   CollectiveDType,
   ReduceOp,
-} from "./distributed/collective_buffer.ts";
-export type { Work } from "./distributed/work.ts";
+} from "./distributed/backends/collective_buffer.ts";
 export {
   type Bucket,
   type DDPBackwardOptions,

@@ -24,9 +24,7 @@
  * keys never carry a "module." prefix.
  */
 import type { Module } from "../nn/module.ts";
-import type { ProcessGroup } from "./process_group.ts";
-import { COMPLETED, type Work } from "./work.ts";
-import type { CollectiveBuffer } from "./collective_buffer.ts";
+import { type CollectiveBuffer, COMPLETED, type ProcessGroup, type Work } from "./process_group.ts";
 import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/autograd.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./control/phase.ts";

@@ -1,33 +1,37 @@
 /**
- * The ProcessGroup API that training code uses for collectives (allReduce,
- * broadcast, allGather, reduceScatter, barrier), and initProcessGroup, which
- * builds the group this process belongs to from the launcher's environment
- * and the rank's device: NCCL for GPU ranks, the shared-memory backend for
- * CPU ranks on one machine, Gloo for CPU ranks on several machines, or a
- * trivial group when the process runs alone.
+ * The ProcessGroup interface: the collectives (allReduce, broadcast,
+ * allGather, reduceScatter, barrier) that training code uses, and the
+ * contract every backend in distributed/backends/ keeps. initProcessGroup
+ * (init_process_group.ts) chooses and opens the backend; this file only says
+ * what one must provide.
+ *
+ * What a backend must provide, beyond the signatures below:
+ * - Every call goes through the collective runner (backends/collective_runner.ts; a backend
+ *   extends backends/collective_group.ts, whose collectives are the runner's), which checks the
+ *   arguments with the texts of backends/collective_args.ts, numbers the call, reports it to the
+ *   launcher (enter and exit, for the hang report and the state page), takes the clock as
+ *   "reduction wait", and turns a bad argument into an abort of the whole group so the peers
+ *   fail at once instead of timing out. The backend supplies only the data movement, how to
+ *   abort its peers, and close().
+ * - The same bits on every rank: floats are combined in rank order 0..size-1 (or by a library
+ *   that promises identical results on every rank, as NCCL does for one communicator).
+ * - A mismatch across ranks (another op, size, dtype, reduce op or root) fails on every rank,
+ *   naming both sides, where the transport can see it (shared memory and Gloo compare call
+ *   records; NCCL cannot, and a mismatch there ends in the timeout).
+ * - A call that waits longer than its timeout throws, naming the ranks that did not arrive where
+ *   it can, with the failure kind "timeout"; after any failure the group is unusable on every
+ *   rank, and a failure that is a consequence of a peer's carries the kind "peer".
  *
  * @module
  */
-import type { BufferLike, ReduceOp } from "./collective_buffer.ts";
-import type { Work } from "./work.ts";
-import { type ProcessGroupOptions, resolveProcessGroupConfig } from "./pg_config.ts";
-import { GlooProcessGroup } from "./gloo_backend.ts";
-import { ShmProcessGroup } from "./shm_backend.ts";
-import { NcclProcessGroup } from "./nccl_backend.ts";
-import { backend } from "../tensor/backend.ts";
-import { describeBackend } from "../tensor/device_choice.ts";
-import { reportProcessGroup } from "./control/rank_runtime.ts";
-import { SingleProcessGroup } from "./single_process_group.ts";
-import { section } from "../profile/profile.ts";
+import type { BufferLike, ReduceOp } from "./backends/collective_buffer.ts";
 
 export type {
   BufferLike,
   CollectiveBuffer,
   CollectiveDType,
   ReduceOp,
-} from "./collective_buffer.ts";
-export type { ProcessGroupOptions } from "./pg_config.ts";
-export type { Work } from "./work.ts";
+} from "./backends/collective_buffer.ts";
 
 /** Per-call options. */
 export interface CallOptions {
@@ -80,87 +84,20 @@ export interface ProcessGroup {
 }
 
 /**
- * Creates this process's group from the environment set by the launcher
- * (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, DTRAIN_RUN_ID) and the
- * rank's device (tensor/backend.ts; a launched rank computes on its GPU
- * unless the script chose the CPU). GPU ranks use NCCL on their GPUs. CPU
- * ranks on one machine share memory; CPU ranks on several machines
- * (DTRAIN_NNODES > 1) meet through the run's control store and use Gloo over
- * TCP (GLOO_SOCKET_IFNAME picks the interface), with shared memory within
- * each node where that is faster; DTRAIN_CPU_BACKEND=gloo forces Gloo on one
- * machine. Without a launcher, the group is this process alone and every
- * collective is an identity.
- *
- * @example
- * ```ts
- * using pg = initProcessGroup({ timeoutMs: 60_000 });
- * const grads = new Float32Array(1024);
- * pg.allReduce(grads, "avg");
- * pg.barrier("epoch-end");
- * ```
+ * A collective in flight: what ProcessGroup.allReduceStart returns. A backend
+ * that overlaps collectives with compute (NCCL, on its own stream) hands out
+ * real ones; a backend that completes the call before returning (shared
+ * memory, Gloo, a single process) hands out COMPLETED. Its buffers may be used
+ * only after wait().
  */
-export function initProcessGroup(options: ProcessGroupOptions = {}): ProcessGroup {
-  const b = backend();
-  const cfg = resolveProcessGroupConfig({ ...options, device: b.device });
-  if (openGroup && cfg.size > 1) {
-    // PyTorch refuses a second init_process_group too: two groups of the same ranks would share
-    // the launcher's barriers and the failure notices, and a collective on one never matches
-    // the other's.
-    throw new Error(
-      `initProcessGroup: this process already has an open process group (${openGroup.backend}, ` +
-        `rank ${openGroup.rank} of ${openGroup.size}); use it (currentProcessGroup() returns ` +
-        `it), or close() it first`,
-    );
-  }
-  const kind = options.backend ??
-    (cfg.size === 1 ? "single" : b.device === "cuda" ? "nccl" : cfg.backend);
-  if (!["nccl", "shm", "gloo", "single"].includes(kind)) {
-    throw new TypeError(
-      `initProcessGroup: backend ${
-        JSON.stringify(kind)
-      } is not one of "nccl", "gloo", "shm", "single"`,
-    );
-  }
-  if (kind === "nccl" && b.device !== "cuda") {
-    throw new Error(
-      `initProcessGroup({ backend: "nccl" }): this rank computes on the CPU; NCCL needs its GPU ` +
-        `(start the run with --device cuda, or call useDevice("cuda") first)`,
-    );
-  }
-  if (kind === "single" && cfg.size !== 1) {
-    throw new RangeError(`initProcessGroup({ backend: "single" }) in a world of ${cfg.size} ranks`);
-  }
-  const pg: ProcessGroup = kind === "single"
-    ? new SingleProcessGroup(cfg.timeoutMs, b.device)
-    : section("rendezvous", () =>
-      kind === "nccl"
-        ? NcclProcessGroup.open({ rank: cfg.rank, size: cfg.size, timeoutMs: cfg.timeoutMs })
-        : kind === "gloo"
-        ? GlooProcessGroup.open(cfg)
-        : ShmProcessGroup.open(cfg));
-  reportProcessGroup({ backend: pg.backend, worldSize: pg.size, device: describeBackend(b) });
-  if (pg.size > 1) trackOpen(pg);
-  return pg;
+export interface Work {
+  /**
+   * Returns once the result may be used (by this thread and by kernels
+   * issued after it); throws the collective's failure. Calling it again
+   * returns at once.
+   */
+  wait(): void;
 }
 
-/** The group of several ranks that initProcessGroup() made and nobody closed yet. */
-let openGroup: ProcessGroup | null = null;
-
-/** Remembers `pg` as this process's open group until its close(). */
-function trackOpen(pg: ProcessGroup): void {
-  openGroup = pg;
-  const close = pg.close.bind(pg);
-  pg.close = () => {
-    if (openGroup === pg) openGroup = null;
-    close();
-  };
-}
-
-/**
- * The process group of several ranks that initProcessGroup() made in this
- * process and that is still open, or null (PyTorch's
- * `torch.distributed.is_initialized()` with the default group).
- */
-export function currentProcessGroup(): ProcessGroup | null {
-  return openGroup;
-}
+/** The work of a collective that had completed when it was returned. */
+export const COMPLETED: Work = Object.freeze({ wait() {} });

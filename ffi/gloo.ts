@@ -1,7 +1,7 @@
 /**
  * The Gloo library (build/libdtrain_gloo.so, a C++ shim over Debian's libgloo
  * built from kernels/gloo): its symbol table and its loading, once, on first
- * use. The Gloo process group (distributed/gloo_backend.ts) and `dtrain
+ * use. The Gloo process group (distributed/backends/gloo_backend.ts) and `dtrain
  * doctor` are its users.
  *
  * Conventions as in ffi/symbols.ts: every dt_gloo_* call returns a dt_status;

@@ -39,7 +39,7 @@ export const NCCL_SYMBOLS = {
    *  (NCCL 2.14+, hence optional); ncclInProgress on a nonblocking communicator */
   ncclCommFinalize: { parameters: [P], result: I32, optional: true },
   /** frees the communicator's resources after aborting its operations (never hangs; on a
-   *  nonblocking communicator it may answer ncclInProgress: distributed/nccl_teardown.ts) */
+   *  nonblocking communicator it may answer ncclInProgress: distributed/backends/nccl_teardown.ts) */
   ncclCommAbort: { parameters: [P], result: I32 },
   /** waits for pending operations, then frees the communicator (may answer ncclInProgress) */
   ncclCommDestroy: { parameters: [P], result: I32 },
@@ -58,7 +58,7 @@ export type NcclSymbols = typeof NCCL_SYMBOLS;
 export const NCCL_SUCCESS = 0;
 export const NCCL_IN_PROGRESS = 7;
 
-/** ncclDataType_t of each collective element type (distributed/nccl_backend.ts checks that
+/** ncclDataType_t of each collective element type (distributed/backends/nccl_backend.ts checks that
  *  every CollectiveDType has one). */
 export const NCCL_DTYPE = {
   u8: 1, // ncclUint8

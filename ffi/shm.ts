@@ -1,7 +1,7 @@
 /**
  * The shared-memory collective library (build/libdtrain_shm.so, built from
  * kernels/shm): its symbol table and its loading, once, on first use. The CPU
- * process group (distributed/shm_backend.ts) is its only user.
+ * process group (distributed/backends/shm_backend.ts) is its only user.
  *
  * Conventions as in ffi/symbols.ts: every dt_shm_* call returns a dt_status;
  * counts and timeouts are i64 and must be passed as BigInt. Callers use the

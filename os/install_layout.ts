@@ -35,8 +35,11 @@ export interface InstallLayout {
 export const WORKER_MODULES = {
   /** store calls for synchronous code (distributed/control/sync_store.ts) */
   syncStore: { source: "distributed/control/sync_store_worker.ts", bundled: "sync_store_worker" },
-  /** the NCCL group's watchdog (distributed/nccl_watchdog.ts) */
-  ncclWatchdog: { source: "distributed/nccl_watchdog_worker.ts", bundled: "nccl_watchdog_worker" },
+  /** the NCCL group's watchdog (distributed/backends/nccl_watchdog.ts) */
+  ncclWatchdog: {
+    source: "distributed/backends/nccl_watchdog_worker.ts",
+    bundled: "nccl_watchdog_worker",
+  },
   /** asynchronous checkpoint commits (train/checkpoint/background.ts) */
   checkpointCommit: {
     source: "train/checkpoint/commit_worker.ts",

@@ -17,7 +17,7 @@
  */
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
-import { initProcessGroup } from "../distributed/process_group.ts";
+import { initProcessGroup } from "../distributed/init_process_group.ts";
 import { cpuCalls, cpuKernels } from "../ffi/cpu.ts";
 import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
 

@@ -21,7 +21,7 @@
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
-import { initProcessGroup } from "../distributed/process_group.ts";
+import { initProcessGroup } from "../distributed/init_process_group.ts";
 import { makeHosts, netnsProblem, removeHosts, type TwoHosts } from "./netns.ts";
 import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
 

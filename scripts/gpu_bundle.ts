@@ -47,7 +47,7 @@ export const CHECK_ENTRIES = {
   bench_attention: "scripts/gpu_check/bench_attention.ts",
   resume_check: "scripts/gpu_check/resume_check.ts",
   sync_store_worker: "distributed/control/sync_store_worker.ts",
-  nccl_watchdog_worker: "distributed/nccl_watchdog_worker.ts",
+  nccl_watchdog_worker: "distributed/backends/nccl_watchdog_worker.ts",
   checkpoint_commit_worker: "train/checkpoint/commit_worker.ts",
 } as const;
 

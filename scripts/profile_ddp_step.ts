@@ -28,7 +28,7 @@ import { manualSeed } from "../nn/init.ts";
 import { DataLoader } from "../data/dataloader.ts";
 import { DistributedSampler } from "../data/distributed_sampler.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
-import { SingleProcessGroup } from "../distributed/single_process_group.ts";
+import { SingleProcessGroup } from "../distributed/backends/single_backend.ts";
 import { syntheticDataset } from "../examples/toy_classifier.ts";
 
 const { values } = parseArgs({

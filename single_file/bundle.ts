@@ -21,7 +21,7 @@ export const BUNDLE_ENTRIES = {
   verify: "single_file/verify_main.ts",
   /** workers the library starts (os/install_layout.ts WORKER_MODULES) */
   sync_store_worker: "distributed/control/sync_store_worker.ts",
-  nccl_watchdog_worker: "distributed/nccl_watchdog_worker.ts",
+  nccl_watchdog_worker: "distributed/backends/nccl_watchdog_worker.ts",
   checkpoint_commit_worker: "train/checkpoint/commit_worker.ts",
 } as const;
 

@@ -4,8 +4,10 @@
  * `export … from` and dynamic `import("…")` of a string literal in every
  * TypeScript file. The library never imports the tools built on it, each
  * library folder imports only lower layers, each tool only lower tools, no
- * library module registers itself by a bare `import "…"`, and no chain of
- * runtime imports comes back to where it started.
+ * library module registers itself by a bare `import "…"`, no chain of
+ * runtime imports comes back to where it started, and the process-group
+ * backends are opened only by initProcessGroup and see only the interface
+ * above them.
  */
 import assert from "node:assert/strict";
 import { join, relative } from "node:path";
@@ -376,4 +378,79 @@ Deno.test("the tool order forbids the three climbs it replaced, and allows impor
   } finally {
     Deno.removeSync(root, { recursive: true });
   }
+});
+
+/** The process-group family (docs/DESIGN.md, "Process groups"): the backends' folder. */
+const BACKENDS = "distributed/backends/";
+/** The one library file that opens backends. */
+const BACKEND_OPENER = "distributed/init_process_group.ts";
+/** Backend files the rest of the library may import: the interface's buffer types. */
+const BACKEND_FILES_SHARED = ["distributed/backends/collective_buffer.ts"];
+/** What a backend may import of distributed/ outside its folder (besides control/). */
+const BACKENDS_SEE = ["distributed/process_group.ts", "distributed/pg_config.ts"];
+
+/**
+ * Every import that breaks the process-group family's shape: a library file
+ * reaches a backend only through initProcessGroup, and a backend sees of
+ * distributed/ only the interface, the settings and the control plane, never
+ * the group's users (DDP, ZeRO, stop signals). Tests and scripts may open a
+ * backend directly.
+ */
+function processGroupFamilyViolations(edges: readonly Edge[]): string[] {
+  const out: string[] = [];
+  for (const e of edges) {
+    if (libraryFolder(e.from) === null) continue;
+    const fromBackend = e.from.startsWith(BACKENDS), toBackend = e.to.startsWith(BACKENDS);
+    if (
+      !fromBackend && toBackend && e.from !== BACKEND_OPENER &&
+      !BACKEND_FILES_SHARED.includes(e.to)
+    ) {
+      out.push(
+        `${where(e)}: a backend is reached only through initProcessGroup (${BACKEND_OPENER})`,
+      );
+    } else if (
+      fromBackend && !toBackend && e.to.startsWith("distributed/") &&
+      !e.to.startsWith("distributed/control/") && !BACKENDS_SEE.includes(e.to)
+    ) {
+      out.push(
+        `${where(e)}: a backend sees of distributed/ only ${BACKENDS_SEE.join(", ")} and control/`,
+      );
+    }
+  }
+  return out;
+}
+
+Deno.test("backends are opened only by initProcessGroup and see only the interface above them", async () => {
+  const { edges } = await repositoryGraph();
+  assert.ok(edges.some((e) => e.from === BACKEND_OPENER && e.to.startsWith(BACKENDS)));
+  const problems = processGroupFamilyViolations(edges);
+  assert.deepEqual(problems, [], `process-group family broken:\n${problems.join("\n")}`);
+});
+
+Deno.test("the process-group family rule reports a library file opening a backend and a backend using DDP", () => {
+  const edge = (from: string, to: string): Edge => ({
+    from,
+    to,
+    typeOnly: false,
+    dynamic: false,
+    line: 1,
+  });
+  assert.deepEqual(
+    processGroupFamilyViolations([
+      edge("distributed/ddp.ts", "distributed/backends/shm_backend.ts"),
+      edge("distributed/backends/gloo_backend.ts", "distributed/zero.ts"),
+      // allowed: the opener, the interface's buffer types, the interface, control/, tests
+      edge(BACKEND_OPENER, "distributed/backends/nccl_backend.ts"),
+      edge("distributed/process_group.ts", "distributed/backends/collective_buffer.ts"),
+      edge("distributed/backends/shm_backend.ts", "distributed/process_group.ts"),
+      edge("distributed/backends/shm_backend.ts", "distributed/control/phase.ts"),
+      edge("tests/distributed/process_group_test.ts", "distributed/backends/shm_backend.ts"),
+    ]),
+    [
+      "distributed/ddp.ts:1 imports distributed/backends/shm_backend.ts: a backend is reached " +
+      "only through initProcessGroup (distributed/init_process_group.ts)",
+      "distributed/backends/gloo_backend.ts:1 imports distributed/zero.ts: a backend sees of " +
+      "distributed/ only distributed/process_group.ts, distributed/pg_config.ts and control/",
+    ],
+  );
 });

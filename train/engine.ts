@@ -32,11 +32,8 @@ import { constantLr, LrScheduler, stepLr, warmupCosineLr } from "../optim/lr_sch
 import { DataLoader } from "../data/dataloader.ts";
 import type { Dataset } from "../data/dataset.ts";
 import { ResumableSampler } from "../data/resumable_sampler.ts";
-import {
-  currentProcessGroup,
-  initProcessGroup,
-  type ProcessGroup,
-} from "../distributed/process_group.ts";
+import { currentProcessGroup, initProcessGroup } from "../distributed/init_process_group.ts";
+import type { ProcessGroup } from "../distributed/process_group.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
 import { type OptimizerClass, ZeroRedundancyOptimizer } from "../distributed/zero.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";

@@ -7,12 +7,12 @@
  */
 import assert from "node:assert/strict";
 import { NCCL_DTYPE, NCCL_IN_PROGRESS, NCCL_OP, ncclLibrary } from "../../ffi/nccl.ts";
-import { DTYPE_BYTES } from "../../distributed/collective_buffer.ts";
+import { DTYPE_BYTES } from "../../distributed/backends/collective_buffer.ts";
 import {
   type CompletionProbe,
   NcclProcessGroup,
   waitForCollective,
-} from "../../distributed/nccl_backend.ts";
+} from "../../distributed/backends/nccl_backend.ts";
 import { cudaAvailability } from "../../ffi/cuda_discovery.ts";
 
 /** A probe whose event fires after `doneAfter` polls, whose NCCL reports `errorAt` from that poll, on a fake clock. */

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
 import { DistributedDataParallel } from "../../distributed/ddp.ts";
-import { SingleProcessGroup } from "../../distributed/single_process_group.ts";
+import { SingleProcessGroup } from "../../distributed/backends/single_backend.ts";
 import { Linear, ReLU, Sequential } from "../../nn/layers.ts";
 import { manualSeed } from "../../nn/init.ts";
 import { AdamW } from "../../optim/adamw.ts";

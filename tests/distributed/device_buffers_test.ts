@@ -6,9 +6,9 @@
  * rank. Also: the allocator's cache is kept per device.
  */
 import assert from "node:assert/strict";
-import { requireHostBuffer, resolveBuffer } from "../../distributed/collective_buffer.ts";
-import { SingleProcessGroup } from "../../distributed/single_process_group.ts";
-import { initProcessGroup } from "../../distributed/process_group.ts";
+import { requireHostBuffer, resolveBuffer } from "../../distributed/backends/collective_buffer.ts";
+import { SingleProcessGroup } from "../../distributed/backends/single_backend.ts";
+import { initProcessGroup } from "../../distributed/init_process_group.ts";
 import { HAVE_EMU, lastJsonOf } from "../gpu/_emu.ts";
 
 const fake = Deno.UnsafePointer.create(0x1000n)!; // never dereferenced: the checks come first

@@ -194,7 +194,7 @@ Deno.test({
     );
     assert.match(
       String(own[1]?.message),
-      /the NCCL process group failed: rank 0 called a collective \(#1\) with bad arguments/,
+      /the NCCL process group failed: rank 0 called broadcast #1 with bad arguments/,
     );
     const peer = record(r1!, "error");
     assert.match(String(peer.message), /NCCL process group failed/);

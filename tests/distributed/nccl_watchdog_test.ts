@@ -1,5 +1,5 @@
 /**
- * The NCCL watchdog's shared state (distributed/nccl_watchdog.ts) without a
+ * The NCCL watchdog's shared state (distributed/backends/nccl_watchdog.ts) without a
  * GPU: the first failure recorded wins (the watchdog thread and the main
  * thread may both fail the group), each failure maps to the kind the
  * launcher is told (a peer's failure is a consequence, a deadline a
@@ -15,7 +15,7 @@ import {
   recordFailure,
   SAB_BYTES,
   unlockShared,
-} from "../../distributed/nccl_watchdog.ts";
+} from "../../distributed/backends/nccl_watchdog.ts";
 
 Deno.test("recordFailure() keeps the first failure, whoever records it later", () => {
   const sab = new SharedArrayBuffer(SAB_BYTES);

@@ -1,11 +1,11 @@
 /**
  * The node's shared-memory group of the Gloo group's hierarchical allReduce
- * (distributed/node_shm.ts): its calls go through ffi/shm.ts's checked
+ * (distributed/backends/node_shm.ts): its calls go through ffi/shm.ts's checked
  * wrappers, and their DtNativeError names the job's ranks, not the node's.
  */
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
-import { NodeShm } from "../../distributed/node_shm.ts";
+import { NodeShm } from "../../distributed/backends/node_shm.ts";
 import { DtNativeError } from "../../ffi/native.ts";
 import { DT_ERR_SYS } from "../../ffi/shm.ts";
 

@@ -5,13 +5,13 @@
  * library's own argument checks through a one-rank shared-memory group.
  */
 import assert from "node:assert/strict";
-import { initProcessGroup } from "../../distributed/process_group.ts";
+import { initProcessGroup } from "../../distributed/init_process_group.ts";
 import {
   DEFAULT_SPIN_US,
   defaultSpinUs,
   resolveProcessGroupConfig,
 } from "../../distributed/pg_config.ts";
-import { ShmProcessGroup } from "../../distributed/shm_backend.ts";
+import { ShmProcessGroup } from "../../distributed/backends/shm_backend.ts";
 import { type CollectiveRecord, setPhaseSink } from "../../distributed/control/phase.ts";
 import { SHM_DTYPE_CODE, shmLibrary } from "../../ffi/shm.ts";
 import { launcherEnv, shmEntries, uniqueRunId } from "./scripts/_ranks.ts";
@@ -70,7 +70,7 @@ Deno.test("a world of one checks arguments like a real group", () => {
     /timeoutMs must be a positive number, got 0/,
   );
   pg.close();
-  assert.throws(() => pg.barrier("after close"), /barrier: process group is closed/);
+  assert.throws(() => pg.barrier("after close"), /barrier: the single-process group is closed/);
 });
 
 Deno.test("every collective reports enter and exit to the phase sink with its sequence number", () => {
@@ -189,7 +189,10 @@ Deno.test("a one-rank shared-memory group runs every collective natively and lea
   pg.barrier("done");
   pg.close();
   pg.close(); // idempotent
-  assert.throws(() => pg.allReduce(x), /allReduce: process group \/dtrain-.*-pg is closed/);
+  assert.throws(
+    () => pg.allReduce(x),
+    /allReduce: the shared-memory process group \/dtrain-.*-pg is closed/,
+  );
 });
 
 Deno.test("a bad argument aborts the shared-memory group: later calls fail with the first error", () => {

@@ -27,10 +27,10 @@ const SKIPPED = new Set(["ffi", "tests", "scripts", "node_modules", "build", "di
  * the test fails when a listed file no longer needs its place.
  */
 const NCCL_FAMILY = new Set([
-  "distributed/nccl_backend.ts",
-  "distributed/nccl_watchdog.ts",
-  "distributed/nccl_watchdog_worker.ts",
-  "distributed/nccl_teardown.ts",
+  "distributed/backends/nccl_backend.ts",
+  "distributed/backends/nccl_watchdog.ts",
+  "distributed/backends/nccl_watchdog_worker.ts",
+  "distributed/backends/nccl_teardown.ts",
 ]);
 
 /** The raw native accesses a line may hold: what each pattern finds. */

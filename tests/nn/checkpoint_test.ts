@@ -18,7 +18,7 @@ import { fromArray, scope, type Tensor } from "../../tensor/tensor.ts";
 import { relu } from "../../tensor/ops/elementwise.ts";
 import { sum } from "../../tensor/ops/reduce.ts";
 import { DistributedDataParallel } from "../../distributed/ddp.ts";
-import { SingleProcessGroup } from "../../distributed/single_process_group.ts";
+import { SingleProcessGroup } from "../../distributed/backends/single_backend.ts";
 
 buildNative({ quiet: true });
 

@@ -7,8 +7,9 @@
  */
 import { useDevice } from "../../../tensor/device_choice.ts";
 import { fromArray, type Tensor } from "../../../tensor/tensor.ts";
-import { NcclProcessGroup } from "../../../distributed/nccl_backend.ts";
-import { initProcessGroup, type ProcessGroup } from "../../../distributed/process_group.ts";
+import { NcclProcessGroup } from "../../../distributed/backends/nccl_backend.ts";
+import { initProcessGroup } from "../../../distributed/init_process_group.ts";
+import type { ProcessGroup } from "../../../distributed/process_group.ts";
 import { ncclLibrary } from "../../../ffi/nccl.ts";
 import { findLibrary } from "../../../ffi/native.ts";
 import { hostSyncCounts } from "../../../tensor/host_sync.ts";

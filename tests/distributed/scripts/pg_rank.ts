@@ -12,7 +12,8 @@
  *
  * Every outcome is one JSON line on stdout, so the test can assert on it.
  */
-import { initProcessGroup, type ProcessGroup } from "../../../distributed/process_group.ts";
+import { initProcessGroup } from "../../../distributed/init_process_group.ts";
+import type { ProcessGroup } from "../../../distributed/process_group.ts";
 import type { BufferLike, CollectiveDType, ReduceOp } from "../../../distributed/process_group.ts";
 import { buildCases, BYTES, type CollectiveCase, makeInput, outputCount } from "./_cases.ts";
 

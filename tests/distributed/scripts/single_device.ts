@@ -6,7 +6,7 @@
  */
 import { useDevice } from "../../../tensor/device_choice.ts";
 import { fromArray, zeros } from "../../../tensor/tensor.ts";
-import { initProcessGroup } from "../../../distributed/process_group.ts";
+import { initProcessGroup } from "../../../distributed/init_process_group.ts";
 import { emptyCache } from "../../../tensor/allocator.ts";
 
 const out: Record<string, unknown> = {};

@@ -4,7 +4,7 @@
  * segment exists, records that in $TEST_PID_DIR/segment-seen-<attempt>, and
  * dies before attaching (args: exit code, or "kill" for SIGKILL).
  */
-import { initProcessGroup } from "../../../distributed/process_group.ts";
+import { initProcessGroup } from "../../../distributed/init_process_group.ts";
 
 const rank = Number(Deno.env.get("RANK"));
 const attempt = Deno.env.get("DTRAIN_RESTART_COUNT") ?? "0";

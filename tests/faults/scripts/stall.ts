@@ -4,7 +4,7 @@
  * store barrier (args: "barrier"). Rank 0's own timeout (4 s) must end it.
  * With "none", 40 collectives run and both ranks exit 0.
  */
-import { initProcessGroup } from "../../../distributed/process_group.ts";
+import { initProcessGroup } from "../../../distributed/init_process_group.ts";
 import { storeBarrier } from "../../../distributed/control/rank_runtime.ts";
 
 const rank = Number(Deno.env.get("RANK"));

@@ -9,7 +9,7 @@
  * hanging.
  */
 import { parentPort } from "node:worker_threads";
-import { StoreClient } from "./control/store.ts";
+import { StoreClient } from "../control/store.ts";
 import {
   describeCollective,
   FAIL,
@@ -27,9 +27,9 @@ import {
   type WatchdogInit,
 } from "./nccl_watchdog.ts";
 import { finishTeardown } from "./nccl_teardown.ts";
-import { ncclLibrary } from "../ffi/nccl.ts";
-import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
-import { DtNativeError } from "../ffi/native.ts";
+import { ncclLibrary } from "../../ffi/nccl.ts";
+import { cudaKernels, CudaRuntime } from "../../ffi/cuda.ts";
+import { DtNativeError } from "../../ffi/native.ts";
 
 /** How often the launcher's abort record is read. */
 const ABORT_POLL_MS = 1000;

@@ -7,33 +7,26 @@
  * first (hierarchical): reduce-scatter in the node, Gloo all-reduce of each
  * rank's share between nodes, all-gather in the node.
  */
-import { DT_ERR_ARG, SHM_DTYPE_CODE, SHM_REDUCE_CODE } from "../ffi/shm.ts";
-import { GLOO_OP, glooCalls, glooLibrary } from "../ffi/gloo.ts";
-import { reportCollective } from "./control/phase.ts";
+import { DT_ERR_ARG, SHM_DTYPE_CODE, SHM_REDUCE_CODE } from "../../ffi/shm.ts";
+import { GLOO_OP, glooCalls, glooLibrary } from "../../ffi/gloo.ts";
 import {
-  type BufferLike,
-  checkReduceDType,
-  checkReduceOp,
-  checkSizes,
   type CollectiveDType,
   DTYPE_BYTES,
   type ReduceOp,
-  requireHostBuffer,
-  resolveBuffer,
+  type ResolvedBuffer,
 } from "./collective_buffer.ts";
+import type { Collective } from "./collective_args.ts";
+import { CollectiveRunner } from "./collective_runner.ts";
+import { CollectiveGroup } from "./collective_group.ts";
 import { type GlooSettings, glooSettings } from "./gloo_config.ts";
 import { cString, GlooNativeGroup } from "./gloo_native_group.ts";
 import { NodeShm } from "./node_shm.ts";
-import type { ResolvedProcessGroupConfig } from "./pg_config.ts";
-import type { CallOptions, ProcessGroup } from "./process_group.ts";
-import { COMPLETED, type Work } from "./work.ts";
-import { attemptKeys } from "./control/store_keys.ts";
+import type { ResolvedProcessGroupConfig } from "../pg_config.ts";
+import { COMPLETED, type Work } from "../process_group.ts";
+import { attemptKeys } from "../control/store_keys.ts";
 
 /** Groups opened by this process: every rank opens them in the same order. */
 let groups = 0;
-
-/** The native steps of one collective, run after the call-record exchange. */
-type Steps = (seq: bigint, timeoutMs: bigint) => void;
 
 const SIXTEEN_BIT: readonly CollectiveDType[] = ["bf16", "f16"];
 
@@ -53,14 +46,7 @@ interface Joined {
  * group forms (a report sent just before a long synchronous call can be held
  * back behind it).
  */
-/** A checked buffer in host memory: GPU memory is refused before any byte is touched. */
-function hostBuffer(b: BufferLike, what: string): ReturnType<typeof resolveBuffer> {
-  const r = resolveBuffer(b, what);
-  requireHostBuffer(r, what, "Gloo process group");
-  return r;
-}
-
-export class GlooProcessGroup implements ProcessGroup {
+export class GlooProcessGroup extends CollectiveGroup {
   readonly rank: number;
   readonly size: number;
   readonly backend = "gloo" as const;
@@ -78,10 +64,10 @@ export class GlooProcessGroup implements ProcessGroup {
   #failed: Error | null = null;
   #scratch = new Uint8Array(0);
   #scratchPtr: Deno.PointerValue = null;
-  #seq = 0;
-  #closed = false;
+  protected readonly runner: CollectiveRunner;
 
   private constructor(cfg: ResolvedProcessGroupConfig, settings: GlooSettings) {
+    super();
     this.rank = cfg.rank;
     this.size = cfg.size;
     this.nnodes = cfg.world.nnodes;
@@ -91,6 +77,27 @@ export class GlooProcessGroup implements ProcessGroup {
     this.#settings = settings;
     this.#gen = ++groups;
     this.#timeoutMs = cfg.timeoutMs;
+    this.runner = new CollectiveRunner(
+      {
+        groupName: `Gloo process group of rank ${cfg.rank}`,
+        hostOnly: "Gloo process group",
+        abortForBadArguments: (reason) => {
+          // Peers may be forming the group in this very call: join it first, so they hear why.
+          try {
+            this.#join(this.#timeoutMs);
+          } catch { /* they will time out naming this rank */ }
+          this.#abortAll(reason);
+        },
+        perform: (c, seq, timeoutMs) => this.#perform(c, seq, timeoutMs),
+        failed: (e) => {
+          this.#abortAll((e as Error).message);
+          return e as Error;
+        },
+      },
+      cfg.rank,
+      cfg.size,
+      cfg.timeoutMs,
+    );
   }
 
   /**
@@ -161,116 +168,8 @@ export class GlooProcessGroup implements ProcessGroup {
     }
   }
 
-  allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
-    this.#run("allReduce", opts, () => {
-      const b = hostBuffer(buf, "allReduce buf");
-      checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
-      const record = [GLOO_OP.allReduce, b.dtype, b.count, op, -1, ""] as const;
-      const flat: Steps = (seq, t) =>
-        glooCalls().dt_gloo_allreduce(
-          this.#parts().world.handle,
-          b.ptr,
-          BigInt(b.count),
-          SHM_DTYPE_CODE[b.dtype],
-          SHM_REDUCE_CODE[op],
-          BigInt(this.size),
-          seq,
-          t,
-        );
-      const split = this.hierarchical && !SIXTEEN_BIT.includes(b.dtype) &&
-        b.count >= this.ranksPerNode;
-      const steps: Steps = split ? (seq, t) => this.#hierarchicalAllReduce(b, op, seq, t) : flat;
-      return [b.bytes, record, steps];
-    });
-  }
-
-  /** Gloo's calls complete before they return (they block this thread): the Work is done. */
-  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
-    this.allReduce(buf, op, opts);
-    return COMPLETED;
-  }
-
-  broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
-    this.#run("broadcast", opts, () => {
-      const b = hostBuffer(buf, "broadcast buf");
-      if (!Number.isInteger(root) || root < 0 || root >= this.size) {
-        throw new RangeError(
-          `broadcast: root ${root} is not a rank of this group (size ${this.size})`,
-        );
-      }
-      const record = [GLOO_OP.broadcast, b.dtype, b.count, "sum", root, ""] as const;
-      const steps: Steps = (seq, t) =>
-        glooCalls().dt_gloo_broadcast(
-          this.#parts().world.handle,
-          b.ptr,
-          BigInt(b.count),
-          SHM_DTYPE_CODE[b.dtype],
-          root,
-          seq,
-          t,
-        );
-      return [b.bytes, record, steps];
-    }, `root ${root}`);
-  }
-
-  allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
-    this.#run("allGather", opts, () => {
-      const o = hostBuffer(out, "allGather out");
-      const i = hostBuffer(inp, "allGather inp");
-      checkSizes(o, i, this.size, 1, "allGather");
-      const record = [GLOO_OP.allGather, i.dtype, i.count, "sum", -1, ""] as const;
-      const steps: Steps = (seq, t) =>
-        glooCalls().dt_gloo_allgather(
-          this.#parts().world.handle,
-          o.ptr,
-          i.ptr,
-          BigInt(i.count),
-          SHM_DTYPE_CODE[i.dtype],
-          seq,
-          t,
-        );
-      return [i.bytes, record, steps];
-    });
-  }
-
-  reduceScatter(
-    out: BufferLike,
-    inp: BufferLike,
-    op: ReduceOp = "sum",
-    opts: CallOptions = {},
-  ): void {
-    this.#run("reduceScatter", opts, () => {
-      const o = hostBuffer(out, "reduceScatter out");
-      const i = hostBuffer(inp, "reduceScatter inp");
-      checkSizes(o, i, 1, this.size, "reduceScatter");
-      checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
-      const record = [GLOO_OP.reduceScatter, o.dtype, o.count, op, -1, ""] as const;
-      const steps: Steps = (seq, t) =>
-        glooCalls().dt_gloo_reduce_scatter(
-          this.#parts().world.handle,
-          o.ptr,
-          i.ptr,
-          BigInt(o.count),
-          SHM_DTYPE_CODE[o.dtype],
-          SHM_REDUCE_CODE[op],
-          seq,
-          t,
-        );
-      return [o.bytes, record, steps];
-    });
-  }
-
-  barrier(name: string, opts: CallOptions = {}): void {
-    // The call-record exchange is itself a barrier: every rank waits for every other's record.
-    this.#run("barrier", opts, () => {
-      const record = [GLOO_OP.barrier, "u8", 0, "sum", -1, String(name)] as const;
-      return [0, record, () => {}];
-    }, String(name));
-  }
-
-  close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
+  override close(): void {
+    if (!this.runner.close()) return;
     const j = this.#joined;
     if (!j) return;
     let first: unknown = null;
@@ -284,15 +183,11 @@ export class GlooProcessGroup implements ProcessGroup {
     if (first) throw first;
   }
 
-  [Symbol.dispose](): void {
-    this.close();
-  }
-
   /** Shared memory within the node, Gloo between nodes: each local rank carries
    *  1/ranksPerNode of the data across the network. Elements past the last
    *  whole share go through Gloo among all ranks. */
   #hierarchicalAllReduce(
-    b: ReturnType<typeof resolveBuffer>,
+    b: ResolvedBuffer,
     op: ReduceOp,
     seq: bigint,
     t: bigint,
@@ -349,63 +244,87 @@ export class GlooProcessGroup implements ProcessGroup {
     return this.#scratchPtr;
   }
 
-  /** Checks the arguments (`prepare` returns the payload bytes, the call
-   *  record and the native steps), reports the call, exchanges call records,
-   *  and runs the steps. Any failure fails the whole group on every rank. */
-  #run(
-    op: string,
-    opts: CallOptions,
-    prepare: () => readonly [
-      number,
-      readonly [number, CollectiveDType, number, ReduceOp, number, string],
-      Steps,
-    ],
-    detail?: string,
-  ): void {
-    if (this.#closed) {
-      throw new Error(`${op}: the Gloo process group of rank ${this.rank} is closed`);
-    }
-    const seq = ++this.#seq;
-    let bytes: number, record, steps: Steps, timeoutMs: number;
-    try {
-      [bytes, record, steps] = prepare();
-      timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
-      if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-        throw new RangeError(`${op}: timeoutMs must be a positive number, got ${timeoutMs}`);
+  /** Joins the group (at its first call), exchanges call records (a mismatch or a missing
+   *  rank fails here, on every rank), then moves the data with Gloo. */
+  #perform(c: Collective, seqNumber: number, timeoutMs: number): Work {
+    const t = BigInt(Math.ceil(timeoutMs));
+    const seq = BigInt(seqNumber);
+    const { world } = this.#join(timeoutMs);
+    glooCalls().dt_gloo_check(
+      world.handle,
+      GLOO_OP[c.op],
+      SHM_DTYPE_CODE[c.dtype],
+      BigInt(c.count),
+      SHM_REDUCE_CODE[c.reduceOp],
+      c.root,
+      cString(c.name),
+      t,
+    );
+    switch (c.op) {
+      case "allReduce": {
+        const b = c.inp!, op = c.reduceOp;
+        const split = this.hierarchical && !SIXTEEN_BIT.includes(b.dtype) &&
+          b.count >= this.ranksPerNode;
+        if (split) {
+          this.#hierarchicalAllReduce(b, op, seq, t);
+        } else {
+          glooCalls().dt_gloo_allreduce(
+            world.handle,
+            b.ptr,
+            BigInt(b.count),
+            SHM_DTYPE_CODE[b.dtype],
+            SHM_REDUCE_CODE[op],
+            BigInt(this.size),
+            seq,
+            t,
+          );
+        }
+        break;
       }
-    } catch (e) {
-      // Peers may be forming the group in this very call: join it first, so they hear why.
-      try {
-        this.#join(this.#timeoutMs);
-      } catch { /* they will time out naming this rank */ }
-      this.#abortAll(
-        `rank ${this.rank} called ${op} #${seq} with bad arguments: ${(e as Error).message}`,
-      );
-      throw e;
+      case "broadcast": {
+        const b = c.inp!;
+        glooCalls().dt_gloo_broadcast(
+          world.handle,
+          b.ptr,
+          BigInt(b.count),
+          SHM_DTYPE_CODE[b.dtype],
+          c.root,
+          seq,
+          t,
+        );
+        break;
+      }
+      case "allGather": {
+        const o = c.out!, i = c.inp!;
+        glooCalls().dt_gloo_allgather(
+          world.handle,
+          o.ptr,
+          i.ptr,
+          BigInt(i.count),
+          SHM_DTYPE_CODE[i.dtype],
+          seq,
+          t,
+        );
+        break;
+      }
+      case "reduceScatter": {
+        const o = c.out!, i = c.inp!;
+        glooCalls().dt_gloo_reduce_scatter(
+          world.handle,
+          o.ptr,
+          i.ptr,
+          BigInt(o.count),
+          SHM_DTYPE_CODE[o.dtype],
+          SHM_REDUCE_CODE[c.reduceOp],
+          seq,
+          t,
+        );
+        break;
+      }
+      case "barrier":
+        break; // the call-record exchange was the barrier
     }
-    const rec = detail === undefined ? { seq, op, bytes } : { seq, op, bytes, detail };
-    reportCollective(rec, "enter");
-    try {
-      const [code, dtype, count, redop, root, name] = record;
-      const t = BigInt(Math.ceil(timeoutMs));
-      const { world } = this.#join(timeoutMs);
-      glooCalls().dt_gloo_check(
-        world.handle,
-        code,
-        SHM_DTYPE_CODE[dtype],
-        BigInt(count),
-        SHM_REDUCE_CODE[redop],
-        root,
-        cString(name),
-        t,
-      );
-      steps(BigInt(seq), t);
-    } catch (e) {
-      this.#abortAll((e as Error).message);
-      throw e;
-    } finally {
-      reportCollective(rec, "exit");
-    }
+    return COMPLETED;
   }
 
   /** Fails every part of the group, so no peer waits for this rank. */

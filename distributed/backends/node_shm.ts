@@ -6,7 +6,7 @@
  * (texts this file hands to the segment say "job rank"), so a message never
  * blames the wrong rank.
  */
-import { DtNativeError } from "../ffi/native.ts";
+import { DtNativeError } from "../../ffi/native.ts";
 import {
   SHM_DTYPE_CODE,
   SHM_FLAG_DETAIL,
@@ -14,7 +14,7 @@ import {
   shmAbort,
   shmCalls,
   shmCloseLeaked,
-} from "../ffi/shm.ts";
+} from "../../ffi/shm.ts";
 import type { CollectiveDType, ReduceOp } from "./collective_buffer.ts";
 import { cString } from "./gloo_native_group.ts";
 

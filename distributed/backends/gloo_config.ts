@@ -5,8 +5,8 @@
  * or address to bind, and whether allReduce goes through shared memory
  * within each node first (DTRAIN_GLOO_HIERARCHY).
  */
-import { ENV } from "./control/env.ts";
-import type { ResolvedProcessGroupConfig } from "./pg_config.ts";
+import { ENV } from "../control/env.ts";
+import type { ResolvedProcessGroupConfig } from "../pg_config.ts";
 
 /** How allReduce is split between shared memory and Gloo. */
 export type GlooHierarchy = "auto" | "on" | "off";

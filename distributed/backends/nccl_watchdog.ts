@@ -10,9 +10,9 @@
  * destroy) does so exactly once.
  */
 import { Worker } from "node:worker_threads";
-import type { NcclLibrary } from "../ffi/nccl.ts";
-import { workerModuleUrl } from "../os/install_layout.ts";
-import { type FailureKind, withFailureKind } from "./control/failure_kind.ts";
+import type { NcclLibrary } from "../../ffi/nccl.ts";
+import { workerModuleUrl } from "../../os/install_layout.ts";
+import { type FailureKind, withFailureKind } from "../control/failure_kind.ts";
 import { finishTeardown, teardownEnded } from "./nccl_teardown.ts";
 
 /** How long a teardown call answering ncclInProgress is polled before it is given up on. */

@@ -13,8 +13,8 @@ import {
   glooAbort,
   glooCalls,
   glooCloseLeaked,
-} from "../ffi/gloo.ts";
-import { DtNativeError } from "../ffi/native.ts";
+} from "../../ffi/gloo.ts";
+import { DtNativeError } from "../../ffi/native.ts";
 import type { GlooSettings } from "./gloo_config.ts";
 
 const encoder = new TextEncoder();

@@ -1,5 +1,5 @@
 /**
- * Ending a nonblocking NCCL communicator (distributed/nccl_watchdog.ts and
+ * Ending a nonblocking NCCL communicator (nccl_watchdog.ts and
  * its worker): with config.blocking = 0, ncclCommFinalize, ncclCommDestroy
  * and ncclCommAbort may answer ncclInProgress, and the communicator keeps
  * using its streams, buffers and peers' connections until

@@ -20,9 +20,9 @@
  *   communicator exactly once; the group reports its failure at the next
  *   call, at Work.wait(), and after any host wait for the device.
  */
-import { type KernelCalls, kernelCalls } from "../ffi/calls.ts";
-import { cudaKernels, CudaRuntime } from "../ffi/cuda.ts";
-import { allocOrNull } from "../ffi/value_calls.ts";
+import { type KernelCalls, kernelCalls } from "../../ffi/calls.ts";
+import { cudaKernels, CudaRuntime } from "../../ffi/cuda.ts";
+import { allocOrNull } from "../../ffi/value_calls.ts";
 import {
   NCCL_DTYPE,
   NCCL_IN_PROGRESS,
@@ -31,35 +31,28 @@ import {
   ncclConfig,
   type NcclLibrary,
   ncclLibrary,
-} from "../ffi/nccl.ts";
-import { DtNativeError } from "../ffi/native.ts";
-import { type CudaBackend, openCudaBackend, openedCudaBackend } from "../tensor/cuda_backend.ts";
-import { noteHostSync, onHostSync } from "../tensor/host_sync.ts";
-import { reportCollective } from "./control/phase.ts";
-import {
-  type BufferLike,
-  checkReduceDType,
-  checkReduceOp,
-  checkSizes,
-  type ReduceOp,
-  resolveBuffer,
-  type ResolvedBuffer,
-} from "./collective_buffer.ts";
-import { getRankSettings, getWorld, storeToken } from "./control/env.ts";
-import { attemptKeys } from "./control/store_keys.ts";
-import { type FailureKind, failureKind, withFailureKind } from "./control/failure_kind.ts";
-import { syncStore } from "./control/sync_store.ts";
+} from "../../ffi/nccl.ts";
+import { DtNativeError } from "../../ffi/native.ts";
+import { type CudaBackend, openCudaBackend, openedCudaBackend } from "../../tensor/cuda_backend.ts";
+import { noteHostSync, onHostSync } from "../../tensor/host_sync.ts";
+import { reportCollective } from "../control/phase.ts";
+import type { ResolvedBuffer } from "./collective_buffer.ts";
+import type { Collective } from "./collective_args.ts";
+import { CollectiveRunner } from "./collective_runner.ts";
+import { CollectiveGroup } from "./collective_group.ts";
+import { getRankSettings, getWorld, storeToken } from "../control/env.ts";
+import { attemptKeys } from "../control/store_keys.ts";
+import { type FailureKind, failureKind, withFailureKind } from "../control/failure_kind.ts";
+import { syncStore } from "../control/sync_store.ts";
 import {
   describeCollective,
   FAIL,
   NcclWatchdog,
-  OPS,
   SLOTS,
   TEARDOWN_TIMEOUT_MS,
   type Tracked,
 } from "./nccl_watchdog.ts";
-import type { CallOptions, ProcessGroup } from "./process_group.ts";
-import { COMPLETED, type Work } from "./work.ts";
+import { COMPLETED, type Work } from "../process_group.ts";
 import { finishTeardown, teardownEnded } from "./nccl_teardown.ts";
 
 /** What the host watches while it waits for a collective. */
@@ -149,10 +142,8 @@ export interface NcclGroupOptions {
   pollMs?: number;
 }
 
-/** A collective as #run needs it: the buffers it reads and writes, and the NCCL call. */
+/** A collective as #perform needs it: the buffers it reads and writes, and the NCCL call. */
 interface Plan {
-  op: (typeof OPS)[number];
-  bytes: number;
   /** read by the collective (staged to the GPU first when they are host memory) */
   inputs: ResolvedBuffer[];
   /** written by it (copied back when they are host memory) */
@@ -162,7 +153,7 @@ interface Plan {
   enqueue(comm: Deno.PointerObject, ptrs: Deno.PointerValue[], stream: Deno.PointerObject): number;
 }
 
-/** How #run finishes a call. */
+/** How #perform finishes a call. */
 type Finish =
   /** the compute stream waits for the collective; the host does not */
   | "stream"
@@ -177,7 +168,7 @@ let groups = 0; // groups opened by this process: every rank opens them in the s
 const DEFAULT_POLL_MS = 10;
 
 /** The NCCL process group; create it with initProcessGroup() on a GPU rank, or NcclProcessGroup.open(). */
-export class NcclProcessGroup implements ProcessGroup {
+export class NcclProcessGroup extends CollectiveGroup {
   readonly rank: number;
   readonly size: number;
   readonly backend = "nccl" as const;
@@ -199,8 +190,7 @@ export class NcclProcessGroup implements ProcessGroup {
   readonly #stopSyncHook: () => void;
   #staging: { ptr: Deno.PointerObject; bytes: number } | null = null;
   #barrierBuf: Deno.PointerObject | null = null;
-  #closed = false;
-  #seq = 0;
+  protected readonly runner: CollectiveRunner;
 
   private constructor(
     rank: number,
@@ -211,6 +201,7 @@ export class NcclProcessGroup implements ProcessGroup {
     timeoutMs: number,
     pollMs: number,
   ) {
+    super();
     this.rank = rank;
     this.size = size;
     this.gpu = gpu.index;
@@ -241,10 +232,33 @@ export class NcclProcessGroup implements ProcessGroup {
         }
         : null,
     });
+    this.runner = new CollectiveRunner(
+      {
+        groupName: `NCCL process group of rank ${rank}`,
+        hostOnly: null,
+        requireHealthy: (op) => this.#requireHealthy(op),
+        abortForBadArguments: (reason) => {
+          this.#watch.fail(FAIL.OWN, 0, reason);
+          this.#watch.abortOnce();
+        },
+        perform: (c, seq, timeoutMs, deferred) => this.#perform(c, seq, timeoutMs, deferred),
+        failed: (e, c, seq) => {
+          if (!this.#watch.failure()) {
+            const what = describeCollective(c.op, seq, c.bytes, this.rank, this.size);
+            this.#watch.fail(FAIL.OWN, 0, `${what} failed: ${(e as Error).message}`);
+            this.#watch.abortOnce();
+          }
+          return e as Error;
+        },
+      },
+      rank,
+      size,
+      timeoutMs,
+    );
     // A collective that failed while the host waited for the device is reported by that wait.
     this.#stopSyncHook = onHostSync(() => {
       const f = this.#watch.failure();
-      if (f && !this.#closed) throw this.#failedEarlier("the device", f);
+      if (f && !this.runner.closed) throw this.#failedEarlier("the device", f);
     });
   }
 
@@ -303,144 +317,14 @@ export class NcclProcessGroup implements ProcessGroup {
     );
   }
 
-  allReduce(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): void {
-    this.#run(opts, () => this.#allReducePlan(buf, op), "stream");
-  }
-
-  /**
-   * Starts an in-place allReduce on the communication stream and returns at
-   * once, so the compute stream keeps working (DDP buckets during backward);
-   * wait() makes the compute stream wait for the result — on the GPU, not the
-   * host — and throws the group's failure if it has one. A host array is
-   * reduced before this returns (it is staged through device memory anyway).
-   */
-  allReduceStart(buf: BufferLike, op: ReduceOp = "sum", opts: CallOptions = {}): Work {
-    const plan = () => this.#allReducePlan(buf, op);
-    if (ArrayBuffer.isView(buf) || (buf as { device?: string }).device === "cpu") {
-      this.#run(opts, plan, "stream");
-      return COMPLETED;
-    }
-    const started = this.#run(opts, plan, "later");
-    let finished = false;
-    return {
-      wait: () => {
-        if (finished) return;
-        finished = true;
-        try {
-          this.#requireHealthy(started.what);
-          // A slot reused since means the collective is long done: nothing to wait for.
-          if (this.#watch.inFlight(started.tracked)) {
-            this.#rt.streamWait(this.#compute, started.tracked.event);
-          }
-        } finally {
-          reportCollective(started.rec, "exit");
-        }
-      },
-    };
-  }
-
-  broadcast(buf: BufferLike, root: number, opts: CallOptions = {}): void {
-    this.#run(
-      opts,
-      () => {
-        const b = resolveBuffer(buf, "broadcast buf");
-        if (!Number.isInteger(root) || root < 0 || root >= this.size) {
-          throw new RangeError(
-            `broadcast: root ${root} is not a rank of this group (size ${this.size})`,
-          );
-        }
-        const args = [BigInt(b.count), NCCL_DTYPE[b.dtype], root] as const;
-        return {
-          op: "broadcast",
-          bytes: b.bytes,
-          inputs: [b],
-          outputs: [b],
-          symbol: "ncclBroadcast",
-          enqueue: (c, p, s) => this.#lib.symbols.ncclBroadcast(p[0]!, p[1]!, ...args, c, s),
-        };
-      },
-      "stream",
-      `root ${root}`,
-    );
-  }
-
-  allGather(out: BufferLike, inp: BufferLike, opts: CallOptions = {}): void {
-    this.#run(opts, () => {
-      const o = resolveBuffer(out, "allGather out");
-      const i = resolveBuffer(inp, "allGather inp");
-      checkSizes(o, i, this.size, 1, "allGather");
-      const args = [BigInt(i.count), NCCL_DTYPE[i.dtype]] as const;
-      return {
-        op: "allGather",
-        bytes: i.bytes,
-        inputs: [i],
-        outputs: [o],
-        symbol: "ncclAllGather",
-        enqueue: (c, p, s) => this.#lib.symbols.ncclAllGather(p[0]!, p[1]!, ...args, c, s),
-      };
-    }, "stream");
-  }
-
-  reduceScatter(
-    out: BufferLike,
-    inp: BufferLike,
-    op: ReduceOp = "sum",
-    opts: CallOptions = {},
-  ): void {
-    this.#run(opts, () => {
-      const o = resolveBuffer(out, "reduceScatter out");
-      const i = resolveBuffer(inp, "reduceScatter inp");
-      checkSizes(o, i, 1, this.size, "reduceScatter");
-      checkReduceDType(checkReduceOp(op, "reduceScatter"), o.dtype, "reduceScatter");
-      const args = [BigInt(o.count), NCCL_DTYPE[o.dtype], NCCL_OP[op]] as const;
-      return {
-        op: "reduceScatter",
-        bytes: o.bytes,
-        inputs: [i],
-        outputs: [o],
-        symbol: "ncclReduceScatter",
-        enqueue: (c, p, s) => this.#lib.symbols.ncclReduceScatter(p[0]!, p[1]!, ...args, c, s),
-      };
-    }, "stream");
-  }
-
-  /** Returns once every rank has reached it: the host waits for a one-element allReduce. */
-  barrier(name: string, opts: CallOptions = {}): void {
-    this.#run(
-      opts,
-      () => {
-        this.#barrierBuf ??= this.#alloc(4);
-        const b: ResolvedBuffer = {
-          ptr: this.#barrierBuf,
-          count: 1,
-          dtype: "f32",
-          bytes: 4,
-          device: "cuda",
-        };
-        return {
-          op: "barrier",
-          bytes: 0,
-          inputs: [b],
-          outputs: [b],
-          symbol: "ncclAllReduce",
-          enqueue: (c, p, s) =>
-            this.#lib.symbols.ncclAllReduce(p[0]!, p[1]!, 1n, NCCL_DTYPE.f32, NCCL_OP.sum, c, s),
-        };
-      },
-      "host",
-      String(name),
-    );
-  }
-
   /**
    * Detaches from the group, once: after a failure (here or, through the
    * watchdog, anywhere) the communicator was or is now aborted, so peers
    * fail too; otherwise the collectives in flight finish (at most the
    * timeout) and it is destroyed. Never frees the communicator twice.
    */
-  close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
+  override close(): void {
+    if (!this.runner.close()) return;
     this.#stopSyncHook();
     const deadline = Date.now() + this.#timeoutMs;
     for (let polls = 0; this.#watch.anyInFlight() && !this.#watch.failure(); polls++) {
@@ -463,22 +347,66 @@ export class NcclProcessGroup implements ProcessGroup {
     this.#rt.destroyStream(this.#stream);
   }
 
-  [Symbol.dispose](): void {
-    this.close();
-  }
-
-  #allReducePlan(buf: BufferLike, op: ReduceOp): Plan {
-    const b = resolveBuffer(buf, "allReduce buf");
-    checkReduceDType(checkReduceOp(op, "allReduce"), b.dtype, "allReduce");
-    const args = [BigInt(b.count), NCCL_DTYPE[b.dtype], NCCL_OP[op]] as const;
-    return {
-      op: "allReduce",
-      bytes: b.bytes,
-      inputs: [b],
-      outputs: [b],
-      symbol: "ncclAllReduce",
-      enqueue: (c, p, s) => this.#lib.symbols.ncclAllReduce(p[0]!, p[1]!, ...args, c, s),
-    };
+  /** The buffers and the NCCL call of a checked collective. */
+  #plan(c: Collective): Plan {
+    const lib = this.#lib;
+    const i = c.inp!, o = c.out!;
+    switch (c.op) {
+      case "allReduce": {
+        const args = [BigInt(i.count), NCCL_DTYPE[i.dtype], NCCL_OP[c.reduceOp]] as const;
+        return {
+          inputs: [i],
+          outputs: [o],
+          symbol: "ncclAllReduce",
+          enqueue: (c, p, s) => lib.symbols.ncclAllReduce(p[0]!, p[1]!, ...args, c, s),
+        };
+      }
+      case "broadcast": {
+        const args = [BigInt(i.count), NCCL_DTYPE[i.dtype], c.root] as const;
+        return {
+          inputs: [i],
+          outputs: [o],
+          symbol: "ncclBroadcast",
+          enqueue: (c, p, s) => lib.symbols.ncclBroadcast(p[0]!, p[1]!, ...args, c, s),
+        };
+      }
+      case "allGather": {
+        const args = [BigInt(i.count), NCCL_DTYPE[i.dtype]] as const;
+        return {
+          inputs: [i],
+          outputs: [o],
+          symbol: "ncclAllGather",
+          enqueue: (c, p, s) => lib.symbols.ncclAllGather(p[0]!, p[1]!, ...args, c, s),
+        };
+      }
+      case "reduceScatter": {
+        const args = [BigInt(o.count), NCCL_DTYPE[o.dtype], NCCL_OP[c.reduceOp]] as const;
+        return {
+          inputs: [i],
+          outputs: [o],
+          symbol: "ncclReduceScatter",
+          enqueue: (c, p, s) => lib.symbols.ncclReduceScatter(p[0]!, p[1]!, ...args, c, s),
+        };
+      }
+      case "barrier": {
+        // a one-element allReduce of the group's own device memory
+        this.#barrierBuf ??= this.#alloc(4);
+        const b: ResolvedBuffer = {
+          ptr: this.#barrierBuf,
+          count: 1,
+          dtype: "f32",
+          bytes: 4,
+          device: "cuda",
+        };
+        return {
+          inputs: [b],
+          outputs: [b],
+          symbol: "ncclAllReduce",
+          enqueue: (c, p, s) =>
+            lib.symbols.ncclAllReduce(p[0]!, p[1]!, 1n, NCCL_DTYPE.f32, NCCL_OP.sum, c, s),
+        };
+      }
+    }
   }
 
   /** The error of a call on a group that failed before: the first failure, with its kind. */
@@ -496,83 +424,47 @@ export class NcclProcessGroup implements ProcessGroup {
   }
 
   /**
-   * Checks the arguments, stages host memory, queues the call on the
-   * communication stream after the compute stream's work, hands it to the
-   * watchdog and finishes it as `finish` says. An argument error aborts the
-   * communicator too, since the peers would otherwise wait for this rank
-   * until their timeout.
+   * Stages host memory, queues the call on the communication stream after the
+   * compute stream's work, hands it to the watchdog and finishes it: a barrier
+   * waits on the host; a deferred allReduce of device memory returns a Work
+   * that orders the compute stream later; anything else orders the compute
+   * stream after the collective now (host memory: the host waits for the copy back).
    */
-  #run(
-    opts: CallOptions,
-    prepare: () => Plan,
-    finish: Finish,
-    detail?: string,
-  ): {
-    rec: { seq: number; op: string; bytes: number; detail?: string };
-    what: string;
-    tracked: Tracked;
-  } {
-    if (this.#closed) throw new Error(`the NCCL process group is closed`);
-    this.#requireHealthy("a collective");
-    const seq = ++this.#seq;
-    let plan: Plan, timeoutMs: number;
-    try {
-      plan = prepare();
-      timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
-      if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-        throw new RangeError(`${plan.op}: timeoutMs must be a positive number, got ${timeoutMs}`);
-      }
-    } catch (e) {
-      this.#watch.fail(
-        FAIL.OWN,
-        0,
-        `rank ${this.rank} called a collective (#${seq}) with bad arguments: ${
-          (e as Error).message
-        }`,
-      );
-      this.#watch.abortOnce();
-      throw e;
+  #perform(c: Collective, seq: number, timeoutMs: number, deferred: boolean): Work {
+    const plan = this.#plan(c);
+    const finish: Finish = c.op === "barrier" ? "host" : deferred ? "later" : "stream";
+    const what = describeCollective(c.op, seq, c.bytes, this.rank, this.size);
+    const deadline = Date.now() + timeoutMs;
+    const { slot, event } = this.#watch.slot(deadline);
+    let ptrs: Deno.PointerValue[] = [];
+    this.#watch.withComm((comm) => {
+      this.#rt.record(this.#ready, this.#compute);
+      this.#rt.streamWait(this.#stream, this.#ready); // inputs written by the compute stream are ready
+      ptrs = this.#stageInputs(plan);
+      this.#enqueue(plan, comm, ptrs, deadline, what);
+      this.#rt.record(event, this.#stream);
+    });
+    const tracked = this.#watch.track(slot, { seq, op: c.op, bytes: c.bytes, deadline, timeoutMs });
+    const staged = [...plan.inputs, ...plan.outputs].some(isHost);
+    if (staged) {
+      this.#copyOutputsBack(plan, ptrs); // the host waits for the collective here
+      noteHostSync(`nccl ${c.op}`);
+      this.#requireHealthy(what);
+    } else if (finish === "host") {
+      this.#hostWait(tracked, what, deadline, timeoutMs);
+      noteHostSync(`nccl ${c.op}`);
+    } else if (finish === "stream") {
+      this.#rt.streamWait(this.#compute, event); // later kernels see the result
+    } else {
+      return {
+        wait: () => {
+          this.#requireHealthy(what);
+          // A slot reused since means the collective is long done: nothing to wait for.
+          if (this.#watch.inFlight(tracked)) this.#rt.streamWait(this.#compute, tracked.event);
+        },
+      };
     }
-    const op = plan.op;
-    const rec = detail === undefined
-      ? { seq, op, bytes: plan.bytes }
-      : { seq, op, bytes: plan.bytes, detail };
-    const what = describeCollective(op, seq, plan.bytes, this.rank, this.size);
-    reportCollective(rec, "enter");
-    try {
-      const deadline = Date.now() + timeoutMs;
-      const { slot, event } = this.#watch.slot(deadline);
-      let ptrs: Deno.PointerValue[] = [];
-      this.#watch.withComm((comm) => {
-        this.#rt.record(this.#ready, this.#compute);
-        this.#rt.streamWait(this.#stream, this.#ready); // inputs written by the compute stream are ready
-        ptrs = this.#stageInputs(plan);
-        this.#enqueue(plan, comm, ptrs, deadline, what);
-        this.#rt.record(event, this.#stream);
-      });
-      const tracked = this.#watch.track(slot, { seq, op, bytes: plan.bytes, deadline, timeoutMs });
-      const staged = [...plan.inputs, ...plan.outputs].some(isHost);
-      if (staged) {
-        this.#copyOutputsBack(plan, ptrs); // the host waits for the collective here
-        noteHostSync(`nccl ${op}`);
-        this.#requireHealthy(what);
-      } else if (finish === "host") {
-        this.#hostWait(tracked, what, deadline, timeoutMs);
-        noteHostSync(`nccl ${op}`);
-      } else if (finish === "stream") {
-        this.#rt.streamWait(this.#compute, event); // later kernels see the result
-      }
-      if (finish !== "later" || staged) reportCollective(rec, "exit");
-      return { rec, what, tracked };
-    } catch (e) {
-      reportCollective(rec, "exit");
-      const f = this.#watch.failure();
-      if (!f) {
-        this.#watch.fail(FAIL.OWN, 0, `${what} failed: ${(e as Error).message}`);
-        this.#watch.abortOnce();
-      }
-      throw e;
-    }
+    return COMPLETED;
   }
 
   /** Queues the NCCL call; a nonblocking communicator may answer "in progress" until it is queued. */
