@@ -28,11 +28,11 @@ import {
   NCCL_IN_PROGRESS,
   NCCL_OP,
   NCCL_SUCCESS,
+  type NcclCalls,
+  ncclCalls,
   ncclConfig,
-  type NcclLibrary,
-  ncclLibrary,
+  type NcclProgress,
 } from "../../ffi/nccl.ts";
-import { DtNativeError } from "../../ffi/native.ts";
 import { type CudaBackend, openCudaBackend, openedCudaBackend } from "../../tensor/cuda_backend.ts";
 import { noteHostSync, onHostSync } from "../../tensor/host_sync.ts";
 import { reportCollective } from "../control/phase.ts";
@@ -149,8 +149,12 @@ interface Plan {
   /** written by it (copied back when they are host memory) */
   outputs: ResolvedBuffer[];
   symbol: string;
-  /** enqueues the call, given the device pointers of inputs then outputs */
-  enqueue(comm: Deno.PointerObject, ptrs: Deno.PointerValue[], stream: Deno.PointerObject): number;
+  /** enqueues the call, given the device pointers of inputs then outputs (throws when NCCL fails) */
+  enqueue(
+    comm: Deno.PointerObject,
+    ptrs: Deno.PointerValue[],
+    stream: Deno.PointerObject,
+  ): NcclProgress;
 }
 
 /** How #perform finishes a call. */
@@ -176,7 +180,7 @@ export class NcclProcessGroup extends CollectiveGroup {
   readonly ncclVersion: string;
   /** the GPU of this rank (its index among the visible ones) */
   readonly gpu: number;
-  readonly #lib: NcclLibrary;
+  readonly #nccl: NcclCalls;
   readonly #rt: CudaRuntime;
   readonly #compute: Deno.PointerObject;
   readonly #stream: Deno.PointerObject;
@@ -186,7 +190,6 @@ export class NcclProcessGroup extends CollectiveGroup {
   readonly #events: Deno.PointerObject[];
   readonly #watch: NcclWatchdog;
   readonly #timeoutMs: number;
-  readonly #asyncError = new Int32Array(1);
   readonly #stopSyncHook: () => void;
   #staging: { ptr: Deno.PointerObject; bytes: number } | null = null;
   #barrierBuf: Deno.PointerObject | null = null;
@@ -196,7 +199,7 @@ export class NcclProcessGroup extends CollectiveGroup {
     rank: number,
     size: number,
     gpu: CudaBackend,
-    lib: NcclLibrary,
+    nccl: NcclCalls,
     comm: Deno.PointerObject,
     timeoutMs: number,
     pollMs: number,
@@ -205,8 +208,8 @@ export class NcclProcessGroup extends CollectiveGroup {
     this.rank = rank;
     this.size = size;
     this.gpu = gpu.index;
-    this.ncclVersion = lib.version;
-    this.#lib = lib;
+    this.ncclVersion = nccl.version;
+    this.#nccl = nccl;
     this.#timeoutMs = timeoutMs;
     const kernels = cudaKernels();
     this.#rt = new CudaRuntime(kernels);
@@ -217,7 +220,7 @@ export class NcclProcessGroup extends CollectiveGroup {
     this.#events = Array.from({ length: SLOTS }, () => this.#rt.createEvent());
     const world = getWorld();
     const token = storeToken();
-    this.#watch = new NcclWatchdog(lib, comm, this.#events, {
+    this.#watch = new NcclWatchdog(nccl, comm, this.#events, {
       cudaPath: kernels.path,
       rank,
       size,
@@ -289,20 +292,20 @@ export class NcclProcessGroup extends CollectiveGroup {
           "(libdtrain_nccl_emu.so) is not built (g++ builds it: `deno task native`)",
       );
     }
-    const lib = ncclLibrary(undefined, gpu.kind === "cuda-emu" ? gpu.libraries.nccl! : undefined);
+    const nccl = ncclCalls(gpu.kind === "cuda-emu" ? gpu.libraries.nccl! : undefined);
     const gen = ++groups;
     const rec = { seq: 0, op: "barrier", bytes: 0, detail: `NCCL communicator ${gen} start` };
     reportCollective(rec, "enter");
     let comm: Deno.PointerObject;
     try {
       const id = new Uint8Array(128);
-      if (rank === 0) lib.check(lib.symbols.ncclGetUniqueId(id), "ncclGetUniqueId");
+      if (rank === 0) nccl.ncclGetUniqueId(id);
       const keys = attemptKeys(getRankSettings().restartCount);
       const joined = keys.user(`nccl/${gen}/joined`);
       if (size > 1) {
         exchangeUniqueId(id, rank, keys.user(`nccl/${gen}/unique-id`), joined, timeoutMs);
       }
-      comm = startCommunicator(lib, id, rank, size, timeoutMs, size > 1 ? joined : null);
+      comm = startCommunicator(nccl, id, rank, size, timeoutMs, size > 1 ? joined : null);
     } finally {
       reportCollective(rec, "exit");
     }
@@ -310,7 +313,7 @@ export class NcclProcessGroup extends CollectiveGroup {
       rank,
       size,
       gpu,
-      lib,
+      nccl,
       comm,
       timeoutMs,
       opts.pollMs ?? DEFAULT_POLL_MS,
@@ -349,7 +352,7 @@ export class NcclProcessGroup extends CollectiveGroup {
 
   /** The buffers and the NCCL call of a checked collective. */
   #plan(c: Collective): Plan {
-    const lib = this.#lib;
+    const nccl = this.#nccl;
     const i = c.inp!, o = c.out!;
     switch (c.op) {
       case "allReduce": {
@@ -358,7 +361,7 @@ export class NcclProcessGroup extends CollectiveGroup {
           inputs: [i],
           outputs: [o],
           symbol: "ncclAllReduce",
-          enqueue: (c, p, s) => lib.symbols.ncclAllReduce(p[0]!, p[1]!, ...args, c, s),
+          enqueue: (c, p, s) => nccl.ncclAllReduce(p[0]!, p[1]!, ...args, c, s),
         };
       }
       case "broadcast": {
@@ -367,7 +370,7 @@ export class NcclProcessGroup extends CollectiveGroup {
           inputs: [i],
           outputs: [o],
           symbol: "ncclBroadcast",
-          enqueue: (c, p, s) => lib.symbols.ncclBroadcast(p[0]!, p[1]!, ...args, c, s),
+          enqueue: (c, p, s) => nccl.ncclBroadcast(p[0]!, p[1]!, ...args, c, s),
         };
       }
       case "allGather": {
@@ -376,7 +379,7 @@ export class NcclProcessGroup extends CollectiveGroup {
           inputs: [i],
           outputs: [o],
           symbol: "ncclAllGather",
-          enqueue: (c, p, s) => lib.symbols.ncclAllGather(p[0]!, p[1]!, ...args, c, s),
+          enqueue: (c, p, s) => nccl.ncclAllGather(p[0]!, p[1]!, ...args, c, s),
         };
       }
       case "reduceScatter": {
@@ -385,7 +388,7 @@ export class NcclProcessGroup extends CollectiveGroup {
           inputs: [i],
           outputs: [o],
           symbol: "ncclReduceScatter",
-          enqueue: (c, p, s) => lib.symbols.ncclReduceScatter(p[0]!, p[1]!, ...args, c, s),
+          enqueue: (c, p, s) => nccl.ncclReduceScatter(p[0]!, p[1]!, ...args, c, s),
         };
       }
       case "barrier": {
@@ -403,7 +406,7 @@ export class NcclProcessGroup extends CollectiveGroup {
           outputs: [b],
           symbol: "ncclAllReduce",
           enqueue: (c, p, s) =>
-            lib.symbols.ncclAllReduce(p[0]!, p[1]!, 1n, NCCL_DTYPE.f32, NCCL_OP.sum, c, s),
+            nccl.ncclAllReduce(p[0]!, p[1]!, 1n, NCCL_DTYPE.f32, NCCL_OP.sum, c, s),
         };
       }
     }
@@ -467,7 +470,8 @@ export class NcclProcessGroup extends CollectiveGroup {
     return COMPLETED;
   }
 
-  /** Queues the NCCL call; a nonblocking communicator may answer "in progress" until it is queued. */
+  /** Queues the NCCL call; a nonblocking communicator may answer "in progress" until it is queued
+   * (an NCCL failure, then or while it is queued, throws DtNativeError naming the call). */
   #enqueue(
     plan: Plan,
     comm: Deno.PointerObject,
@@ -475,17 +479,13 @@ export class NcclProcessGroup extends CollectiveGroup {
     deadline: number,
     what: string,
   ): void {
-    let result = plan.enqueue(comm, ptrs, this.#stream);
-    for (let polls = 0; result === NCCL_IN_PROGRESS; polls++) {
-      const r = this.#lib.symbols.ncclCommGetAsyncError(comm, this.#asyncError);
-      result = r !== NCCL_SUCCESS ? r : this.#asyncError[0]!;
-      if (result === NCCL_IN_PROGRESS && Date.now() > deadline) {
+    let progress = plan.enqueue(comm, ptrs, this.#stream);
+    for (let polls = 0; progress === "in-progress"; polls++) {
+      progress = this.#nccl.asyncProgress(comm, plan.symbol);
+      if (progress === "in-progress" && Date.now() > deadline) {
         throw new Error(`${what}: NCCL did not queue the call before the deadline`);
       }
-      if (result === NCCL_IN_PROGRESS) pauseBetweenPolls(polls);
-    }
-    if (result !== NCCL_SUCCESS) {
-      throw new DtNativeError("nccl", plan.symbol, result, this.#lib.errorText(result, comm));
+      if (progress === "in-progress") pauseBetweenPolls(polls);
     }
   }
 
@@ -498,15 +498,9 @@ export class NcclProcessGroup extends CollectiveGroup {
           asyncError: () => {
             const f = this.#watch.failure();
             if (f) throw f;
-            this.#watch.withComm((comm) =>
-              this.#lib.check(
-                this.#lib.symbols.ncclCommGetAsyncError(comm, this.#asyncError),
-                "ncclCommGetAsyncError",
-              )
-            );
-            return this.#asyncError[0]!;
+            return this.#watch.withComm((comm) => this.#nccl.ncclCommGetAsyncError(comm));
           },
-          errorText: (r) => this.#lib.errorText(r),
+          errorText: (r) => this.#nccl.errorText(r),
           abort: () => {}, // the failure is recorded below, then the communicator aborted once
           now: () => Date.now(),
           pause: pauseBetweenPolls,
@@ -615,8 +609,8 @@ function exchangeUniqueId(
 }
 
 /** Aborts a communicator that did not start, polling an abort in progress to its end. */
-function abortStarting(lib: NcclLibrary, comm: Deno.PointerObject): void {
-  finishTeardown(lib.symbols, comm, lib.symbols.ncclCommAbort(comm), TEARDOWN_TIMEOUT_MS);
+function abortStarting(nccl: NcclCalls, comm: Deno.PointerObject): void {
+  finishTeardown(nccl, comm, nccl.abort(comm), TEARDOWN_TIMEOUT_MS);
 }
 
 /**
@@ -625,41 +619,35 @@ function abortStarting(lib: NcclLibrary, comm: Deno.PointerObject): void {
  * it fails or outlives the timeout.
  */
 function startCommunicator(
-  lib: NcclLibrary,
-  id: Uint8Array,
+  nccl: NcclCalls,
+  id: Uint8Array<ArrayBuffer>,
   rank: number,
   size: number,
   timeoutMs: number,
   joined: string | null,
 ): Deno.PointerObject {
   const out = new BigUint64Array(1);
-  const r = lib.symbols.ncclCommInitRankConfig(
-    out,
-    size,
-    id,
-    rank,
-    ncclConfig({ blocking: false }),
-  );
-  const comm = Deno.UnsafePointer.create(out[0]!);
-  if (r !== NCCL_SUCCESS && r !== NCCL_IN_PROGRESS) {
-    const text = lib.errorText(r, comm);
-    if (comm !== null) abortStarting(lib, comm);
-    throw new DtNativeError("nccl", "ncclCommInitRankConfig", r, text);
+  try {
+    // "done" or "in-progress" alike: the poll below says when the start ended
+    nccl.ncclCommInitRankConfig(out, size, id, rank, ncclConfig({ blocking: false }));
+  } catch (e) {
+    // NCCL's text (with the communicator's last error) is in the error already: free it now
+    const failed = Deno.UnsafePointer.create(out[0]!);
+    if (failed !== null) abortStarting(nccl, failed);
+    throw e;
   }
+  const comm = Deno.UnsafePointer.create(out[0]!);
   if (comm === null) throw new Error("ncclCommInitRankConfig returned no communicator");
   const deadline = Date.now() + timeoutMs;
-  const state = new Int32Array(1);
   for (let polls = 0;; polls++) {
-    const q = lib.symbols.ncclCommGetAsyncError(comm, state);
-    const e = q !== NCCL_SUCCESS ? q : state[0]!;
-    if (e === NCCL_SUCCESS) return comm;
-    if (e !== NCCL_IN_PROGRESS) {
-      const text = lib.errorText(e, comm);
-      abortStarting(lib, comm);
-      throw new DtNativeError("nccl", "ncclCommInitRankConfig", e, text);
+    try {
+      if (nccl.asyncProgress(comm, "ncclCommInitRankConfig") === "done") return comm;
+    } catch (e) {
+      abortStarting(nccl, comm);
+      throw e;
     }
     if (Date.now() > deadline) {
-      abortStarting(lib, comm); // the start ends (and frees) with it: nothing is left blocked
+      abortStarting(nccl, comm); // the start ends (and frees) with it: nothing is left blocked
       let arrived = size > 1 ? "?" : "1";
       if (joined !== null) {
         try {

@@ -8,19 +8,17 @@
  * `finishTeardown`, which polls.
  */
 
-/** ncclResult_t ncclInProgress. */
-const IN_PROGRESS = 7;
+import { NCCL_IN_PROGRESS, type NcclCalls } from "../../ffi/nccl.ts";
 
-/** The NCCL calls a teardown needs (ffi/nccl.ts's library, or the watchdog worker's own). */
-export interface TeardownSymbols {
-  ncclCommGetAsyncError(comm: Deno.PointerValue, state: Int32Array): number;
-}
+/** The NCCL call a teardown polls (ffi/nccl.ts's calls, or the watchdog worker's own). */
+export type TeardownCalls = Pick<NcclCalls, "pollAsyncError">;
 
 const sleeper = new Int32Array(new SharedArrayBuffer(4));
 
 /**
- * `first` is what a teardown call of `comm` answered: when ncclInProgress,
- * polls ncclCommGetAsyncError until the communicator reports the end, at
+ * `first` is what a teardown call of `comm` answered (NcclCalls' abort,
+ * finalize or destroy, which never throw): when ncclInProgress, polls
+ * ncclCommGetAsyncError (pollAsyncError, which never throws either) until the communicator reports the end, at
  * most `timeoutMs`. Returns the final result: ncclSuccess, an error, or
  * ncclInProgress when the time ran out (then nothing it uses may be freed).
  * After a destroy or abort, the poll that reports the end was the
@@ -28,23 +26,21 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4));
  *
  * @example
  * ```ts
- * const r = finishTeardown(lib.symbols, comm, lib.symbols.ncclCommDestroy(comm), 30_000);
+ * const r = finishTeardown(nccl, comm, nccl.destroy(comm), 30_000);
  * ```
  */
 export function finishTeardown(
-  nccl: TeardownSymbols,
-  comm: Deno.PointerValue,
+  nccl: TeardownCalls,
+  comm: Deno.PointerObject,
   first: number,
   timeoutMs: number,
 ): number {
-  if (first !== IN_PROGRESS) return first;
-  const state = new Int32Array(1);
+  if (first !== NCCL_IN_PROGRESS) return first;
   const deadline = Date.now() + timeoutMs;
   for (let polls = 0;; polls++) {
-    const q = nccl.ncclCommGetAsyncError(comm, state);
-    if (q !== 0) return q;
-    if (state[0] !== IN_PROGRESS) return state[0]!;
-    if (Date.now() > deadline) return IN_PROGRESS;
+    const r = nccl.pollAsyncError(comm); // the query's own failure, else the communicator's state
+    if (r !== NCCL_IN_PROGRESS) return r;
+    if (Date.now() > deadline) return NCCL_IN_PROGRESS;
     // a teardown takes milliseconds: spin briefly, then sleep 1 ms at a time
     if (polls >= 100) Atomics.wait(sleeper, 0, 0, 1);
   }
@@ -52,5 +48,5 @@ export function finishTeardown(
 
 /** Whether a teardown ended (anything but ncclInProgress): what it used may be freed. */
 export function teardownEnded(result: number): boolean {
-  return result !== IN_PROGRESS;
+  return result !== NCCL_IN_PROGRESS;
 }

@@ -10,7 +10,7 @@
  * destroy) does so exactly once.
  */
 import { Worker } from "node:worker_threads";
-import type { NcclLibrary } from "../../ffi/nccl.ts";
+import type { NcclCalls } from "../../ffi/nccl.ts";
 import { workerModuleUrl } from "../../os/install_layout.ts";
 import { type FailureKind, withFailureKind } from "../control/failure_kind.ts";
 import { finishTeardown, teardownEnded } from "./nccl_teardown.ts";
@@ -144,7 +144,7 @@ export class NcclWatchdog {
   readonly #h = new Int32Array(this.#sab, 0, 16);
   readonly #words = new Int32Array(this.#sab);
   readonly #view = new DataView(this.#sab);
-  readonly #lib: NcclLibrary;
+  readonly #nccl: NcclCalls;
   readonly #comm: Deno.PointerObject;
   readonly #events: Deno.PointerObject[];
   #worker: Worker | null;
@@ -155,13 +155,13 @@ export class NcclWatchdog {
    * destroyed only after stop()) mark the completion of tracked collectives.
    */
   constructor(
-    lib: NcclLibrary,
+    nccl: NcclCalls,
     comm: Deno.PointerObject,
     events: Deno.PointerObject[],
     init: Omit<WatchdogInit, "sab" | "comm" | "ncclPath">,
   ) {
     if (events.length !== SLOTS) throw new RangeError(`the watchdog needs ${SLOTS} events`);
-    this.#lib = lib;
+    this.#nccl = nccl;
     this.#comm = comm;
     this.#events = events;
     this.#events.forEach((e, i) =>
@@ -180,7 +180,7 @@ export class NcclWatchdog {
       ...init,
       sab: this.#sab,
       comm: BigInt(Deno.UnsafePointer.value(comm)),
-      ncclPath: lib.path,
+      ncclPath: nccl.path,
     };
     this.#worker.postMessage(msg);
     this.#worker.unref();
@@ -232,9 +232,9 @@ export class NcclWatchdog {
     lockShared(this.#h);
     try {
       if (Atomics.compareExchange(this.#h, H.RELEASED, 0, 1) !== 0) return true;
-      const s = this.#lib.symbols;
+      const n = this.#nccl;
       // its own failure cannot be acted on: the group is gone either way
-      return teardownEnded(finishTeardown(s, this.#comm, s.ncclCommAbort(this.#comm), timeoutMs));
+      return teardownEnded(finishTeardown(n, this.#comm, n.abort(this.#comm), timeoutMs));
     } finally {
       unlockShared(this.#h);
     }
@@ -251,15 +251,16 @@ export class NcclWatchdog {
     lockShared(this.#h);
     try {
       if (Atomics.compareExchange(this.#h, H.RELEASED, 0, 2) !== 0) return 0;
-      const s = this.#lib.symbols;
-      if (s.ncclCommFinalize) {
-        const f = finishTeardown(s, this.#comm, s.ncclCommFinalize(this.#comm), timeoutMs);
+      const n = this.#nccl;
+      const finalized = n.finalize(this.#comm); // null: this NCCL has no ncclCommFinalize
+      if (finalized !== null) {
+        const f = finishTeardown(n, this.#comm, finalized, timeoutMs);
         if (f !== 0) {
-          const a = finishTeardown(s, this.#comm, s.ncclCommAbort(this.#comm), timeoutMs);
+          const a = finishTeardown(n, this.#comm, n.abort(this.#comm), timeoutMs);
           return teardownEnded(a) ? f : a;
         }
       }
-      return finishTeardown(s, this.#comm, s.ncclCommDestroy(this.#comm), timeoutMs);
+      return finishTeardown(n, this.#comm, n.destroy(this.#comm), timeoutMs);
     } finally {
       unlockShared(this.#h);
     }

@@ -27,7 +27,7 @@ import {
   type WatchdogInit,
 } from "./nccl_watchdog.ts";
 import { finishTeardown } from "./nccl_teardown.ts";
-import { ncclLibrary } from "../../ffi/nccl.ts";
+import { NCCL_IN_PROGRESS, NCCL_SUCCESS, ncclCalls } from "../../ffi/nccl.ts";
 import { cudaKernels, CudaRuntime } from "../../ffi/cuda.ts";
 import { DtNativeError } from "../../ffi/native.ts";
 
@@ -43,10 +43,9 @@ async function watch(init: WatchdogInit): Promise<void> {
   const words = new Int32Array(init.sab);
   const view = new DataView(init.sab);
   // This thread's own handles of the main thread's libraries (FFI handles do not cross threads).
-  const nccl = ncclLibrary(undefined, init.ncclPath);
+  const nccl = ncclCalls(init.ncclPath);
   const cuda = new CudaRuntime(cudaKernels(undefined, init.cudaPath));
   const comm = Deno.UnsafePointer.create(init.comm)!;
-  const asyncError = new Int32Array(1);
 
   const slotText = (i: number) => {
     const base = SLOT_BASE + i * SLOT_BYTES;
@@ -72,17 +71,16 @@ async function watch(init: WatchdogInit): Promise<void> {
     recordFailure(init.sab, kind, code, text);
     if (Atomics.compareExchange(h, H.RELEASED, 0, 1) === 0) {
       // under the lock to its end: the main thread frees the streams and buffers only after it
-      const s = nccl.symbols;
-      finishTeardown(s, comm, s.ncclCommAbort(comm), TEARDOWN_TIMEOUT_MS);
+      finishTeardown(nccl, comm, nccl.abort(comm), TEARDOWN_TIMEOUT_MS);
     }
   };
 
   /** One look at the communicator and its collectives; called with the lock held. */
   const poll = () => {
     if (Atomics.load(h, H.RELEASED) !== 0) return;
-    const r = nccl.symbols.ncclCommGetAsyncError(comm, asyncError);
-    const err = r !== 0 ? r : asyncError[0]!;
-    if (err !== 0 && err !== 7) {
+    // never throws: a failure here is recorded and acted on, and the watch goes on
+    const err = nccl.pollAsyncError(comm);
+    if (err !== NCCL_SUCCESS && err !== NCCL_IN_PROGRESS) {
       const i = oldest();
       const what = i >= 0
         ? slotText(i)
