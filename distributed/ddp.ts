@@ -24,6 +24,7 @@
  * keys never carry a "module." prefix.
  */
 import type { Module } from "../nn/module.ts";
+import { announceTrainedModel } from "../nn/trained_model_hook.ts";
 import type { ProcessGroup } from "./process_group.ts";
 import { COMPLETED, type Work } from "./work.ts";
 import type { CollectiveBuffer } from "./collective_buffer.ts";
@@ -146,6 +147,7 @@ export class DistributedDataParallel<M extends Module> {
     this.#findUnused = opts.findUnusedParameters ?? false;
     this.#wired = { onLeafGrad: this.gradReady };
     const profiled = enter("ddp setup");
+    announceTrainedModel(module);
     const named = module.namedParameters();
     for (const [n, p] of named) this.#names.set(p, n);
     phase("ddp: verify parameters");

@@ -38,6 +38,7 @@ import {
   type ProcessGroup,
 } from "../distributed/process_group.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
+import { announceTrainedModel } from "../nn/trained_model_hook.ts";
 import { type OptimizerClass, ZeroRedundancyOptimizer } from "../distributed/zero.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/control/phase.ts";
@@ -233,6 +234,7 @@ export class Trainer<M extends Module> {
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;
     manualSeed(cfg.seed);
     this.model = opts.model();
+    announceTrainedModel(this.model);
     this.ddp = this.pg.size > 1
       ? new DistributedDataParallel(this.model, this.pg, {
         bucketCapMb: cfg.ddp.bucketCapMb,

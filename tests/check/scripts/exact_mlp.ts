@@ -1,0 +1,66 @@
+/**
+ * A DDP loop for `dtrain check --exact`'s tests: the toy set and MLP, a
+ * DistributedSampler, GLOBAL_BATCH / world size samples per rank, AdamW and
+ * clipping. Clean as it stands; `--plant <bug>` plants one that makes the
+ * result depend on the world size:
+ * - lr-times-world: the learning rate scaled by the world size (a common
+ *   "linear scaling rule" carried over to a fixed global batch);
+ * - rank-local-loss: the mean loss divided by the fraction of class-1 labels
+ *   in the rank's own batch, a statistic of the rank's samples only.
+ */
+import {
+  AdamW,
+  clipGradNorm,
+  crossEntropy,
+  DataLoader,
+  DistributedDataParallel,
+  DistributedSampler,
+  initProcessGroup,
+  manualSeed,
+  scale,
+  scope,
+} from "dtrain";
+import { GLOBAL_BATCH, SEED, toyData, toyModel } from "../../../examples/broken/_toy.ts";
+
+const plant = Deno.args.includes("--plant") ? Deno.args[Deno.args.indexOf("--plant") + 1] : null;
+if (plant !== null && plant !== "lr-times-world" && plant !== "rank-local-loss") {
+  throw new RangeError(`--plant must be lr-times-world or rank-local-loss, got ${plant}`);
+}
+
+const pg = initProcessGroup();
+manualSeed(SEED);
+const model = toyModel();
+const ddp = new DistributedDataParallel(model, pg);
+const lr = plant === "lr-times-world" ? 1e-2 * pg.size : 1e-2;
+const optimizer = new AdamW(ddp.parameters(), { lr });
+const data = toyData();
+const sampler = new DistributedSampler(data.length, {
+  numReplicas: pg.size,
+  rank: pg.rank,
+  seed: SEED,
+});
+const loader = new DataLoader(data, { batchSize: GLOBAL_BATCH / pg.size, sampler });
+
+try {
+  for (let epoch = 0; epoch < 2; epoch++) {
+    sampler.setEpoch(epoch);
+    for await (const { tensors: [x, y] } of loader) {
+      scope(() => {
+        optimizer.zeroGrad();
+        let loss = crossEntropy(ddp.forward(x!), y!);
+        if (plant === "rank-local-loss") {
+          const labels = y!.toArray() as Int32Array;
+          const ones = labels.reduce((s, v) => s + v, 0) / labels.length;
+          loss = scale(loss, 1 / (0.5 + ones));
+        }
+        ddp.backward(loss);
+        clipGradNorm(ddp.parameters(), 1.0);
+        optimizer.step();
+      });
+      x!.dispose();
+      y!.dispose();
+    }
+  }
+} finally {
+  pg.close();
+}
