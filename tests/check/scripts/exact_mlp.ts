@@ -7,6 +7,10 @@
  *   "linear scaling rule" carried over to a fixed global batch);
  * - rank-local-loss: the mean loss divided by the fraction of class-1 labels
  *   in the rank's own batch, a statistic of the rank's samples only.
+ * And for the check's bounds: `--crash-at-world W` throws at world size W,
+ * `--steps-at-world W:S` stops after S optimizer steps at world size W
+ * (S = 0: no step at all); W "alone" is the single process without the
+ * launcher.
  */
 import {
   AdamW,
@@ -27,7 +31,21 @@ if (plant !== null && plant !== "lr-times-world" && plant !== "rank-local-loss")
   throw new RangeError(`--plant must be lr-times-world or rank-local-loss, got ${plant}`);
 }
 
+/** The value of `--<name> W:S` (or `--<name> W`) when W is this process's world size (or "alone"). */
+function atWorld(name: string, size: number): number | null {
+  const i = Deno.args.indexOf(`--${name}`);
+  if (i < 0) return null;
+  const [w, v] = Deno.args[i + 1]!.split(":");
+  const alone = Deno.env.get("WORLD_SIZE") === undefined;
+  return (w === "alone" ? alone : !alone && Number(w) === size) ? Number(v ?? 0) : null;
+}
+
 const pg = initProcessGroup();
+if (atWorld("crash-at-world", pg.size) !== null) {
+  throw new Error(`planted crash at world size ${pg.size}`);
+}
+const maxSteps = atWorld("steps-at-world", pg.size) ?? Infinity;
+let steps = 0;
 manualSeed(SEED);
 const model = toyModel();
 const ddp = new DistributedDataParallel(model, pg);
@@ -45,6 +63,11 @@ try {
   for (let epoch = 0; epoch < 2; epoch++) {
     sampler.setEpoch(epoch);
     for await (const { tensors: [x, y] } of loader) {
+      if (steps++ >= maxSteps) {
+        x!.dispose();
+        y!.dispose();
+        break;
+      }
       scope(() => {
         optimizer.zeroGrad();
         let loss = crossEntropy(ddp.forward(x!), y!);
