@@ -19,6 +19,7 @@ import {
   tensorsPerStep,
 } from "./exact_compare.ts";
 import { fail, pass, type Row } from "./verdict.ts";
+import { checkShardCount } from "./exact_switch.ts";
 
 /** What one `dtrain check --exact` compares. */
 export interface ExactCheckOptions extends RunContext {
@@ -63,7 +64,7 @@ export function exactRuns(o: Pick<ExactCheckOptions, "nproc" | "steps" | "exactM
     [CHECK_ENV.HASH_STATE]: "1",
     [CHECK_ENV.MAX_STEPS]: String(o.steps + 1),
     [CHECK_ENV.STOP_AFTER]: String(o.steps),
-    ...(o.exactMode ?? true ? { [CHECK_ENV.EXACT]: "1" } : {}),
+    ...(o.exactMode ?? true ? { [CHECK_ENV.EXACT]: String(checkShardCount(o.nproc)) } : {}),
   };
   return [
     { name: "exact-single", title: "single process", nproc: null, env },

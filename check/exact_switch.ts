@@ -1,39 +1,46 @@
 /**
  * How `dtrain check --exact` switches exact mode on in a script that does
- * not ask for it: the process's numerics policy gets `exact: true` (DDP reads
- * it when its own option is not given) and every Trainer's config gets
- * `exact: true` too (a Trainer sets its config's policy when it starts).
- * The rest of the policy — autocast, loss scaling, clipping, dropout — stays
- * as the script asks: exact mode must hold for the numerics the run uses.
+ * not ask for it: the process's numerics policy gets `exact: S` canonical
+ * shards (a DistributedDataParallel built without its own `exact` option
+ * reads it) and every Trainer's config gets `exact: S` too (a Trainer sets
+ * its config's policy when it starts). A shard count the script chose
+ * itself is kept. The rest of the policy — autocast, loss scaling,
+ * clipping, dropout — stays as the script asks: exact mode must hold for
+ * the numerics the run uses.
  */
-import {
-  DEFAULT_NUMERICS,
-  type NumericsPolicy,
-  numericsPolicy,
-  setNumericsPolicy,
-} from "../tensor/numerics_policy.ts";
+import { DEFAULT_EXACT_SHARDS } from "../distributed/exact.ts";
+import { numericsPolicy, setNumericsPolicy } from "../tensor/numerics_policy.ts";
 import type { TrainerConfigHook } from "../train/engine.ts";
 
-/** Whether this build's numerics policy has the `exact` switch. */
-export function hasExactMode(): boolean {
-  return "exact" in DEFAULT_NUMERICS;
+/**
+ * The canonical shard count the check asks for when the script sets none:
+ * exact mode's default, or the largest world size compared when that is
+ * larger (every world size compared must divide it).
+ */
+export function checkShardCount(largestWorld: number): number {
+  return Math.max(DEFAULT_EXACT_SHARDS, largestWorld);
 }
 
 /**
- * Sets exact mode in the process's policy and, through `addConfigHook`, in
- * every Trainer's config. Throws when this build has no exact mode.
+ * Sets exact mode with `shards` canonical shards in the process's policy
+ * and, through `addConfigHook`, in every Trainer's config, unless the script
+ * set a shard count of its own.
  */
-export function switchExactModeOn(addConfigHook: (hook: TrainerConfigHook) => unknown): void {
-  if (!hasExactMode()) {
-    throw new Error(
-      "dtrain check --exact: this build of dtrain has no exact mode (the numerics policy has no " +
-        "`exact` field)",
-    );
+export function switchExactModeOn(
+  shards: number,
+  addConfigHook: (hook: TrainerConfigHook) => unknown,
+): void {
+  const policy = numericsPolicy();
+  if (policy.exact === false) {
+    setNumericsPolicy({ ...policy, exact: shards }, "dtrain check --exact");
   }
-  const exact = { exact: true } as unknown as Partial<NumericsPolicy>;
-  setNumericsPolicy({ ...numericsPolicy(), ...exact }, "dtrain check --exact");
   addConfigHook((cfg) => {
-    cfg.numerics = { ...cfg.numerics, ...exact };
-    (cfg as unknown as Record<string, unknown>).exact = true;
+    const own = typeof cfg.exact === "number"
+      ? cfg.exact
+      : cfg.numerics.exact !== false
+      ? cfg.numerics.exact
+      : null;
+    cfg.numerics = { ...cfg.numerics, exact: own ?? shards };
+    cfg.exact = own ?? shards;
   });
 }

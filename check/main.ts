@@ -57,7 +57,6 @@ import { checkScriptTypes } from "../launch/type_check.ts";
 import { installLayout } from "../os/install_layout.ts";
 import { formatTable, summary } from "./verdict.ts";
 import { exactWorldSizes, runExactCheck } from "./exact_check.ts";
-import { hasExactMode } from "./exact_switch.ts";
 
 const DEFAULTS = { nproc: 2, steps: 5, timeoutS: 300 };
 
@@ -229,10 +228,6 @@ export async function checkMain(args: string[]): Promise<number> {
 
 /** `dtrain check --exact`: the comparison of world sizes, its table and closing line. */
 async function exactMain(parsed: CheckArgs): Promise<number> {
-  if (!hasExactMode()) {
-    console.error("dtrain check --exact: this build of dtrain has no exact mode to switch on");
-    return 2;
-  }
   const sizes = exactWorldSizes(parsed.nproc).join(", ");
   console.log(
     `dtrain check --exact: ${parsed.script}, one process and world sizes ${sizes}, ${parsed.steps} steps; ` +

@@ -102,8 +102,8 @@ export interface ProbeSettings {
   maxSteps: number | null;
   /** a Trainer checkpoints every this many steps */
   checkpointEvery: number | null;
-  /** switch exact mode on (`dtrain check --exact`) */
-  exact?: boolean;
+  /** switch exact mode on with this many canonical shards (`dtrain check --exact`), or null */
+  exact?: number | null;
   /** record the hashed state at every optimizer step and at the end */
   hashState?: boolean;
 }
@@ -122,7 +122,7 @@ export function probeSettingsFromEnv(
     stopAfter: positiveIntVar(get, CHECK_ENV.STOP_AFTER),
     maxSteps: positiveIntVar(get, CHECK_ENV.MAX_STEPS),
     checkpointEvery: positiveIntVar(get, CHECK_ENV.CKPT_EVERY),
-    exact: get(CHECK_ENV.EXACT) === "1",
+    exact: positiveIntVar(get, CHECK_ENV.EXACT),
     hashState: get(CHECK_ENV.HASH_STATE) === "1",
   };
 }
@@ -189,7 +189,7 @@ export function installProbe(s: ProbeSettings): void {
     addTrainedModelHook((model) => names.addModel(model));
     globalThis.addEventListener("unload", recordEnd);
   }
-  if (s.exact) switchExactModeOn(addTrainerConfigHook);
+  if (s.exact) switchExactModeOn(s.exact, addTrainerConfigHook);
   /** per sampler: its passes so far, and how many of them a backward followed */
   const samplers = new Map<number, { passes: number; trained: number; open: boolean }>();
 

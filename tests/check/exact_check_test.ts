@@ -10,7 +10,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { type ExactVerdict, runExactCheck } from "../../check/exact_check.ts";
-import { hasExactMode } from "../../check/exact_switch.ts";
 import { formatTable } from "../../check/verdict.ts";
 import { REPO } from "./_helpers.ts";
 
@@ -38,10 +37,8 @@ async function exactCheck(
   }
 }
 
-const NO_EXACT = !hasExactMode();
-
 Deno.test("check --exact: a learning rate scaled by the world size parts at step 1's rate, then the first weight", async () => {
-  for (const exactMode of NO_EXACT ? [false] : [true, false]) {
+  for (const exactMode of [true, false]) {
     const v = await exactCheck("exact_mlp.ts", ["--plant", "lr-times-world"], { exactMode });
     assert.equal(v.code, 1, v.table);
     assert.equal(
@@ -79,32 +76,23 @@ Deno.test("check --exact: a run that crashes, no step, and step counts that diff
   );
 });
 
-Deno.test({
-  name:
-    "check --exact: the clean toy MLP and GPT-mini with dropout are identical at world sizes 1 and 2",
-  ignore: NO_EXACT,
-  fn: async () => {
-    for (const script of ["exact_mlp.ts", "exact_gpt.ts"]) {
-      const v = await exactCheck(script, []);
-      assert.equal(v.code, 0, v.table);
-      assert.match(
-        v.line,
-        /^dtrain check --exact: identical — single process, world 1, world 2 hold the same bits at every one of 3 steps$/,
-      );
-    }
-  },
-});
-
-Deno.test({
-  name:
-    "check --exact: a loss normalised by a rank-local statistic parts at step 1's first gradient",
-  ignore: NO_EXACT,
-  fn: async () => {
-    const v = await exactCheck("exact_mlp.ts", ["--plant", "rank-local-loss"]);
-    assert.equal(v.code, 1, v.table);
+Deno.test("check --exact: the clean toy MLP and GPT-mini are identical at world sizes 1 and 2", async () => {
+  const cases: [string, string[]][] = [["exact_mlp.ts", []], ["exact_gpt.ts", ["--dropout", "0"]]];
+  for (const [script, args] of cases) {
+    const v = await exactCheck(script, args);
+    assert.equal(v.code, 0, v.table);
     assert.match(
       v.line,
-      /^dtrain check --exact: DIFFERENT — step 1: gradient of 0\.weight in step 1 differs — \w+ \(single process\) vs \w+ \(world 2\)$/,
+      /^dtrain check --exact: identical — single process, world 1, world 2 hold the same bits at every one of 3 steps$/,
     );
-  },
+  }
+});
+
+Deno.test("check --exact: a loss normalised by a rank-local statistic parts at step 1's first gradient", async () => {
+  const v = await exactCheck("exact_mlp.ts", ["--plant", "rank-local-loss"]);
+  assert.equal(v.code, 1, v.table);
+  assert.match(
+    v.line,
+    /^dtrain check --exact: DIFFERENT — step 1: gradient of 0\.weight in step 1 differs — \w+ \(single process\) vs \w+ \(world 2\)$/,
+  );
 });

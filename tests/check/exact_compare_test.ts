@@ -228,7 +228,8 @@ Deno.test("exactRuns() runs one process and world sizes 1, 2, 4 with exact mode 
     ["world 4", 4],
   ]);
   // K steps hashed, then the state after step K at the (K+1)-th: a Trainer is allowed K+1 steps
-  assert.equal(runs[0]!.env[CHECK_ENV.EXACT], "1");
+  assert.equal(runs[0]!.env[CHECK_ENV.EXACT], "8"); // exact mode's default shard count
+  assert.equal(exactRuns({ nproc: 16, steps: 5 })[0]!.env[CHECK_ENV.EXACT], "16");
   assert.equal(runs[0]!.env[CHECK_ENV.STOP_AFTER], "5");
   assert.equal(runs[0]!.env[CHECK_ENV.MAX_STEPS], "6");
   assert.equal(

@@ -5,7 +5,7 @@
  * size windows per rank, AdamW and clipping: the numerics exact mode must
  * hold for, none of them turned off.
  *
- *   ./dtrain --nproc 2 tests/check/scripts/exact_gpt.ts [--steps K] [--width C] [--block T]
+ *   ./dtrain --nproc 2 tests/check/scripts/exact_gpt.ts [--steps K] [--width C] [--block T] [--dropout P]
  */
 import {
   AdamW,
@@ -26,6 +26,7 @@ function option(name: string, fallback: number): number {
   return i < 0 ? fallback : Number(Deno.args[i + 1]);
 }
 const STEPS = option("steps", 1000), WIDTH = option("width", 32), BLOCK = option("block", 16);
+const DROPOUT = option("dropout", 0.1);
 const GLOBAL_BATCH = 8, VOCAB = 64, WINDOWS = 128, SEED = 11;
 
 /** WINDOWS windows of BLOCK + 1 tokens: inputs and next-token targets. */
@@ -50,7 +51,7 @@ const model = new GPT({
   nLayer: 2,
   nHead: 2,
   nEmbd: WIDTH,
-  dropout: 0.1,
+  dropout: DROPOUT,
   maskBuffer: false,
 });
 const ddp = new DistributedDataParallel(model, pg);

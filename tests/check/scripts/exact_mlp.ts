@@ -1,7 +1,7 @@
 /**
  * A DDP loop for `dtrain check --exact`'s tests: the toy set and MLP, a
- * DistributedSampler, GLOBAL_BATCH / world size samples per rank, AdamW and
- * clipping. Clean as it stands; `--plant <bug>` plants one that makes the
+ * DistributedSampler, 16 / world size samples per rank (exact mode cuts each
+ * global batch into 8 canonical shards), AdamW and clipping. Clean as it stands; `--plant <bug>` plants one that makes the
  * result depend on the world size:
  * - lr-times-world: the learning rate scaled by the world size (a common
  *   "linear scaling rule" carried over to a fixed global batch);
@@ -24,7 +24,9 @@ import {
   scale,
   scope,
 } from "dtrain";
-import { GLOBAL_BATCH, SEED, toyData, toyModel } from "../../../examples/broken/_toy.ts";
+import { SEED, toyData, toyModel } from "../../../examples/broken/_toy.ts";
+
+const GLOBAL_BATCH = 16;
 
 const plant = Deno.args.includes("--plant") ? Deno.args[Deno.args.indexOf("--plant") + 1] : null;
 if (plant !== null && plant !== "lr-times-world" && plant !== "rank-local-loss") {
