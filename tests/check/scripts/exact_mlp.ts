@@ -26,7 +26,10 @@ import {
 } from "dtrain";
 import { SEED, toyData, toyModel } from "../../../examples/broken/_toy.ts";
 
-const GLOBAL_BATCH = 16;
+/** `--batch B` sets another global batch (exact mode refuses one that is not a multiple of its shards). */
+const GLOBAL_BATCH = Deno.args.includes("--batch")
+  ? Number(Deno.args[Deno.args.indexOf("--batch") + 1])
+  : 16;
 
 const plant = Deno.args.includes("--plant") ? Deno.args[Deno.args.indexOf("--plant") + 1] : null;
 if (plant !== null && plant !== "lr-times-world" && plant !== "rank-local-loss") {
