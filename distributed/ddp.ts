@@ -214,7 +214,7 @@ export class DistributedDataParallel<M extends Module> {
         off += p.numel;
       }
     });
-    return { plan, slots, uninstall: installShardedForward(this.module, plan) };
+    return { plan, slots, uninstall: installShardedForward(this.module, plan, this.pg) };
   }
 
   /** The wrapped module's forward, typed by the module. */

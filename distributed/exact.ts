@@ -11,7 +11,7 @@
 import type { Module } from "../nn/module.ts";
 import type { ProcessGroup } from "./process_group.ts";
 import { isGradEnabled } from "../tensor/autograd.ts";
-import { inShard, shardScope } from "../tensor/exact_shards.ts";
+import { inShard, shardScope, takeShardStatistics } from "../tensor/exact_shards.ts";
 import { backend } from "../tensor/backend.ts";
 import { empty, fromArray, Tensor } from "../tensor/tensor.ts";
 import { cat } from "../tensor/ops/layout.ts";
@@ -118,10 +118,16 @@ let generation = 0;
  * with gradients recorded, runs the original once per local canonical shard
  * — every tensor argument whose first dim is the batch's rows is split,
  * anything else passed as it is — and joins the shards' outputs back in the
- * caller's row order by a differentiable gather. Returns the function that
- * puts the original back.
+ * caller's row order by a differentiable gather. Layers that kept
+ * statistics per shard (batch norm) then get the mean over all S shards, summed
+ * in the fixed tree across the ranks. Returns the function that puts the
+ * original back.
  */
-export function installShardedForward(module: Module, plan: ExactPlan): () => void {
+export function installShardedForward(
+  module: Module,
+  plan: ExactPlan,
+  pg: ProcessGroup,
+): () => void {
   // deno-lint-ignore no-explicit-any
   const m = module as any;
   const own = Object.prototype.hasOwnProperty.call(m, "forward");
@@ -132,7 +138,10 @@ export function installShardedForward(module: Module, plan: ExactPlan): () => vo
   const original = previous.bind(m);
   m.forward = (...args: unknown[]) => {
     if (!module.training || !isGradEnabled() || shardScope() !== null) return original(...args);
-    return shardedCall(original, args, plan);
+    takeShardStatistics(); // nothing of an earlier forward that failed half-way
+    const out = shardedCall(original, args, plan);
+    combineShardStatistics(plan, pg);
+    return out;
   };
   return () => {
     if (own) m.forward = previous;
@@ -226,8 +235,9 @@ export function treeSum(
 
 /**
  * Sums the canonical shards' slots of one flat gradient buffer across the
- * ranks in the fixed tree and adds the mean over ranks (sum · 1/W: a power
- * of two, exact) into `into`; the slots are zeroed for the next step.
+ * ranks in the fixed tree and adds sum · factor into `into` (default 1/W,
+ * the mean over ranks: a power of two, exact); the slots are zeroed for the
+ * next step.
  * `slots[s]` is shard s's slot (this rank's shards only).
  */
 export function reduceSlots(
@@ -235,6 +245,7 @@ export function reduceSlots(
   slots: readonly (Tensor | undefined)[],
   plan: ExactPlan,
   pg: ProcessGroup,
+  factor = 1 / plan.world,
 ): void {
   const W = plan.world, S = plan.shards;
   const log2 = (n: number) => Math.round(Math.log2(n));
@@ -242,7 +253,7 @@ export function reduceSlots(
   // This rank's subtree: residue class rank mod W, from its S/W leaves.
   const mine = treeSum(plan.rank, log2(W), log2(S), (s) => slots[s]!);
   if (W === 1) {
-    backend().call.dt_axpy(into.ptr, mine.value.ptr, n, 1);
+    backend().call.dt_axpy(into.ptr, mine.value.ptr, n, factor);
     if (mine.owned) mine.value.dispose();
   } else {
     // The levels above the ranks: every rank evaluates them from all subtrees, in one order.
@@ -251,7 +262,7 @@ export function reduceSlots(
     if (mine.owned) mine.value.dispose();
     const parts = Array.from({ length: W }, (_, r) => gathered.subview(r * into.numel, into.shape));
     const total = treeSum(0, 0, log2(W), (r) => parts[r]!);
-    backend().call.dt_axpy(into.ptr, total.value.ptr, n, 1 / W);
+    backend().call.dt_axpy(into.ptr, total.value.ptr, n, factor);
     total.value.dispose();
     for (const p of parts) p.dispose();
     gathered.dispose();
@@ -262,4 +273,21 @@ export function reduceSlots(
 
 function bufferFor(t: Tensor) {
   return { ptr: t.ptr, count: t.numel, dtype: "f32" as const, device: t.device };
+}
+
+/**
+ * After a sharded forward: each layer that kept statistics per shard gets
+ * their mean over all S shards (the fixed tree across the ranks, then 1/S),
+ * in the order the layers ran (the same on every rank: one model).
+ */
+export function combineShardStatistics(plan: ExactPlan, pg: ProcessGroup): void {
+  for (const owner of takeShardStatistics()) {
+    const first = owner.byShard.get(plan.local[0]!);
+    if (first === undefined) continue;
+    const slots: (Tensor | undefined)[] = [];
+    for (const s of plan.local) slots[s] = owner.byShard.get(s);
+    const mean = empty(first.shape, "f32").keep().fill(0);
+    reduceSlots(mean, slots, plan, pg, 1 / plan.shards);
+    owner.applyShardMean(mean);
+  }
 }

@@ -105,3 +105,28 @@ export function shardSlotOf(leaf: Tensor, nodeName: string): Tensor | null {
   }
   return slot;
 }
+
+/**
+ * A layer that keeps batch statistics per shard during a sharded forward
+ * (batch norm's running statistics): after the forward, exact mode sums each
+ * owner's shards in the fixed tree across the ranks and hands it the mean
+ * over all S shards, so every rank updates its buffers with the same bits.
+ */
+export interface ShardStatistics {
+  /** This forward's statistics by canonical shard: flat f32 tensors of one length. */
+  readonly byShard: Map<number, Tensor>;
+  /** Takes the mean over all shards (a new f32 tensor, the owner's to keep or free). */
+  applyShardMean(mean: Tensor): void;
+}
+
+const pendingStatistics: ShardStatistics[] = [];
+
+/** A layer kept statistics in the sharded forward running now (in order of first use). */
+export function noteShardStatistics(owner: ShardStatistics): void {
+  if (!pendingStatistics.includes(owner)) pendingStatistics.push(owner);
+}
+
+/** The owners noted since the last call, in order of first use; forgets them. */
+export function takeShardStatistics(): ShardStatistics[] {
+  return pendingStatistics.splice(0);
+}
