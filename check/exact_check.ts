@@ -82,9 +82,34 @@ export type ExactRun =
   | { title: string; nproc: number | null; failed: string }
   | { title: string; nproc: number | null; ranks: Map<number, RankStates> };
 
+/**
+ * The first error message in a run's log (an uncaught error's line, ANSI
+ * colours removed), or null: the stack frames the log ends with say less
+ * than the refusal above them (a batch exact mode cannot split, a world size
+ * that does not divide the shard count).
+ */
+export function firstErrorLine(logPath: string): string | null {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(logPath);
+  } catch {
+    return null;
+  }
+  // deno-lint-ignore no-control-regex
+  const plain = text.replace(/\x1b\[[0-9;]*m/g, "");
+  const line = plain.split("\n").find((l) => /\b\w*Error\b:/.test(l) && !/^\s*at /.test(l));
+  return line ? line.replace(/^.*?(\w*Error:)/, "$1").trim() : null;
+}
+
 function readRun(r: RunResult): ExactRun {
   const base = { title: r.spec.title, nproc: r.spec.nproc };
-  if (r.code !== 0) return { ...base, failed: describeExit(r) };
+  if (r.code !== 0) {
+    const error = firstErrorLine(r.logPath);
+    return {
+      ...base,
+      failed: error ? `${describeExit(r)} — first error: ${error}` : describeExit(r),
+    };
+  }
   return {
     ...base,
     ranks: new Map([...readRankEvents(r.probeDir)].map(([rank, ev]) => [rank, statesOf(ev)])),

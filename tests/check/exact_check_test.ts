@@ -1,6 +1,6 @@
 /**
  * `dtrain check --exact` on real runs of tests/check/scripts/exact_*.ts: a
- * clean toy MLP and a GPT-mini with dropout say identical; a learning rate
+ * clean toy MLP loop, a Trainer and a GPT-mini with dropout say identical; a learning rate
  * scaled by the world size and a loss normalised by a rank-local statistic
  * are caught at the right step and tensor; a run that crashes, a script
  * that never steps and step counts that differ are reported as such.
@@ -13,7 +13,7 @@ import { type ExactVerdict, runExactCheck } from "../../check/exact_check.ts";
 import { formatTable } from "../../check/verdict.ts";
 import { REPO } from "./_helpers.ts";
 
-/** Runs the exact check (one process, world 1 and 2, 3 steps) in a temporary folder it removes. */
+/** Runs the exact check (one process, world 1 and 2, or up to nproc; 3 steps) in a temporary folder it removes. */
 async function exactCheck(
   script: string,
   scriptArgs: string[],
@@ -56,6 +56,7 @@ Deno.test("check --exact: a run that crashes, no step, and step counts that diff
   assert.equal(crash.code, 1, crash.table);
   assert.equal(crash.line, "dtrain check --exact: FAIL — world 2: did not finish", crash.table);
   assert.match(crash.table, /the run \(world 2\) exited with code 1/);
+  assert.match(crash.table, /first error: Error: planted crash at world size 2/);
 
   const idle = await exactCheck("exact_mlp.ts", ["--steps-at-world", "1:0"], {
     nproc: 1,
@@ -76,14 +77,20 @@ Deno.test("check --exact: a run that crashes, no step, and step counts that diff
   );
 });
 
-Deno.test("check --exact: the clean toy MLP and GPT-mini are identical at world sizes 1 and 2", async () => {
-  const cases: [string, string[]][] = [["exact_mlp.ts", []], ["exact_gpt.ts", ["--dropout", "0"]]];
-  for (const [script, args] of cases) {
-    const v = await exactCheck(script, args);
+Deno.test("check --exact: a clean loop, a Trainer and GPT-mini with dropout are identical up to world 4", async () => {
+  const cases: [string, number][] = [
+    ["exact_mlp.ts", 2],
+    ["exact_trainer.ts", 2],
+    ["exact_gpt.ts", 4], // dropout 0.1, AdamW, clipping
+  ];
+  for (const [script, nproc] of cases) {
+    const v = await exactCheck(script, [], { nproc });
     assert.equal(v.code, 0, v.table);
-    assert.match(
+    const worlds = nproc === 4 ? "world 1, world 2, world 4" : "world 1, world 2";
+    assert.equal(
       v.line,
-      /^dtrain check --exact: identical — single process, world 1, world 2 hold the same bits at every one of 3 steps$/,
+      `dtrain check --exact: identical — single process, ${worlds} hold the same bits at every one of 3 steps`,
+      v.table,
     );
   }
 });
