@@ -9,7 +9,11 @@
  * the numerics the run uses.
  */
 import { DEFAULT_EXACT_SHARDS } from "../distributed/exact.ts";
-import { numericsPolicy, setNumericsPolicy } from "../tensor/numerics_policy.ts";
+import {
+  numericsPolicy,
+  onNumericsPolicySet,
+  setNumericsPolicy,
+} from "../tensor/numerics_policy.ts";
 import type { TrainerConfigHook } from "../train/engine.ts";
 
 /**
@@ -34,6 +38,11 @@ export function switchExactModeOn(
   if (policy.exact === false) {
     setNumericsPolicy({ ...policy, exact: shards }, "dtrain check --exact");
   }
+  // A script that sets a policy of its own (any other field) keeps exact mode: the check's switch
+  // is the one thing it may not turn off.
+  onNumericsPolicySet((p) => {
+    if (p.exact === false) setNumericsPolicy({ ...p, exact: shards }, "dtrain check --exact");
+  });
   addConfigHook((cfg) => {
     const own = typeof cfg.exact === "number"
       ? cfg.exact

@@ -63,8 +63,16 @@ Deno.test("the probe switches exact mode on with the shard count asked for", asy
   const args = ["--batch", "24"];
   await alone({ [CHECK_ENV.EXACT]: "8", [CHECK_ENV.STOP_AFTER]: "1" }, args);
   const refused = await alone({ [CHECK_ENV.EXACT]: "16", [CHECK_ENV.STOP_AFTER]: "1" }, args, 1);
-  assert.match(
-    refused.log,
-    /a local batch of 24 rows does not split into this rank's 16 canonical shards/,
+  // a policy the script sets of its own keeps the check's exact mode
+  const own = await alone(
+    { [CHECK_ENV.EXACT]: "16", [CHECK_ENV.STOP_AFTER]: "1" },
+    [...args, "--own-policy"],
+    1,
   );
+  for (const log of [refused.log, own.log]) {
+    assert.match(
+      log,
+      /a local batch of 24 rows does not split into this rank's 16 canonical shards/,
+    );
+  }
 });

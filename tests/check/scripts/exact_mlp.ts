@@ -10,7 +10,8 @@
  * And for the check's bounds: `--crash-at-world W` throws at world size W,
  * `--steps-at-world W:S` stops after S optimizer steps at world size W
  * (S = 0: no step at all); W "alone" is the single process without the
- * launcher.
+ * launcher. `--own-policy` sets a numerics policy of the script's own
+ * (dropout off, exact not named) before it builds DDP.
  */
 import {
   AdamW,
@@ -23,6 +24,7 @@ import {
   manualSeed,
   scale,
   scope,
+  setNumericsPolicy,
 } from "dtrain";
 import { SEED, toyData, toyModel } from "../../../examples/broken/_toy.ts";
 
@@ -46,6 +48,7 @@ function atWorld(name: string, size: number): number | null {
 }
 
 const pg = initProcessGroup();
+if (Deno.args.includes("--own-policy")) setNumericsPolicy({ dropout: false }, "exact_mlp.ts");
 if (atWorld("crash-at-world", pg.size) !== null) {
   throw new Error(`planted crash at world size ${pg.size}`);
 }
