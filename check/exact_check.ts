@@ -79,7 +79,14 @@ export function exactRuns(o: Pick<ExactCheckOptions, "nproc" | "steps" | "exactM
 
 /** One run's outcome as the comparison needs it. */
 export type ExactRun =
-  | { title: string; nproc: number | null; failed: string }
+  | {
+    title: string;
+    nproc: number | null;
+    /** why it failed, for its row */
+    failed: string;
+    /** the first error line of its log, if any */
+    error?: string | null;
+  }
   | { title: string; nproc: number | null; ranks: Map<number, RankStates> };
 
 /**
@@ -104,10 +111,13 @@ export function firstErrorLine(logPath: string): string | null {
 function readRun(r: RunResult): ExactRun {
   const base = { title: r.spec.title, nproc: r.spec.nproc };
   if (r.code !== 0) {
-    const error = firstErrorLine(r.logPath);
+    const error = r.timedOut ? null : firstErrorLine(r.logPath);
     return {
       ...base,
-      failed: error ? `${describeExit(r)} — first error: ${error}` : describeExit(r),
+      error,
+      failed: error
+        ? `the run (${r.spec.title}) exited with code ${r.code}: ${error}; see ${r.logPath}`
+        : describeExit(r),
     };
   }
   return {
@@ -216,7 +226,16 @@ export function compareExactRuns(runs: readonly ExactRun[], steps: number): Exac
       parted.push({ d, a: reference.title, b: other.title, order: parted.length });
     }
   }
-  const failedRuns = rows.filter((r) => r.outcome === "FAIL" && r.check.endsWith(" ran"));
+  // runs that failed with the same first error are named together
+  const failures = new Map<string, string[]>();
+  for (const run of runs) {
+    if (!("failed" in run)) continue;
+    const key = run.error ?? "";
+    failures.set(key, [...failures.get(key) ?? [], run.title]);
+  }
+  const notStepping = rows.filter((r) =>
+    r.outcome === "FAIL" && r.check.endsWith(" ran") && r.measured !== "did not finish"
+  );
   if (parted.length > 0) {
     const first = parted.sort((x, y) => x.d.step - y.d.step || x.order - y.order)[0]!;
     return {
@@ -225,14 +244,14 @@ export function compareExactRuns(runs: readonly ExactRun[], steps: number): Exac
       code: 1,
     };
   }
-  if (failedRuns.length > 0) {
-    return {
-      rows,
-      line: `dtrain check --exact: FAIL — ${
-        failedRuns.map((r) => `${r.check.replace(/ ran$/, "")}: ${r.measured}`).join("; ")
-      }`,
-      code: 1,
-    };
+  if (failures.size > 0 || notStepping.length > 0) {
+    const parts = [
+      ...[...failures].map(([error, titles]) =>
+        `${titles.join(", ")} did not finish${error ? `: ${error}` : ""}`
+      ),
+      ...notStepping.map((r) => `${r.check.replace(/ ran$/, "")}: ${r.measured}`),
+    ];
+    return { rows, line: `dtrain check --exact: FAIL — ${parts.join("; ")}`, code: 1 };
   }
   const names = runs.map((r) => r.title).join(", ");
   const k = usable[0]?.states.steps.length ?? 0;

@@ -54,9 +54,23 @@ Deno.test("check --exact: a learning rate scaled by the world size parts at step
 Deno.test("check --exact: a run that crashes, no step, and step counts that differ are reported", async () => {
   const crash = await exactCheck("exact_mlp.ts", ["--crash-at-world", "2"], { exactMode: false });
   assert.equal(crash.code, 1, crash.table);
-  assert.equal(crash.line, "dtrain check --exact: FAIL — world 2: did not finish", crash.table);
-  assert.match(crash.table, /the run \(world 2\) exited with code 1/);
-  assert.match(crash.table, /first error: Error: planted crash at world size 2/);
+  assert.equal(
+    crash.line,
+    "dtrain check --exact: FAIL — world 2 did not finish: Error: planted crash at world size 2",
+    crash.table,
+  );
+  assert.match(
+    crash.table,
+    /the run \(world 2\) exited with code 1: Error: planted crash at world size 2; see /,
+  );
+
+  // exact mode refuses a global batch of 12 (not a multiple of 8 shards): the same refusal is told once
+  const refused = await exactCheck("exact_mlp.ts", ["--batch", "12"]);
+  assert.equal(refused.code, 1, refused.table);
+  assert.match(
+    refused.line,
+    /^dtrain check --exact: FAIL — single process, world 1 did not finish: RangeError: exact mode: a local batch of 12 rows does not split into this rank's 8 canonical shards.*; world 2 did not finish: RangeError: exact mode: a local batch of 6 rows/,
+  );
 
   const idle = await exactCheck("exact_mlp.ts", ["--steps-at-world", "1:0"], {
     nproc: 1,

@@ -205,7 +205,7 @@ Deno.test("compareExactRuns() reports a run that crashed, and a script that neve
     3,
   );
   assert.equal(crashed.code, 1);
-  assert.equal(crashed.line, "dtrain check --exact: FAIL — world 2: did not finish");
+  assert.equal(crashed.line, "dtrain check --exact: FAIL — world 2 did not finish");
   const idle = compareExactRuns(
     [
       ok("single process", null, [{ steps: [], end: null }]),
