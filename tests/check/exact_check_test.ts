@@ -91,14 +91,15 @@ Deno.test("check --exact: a run that crashes, no step, and step counts that diff
   );
 });
 
-Deno.test("check --exact: a clean loop, a Trainer and GPT-mini with dropout are identical up to world 4", async () => {
-  const cases: [string, number][] = [
-    ["exact_mlp.ts", 2],
-    ["exact_trainer.ts", 2],
-    ["exact_gpt.ts", 4], // dropout 0.1, AdamW, clipping
+Deno.test("check --exact: a clean loop, a Trainer and GPT-mini with dropout (and bf16) are identical up to world 4", async () => {
+  const cases: [string, string[], number][] = [
+    ["exact_mlp.ts", [], 2],
+    ["exact_trainer.ts", [], 2],
+    ["exact_gpt.ts", [], 4], // dropout 0.1, AdamW, clipping
+    ["exact_gpt.ts", ["--bf16"], 2], // and bf16 autocast
   ];
-  for (const [script, nproc] of cases) {
-    const v = await exactCheck(script, [], { nproc });
+  for (const [script, args, nproc] of cases) {
+    const v = await exactCheck(script, args, { nproc });
     assert.equal(v.code, 0, v.table);
     const worlds = nproc === 4 ? "world 1, world 2, world 4" : "world 1, world 2";
     assert.equal(

@@ -13,12 +13,17 @@ import { runStage } from "../../check/runs.ts";
 import { REPO } from "./_helpers.ts";
 import { join } from "node:path";
 
-/** Runs exact_mlp.ts alone with the probe's variables and returns rank 0's states and the log. */
-async function alone(env: Record<string, string>, args: string[], code = 0) {
+/** Runs a script (exact_mlp.ts) alone with the probe's variables and returns rank 0's states and the log. */
+async function alone(
+  env: Record<string, string>,
+  args: string[],
+  code = 0,
+  script = "exact_mlp.ts",
+) {
   const outDir = Deno.makeTempDirSync({ prefix: "dtrain-exact-probe-" });
   try {
     const r = await runStage({ name: "alone", title: "single process", nproc: null, env }, {
-      script: join(REPO, "tests/check/scripts/exact_mlp.ts"),
+      script: join(REPO, "tests/check/scripts", script),
       scriptArgs: args,
       outDir,
       timeoutS: 120,
@@ -75,4 +80,16 @@ Deno.test("the probe switches exact mode on with the shard count asked for", asy
       /a local batch of 24 rows does not split into this rank's 16 canonical shards/,
     );
   }
+});
+
+Deno.test("under --exact the script's dropout and autocast stay on (the staged check's plain numerics do not apply)", async () => {
+  const env = { [CHECK_ENV.HASH_STATE]: "1", [CHECK_ENV.EXACT]: "8", [CHECK_ENV.STOP_AFTER]: "1" };
+  const gradients = async (args: string[]) =>
+    (await alone(env, args, 0, "exact_gpt.ts")).states.steps[0]!.filter(([l]) =>
+      l.startsWith("gradient ")
+    );
+  const plain = await gradients(["--dropout", "0"]);
+  // dropout 0.1 and bf16 autocast each change step 1's gradients: neither was turned off
+  assert.notDeepEqual(await gradients([]), plain);
+  assert.notDeepEqual(await gradients(["--dropout", "0", "--bf16"]), plain);
 });

@@ -3,12 +3,13 @@
  * cost benchmark: a 2-layer GPT with dropout 0.1 on windows of a fixed
  * pseudo-random token sequence, a DistributedSampler, GLOBAL_BATCH / world
  * size windows per rank, AdamW and clipping: the numerics exact mode must
- * hold for, none of them turned off.
+ * hold for, none of them turned off; `--bf16` adds bf16 autocast.
  *
- *   ./dtrain --nproc 2 tests/check/scripts/exact_gpt.ts [--steps K] [--width C] [--block T] [--dropout P]
+ *   ./dtrain --nproc 2 tests/check/scripts/exact_gpt.ts [--steps K] [--width C] [--block T] [--dropout P] [--bf16]
  */
 import {
   AdamW,
+  autocast,
   clipGradNorm,
   DataLoader,
   DistributedDataParallel,
@@ -71,7 +72,8 @@ try {
     for await (const { tensors: [x, y] } of loader) {
       scope(() => {
         optimizer.zeroGrad();
-        ddp.backward(model.loss(x!, y!));
+        const bf16 = Deno.args.includes("--bf16");
+        ddp.backward(autocast(bf16 ? "bf16" : "f32", () => model.loss(x!, y!)));
         clipGradNorm(ddp.parameters(), 1.0);
         optimizer.step();
       });
