@@ -15,6 +15,7 @@ import { ExactPlan, exactShardCount, treeSum } from "../../distributed/exact.ts"
 import { DistributedDataParallel } from "../../distributed/ddp.ts";
 import { initProcessGroup } from "../../distributed/process_group.ts";
 import { crossEntropy } from "../../nn/losses.ts";
+import { checkpoint } from "../../nn/checkpoint.ts";
 import { backward } from "../../tensor/autograd.ts";
 import { resolveNumericsPolicy, setNumericsPolicy } from "../../tensor/numerics_policy.ts";
 import { resolveConfig } from "../../train/config.ts";
@@ -154,6 +155,18 @@ Deno.test("exact mode refuses, naming it, what would sum shards in an order that
     const d2 = new DistributedDataParallel(m2, pg, { exact: 4 });
     assert.throws(() => scope(() => d2.forward(x)), /can only return per-row outputs/);
     d2.close();
+    // Activation checkpointing (its recomputation would run outside the shard).
+    const m3 = new (class extends Sequential {
+      override forward(t: Tensor): Tensor {
+        return checkpoint((u) => super.forward(u), t);
+      }
+    })(new Linear(4, 2));
+    const d3 = new DistributedDataParallel(m3, pg, { exact: 4 });
+    assert.throws(
+      () => scope(() => d3.forward(x)),
+      /activation checkpointing is not available \(shard 0's forward called checkpoint\(\)\)/,
+    );
+    d3.close();
     // A batch that does not split into the shards.
     assert.throws(
       () => scope(() => ddp.forward(fromArray(new Float32Array(24), [6, 4]))),
