@@ -9,6 +9,7 @@ import { buildNative } from "../../scripts/build_native.ts";
 import { fromArray, full, scope, type Tensor } from "../../tensor/tensor.ts";
 import { add } from "../../tensor/ops/elementwise.ts";
 import { sum } from "../../tensor/ops/reduce.ts";
+import { memoryStats } from "../../tensor/allocator.ts";
 import { inShard } from "../../tensor/exact_shards.ts";
 import { Dropout, Linear, ReLU, Sequential } from "../../nn/layers.ts";
 import { ExactPlan, exactShardCount, treeSum } from "../../distributed/exact.ts";
@@ -126,6 +127,24 @@ Deno.test("the switch: DDP's exact option, else the numerics policy's exact fiel
     () => checkExactRun(cfg({ ddp: { shard: "optimizer" } }), 8, 64, 1),
     /ddp.shard = "optimizer" \(ZeRO\) is refused/,
   );
+});
+
+Deno.test("an exact DDP's slots, row indices and gradients are freed by close()", () => {
+  const pg = initProcessGroup();
+  const model = new Sequential(new Linear(4, 4), new ReLU(), new Linear(4, 2));
+  const x = fromArray(new Float32Array(32).map((_, i) => i / 32), [8, 4]).keep();
+  const y = fromArray(new Int32Array(8).map((_, i) => i % 2), [8]).keep();
+  const before = memoryStats().liveBytes;
+  const ddp = new DistributedDataParallel(model, pg, { exact: 4 });
+  scope(() => ddp.backward(crossEntropy(ddp.forward(x), y)));
+  ddp.close();
+  for (const p of model.parameters()) {
+    p.grad!.dispose();
+    p.grad = null;
+  }
+  assert.equal(memoryStats().liveBytes, before);
+  x.dispose();
+  y.dispose();
 });
 
 Deno.test("exact mode refuses, naming it, what would sum shards in an order that depends on the world size", () => {
