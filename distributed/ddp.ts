@@ -61,6 +61,8 @@ interface ExactState {
   plan: ExactPlan;
   /** per bucket, per canonical shard (this rank's only), a flat slot like the bucket's */
   slots: (Tensor | undefined)[][];
+  /** the parameters' slots: views of the flat slots */
+  views: Tensor[];
   /** puts the module's own forward back */
   uninstall: () => void;
 }
@@ -205,16 +207,20 @@ export class DistributedDataParallel<M extends Module> {
       }
       return perShard;
     });
+    const views: Tensor[] = [];
     this.buckets.forEach((b, i) => {
       let off = 0;
       for (const p of b.params) {
         const mine: (Tensor | undefined)[] = [];
-        for (const s of plan.local) mine[s] = slots[i]![s]!.subview(off, p.shape).keep();
+        for (const s of plan.local) {
+          mine[s] = slots[i]![s]!.subview(off, p.shape).keep();
+          views.push(mine[s]!);
+        }
         setShardSlots(p, mine);
         off += p.numel;
       }
     });
-    return { plan, slots, uninstall: installShardedForward(this.module, plan, this.pg) };
+    return { plan, slots, views, uninstall: installShardedForward(this.module, plan, this.pg) };
   }
 
   /** The wrapped module's forward, typed by the module. */
@@ -319,6 +325,7 @@ export class DistributedDataParallel<M extends Module> {
     if (this.#exact) {
       this.#exact.uninstall();
       for (const b of this.buckets) for (const p of b.params) clearShardSlots(p);
+      for (const v of this.#exact.views) v.dispose();
       for (const perShard of this.#exact.slots) for (const t of perShard) t?.dispose();
       this.#exact.plan.dispose();
     }

@@ -168,6 +168,7 @@ export abstract class BatchNormBase extends Layer {
     const useRunning = !this.training || this.trackRunningStats;
     const shard = batchStats ? shardScope() : null;
     if (shard !== null) return this.#shardArguments(shard);
+    if (this.training) this.#counted = null; // the kernel counts this batch in num_batches_tracked
     return [useRunning ? this.runningMean : null, useRunning ? this.runningVar : null, {
       weight: this.weight,
       bias: this.bias,
@@ -221,6 +222,9 @@ export abstract class BatchNormBase extends Layer {
     }];
   }
 
+  /** num_batches_tracked as #applyShardMean last wrote it, and the buffer's write counter then */
+  #counted: { version: number; value: bigint } | null = null;
+
   /** One running-statistics update (torch's formula) from the mean of the shards' statistics. */
   #applyShardMean(mean: Tensor): void {
     for (const t of this.#shardStats.byShard.values()) t.dispose();
@@ -228,16 +232,24 @@ export abstract class BatchNormBase extends Layer {
     const C = this.numFeatures;
     noGrad(() => {
       const nbt = this.numBatchesTracked!;
-      const n = (nbt.toArray() as BigInt64Array)[0]! + 1n;
+      // The count as this layer last wrote it, read back (a host sync) only after someone else
+      // wrote it (a loaded state dict, a broadcast): its write counter says so.
+      const known = this.#counted;
+      const n = (known !== null && known.version === nbt.version
+        ? known.value
+        : (nbt.toArray() as BigInt64Array)[0]!) + 1n;
       const next = fromArray(BigInt64Array.of(n), []);
       nbt.copyFrom(next);
       next.dispose();
+      this.#counted = { version: nbt.version, value: n };
       const m = this.momentum ?? 1 / Number(n);
       for (const [buf, off] of [[this.runningMean!, 0], [this.runningVar!, C]] as const) {
         const part = mean.subview(off, [C]);
         const kept = scale(buf, 1 - m), added = scale(part, m), upd = add(kept, added);
         buf.copyFrom(upd);
-        for (const t of [part, kept, added, upd]) t.dispose();
+        for (const t of [part, kept, added, upd]) {
+          t.dispose();
+        }
       }
     });
     mean.dispose();

@@ -35,7 +35,9 @@ export async function launched(
   script: string,
   nproc: number,
   opts: { env?: Record<string, string>; device?: string; args?: string[]; timeoutMs?: number } = {},
-): Promise<{ lines: Line[]; stdout: string; stderr: string; code: number }> {
+): Promise<
+  { lines: Line[]; stdout: string; stderr: string; code: number; records: Record<string, Line> }
+> {
   const t = new TestRun();
   try {
     const r = await t.finish(
@@ -51,8 +53,31 @@ export async function launched(
       ], { env: opts.env ?? {} }),
       opts.timeoutMs ?? 120_000,
     );
-    return { lines: jsonLines(r.stdout), stdout: r.stdout, stderr: r.stderr, code: r.code };
+    return {
+      lines: jsonLines(r.stdout),
+      stdout: r.stdout,
+      stderr: r.stderr,
+      code: r.code,
+      records: runRecords(join(t.dir, "runs")),
+    };
   } finally {
     await t.cleanup();
   }
+}
+
+/** run.json and config.json of the one run under `runs` (those that exist), parsed. */
+function runRecords(runs: string): Record<string, Line> {
+  const out: Record<string, Line> = {};
+  let dirs: string[] = [];
+  try {
+    dirs = [...Deno.readDirSync(runs)].filter((e) => e.isDirectory).map((e) => join(runs, e.name));
+  } catch { /* no run directory */ }
+  for (const d of dirs) {
+    for (const f of ["run.json", "config.json"]) {
+      try {
+        out[f] = JSON.parse(Deno.readTextFileSync(join(d, f)));
+      } catch { /* not written */ }
+    }
+  }
+  return out;
 }

@@ -1,8 +1,8 @@
 /**
  * Exact mode on a loop of one's own (tests/exact/scripts/mlp_loop.ts: the
  * toy MLP under DDP with AdamW, 50 steps): the digest of every weight and
- * optimizer-state tensor is the same as a single process and on 1, 2 and 4
- * ranks, on every rank; with exact mode off the same case parts between 1
+ * optimizer-state tensor is the same as a single process and on 1, 2, 4 and
+ * 8 ranks, on every rank; with exact mode off the same case parts between 1
  * and 2 ranks, so the comparison can fail.
  */
 import assert from "node:assert/strict";
@@ -19,10 +19,10 @@ function digests(lines: Line[], world: number): string[] {
   return mine.map((l) => l.digest);
 }
 
-Deno.test("exact mode: the toy MLP's weights and AdamW state have the same bits in one process and on 1, 2 and 4 ranks", async () => {
+Deno.test("exact mode: the toy MLP's weights and AdamW state have the same bits in one process and on 1, 2, 4 and 8 ranks", async () => {
   const ref = digests(await single(SCRIPT), 1)[0]!;
   assert.match(ref, /^[0-9a-f]{64}$/);
-  for (const n of [1, 2, 4]) {
+  for (const n of [1, 2, 4, 8]) {
     const r = await launched(SCRIPT, n);
     assert.equal(r.code, 0, r.stdout + r.stderr);
     for (const d of digests(r.lines, n)) assert.equal(d, ref, `${n} rank(s)`);

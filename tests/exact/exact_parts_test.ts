@@ -9,12 +9,15 @@ import { buildNative } from "../../scripts/build_native.ts";
 import { fromArray, full, scope, type Tensor } from "../../tensor/tensor.ts";
 import { add } from "../../tensor/ops/elementwise.ts";
 import { sum } from "../../tensor/ops/reduce.ts";
+import { memoryStats } from "../../tensor/allocator.ts";
 import { inShard } from "../../tensor/exact_shards.ts";
 import { Dropout, Linear, ReLU, Sequential } from "../../nn/layers.ts";
+import { BatchNorm1d } from "../../nn/batchnorm.ts";
 import { ExactPlan, exactShardCount, treeSum } from "../../distributed/exact.ts";
 import { DistributedDataParallel } from "../../distributed/ddp.ts";
 import { initProcessGroup } from "../../distributed/process_group.ts";
 import { crossEntropy } from "../../nn/losses.ts";
+import { checkpoint } from "../../nn/checkpoint.ts";
 import { backward } from "../../tensor/autograd.ts";
 import { resolveNumericsPolicy, setNumericsPolicy } from "../../tensor/numerics_policy.ts";
 import { resolveConfig } from "../../train/config.ts";
@@ -127,6 +130,61 @@ Deno.test("the switch: DDP's exact option, else the numerics policy's exact fiel
   );
 });
 
+Deno.test("batch norm in exact mode: each shard's statistics, running ones updated once per forward from their mean", () => {
+  const pg = initProcessGroup();
+  const bn = new BatchNorm1d(2);
+  const ddp = new DistributedDataParallel(bn, pg, { exact: 4 });
+  // 8 rows: shard k holds rows k and k + 4; channel 0 is the row index, channel 1 its square
+  const rows = Array.from({ length: 8 }, (_, j) => [j, j * j]);
+  const x = fromArray(Float32Array.from(rows.flat()), [8, 2]).keep();
+  const out = scope(() => [...(ddp.forward(x).toArray() as Float32Array)]);
+  // Shard 0's rows 0 and 4 normalise to -1 and 1 by their own statistics (not the batch's).
+  assert.ok(Math.abs(out[0]! + 1) < 1e-3 && Math.abs(out[8]! - 1) < 1e-3, String(out));
+  const nbt = () => Number((bn.numBatchesTracked!.toArray() as BigInt64Array)[0]);
+  assert.equal(nbt(), 1);
+  // The mean over shards of each shard's mean, and of each shard's unbiased variance.
+  const mean = (c: number) => rows.reduce((a, r) => a + r[c]!, 0) / 8;
+  const varOf = (c: number) => {
+    let v = 0;
+    for (let k = 0; k < 4; k++) {
+      const a = rows[k]![c]!, b = rows[k + 4]![c]!;
+      v += (a - b) ** 2 / 2; // two rows: unbiased variance (a - m)² + (b - m)² = (a - b)² / 2
+    }
+    return v / 4;
+  };
+  const rm = bn.runningMean!.toArray() as Float32Array,
+    rv = bn.runningVar!.toArray() as Float32Array;
+  for (const c of [0, 1]) {
+    assert.ok(Math.abs(rm[c]! - 0.1 * mean(c)) < 1e-5, `running mean ${c}: ${rm[c]}`);
+    assert.ok(Math.abs(rv[c]! - (0.9 + 0.1 * varOf(c))) < 1e-4, `running var ${c}: ${rv[c]}`);
+  }
+  scope(() => ddp.forward(x));
+  assert.equal(nbt(), 2);
+  bn.numBatchesTracked!.copyFrom(fromArray(BigInt64Array.of(10n), [])); // as a loaded state would
+  scope(() => ddp.forward(x));
+  assert.equal(nbt(), 11, "a count written by someone else is read back, not overwritten");
+  ddp.close();
+  x.dispose();
+});
+
+Deno.test("an exact DDP's slots, row indices and gradients are freed by close()", () => {
+  const pg = initProcessGroup();
+  const model = new Sequential(new Linear(4, 4), new ReLU(), new Linear(4, 2));
+  const x = fromArray(new Float32Array(32).map((_, i) => i / 32), [8, 4]).keep();
+  const y = fromArray(new Int32Array(8).map((_, i) => i % 2), [8]).keep();
+  const before = memoryStats().liveBytes;
+  const ddp = new DistributedDataParallel(model, pg, { exact: 4 });
+  scope(() => ddp.backward(crossEntropy(ddp.forward(x), y)));
+  ddp.close();
+  for (const p of model.parameters()) {
+    p.grad!.dispose();
+    p.grad = null;
+  }
+  assert.equal(memoryStats().liveBytes, before);
+  x.dispose();
+  y.dispose();
+});
+
 Deno.test("exact mode refuses, naming it, what would sum shards in an order that depends on the world size", () => {
   const pg = initProcessGroup();
   const model = new Sequential(new Linear(4, 4), new ReLU(), new Linear(4, 2));
@@ -154,6 +212,18 @@ Deno.test("exact mode refuses, naming it, what would sum shards in an order that
     const d2 = new DistributedDataParallel(m2, pg, { exact: 4 });
     assert.throws(() => scope(() => d2.forward(x)), /can only return per-row outputs/);
     d2.close();
+    // Activation checkpointing (its recomputation would run outside the shard).
+    const m3 = new (class extends Sequential {
+      override forward(t: Tensor): Tensor {
+        return checkpoint((u) => super.forward(u), t);
+      }
+    })(new Linear(4, 2));
+    const d3 = new DistributedDataParallel(m3, pg, { exact: 4 });
+    assert.throws(
+      () => scope(() => d3.forward(x)),
+      /activation checkpointing is not available \(shard 0's forward called checkpoint\(\)\)/,
+    );
+    d3.close();
     // A batch that does not split into the shards.
     assert.throws(
       () => scope(() => ddp.forward(fromArray(new Float32Array(24), [6, 4]))),

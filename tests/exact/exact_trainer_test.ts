@@ -29,7 +29,7 @@ function digests(lines: Line[], kase: string, world: number, steps = 50): string
 async function onRanks(kase: string, n: number, env: Record<string, string> = {}, steps = 50) {
   const r = await launched(SCRIPT, n, { env: { CASE: kase, ...env } });
   assert.equal(r.code, 0, r.stdout + r.stderr);
-  return { digests: digests(r.lines, kase, n, steps), lines: r.lines };
+  return { digests: digests(r.lines, kase, n, steps), lines: r.lines, records: r.records };
 }
 
 for (const kase of ["gpt", "cnn"]) {

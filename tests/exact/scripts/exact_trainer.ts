@@ -120,7 +120,7 @@ function cnnOptions(): TrainerOptions<Module> {
 }
 
 const opts = CASE === "gpt" ? gptOptions() : cnnOptions();
-const trainer = new Trainer({ ...opts, processGroup: pg, runDir: null });
+const trainer = new Trainer({ ...opts, processGroup: pg });
 const result = await trainer.fit();
 console.log(JSON.stringify({
   case: CASE,
