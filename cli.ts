@@ -57,7 +57,8 @@ export const VERBS: Record<string, Verb> = {
     main: runLauncher,
   },
   check: {
-    summary: "staged single-process → DDP migration check of a script (sampler, gradients, state)",
+    summary:
+      "staged single-process → DDP migration check of a script (sampler, gradients, state); --exact: the same bits at every world size",
     main: async (args) => (await import("./check/main.ts")).checkMain(args),
   },
   diff: {

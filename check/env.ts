@@ -17,4 +17,8 @@ export const CHECK_ENV = {
   CKPT_EVERY: "DTRAIN_CHECK_CKPT_EVERY",
   /** the probe ends the process at the next optimizer step after this many steps of this process */
   STOP_AFTER: "DTRAIN_CHECK_STOP_AFTER",
+  /** S: switch exact mode on with S canonical shards (the numerics policy's and a Trainer config's `exact`) */
+  EXACT: "DTRAIN_CHECK_EXACT",
+  /** "1": record a hash of every parameter, gradient, buffer and optimizer-state tensor at every step */
+  HASH_STATE: "DTRAIN_CHECK_HASH_STATE",
 } as const;

@@ -33,7 +33,7 @@ export interface StepRecord {
   plainOff?: string[];
 }
 
-const KINDS = new Set(["sampler", "loss", "batch", "step", "params", "checkpoint"]);
+const KINDS = new Set(["sampler", "loss", "batch", "step", "params", "checkpoint", "state"]);
 
 /** Parses one rank file; a line that is not a probe event throws an error naming the file and line. */
 export function parseEvents(text: string, where: string): ProbeEvent[] {

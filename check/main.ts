@@ -56,6 +56,7 @@ import { runCheck } from "./run_check.ts";
 import { checkScriptTypes } from "./type_check.ts";
 import { installLayout } from "../os/install_layout.ts";
 import { formatTable, summary } from "./verdict.ts";
+import { exactWorldSizes, runExactCheck } from "./exact_check.ts";
 
 const DEFAULTS = { nproc: 2, steps: 5, timeoutS: 300 };
 
@@ -90,6 +91,12 @@ Options:
   --out DIR            folder for every run's logs, probe records and run directory
                        (default: runs/check-<UTC time>)
   --run-timeout SECS   wall-clock limit of each run of the script (default: ${DEFAULTS.timeoutS})
+  --exact              instead of the stages: run the script with exact mode switched on, as one
+                       process and at world sizes 1, 2, 4, … up to --nproc (a power of two; default
+                       ${DEFAULTS.nproc}), with the numerics it asks for (autocast, loss scaling,
+                       clipping, dropout on), hash every parameter, gradient, buffer and optimizer-state
+                       tensor at each of K steps, and say "identical" (exit 0) or the first step and
+                       tensor where two runs' bits part (exit 1)
   -h, --help           this text`;
 }
 
@@ -101,6 +108,8 @@ export interface CheckArgs {
   steps: number;
   outDir: string;
   timeoutS: number;
+  /** `--exact`: compare world sizes bit for bit in exact mode instead of the staged check */
+  exact: boolean;
 }
 
 function intOption(name: string, raw: string | undefined, fallback: number, min: number): number {
@@ -134,6 +143,7 @@ export function parseCheckArgs(args: readonly string[]): CheckArgs | "help" {
       steps: { type: "string" },
       out: { type: "string" },
       "run-timeout": { type: "string" },
+      exact: { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -146,12 +156,16 @@ export function parseCheckArgs(args: readonly string[]): CheckArgs | "help" {
           `(${positionals.join(" ")}); pass the script's own arguments after --`,
     );
   }
+  const exact = values.exact === true;
+  const nproc = intOption("nproc", values.nproc, DEFAULTS.nproc, exact ? 1 : 2);
+  if (exact) exactWorldSizes(nproc); // refuses an N that is not a power of two
   return {
     script: positionals[0]!,
     scriptArgs,
-    nproc: intOption("nproc", values.nproc, DEFAULTS.nproc, 2),
+    nproc,
+    exact,
     steps: intOption("steps", values.steps, DEFAULTS.steps, 2),
-    outDir: resolve(values.out ?? join("runs", `check-${stamp()}`)),
+    outDir: resolve(values.out ?? join("runs", `check${exact ? "-exact" : ""}-${stamp()}`)),
     timeoutS: intOption("run-timeout", values["run-timeout"], DEFAULTS.timeoutS, 1),
   };
 }
@@ -200,6 +214,7 @@ export async function checkMain(args: string[]): Promise<number> {
     }
   }
   Deno.mkdirSync(parsed.outDir, { recursive: true });
+  if (parsed.exact) return await exactMain(parsed);
   console.log(
     `dtrain check: ${parsed.script}, ${parsed.nproc} ranks, ${parsed.steps} steps; logs in ${parsed.outDir}`,
   );
@@ -208,6 +223,20 @@ export async function checkMain(args: string[]): Promise<number> {
   const { line, code } = summary(rows);
   Deno.writeTextFileSync(join(parsed.outDir, "verdict.txt"), `${table}\n${line}\n`);
   console.log(`\n${table}\n\n${line}\nlogs, probe records and run directories: ${parsed.outDir}`);
+  return code;
+}
+
+/** `dtrain check --exact`: the comparison of world sizes, its table and closing line. */
+async function exactMain(parsed: CheckArgs): Promise<number> {
+  const sizes = exactWorldSizes(parsed.nproc).join(", ");
+  console.log(
+    `dtrain check --exact: ${parsed.script}, one process and world sizes ${sizes}, ${parsed.steps} steps; ` +
+      `logs in ${parsed.outDir}`,
+  );
+  const { rows, line, code } = await runExactCheck({ ...parsed, log: (l) => console.log(l) });
+  const table = formatTable(rows);
+  Deno.writeTextFileSync(join(parsed.outDir, "verdict.txt"), `${table}\n${line}\n`);
+  console.log(`\n${table}\n\n${line}\nlogs and probe records: ${parsed.outDir}`);
   return code;
 }
 

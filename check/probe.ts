@@ -28,6 +28,9 @@ import { getDefaultGenerator } from "../nn/init.ts";
 import { addCheckpointSavedHook, waitForCheckpoints } from "../train/checkpoint/manager.ts";
 import { addTrainerConfigHook } from "../train/engine.ts";
 import { CHECK_ENV } from "./env.ts";
+import { addTrainedModelHook } from "../nn/trained_model_hook.ts";
+import { snapshot, type SnapshotItem, TensorNames } from "./exact_snapshot.ts";
+import { switchExactModeOn } from "./exact_switch.ts";
 
 /** One recorded event. */
 export type ProbeEvent =
@@ -58,6 +61,12 @@ export type ProbeEvent =
   }
   /** After each backward: a digest per parameter that got a gradient (its bytes as the forward used them). */
   | { kind: "params"; tensors: string[] }
+  /**
+   * `dtrain check --exact`: the hashed state where optimizer step `step`
+   * starts (check/exact_snapshot.ts), or with `end` the state the run ended
+   * with after `step` steps.
+   */
+  | { kind: "state"; step: number; end?: boolean; items: SnapshotItem[] }
   /** `copy` is where the probe hard-linked the checkpoint's files, out of the reach of rotation. */
   | { kind: "checkpoint"; dir: string; step: number; copy?: string };
 
@@ -93,6 +102,10 @@ export interface ProbeSettings {
   maxSteps: number | null;
   /** a Trainer checkpoints every this many steps */
   checkpointEvery: number | null;
+  /** switch exact mode on with this many canonical shards (`dtrain check --exact`), or null */
+  exact?: number | null;
+  /** record the hashed state at every optimizer step and at the end */
+  hashState?: boolean;
 }
 
 /** The probe settings the check asked for, or null when it did not (DTRAIN_CHECK_OUT unset). */
@@ -109,6 +122,8 @@ export function probeSettingsFromEnv(
     stopAfter: positiveIntVar(get, CHECK_ENV.STOP_AFTER),
     maxSteps: positiveIntVar(get, CHECK_ENV.MAX_STEPS),
     checkpointEvery: positiveIntVar(get, CHECK_ENV.CKPT_EVERY),
+    exact: positiveIntVar(get, CHECK_ENV.EXACT),
+    hashState: get(CHECK_ENV.HASH_STATE) === "1",
   };
 }
 
@@ -140,6 +155,7 @@ export function installProbe(s: ProbeSettings): void {
   const write = (e: ProbeEvent) => file.writeSync(encoder.encode(JSON.stringify(e) + "\n"));
   /** Ends the process the way a finished script ends (exit code 0); peers end at the same point. */
   const finish = (): never => {
+    recordEnd();
     // A checkpoint still being written in the background is finished first: its hook writes here.
     const failed = waitForCheckpoints();
     file.close();
@@ -147,6 +163,33 @@ export function installProbe(s: ProbeSettings): void {
     Deno.exit(failed.length === 0 ? 0 : 1);
   };
   let steps = 0;
+  // --exact: the models DDP or a Trainer announce name the hashed tensors; the last optimizer to
+  // step gives the state the run ends with (hashed once: at the probe's stop or at the exit).
+  const names = new TensorNames();
+  let lastOptimizer: Optimizer<{ lr: number }> | null = null;
+  let ended = false;
+  const recordEnd = () => {
+    if (!s.hashState || ended || lastOptimizer === null) return;
+    ended = true;
+    try {
+      write({
+        kind: "state",
+        step: steps,
+        end: true,
+        items: snapshot(lastOptimizer, names, false),
+      });
+    } catch (e) {
+      // a script that freed its model before exiting: the comparison says the end is missing
+      console.error(
+        `[dtrain check] the state at the end could not be hashed: ${(e as Error).message}`,
+      );
+    }
+  };
+  if (s.hashState) {
+    addTrainedModelHook((model) => names.addModel(model));
+    globalThis.addEventListener("unload", recordEnd);
+  }
+  if (s.exact) switchExactModeOn(s.exact, addTrainerConfigHook);
   /** per sampler: its passes so far, and how many of them a backward followed */
   const samplers = new Map<number, { passes: number; trained: number; open: boolean }>();
 
@@ -200,6 +243,10 @@ export function installProbe(s: ProbeSettings): void {
     if (s.stopAfter !== null && steps >= s.stopAfter) finish();
     if (s.samplerOnly && steps >= SAMPLER_STAGE_STEPS) finish();
     steps++;
+    if (s.hashState) {
+      lastOptimizer = optimizer;
+      write({ kind: "state", step: steps, items: snapshot(optimizer, names, true) });
+    }
     write({
       kind: "step",
       // a sharded optimizer's ranks hold their shares: its norm is taken across them

@@ -4,8 +4,8 @@
  * prints them and the final line with the exit code.
  */
 
-/** The three stages of the migration check. */
-export type Stage = "sampler" | "gradients" | "state";
+/** The three stages of the migration check, and `--exact`'s comparison of world sizes. */
+export type Stage = "sampler" | "gradients" | "state" | "exact";
 
 /** How one check came out; SKIP means it could not be measured (the reason says why) and does not fail the run. */
 export type Outcome = "PASS" | "FAIL" | "SKIP";

@@ -25,12 +25,16 @@
  */
 import type { Module } from "../nn/module.ts";
 import { type CollectiveBuffer, COMPLETED, type ProcessGroup, type Work } from "./process_group.ts";
+import { announceTrainedModel } from "../nn/trained_model_hook.ts";
 import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/autograd.ts";
 import { type Tensor, zeros } from "../tensor/tensor.ts";
 import { phase } from "./control/phase.ts";
 import { asMemoryKind } from "../tensor/memory_kinds.ts";
 import { allGatherJson } from "./gather_json.ts";
 import { enter, leave } from "../profile/profile.ts";
+import { numericsPolicy } from "../tensor/numerics_policy.ts";
+import { clearShardSlots, setShardSlots } from "../tensor/exact_shards.ts";
+import { ExactPlan, exactShardCount, installShardedForward, reduceSlots } from "./exact.ts";
 
 /** DDP options (torch's names in camelCase). */
 export interface DDPOptions {
@@ -40,6 +44,25 @@ export interface DDPOptions {
   findUnusedParameters?: boolean;
   /** Copy rank 0's buffers to every rank at construction (default true). */
   broadcastBuffers?: boolean;
+  /**
+   * Exact mode (distributed/exact.ts): the same bits at every world size
+   * that divides the shard count, and in a single process. true: the
+   * numerics policy's shard count, else 8; a number: that many canonical
+   * shards (a power of two); false: off. Not given: the numerics policy's
+   * `exact` field decides.
+   */
+  exact?: boolean | number;
+}
+
+/** Exact mode's state of one DDP: the plan, and each bucket's gradient slots by shard. */
+interface ExactState {
+  plan: ExactPlan;
+  /** per bucket, per canonical shard (this rank's only), a flat slot like the bucket's */
+  slots: (Tensor | undefined)[][];
+  /** the parameters' slots: views of the flat slots */
+  views: Tensor[];
+  /** puts the module's own forward back */
+  uninstall: () => void;
 }
 
 /** ddp.backward's options: backward's own, and when the gradient sync is waited for. */
@@ -133,6 +156,8 @@ export class DistributedDataParallel<M extends Module> {
   #bound: any = null;
   /** backward()'s options when the caller passes none (made once) */
   readonly #wired: BackwardOptions;
+  /** exact mode's plan and slots, or null when off */
+  readonly #exact: ExactState | null = null;
 
   /**
    * Wraps `module` for data-parallel training over `pg`
@@ -144,6 +169,7 @@ export class DistributedDataParallel<M extends Module> {
     this.#findUnused = opts.findUnusedParameters ?? false;
     this.#wired = { onLeafGrad: this.gradReady };
     const profiled = enter("ddp setup");
+    announceTrainedModel(module);
     const named = module.namedParameters();
     for (const [n, p] of named) this.#names.set(p, n);
     phase("ddp: verify parameters");
@@ -155,11 +181,44 @@ export class DistributedDataParallel<M extends Module> {
       for (const [, b] of module.namedBuffers()) pg.broadcast(bufferOf(b), 0);
     }
     this.#makeBuckets(named.map(([, p]) => p).reverse(), (opts.bucketCapMb ?? 25) * 2 ** 20);
+    const shards = exactShardCount(opts.exact, numericsPolicy().exact);
+    if (shards !== null) this.#exact = this.#makeExact(new ExactPlan(shards, pg.size, pg.rank));
     // Checks every backward pass through this model; the reduction itself is the step's (gradReady).
     this.#removeObserver = addBackwardObserver({
       onBackwardEnd: (received) => this.#endPass(received),
     });
     leave(profiled);
+  }
+
+  /** Exact mode's canonical shard count, or null when exact mode is off. */
+  get exactShards(): number | null {
+    return this.#exact?.plan.shards ?? null;
+  }
+
+  /** Exact mode: a slot per bucket and local shard, the parameters' slots views of it. */
+  #makeExact(plan: ExactPlan): ExactState {
+    const slots = this.buckets.map((b) => {
+      const flat = b.flat!;
+      const perShard: (Tensor | undefined)[] = [];
+      for (const s of plan.local) {
+        perShard[s] = asMemoryKind("gradients", () => zeros([flat.numel]).keep());
+      }
+      return perShard;
+    });
+    const views: Tensor[] = [];
+    this.buckets.forEach((b, i) => {
+      let off = 0;
+      for (const p of b.params) {
+        const mine: (Tensor | undefined)[] = [];
+        for (const s of plan.local) {
+          mine[s] = slots[i]![s]!.subview(off, p.shape).keep();
+          views.push(mine[s]!);
+        }
+        setShardSlots(p, mine);
+        off += p.numel;
+      }
+    });
+    return { plan, slots, views, uninstall: installShardedForward(this.module, plan, this.pg) };
   }
 
   /** The wrapped module's forward, typed by the module. */
@@ -261,6 +320,13 @@ export class DistributedDataParallel<M extends Module> {
     this.#removeObserver();
     this.#dropStarted(); // nothing may still write into the buckets
     this.#syncPending = false;
+    if (this.#exact) {
+      this.#exact.uninstall();
+      for (const b of this.buckets) for (const p of b.params) clearShardSlots(p);
+      for (const v of this.#exact.views) v.dispose();
+      for (const perShard of this.#exact.slots) for (const t of perShard) t?.dispose();
+      this.#exact.plan.dispose();
+    }
     for (const b of this.buckets) {
       for (const p of b.params) {
         if (!p.grad) continue; // another rank's share under sharded gradients
@@ -320,6 +386,14 @@ export class DistributedDataParallel<M extends Module> {
   }
 
   #start(b: Bucket): void {
+    if (this.#exact) {
+      // The fixed tree over every rank's shards, added into the bucket as the mean over ranks.
+      phase(`exact reduction of bucket ${b.index} of step ${this.#step}`, FREQUENT);
+      reduceSlots(b.flat!, this.#exact.slots[b.index]!, this.#exact.plan, this.pg);
+      b.work = COMPLETED;
+      this.#started.push(b);
+      return;
+    }
     if (b.shard) {
       this.#reduceScatter(b, b.shard);
       return;
@@ -349,6 +423,12 @@ export class DistributedDataParallel<M extends Module> {
     }[],
     rank: number,
   ): void {
+    if (this.#exact) {
+      throw new Error(
+        "DDP: exact mode cannot shard gradients (ZeRO, ddp.shard): a reduce-scatter's sums " +
+          "depend on the world size; train exact runs with plain DDP",
+      );
+    }
     if (this.#syncPending || this.buckets.some((b) => b.shard)) {
       throw new Error("DDP.shardGradients: called twice, or while a gradient sync is pending");
     }

@@ -8,7 +8,16 @@
  */
 import { Layer } from "./layers.ts";
 import type { Module } from "./module.ts";
-import { full, type Tensor, zeros } from "../tensor/tensor.ts";
+import { fromArray, full, type Tensor, zeros } from "../tensor/tensor.ts";
+import { noGrad } from "../tensor/autograd.ts";
+import { add, scale } from "../tensor/ops/elementwise.ts";
+import {
+  noteShardStatistics,
+  type ShardScope,
+  shardScope,
+  type ShardStatistics,
+} from "../tensor/exact_shards.ts";
+import { noteNumericsOverride } from "../tensor/numerics_policy.ts";
 import {
   batchNorm,
   type BatchNormOptions,
@@ -157,6 +166,9 @@ export abstract class BatchNormBase extends Layer {
     // torch: batch statistics in training, or whenever there are no running ones
     const batchStats = this.training || this.runningMean === null;
     const useRunning = !this.training || this.trackRunningStats;
+    const shard = batchStats ? shardScope() : null;
+    if (shard !== null) return this.#shardArguments(shard);
+    if (this.training) this.#counted = null; // the kernel counts this batch in num_batches_tracked
     return [useRunning ? this.runningMean : null, useRunning ? this.runningVar : null, {
       weight: this.weight,
       bias: this.bias,
@@ -166,6 +178,81 @@ export abstract class BatchNormBase extends Layer {
       numBatchesTracked: this.training ? this.numBatchesTracked : null,
       allReduce: batchStats ? this.statsAllReduce() : null,
     }];
+  }
+
+  /** Exact mode: this forward's per-shard statistics (mean, then unbiased variance). */
+  readonly #shardStats: ShardStatistics = {
+    byShard: new Map(),
+    applyShardMean: (mean) => this.#applyShardMean(mean),
+  };
+
+  /**
+   * Exact mode (tensor/exact_shards.ts): the batch statistics are the
+   * canonical shard's own (B/S rows, whatever the world size; SyncBatchNorm
+   * sums nothing across ranks inside the forward), and the running
+   * statistics are not updated shard by shard: each shard's mean and
+   * unbiased variance are caught in buffers of its own (momentum 1 writes
+   * them there), and after the forward the mean over all S shards, summed in
+   * the fixed tree, updates the running ones once (#applyShardMean).
+   */
+  #shardArguments(sh: ShardScope): [Tensor | null, Tensor | null, BatchNormOptions] {
+    noteNumericsOverride(
+      "exact batch norm",
+      "exact mode: batch norm statistics are each canonical shard's (SyncBatchNorm does not sum " +
+        "them across ranks); running statistics take the mean over the shards",
+    );
+    const C = this.numFeatures;
+    let runningMean: Tensor | null = null, runningVar: Tensor | null = null;
+    if (this.training && this.trackRunningStats && this.runningMean !== null) {
+      const caught = zeros([2 * C]).keep();
+      this.#shardStats.byShard.get(sh.shard)?.dispose();
+      this.#shardStats.byShard.set(sh.shard, caught);
+      runningMean = caught.subview(0, [C]);
+      runningVar = caught.subview(C, [C]);
+      noteShardStatistics(this.#shardStats);
+    }
+    return [runningMean, runningVar, {
+      weight: this.weight,
+      bias: this.bias,
+      training: true,
+      momentum: 1,
+      eps: this.eps,
+      numBatchesTracked: null,
+      allReduce: null,
+    }];
+  }
+
+  /** num_batches_tracked as #applyShardMean last wrote it, and the buffer's write counter then */
+  #counted: { version: number; value: bigint } | null = null;
+
+  /** One running-statistics update (torch's formula) from the mean of the shards' statistics. */
+  #applyShardMean(mean: Tensor): void {
+    for (const t of this.#shardStats.byShard.values()) t.dispose();
+    this.#shardStats.byShard.clear();
+    const C = this.numFeatures;
+    noGrad(() => {
+      const nbt = this.numBatchesTracked!;
+      // The count as this layer last wrote it, read back (a host sync) only after someone else
+      // wrote it (a loaded state dict, a broadcast): its write counter says so.
+      const known = this.#counted;
+      const n = (known !== null && known.version === nbt.version
+        ? known.value
+        : (nbt.toArray() as BigInt64Array)[0]!) + 1n;
+      const next = fromArray(BigInt64Array.of(n), []);
+      nbt.copyFrom(next);
+      next.dispose();
+      this.#counted = { version: nbt.version, value: n };
+      const m = this.momentum ?? 1 / Number(n);
+      for (const [buf, off] of [[this.runningMean!, 0], [this.runningVar!, C]] as const) {
+        const part = mean.subview(off, [C]);
+        const kept = scale(buf, 1 - m), added = scale(part, m), upd = add(kept, added);
+        buf.copyFrom(upd);
+        for (const t of [part, kept, added, upd]) {
+          t.dispose();
+        }
+      }
+    });
+    mean.dispose();
   }
 
   /** The tensors, for a converted copy that shares them. */

@@ -15,6 +15,7 @@
  * hears of each parameter when the hub's inputs are complete), and hands the
  * inputs' gradients on.
  */
+import { shardScope } from "../tensor/exact_shards.ts";
 import {
   ADDED_TO_LEAF,
   backward,
@@ -40,6 +41,15 @@ export function checkpoint<T extends Tensor | Tensor[]>(
   ...inputs: Tensor[]
 ): T {
   if (!isGradEnabled()) return fn(...inputs);
+  const sharded = shardScope();
+  if (sharded !== null) {
+    // The recomputation runs in backward, outside the shard's forward: its dropout masks and
+    // gradient slots would not be the shard's.
+    throw new Error(
+      `exact mode: activation checkpointing is not available (shard ${sharded.shard}'s forward ` +
+        "called checkpoint()); train exact runs without it (e.g. GPT's checkpointBlocks: false)",
+    );
+  }
   const generatorBefore = getDefaultGenerator().getState();
   const precision = matmulLowPrecision();
   const draws = new Map<Dropout, bigint>();

@@ -19,6 +19,7 @@ import { flatten } from "../tensor/ops/layout.ts";
 import type { TorchGenerator } from "../random/torch_generator.ts";
 import { noteNumericsOverride, numericsPolicy } from "../tensor/numerics_policy.ts";
 import { noteDropoutDraw } from "./dropout_replay.ts";
+import { type ShardScope, shardScope } from "../tensor/exact_shards.ts";
 
 /** A module mapping one tensor to one tensor. Sequential holds Layers. */
 export abstract class Layer extends Module {
@@ -132,9 +133,40 @@ export class Dropout extends Layer {
       return x;
     }
     noteDropoutDraw(this); // a checkpointed forward replays the same masks
+    const shard = shardScope();
+    if (shard !== null) return dropout(x, this.p, this.seed, this.#shardOffset(shard, x.numel));
     const out = dropout(x, this.p, this.seed, this.offset);
     this.offset += BigInt(x.numel);
     return out;
+  }
+
+  /** the sharded forward whose draws #shardOffset places, and where the layer's stream stood then */
+  #generation = -1;
+  #base = 0n;
+  /** elements drawn so far in this forward, by canonical shard */
+  #drawn = new Map<number, bigint>();
+
+  /**
+   * Exact mode (tensor/exact_shards.ts): a shard's masks are keyed by the
+   * shard, not by the order in which a process computes its shards. A
+   * sharded forward takes the stream from the layer's offset at its start on:
+   * the k-th draw of every shard (all shards have the same shapes) owns a
+   * block of S·n elements, shard s the s-th n of it, so a sample's mask is
+   * the same whichever rank computes its shard; the offset then stands past
+   * every shard's draws, at every world size.
+   */
+  #shardOffset(sh: ShardScope, numel: number): bigint {
+    if (this.#generation !== sh.generation) {
+      this.#generation = sh.generation;
+      this.#base = this.offset;
+      this.#drawn.clear();
+    }
+    const before = this.#drawn.get(sh.shard) ?? 0n;
+    const n = BigInt(numel), S = BigInt(sh.count);
+    this.#drawn.set(sh.shard, before + n);
+    const end = this.#base + S * (before + n);
+    if (end > this.offset) this.offset = end;
+    return this.#base + S * before + BigInt(sh.shard) * n;
   }
 }
 

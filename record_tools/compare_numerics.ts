@@ -12,11 +12,18 @@ type Policy = Record<string, unknown>;
 
 /** The run's recorded policy and where it was found, or null when neither file records one. */
 export function recordedNumerics(r: RunDir): { policy: Policy; from: string } | null {
-  if (r.config?.numerics) return { policy: r.config.numerics, from: "config.json" };
+  if (r.config?.numerics) return { policy: withDefaults(r.config.numerics), from: "config.json" };
   const last = [...r.run.attempts].reverse().find((x) => x.numerics !== undefined);
   return last?.numerics
-    ? { policy: last.numerics, from: `run.json attempt ${last.attempt}` }
+    ? { policy: withDefaults(last.numerics), from: `run.json attempt ${last.attempt}` }
     : null;
+}
+
+/** Fields added after runs were recorded without them, at the value those runs had. */
+const ADDED_LATER: Policy = { exact: false };
+
+function withDefaults(p: Policy): Policy {
+  return { ...ADDED_LATER, ...p };
 }
 
 /** Adds a finding naming every field in which the two runs' numerics policies differ. */

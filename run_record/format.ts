@@ -190,6 +190,8 @@ export const NumericsRecordSchema = lazySchema(() =>
     dropout: z.boolean(),
     deterministicReductions: z.boolean(),
     tf32: z.boolean(),
+    /** exact mode's shard count, or false (absent in runs recorded before exact mode) */
+    exact: z.union([z.literal(false), z.number()]).optional(),
   })
 );
 

@@ -17,6 +17,7 @@ import { DTYPE_CODE } from "./dtype.ts";
 import { asMemoryKind } from "./memory_kinds.ts";
 import { enter, leave } from "../profile/profile.ts";
 import { countingCalls, currentLayer, switchLayer } from "../profile/call_count.ts";
+import { anyShardSlots, setBackwardShard, shardScope, shardSlotOf } from "./exact_shards.ts";
 
 /**
  * What a backward function returns for an input whose gradient it has
@@ -40,6 +41,8 @@ export interface Node {
   readonly lowPrecisionGrad?: boolean;
   /** With DTRAIN_COUNT_CALLS=1: the model layer whose forward recorded the node (-1: none). */
   readonly layer?: number;
+  /** In exact mode: the canonical shard whose forward recorded the node (tensor/exact_shards.ts). */
+  readonly shard?: number;
 }
 
 /**
@@ -112,7 +115,10 @@ export function record(
 ): Tensor {
   out.requiresGrad = true;
   const low = opts.lowPrecisionGrad === true;
-  out.node = countingCalls
+  const sharded = shardScope();
+  out.node = sharded !== null
+    ? { name, inputs, backward, lowPrecisionGrad: low, layer: currentLayer(), shard: sharded.shard }
+    : countingCalls
     ? { name, inputs, backward, lowPrecisionGrad: low, layer: currentLayer() }
     : low
     ? { name, inputs, backward, lowPrecisionGrad: true }
@@ -129,6 +135,8 @@ export function record(
  */
 export function leafGradSink(t: Tensor): { grad: Tensor; fresh: boolean } | null {
   if (!t.requiresGrad || t.node !== null) return null;
+  const slot = anyShardSlots() ? shardSlotOf(t, "a product") : null;
+  if (slot !== null) return { grad: slot, fresh: false }; // exact mode: the shard's own slot
   if (t.grad === null) {
     t.grad = asMemoryKind("gradients", () => empty(t.shape, "f32").keep());
     return { grad: t.grad, fresh: true };
@@ -193,6 +201,7 @@ export function backward(output: Tensor, opts: BackwardOptions = {}): void {
   try {
     backwardPass(output, opts);
   } finally {
+    setBackwardShard(-1);
     if (countingCalls) switchLayer(layer);
     leave(prev);
   }
@@ -238,6 +247,8 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
   }
   const received = new Set<Tensor>();
   const grads = new Map<Tensor, Tensor>();
+  // Exact mode (tensor/exact_shards.ts): leaves' gradients go to per-shard slots.
+  const exact = anyShardSlots();
   grads.set(output, opts.gradient ?? full(output.shape, 1));
   for (let k = order.length - 1; k >= 0; k--) {
     const t = order[k]!;
@@ -246,6 +257,7 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
     if (!g) continue;
     const node = t.node!;
     if (countingCalls) switchLayer(node.layer ?? -1);
+    if (exact) setBackwardShard(node.shard ?? -1);
     const inGrads = node.backward(
       g.dtype === "f32" || node.lowPrecisionGrad ? g : castTensor(g, "f32"),
     );
@@ -273,21 +285,41 @@ function backwardPass(output: Tensor, opts: BackwardOptions): void {
         );
       }
       if (inp.node) {
+        if (exact && node.shard !== undefined && inp.node.shard !== node.shard) {
+          crossShard(node, inp);
+        }
         // Gradients may alias each other (add passes g to both inputs), so a
         // second contribution makes a new tensor instead of writing in place.
         const prev = grads.get(inp);
         grads.set(inp, prev ? sumOf(prev, gi) : gi);
       } else {
-        if (inp.grad === null) {
-          inp.grad = asMemoryKind("gradients", () => empty(inp.shape, "f32").keep().fill(0));
+        const slot = exact ? shardSlotOf(inp, node.name) : null;
+        if (slot !== null) accumulate(slot, gi);
+        else {
+          if (inp.grad === null) {
+            inp.grad = asMemoryKind("gradients", () => empty(inp.shape, "f32").keep().fill(0));
+          }
+          accumulate(inp.grad, gi);
         }
-        accumulate(inp.grad, gi);
         received.add(inp);
         countDownLeaf(inp, leafPending, opts, watchers);
       }
     }
   }
   for (const o of watchers) o.onBackwardEnd?.(received);
+}
+
+/** A shard's node feeds a tensor recorded outside that shard: its gradient would mix shards. */
+function crossShard(node: Node, inp: Tensor): never {
+  const where = inp.node!.shard === undefined
+    ? "outside the sharded forward"
+    : `in shard ${inp.node!.shard}'s forward`;
+  throw new Error(
+    `exact mode: ${node.name} in shard ${node.shard}'s forward reads a tensor of shape ` +
+      `[${inp.shape}] made by ${inp.node!.name} ${where}; each shard's forward must compute ` +
+      "what it reads from the parameters itself (a gradient summed across shards inside a " +
+      "process depends on the world size)",
+  );
 }
 
 const NO_OBSERVERS: ReadonlySet<BackwardObserver> = new Set();

@@ -2,7 +2,8 @@
  * The numerics policy: which optional arithmetic a run allows — autocast's
  * low precision, loss scaling, gradient clipping, dropout — and which
  * shortcuts it accepts (non-deterministic reductions, TF32-like GPU
- * products). A policy is a plain object that is passed or set explicitly,
+ * products), and whether DDP trains in exact mode (the same bits at every
+ * world size, distributed/exact.ts). A policy is a plain object that is passed or set explicitly,
  * recorded in the run's records (config.json, run.json) and compared by
  * `dtrain diff`; it never comes from the environment.
  *
@@ -40,6 +41,12 @@ export interface NumericsPolicy {
    * one does.
    */
   tf32: boolean;
+  /**
+   * Exact mode: false, or the number of canonical shards (a power of two).
+   * A DistributedDataParallel built without its own `exact` option reads it,
+   * so a script runs in exact mode unchanged when its policy says so.
+   */
+  exact: false | number;
 }
 
 /** The policy of a run that says nothing: everything as the code asks, no shortcuts. */
@@ -50,6 +57,7 @@ export const DEFAULT_NUMERICS: Readonly<NumericsPolicy> = Object.freeze({
   dropout: true,
   deterministicReductions: true,
   tf32: false,
+  exact: false,
 });
 
 /**
@@ -64,6 +72,7 @@ export const PLAIN_NUMERICS: Readonly<NumericsPolicy> = Object.freeze({
   dropout: false,
   deterministicReductions: true,
   tf32: false,
+  exact: false,
 });
 
 const FIELDS = Object.keys(DEFAULT_NUMERICS) as (keyof NumericsPolicy)[];
@@ -85,8 +94,19 @@ export function resolveNumericsPolicy(partial: Partial<NumericsPolicy> = {}): Nu
       `numerics policy: autocast must be "as-called" or "f32", got ${JSON.stringify(p.autocast)}`,
     );
   }
+  if (
+    p.exact !== false &&
+    (typeof p.exact !== "number" || !Number.isInteger(p.exact) || p.exact < 1 ||
+      (p.exact & (p.exact - 1)) !== 0)
+  ) {
+    throw new RangeError(
+      `numerics policy: exact must be false or a power of two (the canonical shard count), got ${
+        JSON.stringify(p.exact)
+      }`,
+    );
+  }
   for (const k of FIELDS) {
-    if (k !== "autocast" && typeof p[k] !== "boolean") {
+    if (k !== "autocast" && k !== "exact" && typeof p[k] !== "boolean") {
       throw new RangeError(
         `numerics policy: ${k} must be true or false, got ${JSON.stringify(p[k])}`,
       );

@@ -122,6 +122,8 @@ export const TrainConfigSchema = lazySchema(() =>
       deterministicReductions: z.boolean().default(true),
       /** TF32-like GPU products; no kernel of this build has them (true is refused). */
       tf32: z.boolean().default(false),
+      /** Exact mode's canonical shard count (a power of two), or false; see `exact`. */
+      exact: z.union([z.literal(false), positiveInt]).default(false),
     }).prefault({}),
     checkpoint: z.strictObject({
       /** Folder of checkpoints (null: <run dir>/checkpoints, or none outside a run). */
@@ -178,6 +180,12 @@ export const TrainConfigSchema = lazySchema(() =>
     }).prefault({}),
     /** Print a progress line every N steps (rank 0). */
     logEvery: positiveInt.default(10),
+    /**
+     * Exact mode (docs/PYTORCH.md): the same weights, to the bit, on any number of ranks that
+     * divides the shard count and in a single process. true: numerics.exact's shard count, else 8;
+     * a number: that many canonical shards (a power of two).
+     */
+    exact: z.union([z.boolean(), positiveInt]).default(false),
   })
 );
 

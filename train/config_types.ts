@@ -117,6 +117,8 @@ export type TrainConfig = {
     deterministicReductions: boolean;
     /** TF32-like GPU products; no kernel of this build has them (true is refused). */
     tf32: boolean;
+    /** Exact mode's canonical shard count (a power of two), or false; see `exact`. */
+    exact: false | number;
   };
   /** Saving and resuming. */
   checkpoint: {
@@ -173,6 +175,12 @@ export type TrainConfig = {
   };
   /** Print a progress line every N steps (rank 0; default 10). */
   logEvery: number;
+  /**
+   * Exact mode (docs/PYTORCH.md): the same weights, to the bit, on any number of ranks that
+   * divides the shard count and in a single process. true: numerics.exact's shard count, else 8;
+   * a number: that many canonical shards (a power of two). Default false.
+   */
+  exact: boolean | number;
 };
 
 /**
@@ -218,4 +226,6 @@ export type TrainConfigInput = {
   ddp?: Partial<TrainConfig["ddp"]>;
   /** See {@linkcode TrainConfig.logEvery}. */
   logEvery?: number;
+  /** See {@linkcode TrainConfig.exact}. */
+  exact?: boolean | number;
 };

@@ -35,6 +35,8 @@ import { ResumableSampler } from "../data/resumable_sampler.ts";
 import { currentProcessGroup, initProcessGroup } from "../distributed/init_process_group.ts";
 import type { ProcessGroup } from "../distributed/process_group.ts";
 import { DistributedDataParallel } from "../distributed/ddp.ts";
+import { announceTrainedModel } from "../nn/trained_model_hook.ts";
+import { checkExactRun, resolveExactShards } from "./exact_config.ts";
 import { type OptimizerClass, ZeroRedundancyOptimizer } from "../distributed/zero.ts";
 import { allGatherJson } from "../distributed/gather_json.ts";
 import { phase } from "../distributed/control/phase.ts";
@@ -221,6 +223,7 @@ export class Trainer<M extends Module> {
     this.config = resolveConfig(opts.config ?? {});
     const cfg = this.config;
     for (const hook of configHooks) hook(cfg);
+    const exactShards = resolveExactShards(cfg); // before the policy: it carries the shard count
     // The config's numerics policy holds for the whole process (Dropout layers read it) and is
     // passed to autocast, the GradScaler and clipping explicitly.
     setNumericsPolicy(cfg.numerics, "the Trainer's config");
@@ -228,12 +231,16 @@ export class Trainer<M extends Module> {
     const world = getWorld();
     this.pg = opts.processGroup ?? currentProcessGroup() ?? initProcessGroup();
     this.runDir = opts.runDir === undefined ? world.runDir : opts.runDir;
+    if (exactShards !== null) checkExactRun(cfg, exactShards, opts.data.length, this.pg.size);
     manualSeed(cfg.seed);
     this.model = opts.model();
-    this.ddp = this.pg.size > 1
+    announceTrainedModel(this.model);
+    // Exact mode runs through DDP on one rank too: the shards and the fixed tree are its.
+    this.ddp = this.pg.size > 1 || exactShards !== null
       ? new DistributedDataParallel(this.model, this.pg, {
         bucketCapMb: cfg.ddp.bucketCapMb,
         findUnusedParameters: cfg.ddp.findUnusedParameters,
+        exact: exactShards ?? false,
       })
       : null;
     const groups = paramGroupsFromConfig(this.model, cfg.optim.groups).map((g) => ({
@@ -677,12 +684,14 @@ export class Trainer<M extends Module> {
    * no live run but their own holds them. Two live runs never share a folder.
    */
   #claimCheckpointFolders(): void {
-    for (const m of [this.checkpoints, this.bestCheckpoints]) {
-      if (!m) continue;
-      if (this.pg.rank === 0) {
-        m.claim("resume from it or write its checkpoints there");
-        continue;
-      }
+    const managers = [this.checkpoints, this.bestCheckpoints].filter((m) => m !== null);
+    if (this.pg.rank === 0) {
+      for (const m of managers) m.claim("resume from it or write its checkpoints there");
+    }
+    // Rank 0 names itself in a lock file only after taking the lock: the others read it after.
+    if (managers.length > 0 && this.pg.size > 1) this.pg.barrier("checkpoint folders claimed");
+    for (const m of managers) {
+      if (this.pg.rank === 0) continue;
       const writer = m.liveWriter();
       if (writer && writer.owner !== m.owner) {
         throw new CheckpointFolderBusy(

@@ -30,26 +30,32 @@ __device__ __forceinline__ void dt_ce_fold_(float x, float* m, float* s) {
   *s += dt_expf(x - *m);
 }
 
-/* Each row's log-sum-exp and loss (0 on ignored rows). */
+/* Each row's log-sum-exp and loss (0 on ignored rows). A row is read in
+ * 16-byte vectors only when every row of the tensor starts 16-byte aligned
+ * (an aligned base and V a multiple of the vector width), never by the row's
+ * own address: which elements a thread folds, and so the log-sum-exp's bits,
+ * then do not depend on the row's place in the batch (exact mode computes the
+ * loss over batches whose rows sit at other places at other world sizes). */
 template <int DT>
 __global__ void __launch_bounds__(CE_THREADS)
     dt_ce_fwd_k_(float* row_loss, float* lse, const void* logits, const int32_t* targets, int64_t rows, int64_t V,
                  int64_t ignore_index, unsigned long long* first_bad) {
   constexpr int N = dt_vec_<DT>::N;
   constexpr int64_t es = DT == DT_F32 ? 4 : 2;
+  const bool vectors = (uintptr_t)logits % 16 == 0 && V % N == 0;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const char* x = (const char*)logits + r * V * es;
-    dt_vec_split_<DT> split(x, V);
     float m = -INFINITY, s = 0.0f;
-    for (int64_t j = threadIdx.x; j < split.head; j += blockDim.x) dt_ce_fold_(dt_load_float(x, DT, j), &m, &s);
-    for (int64_t v = threadIdx.x; v < split.vecs; v += blockDim.x) {
-      float val[N];
-      dt_vec_load_<DT>(val, x + (split.head + v * N) * es);
-      DT_UNROLL
-      for (int i = 0; i < N; i++) dt_ce_fold_(val[i], &m, &s);
+    if (vectors) {
+      for (int64_t v = threadIdx.x; v < V / N; v += blockDim.x) {
+        float val[N];
+        dt_vec_load_<DT>(val, x + v * N * es);
+        DT_UNROLL
+        for (int i = 0; i < N; i++) dt_ce_fold_(val[i], &m, &s);
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dt_ce_fold_(dt_load_float(x, DT, j), &m, &s);
     }
-    for (int64_t j = split.head + split.vecs * N + threadIdx.x; j < V; j += blockDim.x)
-      dt_ce_fold_(dt_load_float(x, DT, j), &m, &s);
     float M = dt_block_max_(m);
     double S = dt_block_sum_(m == -INFINITY ? 0.0 : (double)s * (double)dt_expf(m - M));
     if (threadIdx.x == 0) {

@@ -23,12 +23,32 @@ Deno.test("parseCheckArgs() takes options around the script and the script's own
     steps: 3,
     outDir: resolve("x"),
     timeoutS: 300,
+    exact: false,
   });
   const defaults = parseCheckArgs(["--run-timeout", "20", "train.ts"]);
   assert.ok(defaults !== "help");
   assert.deepEqual([defaults.nproc, defaults.steps, defaults.timeoutS], [2, 5, 20]);
   assert.match(defaults.outDir, /\/runs\/check-\d{8}-\d{6}$/);
   assert.equal(parseCheckArgs(["-h"]), "help");
+});
+
+Deno.test("parseCheckArgs() takes --exact with a power-of-two --nproc, 1 included", () => {
+  const parsed = parseCheckArgs(["--exact", "train.ts", "--nproc", "4"]);
+  assert.ok(parsed !== "help");
+  assert.deepEqual([parsed.exact, parsed.nproc], [true, 4]);
+  assert.match(parsed.outDir, /\/runs\/check-exact-\d{8}-\d{6}$/);
+  const one = parseCheckArgs(["--exact", "train.ts", "--nproc", "1"]);
+  assert.ok(one !== "help" && one.nproc === 1);
+  assert.throws(
+    () => parseCheckArgs(["--exact", "train.ts", "--nproc", "6"]),
+    /--nproc with --exact must be a power of two \(world sizes 1, 2, 4, … up to it are compared\), got 6/,
+  );
+  // without --exact one rank is still too few: there is nothing to compare the single process with
+  assert.throws(
+    () => parseCheckArgs(["train.ts", "--nproc", "1"]),
+    /--nproc must be an integer >= 2/,
+  );
+  assert.match(checkHelp(), /--exact {14}instead of the stages/);
 });
 
 Deno.test("parseCheckArgs() names what is wrong with a command line", () => {

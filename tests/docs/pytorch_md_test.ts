@@ -51,6 +51,7 @@ const EXPECT: Record<string, RegExp> = {
   "DistributedSampler": /rank 0 epoch 1: /,
   "Mixed precision: autocast and GradScaler": /f32 65536/,
   "SyncBatchNorm": /running means equal on every rank: true/,
+  "Exact mode: the same bits at any world size": /exact mode, 8 shards: [0-9a-f]{16}\n/,
   "Optimizers and learning-rate schedulers": /lr after 10 steps: 0\.007500 .*"_schedulers"/s,
   "Losses": /0\.9974 0\.9391 3\.5150 0\.9167 1\.2762 \[ 3 \]/,
   "Everyday tensor ops": /^\d \[ 4, 1 \] \[ 4 \] i32 \[ 4, 1 \] \[ 2 \]$/m,

@@ -104,6 +104,17 @@ Deno.test("compareRuns() names a changed numerics policy first, field by field, 
   assert.ok((await compareSpecs(sa, sb)).compared.includes("numerics"));
 });
 
+Deno.test("compareRuns() names exact mode's shard count, and takes a run recorded before exact mode as exact false", async () => {
+  const sa = baseSpec(), sb = baseSpec();
+  sa.numerics = { ...DEFAULT_POLICY };
+  sb.numerics = { ...DEFAULT_POLICY, exact: 8 };
+  const c = await compareSpecs(sa, sb);
+  assert.deepEqual(topics(c), ["numerics"]);
+  assert.equal(c.findings[0]!.headline, "numerics policy: exact false vs 8");
+  sb.numerics = { ...DEFAULT_POLICY, exact: false };
+  assert.deepEqual(topics(await compareSpecs(sa, sb)), []);
+});
+
 Deno.test("compareRuns() reads the numerics policy from run.json when config.json lacks it, and notes an unrecorded one", async () => {
   const sa = baseSpec(), sb = baseSpec();
   sa.attemptNumerics = { ...DEFAULT_POLICY };

@@ -1,0 +1,39 @@
+/**
+ * Exact mode on a loop of one's own (tests/exact/scripts/mlp_loop.ts: the
+ * toy MLP under DDP with AdamW, 50 steps): the digest of every weight and
+ * optimizer-state tensor is the same as a single process and on 1, 2, 4 and
+ * 8 ranks, on every rank; with exact mode off the same case parts between 1
+ * and 2 ranks, so the comparison can fail.
+ */
+import assert from "node:assert/strict";
+import { buildNative } from "../../scripts/build_native.ts";
+import { launched, type Line, single } from "./_runs.ts";
+
+buildNative({ quiet: true });
+const SCRIPT = "tests/exact/scripts/mlp_loop.ts";
+
+function digests(lines: Line[], world: number): string[] {
+  const mine = lines.filter((l) => l.case === "mlp");
+  assert.equal(mine.length, world, JSON.stringify(lines));
+  for (const l of mine) assert.equal(l.world, world);
+  return mine.map((l) => l.digest);
+}
+
+Deno.test("exact mode: the toy MLP's weights and AdamW state have the same bits in one process and on 1, 2, 4 and 8 ranks", async () => {
+  const ref = digests(await single(SCRIPT), 1)[0]!;
+  assert.match(ref, /^[0-9a-f]{64}$/);
+  for (const n of [1, 2, 4, 8]) {
+    const r = await launched(SCRIPT, n);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    for (const d of digests(r.lines, n)) assert.equal(d, ref, `${n} rank(s)`);
+  }
+});
+
+Deno.test("exact mode off: the same MLP run parts between 1 and 2 ranks (the check can fail)", async () => {
+  const one = digests(await single(SCRIPT, { EXACT: "0" }), 1)[0]!;
+  const r = await launched(SCRIPT, 2, { env: { EXACT: "0" } });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  const two = digests(r.lines, 2);
+  assert.equal(two[0], two[1], "the ranks agree with each other");
+  assert.notEqual(two[0], one, "without exact mode 2 ranks reassociate the gradient sums");
+});

@@ -1,0 +1,237 @@
+/**
+ * Exact mode's parts in one process: the canonical shard plan and its
+ * refusals, the fixed tree's association, dropout masks keyed by shard, the
+ * switch (DDP option, numerics policy, Trainer config) and the errors for
+ * what would sum shards in an order that depends on the world size.
+ */
+import assert from "node:assert/strict";
+import { buildNative } from "../../scripts/build_native.ts";
+import { fromArray, full, scope, type Tensor } from "../../tensor/tensor.ts";
+import { add } from "../../tensor/ops/elementwise.ts";
+import { sum } from "../../tensor/ops/reduce.ts";
+import { memoryStats } from "../../tensor/allocator.ts";
+import { inShard } from "../../tensor/exact_shards.ts";
+import { Dropout, Linear, ReLU, Sequential } from "../../nn/layers.ts";
+import { BatchNorm1d } from "../../nn/batchnorm.ts";
+import { ExactPlan, exactShardCount, treeSum } from "../../distributed/exact.ts";
+import { DistributedDataParallel } from "../../distributed/ddp.ts";
+import { initProcessGroup } from "../../distributed/process_group.ts";
+import { crossEntropy } from "../../nn/losses.ts";
+import { checkpoint } from "../../nn/checkpoint.ts";
+import { backward } from "../../tensor/autograd.ts";
+import { resolveNumericsPolicy, setNumericsPolicy } from "../../tensor/numerics_policy.ts";
+import { resolveConfig } from "../../train/config.ts";
+import { checkExactRun, resolveExactShards } from "../../train/exact_config.ts";
+
+buildNative({ quiet: true });
+
+Deno.test("the plan: rank r holds shards r + kW, row j of its batch is in local shard j mod S/W; bad sizes are refused", () => {
+  const p = new ExactPlan(8, 2, 1);
+  assert.deepEqual(p.local, [1, 3, 5, 7]);
+  const { split, back } = p.rows(8);
+  assert.deepEqual(split.map((t) => [...t.toArray()]), [[0, 4], [1, 5], [2, 6], [3, 7]]);
+  // shards' outputs joined in shard order are rows 0,4,1,5,…: back puts row j where it was
+  assert.deepEqual([...back!.toArray()], [0, 2, 4, 6, 1, 3, 5, 7]);
+  assert.equal(new ExactPlan(8, 8, 3).rows(5).back, null, "one shard per rank: nothing to permute");
+  p.dispose();
+  assert.throws(
+    () => new ExactPlan(8, 3, 0),
+    /world size 3 does not divide the 8 canonical shards/,
+  );
+  assert.throws(() => new ExactPlan(8, 16, 0), /world size 16 does not divide/);
+  assert.throws(() => new ExactPlan(6, 2, 0), /power of two ≥ 1, got 6/);
+  assert.throws(
+    () => new ExactPlan(8, 2, 0).rows(6),
+    /local batch of 6 rows does not split into this rank's 4/,
+  );
+  assert.equal(exactShardCount(undefined, false), null);
+  assert.equal(exactShardCount(true, false), 8);
+  assert.equal(exactShardCount(true, 4), 4);
+  assert.equal(exactShardCount(undefined, 16), 16);
+  assert.equal(exactShardCount(false, 16), null, "the option overrides the policy");
+  assert.throws(() => exactShardCount(12, false), /power of two/);
+});
+
+Deno.test("the fixed tree: value(c mod 2^d) = value(c mod 2^(d+1)) + value(c + 2^d mod 2^(d+1)), every level rounded in f32", () => {
+  // Values whose sum depends on the association: a wrong pairing gives other bits.
+  const vals = [1e8, 3, -1e8, 5, 7, 1e-3, 11, -7];
+  const leaves = vals.map((v) => fromArray(new Float32Array([v]), [1]).keep());
+  const f = Math.fround;
+  const pair = (a: number, b: number) => f(f(a) + f(b));
+  const expected = pair(
+    pair(pair(vals[0]!, vals[4]!), pair(vals[2]!, vals[6]!)),
+    pair(pair(vals[1]!, vals[5]!), pair(vals[3]!, vals[7]!)),
+  );
+  const root = treeSum(0, 0, 3, (c) => leaves[c]!);
+  assert.equal(root.value.toArray()[0], expected);
+  // A rank's subtree at W = 2 (class 1: shards 1, 3, 5, 7) is the root's right child.
+  const right = treeSum(1, 1, 3, (c) => leaves[c]!);
+  assert.equal(right.value.toArray()[0], pair(pair(vals[1]!, vals[5]!), pair(vals[3]!, vals[7]!)));
+  // the association matters for these values: a left-to-right sum differs
+  assert.notEqual(vals.reduce((a, b) => f(a + b), 0), expected);
+  for (const t of [...leaves, root.value, right.value]) t.dispose();
+});
+
+Deno.test("dropout in exact mode: a shard's mask is the same whichever shards a process draws before it", () => {
+  const draw = (order: number[], gen: number) => {
+    const d = new Dropout(0.5, 123n);
+    const out = new Map<number, number[]>();
+    for (const s of order) {
+      inShard({ shard: s, count: 8, generation: gen }, () => {
+        out.set(s, [...(d.forward(full([4, 4], 1)).toArray() as Float32Array)]);
+      });
+    }
+    return { out, offset: d.offset };
+  };
+  const all = draw([0, 1, 2, 3, 4, 5, 6, 7], 1001), odd = draw([1, 3, 5, 7], 1002);
+  for (const s of [1, 3, 5, 7]) assert.deepEqual(odd.out.get(s), all.out.get(s), `shard ${s}`);
+  assert.notDeepEqual(all.out.get(1), all.out.get(3), "shards draw different masks");
+  assert.equal(all.offset, 8n * 16n, "the stream stands past every shard's draws");
+  assert.equal(odd.offset, all.offset, "whatever shards this process drew");
+});
+
+Deno.test("the switch: DDP's exact option, else the numerics policy's exact field; the Trainer's config and its refusals", () => {
+  assert.equal(resolveNumericsPolicy({ exact: 4 }).exact, 4);
+  assert.throws(() => resolveNumericsPolicy({ exact: 3 }), /exact must be false or a power of two/);
+  const pg = initProcessGroup();
+  const prev = setNumericsPolicy({ exact: 4 }, "the test");
+  try {
+    const fromPolicy = new DistributedDataParallel(new Linear(2, 2), pg);
+    assert.equal(fromPolicy.exactShards, 4);
+    fromPolicy.close();
+    const off = new DistributedDataParallel(new Linear(2, 2), pg, { exact: false });
+    assert.equal(off.exactShards, null);
+    off.close();
+  } finally {
+    setNumericsPolicy(prev, "the test");
+  }
+  const cfg = (c: Record<string, unknown>) => resolveConfig(c);
+  const a = cfg({ exact: true });
+  assert.equal(resolveExactShards(a), 8);
+  assert.equal(a.numerics.exact, 8, "the policy carries the shard count into the records");
+  assert.equal(resolveExactShards(cfg({ numerics: { exact: 16 } })), 16);
+  assert.equal(resolveExactShards(cfg({})), null);
+  assert.throws(
+    () => resolveExactShards(cfg({ exact: 4, numerics: { exact: 8 } })),
+    /different shard counts/,
+  );
+  assert.throws(() => resolveExactShards(cfg({ exact: 6 })), /power of two/);
+  const ok = cfg({ exact: 8, data: { globalBatchSize: 32, gradAccumulation: 2 } });
+  checkExactRun(ok, 8, 64, 4);
+  assert.throws(() => checkExactRun(ok, 8, 64, 3), /world size 3 does not divide/);
+  assert.throws(() => checkExactRun(ok, 8, 60, 2), /60 samples are not a multiple of 8/);
+  assert.throws(
+    () => checkExactRun(cfg({ data: { globalBatchSize: 24, gradAccumulation: 2 } }), 8, 64, 1),
+    /globalBatchSize 24 \/ data.gradAccumulation 2 is not a multiple of 8/,
+  );
+  assert.throws(
+    () => checkExactRun(cfg({ ddp: { shard: "optimizer" } }), 8, 64, 1),
+    /ddp.shard = "optimizer" \(ZeRO\) is refused/,
+  );
+});
+
+Deno.test("batch norm in exact mode: each shard's statistics, running ones updated once per forward from their mean", () => {
+  const pg = initProcessGroup();
+  const bn = new BatchNorm1d(2);
+  const ddp = new DistributedDataParallel(bn, pg, { exact: 4 });
+  // 8 rows: shard k holds rows k and k + 4; channel 0 is the row index, channel 1 its square
+  const rows = Array.from({ length: 8 }, (_, j) => [j, j * j]);
+  const x = fromArray(Float32Array.from(rows.flat()), [8, 2]).keep();
+  const out = scope(() => [...(ddp.forward(x).toArray() as Float32Array)]);
+  // Shard 0's rows 0 and 4 normalise to -1 and 1 by their own statistics (not the batch's).
+  assert.ok(Math.abs(out[0]! + 1) < 1e-3 && Math.abs(out[8]! - 1) < 1e-3, String(out));
+  const nbt = () => Number((bn.numBatchesTracked!.toArray() as BigInt64Array)[0]);
+  assert.equal(nbt(), 1);
+  // The mean over shards of each shard's mean, and of each shard's unbiased variance.
+  const mean = (c: number) => rows.reduce((a, r) => a + r[c]!, 0) / 8;
+  const varOf = (c: number) => {
+    let v = 0;
+    for (let k = 0; k < 4; k++) {
+      const a = rows[k]![c]!, b = rows[k + 4]![c]!;
+      v += (a - b) ** 2 / 2; // two rows: unbiased variance (a - m)² + (b - m)² = (a - b)² / 2
+    }
+    return v / 4;
+  };
+  const rm = bn.runningMean!.toArray() as Float32Array,
+    rv = bn.runningVar!.toArray() as Float32Array;
+  for (const c of [0, 1]) {
+    assert.ok(Math.abs(rm[c]! - 0.1 * mean(c)) < 1e-5, `running mean ${c}: ${rm[c]}`);
+    assert.ok(Math.abs(rv[c]! - (0.9 + 0.1 * varOf(c))) < 1e-4, `running var ${c}: ${rv[c]}`);
+  }
+  scope(() => ddp.forward(x));
+  assert.equal(nbt(), 2);
+  bn.numBatchesTracked!.copyFrom(fromArray(BigInt64Array.of(10n), [])); // as a loaded state would
+  scope(() => ddp.forward(x));
+  assert.equal(nbt(), 11, "a count written by someone else is read back, not overwritten");
+  ddp.close();
+  x.dispose();
+});
+
+Deno.test("an exact DDP's slots, row indices and gradients are freed by close()", () => {
+  const pg = initProcessGroup();
+  const model = new Sequential(new Linear(4, 4), new ReLU(), new Linear(4, 2));
+  const x = fromArray(new Float32Array(32).map((_, i) => i / 32), [8, 4]).keep();
+  const y = fromArray(new Int32Array(8).map((_, i) => i % 2), [8]).keep();
+  const before = memoryStats().liveBytes;
+  const ddp = new DistributedDataParallel(model, pg, { exact: 4 });
+  scope(() => ddp.backward(crossEntropy(ddp.forward(x), y)));
+  ddp.close();
+  for (const p of model.parameters()) {
+    p.grad!.dispose();
+    p.grad = null;
+  }
+  assert.equal(memoryStats().liveBytes, before);
+  x.dispose();
+  y.dispose();
+});
+
+Deno.test("exact mode refuses, naming it, what would sum shards in an order that depends on the world size", () => {
+  const pg = initProcessGroup();
+  const model = new Sequential(new Linear(4, 4), new ReLU(), new Linear(4, 2));
+  const ddp = new DistributedDataParallel(model, pg, { exact: 4 });
+  const x = fromArray(new Float32Array(32).map((_, i) => i / 32), [8, 4]);
+  const y = fromArray(new Int32Array(8).map((_, i) => i % 2), [8]);
+  try {
+    // A step that reads the parameters only inside the forward works.
+    scope(() => ddp.backward(crossEntropy(ddp.forward(x), y)));
+    // A parameter used outside the model's forward (a penalty in the loss).
+    assert.throws(
+      () =>
+        scope(() => {
+          const w = model.parameters()[0]!;
+          backward(add(crossEntropy(ddp.forward(x), y), sum(w)));
+        }),
+      /a parameter of shape \[4,4\] gets a gradient from .* outside the model's sharded forward/,
+    );
+    // A forward that returns something other than per-row outputs.
+    const m2 = new (class extends Sequential {
+      override forward(t: Tensor): Tensor {
+        return sum(super.forward(t));
+      }
+    })(new Linear(4, 2));
+    const d2 = new DistributedDataParallel(m2, pg, { exact: 4 });
+    assert.throws(() => scope(() => d2.forward(x)), /can only return per-row outputs/);
+    d2.close();
+    // Activation checkpointing (its recomputation would run outside the shard).
+    const m3 = new (class extends Sequential {
+      override forward(t: Tensor): Tensor {
+        return checkpoint((u) => super.forward(u), t);
+      }
+    })(new Linear(4, 2));
+    const d3 = new DistributedDataParallel(m3, pg, { exact: 4 });
+    assert.throws(
+      () => scope(() => d3.forward(x)),
+      /activation checkpointing is not available \(shard 0's forward called checkpoint\(\)\)/,
+    );
+    d3.close();
+    // A batch that does not split into the shards.
+    assert.throws(
+      () => scope(() => ddp.forward(fromArray(new Float32Array(24), [6, 4]))),
+      /local batch of 6 rows does not split into this rank's 4 canonical shards/,
+    );
+  } finally {
+    ddp.close();
+    x.dispose();
+    y.dispose();
+  }
+});

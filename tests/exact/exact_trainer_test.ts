@@ -1,0 +1,66 @@
+/**
+ * Exact mode through the Trainer (tests/exact/scripts/exact_trainer.ts):
+ * GPT-mini with dropout, AdamW, clipping, gradient accumulation and bf16
+ * autocast, and a CNN with SyncBatchNorm and SGD with momentum, 50 steps
+ * over several epochs, give one digest of every weight, buffer and
+ * optimizer-state tensor as a single process and on 1, 2 and 4 ranks, and
+ * after saving on 2 ranks at step 25 and resuming on 4. With exact mode off
+ * the same GPT run parts between 1 and 2 ranks, so the comparison can fail.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { buildNative } from "../../scripts/build_native.ts";
+import { launched, type Line, single } from "./_runs.ts";
+
+buildNative({ quiet: true });
+const SCRIPT = "tests/exact/scripts/exact_trainer.ts";
+
+/** Every rank's digest of `lines` (one line per rank of a `world`-rank run of `kase`). */
+function digests(lines: Line[], kase: string, world: number, steps = 50): string[] {
+  const mine = lines.filter((l) => l.case === kase);
+  assert.equal(mine.length, world, JSON.stringify(lines));
+  for (const l of mine) {
+    assert.equal(l.world, world);
+    assert.equal(l.steps, steps, JSON.stringify(l));
+  }
+  return mine.map((l) => l.digest);
+}
+
+async function onRanks(kase: string, n: number, env: Record<string, string> = {}, steps = 50) {
+  const r = await launched(SCRIPT, n, { env: { CASE: kase, ...env } });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  return { digests: digests(r.lines, kase, n, steps), lines: r.lines, records: r.records };
+}
+
+for (const kase of ["gpt", "cnn"]) {
+  Deno.test(`exact mode: ${kase} trained by the Trainer has the same bits in one process and on 1, 2 and 4 ranks`, async () => {
+    const ref = digests(await single(SCRIPT, { CASE: kase }), kase, 1)[0]!;
+    for (const n of [1, 2, 4]) {
+      for (const d of (await onRanks(kase, n)).digests) {
+        assert.equal(d, ref, `${kase}, ${n} rank(s)`);
+      }
+    }
+  });
+}
+
+Deno.test("exact mode: GPT-mini saved on 2 ranks at step 25 and resumed on 4 ends with the uninterrupted run's bits", async () => {
+  const ref = digests(await single(SCRIPT, { CASE: "gpt" }), "gpt", 1)[0]!;
+  const dir = Deno.makeTempDirSync({ prefix: "dtrain-exact-resume-" });
+  try {
+    const ckpt = join(dir, "checkpoints");
+    const first = await onRanks("gpt", 2, { STEPS: "25", SAVE_AT: "25", CKPT_DIR: ckpt }, 25);
+    assert.notEqual(first.digests[0], ref);
+    const rest = await onRanks("gpt", 4, { CKPT_DIR: ckpt });
+    for (const l of rest.lines) assert.equal(l.resumedFrom, 25, JSON.stringify(l));
+    for (const d of rest.digests) assert.equal(d, ref, "resumed on 4 ranks");
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
+
+Deno.test("exact mode off: the same GPT-mini run parts between 1 and 2 ranks (the check can fail)", async () => {
+  const one = digests(await single(SCRIPT, { CASE: "gpt", EXACT: "0" }), "gpt", 1)[0]!;
+  const two = (await onRanks("gpt", 2, { EXACT: "0" })).digests;
+  assert.equal(two[0], two[1], "the ranks agree with each other");
+  assert.notEqual(two[0], one);
+});

@@ -1,0 +1,55 @@
+/**
+ * A loop of one's own in exact mode: the toy MLP under DDP, AdamW, 50 steps
+ * of a global batch of 32, each rank taking torch's DistributedSampler rows
+ * (global position rank + W·j of the step's block). Prints one JSON line:
+ * the digest of every weight and optimizer-state tensor. EXACT=0 turns exact
+ * mode off (the control: then the digests differ between world sizes).
+ */
+import {
+  AdamW,
+  crossEntropy,
+  DistributedDataParallel,
+  fromArray,
+  initProcessGroup,
+  Linear,
+  manualSeed,
+  ReLU,
+  scope,
+  Sequential,
+} from "dtrain";
+import { stateDigest } from "./_digest.ts";
+
+const STEPS = 50, B = 32, IN = 8, CLASSES = 4;
+const pg = initProcessGroup();
+const W = pg.size, rank = pg.rank;
+manualSeed(0);
+const model = new Sequential(new Linear(IN, 32), new ReLU(), new Linear(32, CLASSES));
+const exact = Deno.env.get("EXACT") !== "0";
+const ddp = new DistributedDataParallel(model, pg, { exact: exact ? 8 : false });
+const opt = new AdamW(ddp.parameters(), { lr: 1e-2 });
+
+/** Sample p of the data: features from a fixed hash of p, a label the features decide. */
+function sample(p: number): { x: number[]; y: number } {
+  let s = (p * 2654435761) >>> 0;
+  const x = Array.from({ length: IN }, () => {
+    s = (s * 1103515245 + 12345) >>> 0;
+    return (s / 2 ** 32) * 2 - 1;
+  });
+  return { x, y: (x[0]! > 0 ? 1 : 0) + (x[1]! + x[2]! > 0 ? 2 : 0) };
+}
+
+for (let step = 0; step < STEPS; step++) {
+  const rows = Array.from({ length: B / W }, (_, j) => sample(step * B + rank + W * j));
+  scope(() => {
+    const x = fromArray(Float32Array.from(rows.flatMap((r) => r.x)), [rows.length, IN]);
+    const y = fromArray(Int32Array.from(rows.map((r) => r.y)), [rows.length]);
+    opt.zeroGrad();
+    ddp.backward(crossEntropy(ddp.forward(x), y));
+    opt.step();
+  });
+}
+console.log(
+  JSON.stringify({ case: "mlp", rank, world: W, exact, digest: stateDigest(model, opt) }),
+);
+ddp.close();
+pg.close();
