@@ -19,7 +19,11 @@ import { initProcessGroup } from "../../distributed/process_group.ts";
 import { crossEntropy } from "../../nn/losses.ts";
 import { checkpoint } from "../../nn/checkpoint.ts";
 import { backward } from "../../tensor/autograd.ts";
-import { resolveNumericsPolicy, setNumericsPolicy } from "../../tensor/numerics_policy.ts";
+import {
+  numericsPolicy,
+  resolveNumericsPolicy,
+  setNumericsPolicy,
+} from "../../tensor/numerics_policy.ts";
 import { resolveConfig } from "../../train/config.ts";
 import { checkExactRun, resolveExactShards } from "../../train/exact_config.ts";
 import { Trainer } from "../../train/engine.ts";
@@ -103,7 +107,10 @@ Deno.test("the switch: DDP's exact option, else the numerics policy's exact fiel
     fromPolicy.close();
     const off = new DistributedDataParallel(new Linear(2, 2), pg, { exact: false });
     assert.equal(off.exactShards, null);
+    assert.equal(numericsPolicy().exact, false, "the option is recorded in the process's policy");
     off.close();
+    new DistributedDataParallel(new Linear(2, 2), pg, { exact: 16 }).close();
+    assert.equal(numericsPolicy().exact, 16);
   } finally {
     setNumericsPolicy(prev, "the test");
   }
