@@ -32,7 +32,7 @@ import { phase } from "./control/phase.ts";
 import { asMemoryKind } from "../tensor/memory_kinds.ts";
 import { allGatherJson } from "./gather_json.ts";
 import { enter, leave } from "../profile/profile.ts";
-import { numericsPolicy } from "../tensor/numerics_policy.ts";
+import { numericsPolicy, setNumericsPolicy } from "../tensor/numerics_policy.ts";
 import { clearShardSlots, setShardSlots } from "../tensor/exact_shards.ts";
 import { ExactPlan, exactShardCount, installShardedForward, reduceSlots } from "./exact.ts";
 
@@ -49,7 +49,8 @@ export interface DDPOptions {
    * that divides the shard count, and in a single process. true: the
    * numerics policy's shard count, else 8; a number: that many canonical
    * shards (a power of two); false: off. Not given: the numerics policy's
-   * `exact` field decides.
+   * `exact` field decides. Given, it becomes the process policy's `exact`,
+   * so the run's records say what it does.
    */
   exact?: boolean | number;
 }
@@ -183,6 +184,10 @@ export class DistributedDataParallel<M extends Module> {
     this.#makeBuckets(named.map(([, p]) => p).reverse(), (opts.bucketCapMb ?? 25) * 2 ** 20);
     const shards = exactShardCount(opts.exact, numericsPolicy().exact);
     if (shards !== null) this.#exact = this.#makeExact(new ExactPlan(shards, pg.size, pg.rank));
+    if ((shards ?? false) !== numericsPolicy().exact) {
+      // The records (run.json's numerics, from the process's policy) say what the run does.
+      setNumericsPolicy({ ...numericsPolicy(), exact: shards ?? false }, "DDP's exact option");
+    }
     // Checks every backward pass through this model; the reduction itself is the step's (gradReady).
     this.#removeObserver = addBackwardObserver({
       onBackwardEnd: (received) => this.#endPass(received),

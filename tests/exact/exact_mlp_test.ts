@@ -25,6 +25,8 @@ Deno.test("exact mode: the toy MLP's weights and AdamW state have the same bits 
   for (const n of [1, 2, 4, 8]) {
     const r = await launched(SCRIPT, n);
     assert.equal(r.code, 0, r.stdout + r.stderr);
+    // DDP's exact option is the process's policy, which run.json records
+    assert.equal(r.records["run.json"]?.attempts.at(-1).numerics?.exact, 8);
     for (const d of digests(r.lines, n)) assert.equal(d, ref, `${n} rank(s)`);
   }
 });
@@ -33,6 +35,7 @@ Deno.test("exact mode off: the same MLP run parts between 1 and 2 ranks (the che
   const one = digests(await single(SCRIPT, { EXACT: "0" }), 1)[0]!;
   const r = await launched(SCRIPT, 2, { env: { EXACT: "0" } });
   assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.equal(r.records["run.json"]?.attempts.at(-1).numerics?.exact, false);
   const two = digests(r.lines, 2);
   assert.equal(two[0], two[1], "the ranks agree with each other");
   assert.notEqual(two[0], one, "without exact mode 2 ranks reassociate the gradient sums");

@@ -19,9 +19,15 @@ import { initProcessGroup } from "../../distributed/process_group.ts";
 import { crossEntropy } from "../../nn/losses.ts";
 import { checkpoint } from "../../nn/checkpoint.ts";
 import { backward } from "../../tensor/autograd.ts";
-import { resolveNumericsPolicy, setNumericsPolicy } from "../../tensor/numerics_policy.ts";
+import {
+  numericsPolicy,
+  resolveNumericsPolicy,
+  setNumericsPolicy,
+} from "../../tensor/numerics_policy.ts";
 import { resolveConfig } from "../../train/config.ts";
 import { checkExactRun, resolveExactShards } from "../../train/exact_config.ts";
+import { Trainer } from "../../train/engine.ts";
+import { TensorDataset } from "../../data/dataset.ts";
 
 buildNative({ quiet: true });
 
@@ -101,7 +107,10 @@ Deno.test("the switch: DDP's exact option, else the numerics policy's exact fiel
     fromPolicy.close();
     const off = new DistributedDataParallel(new Linear(2, 2), pg, { exact: false });
     assert.equal(off.exactShards, null);
+    assert.equal(numericsPolicy().exact, false, "the option is recorded in the process's policy");
     off.close();
+    new DistributedDataParallel(new Linear(2, 2), pg, { exact: 16 }).close();
+    assert.equal(numericsPolicy().exact, 16);
   } finally {
     setNumericsPolicy(prev, "the test");
   }
@@ -183,6 +192,33 @@ Deno.test("an exact DDP's slots, row indices and gradients are freed by close()"
   assert.equal(memoryStats().liveBytes, before);
   x.dispose();
   y.dispose();
+});
+
+Deno.test("the Trainer refuses an exact run it cannot make exact before building anything", () => {
+  const data = (n: number) =>
+    new TensorDataset(
+      { data: new Float32Array(n * 4), sampleShape: [4] },
+      { data: new Int32Array(n), sampleShape: [] },
+    );
+  const make = (n: number, config: Record<string, unknown>) => () =>
+    new Trainer({
+      model: () => new Linear(4, 2),
+      data: data(n),
+      loss: (m, [x, y]) => crossEntropy(m.forward(x!), y!),
+      config: { exact: true, data: { globalBatchSize: 16 }, ...config },
+      runDir: null,
+    });
+  assert.throws(make(60, {}), /exact mode \(8 canonical shards\): the dataset's 60 samples/);
+  assert.throws(make(64, { ddp: { shard: "optimizer" } }), /ddp.shard = "optimizer" \(ZeRO\)/);
+  assert.throws(make(64, { data: { globalBatchSize: 12 } }), /globalBatchSize 12/);
+  try {
+    const ok = make(64, {})();
+    assert.equal(ok.ddp?.exactShards, 8, "exact mode runs through DDP on one rank too");
+    assert.equal(ok.numerics.exact, 8);
+    ok.ddp!.close();
+  } finally {
+    setNumericsPolicy({}, "the test"); // the Trainer set its config's policy for the process
+  }
 });
 
 Deno.test("exact mode refuses, naming it, what would sum shards in an order that depends on the world size", () => {

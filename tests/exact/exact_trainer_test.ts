@@ -3,7 +3,7 @@
  * GPT-mini with dropout, AdamW, clipping, gradient accumulation and bf16
  * autocast, and a CNN with SyncBatchNorm and SGD with momentum, 50 steps
  * over several epochs, give one digest of every weight, buffer and
- * optimizer-state tensor as a single process and on 1, 2 and 4 ranks, and
+ * optimizer-state tensor as a single process and on 1, 2, 4 and 8 ranks, and
  * after saving on 2 ranks at step 25 and resuming on 4. With exact mode off
  * the same GPT run parts between 1 and 2 ranks, so the comparison can fail.
  */
@@ -33,12 +33,17 @@ async function onRanks(kase: string, n: number, env: Record<string, string> = {}
 }
 
 for (const kase of ["gpt", "cnn"]) {
-  Deno.test(`exact mode: ${kase} trained by the Trainer has the same bits in one process and on 1, 2 and 4 ranks`, async () => {
+  Deno.test(`exact mode: ${kase} trained by the Trainer has the same bits in one process and on 1, 2, 4 and 8 ranks`, async () => {
     const ref = digests(await single(SCRIPT, { CASE: kase }), kase, 1)[0]!;
-    for (const n of [1, 2, 4]) {
-      for (const d of (await onRanks(kase, n)).digests) {
-        assert.equal(d, ref, `${kase}, ${n} rank(s)`);
-      }
+    for (const n of [1, 2, 4, 8]) {
+      const r = await onRanks(kase, n);
+      for (const d of r.digests) assert.equal(d, ref, `${kase}, ${n} rank(s)`);
+      // The records say so: config.json the switch and the policy's shard count, run.json the policy.
+      const config = r.records["config.json"], run = r.records["run.json"];
+      assert.ok(config && run, `run records: ${Object.keys(r.records)}`);
+      assert.equal(config.config.exact, true);
+      assert.equal(config.config.numerics.exact, 8);
+      assert.equal(run.attempts.at(-1).numerics.exact, 8, JSON.stringify(run.attempts.at(-1)));
     }
   });
 }
