@@ -15,7 +15,7 @@ import { Dropout, Linear, ReLU, Sequential } from "../../nn/layers.ts";
 import { BatchNorm1d } from "../../nn/batchnorm.ts";
 import { ExactPlan, exactShardCount, treeSum } from "../../distributed/exact.ts";
 import { DistributedDataParallel } from "../../distributed/ddp.ts";
-import { initProcessGroup } from "../../distributed/process_group.ts";
+import { initProcessGroup } from "../../distributed/init_process_group.ts";
 import { crossEntropy } from "../../nn/losses.ts";
 import { checkpoint } from "../../nn/checkpoint.ts";
 import { backward } from "../../tensor/autograd.ts";
