@@ -14,10 +14,15 @@ import { emuProbe } from "./_emu_probe.ts";
 import { HAVE_EMU } from "../gpu/_emu.ts"; // prints why the emulated-GPU tests skip, where they do
 
 const probePath = () => emuProbe("emu_sanitize_probe.cu", { sanitize: true });
+const plainProbePath = () => emuProbe("emu_sanitize_probe.cu");
 
 /** The probe's stdout line and stderr for `scenario` under `env` (it must exit 0). */
-function run(scenario: string, env: Record<string, string>): { out: string; err: string } {
-  const r = new Deno.Command(probePath(), {
+function run(
+  scenario: string,
+  env: Record<string, string>,
+  probe = probePath(),
+): { out: string; err: string } {
+  const r = new Deno.Command(probe, {
     args: [scenario],
     clearEnv: true,
     env,
@@ -101,4 +106,18 @@ test("racecheck runs a block's threads in a seeded order: order-dependent result
     last({ ...RACE, DTRAIN_EMU_RACECHECK_SEED: "7" }),
     last({ ...RACE, DTRAIN_EMU_RACECHECK_SEED: "7" }),
   );
+});
+
+test("either sanitizer refuses kernels built without the instrumentation, rather than pass unchecked", () => {
+  for (
+    const [name, env] of [["DTRAIN_EMU_RACECHECK", RACE], ["DTRAIN_EMU_MEMCHECK", MEM]] as const
+  ) {
+    const { out } = run("clean", env, plainProbePath());
+    assert.match(
+      out,
+      new RegExp(
+        `launch failed: .*${name}=1, but the kernels were built without the sanitizer's instrumentation`,
+      ),
+    );
+  }
 });
