@@ -11,7 +11,9 @@
  * harness gives the CPU's outputs where a bound needs them) and returns the
  * bounds of one output, element by element.
  */
-import { gamma, sumBound, UNIT_ROUNDOFF } from "./tolerance.ts";
+import type { KernelSymbols } from "../../ffi/symbols.ts";
+import type { NativeLibrary } from "../../ffi/native.ts";
+import { gamma, gemmBounds, sumBound, UNIT_ROUNDOFF } from "./tolerance.ts";
 
 /** The smallest positive normal f32: absolute slack where a result is near zero. */
 const TINY = 2 * 2 ** -126;
@@ -176,6 +178,86 @@ export function sgdBounds(
       ? chainBounds(3, (i) => dTerms(i) + Math.abs(buf[i]!), p.length)
       : null,
   };
+}
+
+/**
+ * Σ_k |a_ik|·|b_kj| of a row-major product op(A)·op(B) (M x N, reduction K; `ta`/`tb` as dt_gemm
+ * takes them, leading dimensions unpadded), by the CPU library's f32 GEMM of the absolute values:
+ * what gemmBounds needs, fast at every size.
+ */
+export function absProducts(
+  cpu: NativeLibrary<KernelSymbols>,
+  absA: Float32Array,
+  absB: Float32Array,
+  shape: { M: number; N: number; K: number; ta: number; tb: number },
+): Float32Array {
+  const { M, N, K, ta, tb } = shape;
+  const out = new Float32Array(Math.max(1, M * N));
+  if (M * N === 0) return out;
+  const P = (x: Float32Array) => Deno.UnsafePointer.of(x);
+  cpu.check(
+    cpu.symbols.dt_gemm(
+      0,
+      ta,
+      tb,
+      BigInt(M),
+      BigInt(N),
+      BigInt(K),
+      1,
+      P(absA),
+      BigInt(ta ? M : K),
+      P(absB),
+      BigInt(tb ? K : N),
+      0,
+      P(out),
+      BigInt(N),
+      1n,
+      0n,
+      0n,
+      0n,
+      null,
+    ),
+    "dt_gemm (|A| |B|)",
+  );
+  return out;
+}
+
+/**
+ * A linear layer's gradients in f32 from bf16/f16 operands (dt_gemm_ex with C in f32): the input
+ * gradient g·W (M x K, N-term sums), the weight gradient dW ← dW + gᵀ·x (N x K, M-term sums and
+ * the old dW as one more term) and the bias gradient db = Σ_rows g (M-term sums), each sum in f32
+ * in any order: gemmBounds and sumBound of the operands' values as stored.
+ */
+export function linearGradBounds(
+  cpu: NativeLibrary<KernelSymbols>,
+  g: Float32Array,
+  w: Float32Array,
+  x: Float32Array,
+  dw0: Float32Array,
+  [M, N, K]: [number, number, number],
+): { dx: Float64Array; dw: Float64Array; db: Float64Array } {
+  const abs = (v: Float32Array) => Float32Array.from(v, Math.abs);
+  const ag = abs(g), aw = abs(w), ax = abs(x);
+  const dx = gemmBounds(
+    { M, N: K, K: N, alpha: 1, beta: 0 },
+    absProducts(cpu, ag, aw, { M, N: K, K: N, ta: 0, tb: 0 }),
+    null,
+    "f32",
+    "f32",
+  );
+  const dw = gemmBounds(
+    { M: N, N: K, K: M, alpha: 1, beta: 1 },
+    absProducts(cpu, ag, ax, { M: N, N: K, K: M, ta: 1, tb: 0 }),
+    dw0,
+    "f32",
+    "f32",
+  );
+  const db = Float64Array.from({ length: N }, (_, j) => {
+    let s = 0;
+    for (let i = 0; i < M; i++) s += ag[i * N + j]!;
+    return sumBound(Math.max(M, 1), s, "f32");
+  });
+  return { dx: M * K ? dx : new Float64Array(0), dw, db };
 }
 
 /** The unit roundoff of f32, for the tests' planted errors. */

@@ -799,7 +799,7 @@ export function buildOpCases(
     for (const dtype of [DT.F32, DT.BF16, DT.F16]) add(gemmCase(g, dtype));
   }
 
-  for (const c of gemmExCases(rng, S.gemmEx)) add(c);
+  for (const c of gemmExCases(rng, S.gemmEx, cpu)) add(c);
 
   // ---- attention -------------------------------------------------------------------------------
   for (const c of attentionCases(rng, cpu, S.attention)) add(c);
