@@ -260,5 +260,15 @@ export function linearGradBounds(
   return { dx: M * K ? dx : new Float64Array(0), dw, db };
 }
 
+/**
+ * Per-element bounds of a product-sum op (a convolution, either gradient) from the same op run
+ * on the operands' absolute values (Σ|terms| of each result: the op is linear in each operand)
+ * and the most terms any result sums (`terms`), in f32 in any order: sumBound, with the absolute
+ * run's own rounding covered by a relative 1e-3.
+ */
+export function termBounds(absResult: Float32Array, terms: number): Float64Array {
+  return Float64Array.from(absResult, (a) => sumBound(Math.max(terms, 1), a * (1 + 1e-3), "f32"));
+}
+
 /** The unit roundoff of f32, for the tests' planted errors. */
 export const U32 = UNIT_ROUNDOFF.f32;

@@ -24,7 +24,8 @@ import { gamma, sumBound } from "../../scripts/gpu_check/tolerance.ts";
 const cpu = openLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS);
 
 /** The ops whose bounds op_bounds.ts derives. */
-const DERIVED = /^(axpy|reduce_bcast|sumsq|clip_grad_norm|softmax (fwd|bwd)|adamw|sgd|gemm_ex (g W|dW))/;
+const DERIVED =
+  /^(axpy|reduce_bcast|sumsq|clip_grad_norm|softmax (fwd|bwd)|adamw|sgd|gemm_ex (g W|dW)|conv2d_direct (fwd|bwd input))/;
 const cases = buildOpCases({ rng: new Rng(11), cpu, sizes: EMULATED_SIZES })
   .filter((c) => DERIVED.test(c.op) && c.bounds)
   .filter((c) => outputsOf(c).some(([, a]) => a.length > 0));
@@ -91,6 +92,7 @@ Deno.test("derived bounds: every case of reductions, rows and updates is among t
       "sgd",
       "sgd_many",
       "gemm_ex",
+      "conv2d_direct",
     ]
   ) {
     assert.ok(ops.has(op), `no derived case of ${op}: ${[...ops]}`);
