@@ -466,9 +466,10 @@ DT_EMU_API void dt_emu_san_register(void* (*shared_anchor)(void)) { g_shared_anc
  * the instrumented kernels, at code address pc. */
 DT_EMU_API void dt_emu_san_access(const void* p, size_t n, int kind, const void* pc) {
   const bool write = kind == 1;
+  const dt_emu::Sanitizers& san = dt_emu::sanitizers();
+  if (!san.race && !san.mem) return; /* the instrumented library loaded with both off */
   Runner* r = tl_runner;
   if (!r || !r->launch) return; /* host code of the kernel library, outside any kernel */
-  const dt_emu::Sanitizers& san = dt_emu::sanitizers();
   Fiber* f = &r->fibers[r->current];
   const uintptr_t a = (uintptr_t)p;
   const char* region = nullptr;
