@@ -96,6 +96,8 @@ export const CUDA_LIBRARY_NAME = "libdtrain_cuda.so";
  */
 export const CUDA_EMU_LIBRARIES = {
   kernels: "libdtrain_cuda_emu.so",
+  /** the kernels built for the sanitizers (DTRAIN_EMU_RACECHECK=1, DTRAIN_EMU_MEMCHECK=1; docs/GPU.md) */
+  kernelsSanitize: "libdtrain_cuda_emu_sanitize.so",
   cublasLt: "libdtrain_cublaslt_emu.so",
   nccl: "libdtrain_nccl_emu.so",
 } as const;

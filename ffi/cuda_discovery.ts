@@ -186,9 +186,21 @@ function emulatedNccl(): { path: string | null; why: string } {
   return findOwn(EMULATED_FILES.nccl);
 }
 
+/**
+ * The emulated device's kernel library: the sanitizer build when
+ * DTRAIN_EMU_RACECHECK=1 or DTRAIN_EMU_MEMCHECK=1 asks for racecheck or
+ * memcheck (docs/GPU.md), else the plain one.
+ */
+export function emulatedKernelsFile(
+  get: (n: string) => string | undefined = (n) => Deno.env.get(n),
+): string {
+  const sanitize = get("DTRAIN_EMU_RACECHECK") === "1" || get("DTRAIN_EMU_MEMCHECK") === "1";
+  return sanitize ? EMULATED_FILES.kernelsSanitize : EMULATED_FILES.kernels;
+}
+
 /** The emulated device: its libraries in dtrain's library folders, then its devices. */
 function probeEmulated(): CudaAvailability {
-  const kernels = findOwn(EMULATED_FILES.kernels);
+  const kernels = findOwn(emulatedKernelsFile());
   const cublasLt = findOwn(EMULATED_FILES.cublasLt);
   const libraries: CudaLibraries = {
     kernels: kernels.path,
@@ -198,7 +210,7 @@ function probeEmulated(): CudaAvailability {
     cudart: findOwn(EMULATED_FILES.cudart).path,
   };
   const absent = [
-    [EMULATED_FILES.kernels, kernels.path],
+    [emulatedKernelsFile(), kernels.path],
     [EMULATED_FILES.cublasLt, cublasLt.path],
   ].filter(([, p]) => p === null).map(([n]) => n);
   if (absent.length) {
@@ -206,7 +218,11 @@ function probeEmulated(): CudaAvailability {
     return {
       ok: false,
       reason: `the emulated CUDA device is not built: ${absent.join(", ")} not found in ${where} ` +
-        `(g++ builds it: \`deno task native\` in a dtrain checkout)`,
+        `(g++ builds it: \`deno task native\` in a dtrain checkout${
+          emulatedKernelsFile() === EMULATED_FILES.kernels
+            ? ""
+            : ", with `--for cuda-emu-sanitize` for the sanitizers"
+        })`,
       summary: `emulated CUDA device not built`,
       libraries,
     };

@@ -48,7 +48,12 @@ export interface LibrarySpec {
   toolchain?: () => string;
   /** arguments decided only when the library is built (nvcc's host compiler), put first */
   buildArgs?: () => string[];
+  /** built only when its part is asked for, never by a build of everything */
+  onDemand?: boolean;
 }
+
+/** The emulated device's kernels built for its sanitizers (DTRAIN_EMU_RACECHECK, DTRAIN_EMU_MEMCHECK). */
+export const SANITIZE_LIBRARY = "libdtrain_cuda_emu_sanitize.so";
 
 function listFiles(dir: string): string[] {
   const out: string[] = [];
@@ -166,6 +171,34 @@ const EMU_FLAGS = [
   "-Wl,-rpath,$ORIGIN",
   "-Wl,-z,nodelete",
   "-Wl,--no-undefined",
+];
+
+/**
+ * The sanitizer build of the emulated device's kernels: g++'s ThreadSanitizer
+ * instrumentation makes every load, store and atomic a call, answered by
+ * kernels/cuda_emu_sanitize/access_hooks.cpp (not by ThreadSanitizer's run
+ * time, which could not be loaded into a Deno that did not start with it),
+ * plus UndefinedBehaviorSanitizer, which stops at its first finding.
+ */
+export const EMU_SANITIZE_FLAGS = [
+  "-g",
+  "-DDT_EMU_SANITIZE",
+  "-fsanitize=thread,undefined",
+  "--param=tsan-instrument-func-entry-exit=0",
+  "-fno-sanitize-recover=undefined",
+];
+/**
+ * What the sanitizer build links: the default libraries spelled out, because
+ * g++ would add ThreadSanitizer's run time with them (-nodefaultlibs drops it).
+ */
+export const EMU_SANITIZE_LIBS = [
+  "-nodefaultlibs",
+  "-lubsan",
+  "-lstdc++",
+  "-lm",
+  "-lc",
+  "-lgcc_s",
+  "-lgcc",
 ];
 
 /** g++ builds the emulated device unless DTRAIN_CUDA_EMU=0. */
@@ -296,6 +329,38 @@ export const LIBRARIES: LibrarySpec[] = [
     available: haveEmuToolchain,
   },
   {
+    // The same kernels for the emulated device's sanitizers (DTRAIN_EMU_RACECHECK,
+    // DTRAIN_EMU_MEMCHECK; docs/GPU.md). Built only when asked for (part
+    // cuda-emu-sanitize): the plain build stays fast.
+    name: SANITIZE_LIBRARY,
+    dirs: ["kernels/common", "kernels/cuda", "kernels/cuda_emu", "kernels/cuda_emu_sanitize"],
+    compileDirs: ["kernels/cuda", "kernels/cuda_emu_sanitize"],
+    compileExt: [".cu", ".cpp"],
+    command: (out, hash, sources) => [
+      "g++",
+      ...EMU_FLAGS,
+      ...EMU_SANITIZE_FLAGS,
+      `-DDT_BUILD_HASH="${hash}"`,
+      "-Ikernels/cuda_emu/include",
+      "-Ikernels/cuda_emu",
+      "-Ikernels/common",
+      "-Wl,--version-script=kernels/cuda_emu/kernels_emu.map",
+      "-o",
+      out,
+      "-x",
+      "c++",
+      ...sources,
+      "-x",
+      "none",
+      `-L${BUILD_DIR}`,
+      "-ldtrain_cudart_emu",
+      "-ldl",
+      ...EMU_SANITIZE_LIBS,
+    ],
+    available: haveEmuToolchain,
+    onDemand: true,
+  },
+  {
     // cuBLASLt's calls for the emulated device; products run libdtrain_cpu.so's dt_gemm.
     name: "libdtrain_cublaslt_emu.so",
     dirs: ["kernels/cublaslt_emu", "kernels/cuda_emu"],
@@ -341,7 +406,7 @@ export const LIBRARIES: LibrarySpec[] = [
 ];
 
 /** The parts a job can need; "cpu" is always built. */
-export const PARTS = ["cpu", "cuda", "cuda-emu", "gloo"] as const;
+export const PARTS = ["cpu", "cuda", "cuda-emu", "cuda-emu-sanitize", "gloo"] as const;
 export type BuildPart = typeof PARTS[number];
 
 /** The libraries of each part, in build order (the emulated device links against the CPU ones). */
@@ -354,8 +419,17 @@ const PART_LIBRARIES: Record<BuildPart, string[]> = {
     "libdtrain_cublaslt_emu.so",
     "libdtrain_nccl_emu.so",
   ],
+  "cuda-emu-sanitize": [
+    "libdtrain_cudart_emu.so",
+    SANITIZE_LIBRARY,
+    "libdtrain_cublaslt_emu.so",
+    "libdtrain_nccl_emu.so",
+  ],
   gloo: ["libdtrain_gloo.so"],
 };
+
+/** Every library a build of everything makes (those built on demand only when asked for). */
+export const DEFAULT_LIBRARIES = (): LibrarySpec[] => LIBRARIES.filter((l) => !l.onDemand);
 
 /** The library specs that `parts` need (the CPU part always), in LIBRARIES order. */
 export function librariesFor(parts: readonly BuildPart[]): LibrarySpec[] {
@@ -410,7 +484,13 @@ export function partsForJob(
   const parts: BuildPart[] = ["cpu"];
   const gpu = device === "cuda" || (device === "auto" && hasGpu);
   if (gpu) parts.push("cuda");
-  if (device === "cuda-emu") parts.push("cuda-emu");
+  if (device === "cuda-emu") {
+    parts.push("cuda-emu");
+    // the emulated device's sanitizers load the instrumented kernels (docs/GPU.md)
+    if (env.get("DTRAIN_EMU_RACECHECK") === "1" || env.get("DTRAIN_EMU_MEMCHECK") === "1") {
+      parts.push("cuda-emu-sanitize");
+    }
+  }
   const cpuRanks = device === "cpu" || (device === "auto" && !hasGpu);
   const wantsGloo = (env.get("DTRAIN_CPU_BACKEND") ?? "").trim().toLowerCase() === "gloo";
   if (cpuRanks && (nnodes > 1 || wantsGloo)) parts.push("gloo");
@@ -491,7 +571,12 @@ export interface BuildOptions {
 export function buildNative(opts: BuildOptions = {}): string[] {
   Deno.mkdirSync(BUILD_DIR, { recursive: true });
   const built: string[] = [];
-  for (const step of outOfDate(opts.parts ? librariesFor(opts.parts) : LIBRARIES, !!opts.force)) {
+  for (
+    const step of outOfDate(
+      opts.parts ? librariesFor(opts.parts) : DEFAULT_LIBRARIES(),
+      !!opts.force,
+    )
+  ) {
     const { spec } = step;
     const [cmd, ...args] = spec.command(step.tmp, step.hash, step.sources);
     if (spec.buildArgs) args.unshift(...spec.buildArgs());
@@ -635,7 +720,12 @@ export async function buildNativeParallel(opts: BuildOptions = {}): Promise<stri
   const built: string[] = [];
   const jobs = buildJobs();
   const show = progress(!!opts.quiet);
-  for (const step of outOfDate(opts.parts ? librariesFor(opts.parts) : LIBRARIES, !!opts.force)) {
+  for (
+    const step of outOfDate(
+      opts.parts ? librariesFor(opts.parts) : DEFAULT_LIBRARIES(),
+      !!opts.force,
+    )
+  ) {
     const { spec } = step;
     const argv = spec.command(step.tmp, step.hash, step.sources);
     const objDir = join(BUILD_DIR, "obj", `${spec.name}-${step.hash}`);

@@ -79,7 +79,7 @@ function stageLibraries(libDir: string, quiet: boolean): Record<string, string> 
   buildNative({ quiet });
   Deno.mkdirSync(libDir, { recursive: true });
   const hashes: Record<string, string> = {};
-  for (const spec of LIBRARIES.filter((s) => s.available())) {
+  for (const spec of LIBRARIES.filter((s) => s.available() && !s.onDemand)) {
     const src = join(BUILD_DIR, spec.name);
     Deno.copyFileSync(src, join(libDir, spec.name));
     Deno.chmodSync(join(libDir, spec.name), 0o755);

@@ -25,6 +25,15 @@
 
 #define DT_CUDA_EMU 1
 #define DT_EMU_API extern "C" __attribute__((visibility("default")))
+/* Code of the emulator itself that the sanitizer build (DTRAIN_EMU_RACECHECK,
+ * DTRAIN_EMU_MEMCHECK: every load and store of a kernel is checked) must not
+ * see as a kernel's accesses: the emulator's own per-thread state is no
+ * shared memory. Does nothing in the plain build. */
+#ifdef DT_EMU_SANITIZE
+#define DT_EMU_UNCHECKED __attribute__((no_sanitize_thread, noinline))
+#else
+#define DT_EMU_UNCHECKED
+#endif
 
 /* ---- qualifiers --------------------------------------------------------------------- */
 

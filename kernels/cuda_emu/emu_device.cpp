@@ -8,7 +8,9 @@
  * it, a mask that leaves out its caller or names lanes that do not exist,
  * threads meeting different __syncthreads) fails the launch with a message
  * naming the block and thread, instead of hanging or passing by luck. */
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include <sys/mman.h>
 #include <string>
 #include "emu_internal.h"
+#include "emu_racecheck.h"
 
 #if !defined(__x86_64__)
 #error "the emulated CUDA device switches fibers with x86-64 code"
@@ -71,6 +74,14 @@ struct Runner {
   size_t dyn_cap = 0;
   bool failed = false;
   std::string error;
+  /* racecheck (DTRAIN_EMU_RACECHECK=1): this host thread's static shared
+   * memory (the kernel library's thread-local block), its shadow (static
+   * shared bytes first, then the dynamic ones) and the scheduling order's
+   * random state */
+  char* static_shared = nullptr;
+  size_t static_shared_bytes = 0;
+  dt_emu::RaceShadow race;
+  uint64_t rng = 0;
 };
 
 thread_local Runner* tl_runner = nullptr;
@@ -222,6 +233,7 @@ void check_warp_can_finish(Runner* r, Fiber* f, Warp* w, int warp) {
 }
 
 void release_warp(Runner* r, Warp* w, int warp) {
+  if (dt_emu::sanitizers().race) r->race.warp_synced(warp, w->mask);
   uint64_t gen = w->gen;
   w->gen++;
   w->arrived = 0;
@@ -233,6 +245,7 @@ void release_warp(Runner* r, Warp* w, int warp) {
 }
 
 void release_barrier(Runner* r) {
+  if (dt_emu::sanitizers().race) r->race.next_interval();
   r->bar_gen++;
   r->vote[r->bar_gen & 1] = 0;
   r->bar_arrived = 0;
@@ -360,7 +373,160 @@ DT_EMU_API unsigned dt_emu_activemask(void) {
 
 DT_EMU_API void* dt_emu_dynamic_shared(void) { return running("dynamic shared memory")->dyn; }
 
+/* ---- sanitizers: the instrumented kernel library reports its loads and stores ---------- */
+
+namespace {
+
+/* Set by the sanitizer build of the kernels: returns the address of one of its
+ * thread-local variables, so that this host thread's block of them (where
+ * __shared__ variables live) is allocated and can be found. */
+void* (*g_shared_anchor)(void) = nullptr;
+
+struct TlsSearch {
+  uintptr_t anchor;
+  char* base;
+  size_t bytes;
+};
+
+int find_tls_block(struct dl_phdr_info* info, size_t, void* data) {
+  TlsSearch* q = (TlsSearch*)data;
+  if (!info->dlpi_tls_data) return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_TLS) continue;
+    uintptr_t lo = (uintptr_t)info->dlpi_tls_data;
+    if (q->anchor >= lo && q->anchor < lo + ph.p_memsz) {
+      q->base = (char*)info->dlpi_tls_data;
+      q->bytes = ph.p_memsz;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* This host thread's static shared memory: the kernel library's thread-local block. */
+bool locate_static_shared(Runner* r, std::string* error) {
+  if (r->static_shared) return true;
+  TlsSearch q = {(uintptr_t)g_shared_anchor(), nullptr, 0};
+  dl_iterate_phdr(find_tls_block, &q);
+  if (!q.base) {
+    *error = "racecheck: cannot find the kernel library's thread-local block (its __shared__ variables)";
+    return false;
+  }
+  r->static_shared = q.base;
+  r->static_shared_bytes = q.bytes;
+  return true;
+}
+
+void unpack_linear(const Runner* r, uint32_t linear, unsigned* x, unsigned* y, unsigned* z) {
+  const dim3& b = r->launch->block;
+  *x = linear % b.x;
+  *y = linear / b.x % b.y;
+  *z = linear / (b.x * b.y);
+}
+
+/* "libdtrain_cuda_emu_sanitize.so+0x1234": where an access is, for addr2line. */
+std::string code_place(const void* pc) {
+  Dl_info info;
+  if (!pc || !dladdr(pc, &info) || !info.dli_fname) return "an unknown place";
+  char text[320];
+  snprintf(text, sizeof text, "%s+0x%zx", base_name(info.dli_fname), (size_t)((uintptr_t)pc - (uintptr_t)info.dli_fbase));
+  return text;
+}
+
+/* Prints a sanitizer's finding (with the kernel's name) and fails the launch. */
+__attribute__((noreturn)) void report_finding(Runner* r, Fiber* f, const std::string& text) {
+  fprintf(stderr, "dtrain emulated device: kernel %s (launched at %s:%d), block (%u,%u,%u) thread (%u,%u,%u): %s\n",
+          r->launch->kernel, base_name(r->launch->file), r->launch->line, f->where.block_idx.x, f->where.block_idx.y,
+          f->where.block_idx.z, f->where.thread_idx.x, f->where.thread_idx.y, f->where.thread_idx.z, text.c_str());
+  fail(r, f, "%s", text.c_str());
+}
+
+}  // namespace
+
 namespace dt_emu {
+const Sanitizers& sanitizers() {
+  static const Sanitizers s = [] {
+    Sanitizers v;
+    const char* race = getenv("DTRAIN_EMU_RACECHECK");
+    const char* mem = getenv("DTRAIN_EMU_MEMCHECK");
+    const char* seed = getenv("DTRAIN_EMU_RACECHECK_SEED");
+    v.race = race && strcmp(race, "1") == 0;
+    v.mem = mem && strcmp(mem, "1") == 0;
+    if (seed && *seed) v.seed = strtoull(seed, nullptr, 10);
+    return v;
+  }();
+  return s;
+}
+}  // namespace dt_emu
+
+DT_EMU_API void dt_emu_san_register(void* (*shared_anchor)(void)) { g_shared_anchor = shared_anchor; }
+
+/* One load (kind 0), store (1) or atomic (2: no race, checked for memcheck only) of
+ * the instrumented kernels, at code address pc. */
+DT_EMU_API void dt_emu_san_access(const void* p, size_t n, int kind, const void* pc) {
+  const bool write = kind == 1;
+  const dt_emu::Sanitizers& san = dt_emu::sanitizers();
+  if (!san.race && !san.mem) return; /* the instrumented library loaded with both off */
+  Runner* r = tl_runner;
+  if (!r || !r->launch) return; /* host code of the kernel library, outside any kernel */
+  Fiber* f = &r->fibers[r->current];
+  const uintptr_t a = (uintptr_t)p;
+  const char* region = nullptr;
+  size_t offset = 0, shadow_at = 0, region_bytes = 0;
+  if (a - (uintptr_t)r->static_shared < r->static_shared_bytes) {
+    region = "static shared memory (__shared__)";
+    offset = a - (uintptr_t)r->static_shared;
+    shadow_at = offset;
+    region_bytes = r->static_shared_bytes;
+  } else if (r->launch->smem && a - (uintptr_t)r->dyn < r->launch->smem + dt_emu::kRedZoneBytes) {
+    /* (under the sanitizers the buffer has a red zone's room past the launch's bytes) */
+    region = "dynamic shared memory";
+    offset = a - (uintptr_t)r->dyn;
+    shadow_at = r->static_shared_bytes + offset;
+    region_bytes = r->launch->smem;
+  }
+  const char* verb = kind == 2 ? "atomic" : write ? "write" : "read";
+  if (region) {
+    if (offset + n > region_bytes) {
+      char text[320];
+      snprintf(text, sizeof text, "memcheck: %s of %zu bytes at byte %zu of %s runs past its end (%zu bytes)", verb, n,
+               offset, region, region_bytes);
+      report_finding(r, f, text);
+    }
+    if (!san.race || kind == 2) return;
+    dt_emu::RaceHit hit;
+    if (r->race.access(shadow_at, n, write, f->linear, &hit)) return;
+    unsigned x, y, z;
+    unpack_linear(r, hit.other, &x, &y, &z);
+    char text[640];
+    snprintf(text, sizeof text,
+             "racecheck: %s of %zu bytes at byte %zu of %s (code at %s) races with a %s of byte %zu by thread "
+             "(%u,%u,%u) of the same block: no __syncthreads between them, and no warp operation (__syncwarp, a "
+             "shuffle, a vote) that both took part in",
+             verb, n, offset, region, code_place(pc).c_str(), hit.other_writes ? "write" : "read",
+             hit.offset - (shadow_at - offset), x, y, z);
+    report_finding(r, f, text);
+  }
+  if (!san.mem) return;
+  std::string why;
+  if (!dt_emu::memcheck_red_zone(p, n, &why)) return;
+  char text[640];
+  snprintf(text, sizeof text, "memcheck: %s of %zu bytes at %p (code at %s) is outside device memory: %s", verb, n, p,
+           code_place(pc).c_str(), why.c_str());
+  report_finding(r, f, text);
+}
+
+namespace dt_emu {
+
+static uint64_t gcd(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
 
 /* Runs one block; false when the emulator failed the launch. */
 static bool run_block(Runner* r, const Launch& l, uint3 block_idx) {
@@ -388,9 +554,21 @@ static bool run_block(Runner* r, const Launch& l, uint3 block_idx) {
     prepare_stack(f);
   }
   if (l.smem) memset(r->dyn, 0xff, l.smem); /* uninitialised shared memory reads as NaN */
+  const bool shuffle = sanitizers().race;
+  if (shuffle) r->race.next_interval();
   while (r->done < n) {
     bool ran = false;
-    for (int i = 0; i < n; i++) {
+    /* Under racecheck, each pass over the threads starts at a random one and
+     * strides by a random step prime to n (seeded): a result that depends on
+     * the order in which threads run between barriers changes with the seed. */
+    int start = 0, stride = 1;
+    if (shuffle) {
+      r->rng ^= r->rng << 13, r->rng ^= r->rng >> 7, r->rng ^= r->rng << 17;
+      start = (int)(r->rng % (uint64_t)n);
+      stride = 1 + (int)((r->rng >> 20) % (uint64_t)n);
+      while (gcd((uint64_t)stride, (uint64_t)n) != 1) stride++;
+    }
+    for (int k = 0, i = start; k < n; k++, i = (int)(((int64_t)i + stride) % n)) {
       Fiber* f = &r->fibers[i];
       if (f->state != kRunnable) continue;
       r->current = i;
@@ -423,15 +601,6 @@ static bool run_block(Runner* r, const Launch& l, uint3 block_idx) {
   return true;
 }
 
-static uint64_t gcd(uint64_t a, uint64_t b) {
-  while (b) {
-    uint64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 bool run_grid(const Launch& l, std::string* error) {
   if (!tl_runner) tl_runner = new Runner();
   Runner* r = tl_runner;
@@ -442,12 +611,26 @@ bool run_grid(const Launch& l, std::string* error) {
   }
   if (l.smem > r->dyn_cap) {
     free(r->dyn);
-    r->dyn = (char*)malloc(l.smem);
+    const Sanitizers& san = sanitizers();
+    /* under the sanitizers, room for an access past the end to land in and be reported */
+    r->dyn = (char*)malloc(l.smem + (san.race || san.mem ? kRedZoneBytes : 0));
     r->dyn_cap = r->dyn ? l.smem : 0;
     if (!r->dyn) {
       *error = "cannot allocate dynamic shared memory";
       return false;
     }
+  }
+  const Sanitizers& san = sanitizers();
+  if (san.race || san.mem) {
+    if (!g_shared_anchor) {
+      *error = std::string(san.race ? "DTRAIN_EMU_RACECHECK" : "DTRAIN_EMU_MEMCHECK") +
+               "=1, but the kernels were built without the sanitizer's instrumentation (they are in "
+               "libdtrain_cuda_emu_sanitize.so)";
+      return false;
+    }
+    if (!locate_static_shared(r, error)) return false;
+    r->race.reserve(r->static_shared_bytes + l.smem);
+    if (!r->rng) r->rng = san.seed * 0x9e3779b97f4a7c15ull | 1;
   }
   r->launch = &l;
   /* blocks in a fixed order that is not index order: a kernel whose result

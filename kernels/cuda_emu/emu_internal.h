@@ -33,4 +33,22 @@ struct Launch {
  * not every thread it names reaches, a mask that leaves out the caller, ...). */
 bool run_grid(const Launch& l, std::string* error);
 
+/* The sanitizers (docs/GPU.md), read once from the environment: racecheck
+ * (DTRAIN_EMU_RACECHECK=1; DTRAIN_EMU_RACECHECK_SEED picks the order in
+ * which a block's threads run between barriers) and memcheck
+ * (DTRAIN_EMU_MEMCHECK=1). Both need the kernels built with the sanitizer's
+ * instrumentation (libdtrain_cuda_emu_sanitize.so), which reports every load
+ * and store to dt_emu_san_access. */
+struct Sanitizers {
+  bool race = false, mem = false;
+  uint64_t seed = 1;
+};
+const Sanitizers& sanitizers();
+
+/* memcheck: each device allocation lies between red zones of this many bytes. */
+constexpr size_t kRedZoneBytes = 1024;
+/* memcheck: whether [p, p + n) reaches into a device allocation's red zone;
+ * *why then says which allocation and how far outside it. */
+bool memcheck_red_zone(const void* p, size_t n, std::string* why);
+
 }  // namespace dt_emu

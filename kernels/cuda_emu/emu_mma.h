@@ -37,7 +37,7 @@ struct Operands {
 };
 
 /* The operand slots of the calling thread's warp. */
-inline Operands* warp_slots_() {
+DT_EMU_UNCHECKED inline Operands* warp_slots_() {
   static thread_local Operands slots[32][32]; /* 1024 threads: 32 warps of 32 lanes */
   return slots[linear_thread_() / 32];
 }
@@ -77,9 +77,11 @@ struct CopyState {
   std::vector<std::vector<Copy>> groups;
 };
 
-inline CopyState& copy_state_() {
-  static thread_local std::vector<CopyState> states(1024);
-  return states[linear_thread_()];
+/* (on the heap, and kept for the host thread's life: its block of thread-locals holds the `__shared__`
+ * variables, which racecheck watches, and this is no memory of the kernel's) */
+DT_EMU_UNCHECKED inline CopyState& copy_state_() {
+  static thread_local std::vector<CopyState>* states = new std::vector<CopyState>(1024);
+  return (*states)[linear_thread_()];
 }
 
 }  // namespace dt_emu_mma

@@ -88,6 +88,7 @@ struct State {
   int sms = 2;
   std::vector<Device>* devices = nullptr;
   std::map<uintptr_t, Alloc> allocs;
+  std::atomic<uint64_t> freed_generation{0}; /* frees so far (memcheck's lookup cache) */
   std::set<CUstream_st*> streams; /* live: usable by API calls */
   std::set<CUstream_st*> running; /* with a host thread, including destroyed ones still draining */
   std::set<CUevent_st*> events;
@@ -358,12 +359,16 @@ cudaError_t allocate(void** out, size_t bytes, int d, AllocKind kind) {
       D.used += bytes;
     }
   }
-  void* p = nullptr;
-  if (posix_memalign(&p, kDeviceAlign, bytes) != 0) {
+  /* memcheck: the allocation between two red zones, so that a kernel's access
+   * just outside it lands in memory that is this allocation's and is reported */
+  const size_t pad = dt_emu::sanitizers().mem ? dt_emu::kRedZoneBytes : 0;
+  void* raw = nullptr;
+  if (posix_memalign(&raw, kDeviceAlign, bytes + 2 * pad) != 0) {
     std::lock_guard<std::mutex> lk(S().mu);
     if (kind != kPinnedMemory) dev(d).used -= bytes;
     return fail(cudaErrorMemoryAllocation, "out of memory (emulated: the host has no %zu bytes)", bytes);
   }
+  void* p = (char*)raw + pad;
   memset(p, 0xff, bytes); /* fresh memory reads as NaN, as a GPU's garbage would not reliably */
   std::lock_guard<std::mutex> lk(S().mu);
   S().allocs[(uintptr_t)p] = Alloc{bytes, kind == kPinnedMemory ? -1 : d, kind};
@@ -380,9 +385,58 @@ cudaError_t release(void* p, AllocKind kind, const char* api) {
                 kind == kPinnedMemory ? "cudaMallocHost" : kind == kPoolMemory ? "cudaMallocAsync" : "cudaMalloc");
   if (kind != kPinnedMemory) dev(it->second.device).used -= it->second.bytes;
   S().allocs.erase(it);
-  free(p);
+  S().freed_generation.fetch_add(1);
+  free((char*)p - (dt_emu::sanitizers().mem ? dt_emu::kRedZoneBytes : 0));
   return cudaSuccess;
 }
+
+/* The last allocation a kernel's access hit on this host thread, valid while
+ * nothing was freed since (memcheck looks up every access of a kernel). */
+struct HitCache {
+  uintptr_t lo = 0, hi = 0;
+  uint64_t generation = ~0ull;
+};
+thread_local HitCache tl_hit;
+
+}  // namespace
+
+bool dt_emu::memcheck_red_zone(const void* p, size_t n, std::string* why) {
+  const uintptr_t q = (uintptr_t)p, end = q + (n ? n : 1);
+  const uint64_t generation = S().freed_generation.load();
+  if (tl_hit.generation == generation && q >= tl_hit.lo && end <= tl_hit.hi) return false;
+  std::lock_guard<std::mutex> lk(S().mu);
+  auto& m = S().allocs;
+  auto next = m.upper_bound(q);
+  if (next != m.begin()) {
+    auto it = std::prev(next);
+    const uintptr_t lo = it->first, hi = lo + it->second.bytes;
+    if (q >= lo && end <= hi) {
+      tl_hit = {lo, hi, generation};
+      return false;
+    }
+    if (q < hi + kRedZoneBytes) {
+      char text[200];
+      if (q >= lo && q < hi)
+        snprintf(text, sizeof text, "it starts at byte %zu of a %zu-byte allocation and runs %zu bytes past its end",
+                 (size_t)(q - lo), it->second.bytes, (size_t)(end - hi));
+      else
+        snprintf(text, sizeof text, "%zu bytes past the end of a %zu-byte allocation", (size_t)(q - hi),
+                 it->second.bytes);
+      *why = text;
+      return true;
+    }
+  }
+  if (next != m.end() && end > next->first - kRedZoneBytes) {
+    char text[200];
+    snprintf(text, sizeof text, "%zu bytes before the start of a %zu-byte allocation",
+             (size_t)(next->first - q), next->second.bytes);
+    *why = text;
+    return true;
+  }
+  return false;
+}
+
+namespace {
 
 const char* kind_name(cudaMemcpyKind k) {
   switch (k) {

@@ -37,9 +37,10 @@ export interface Case {
   /**
    * Per-element bounds on |GPU - CPU| of some outputs, derived from the dtypes' unit roundoff and
    * the reduction sizes (tolerance.ts); for those outputs the error shown is the worst ratio of a
-   * difference to its bound, and it passes up to 1. Called once, after the CPU ran.
+   * difference to its bound, and it passes up to 1. Called once, after the CPU ran, with the CPU's
+   * results (`reference(name)`: an output's or in-out buffer's contents after the CPU's call).
    */
-  bounds?: () => Record<string, Float64Array>;
+  bounds?: (reference: (name: string) => Arr) => Record<string, Float64Array>;
   /** read-only inputs */
   inputs?: Record<string, Arr>;
   /** written outputs (their contents are ignored: both sides start poisoned) */
@@ -232,7 +233,9 @@ export function runCase(
         );
       }
       let { err, at } = compare(out, host.get(n)!, v.kind, v.poison);
-      const bound = Number.isFinite(err) ? (bounds ??= c.bounds?.() ?? {})[n] : undefined;
+      const bound = Number.isFinite(err)
+        ? (bounds ??= c.bounds?.((name) => host.get(name)!) ?? {})[n]
+        : undefined;
       const tol = bound ? 1 : c.tol;
       if (bound) {
         ({ worst: err, at } = withinBounds(

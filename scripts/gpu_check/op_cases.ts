@@ -1,9 +1,11 @@
 /**
  * The cases of the op sweep: every op of the kernel ABI (ffi/symbols.ts),
  * forward and backward, with fresh random inputs of several sizes, odd and
- * empty ones included, and the tolerance of each (normwise relative error:
- * f32 1e-5, GEMM 1e-4 with TF32 off, bf16 1e-2, f16 2e-3, and 0 for ops that
- * only move or select data). Two size sets: "gpu" for the device check on a
+ * empty ones included, and the tolerance of each: per-element bounds derived
+ * from the arithmetic for GEMMs (tolerance.ts) and for reductions, rows and
+ * updates (op_bounds.ts), 0 for ops that only move or select data or round
+ * once, and a normwise relative error for the rest (f32 1e-5, bf16 1e-2,
+ * f16 2e-3). Two size sets: "gpu" for the device check on a
  * real GPU, "emulated" for the emulated device in CI, which is small but
  * still reaches more rows than its grid and more elements than one pass.
  */
@@ -11,6 +13,17 @@ import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
 import { type Arr, asNumbers, type Case, Rng, toBf16, toF16 } from "./_harness.ts";
 import { gamma, gemmBounds } from "./tolerance.ts";
+import {
+  adamwBounds,
+  axpyBounds,
+  clipBounds,
+  reduceBcastBounds,
+  relativeTo,
+  sgdBounds,
+  softmaxBwdBounds,
+  softmaxFwdRelative,
+  sumsqBounds,
+} from "./op_bounds.ts";
 import {
   attentionCases,
   type AttentionShape,
@@ -263,7 +276,8 @@ export function buildOpCases(
       symbols: ["dt_axpy"],
       dtype: "f32",
       size: `${n}`,
-      tol: TOL.contracted,
+      tol: TOL.exact,
+      bounds: () => ({ y: axpyBounds(a, b, 0.3) }),
       inputs: { x: a },
       inout: { y: [b, "f32"] },
       call: (k, p, s) => k.dt_axpy(p("y"), p("x"), n64(n), 0.3, s),
@@ -423,20 +437,23 @@ export function buildOpCases(
       symbols: ["dt_reduce_bcast"],
       dtype: "f32",
       size: `${n}/${bn}x${inner}`,
-      tol: TOL.f32,
+      tol: TOL.exact,
+      bounds: () => ({ out: reduceBcastBounds(a, bn, inner) }),
       inputs: { a },
       outputs: { out: [f32(bn), "f32"] },
       call: (k, p, s) => k.dt_reduce_bcast(p("out"), p("a"), n64(n), n64(bn), n64(inner), s),
     });
   }
   for (const n of S.sumsq) {
+    const x = rng.normals(n);
     add({
       op: "sumsq",
       symbols: ["dt_sumsq"],
       dtype: "f64",
       size: `${n}`,
-      tol: 1e-12,
-      inputs: { x: rng.normals(n) },
+      tol: TOL.exact,
+      bounds: () => ({ out: sumsqBounds([x]) }),
+      inputs: { x },
       outputs: { out: [new Float64Array(1), "f64"] },
       call: (k, p, s) => k.dt_sumsq(p("out"), p("x"), n64(n), s),
     });
@@ -458,7 +475,8 @@ export function buildOpCases(
       symbols: ["dt_sumsq_many"],
       dtype: "f64",
       size: `${sizes.length} tensors, ${total}`,
-      tol: 1e-12,
+      tol: TOL.exact,
+      bounds: () => ({ out: sumsqBounds(names.map((g) => grads[g]!)) }),
       inputs: grads,
       outputs: { out: [new Float64Array(sizes.length), "f64"] },
       call: (k, p, s) => k.dt_sumsq_many(p("out"), ...table(p), n64(sizes.length), s),
@@ -469,7 +487,17 @@ export function buildOpCases(
         symbols: ["dt_clip_grad_norm"],
         dtype: "f32",
         size: `${sizes.length} tensors, ${total}`,
-        tol: TOL.f32,
+        tol: TOL.exact,
+        bounds: (ref) => {
+          const rel = clipBounds(names.map((g) => grads[g]!));
+          return {
+            total: relativeTo(ref("total") as Float32Array, rel.total),
+            sumsq: sumsqBounds(names.map((g) => grads[g]!)),
+            ...Object.fromEntries(
+              names.map((g) => [g, relativeTo(ref(g) as Float32Array, rel.grad)]),
+            ),
+          };
+        },
         inout: Object.fromEntries(names.map((g) => [g, [grads[g]!, "f32"]])) as Record<
           string,
           [Arr, "f32"]
@@ -541,7 +569,10 @@ export function buildOpCases(
       symbols: ["dt_softmax_fwd"],
       dtype: "f32",
       size: `${rows}x${cols}`,
-      tol: TOL.f32,
+      tol: TOL.exact,
+      bounds: (ref) => ({
+        y: relativeTo(ref("y") as Float32Array, softmaxFwdRelative(x, cols, 0.125)),
+      }),
       inputs: { x },
       outputs: { y: [f32(rows * cols), "f32"] },
       call: (k, p, s) =>
@@ -552,7 +583,8 @@ export function buildOpCases(
       symbols: ["dt_softmax_bwd"],
       dtype: "f32",
       size: `${rows}x${cols}`,
-      tol: TOL.f32,
+      tol: TOL.exact,
+      bounds: () => ({ dx: softmaxBwdBounds(dy, probs, rows, cols, 0.125) }),
       inputs: { dy, y: probs },
       outputs: { dx: [f32(rows * cols), "f32"] },
       call: (k, p, s) => k.dt_softmax_bwd(p("dx"), p("dy"), p("y"), n64(rows), n64(cols), 0.125, s),
@@ -569,12 +601,16 @@ export function buildOpCases(
         out.set(v, off);
         return out;
       };
+      const dyPad = pad(dy), yPad = pad(probs);
       add({
         op: `softmax fwd${causal ? " causal" : ""} (offset ${off})`,
         symbols: ["dt_softmax_fwd"],
         dtype: "f32",
         size: `${rows}x${cols}`,
-        tol: TOL.f32,
+        tol: TOL.exact,
+        bounds: (ref) => ({
+          y: relativeTo(ref("y") as Float32Array, softmaxFwdRelative(x, cols, 0.125)),
+        }),
         inputs: { x: pad(x) },
         inout: { y: [init, "f32"] },
         call: (k, p, s) =>
@@ -585,8 +621,9 @@ export function buildOpCases(
         symbols: ["dt_softmax_bwd"],
         dtype: "f32",
         size: `${rows}x${cols}`,
-        tol: TOL.f32,
-        inputs: { dy: pad(dy), y: pad(probs) },
+        tol: TOL.exact,
+        bounds: () => ({ dx: softmaxBwdBounds(dyPad, yPad, rows, cols, 0.125, off) }),
+        inputs: { dy: dyPad, y: yPad },
         inout: { dx: [init, "f32"] },
         call: (k, p, s) =>
           k.dt_softmax_bwd(at(p("dx")), at(p("dy")), at(p("y")), n64(rows), n64(cols), 0.125, s),
@@ -762,7 +799,7 @@ export function buildOpCases(
     for (const dtype of [DT.F32, DT.BF16, DT.F16]) add(gemmCase(g, dtype));
   }
 
-  for (const c of gemmExCases(rng, S.gemmEx)) add(c);
+  for (const c of gemmExCases(rng, S.gemmEx, cpu)) add(c);
 
   // ---- attention -------------------------------------------------------------------------------
   for (const c of attentionCases(rng, cpu, S.attention)) add(c);
@@ -770,18 +807,18 @@ export function buildOpCases(
   // ---- optimizers ------------------------------------------------------------------------------
   for (const n of S.optim) {
     for (const step of [1, 10]) {
+      const g = rng.normals(n), p0 = rng.normals(n), m0 = rng.normals(n, 0.1);
+      const v0 = Float32Array.from(rng.normals(n, 0.1), Math.abs);
+      const hyper = { lr: 6e-4, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, step };
       add({
         op: `adamw step ${step}`,
         symbols: ["dt_adamw"],
         dtype: "f32",
         size: `${n}`,
-        tol: TOL.f32,
-        inputs: { g: rng.normals(n) },
-        inout: {
-          p: [rng.normals(n), "f32"],
-          m: [rng.normals(n, 0.1), "f32"],
-          v: [Float32Array.from(rng.normals(n, 0.1), Math.abs), "f32"],
-        },
+        tol: TOL.exact,
+        bounds: (ref) => adamwBounds({ p: p0, g, m: m0, v: v0 }, ref("v") as Float32Array, hyper),
+        inputs: { g },
+        inout: { p: [p0, "f32"], m: [m0, "f32"], v: [v0, "f32"] },
         call: (k, p, s) =>
           k.dt_adamw(
             p("p"),
@@ -800,14 +837,22 @@ export function buildOpCases(
       });
     }
     for (const [momentum, nesterov, first] of [[0, 0, 1], [0.9, 0, 1], [0.9, 1, 0]]) {
+      const g = rng.normals(n), p0 = rng.normals(n), buf0 = rng.normals(n);
+      const hyper = { lr: 0.01, momentum, dampening: 0, weightDecay: 1e-4 };
       add({
         op: `sgd m=${momentum} nesterov=${nesterov} first=${first}`,
         symbols: ["dt_sgd"],
         dtype: "f32",
         size: `${n}`,
-        tol: TOL.f32,
-        inputs: { g: rng.normals(n) },
-        inout: { p: [rng.normals(n), "f32"], buf: [rng.normals(n), "f32"] },
+        tol: TOL.exact,
+        bounds: (ref) => {
+          const b = sgdBounds({ p: p0, g, buf: buf0 }, ref("buf") as Float32Array, hyper);
+          const out: Record<string, Float64Array> = { p: b.p };
+          if (b.buf) out.buf = b.buf;
+          return out;
+        },
+        inputs: { g },
+        inout: { p: [p0, "f32"], buf: [buf0, "f32"] },
         call: (k, p, s) =>
           k.dt_sgd(p("p"), p("g"), p("buf"), n64(n), 0.01, momentum, 0, 1e-4, nesterov, first, s),
       });
@@ -835,18 +880,43 @@ export function buildOpCases(
     const hyper = Float64Array.from(
       sizes.flatMap((_, t) => [[6e-4, 0.9, 0.95, 1e-8, 0.1], [1e-3, 0.8, 0.999, 1e-6, 0]][t % 2]!),
     );
+    const adamGrads = named("g", (n) => rng.normals(n));
+    const adamState = {
+      ...inout("p", (n) => rng.normals(n)),
+      ...inout("m", (n) => rng.normals(n, 0.1)),
+      ...inout("v", (n) => Float32Array.from(rng.normals(n, 0.1), Math.abs)),
+    };
     add({
       op: "adamw_many",
       symbols: ["dt_adamw_many"],
       dtype: "f32",
       size: `${num} tensors, ${total}`,
-      tol: TOL.contracted,
-      inputs: named("g", (n) => rng.normals(n)),
-      inout: {
-        ...inout("p", (n) => rng.normals(n)),
-        ...inout("m", (n) => rng.normals(n, 0.1)),
-        ...inout("v", (n) => Float32Array.from(rng.normals(n, 0.1), Math.abs)),
-      },
+      tol: TOL.exact,
+      // each tensor its own AdamW step (op_bounds.ts), with its own hyperparameters and step
+      bounds: (ref) =>
+        Object.fromEntries(sizes.flatMap((_, t) => {
+          const [lr, beta1, beta2, eps, weightDecay] = hyper.slice(5 * t, 5 * t + 5);
+          const b = adamwBounds(
+            {
+              p: adamState[`p${t}`]![0] as Float32Array,
+              g: adamGrads[`g${t}`]!,
+              m: adamState[`m${t}`]![0] as Float32Array,
+              v: adamState[`v${t}`]![0] as Float32Array,
+            },
+            ref(`v${t}`) as Float32Array,
+            {
+              lr: lr!,
+              beta1: beta1!,
+              beta2: beta2!,
+              eps: eps!,
+              weightDecay: weightDecay!,
+              step: Number(steps[t]),
+            },
+          );
+          return [[`p${t}`, b.p], [`m${t}`, b.m], [`v${t}`, b.v]];
+        })),
+      inputs: adamGrads,
+      inout: adamState,
       call: (k, p, s) =>
         k.dt_adamw_many(
           table(p, "p"),
@@ -882,21 +952,35 @@ export function buildOpCases(
       sizes.flatMap((_, t) => [modes[t % 4]![4]!, t % 3 === 0 ? 1 : 0]),
     );
     const hasBuf = (t: number) => modes[t % 4]![1] !== 0;
+    const sgdGrads = named("g", (n) => rng.normals(n));
+    const sgdState: Record<string, [Arr, "f32"]> = {
+      ...inout("p", (n) => rng.normals(n)),
+      ...Object.fromEntries(
+        sizes.flatMap((n, t) =>
+          hasBuf(t) ? [[`b${t}`, [rng.normals(n), "f32"] as [Arr, "f32"]]] : []
+        ),
+      ),
+    };
     add({
       op: "sgd_many",
       symbols: ["dt_sgd_many"],
       dtype: "f32",
       size: `${num} tensors, ${total}`,
-      tol: TOL.contracted,
-      inputs: named("g", (n) => rng.normals(n)),
-      inout: {
-        ...inout("p", (n) => rng.normals(n)),
-        ...Object.fromEntries(
-          sizes.flatMap((n, t) =>
-            hasBuf(t) ? [[`b${t}`, [rng.normals(n), "f32"] as [Arr, "f32"]]] : []
-          ),
-        ),
-      },
+      tol: TOL.exact,
+      // each tensor its own SGD step (op_bounds.ts), with its own mode
+      bounds: (ref) =>
+        Object.fromEntries(sizes.flatMap((_, t) => {
+          const [lr, momentum, dampening, weightDecay] = modes[t % 4]!;
+          const buf = hasBuf(t) ? sgdState[`b${t}`]![0] as Float32Array : null;
+          const b = sgdBounds(
+            { p: sgdState[`p${t}`]![0] as Float32Array, g: sgdGrads[`g${t}`]!, buf },
+            buf ? ref(`b${t}`) as Float32Array : null,
+            { lr: lr!, momentum: momentum!, dampening: dampening!, weightDecay: weightDecay! },
+          );
+          return b.buf ? [[`p${t}`, b.p], [`b${t}`, b.buf]] : [[`p${t}`, b.p]];
+        })),
+      inputs: sgdGrads,
+      inout: sgdState,
       call: (k, p, s) =>
         k.dt_sgd_many(
           table(p, "p"),

@@ -13,6 +13,7 @@ import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
 import { type Arr, type Case, type Kernels, type Rng, toBf16 } from "./_harness.ts";
 import { gamma } from "./tolerance.ts";
+import { termBounds } from "./op_bounds.ts";
 
 /** A convolution's shape: N, C, H, W, Cout, groups, kernel, stride, padding, dilation. */
 export interface ConvShape {
@@ -515,13 +516,35 @@ export function buildCnnOpCases(
     const w = rng.normals(g.Cout * taps, 0.3), bias = rng.normals(g.Cout);
     const dy = rng.normals(g.N * g.Cout * OH * OW);
     const [Cout, groups] = [n64(g.Cout), n64(g.groups)];
+    // bounds (op_bounds.ts termBounds): the same convolution of |x|, |w| (and |dy|) on the CPU
+    // gives each result's Σ|terms|; a forward sums `taps` products (and the bias), an input
+    // gradient at most Cout/groups·K0·K1
+    const abs = (v: Float32Array) => Float32Array.from(v, Math.abs);
     for (const withBias of [true, false]) {
       add({
         op: `conv2d_direct fwd${withBias ? "" : " (no bias)"}`,
         symbols: ["dt_conv2d_direct_fwd"],
         dtype: "f32",
         size,
-        tol: contracted,
+        tol: exact,
+        bounds: () => {
+          const y = f32(dy.length);
+          onCpu(
+            "conv |x| |w|",
+            (k) =>
+              k.dt_conv2d_direct_fwd(
+                P(y),
+                P(abs(x)),
+                P(abs(w)),
+                withBias ? P(abs(bias)) : null,
+                geom,
+                Cout,
+                groups,
+                null,
+              ),
+          );
+          return { y: termBounds(y, taps + (withBias ? 1 : 0)) };
+        },
         inputs: withBias ? { x, w, bias } : { x, w },
         outputs: { y: [f32(dy.length), "f32"] },
         call: (k, p, s) =>
@@ -532,6 +555,9 @@ export function buildCnnOpCases(
         symbols: ["dt_conv2d_direct_bwd_weight"],
         dtype: "f32",
         size,
+        // N·OH·OW terms per result (thousands), summed per image run and folded in image order on
+        // both sides: a worst-case γ_n bound of that length is wider than a missing image, so it
+        // keeps the normwise bound of FMA contraction along the same order
         tol: contracted,
         inputs: { dy, x },
         outputs: withBias ? { dw: [f32(w.length), "f32"], db: [f32(g.Cout), "f32"] } : {
@@ -546,7 +572,16 @@ export function buildCnnOpCases(
       symbols: ["dt_conv2d_direct_bwd_input"],
       dtype: "f32",
       size,
-      tol: contracted,
+      tol: exact,
+      bounds: () => {
+        const dx = f32(x.length);
+        onCpu(
+          "conv input gradient |dy| |w|",
+          (k) =>
+            k.dt_conv2d_direct_bwd_input(P(dx), P(abs(dy)), P(abs(w)), geom, Cout, groups, null),
+        );
+        return { dx: termBounds(dx, (g.Cout / g.groups) * g.K[0] * g.K[1]) };
+      },
       inputs: { dy, w },
       outputs: { dx: [f32(x.length), "f32"] },
       call: (k, p, s) =>

@@ -8,7 +8,8 @@
  */
 import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
-import { type Arr, type Case, type Kind, type Rng, toBf16, toF16 } from "./_harness.ts";
+import { type Arr, asNumbers, type Case, type Kind, type Rng, toBf16, toF16 } from "./_harness.ts";
+import { linearGradBounds } from "./op_bounds.ts";
 
 /** [M, N, K] of one linear layer: M rows, N outputs, K inputs. */
 export type LinearShape = [number, number, number];
@@ -21,8 +22,16 @@ export const EMULATED_GEMM_EX: LinearShape[] = [[33, 40, 24], [17, 37, 9], [0, 5
 const EPI = { none: 0, bias: 1, gelu: 2, bgrad: 3 } as const;
 const DT = { f32: 0, bf16: 1, f16: 2 } as const;
 
-/** Forward, input-gradient and weight-gradient products of each shape, in each dtype. */
-export function gemmExCases(rng: Rng, shapes: LinearShape[]): Case[] {
+/**
+ * Forward, input-gradient and weight-gradient products of each shape, in each dtype. With `cpu`
+ * (the op sweep's), the gradients' f32 results get per-element bounds derived from their sums
+ * (op_bounds.ts); without, a normwise 1e-4.
+ */
+export function gemmExCases(
+  rng: Rng,
+  shapes: LinearShape[],
+  cpu?: NativeLibrary<KernelSymbols>,
+): Case[] {
   const cases: Case[] = [];
   const n64 = BigInt;
   for (const [M, N, K] of shapes) {
@@ -74,6 +83,9 @@ export function gemmExCases(rng: Rng, shapes: LinearShape[]): Case[] {
         });
       }
       if (ab === "f32") continue; // below: f32 C of low-precision operands
+      const dw0 = rng.normals(N * K);
+      const f32Of = (v: Arr) => Float32Array.from(asNumbers(v, ab));
+      const grads = () => linearGradBounds(cpu!, f32Of(g), f32Of(w), f32Of(x), dw0, [M, N, K]);
       // input gradient g W in f32, and the weight gradient accumulated into f32 with the bias gradient
       cases.push({
         op: "gemm_ex g W, C f32",
@@ -81,6 +93,7 @@ export function gemmExCases(rng: Rng, shapes: LinearShape[]): Case[] {
         dtype: `${ab}->f32`,
         size,
         tol: 1e-4,
+        ...(cpu ? { bounds: () => ({ dx: grads().dx }) } : {}),
         inputs: { g, w },
         outputs: { dx: [new Float32Array(M * K), "f32"] },
         call: (k, p, s) =>
@@ -113,8 +126,9 @@ export function gemmExCases(rng: Rng, shapes: LinearShape[]): Case[] {
         dtype: `${ab}->f32`,
         size,
         tol: 1e-4,
+        ...(cpu ? { bounds: () => ({ dw: grads().dw, db: grads().db }) } : {}),
         inputs: { g, x },
-        inout: { dw: [rng.normals(N * K), "f32"] },
+        inout: { dw: [dw0, "f32"] },
         outputs: { db: [new Float32Array(N), "f32"] },
         call: (k, p, s) =>
           k.dt_gemm_ex(

@@ -90,6 +90,40 @@ export function elementwiseBound(roundings: number, magnitude: number, f: FloatF
 }
 
 /**
+ * Per-element bounds of an update X ← c·X + step with |c| <= 1 (axpy, an
+ * optimizer's moments and parameters), whose step takes `roundings`
+ * roundings in `f`: each side is within γ_R of the exact value relative to
+ * |X| + |step|, so two correct ones differ by at most 2γ_R·(|X| + |step|).
+ * |step| is read from the reference's change, |after − before| (exact in a
+ * double; its own rounding is far inside the slack).
+ */
+export function updateBounds(
+  before: ArrayLike<number>,
+  after: ArrayLike<number>,
+  roundings: number,
+  f: FloatFormat,
+): Float64Array {
+  const g = 2 * gamma(roundings, f);
+  return Float64Array.from(
+    { length: after.length },
+    (_, i) => g * (Math.abs(before[i]!) + Math.abs(after[i]! - before[i]!)) + 2 * MIN_NORMAL[f],
+  );
+}
+
+/**
+ * Per-element bounds of results whose error is relative to themselves
+ * (products and quotients of sums of terms of one sign: a softmax, a norm, a
+ * scaling), `rel` apart at most: |want_i|·rel, plus the format's smallest
+ * normal for results near zero.
+ */
+export function relativeBounds(want: ArrayLike<number>, rel: number, f: FloatFormat): Float64Array {
+  return Float64Array.from(
+    { length: want.length },
+    (_, i) => Math.abs(want[i]!) * rel + 2 * MIN_NORMAL[f],
+  );
+}
+
+/**
  * Per-element bounds of a GEMM C = alpha·op(A)·op(B) + beta·C0 (row-major
  * M x N, as dt_gemm): `absProducts[i·N + j]` is Σ_k |a_ik·b_kj| of the
  * operands' values as stored (itself a product of |A| and |B|, which a CPU

@@ -5,16 +5,35 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { BUILD_DIR, buildNative } from "../../scripts/build_native.ts";
+import {
+  BUILD_DIR,
+  buildNative,
+  EMU_SANITIZE_FLAGS,
+  EMU_SANITIZE_LIBS,
+} from "../../scripts/build_native.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const built = new Map<string, string>();
 
-/** The executable of `tests/cuda/<source>`, compiled by g++ with the emulator's headers. */
-export function emuProbe(source: string): string {
-  const done = built.get(source);
+/** What the sanitizer build of the kernels compiles with, and the hooks that report each access. */
+function sanitizeArgs(): string[] {
+  return [
+    ...EMU_SANITIZE_FLAGS,
+    `-I${ROOT}kernels/cuda_emu`,
+    `${ROOT}kernels/cuda_emu_sanitize/access_hooks.cpp`,
+  ];
+}
+
+/**
+ * The executable of `tests/cuda/<source>`, compiled by g++ with the emulator's
+ * headers; `sanitize`: with the sanitizer build's instrumentation, so that
+ * DTRAIN_EMU_RACECHECK / DTRAIN_EMU_MEMCHECK see its kernels' accesses.
+ */
+export function emuProbe(source: string, opts: { sanitize?: boolean } = {}): string {
+  const key = `${source}${opts.sanitize ? " sanitize" : ""}`;
+  const done = built.get(key);
   if (done) return done;
-  buildNative({ quiet: true });
+  buildNative({ quiet: true, parts: ["cuda-emu"] });
   const dir = Deno.makeTempDirSync({ prefix: "dtrain-emu-probe-" });
   addEventListener("unload", () => Deno.removeSync(dir, { recursive: true }));
   const out = join(dir, "probe");
@@ -26,6 +45,7 @@ export function emuProbe(source: string): string {
       `-I${ROOT}kernels/cuda_emu/include`,
       `-I${ROOT}kernels/common`,
       `-I${ROOT}kernels/cuda`,
+      ...(opts.sanitize ? sanitizeArgs() : []),
       "-x",
       "c++",
       `${ROOT}tests/cuda/${source}`,
@@ -34,6 +54,7 @@ export function emuProbe(source: string): string {
       `-L${BUILD_DIR}`,
       "-ldtrain_cudart_emu",
       `-Wl,-rpath,${BUILD_DIR}`,
+      ...(opts.sanitize ? EMU_SANITIZE_LIBS : []),
       "-o",
       out,
     ],
@@ -41,6 +62,6 @@ export function emuProbe(source: string): string {
     stderr: "piped",
   }).outputSync();
   if (!r.success) assert.fail(`g++ ${source} failed:\n${new TextDecoder().decode(r.stderr)}`);
-  built.set(source, out);
+  built.set(key, out);
   return out;
 }

@@ -8,11 +8,13 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import {
+  DEFAULT_LIBRARIES,
   hasCommand,
   LIBRARIES,
   librariesFor,
   parseParts,
   partsForJob,
+  SANITIZE_LIBRARY,
   splitCommand,
 } from "../../scripts/build_native.ts";
 
@@ -40,6 +42,18 @@ Deno.test("the CUDA library is planned with a GPU present (device auto) or when 
   ]);
   assert.ok(names(["cuda"]).includes("libdtrain_cuda.so"));
   assert.ok(!names(["cuda"]).some((n) => n.includes("_emu")));
+});
+
+Deno.test("the sanitizers' kernel build is planned only when racecheck or memcheck asks, never by a build of everything", () => {
+  for (const v of ["DTRAIN_EMU_RACECHECK", "DTRAIN_EMU_MEMCHECK"]) {
+    const parts = partsForJob(["--device", "cuda-emu", "t.ts"], env({ [v]: "1" }), false);
+    assert.deepEqual(parts, ["cpu", "cuda-emu", "cuda-emu-sanitize"]);
+    assert.ok(names(parts).includes(SANITIZE_LIBRARY));
+    // a CPU run ignores them
+    assert.deepEqual(partsForJob(["t.ts"], env({ [v]: "1" }), false), ["cpu"]);
+  }
+  assert.ok(!DEFAULT_LIBRARIES().some((l) => l.name === SANITIZE_LIBRARY));
+  assert.ok(DEFAULT_LIBRARIES().some((l) => l.name === "libdtrain_cuda_emu.so"));
 });
 
 Deno.test("the emulated GPU is planned for --device cuda-emu, Gloo for CPU ranks across machines", () => {
@@ -77,10 +91,13 @@ Deno.test("the script's own arguments after its name do not choose what is built
 
 Deno.test("every library belongs to a part, and a bad part name is an error naming the parts", () => {
   assert.deepEqual(
-    names(["cpu", "cuda", "cuda-emu", "gloo"]).sort(),
+    [...new Set(names(["cpu", "cuda", "cuda-emu", "cuda-emu-sanitize", "gloo"]))].sort(),
     LIBRARIES.map((l) => l.name).sort(),
   );
-  assert.throws(() => parseParts("cpu,gpu"), /--for gpu is not one of cpu, cuda, cuda-emu, gloo/);
+  assert.throws(
+    () => parseParts("cpu,gpu"),
+    /--for gpu is not one of cpu, cuda, cuda-emu, cuda-emu-sanitize, gloo/,
+  );
   assert.deepEqual(parseParts("cpu, gloo"), ["cpu", "gloo"]);
 });
 

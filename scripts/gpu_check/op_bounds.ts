@@ -1,0 +1,274 @@
+/**
+ * Per-element bounds of the op sweep's reductions, rows and updates, derived
+ * from their arithmetic (the rounding steps of each kernels/common body,
+ * counted below, and the length of each reduction) with tolerance.ts's γ_k:
+ * how far a GPU build that contracts a*b + c into FMAs, sums in another order
+ * and rounds its intermediates differently may be from the CPU library while
+ * both are correct. A wrong element, a wrong scale or a term too many falls
+ * far outside (tests/cuda/op_bounds_test.ts plants them).
+ *
+ * Each function takes the case's inputs as they were before the call (the
+ * harness gives the CPU's outputs where a bound needs them) and returns the
+ * bounds of one output, element by element.
+ */
+import type { KernelSymbols } from "../../ffi/symbols.ts";
+import type { NativeLibrary } from "../../ffi/native.ts";
+import { gamma, gemmBounds, sumBound, UNIT_ROUNDOFF } from "./tolerance.ts";
+
+/** The smallest positive normal f32: absolute slack where a result is near zero. */
+const TINY = 2 * 2 ** -126;
+
+/** 2γ_R·magnitude_i: two correct evaluations of an R-rounding formula whose terms reach magnitude_i. */
+function chainBounds(roundings: number, magnitude: (i: number) => number, n: number): Float64Array {
+  const g = 2 * gamma(roundings, "f32");
+  return Float64Array.from({ length: n }, (_, i) => g * magnitude(i) + TINY);
+}
+
+/** y + alpha·x (dt_axpy): a product and a sum, 2 roundings (1 fused), of terms |alpha·x| + |y|. */
+export function axpyBounds(x: Float32Array, y: Float32Array, alpha: number): Float64Array {
+  return chainBounds(2, (i) => Math.abs(alpha * x[i]!) + Math.abs(y[i]!), y.length);
+}
+
+/**
+ * dt_reduce_bcast's out[j] = Σ a[i] over the i that broadcast from j (a viewed as [outer, bn,
+ * inner], j indexing bn·inner... as dt_binary indexes b by (i / inner) % bn): a sum of n/bn terms in
+ * double, in any order, then one rounding into f32.
+ */
+export function reduceBcastBounds(a: Float32Array, bn: number, inner: number): Float64Array {
+  const absSum = new Float64Array(bn), terms = new Float64Array(bn);
+  for (let i = 0; i < a.length; i++) {
+    const j = Math.floor(i / inner) % bn;
+    absSum[j]! += Math.abs(a[i]!);
+    terms[j]!++;
+  }
+  return Float64Array.from(absSum, (s, j) => sumBound(Math.max(terms[j]!, 1), s, "f64", "f32"));
+}
+
+/** Σ x² of each tensor in double (dt_sumsq, dt_sumsq_many): squares of f32 are exact in double, n terms of one sign. */
+export function sumsqBounds(tensors: Float32Array[]): Float64Array {
+  return Float64Array.from(tensors, (x) => {
+    let s = 0;
+    for (const v of x) s += v * v;
+    return sumBound(Math.max(x.length, 1), s, "f64");
+  });
+}
+
+/**
+ * dt_clip_grad_norm: per tensor Σ x² in double (as sumsqBounds), then the total norm in f32 (a
+ * square root and a rounding per tensor, 2 per tensor, and the last square root), the clip
+ * coefficient (one sum, one quotient) and each gradient's product: terms of one sign throughout,
+ * so each result is within γ of itself.
+ */
+export function clipBounds(grads: Float32Array[]): { total: number; grad: number } {
+  const maxLen = Math.max(1, ...grads.map((g) => g.length));
+  const total = 2 * (gamma(2 * grads.length + 2, "f32") + gamma(maxLen, "f64"));
+  return { total, grad: total + 2 * gamma(3, "f32") };
+}
+
+/** Elements of `want` within `rel` of themselves (one-signed terms: products, quotients, positive sums). */
+export function relativeTo(want: ArrayLike<number>, rel: number): Float64Array {
+  return Float64Array.from({ length: want.length }, (_, i) => Math.abs(want[i]!) * rel + TINY);
+}
+
+/**
+ * softmax(scale·x) of rows of `cols` (dt_softmax_fwd), relative to each result: exp within 1 ulp
+ * on each side (dt_expf, contracted or not: 2 roundings' worth), its argument z − max rounded or
+ * fused into it (an error of u·|z|, i.e. ⌈max|z|⌉ roundings), the row's positive sum in double and
+ * its rounding to f32, the reciprocal and the product: 5 + ⌈max|z|⌉ roundings in f32 and a
+ * `cols`-term sum in double.
+ */
+export function softmaxFwdRelative(x: Float32Array, cols: number, scale: number): number {
+  let zMax = 0;
+  for (const v of x) zMax = Math.max(zMax, Math.abs(scale * v));
+  return 2 * (gamma(5 + Math.ceil(zMax), "f32") + gamma(Math.max(cols, 1), "f64"));
+}
+
+/**
+ * dt_softmax_bwd's dx = ((dy − dot)·y)·scale, dot = Σ_j dy_j·y_j in double rounded to f32: the
+ * dot is within γ_cols (double) of Σ_j|dy_j·y_j| plus its f32 rounding, then a difference and two
+ * products in f32, relative to |dy_i| + Σ_j|dy_j·y_j| (which may cancel: not relative to dx).
+ * `off` elements before the rows (the offset cases) are left alone by both sides: bound 0.
+ */
+export function softmaxBwdBounds(
+  dy: Float32Array,
+  y: Float32Array,
+  rows: number,
+  cols: number,
+  scale: number,
+  off = 0,
+): Float64Array {
+  const bound = new Float64Array(dy.length);
+  const g64 = gamma(Math.max(cols, 1), "f64"), g32 = gamma(4, "f32");
+  for (let r = 0; r < rows; r++) {
+    const base = off + r * cols;
+    let s = 0;
+    for (let j = 0; j < cols; j++) s += Math.abs(dy[base + j]! * y[base + j]!);
+    for (let j = 0; j < cols; j++) {
+      const i = base + j;
+      bound[i] = 2 * Math.abs(scale * y[i]!) * (g64 * s + g32 * (Math.abs(dy[i]!) + s)) + TINY;
+    }
+  }
+  return bound;
+}
+
+/** AdamW's hyperparameters as dt_adamw takes them. */
+export interface AdamwHyper {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+  step: number;
+}
+
+/**
+ * dt_adamw (adamw.h), per output, from the values before the step:
+ * - m ← β1·m + (1 − β1)·g: 2 roundings, terms |m| + |g|;
+ * - v ← β2·v + (1 − β2)·g²: 3 roundings, positive terms v + g²;
+ * - p ← p·decay + s·m_new / (√v_new / √bc2 + eps), s = −lr/bc1: the decay's product, m_new's 2,
+ *   the product by s, √v_new's (3 halved, and its own), the quotient by √bc2, the sum with eps,
+ *   the quotient and the final sum: 11 roundings (12 counted), terms |p| + |s|·(|m| + |g|)/denom,
+ *   denom from the reference's v_new (positive terms: no cancellation there).
+ * The scalars (decay, √bc2, s) are computed in double on the host by both libraries alike.
+ */
+export function adamwBounds(
+  before: { p: Float32Array; g: Float32Array; m: Float32Array; v: Float32Array },
+  vAfter: ArrayLike<number>,
+  h: AdamwHyper,
+): { p: Float64Array; m: Float64Array; v: Float64Array } {
+  const { p, g, m, v } = before;
+  const bc1 = 1 - h.beta1 ** h.step, bc2Sqrt = Math.sqrt(1 - h.beta2 ** h.step);
+  const s = Math.abs(h.lr / bc1);
+  return {
+    m: chainBounds(2, (i) => Math.abs(m[i]!) + Math.abs(g[i]!), p.length),
+    v: chainBounds(3, (i) => Math.abs(v[i]!) + g[i]! * g[i]!, p.length),
+    p: chainBounds(12, (i) => {
+      const denom = Math.sqrt(Math.abs(vAfter[i]!)) / bc2Sqrt + h.eps;
+      return Math.abs(p[i]!) + (s * (Math.abs(m[i]!) + Math.abs(g[i]!))) / denom;
+    }, p.length),
+  };
+}
+
+/** SGD's hyperparameters as dt_sgd takes them. */
+export interface SgdHyper {
+  lr: number;
+  momentum: number;
+  dampening: number;
+  weightDecay: number;
+}
+
+/**
+ * dt_sgd (sgd.h), per output, from the values before the step: d = g + wd·p (1 rounding, terms
+ * |g| + wd|p|); buf ← (1 − dampening)·d + momentum·buf (2 more, terms |d's| + |buf|); Nesterov's
+ * d + momentum·buf (1 more); p ← p − lr·d (1 more): 5 roundings, terms
+ * |p| + lr·(2(|g| + wd|p|) + |buf| + |buf_new|).
+ */
+export function sgdBounds(
+  before: { p: Float32Array; g: Float32Array; buf: Float32Array | null },
+  bufAfter: ArrayLike<number> | null,
+  h: SgdHyper,
+): { p: Float64Array; buf: Float64Array | null } {
+  const { p, g, buf } = before;
+  const dTerms = (i: number) => Math.abs(g[i]!) + Math.abs(h.weightDecay * p[i]!);
+  const bufTerms = (i: number) =>
+    h.momentum === 0 || !buf ? 0 : Math.abs(buf[i]!) + Math.abs(bufAfter![i]!);
+  return {
+    p: chainBounds(5, (i) => Math.abs(p[i]!) + h.lr * (2 * dTerms(i) + bufTerms(i)), p.length),
+    buf: buf && h.momentum !== 0
+      ? chainBounds(3, (i) => dTerms(i) + Math.abs(buf[i]!), p.length)
+      : null,
+  };
+}
+
+/**
+ * Σ_k |a_ik|·|b_kj| of a row-major product op(A)·op(B) (M x N, reduction K; `ta`/`tb` as dt_gemm
+ * takes them, leading dimensions unpadded), by the CPU library's f32 GEMM of the absolute values:
+ * what gemmBounds needs, fast at every size.
+ */
+export function absProducts(
+  cpu: NativeLibrary<KernelSymbols>,
+  absA: Float32Array,
+  absB: Float32Array,
+  shape: { M: number; N: number; K: number; ta: number; tb: number },
+): Float32Array {
+  const { M, N, K, ta, tb } = shape;
+  const out = new Float32Array(Math.max(1, M * N));
+  if (M * N === 0) return out;
+  const P = (x: Float32Array) => Deno.UnsafePointer.of(x);
+  cpu.check(
+    cpu.symbols.dt_gemm(
+      0,
+      ta,
+      tb,
+      BigInt(M),
+      BigInt(N),
+      BigInt(K),
+      1,
+      P(absA),
+      BigInt(ta ? M : K),
+      P(absB),
+      BigInt(tb ? K : N),
+      0,
+      P(out),
+      BigInt(N),
+      1n,
+      0n,
+      0n,
+      0n,
+      null,
+    ),
+    "dt_gemm (|A| |B|)",
+  );
+  return out;
+}
+
+/**
+ * A linear layer's gradients in f32 from bf16/f16 operands (dt_gemm_ex with C in f32): the input
+ * gradient g·W (M x K, N-term sums), the weight gradient dW ← dW + gᵀ·x (N x K, M-term sums and
+ * the old dW as one more term) and the bias gradient db = Σ_rows g (M-term sums), each sum in f32
+ * in any order: gemmBounds and sumBound of the operands' values as stored.
+ */
+export function linearGradBounds(
+  cpu: NativeLibrary<KernelSymbols>,
+  g: Float32Array,
+  w: Float32Array,
+  x: Float32Array,
+  dw0: Float32Array,
+  [M, N, K]: [number, number, number],
+): { dx: Float64Array; dw: Float64Array; db: Float64Array } {
+  const abs = (v: Float32Array) => Float32Array.from(v, Math.abs);
+  const ag = abs(g), aw = abs(w), ax = abs(x);
+  const dx = gemmBounds(
+    { M, N: K, K: N, alpha: 1, beta: 0 },
+    absProducts(cpu, ag, aw, { M, N: K, K: N, ta: 0, tb: 0 }),
+    null,
+    "f32",
+    "f32",
+  );
+  const dw = gemmBounds(
+    { M: N, N: K, K: M, alpha: 1, beta: 1 },
+    absProducts(cpu, ag, ax, { M: N, N: K, K: M, ta: 1, tb: 0 }),
+    dw0,
+    "f32",
+    "f32",
+  );
+  const db = Float64Array.from({ length: N }, (_, j) => {
+    let s = 0;
+    for (let i = 0; i < M; i++) s += ag[i * N + j]!;
+    return sumBound(Math.max(M, 1), s, "f32");
+  });
+  return { dx: M * K ? dx : new Float64Array(0), dw, db };
+}
+
+/**
+ * Per-element bounds of a product-sum op (a convolution, either gradient) from the same op run
+ * on the operands' absolute values (Σ|terms| of each result: the op is linear in each operand)
+ * and the most terms any result sums (`terms`), in f32 in any order: sumBound, with the absolute
+ * run's own rounding covered by a relative 1e-3.
+ */
+export function termBounds(absResult: Float32Array, terms: number): Float64Array {
+  return Float64Array.from(absResult, (a) => sumBound(Math.max(terms, 1), a * (1 + 1e-3), "f32"));
+}
+
+/** The unit roundoff of f32, for the tests' planted errors. */
+export const U32 = UNIT_ROUNDOFF.f32;

@@ -1,0 +1,155 @@
+/**
+ * The op sweep's derived bounds for reductions, rows and updates
+ * (scripts/gpu_check/op_bounds.ts), through the sweep's own harness (runCase)
+ * with the CPU library standing in for the GPU one: every case passes as
+ * computed and with every result moved by an ulp (what another rounding or
+ * an FMA does), and fails with a planted kernel error: one element taken from
+ * its neighbour (an off-by-one index) or every result scaled by 1 + 2^-10
+ * (a wrong constant). The bounds are also checked against their formulas.
+ */
+import assert from "node:assert/strict";
+import { type Arr, type Case, type Kind, Rng, runCase } from "../../scripts/gpu_check/_harness.ts";
+import { openLibrary } from "../../ffi/native.ts";
+import { KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
+import { buildOpCases, EMULATED_SIZES } from "../../scripts/gpu_check/op_cases.ts";
+import {
+  axpyBounds,
+  reduceBcastBounds,
+  relativeTo,
+  softmaxFwdRelative,
+  sumsqBounds,
+} from "../../scripts/gpu_check/op_bounds.ts";
+import { gamma, sumBound } from "../../scripts/gpu_check/tolerance.ts";
+
+const cpu = openLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS);
+
+/** The ops whose bounds op_bounds.ts derives. */
+const DERIVED =
+  /^(axpy|reduce_bcast|sumsq|clip_grad_norm|softmax (fwd|bwd)|adamw|sgd|gemm_ex (g W|dW)|conv2d_direct (fwd|bwd input))/;
+const cases = buildOpCases({ rng: new Rng(11), cpu, sizes: EMULATED_SIZES })
+  .filter((c) => DERIVED.test(c.op) && c.bounds)
+  .filter((c) => outputsOf(c).some(([, a]) => a.length > 0));
+
+/** The case's compared buffers, in the order runCase allocates them after the inputs. */
+function outputsOf(c: Case): [string, Arr, Kind][] {
+  return [
+    ...Object.entries(c.outputs ?? {}),
+    ...Object.entries(c.inout ?? {}),
+  ].map(([n, [a, kind]]) => [n, a, kind]);
+}
+
+/**
+ * Runs `c` with the CPU library as the "GPU", then `plant` changes the results the GPU side left
+ * in its (host) buffers before they are compared: a kernel that computed them so.
+ */
+function runPlanted(c: Case, plant: (values: Float32Array | Float64Array) => void) {
+  const allocs: Deno.PointerObject[] = [];
+  const symbols = {
+    ...cpu.symbols,
+    dt_alloc: (bytes: bigint) => {
+      const p = cpu.symbols.dt_alloc(bytes)!;
+      allocs.push(p);
+      return p;
+    },
+  };
+  const gpu = { ...cpu, symbols } as typeof cpu;
+  const inputs = Object.keys(c.inputs ?? {}).length;
+  const bounded = new Set(Object.keys(c.bounds!(() => new Float32Array(0))));
+  return runCase(c, { cpu, gpu, stream: null }, (call) => {
+    const st = call();
+    outputsOf(c).forEach(([name, a, kind], i) => {
+      if (!bounded.has(name) || a.length === 0) return;
+      const buf = Deno.UnsafePointerView.getArrayBuffer(allocs[inputs + i]!, a.byteLength);
+      plant(kind === "f64" ? new Float64Array(buf) : new Float32Array(buf));
+    });
+    return st;
+  });
+}
+
+/** x moved by one ulp away from zero (f32 or f64). */
+function ulpUp(v: Float32Array | Float64Array): void {
+  if (v instanceof Float32Array) {
+    const bits = new Uint32Array(v.buffer, v.byteOffset, v.length);
+    for (let i = 0; i < v.length; i++) if (Number.isFinite(v[i]!) && v[i] !== 0) bits[i]!++;
+  } else {
+    const bits = new BigUint64Array(v.buffer, v.byteOffset, v.length);
+    for (let i = 0; i < v.length; i++) if (Number.isFinite(v[i]!) && v[i] !== 0) bits[i]!++;
+  }
+}
+
+Deno.test("derived bounds: every case of reductions, rows and updates is among them", () => {
+  const ops = new Set(cases.map((c) => c.op.split(" ")[0]));
+  for (
+    const op of [
+      "axpy",
+      "reduce_bcast",
+      "sumsq",
+      "sumsq_many",
+      "clip_grad_norm",
+      "softmax",
+      "adamw",
+      "adamw_many",
+      "sgd",
+      "sgd_many",
+      "gemm_ex",
+      "conv2d_direct",
+    ]
+  ) {
+    assert.ok(ops.has(op), `no derived case of ${op}: ${[...ops]}`);
+  }
+});
+
+Deno.test("derived bounds: each case passes as the CPU computes it and with every result an ulp off", () => {
+  for (const c of cases) {
+    const honest = runCase(c, { cpu, gpu: cpu, stream: null });
+    assert.ok(honest.ok, `${c.op} ${c.size}: ${honest.detail}`);
+    const r = runPlanted(c, ulpUp);
+    assert.ok(r.ok, `${c.op} ${c.size} (an ulp off): ${r.detail}`);
+  }
+});
+
+Deno.test("derived bounds: an off-by-one element or a scale off by 2^-10 fails every case", () => {
+  for (const c of cases) {
+    const shifted = runPlanted(c, (v) => {
+      // the element of largest magnitude takes its neighbour's value (a one-element result, or
+      // one equal to its neighbour: a plainly wrong value)
+      let at = 0;
+      for (let i = 0; i < v.length; i++) if (Math.abs(v[i]!) > Math.abs(v[at]!)) at = i;
+      const other = at + 1 < v.length ? at + 1 : at - 1;
+      v[at] = other >= 0 && v[other] !== v[at] ? v[other]! : v[at]! * 2 + 1;
+    });
+    assert.ok(!shifted.ok, `${c.op} ${c.size}: an off-by-one element passed`);
+    let changed = false; // results that are all zeros do not change with a scale
+    const scaled = runPlanted(c, (v) => {
+      for (let i = 0; i < v.length; i++) {
+        changed ||= v[i] !== 0;
+        v[i] = v[i]! * (1 + 2 ** -10);
+      }
+    });
+    if (!changed) continue;
+    assert.ok(!scaled.ok, `${c.op} ${c.size}: a scale off by 2^-10 passed`);
+  }
+});
+
+Deno.test("derived bounds follow from their formulas", () => {
+  // axpy: 2γ_2 of |alpha·x| + |y|
+  const x = Float32Array.of(1, -2), y = Float32Array.of(3, 0);
+  const ax = axpyBounds(x, y, 0.5);
+  assert.ok(Math.abs(ax[0]! - 2 * gamma(2, "f32") * 3.5) < 1e-20);
+  // reduce_bcast: runs of `inner` taken modulo bn; each output's own sum of |terms|, in double
+  const a = Float32Array.of(1, -1, 2, -2, 3, -3, 4, -4); // [outer 2, bn 2, inner 2]
+  const rb = reduceBcastBounds(a, 2, 2);
+  assert.equal(rb.length, 2);
+  assert.ok(Math.abs(rb[0]! - sumBound(4, 1 + 1 + 3 + 3, "f64", "f32")) < 1e-20);
+  assert.ok(Math.abs(rb[1]! - sumBound(4, 2 + 2 + 4 + 4, "f64", "f32")) < 1e-20);
+  // sums of squares: one per tensor, relative to Σx²
+  const ss = sumsqBounds([Float32Array.of(3, 4), new Float32Array(0)]);
+  assert.ok(Math.abs(ss[0]! - sumBound(2, 25, "f64")) < 1e-20);
+  // softmax: more roundings' worth for larger arguments of exp
+  assert.ok(
+    softmaxFwdRelative(Float32Array.of(80), 4, 0.125) >
+      softmaxFwdRelative(Float32Array.of(8), 4, 0.125),
+  );
+  assert.ok(softmaxFwdRelative(Float32Array.of(8), 4, 0.125) < 1e-5);
+  assert.deepEqual([...relativeTo([2, 0], 0.5)].map((v) => v > 0), [true, true]);
+});
