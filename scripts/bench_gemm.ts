@@ -140,7 +140,7 @@ const median = (xs: number[]): number => {
 };
 
 /** A clock in seconds. */
-type Clock = () => number;
+export type Clock = () => number;
 
 const wallClock: Clock = () => performance.now() / 1000;
 
@@ -148,7 +148,7 @@ const wallClock: Clock = () => performance.now() / 1000;
  * The calling thread's CPU time (clock_gettime(CLOCK_THREAD_CPUTIME_ID)) through libc, or
  * an error naming what is missing where libc cannot be loaded.
  */
-function threadCpuClock(): Clock {
+export function threadCpuClock(): Clock {
   const CLOCK_THREAD_CPUTIME_ID = 3; // Linux
   let libc;
   try {
