@@ -4,7 +4,7 @@
  * 512^3 and the shapes of the toy model and GPT-mini (forward and backward).
  *
  *   deno run -A scripts/bench_gemm.ts [--seconds 0.2] [--trials 7]
- *       [--filter TEXT] [--openblas PATH]
+ *       [--filter TEXT] [--openblas PATH] [--clock wall|cpu]
  *
  * Method: per shape, a warm-up, then `trials` alternating timings of each
  * library, each trial repeating the product for seconds / trials. Columns:
@@ -16,6 +16,12 @@
  * dt_gemm call and as `batch` cblas_sgemm calls (as torch.bmm does on the
  * CPU). DTRAIN_CPU_ISA (avx512, avx2, generic) caps dtrain's kernel. Exits 0
  * unless something failed.
+ *
+ * --clock cpu times with the calling thread's CPU clock instead of the wall
+ * clock. Both libraries run one thread, the calling one, so this counts
+ * exactly their work and leaves out the time the thread waits for a core: on
+ * a machine whose load average is well above its core count a wall-clock trial
+ * mostly measures the scheduler, and the paired ratios scatter by 2x or more.
  */
 import { parseArgs } from "node:util";
 import { cpuKernels } from "../ffi/cpu.ts";
@@ -133,18 +139,46 @@ const median = (xs: number[]): number => {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
 
+/** A clock in seconds. */
+export type Clock = () => number;
+
+const wallClock: Clock = () => performance.now() / 1000;
+
+/**
+ * The calling thread's CPU time (clock_gettime(CLOCK_THREAD_CPUTIME_ID)) through libc, or
+ * an error naming what is missing where libc cannot be loaded.
+ */
+export function threadCpuClock(): Clock {
+  const CLOCK_THREAD_CPUTIME_ID = 3; // Linux
+  let libc;
+  try {
+    libc = Deno.dlopen("libc.so.6", {
+      clock_gettime: { parameters: ["i32", "buffer"], result: "i32" },
+    });
+  } catch (e) {
+    throw new Error(`--clock cpu needs libc.so.6 for clock_gettime: ${e}`);
+  }
+  const ts = new BigInt64Array(2); // struct timespec { tv_sec, tv_nsec } on 64-bit Linux
+  return () => {
+    if (libc.symbols.clock_gettime(CLOCK_THREAD_CPUTIME_ID, ts) !== 0) {
+      throw new Error("clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    }
+    return Number(ts[0]) + Number(ts[1]) * 1e-9;
+  };
+}
+
 /** Seconds per call of fn over `reps` calls. */
-function timeCalls(fn: () => void, reps: number): number {
-  const t0 = performance.now();
+function timeCalls(clock: Clock, fn: () => void, reps: number): number {
+  const t0 = clock();
   for (let i = 0; i < reps; i++) fn();
-  return (performance.now() - t0) / 1000 / reps;
+  return (clock() - t0) / reps;
 }
 
 /** How many calls of fn take about `seconds` (at least 1). */
-function calibrate(fn: () => void, seconds: number): number {
+function calibrate(clock: Clock, fn: () => void, seconds: number): number {
   let reps = 1;
   for (;;) {
-    const t = timeCalls(fn, reps) * reps;
+    const t = timeCalls(clock, fn, reps) * reps;
     if (t >= 0.01 || reps >= 1 << 20) return Math.max(1, Math.round(reps * seconds / t));
     reps *= 2;
   }
@@ -180,6 +214,15 @@ function cpuModel(): string {
   }
 }
 
+/** The 1, 5 and 15 minute load averages, as /proc/loadavg gives them ("?" where it cannot be read). */
+function loadAverage(): string {
+  try {
+    return Deno.readTextFileSync("/proc/loadavg").split(" ").slice(0, 3).join(" ");
+  } catch {
+    return "?";
+  }
+}
+
 function main(): number {
   const args = parseArgs({
     args: Deno.args,
@@ -188,6 +231,7 @@ function main(): number {
       trials: { type: "string", default: "7" },
       filter: { type: "string", default: "" },
       openblas: { type: "string" },
+      clock: { type: "string", default: "wall" },
       // a last line of JSON for scripts (bench_ddp takes the single-thread sgemm peak from it)
       json: { type: "boolean", default: false },
     },
@@ -196,6 +240,10 @@ function main(): number {
   if (!(seconds > 0) || !(trials >= 1)) {
     throw new RangeError("--seconds must be > 0 and --trials >= 1");
   }
+  if (args.values.clock !== "wall" && args.values.clock !== "cpu") {
+    throw new RangeError(`--clock must be wall or cpu, not ${JSON.stringify(args.values.clock)}`);
+  }
+  const clock = args.values.clock === "cpu" ? threadCpuClock() : wallClock;
   const shapes = SHAPES.filter((s) => s.name.includes(args.values.filter));
   if (shapes.length === 0) {
     throw new RangeError(`no shape name contains --filter ${JSON.stringify(args.values.filter)}`);
@@ -223,7 +271,11 @@ function main(): number {
       ? peerEnvLine()
       : `peer environment: ${handicaps.join(", ")} unset before OpenBLAS was loaded`,
   );
-  console.log(`${seconds} s per shape per library, median of ${trials} trials\n`);
+  console.log(
+    `${seconds} s per shape per library, median of ${trials} trials, ${
+      args.values.clock === "cpu" ? "timed by the thread's CPU clock" : "timed by the wall clock"
+    }; load average ${loadAverage()}\n`,
+  );
   const header = [
     "shape",
     "M x N x K",
@@ -301,11 +353,11 @@ function main(): number {
     dt.check(status, "dt_gemm");
     runOb();
     const perTrial = seconds / trials;
-    const repsDt = calibrate(runDt, perTrial), repsOb = calibrate(runOb, perTrial);
+    const repsDt = calibrate(clock, runDt, perTrial), repsOb = calibrate(clock, runOb, perTrial);
     const tDt: number[] = [], tOb: number[] = [];
     for (let t = 0; t < trials; t++) {
-      tDt.push(timeCalls(runDt, repsDt));
-      tOb.push(timeCalls(runOb, repsOb));
+      tDt.push(timeCalls(clock, runDt, repsDt));
+      tOb.push(timeCalls(clock, runOb, repsOb));
     }
     dt.check(status, "dt_gemm");
     let maxDiff = 0, maxRef = 0;
@@ -353,7 +405,8 @@ function main(): number {
     { gflops: 0, shape: "" },
   );
   console.log(
-    `single-thread sgemm peak in this run: ${peak.gflops.toFixed(1)} GFLOP/s (${peak.shape})`,
+    `single-thread sgemm peak in this run: ${peak.gflops.toFixed(1)} GFLOP/s (${peak.shape}); ` +
+      `load average at the end ${loadAverage()}`,
   );
   if (args.values.json) {
     console.log(JSON.stringify({

@@ -34,15 +34,32 @@ AVX2_ static inline void store_row_(float* c, __m256 acc0, __m256 acc1, __m256 a
   }
 }
 
-AVX2_ static void kernel_6x16_(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t rsb,
-                               float* c, int64_t ldc, float alpha, float beta, int mr, int nr) {
-  /* rows past mr repeat the last real row: always readable, then discarded */
+/* The tile's first `rows` rows (a constant after inlining: 6, 4 or 2), each
+ * two accumulators wide. A short tile runs a body of its own size instead of
+ * the 6-row one with rows repeated: the same operations per element in the
+ * same order, so the same bits, for two thirds or a third of the work.
+ * Rows past mr (up to `rows`) repeat the last real row and are discarded. */
+AVX2_ static inline __attribute__((always_inline)) void tile_rows_(int rows, int64_t k, const float* a, int64_t rsa,
+                                                                   int64_t csa, const float* b, int64_t rsb,
+                                                                   float* c, int64_t ldc, float alpha, float beta,
+                                                                   int mr, int nr) {
   const float* a0 = a;
   const float* a1 = a + (mr > 1 ? 1 : 0) * rsa;
   const float* a2 = a + (mr > 2 ? 2 : mr - 1) * rsa;
   const float* a3 = a + (mr > 3 ? 3 : mr - 1) * rsa;
   const float* a4 = a + (mr > 4 ? 4 : mr - 1) * rsa;
   const float* a5 = a + (mr > 5 ? 5 : mr - 1) * rsa;
+  /* C's rows are fetched while the products run: a K block after the first
+   * reads them back (beta = 1), and the tile may have left L1 and L2 since
+   * the previous block stored it. Not for a short K, whose loop is too short
+   * to hide the fetch and where the prefetches cost more than they save
+   * (64 x 256 x 2: 8 % slower with them). */
+  if (k >= 32) {
+    for (int i = 0; i < mr; i++) {
+      _mm_prefetch((const char*)(c + i * ldc), _MM_HINT_T0);
+      _mm_prefetch((const char*)(c + i * ldc + NR - 1), _MM_HINT_T0);
+    }
+  }
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   int64_t o = 0;
@@ -55,18 +72,22 @@ AVX2_ static void kernel_6x16_(int64_t k, const float* a, int64_t rsa, int64_t c
     x = _mm256_broadcast_ss(a1 + o);
     c10 = _mm256_fmadd_ps(x, b0, c10);
     c11 = _mm256_fmadd_ps(x, b1, c11);
-    x = _mm256_broadcast_ss(a2 + o);
-    c20 = _mm256_fmadd_ps(x, b0, c20);
-    c21 = _mm256_fmadd_ps(x, b1, c21);
-    x = _mm256_broadcast_ss(a3 + o);
-    c30 = _mm256_fmadd_ps(x, b0, c30);
-    c31 = _mm256_fmadd_ps(x, b1, c31);
-    x = _mm256_broadcast_ss(a4 + o);
-    c40 = _mm256_fmadd_ps(x, b0, c40);
-    c41 = _mm256_fmadd_ps(x, b1, c41);
-    x = _mm256_broadcast_ss(a5 + o);
-    c50 = _mm256_fmadd_ps(x, b0, c50);
-    c51 = _mm256_fmadd_ps(x, b1, c51);
+    if (rows > 2) {
+      x = _mm256_broadcast_ss(a2 + o);
+      c20 = _mm256_fmadd_ps(x, b0, c20);
+      c21 = _mm256_fmadd_ps(x, b1, c21);
+      x = _mm256_broadcast_ss(a3 + o);
+      c30 = _mm256_fmadd_ps(x, b0, c30);
+      c31 = _mm256_fmadd_ps(x, b1, c31);
+    }
+    if (rows > 4) {
+      x = _mm256_broadcast_ss(a4 + o);
+      c40 = _mm256_fmadd_ps(x, b0, c40);
+      c41 = _mm256_fmadd_ps(x, b1, c41);
+      x = _mm256_broadcast_ss(a5 + o);
+      c50 = _mm256_fmadd_ps(x, b0, c50);
+      c51 = _mm256_fmadd_ps(x, b1, c51);
+    }
     o += csa;
     b += rsb;
   }
@@ -78,10 +99,17 @@ AVX2_ static void kernel_6x16_(int64_t k, const float* a, int64_t rsa, int64_t c
   int full = nr == NR;
   store_row_(c, c00, c01, va, beta, full, mask0, mask1);
   if (mr > 1) store_row_(c + ldc, c10, c11, va, beta, full, mask0, mask1);
-  if (mr > 2) store_row_(c + 2 * ldc, c20, c21, va, beta, full, mask0, mask1);
-  if (mr > 3) store_row_(c + 3 * ldc, c30, c31, va, beta, full, mask0, mask1);
-  if (mr > 4) store_row_(c + 4 * ldc, c40, c41, va, beta, full, mask0, mask1);
-  if (mr > 5) store_row_(c + 5 * ldc, c50, c51, va, beta, full, mask0, mask1);
+  if (rows > 2 && mr > 2) store_row_(c + 2 * ldc, c20, c21, va, beta, full, mask0, mask1);
+  if (rows > 2 && mr > 3) store_row_(c + 3 * ldc, c30, c31, va, beta, full, mask0, mask1);
+  if (rows > 4 && mr > 4) store_row_(c + 4 * ldc, c40, c41, va, beta, full, mask0, mask1);
+  if (rows > 4 && mr > 5) store_row_(c + 5 * ldc, c50, c51, va, beta, full, mask0, mask1);
+}
+
+AVX2_ static void kernel_6x16_(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t rsb,
+                               float* c, int64_t ldc, float alpha, float beta, int mr, int nr) {
+  if (mr > 4) tile_rows_(6, k, a, rsa, csa, b, rsb, c, ldc, alpha, beta, mr, nr);
+  else if (mr > 2) tile_rows_(4, k, a, rsa, csa, b, rsb, c, ldc, alpha, beta, mr, nr);
+  else tile_rows_(2, k, a, rsa, csa, b, rsb, c, ldc, alpha, beta, mr, nr);
 }
 
 const dt_gemm_isa_ dt_gemm_isa_avx2_ = {

@@ -27,20 +27,31 @@ AVX2_ static inline void transpose8_(__m256 r[8]) {
   r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-/* B not transposed: each row of the panel is copied into the slivers, whole
- * slivers with vector moves, the last partial one padded with zeros. */
+/* B not transposed: whole slivers with vector moves, the last partial one
+ * padded with zeros, 8 rows at a time: those rows' pieces go to one sliver
+ * after another. Row by row, the writes would go to every sliver at once,
+ * kc * nr floats apart, which for the usual kc is a multiple of 4 KiB (the same
+ * L1 set for all); sliver by sliver, the reads would walk all kc rows once per
+ * sliver. On a 2048 x 512 B (AVX2 Zen 3): 5.0 floats/ns, against 3.7 row by
+ * row and 3.4-4.0 sliver by sliver. */
+#define PACK_B_ROWS_ 8
 AVX2_ static void pack_b_rows_(const float* src, int64_t ld, int64_t kc, int64_t nc, int nr, float* dst) {
   int64_t full = nc / nr, rest = nc - full * nr;
-  for (int64_t p = 0; p < kc; p++) {
-    const float* row = src + p * ld;
+  for (int64_t p0 = 0; p0 < kc; p0 += PACK_B_ROWS_) {
+    int64_t p1 = kc - p0 < PACK_B_ROWS_ ? kc : p0 + PACK_B_ROWS_;
     for (int64_t s = 0; s < full; s++) {
-      float* out = dst + s * kc * nr + p * nr;
-      for (int j = 0; j < nr; j += 8) _mm256_storeu_ps(out + j, _mm256_loadu_ps(row + s * nr + j));
+      const float* col = src + s * nr;
+      float* out = dst + s * kc * nr;
+      for (int64_t p = p0; p < p1; p++)
+        for (int j = 0; j < nr; j += 8) _mm256_storeu_ps(out + p * nr + j, _mm256_loadu_ps(col + p * ld + j));
     }
     if (rest) {
-      float* out = dst + full * kc * nr + p * nr;
-      for (int64_t j = 0; j < rest; j++) out[j] = row[full * nr + j];
-      for (int64_t j = rest; j < nr; j++) out[j] = 0.0f;
+      float* out = dst + full * kc * nr;
+      for (int64_t p = p0; p < p1; p++) {
+        const float* row = src + p * ld + full * nr;
+        for (int64_t j = 0; j < rest; j++) out[p * nr + j] = row[j];
+        for (int64_t j = rest; j < nr; j++) out[p * nr + j] = 0.0f;
+      }
     }
   }
 }
@@ -74,19 +85,40 @@ AVX2_ static void pack_b_cols_(const float* src, int64_t ld, int64_t kc, int64_t
   }
 }
 
-/* A transposed (column p of op(A) contiguous in i): each p copies mr values. */
+/* A transposed (column p of op(A) contiguous in i): row p of the source
+ * holds column p of every sliver. 8 rows at a time, their mr-value pieces go
+ * to one sliver after another (see pack_b_rows_: slivers are kc * mr floats
+ * apart, and writing all of them for each row keeps evicting each other from
+ * L1; one sliver at a time would walk all kc rows once per sliver). On a
+ * 2048 x 512 A^T (AVX2 Zen 3): 1.9 floats/ns row by row, 4.0-4.4 16 rows at a
+ * time (8: 3.5, 32: 2.5). */
+#define PACK_A_ROWS_ 16
 AVX2_ static void pack_a_cols_(const float* src, int64_t ld, int64_t mc, int64_t kc, int mr, float* dst) {
-  for (int64_t s = 0; s * mr < mc; s++) {
-    int rows = mc - s * mr < mr ? (int)(mc - s * mr) : mr;
-    float* out = dst + s * kc * mr;
-    const float* first = src + s * mr;
-    if (rows == 8 && mr == 8) {
-      for (int64_t p = 0; p < kc; p++) _mm256_storeu_ps(out + p * 8, _mm256_loadu_ps(first + p * ld));
-      continue;
+  int64_t full = mc / mr, rest = mc - full * mr;
+  for (int64_t p0 = 0; p0 < kc; p0 += PACK_A_ROWS_) {
+    int64_t p1 = kc - p0 < PACK_A_ROWS_ ? kc : p0 + PACK_A_ROWS_;
+    for (int64_t s = 0; s < full; s++) {
+      const float* first = src + s * mr;
+      float* out = dst + s * kc * mr;
+      if (mr == 6) {
+        for (int64_t p = p0; p < p1; p++) {
+          _mm_storeu_ps(out + p * 6, _mm_loadu_ps(first + p * ld));
+          _mm_storel_pi((__m64*)(out + p * 6 + 4), _mm_castpd_ps(_mm_load_sd((const double*)(first + p * ld + 4))));
+        }
+      } else if (mr == 8) {
+        for (int64_t p = p0; p < p1; p++) _mm256_storeu_ps(out + p * 8, _mm256_loadu_ps(first + p * ld));
+      } else {
+        for (int64_t p = p0; p < p1; p++)
+          for (int i = 0; i < mr; i++) out[p * mr + i] = first[p * ld + i];
+      }
     }
-    for (int64_t p = 0; p < kc; p++) {
-      for (int i = 0; i < rows; i++) out[p * mr + i] = first[p * ld + i];
-      for (int i = rows; i < mr; i++) out[p * mr + i] = 0.0f;
+    if (rest) {
+      const float* first = src + full * mr;
+      float* out = dst + full * kc * mr;
+      for (int64_t p = p0; p < p1; p++) {
+        for (int64_t i = 0; i < rest; i++) out[p * mr + i] = first[p * ld + i];
+        for (int64_t i = rest; i < mr; i++) out[p * mr + i] = 0.0f;
+      }
     }
   }
 }

@@ -377,6 +377,62 @@ Deno.test("dt_gemm() f32 covers the model shapes, K blocks and the thin and wide
   }
 });
 
+Deno.test("dt_gemm() thin products (M or N from 1 to 4) match the reference: K tails, every layout, beta accumulation", () => {
+  // Classifier heads and their gradients: N (forward), K (dX) or M (dW) is tiny. With both
+  // operands along K (NT) they are dot products vectorised over K, 8 lanes at a time, with a
+  // masked tail; the other layouts run the micro-kernel on a mostly empty tile.
+  const rng = new Rng(11);
+  for (const [transA, transB] of TRANS) {
+    for (const thin of [1, 2, 3, 4]) {
+      for (const other of [1, 3, 5, 13, 64]) {
+        for (const Kd of [1, 7, 8, 9, 300]) {
+          for (const [alpha, beta] of [[1, 0], [1, 1], [-0.5, 2]]) {
+            for (const [M, N] of [[other, thin], [thin, other]]) {
+              const pad = { lda: (transA ? M! : Kd) + 1, ldb: (transB ? Kd : N!) + 2, ldc: N! + 3 };
+              checkCase(
+                rng,
+                makeCase(M!, N!, Kd, { transA, transB, alpha: alpha!, beta: beta!, ...pad }),
+              );
+            }
+          }
+        }
+      }
+    }
+  }
+});
+
+Deno.test("dt_gemm() gives a row the same bits wherever it falls in the micro-tiles (short tiles run a smaller body)", () => {
+  // The kernel runs a tile of fewer rows than its height on a body of that size (the AVX2
+  // kernel: 6, 4 or 2 rows); each must do the same operations per element as the full one.
+  // Rows r0 .. r0 + m - 1 of a 13-row product, computed as a product of m rows, must give the
+  // same bits. (NN and TN only: NT with M <= 4 is the dot-product path, summed in another order.)
+  const rng = new Rng(12);
+  const M = 13, N = 37;
+  for (const transA of [false, true]) {
+    for (const Kd of [5, 300]) { // one K block, and two (kc splits 300 evenly)
+      for (const beta of [0, 1]) {
+        const whole = makeCase(M, N, Kd, { transA, beta });
+        const inp = randomInputs(rng, whole);
+        const all = runGemm(whole, inp);
+        for (let m = 1; m <= 6; m++) {
+          for (let r0 = 0; r0 + m <= M; r0 += 3) {
+            // the rows' slice of A (A^T: the same storage from column r0 on, lda = M) and of C
+            const part = makeCase(m, N, Kd, { transA, beta, lda: whole.lda });
+            const a = transA ? inp.a.subarray(r0) : inp.a.subarray(r0 * Kd, (r0 + m) * Kd);
+            const c0 = inp.c0.subarray(r0 * N, (r0 + m) * N);
+            const got = runGemm(part, { a, b: inp.b, c0 });
+            assertSameBits(
+              got,
+              all.subarray(r0 * N, (r0 + m) * N),
+              `rows ${r0}..${r0 + m - 1} of ${describe(whole)}`,
+            );
+          }
+        }
+      }
+    }
+  }
+});
+
 Deno.test("dt_gemm() applies alpha and beta, with padded leading dimensions left untouched", () => {
   const rng = new Rng(3);
   for (const [transA, transB] of TRANS) {
