@@ -2,7 +2,9 @@
  * The layer-norm cases of the op sweep (dt_layernorm_fwd/bwd): f32 with and
  * without the affine parameters, low-precision rows (bf16 in and out with a
  * residual added and the sum kept; f16 in with an f32 residual and f32 out),
- * and backward overwriting or adding into dinp and the parameter gradients.
+ * and backward overwriting or adding into dinp and the parameter gradients,
+ * and from rows at offset pointers (the warp-per-row kernels need 16-byte
+ * aligned rows; others fall back to a block per row).
  * Backward's saved statistics come from the CPU library's forward.
  */
 import type { KernelSymbols } from "../../ffi/symbols.ts";
@@ -165,6 +167,45 @@ export function layerNormCases(
             DT[kind],
             DT[kind],
             flags,
+            s,
+          ),
+      });
+    }
+    // Rows a warp takes when 16-byte aligned: 4 floats in they still are, 1 float in they fall
+    // back to a block per row (CPU and device get the same offset pointers; heads stay zero)
+    if (rows === 0 || C % 4 !== 0 || C > 1024) continue;
+    for (const off of [1, 4]) {
+      const at = (q: Deno.PointerValue) => q === null ? q : Deno.UnsafePointer.offset(q, 4 * off);
+      const pad = (v: Float32Array) => {
+        const out = new Float32Array(n + off);
+        out.set(v, off);
+        return out;
+      };
+      cases.push({
+        op: `layernorm bwd (offset ${off})`,
+        symbols: ["dt_layernorm_bwd"],
+        dtype: "f32",
+        size,
+        tol: TOL.f32,
+        inputs: { dy: pad(dy), x: pad(x), w, mean, rstd },
+        inout: { dx: [new Float32Array(n + off), "f32"] },
+        outputs: { dw: buf("f32", C), db: buf("f32", C) },
+        call: (k, p, s) =>
+          k.dt_layernorm_bwd(
+            at(p("dx")),
+            p("dw"),
+            p("db"),
+            at(p("dy")),
+            at(p("x")),
+            p("w"),
+            p("mean"),
+            p("rstd"),
+            n64(rows),
+            n64(C),
+            0,
+            0,
+            0,
+            0,
             s,
           ),
       });
