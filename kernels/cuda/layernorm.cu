@@ -5,9 +5,11 @@
  * of up to 1024 columns in one dtype, 16-byte aligned (GPT-2's 768 among
  * them), go one warp each with 128-bit loads and stores and shuffle
  * reductions (no block barrier); other rows get a block each, a row of up to
- * ROW_CACHE * DT_BLOCK values staying in registers between its passes. The backward writes (or adds to) dinp and
- * keeps each block's column sums of dout * xhat and dout for the weight and
- * bias gradients, folded in a fixed order by two more kernels (strips of 32
+ * ROW_CACHE * DT_BLOCK values staying in registers between its passes. The
+ * backward takes the same rows a warp each (others a block each), writes (or
+ * adds to) dinp and keeps each block's column sums of dout * xhat and dout
+ * for the weight and bias gradients (the warp rows through shared memory, in
+ * warp order: no atomics), folded in a fixed order by two more kernels (strips of 32
  * columns by chunks of the partial rows, then the chunks per column), so the
  * fold fills the GPU (C = 768: 48 strips x 11 chunks = 528 blocks, not the 3
  * a thread per column gives) and the result never depends on timing.
