@@ -43,7 +43,10 @@ export const DEFAULT_BLOCK = 256;
  * pattern: kernels/cuda/attention_tc.cu's dt_tc_smem_ (padded rows of
  * DMAX + 8 elements; fwd: 64 query rows + two K and two V tiles of BN rows;
  * dq: query and dO rows + the tiles; dkv: K and V rows + the tiles + two
- * lse/delta rows of BN floats; BN = 64 for DMAX 64, 32 for 128).
+ * lse/delta rows of BN floats; BN = 64 for DMAX 64, 32 for 128); and
+ * kernels/cuda/layernorm.cu's backward warp rows, which stage 2C floats per
+ * warp (8 warps) when the parameter gradients are wanted: shown at GPT-2's
+ * C = 768 (48 KiB; C = 1024 takes 64 KiB, 3 blocks per SM).
  */
 export const DYNAMIC_SMEM: [RegExp, number][] = [
   [/dt_attention_tc_fwd_k_<\d, 64>/, (64 + 4 * 64) * 72 * 2],
@@ -52,6 +55,7 @@ export const DYNAMIC_SMEM: [RegExp, number][] = [
   [/dt_attention_tc_dq_k_<\d, 128>/, (128 + 4 * 32) * 136 * 2],
   [/dt_attention_tc_dkv_k_<\d, 64>/, (128 + 4 * 64) * 72 * 2 + 4 * 64 * 4],
   [/dt_attention_tc_dkv_k_<\d, 128>/, (128 + 4 * 32) * 136 * 2 + 4 * 32 * 4],
+  [/dt_layernorm_bwd_warp_k_</, 8 * 2 * 768 * 4],
 ];
 
 /**
@@ -75,7 +79,7 @@ export const HOT_KERNELS: { pattern: RegExp; min: number; tensorCore: boolean; w
   },
   {
     pattern:
-      /\bdt_(layernorm_(fwd|bwd|fold|fold_rows)_k_|ce_(fwd|bwd)_k_|softmax_(fwd|bwd)(_warp)?_k_|gemm_bgrad_(cols|fold)_k_|adamw_many_k_)/,
+      /\bdt_(layernorm_(fwd|bwd)(_warp)?_k_|layernorm_(fold|fold_rows)_k_|ce_(fwd|bwd)_k_|softmax_(fwd|bwd)(_warp)?_k_|gemm_bgrad_(cols|fold)_k_|adamw_many_k_)/,
     min: 1 / 2,
     tensorCore: false,
     why: "memory-bound: 32 warps keep 15 KB per SM in flight",

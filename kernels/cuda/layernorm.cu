@@ -5,9 +5,11 @@
  * of up to 1024 columns in one dtype, 16-byte aligned (GPT-2's 768 among
  * them), go one warp each with 128-bit loads and stores and shuffle
  * reductions (no block barrier); other rows get a block each, a row of up to
- * ROW_CACHE * DT_BLOCK values staying in registers between its passes. The backward writes (or adds to) dinp and
- * keeps each block's column sums of dout * xhat and dout for the weight and
- * bias gradients, folded in a fixed order by two more kernels (strips of 32
+ * ROW_CACHE * DT_BLOCK values staying in registers between its passes. The
+ * backward takes the same rows a warp each (others a block each), writes (or
+ * adds to) dinp and keeps each block's column sums of dout * xhat and dout
+ * for the weight and bias gradients (the warp rows through shared memory, in
+ * warp order: no atomics), folded in a fixed order by two more kernels (strips of 32
  * columns by chunks of the partial rows, then the chunks per column), so the
  * fold fills the GPU (C = 768: 48 strips x 11 chunks = 528 blocks, not the 3
  * a thread per column gives) and the result never depends on timing.
@@ -266,6 +268,139 @@ __global__ void __launch_bounds__(DT_BLOCK, LN_MIN_BLOCKS) dt_layernorm_bwd_k_(v
   }
 }
 
+/* Element i (a constant once unrolled) of a 16-byte vector of dtype DT kept
+ * as its raw bits, and the same element set to v rounded to DT: the backward
+ * converts one element at a time, never a whole vector of floats at once. */
+template <int DT>
+__device__ __forceinline__ float dt_ln_get_(const uint4& raw, int i) {
+  uint32_t w[4];
+  memcpy(w, &raw, 16);
+  if (DT == DT_F32) {
+    float f;
+    memcpy(&f, &w[i], 4);
+    return f;
+  }
+  const uint16_t h = (uint16_t)(w[i / 2] >> (16 * (i % 2)));
+  return DT == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
+}
+template <int DT>
+__device__ __forceinline__ void dt_ln_set_(uint4& raw, int i, float v) {
+  uint32_t w[4];
+  memcpy(w, &raw, 16);
+  if (DT == DT_F32) {
+    memcpy(&w[i], &v, 4);
+  } else {
+    const uint32_t h = DT == DT_BF16 ? dt_f32_to_bf16(v) : dt_f32_to_f16(v), sh = 16 * (i % 2);
+    w[i / 2] = (w[i / 2] & ~(0xffffu << sh)) | (h << sh);
+  }
+  memcpy(&raw, w, 16);
+}
+
+/* Per thread of a backward warp-row block: column sums it keeps of the 2C-wide
+ * partial row (2 * 1024 columns over DT_BLOCK threads). */
+#define LN_BWD_ACC (2 * 1024 / DT_BLOCK)
+
+/* Layer norm backward, a warp per row (dout, inp and dinp all of dtype DT, C
+ * a multiple of the vector width, at most 1024, rows 16-byte aligned): the
+ * same per-element arithmetic and double row sums as dt_layernorm_bwd_k_,
+ * the sums by shuffles in a fixed order. The row is read twice (the second
+ * time from cache): kept in registers beside the column sums below, a bf16
+ * row spilled at the 64 registers that 50 % occupancy allows; for the same
+ * reason elements are converted one at a time from the raw vectors.
+ * Parameter gradients (partial not NULL): a lane cannot keep its 2 x C / 32
+ * column sums in registers (48 doubles at C = 768), so each round the block's
+ * warps take consecutive rows, stage their rows' dout * xhat and dout in
+ * shared memory (stage[warp][2C], f32: exactly the values the block kernel
+ * adds), and after a barrier thread t adds columns t, t + 256, ... of the
+ * staged rows in warp order into its own double sums. No atomics; the order
+ * is fixed by the grid, so the bits never depend on timing. The block's sums
+ * go to partial[blockIdx.x * 2C], the layout dt_layernorm_fold_rows_k_ takes. */
+template <int DT>
+__global__ void __launch_bounds__(DT_BLOCK, LN_MIN_BLOCKS)
+    dt_layernorm_bwd_warp_k_(void* dinp, double* partial, const void* dout, const void* inp, const float* weight,
+                             const float* mean, const float* rstd, int64_t rows, int64_t C, int32_t add) {
+  DT_DYNAMIC_SHARED(float, stage);
+  constexpr int N = dt_ln_warp_<DT>::N, VECS = dt_ln_warp_<DT>::VECS;
+  constexpr int64_t es = DT == DT_F32 ? 4 : 2;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int64_t nv = C / N, C2 = 2 * C;
+  float* mine = stage + (int64_t)warp * C2;
+  double acc[LN_BWD_ACC];
+DT_UNROLL
+  for (int k = 0; k < LN_BWD_ACC; k++) acc[k] = 0.0;
+  for (int64_t r0 = (int64_t)blockIdx.x * warps; r0 < rows; r0 += (int64_t)gridDim.x * warps) {
+    const int64_t r = r0 + warp;
+    if (r < rows) {
+      const int64_t base = r * C;
+      const float rs = rstd[r], mu = mean[r];
+      double sum_g = 0.0, sum_g_xhat = 0.0;
+DT_UNROLL
+      for (int k = 0; k < VECS; k++) {
+        const int64_t c = lane + 32 * k;
+        if (c >= nv) break;
+        const uint4 rdy = *(const uint4*)((const char*)dout + (base + c * N) * es);
+        const uint4 rx = *(const uint4*)((const char*)inp + (base + c * N) * es);
+DT_UNROLL
+        for (int q = 0; q < N / 4; q++) { /* four columns at a time: one 16-byte store of each staged half */
+          float dy[4], wdy[4];
+DT_UNROLL
+          for (int i = 0; i < 4; i++) {
+            dy[i] = dt_ln_get_<DT>(rdy, 4 * q + i);
+            const float xhat = dt_layernorm_xhat_f(dt_ln_get_<DT>(rx, 4 * q + i), mu, rs);
+            const float g = weight ? dy[i] * weight[c * N + 4 * q + i] : dy[i];
+            sum_g += g;
+            sum_g_xhat += (double)g * (double)xhat;
+            wdy[i] = dy[i] * xhat;
+          }
+          if (partial) {
+            dt_vec_store_<DT_F32>(mine + c * N + 4 * q, wdy); /* exact: f32 into f32 */
+            dt_vec_store_<DT_F32>(mine + C + c * N + 4 * q, dy);
+          }
+        }
+      }
+      const float mean_g = (float)(dt_warp_sum_f64_(sum_g) / (double)C);
+      const float mean_g_xhat = (float)(dt_warp_sum_f64_(sum_g_xhat) / (double)C);
+DT_UNROLL
+      for (int k = 0; k < VECS; k++) {
+        const int64_t c = lane + 32 * k;
+        if (c >= nv) break;
+        const int64_t at = (base + c * N) * es;
+        const uint4 rdy = *(const uint4*)((const char*)dout + at), rx = *(const uint4*)((const char*)inp + at);
+        uint4 out{};
+        if (add) out = *(const uint4*)((const char*)dinp + at);
+DT_UNROLL
+        for (int i = 0; i < N; i++) {
+          const float dy = dt_ln_get_<DT>(rdy, i), xhat = dt_layernorm_xhat_f(dt_ln_get_<DT>(rx, i), mu, rs);
+          const float g = weight ? dy * weight[c * N + i] : dy;
+          float v = rs * ((g - mean_g) - xhat * mean_g_xhat);
+          if (add) v += dt_ln_get_<DT>(out, i);
+          dt_ln_set_<DT>(out, i, v);
+        }
+        *(uint4*)((char*)dinp + at) = out;
+      }
+    }
+    if (partial) { /* the whole block takes this branch: the barriers are uniform */
+      __syncthreads();
+      const int64_t left = rows - r0;
+      const int valid = left < warps ? (int)left : warps;
+DT_UNROLL
+      for (int k = 0; k < LN_BWD_ACC; k++) {
+        const int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+        if (j < C2)
+          for (int w = 0; w < valid; w++) acc[k] += (double)stage[(int64_t)w * C2 + j];
+      }
+      __syncthreads(); /* the stage is refilled next round */
+    }
+  }
+  if (partial) {
+DT_UNROLL
+    for (int k = 0; k < LN_BWD_ACC; k++) {
+      const int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+      if (j < C2) partial[(int64_t)blockIdx.x * C2 + j] = acc[k];
+    }
+  }
+}
+
 /* Fold pass 1: chunk[y][j] = sum of partial[b][j] over the rows b of chunk y
  * ([y * per, (y + 1) * per)), for the 32 columns j of block x of the 2C-wide
  * partial rows: lane (x, ly) adds rows ly, ly + 8, ... (coalesced across the
@@ -340,6 +475,31 @@ DT_EXPORT dt_status dt_layernorm_fwd(void* out, float* mean, float* rstd, const 
   return DT_OK;
 }
 
+/* Whether a backward's rows go a warp each: dout, inp and dinp of one dtype,
+ * C a multiple of the 16-byte vector and at most 1024, the three 16-byte aligned. */
+static bool dt_ln_bwd_warp_rows_(const void* dinp, const void* dout, const void* inp, int64_t C, int32_t ddt,
+                                 int32_t idt, int32_t xdt) {
+  if (ddt != idt || xdt != idt) return false;
+  const int64_t n = idt == DT_F32 ? 4 : 8;
+  uintptr_t any = (uintptr_t)dinp | (uintptr_t)dout | (uintptr_t)inp;
+  return (idt == DT_F32 || idt == DT_BF16 || idt == DT_F16) && C % n == 0 && C <= 1024 && any % 16 == 0;
+}
+
+/* dt_layernorm_bwd_warp_k_ on `blocks` blocks; its stage (DT_BLOCK / 32 rows
+ * of 2C floats: 48 KiB at C = 768, 64 KiB at 1024) only when partial is kept. */
+static dt_status dt_ln_bwd_warp_launch_(void* dinp, double* partial, const void* dout, const void* inp,
+                                        const float* weight, const float* mean, const float* rstd, int64_t rows,
+                                        int64_t C, int32_t dtype, int32_t add, unsigned blocks, cudaStream_t s) {
+  auto kernel = dtype == DT_BF16  ? dt_layernorm_bwd_warp_k_<DT_BF16>
+                : dtype == DT_F16 ? dt_layernorm_bwd_warp_k_<DT_F16>
+                                  : dt_layernorm_bwd_warp_k_<DT_F32>;
+  const size_t smem = partial ? (size_t)(DT_BLOCK / 32) * 2 * (size_t)C * sizeof(float) : 0;
+  if (smem > 48 * 1024)
+    DT_CHECK_CUDA(cudaFuncSetAttribute((const void*)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  DT_LAUNCH(kernel, blocks, DT_BLOCK, smem, s, dinp, partial, dout, inp, weight, mean, rstd, rows, C, add);
+  return DT_OK;
+}
+
 DT_EXPORT dt_status dt_layernorm_bwd(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                                      const float* weight, const float* mean, const float* rstd, int64_t rows,
                                      int64_t C, int32_t dout_dtype, int32_t inp_dtype, int32_t dinp_dtype,
@@ -354,14 +514,27 @@ DT_EXPORT dt_status dt_layernorm_bwd(void* dinp, float* dweight, float* dbias, c
     if (!add_params && dbias && C > 0) DT_CHECK_CUDA_WORK(cudaMemsetAsync(dbias, 0, (size_t)C * sizeof(float), s));
     return DT_OK;
   }
+  const bool warp_rows = dt_ln_bwd_warp_rows_(dinp, dout, inp, C, dout_dtype, inp_dtype, dinp_dtype);
+  /* a warp per row: DT_BLOCK / 32 rows per block; a block per row otherwise */
+  const int64_t units = warp_rows ? (rows + DT_BLOCK / 32 - 1) / (DT_BLOCK / 32) : rows;
   int64_t cap = (int64_t)dt_cuda_sm_count_() * LN_BWD_BLOCKS_PER_SM;
-  int64_t blocks = rows < cap ? rows : cap;
+  if (!params) cap = dt_row_grid_(units); /* no partial rows to keep: as many blocks as the forward */
+  int64_t blocks = units < cap ? units : cap;
   double* partial = NULL;
   if (params)
     DT_TRY_(dt_scratch_alloc_((void**)&partial, (size_t)(blocks * 2 * C) * sizeof(double), s, "dt_layernorm_bwd"));
-  auto kernel = dt_ln_cached_(C) ? dt_layernorm_bwd_k_<true> : dt_layernorm_bwd_k_<false>;
-  DT_LAUNCH(kernel, (unsigned)blocks, DT_BLOCK, 0, s, dinp, partial, dout, inp, weight, mean, rstd, rows, C,
-            dout_dtype, inp_dtype, dinp_dtype, flags & 1);
+  dt_status launched = warp_rows ? dt_ln_bwd_warp_launch_(dinp, partial, dout, inp, weight, mean, rstd, rows, C,
+                                                          inp_dtype, flags & 1, (unsigned)blocks, s)
+                                 : DT_OK;
+  if (launched != DT_OK) {
+    if (partial) dt_scratch_free_(partial, s);
+    return launched;
+  }
+  if (!warp_rows) {
+    auto kernel = dt_ln_cached_(C) ? dt_layernorm_bwd_k_<true> : dt_layernorm_bwd_k_<false>;
+    DT_LAUNCH(kernel, (unsigned)blocks, DT_BLOCK, 0, s, dinp, partial, dout, inp, weight, mean, rstd, rows, C,
+              dout_dtype, inp_dtype, dinp_dtype, flags & 1);
+  }
   DT_CHECK_LAUNCH(s, "dt_layernorm_bwd");
   if (!params) return DT_OK;
   /* pass 1: strips of 32 of the 2C columns x chunks of `per` partial rows, about

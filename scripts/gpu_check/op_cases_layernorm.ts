@@ -2,12 +2,15 @@
  * The layer-norm cases of the op sweep (dt_layernorm_fwd/bwd): f32 with and
  * without the affine parameters, low-precision rows (bf16 in and out with a
  * residual added and the sum kept; f16 in with an f32 residual and f32 out),
- * and backward overwriting or adding into dinp and the parameter gradients.
+ * and backward overwriting or adding into dinp and the parameter gradients,
+ * and from rows at offset pointers (the warp-per-row kernels need 16-byte
+ * aligned rows; others fall back to a block per row).
  * Backward's saved statistics come from the CPU library's forward.
  */
 import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
-import { type Arr, type Case, type Kind, type Rng, toBf16, toF16 } from "./_harness.ts";
+import { type Arr, asNumbers, type Case, type Kind, type Rng, toBf16, toF16 } from "./_harness.ts";
+import { gamma, UNIT_ROUNDOFF } from "./tolerance.ts";
 
 const DT = { f32: 0, bf16: 1, f16: 2 } as const;
 type Float = keyof typeof DT;
@@ -74,6 +77,7 @@ export function layerNormCases(
         outputs: affine
           ? { dx: buf("f32", n), dw: buf("f32", C), db: buf("f32", C) }
           : { dx: buf("f32", n) },
+        ...(affine ? { bounds: () => paramBounds(dy, x, "f32", mean, rstd, rows, C) } : {}),
         call: (k, p, s) =>
           k.dt_layernorm_bwd(
             p("dx"),
@@ -149,6 +153,9 @@ export function layerNormCases(
         inout: flags & 2
           ? { dx: [dx0, kind], dw: [dw0, "f32"], db: [db0, "f32"] }
           : { dx: [dx0, kind] },
+        ...(flags & 2
+          ? { bounds: () => paramBounds(dyl, xl, kind, ml, rl, rows, C, { dw: dw0, db: db0 }) }
+          : {}),
         call: (k, p, s) =>
           k.dt_layernorm_bwd(
             p("dx"),
@@ -169,8 +176,84 @@ export function layerNormCases(
           ),
       });
     }
+    // Rows a warp takes when 16-byte aligned: 4 floats in they still are, 1 float in they fall
+    // back to a block per row (CPU and device get the same offset pointers; heads stay zero)
+    if (rows === 0 || C % 4 !== 0 || C > 1024) continue;
+    for (const off of [1, 4]) {
+      const at = (q: Deno.PointerValue) => q === null ? q : Deno.UnsafePointer.offset(q, 4 * off);
+      const pad = (v: Float32Array) => {
+        const out = new Float32Array(n + off);
+        out.set(v, off);
+        return out;
+      };
+      cases.push({
+        op: `layernorm bwd (offset ${off})`,
+        symbols: ["dt_layernorm_bwd"],
+        dtype: "f32",
+        size,
+        tol: TOL.f32,
+        inputs: { dy: pad(dy), x: pad(x), w, mean, rstd },
+        inout: { dx: [new Float32Array(n + off), "f32"] },
+        outputs: { dw: buf("f32", C), db: buf("f32", C) },
+        bounds: () => paramBounds(dy, x, "f32", mean, rstd, rows, C),
+        call: (k, p, s) =>
+          k.dt_layernorm_bwd(
+            at(p("dx")),
+            p("dw"),
+            p("db"),
+            at(p("dy")),
+            at(p("x")),
+            p("w"),
+            p("mean"),
+            p("rstd"),
+            n64(rows),
+            n64(C),
+            0,
+            0,
+            0,
+            0,
+            s,
+          ),
+      });
+    }
   }
   return cases;
+}
+
+/**
+ * Per-column bounds on |GPU - CPU| of the weight and bias gradients (dw, db), derived rather than
+ * picked. Both libraries form each term the same way — dout exactly, dout·x̂ as
+ * dout·((x - mean)·rstd) in three f32 roundings with no add an FMA could fuse — so the terms agree
+ * bit for bit; each library adds the `rows` terms of a column in double in its own order (within
+ * γ_rows·Σ|t| of the exact sum), rounds once to f32 (u·Σ|t|) and, adding into the old gradient,
+ * rounds once more (u·(Σ|t| + |old|)). Twice that bounds the difference; one column off by more
+ * fails, where a normwise tolerance lets one wrong column among hundreds through.
+ */
+function paramBounds(
+  dy: Arr,
+  x: Arr,
+  kind: Float,
+  mean: Float32Array,
+  rstd: Float32Array,
+  rows: number,
+  C: number,
+  old?: { dw: Float32Array; db: Float32Array },
+): Record<string, Float64Array> {
+  const dyv = asNumbers(dy, kind), xv = asNumbers(x, kind), f = Math.fround;
+  const absW = new Float64Array(C), absB = new Float64Array(C);
+  for (let r = 0; r < rows; r++) {
+    for (let j = 0; j < C; j++) {
+      const d = dyv[r * C + j]!;
+      absW[j]! += Math.abs(f(d * f(f(xv[r * C + j]! - mean[r]!) * rstd[r]!)));
+      absB[j]! += Math.abs(d);
+    }
+  }
+  const g = gamma(rows, "f64"), u = UNIT_ROUNDOFF.f32, tiny = 2 * 2 ** -126;
+  const bound = (abs: Float64Array, prev?: Float32Array) =>
+    abs.map((a, j) =>
+      2 * (g * a + u * a * (1 + g) + (prev ? u * (a * (1 + u) + Math.abs(prev[j]!)) : 0)) + tiny
+    );
+  return { dw: bound(absW, old?.dw), db: bound(absB, old?.db) };
 }
 
 /** The CPU library's saved mean and rstd of rows x of `kind`. */

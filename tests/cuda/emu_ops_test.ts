@@ -100,6 +100,11 @@ Deno.test({
     assert.ok(S.elementwise.some((n) => n > 64 * 256) && S.elementwise.includes(0));
     assert.ok(S.softmax.some(([rows]) => rows > 128) && S.layernorm.some(([rows]) => rows > 128));
     assert.ok(S.argmax.some(([rows]) => rows > 128) && S.crossentropy.some(([rows]) => rows > 128));
+    // the warp-row paths at their limits: layer norm at 1024 columns (its backward's staging past
+    // 48 KiB) with a last round of fewer rows than warps; cross-entropy at and past 4 KiB of logits
+    assert.ok(S.layernorm.some(([rows, C]) => C === 1024 && rows % 8 !== 0));
+    const V = S.crossentropy.map(([, v]) => v);
+    assert.ok([1024, 1025, 2048, 2049].every((v) => V.includes(v)));
     assert.ok(cases.some((c) => c.dtype === "bf16") && cases.some((c) => c.dtype === "f16"));
     // the convolutional-network ops: past a grid-stride pass, past the 2048 rows of the
     // eight-thread row kernels, and empty

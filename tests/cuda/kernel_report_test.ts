@@ -136,3 +136,25 @@ Deno.test("reportProblems() flags a spill, attention without mma, and a hot kern
     /no kernel matches/,
   );
 });
+
+Deno.test("the warp-row kernels are hot kernels: the layer-norm backward counts its staged shared memory", () => {
+  const LNW = "_Z24dt_layernorm_bwd_warp_k_ILi1EEvPvPdPKvS3_PKfS5_S5_lli";
+  const CEW = "_Z12dt_ce_fwd_k_ILi1ELb1EEvPfS0_PKvPKilllPy";
+  const ptx = new Map([
+    [ATT, { maxThreads: 128, tensorCore: true }],
+    [LNW, { maxThreads: 256, tensorCore: false }],
+    [CEW, { maxThreads: 512, tensorCore: false }],
+  ]);
+  // as built: 64 registers and 48 KiB staged (C = 768): 4 blocks of 8 warps either way, 50%
+  const built = kernelRows([ptxas(ATT, 122), ptxas(LNW, 64), ptxas(CEW, 40)].join("\n"), ptx);
+  assert.deepEqual(reportProblems(built), []);
+  const lnw = built.find((r) => r.name.includes("dt_layernorm_bwd_warp_k_<"))!;
+  assert.equal(lnw.dynamicSmem, 8 * 2 * 768 * 4);
+  assert.equal(lnw.occupancy.blocks, 4);
+  // 72 registers: 3 blocks of the layer norm (37.5%), 1 block of 16 warps of cross-entropy (25%)
+  const heavy = reportProblems(
+    kernelRows([ptxas(ATT, 122), ptxas(LNW, 72), ptxas(CEW, 72)].join("\n"), ptx),
+  ).join("\n");
+  assert.match(heavy, /dt_layernorm_bwd_warp_k_<1>.*occupancy 37\.5% < 50\.0%/);
+  assert.match(heavy, /dt_ce_fwd_k_<1, true>.*occupancy 25\.0% < 50\.0%/);
+});
