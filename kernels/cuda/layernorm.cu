@@ -497,6 +497,7 @@ static dt_status dt_ln_bwd_warp_launch_(void* dinp, double* partial, const void*
   if (smem > 48 * 1024)
     DT_CHECK_CUDA(cudaFuncSetAttribute((const void*)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   DT_LAUNCH(kernel, blocks, DT_BLOCK, smem, s, dinp, partial, dout, inp, weight, mean, rstd, rows, C, add);
+  DT_CHECK_LAUNCH(s, "dt_layernorm_bwd (warp rows)");
   return DT_OK;
 }
 
@@ -534,8 +535,8 @@ DT_EXPORT dt_status dt_layernorm_bwd(void* dinp, float* dweight, float* dbias, c
     auto kernel = dt_ln_cached_(C) ? dt_layernorm_bwd_k_<true> : dt_layernorm_bwd_k_<false>;
     DT_LAUNCH(kernel, (unsigned)blocks, DT_BLOCK, 0, s, dinp, partial, dout, inp, weight, mean, rstd, rows, C,
               dout_dtype, inp_dtype, dinp_dtype, flags & 1);
+    DT_CHECK_LAUNCH(s, "dt_layernorm_bwd");
   }
-  DT_CHECK_LAUNCH(s, "dt_layernorm_bwd");
   if (!params) return DT_OK;
   /* pass 1: strips of 32 of the 2C columns x chunks of `per` partial rows, about
    * LN_FOLD_BLOCKS_PER_SM blocks per multiprocessor; pass 2: the chunks of each column */

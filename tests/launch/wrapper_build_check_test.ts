@@ -62,7 +62,8 @@ Deno.test("the wrapper builds only when a source, the libraries or the CUDA choi
   const root = fakeCheckout();
   try {
     const stamp = join(root, "build/.native-checked.auto.1.0");
-    const key = (nvcc: string, cuda = "") => `cuda=${cuda} emu= gloo= backend= nvcc=${nvcc}`;
+    const key = (nvcc: string, cuda = "") =>
+      `cuda=${cuda} emu= gloo= backend= nvcc=${nvcc} race= mem=`;
     // No stamp: a build, then the command; the stamp records the choice (no nvcc on PATH).
     assert.deepEqual(runWrapper(root), ["build_native.ts", "cli.ts"]);
     assert.equal(Deno.readTextFileSync(stamp), key(""));
