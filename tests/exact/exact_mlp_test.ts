@@ -40,3 +40,15 @@ Deno.test("exact mode off: the same MLP run parts between 1 and 2 ranks (the che
   assert.equal(two[0], two[1], "the ranks agree with each other");
   assert.notEqual(two[0], one, "without exact mode 2 ranks reassociate the gradient sums");
 });
+
+Deno.test("exact mode: a forward under noGrad in training mode (batch norm, dropout) is sharded too, so one process and 2 and 4 ranks keep the same bits", async () => {
+  // An unsharded forward there would move the dropout stream by the rank's element count and
+  // update the running statistics from the rank's rows: both depend on the world size.
+  const ref = digests(await single(SCRIPT, { PEEK: "1" }), 1)[0]!;
+  assert.notEqual(ref, digests(await single(SCRIPT), 1)[0], "PEEK changes the model");
+  for (const n of [2, 4]) {
+    const r = await launched(SCRIPT, n, { env: { PEEK: "1" } });
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    for (const d of digests(r.lines, n)) assert.equal(d, ref, `${n} rank(s)`);
+  }
+});

@@ -18,7 +18,7 @@ import { DistributedDataParallel } from "../../distributed/ddp.ts";
 import { initProcessGroup } from "../../distributed/init_process_group.ts";
 import { crossEntropy } from "../../nn/losses.ts";
 import { checkpoint } from "../../nn/checkpoint.ts";
-import { backward } from "../../tensor/autograd.ts";
+import { backward, noGrad } from "../../tensor/autograd.ts";
 import {
   numericsPolicy,
   resolveNumericsPolicy,
@@ -269,5 +269,35 @@ Deno.test("exact mode refuses, naming it, what would sum shards in an order that
     ddp.close();
     x.dispose();
     y.dispose();
+  }
+});
+
+Deno.test("which forwards are sharded: training mode (under noGrad too) and any forward that records gradients; an eval-mode noGrad forward runs whole", () => {
+  const pg = initProcessGroup();
+  const model = new Sequential(new Linear(4, 4), new ReLU(), new Linear(4, 2));
+  const ddp = new DistributedDataParallel(model, pg, { exact: 4 });
+  const x = fromArray(new Float32Array(32).map((_, i) => i / 32), [8, 4]);
+  const y = fromArray(new Int32Array(8).map((_, i) => i % 2), [8]);
+  const odd = fromArray(new Float32Array(24), [6, 4]); // 6 rows: no split into 4 shards
+  const unsplit = /local batch of 6 rows does not split into this rank's 4 canonical shards/;
+  const grads = () => model.parameters().map((p) => [...(p.grad!.toArray() as Float32Array)]);
+  try {
+    // Evaluation (eval mode, no gradients) may take any batch: it runs whole.
+    model.eval();
+    scope(() => noGrad(() => ddp.forward(odd)));
+    // Eval mode with gradients recorded is trained through: sharded, and its gradients are the
+    // training-mode ones (this model has no dropout or batch norm).
+    assert.throws(() => scope(() => ddp.forward(odd)), unsplit);
+    scope(() => ddp.backward(crossEntropy(ddp.forward(x), y)));
+    const inEval = grads();
+    model.train();
+    for (const p of model.parameters()) p.grad!.fill(0);
+    scope(() => ddp.backward(crossEntropy(ddp.forward(x), y)));
+    assert.deepEqual(grads(), inEval);
+    // Training mode under noGrad still moves dropout streams and running statistics: sharded.
+    assert.throws(() => scope(() => noGrad(() => ddp.forward(odd))), unsplit);
+  } finally {
+    ddp.close();
+    for (const t of [x, y, odd]) t.dispose();
   }
 });

@@ -4,15 +4,22 @@
  * (global position rank + W·j of the step's block). Prints one JSON line:
  * the digest of every weight and optimizer-state tensor. EXACT=0 turns exact
  * mode off (the control: then the digests differ between world sizes).
+ * PEEK=1 puts a BatchNorm1d and a Dropout into the MLP and, before each
+ * step, runs the model on the step's rows under noGrad still in training
+ * mode (a loss looked at without calling eval()): that forward moves the
+ * dropout stream and the running statistics too, so it must be sharded.
  */
 import {
   AdamW,
+  BatchNorm1d,
   crossEntropy,
   DistributedDataParallel,
+  Dropout,
   fromArray,
   initProcessGroup,
   Linear,
   manualSeed,
+  noGrad,
   ReLU,
   scope,
   Sequential,
@@ -23,7 +30,16 @@ const STEPS = 50, B = 32, IN = 8, CLASSES = 4;
 const pg = initProcessGroup();
 const W = pg.size, rank = pg.rank;
 manualSeed(0);
-const model = new Sequential(new Linear(IN, 32), new ReLU(), new Linear(32, CLASSES));
+const peek = Deno.env.get("PEEK") === "1";
+const model = peek
+  ? new Sequential(
+    new Linear(IN, 32),
+    new BatchNorm1d(32),
+    new ReLU(),
+    new Dropout(0.25),
+    new Linear(32, CLASSES),
+  )
+  : new Sequential(new Linear(IN, 32), new ReLU(), new Linear(32, CLASSES));
 const exact = Deno.env.get("EXACT") !== "0";
 const ddp = new DistributedDataParallel(model, pg, { exact: exact ? 8 : false });
 const opt = new AdamW(ddp.parameters(), { lr: 1e-2 });
@@ -43,6 +59,7 @@ for (let step = 0; step < STEPS; step++) {
   scope(() => {
     const x = fromArray(Float32Array.from(rows.flatMap((r) => r.x)), [rows.length, IN]);
     const y = fromArray(Int32Array.from(rows.map((r) => r.y)), [rows.length]);
+    if (peek) noGrad(() => crossEntropy(ddp.forward(x), y));
     opt.zeroGrad();
     ddp.backward(crossEntropy(ddp.forward(x), y));
     opt.step();
