@@ -52,3 +52,20 @@ Deno.test("exact mode: a forward under noGrad in training mode (batch norm, drop
     for (const d of digests(r.lines, n)) assert.equal(d, ref, `${n} rank(s)`);
   }
 });
+
+Deno.test("exact mode: passes started by backward(loss, { onLeafGrad: ddp.gradReady }) keep the bits too; a step mixing them with ddp.backward is refused", async () => {
+  // ddp.backward seeds a pass with 1/W on W > 1 ranks; a plain pass is not seeded and the tree's
+  // root takes 1/W instead: the same bits in f32. Mixed in one step, the slots would hold sums
+  // at two scales.
+  const ref = digests(await single(SCRIPT), 1)[0]!;
+  assert.equal(digests(await single(SCRIPT, { BACKWARD: "plain" }), 1)[0], ref);
+  const plain = await launched(SCRIPT, 2, { env: { BACKWARD: "plain" } });
+  assert.equal(plain.code, 0, plain.stdout + plain.stderr);
+  for (const d of digests(plain.lines, 2)) assert.equal(d, ref, "plain backward, 2 ranks");
+  const mixed = await launched(SCRIPT, 2, { env: { BACKWARD: "mixed" } });
+  assert.notEqual(mixed.code, 0);
+  assert.match(
+    mixed.stderr,
+    /exact mode: the backward passes of one step were started both by ddp\.backward\(loss\)/,
+  );
+});

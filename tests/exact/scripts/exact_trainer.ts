@@ -1,7 +1,8 @@
 /**
  * The Trainer in exact mode on two models, chosen by CASE:
  * - "gpt": GPT-mini with dropout 0.1, AdamW, clipping at 1, two accumulated
- *   micro-batches per step and bf16 autocast;
+ *   micro-batches per step and bf16 autocast (AUTOCAST=f16: f16, with the
+ *   Trainer's GradScaler);
  * - "cnn": a small CNN (conv, batch norm converted to SyncBatchNorm, ReLU,
  *   max pooling, linear) with SGD and momentum.
  * STEPS optimizer steps (default 50, over more than one epoch); SAVE_AT saves
@@ -73,7 +74,7 @@ function gptOptions(): TrainerOptions<Module> {
       exact: EXACT,
       data: { globalBatchSize: 32, gradAccumulation: 2 },
       optim: { name: "adamw", lr: 3e-3 },
-      precision: { autocast: "bf16" },
+      precision: { autocast: (Deno.env.get("AUTOCAST") ?? "bf16") as "bf16" | "f16" },
       clipGradNorm: 1,
       checkpoint,
       logEvery: 1000,
