@@ -1,8 +1,9 @@
 /**
  * Exact mode's parts in one process: the canonical shard plan and its
  * refusals, the fixed tree's association, dropout masks keyed by shard, the
- * switch (DDP option, numerics policy, Trainer config) and the errors for
- * what would sum shards in an order that depends on the world size.
+ * switch (DDP option, numerics policy, Trainer config), which forwards are
+ * sharded, a forward returning a tuple, and the errors for what would sum
+ * shards in an order that depends on the world size.
  */
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
@@ -299,5 +300,50 @@ Deno.test("which forwards are sharded: training mode (under noGrad too) and any 
   } finally {
     ddp.close();
     for (const t of [x, y, odd]) t.dispose();
+  }
+});
+
+Deno.test("a forward that returns a tuple: each element is joined back in the caller's row order; a per-shard scalar in it is refused", () => {
+  const pg = initProcessGroup();
+  class TwoHeads extends Sequential {
+    constructor(readonly scalarToo: boolean) {
+      super(new Linear(4, 6), new ReLU());
+      this.head = this.registerModule("head", new Linear(6, 2));
+    }
+    readonly head: Linear;
+    // deno-lint-ignore no-explicit-any
+    override forward(t: Tensor): any {
+      const h = super.forward(t);
+      const out = [this.head.forward(h), h];
+      return this.scalarToo ? [...out, sum(h)] : out;
+    }
+  }
+  const model = new TwoHeads(false);
+  const ddp = new DistributedDataParallel(model, pg, { exact: 4 });
+  // Rows that differ from each other, so a row put back in the wrong place shows.
+  const x = fromArray(new Float32Array(32).map((_, i) => Math.sin(i * 0.7)), [8, 4]);
+  try {
+    const rows = (ts: Tensor[]) => ts.map((t) => [...(t.toArray() as Float32Array)]);
+    const sharded = scope(() => rows(ddp.forward(x) as Tensor[]));
+    model.eval(); // an eval-mode no-grad forward runs whole: the reference row order
+    const whole = scope(() => noGrad(() => rows(ddp.forward(x) as Tensor[])));
+    model.train();
+    assert.equal(sharded.length, 2);
+    for (const [i, got] of sharded.entries()) {
+      const want = whole[i]!;
+      assert.equal(got.length, want.length);
+      for (let j = 0; j < got.length; j++) {
+        assert.ok(Math.abs(got[j]! - want[j]!) <= 1e-6, `output ${i}, element ${j}`);
+      }
+    }
+    const d2 = new DistributedDataParallel(new TwoHeads(true), pg, { exact: 4 });
+    assert.throws(
+      () => scope(() => d2.forward(x)),
+      /returned a tensor of shape \[\] for a shard of 2 rows; a forward run shard by shard can only return per-row outputs/,
+    );
+    d2.close();
+  } finally {
+    ddp.close();
+    x.dispose();
   }
 });
