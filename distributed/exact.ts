@@ -166,6 +166,15 @@ function shardedCall(
     );
   }
   const b = first.shape[0]!;
+  if (!isGradEnabled() && (b === 0 || b % plan.perRank !== 0)) {
+    throw new RangeError(
+      `exact mode: a training-mode forward under noGrad got a local batch of ${b} rows, which ` +
+        `does not split into this rank's ${plan.perRank} canonical shards: in training mode ` +
+        "dropout and batch norm's running statistics move, so the forward runs shard by shard; " +
+        "to evaluate, call model.eval() first (an eval-mode forward under noGrad runs whole, on " +
+        "any batch)",
+    );
+  }
   const { split, back } = plan.rows(b);
   for (const a of args) {
     if (a instanceof Tensor && a.requiresGrad) {
