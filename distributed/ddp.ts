@@ -27,7 +27,8 @@ import type { Module } from "../nn/module.ts";
 import { type CollectiveBuffer, COMPLETED, type ProcessGroup, type Work } from "./process_group.ts";
 import { announceTrainedModel } from "../nn/trained_model_hook.ts";
 import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/autograd.ts";
-import { type Tensor, zeros } from "../tensor/tensor.ts";
+import { full, type Tensor, zeros } from "../tensor/tensor.ts";
+import { scale } from "../tensor/ops/elementwise.ts";
 import { phase } from "./control/phase.ts";
 import { asMemoryKind } from "../tensor/memory_kinds.ts";
 import { allGatherJson } from "./gather_json.ts";
@@ -144,6 +145,13 @@ export class DistributedDataParallel<M extends Module> {
   #step = 0;
   /** gradReady() saw a parameter of this model in the current backward pass */
   #passWired = false;
+  /** exact mode: the pass running now was seeded with 1/W by ddp.backward */
+  #passSeeded = false;
+  /**
+   * exact mode: whether the passes since the last reduction were seeded with
+   * 1/W (the root then takes factor 1) or not (1/W at the root); null: none yet
+   */
+  #windowSeeded: boolean | null = null;
   /** buckets whose allReduce this step started, in start order; finishGradSync() waits for them */
   #started: Bucket[] = [];
   /** this rank, as shardGradients was told it */
@@ -255,11 +263,38 @@ export class DistributedDataParallel<M extends Module> {
       if (k === "deferGradSync") defer = opts.deferGradSync === true;
       else any = true;
     }
-    if (any) {
-      const { deferGradSync: _, ...rest } = opts;
-      backward(loss, { ...rest, onLeafGrad: this.gradReady });
-    } else backward(loss, this.#wired); // the step's common case: no options object made
+    const seed = this.#exactSeed(loss, opts.gradient);
+    this.#passSeeded = seed !== null;
+    try {
+      if (any || seed) {
+        const { deferGradSync: _, ...rest } = opts;
+        backward(loss, {
+          ...rest,
+          ...(seed ? { gradient: seed } : {}),
+          onLeafGrad: this.gradReady,
+        });
+      } else backward(loss, this.#wired); // the step's common case: no options object made
+    } finally {
+      this.#passSeeded = false;
+      seed?.dispose();
+    }
     if (!defer) this.finishGradSync();
+  }
+
+  /**
+   * Exact mode on W > 1 ranks: the backward's seed times 1/W (null: the
+   * caller's seed as it is). A mean loss over the rank's B/W rows gives each
+   * row a factor W/B, so without it every gradient inside the backward is W
+   * times its single-process value: exact in f32 and bf16 arithmetic, but
+   * not where a value leaves the number format's range — an f16 product's
+   * gradient that overflows (GradScaler then skips the step) or goes
+   * subnormal at one world size and not another. With the seed 1/W (a power
+   * of two: exact) every value of the pass has its single-process bits.
+   */
+  #exactSeed(loss: Tensor, given: Tensor | undefined): Tensor | null {
+    const W = this.#exact?.plan.world ?? 1;
+    if (W === 1) return null;
+    return given ? scale(given, 1 / W).keep() : full(loss.shape, 1 / W, loss.dtype).keep();
   }
 
   /**
@@ -271,6 +306,17 @@ export class DistributedDataParallel<M extends Module> {
     const b = this.#bucketOf.get(leaf);
     if (!b) return;
     this.#passWired = true;
+    if (this.#exact && this.#windowSeeded !== this.#passSeeded) {
+      if (this.#windowSeeded !== null) {
+        throw new Error(
+          "exact mode: the backward passes of one step were started both by ddp.backward(loss) " +
+            "(seeded with 1/W) and by backward(loss, { onLeafGrad: ddp.gradReady }) (not): their " +
+            "gradients would be summed at two scales; start every pass of a step the same way " +
+            "(ddp.backward is the one whose bits do not depend on the world size in f16)",
+        );
+      }
+      this.#windowSeeded = this.#passSeeded;
+    }
     if (b.shard) this.#intoFlat(b, b.shard, leaf);
     b.pending--;
     if (b.pending === 0 && this.#sync) this.#start(b);
@@ -295,6 +341,7 @@ export class DistributedDataParallel<M extends Module> {
       for (const b of this.buckets) b.work = null;
       this.#started = [];
       this.#syncPending = false;
+      this.#windowSeeded = null;
       this.#step++;
     }
   }
@@ -394,7 +441,9 @@ export class DistributedDataParallel<M extends Module> {
     if (this.#exact) {
       // The fixed tree over every rank's shards, added into the bucket as the mean over ranks.
       phase(`exact reduction of bucket ${b.index} of step ${this.#step}`, FREQUENT);
-      reduceSlots(b.flat!, this.#exact.slots[b.index]!, this.#exact.plan, this.pg);
+      // Passes seeded with 1/W by ddp.backward hold the mean over ranks already.
+      const factor = this.#windowSeeded ? 1 : 1 / this.#exact.plan.world;
+      reduceSlots(b.flat!, this.#exact.slots[b.index]!, this.#exact.plan, this.pg, factor);
       b.work = COMPLETED;
       this.#started.push(b);
       return;

@@ -115,7 +115,7 @@ let generation = 0;
 
 /**
  * Replaces `module.forward` (on the instance) by one that, in training mode
- * with gradients recorded, runs the original once per local canonical shard
+ * or with gradients recorded, runs the original once per local canonical shard
  * — every tensor argument whose first dim is the batch's rows is split,
  * anything else passed as it is — and joins the shards' outputs back in the
  * caller's row order by a differentiable gather. Layers that kept
@@ -137,7 +137,12 @@ export function installShardedForward(
   }
   const original = previous.bind(m);
   m.forward = (...args: unknown[]) => {
-    if (!module.training || !isGradEnabled() || shardScope() !== null) return original(...args);
+    // Sharded whenever the forward can change what training computes: in training mode (even
+    // under noGrad, where dropout still moves its stream and batch norm its running statistics,
+    // by amounts that depend on the rows a process holds) and whenever gradients are recorded
+    // (an eval-mode forward trained through). Only an eval-mode, no-grad forward — evaluation,
+    // which may run on any batch size — runs whole.
+    if ((!module.training && !isGradEnabled()) || shardScope() !== null) return original(...args);
     takeShardStatistics(); // nothing of an earlier forward that failed half-way
     const out = shardedCall(original, args, plan);
     combineShardStatistics(plan, pg);
@@ -161,6 +166,15 @@ function shardedCall(
     );
   }
   const b = first.shape[0]!;
+  if (!isGradEnabled() && (b === 0 || b % plan.perRank !== 0)) {
+    throw new RangeError(
+      `exact mode: a training-mode forward under noGrad got a local batch of ${b} rows, which ` +
+        `does not split into this rank's ${plan.perRank} canonical shards: in training mode ` +
+        "dropout and batch norm's running statistics move, so the forward runs shard by shard; " +
+        "to evaluate, call model.eval() first (an eval-mode forward under noGrad runs whole, on " +
+        "any batch)",
+    );
+  }
   const { split, back } = plan.rows(b);
   for (const a of args) {
     if (a instanceof Tensor && a.requiresGrad) {

@@ -1,8 +1,9 @@
 /**
  * Exact mode's parts in one process: the canonical shard plan and its
  * refusals, the fixed tree's association, dropout masks keyed by shard, the
- * switch (DDP option, numerics policy, Trainer config) and the errors for
- * what would sum shards in an order that depends on the world size.
+ * switch (DDP option, numerics policy, Trainer config), which forwards are
+ * sharded, a forward returning a tuple, and the errors for what would sum
+ * shards in an order that depends on the world size.
  */
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
@@ -18,7 +19,7 @@ import { DistributedDataParallel } from "../../distributed/ddp.ts";
 import { initProcessGroup } from "../../distributed/init_process_group.ts";
 import { crossEntropy } from "../../nn/losses.ts";
 import { checkpoint } from "../../nn/checkpoint.ts";
-import { backward } from "../../tensor/autograd.ts";
+import { backward, noGrad } from "../../tensor/autograd.ts";
 import {
   numericsPolicy,
   resolveNumericsPolicy,
@@ -269,5 +270,83 @@ Deno.test("exact mode refuses, naming it, what would sum shards in an order that
     ddp.close();
     x.dispose();
     y.dispose();
+  }
+});
+
+Deno.test("which forwards are sharded: training mode (under noGrad too) and any forward that records gradients; an eval-mode noGrad forward runs whole", () => {
+  const pg = initProcessGroup();
+  const model = new Sequential(new Linear(4, 4), new ReLU(), new Linear(4, 2));
+  const ddp = new DistributedDataParallel(model, pg, { exact: 4 });
+  const x = fromArray(new Float32Array(32).map((_, i) => i / 32), [8, 4]);
+  const y = fromArray(new Int32Array(8).map((_, i) => i % 2), [8]);
+  const odd = fromArray(new Float32Array(24), [6, 4]); // 6 rows: no split into 4 shards
+  const unsplit = /local batch of 6 rows does not split into this rank's 4 canonical shards/;
+  const grads = () => model.parameters().map((p) => [...(p.grad!.toArray() as Float32Array)]);
+  try {
+    // Evaluation (eval mode, no gradients) may take any batch: it runs whole.
+    model.eval();
+    scope(() => noGrad(() => ddp.forward(odd)));
+    // Eval mode with gradients recorded is trained through: sharded, and its gradients are the
+    // training-mode ones (this model has no dropout or batch norm).
+    assert.throws(() => scope(() => ddp.forward(odd)), unsplit);
+    scope(() => ddp.backward(crossEntropy(ddp.forward(x), y)));
+    const inEval = grads();
+    model.train();
+    for (const p of model.parameters()) p.grad!.fill(0);
+    scope(() => ddp.backward(crossEntropy(ddp.forward(x), y)));
+    assert.deepEqual(grads(), inEval);
+    // Training mode under noGrad still moves dropout streams and running statistics: sharded.
+    assert.throws(
+      () => scope(() => noGrad(() => ddp.forward(odd))),
+      /a training-mode forward under noGrad got a local batch of 6 rows, which does not split into this rank's 4 canonical shards.*call model\.eval\(\) first/,
+    );
+  } finally {
+    ddp.close();
+    for (const t of [x, y, odd]) t.dispose();
+  }
+});
+
+Deno.test("a forward that returns a tuple: each element is joined back in the caller's row order; a per-shard scalar in it is refused", () => {
+  const pg = initProcessGroup();
+  class TwoHeads extends Sequential {
+    constructor(readonly scalarToo: boolean) {
+      super(new Linear(4, 6), new ReLU());
+      this.head = this.registerModule("head", new Linear(6, 2));
+    }
+    readonly head: Linear;
+    // deno-lint-ignore no-explicit-any
+    override forward(t: Tensor): any {
+      const h = super.forward(t);
+      const out = [this.head.forward(h), h];
+      return this.scalarToo ? [...out, sum(h)] : out;
+    }
+  }
+  const model = new TwoHeads(false);
+  const ddp = new DistributedDataParallel(model, pg, { exact: 4 });
+  // Rows that differ from each other, so a row put back in the wrong place shows.
+  const x = fromArray(new Float32Array(32).map((_, i) => Math.sin(i * 0.7)), [8, 4]);
+  try {
+    const rows = (ts: Tensor[]) => ts.map((t) => [...(t.toArray() as Float32Array)]);
+    const sharded = scope(() => rows(ddp.forward(x) as Tensor[]));
+    model.eval(); // an eval-mode no-grad forward runs whole: the reference row order
+    const whole = scope(() => noGrad(() => rows(ddp.forward(x) as Tensor[])));
+    model.train();
+    assert.equal(sharded.length, 2);
+    for (const [i, got] of sharded.entries()) {
+      const want = whole[i]!;
+      assert.equal(got.length, want.length);
+      for (let j = 0; j < got.length; j++) {
+        assert.ok(Math.abs(got[j]! - want[j]!) <= 1e-6, `output ${i}, element ${j}`);
+      }
+    }
+    const d2 = new DistributedDataParallel(new TwoHeads(true), pg, { exact: 4 });
+    assert.throws(
+      () => scope(() => d2.forward(x)),
+      /returned a tensor of shape \[\] for a shard of 2 rows; a forward run shard by shard can only return per-row outputs/,
+    );
+    d2.close();
+  } finally {
+    ddp.close();
+    x.dispose();
   }
 });

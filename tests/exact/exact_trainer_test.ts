@@ -4,7 +4,9 @@
  * autocast, and a CNN with SyncBatchNorm and SGD with momentum, 50 steps
  * over several epochs, give one digest of every weight, buffer and
  * optimizer-state tensor as a single process and on 1, 2, 4 and 8 ranks, and
- * after saving on 2 ranks at step 25 and resuming on 4. With exact mode off
+ * after saving on 2 ranks at step 25 and resuming on 4; GPT-mini under f16
+ * autocast with its GradScaler gives one digest in one process and on 2 and
+ * 8 ranks; evaluations every 10 steps change no bit. With exact mode off
  * the same GPT run parts between 1 and 2 ranks, so the comparison can fail.
  */
 import assert from "node:assert/strict";
@@ -47,6 +49,30 @@ for (const kase of ["gpt", "cnn"]) {
     }
   });
 }
+
+Deno.test("exact mode: GPT-mini under f16 autocast with its GradScaler has the same bits in one process and on 2 and 8 ranks", async () => {
+  // A mean loss makes every gradient of a pass W times its single-process value unless the pass
+  // is seeded with 1/W: f16's narrow range then overflowed (the scaler skipping other steps) or
+  // went subnormal at one world size and not another (1, 2 and 8 ranks parted before the seed).
+  const env = { AUTOCAST: "f16" };
+  const ref = digests(await single(SCRIPT, { CASE: "gpt", ...env }), "gpt", 1)[0]!;
+  assert.notEqual(ref, digests(await single(SCRIPT, { CASE: "gpt" }), "gpt", 1)[0], "f16 ran");
+  for (const n of [2, 8]) {
+    const r = await onRanks("gpt", n, env);
+    assert.equal(r.records["config.json"]?.config.precision.autocast, "f16");
+    for (const d of r.digests) assert.equal(d, ref, `f16, ${n} rank(s)`);
+  }
+});
+
+Deno.test("exact mode: evaluations every 10 steps (eval mode, noGrad, 21 samples shared unevenly) leave GPT-mini's bits in one process and on 2 ranks", async () => {
+  const ref = digests(await single(SCRIPT, { CASE: "gpt" }), "gpt", 1)[0]!;
+  const one = await single(SCRIPT, { CASE: "gpt", EVAL: "1" });
+  assert.equal(digests(one, "gpt", 1)[0], ref);
+  const two = await onRanks("gpt", 2, { EVAL: "1" });
+  // at steps 10, 20, 30, 40, 50 and at the ends of the first three 16-step epochs
+  for (const l of [...one, ...two.lines]) assert.equal(l.evaluations, 8, JSON.stringify(l));
+  for (const d of two.digests) assert.equal(d, ref, "with evaluations, 2 ranks");
+});
 
 Deno.test("exact mode: GPT-mini saved on 2 ranks at step 25 and resumed on 4 ends with the uninterrupted run's bits", async () => {
   const ref = digests(await single(SCRIPT, { CASE: "gpt" }), "gpt", 1)[0]!;

@@ -1,12 +1,14 @@
 /**
  * The Trainer in exact mode on two models, chosen by CASE:
  * - "gpt": GPT-mini with dropout 0.1, AdamW, clipping at 1, two accumulated
- *   micro-batches per step and bf16 autocast;
+ *   micro-batches per step and bf16 autocast (AUTOCAST=f16: f16, with the
+ *   Trainer's GradScaler);
  * - "cnn": a small CNN (conv, batch norm converted to SyncBatchNorm, ReLU,
  *   max pooling, linear) with SGD and momentum.
  * STEPS optimizer steps (default 50, over more than one epoch); SAVE_AT saves
  * a checkpoint every that many steps into CKPT_DIR, from which a later run
- * resumes (at any world size); EXACT=0 trains without exact mode. Prints one
+ * resumes (at any world size); EXACT=0 trains without exact mode; EVAL=1
+ * adds an evaluation every 10 steps. Prints one
  * JSON line per rank: the digest of every weight, buffer and optimizer-state
  * tensor.
  */
@@ -24,6 +26,7 @@ import {
   type Module,
   ReLU,
   Sequential,
+  Subset,
   TensorDataset,
   Trainer,
   type TrainerOptions,
@@ -73,7 +76,7 @@ function gptOptions(): TrainerOptions<Module> {
       exact: EXACT,
       data: { globalBatchSize: 32, gradAccumulation: 2 },
       optim: { name: "adamw", lr: 3e-3 },
-      precision: { autocast: "bf16" },
+      precision: { autocast: (Deno.env.get("AUTOCAST") ?? "bf16") as "bf16" | "f16" },
       clipGradNorm: 1,
       checkpoint,
       logEvery: 1000,
@@ -120,6 +123,13 @@ function cnnOptions(): TrainerOptions<Module> {
 }
 
 const opts = CASE === "gpt" ? gptOptions() : cnnOptions();
+if (Deno.env.get("EVAL") === "1") {
+  // An evaluation pass every 10 steps on 21 held-out samples (not a multiple of the shards, so
+  // the ranks' shares differ), in eval mode under noGrad: it must leave training's bits alone.
+  opts.evalData = new Subset(opts.data, Array.from({ length: 21 }, (_, i) => i));
+  opts.evalStep = (m, batch) => ({ loss: opts.loss(m, batch).item() });
+  opts.config = { ...opts.config, eval: { everySteps: 10, batchSize: 5 } };
+}
 const trainer = new Trainer({ ...opts, processGroup: pg });
 const result = await trainer.fit();
 console.log(JSON.stringify({
@@ -129,5 +139,6 @@ console.log(JSON.stringify({
   exact: EXACT,
   steps: result.steps,
   resumedFrom: result.resumedFrom,
+  evaluations: result.evaluations.length,
   digest: stateDigest(trainer.model, trainer.optimizer),
 }));

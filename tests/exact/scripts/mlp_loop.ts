@@ -4,15 +4,27 @@
  * (global position rank + W·j of the step's block). Prints one JSON line:
  * the digest of every weight and optimizer-state tensor. EXACT=0 turns exact
  * mode off (the control: then the digests differ between world sizes).
+ * PEEK=1 puts a BatchNorm1d and a Dropout into the MLP and, before each
+ * step, runs the model on the step's rows under noGrad still in training
+ * mode (a loss looked at without calling eval()): that forward moves the
+ * dropout stream and the running statistics too, so it must be sharded.
+ * BACKWARD=plain starts each pass with backward(loss, { onLeafGrad:
+ * ddp.gradReady }) and ddp.finishGradSync() instead of ddp.backward (no 1/W
+ * seed: the root takes 1/W); BACKWARD=mixed accumulates a first half-batch
+ * that way under noSync and the second through ddp.backward (refused).
  */
 import {
   AdamW,
+  backward,
+  BatchNorm1d,
   crossEntropy,
   DistributedDataParallel,
+  Dropout,
   fromArray,
   initProcessGroup,
   Linear,
   manualSeed,
+  noGrad,
   ReLU,
   scope,
   Sequential,
@@ -23,8 +35,18 @@ const STEPS = 50, B = 32, IN = 8, CLASSES = 4;
 const pg = initProcessGroup();
 const W = pg.size, rank = pg.rank;
 manualSeed(0);
-const model = new Sequential(new Linear(IN, 32), new ReLU(), new Linear(32, CLASSES));
+const peek = Deno.env.get("PEEK") === "1";
+const model = peek
+  ? new Sequential(
+    new Linear(IN, 32),
+    new BatchNorm1d(32),
+    new ReLU(),
+    new Dropout(0.25),
+    new Linear(32, CLASSES),
+  )
+  : new Sequential(new Linear(IN, 32), new ReLU(), new Linear(32, CLASSES));
 const exact = Deno.env.get("EXACT") !== "0";
+const how = Deno.env.get("BACKWARD") ?? "ddp";
 const ddp = new DistributedDataParallel(model, pg, { exact: exact ? 8 : false });
 const opt = new AdamW(ddp.parameters(), { lr: 1e-2 });
 
@@ -43,8 +65,18 @@ for (let step = 0; step < STEPS; step++) {
   scope(() => {
     const x = fromArray(Float32Array.from(rows.flatMap((r) => r.x)), [rows.length, IN]);
     const y = fromArray(Int32Array.from(rows.map((r) => r.y)), [rows.length]);
+    if (peek) noGrad(() => crossEntropy(ddp.forward(x), y));
     opt.zeroGrad();
-    ddp.backward(crossEntropy(ddp.forward(x), y));
+    if (how === "plain") {
+      backward(crossEntropy(ddp.forward(x), y), { onLeafGrad: ddp.gradReady });
+      ddp.finishGradSync();
+    } else if (how === "mixed") {
+      const half = (t: typeof x) => t.subview(0, [rows.length / 2, ...t.shape.slice(1)]);
+      ddp.noSync(() =>
+        backward(crossEntropy(ddp.forward(half(x)), half(y)), { onLeafGrad: ddp.gradReady })
+      );
+      ddp.backward(crossEntropy(ddp.forward(half(x)), half(y)));
+    } else ddp.backward(crossEntropy(ddp.forward(x), y));
     opt.step();
   });
 }
