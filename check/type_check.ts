@@ -55,19 +55,19 @@ function identity(info: Deno.FileInfo): FileIdentity | null {
  */
 const RACY_MS = 2000;
 
-/** True when `file` still has the identity it had when hashed and was not changed just before. */
-function unchanged(file: string, was: FileIdentity | null | undefined, hashedAt: number): boolean {
-  if (
-    !Array.isArray(was) || was.length !== 5 || was[1] >= hashedAt - RACY_MS ||
-    was[2] >= hashedAt - RACY_MS
-  ) return false;
-  let now: FileIdentity | null;
+/** True when a file whose identity is `now` still has the one it had when hashed, not changed just before. */
+function unchanged(now: FileIdentity | null, was: unknown, hashedAt: number): boolean {
+  if (now === null || !Array.isArray(was) || was.length !== 5) return false;
+  if (was[1] >= hashedAt - RACY_MS || was[2] >= hashedAt - RACY_MS) return false;
+  return now.every((v, i) => v === was[i]);
+}
+
+function identityOf(file: string): FileIdentity | null {
   try {
-    now = identity(Deno.statSync(file));
+    return identity(Deno.statSync(file));
   } catch {
-    return false;
+    return null;
   }
-  return now !== null && now.every((v, i) => v === was[i]);
 }
 
 /** Hex sha256 through WebCrypto (node:crypto would add its module loading to every launch). */
@@ -94,17 +94,31 @@ async function stillValid(path: string): Promise<boolean> {
   }
   const hashedAt = typeof rec.hashedAt === "number" ? rec.hashedAt : -Infinity;
   const stats = Array.isArray(rec.stats) && rec.stats.length === rec.files.length ? rec.stats : [];
+  // each file's identity before any is read: a change while hashing shows next time
+  const startedAt = Date.now();
+  const now = rec.files.map(([file]) => identityOf(file));
+  let hashed = 0;
   // Files whose identity changed are hashed, every one at once: their digests run in parallel off the
   // main thread.
   const same = await Promise.all(rec.files.map(async ([file, hash], i) => {
-    if (unchanged(file, stats[i], hashedAt)) return true;
+    if (unchanged(now[i]!, stats[i], hashedAt)) return true;
+    hashed++;
     try {
       return await sha256(await Deno.readFile(file)) === hash;
     } catch {
       return false;
     }
   }));
-  return same.every(Boolean);
+  if (!same.every(Boolean)) return false;
+  // Content unchanged but identities new (a record from before they were kept, a file saved
+  // again as it was, or one changed just before the last hashing): remember them, so the next start
+  // does not hash those files again.
+  if (hashed > 0) {
+    try {
+      writeRecord(path, { ...rec, stats: now, hashedAt: startedAt });
+    } catch { /* not refreshed: hashed again next time */ }
+  }
+  return true;
 }
 
 /** The local files of the script's module graph (deno info), plus the config. */
@@ -184,7 +198,7 @@ export async function checkScriptTypes(
         Deno.mkdirSync(cacheDir, { recursive: true });
         const hashedAt = Date.now();
         // each file's identity before its bytes are read: a change while hashing shows next time
-        const stats = files.map((f) => identity(Deno.statSync(f)));
+        const stats = files.map(identityOf);
         writeRecord(record, {
           deno: Deno.version.deno,
           files: await Promise.all(

@@ -99,10 +99,14 @@ Deno.test("checkScriptTypes() hashes only the files whose size, times or inode c
     Deno.utimeSync(helper, before.atime!, before.mtime!);
     assert.deepEqual(await checkScriptTypes(script, opts), { ok: true, cached: false });
     assert.equal(checks, 2);
-    // A record without identities (written before they were kept) is checked by content.
+    // A record without identities (written before they were kept) is checked by content, and then
+    // holds them.
     const { stats: _stats, ...old } = JSON.parse(Deno.readTextFileSync(recordFile!));
     Deno.writeTextFileSync(recordFile!, JSON.stringify(old));
     assert.deepEqual(await checkScriptTypes(script, opts), { ok: true, cached: true });
+    const refreshed = JSON.parse(Deno.readTextFileSync(recordFile!));
+    assert.equal(refreshed.stats.length, refreshed.files.length);
+    assert.deepEqual(refreshed.files, old.files);
     Deno.writeTextFileSync(helper, "export const width = 6;");
     assert.deepEqual(await checkScriptTypes(script, opts), { ok: true, cached: false });
     assert.equal(checks, 3);
