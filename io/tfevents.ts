@@ -28,15 +28,19 @@ export const MAX_TEXT_BYTES = 4 << 20;
 
 // ---- CRC32C (Castagnoli, reflected polynomial 0x82F63B78) --------------------------------
 
-const CRC_TABLE = (() => {
+/** The byte table, built on first use: a run that writes no TensorBoard events (most) never pays for it. */
+let crcTable: Uint32Array | null = null;
+
+function crc32cTable(): Uint32Array {
+  if (crcTable) return crcTable;
   const t = new Uint32Array(256);
   for (let n = 0; n < 256; n++) {
     let c = n;
     for (let k = 0; k < 8; k++) c = c & 1 ? (c >>> 1) ^ 0x82f63b78 : c >>> 1;
     t[n] = c >>> 0;
   }
-  return t;
-})();
+  return crcTable = t;
+}
 
 /**
  * The CRC32C (Castagnoli) of `bytes`, as used by TFRecord, iSCSI and ext4.
@@ -48,7 +52,8 @@ const CRC_TABLE = (() => {
  */
 export function crc32c(bytes: Uint8Array): number {
   let c = 0xffffffff;
-  for (let i = 0; i < bytes.length; i++) c = CRC_TABLE[(c ^ bytes[i]!) & 0xff]! ^ (c >>> 8);
+  const table = crc32cTable();
+  for (let i = 0; i < bytes.length; i++) c = table[(c ^ bytes[i]!) & 0xff]! ^ (c >>> 8);
   return (c ^ 0xffffffff) >>> 0;
 }
 

@@ -295,8 +295,15 @@ export function readZipEntry(
   return data;
 }
 
-/** CRC-32 tables for slicing-by-8: table k advances a byte through k further zero bytes. */
-const CRC_TABLES = (() => {
+/**
+ * CRC-32 tables for slicing-by-8: table k advances a byte through k further zero bytes. Built on
+ * first use: every rank loads this module (checkpoints are zip files), and building them cost a few
+ * ms of each rank's start-up, in code the runtime has not optimised yet.
+ */
+let crcTables: Int32Array | null = null;
+
+function crc32Tables(): Int32Array {
+  if (crcTables) return crcTables;
   const t = new Int32Array(8 * 256);
   for (let n = 0; n < 256; n++) {
     let c = n;
@@ -308,12 +315,12 @@ const CRC_TABLES = (() => {
       t[k * 256 + n] = (t[(k - 1) * 256 + n]! >>> 8) ^ t[t[(k - 1) * 256 + n]! & 0xff]!;
     }
   }
-  return t;
-})();
+  return crcTables = t;
+}
 
 /** The zip/PNG CRC-32 of `data` (slicing-by-8: eight bytes per step, several times faster than a byte loop). */
 export function crc32(data: Uint8Array): number {
-  const t = CRC_TABLES;
+  const t = crc32Tables();
   let c = -1;
   let i = 0;
   for (const end8 = data.length - 7; i < end8; i += 8) {

@@ -4,7 +4,7 @@
  * (SIGTERM, then SIGKILL after a grace period). Node 0 also polls phases to diagnose hangs.
  */
 import { rankEnv } from "../distributed/control/env.ts";
-import { LAUNCHER_LOADED, markedAt, profiling } from "../profile/profile.ts";
+import { cpuNowMs, LAUNCHER_LOADED, markedAt, markedCpuAt, profiling } from "../profile/profile.ts";
 import { setImmediate } from "node:timers";
 import { type RankView, toFailureNotice, toRankView } from "../distributed/control/rank_state.ts";
 import type { StoreClient } from "../distributed/control/store.ts";
@@ -694,11 +694,14 @@ function otherFailures(rec: AbortRecord, notices: readonly StoredNotice[]): stri
 function profileClock(): Record<string, string> {
   if (!profiling) return {};
   const loaded = markedAt(LAUNCHER_LOADED);
+  const loadedCpu = markedCpuAt(LAUNCHER_LOADED);
   return {
     DTRAIN_LAUNCH_MS: String(performance.timeOrigin),
     ...(loaded !== undefined
       ? { DTRAIN_LAUNCHER_LOADED_MS: String(performance.timeOrigin + loaded) }
       : {}),
     DTRAIN_SPAWN_MS: String(performance.timeOrigin + performance.now()),
+    // the launcher's CPU time (ms) to its modules loaded, and to this spawn
+    ...(loadedCpu !== undefined ? { DTRAIN_LAUNCHER_CPU_MS: `${loadedCpu},${cpuNowMs()}` } : {}),
   };
 }

@@ -71,6 +71,10 @@ interface Totals {
   firstStepAtMs: number | null;
   /** set-up marks, ms since the process started */
   marks: Map<string, number>;
+  /** this process's CPU time (user + system, ms) at each set-up mark */
+  markCpu: Map<string, number>;
+  /** CPU time (user + system, ms) per start-up part, as `startup` has wall time */
+  startupCpu: Breakdown;
   /** this process's CPU time (user + system, ms) at the end of the first and of the last step */
   cpuAtFirstStepMs: number | null;
   cpuAtLastStepMs: number | null;
@@ -82,6 +86,8 @@ const totals: Totals = {
   stepCount: 0,
   firstStepAtMs: null,
   marks: new Map(),
+  markCpu: new Map(),
+  startupCpu: new Map(),
   cpuAtFirstStepMs: null,
   cpuAtLastStepMs: null,
 };
@@ -96,6 +102,8 @@ function cpuMs(): number {
 let current: Part | null = null;
 /** performance.now() when the clock last changed hands. */
 let since = 0;
+/** cpuMs() when the clock last changed hands during start-up (CPU is not read in the steps after). */
+let cpuSince = 0;
 /** A step part was entered since start-up began: unclaimed start-up time is now the first step's. */
 let inFirstStep = false;
 /** Any section or step was seen (a process that never trains, like the launcher, prints nothing). */
@@ -107,10 +115,17 @@ function unclaimed(): Part | Unclaimed {
 }
 
 function charge(now: number): void {
-  const into = totals.firstStepAtMs === null ? totals.startup : totals.steps;
+  const inStartup = totals.firstStepAtMs === null;
+  const into = inStartup ? totals.startup : totals.steps;
   const key = current ?? unclaimed();
   into.set(key, (into.get(key) ?? 0) + (now - since));
   since = now;
+  if (inStartup) {
+    // start-up only: a getrusage() per hand-over (~1 µs) would add up over the steps
+    const cpu = cpuMs();
+    totals.startupCpu.set(key, (totals.startupCpu.get(key) ?? 0) + (cpu - cpuSince));
+    cpuSince = cpu;
+  }
 }
 
 /**
@@ -174,11 +189,22 @@ export const LAUNCHER_LOADED = "launcher loaded";
 export function mark(name: string): void {
   if (!profiling || totals.marks.has(name)) return;
   totals.marks.set(name, performance.now());
+  totals.markCpu.set(name, cpuMs());
 }
 
 /** When mark(name) was recorded (ms since the process started), if it was. */
 export function markedAt(name: string): number | undefined {
   return totals.marks.get(name);
+}
+
+/** This process's CPU time (user + system, ms) when mark(name) was recorded, if it was. */
+export function markedCpuAt(name: string): number | undefined {
+  return totals.markCpu.get(name);
+}
+
+/** This process's CPU time so far (user + system, ms; all its threads), or null when not profiling. */
+export function cpuNowMs(): number | null {
+  return profiling ? cpuMs() : null;
 }
 
 /** What has been measured so far (the current section's running time included). */
@@ -190,10 +216,20 @@ export function snapshot(): Readonly<Totals> {
 /** performance.now() when this module was evaluated: the library's modules are loaded. */
 export const loadedAtMs: number = performance.now();
 since = loadedAtMs;
+/** CPU time (ms) this process had used by then: its runtime's start and the modules loaded so far. */
+const cpuAtLoadMs: number | null = profiling ? cpuMs() : null;
+cpuSince = cpuAtLoadMs ?? 0;
 
 function envNumber(name: string): number | null {
   const v = Number(Deno.env.get(name) ?? NaN);
   return Number.isFinite(v) ? v : null;
+}
+
+/** DTRAIN_LAUNCHER_CPU_MS ("load,set-up"): the launcher's CPU time (ms) to its modules loaded and to this rank's spawn. */
+function launcherCpu(): { load: number; setup: number } | null {
+  const [load, spawn] = (Deno.env.get("DTRAIN_LAUNCHER_CPU_MS") ?? "").split(",").map(Number);
+  if (!Number.isFinite(load) || !Number.isFinite(spawn) || spawn! < load!) return null;
+  return { load: load!, setup: spawn! - load! };
 }
 
 /** Prints this process's report on stderr (at exit, when profiling). */
@@ -210,6 +246,9 @@ export function printProfile(): void {
       ? t.cpuAtLastStepMs - t.cpuAtFirstStepMs
       : null,
     loadedAtMs,
+    bootstrapCpuMs: cpuAtLoadMs,
+    startupCpu: t.startupCpu,
+    launcherCpuMs: launcherCpu(),
     firstStepAtMs: t.firstStepAtMs,
     processStartEpochMs: performance.timeOrigin,
     commandEpochMs: envNumber("DTRAIN_COMMAND_MS"),

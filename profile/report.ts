@@ -18,6 +18,11 @@ export interface ProfileInput {
   stepCpuMs?: number | null;
   /** ms since the process started: library loaded, first step done */
   loadedAtMs: number;
+  /** CPU time (user + system, ms) of this process: to the library loaded, and per start-up part; null/absent: not measured */
+  bootstrapCpuMs?: number | null;
+  startupCpu?: Breakdown;
+  /** the launcher's CPU time (ms): loading its modules, and its set-up to this rank's spawn */
+  launcherCpuMs?: { load: number; setup: number } | null;
   firstStepAtMs: number | null;
   /** epoch ms: this process started (performance.timeOrigin) */
   processStartEpochMs: number;
@@ -63,6 +68,31 @@ const STEP_ORDER: (Part | Unclaimed)[] = [
 const ms = (x: number) => x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2);
 const us = (x: number) => (x * 1000).toFixed(x * 1000 >= 100 ? 0 : 1);
 
+/**
+ * The start-up's CPU time (user + system of the launcher and of this rank, all threads) by the same
+ * stages: on a shared machine the wall times wait for the CPU, the CPU times are the work itself.
+ */
+function startupCpuLine(p: ProfileInput): string | null {
+  if (p.bootstrapCpuMs == null || p.startupCpu === undefined) return null;
+  const parts: string[] = [];
+  let total = 0;
+  if (p.launcherCpuMs) {
+    parts.push(`launcher load ${ms(p.launcherCpuMs.load)}`);
+    parts.push(`launcher set-up ${ms(p.launcherCpuMs.setup)}`);
+    total += p.launcherCpuMs.load + p.launcherCpuMs.setup;
+  }
+  parts.push(`bootstrap ${ms(p.bootstrapCpuMs)}`);
+  total += p.bootstrapCpuMs;
+  for (const k of STARTUP_ORDER) {
+    const v = p.startupCpu.get(k);
+    if (v === undefined) continue;
+    total += v;
+    if (v >= 0.005) parts.push(`${k} ${ms(v)}`);
+  }
+  const whose = p.launcherCpuMs ? "launcher + this process" : "this process";
+  return `[profile]   CPU ${ms(total)} ms (${whose}): ${parts.join(" | ")} (ms)`;
+}
+
 /** The report's lines. */
 export function formatProfile(p: ProfileInput): string[] {
   const lines: string[] = [];
@@ -94,6 +124,8 @@ export function formatProfile(p: ProfileInput): string[] {
     : `${from} → first optimizer step ${ms(p.processStartEpochMs + p.firstStepAtMs - origin)} ms`;
   lines.push(`[profile] ${p.who} start-up, ${end}:`);
   lines.push(`[profile]   ${parts.join(" | ")} (ms)`);
+  const cpuLine = startupCpuLine(p);
+  if (cpuLine !== null) lines.push(cpuLine);
   if (p.stepCount > 0) {
     const total = [...p.steps.values()].reduce((a, b) => a + b, 0);
     const per = total / p.stepCount;

@@ -3,7 +3,7 @@
  * stops the launch with deno's errors and no run directory; --no-check
  * starts it anyway; a passing check is remembered by the content of every
  * file of the script's graph, so an unchanged script is not checked again
- * and a changed imported module is. Also: every script this repository's
+ * and a changed imported module is (re-hashing only the files whose identity changed). Also: every script this repository's
  * tests and examples launch type-checks (the suite itself runs them with
  * DTRAIN_NO_CHECK=1, see scripts/test.sh).
  */
@@ -63,6 +63,53 @@ Deno.test("checkScriptTypes() remembers a pass by the files' content, and checks
     Deno.writeTextFileSync(join(dir, "helper.ts"), "export const width = 5; // changed");
     assert.deepEqual(await checkScriptTypes(script, opts), { ok: true, cached: false });
     assert.equal(checks, 2);
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
+
+Deno.test("checkScriptTypes() hashes only the files whose size, times or inode changed since the pass", async () => {
+  const dir = Deno.makeTempDirSync({ prefix: "dtrain-typecheck-" });
+  try {
+    const script = project(dir);
+    const cacheDir = join(dir, "cache");
+    let checks = 0;
+    const opts = { config: CONFIG, cacheDir, onCheck: () => checks++ };
+    assert.deepEqual(await checkScriptTypes(script, opts), { ok: true, cached: false });
+    const [recordFile] = [...Deno.readDirSync(cacheDir)].map((e) => join(cacheDir, e.name));
+    const pristine: { files: [string, string][]; hashedAt: number } = JSON.parse(
+      Deno.readTextFileSync(recordFile!),
+    );
+    const helper = join(dir, "helper.ts");
+    // The files were written just before the pass, so they would be hashed again (changed in the
+    // same clock tick, their times could hide a later change): the record is moved past that window.
+    const aged = (rec: typeof pristine) => ({ ...rec, hashedAt: Date.now() + 60_000 });
+    // A wrong digest of a file whose identity holds is not noticed: proof that it was not re-read.
+    const wrong = aged(pristine);
+    wrong.files = wrong.files.map((
+      [f, h]: [string, string],
+    ) => [f, f === helper ? "0".repeat(64) : h]);
+    Deno.writeTextFileSync(recordFile!, JSON.stringify(wrong));
+    assert.deepEqual(await checkScriptTypes(script, opts), { ok: true, cached: true });
+    // Same size and the modification time put back: the status-change time still shows the change.
+    Deno.writeTextFileSync(recordFile!, JSON.stringify(aged(pristine)));
+    const before = Deno.statSync(helper);
+    Deno.writeTextFileSync(helper, "export const width = 5;");
+    assert.equal(Deno.statSync(helper).size, before.size);
+    Deno.utimeSync(helper, before.atime!, before.mtime!);
+    assert.deepEqual(await checkScriptTypes(script, opts), { ok: true, cached: false });
+    assert.equal(checks, 2);
+    // A record without identities (written before they were kept) is checked by content, and then
+    // holds them.
+    const { stats: _stats, ...old } = JSON.parse(Deno.readTextFileSync(recordFile!));
+    Deno.writeTextFileSync(recordFile!, JSON.stringify(old));
+    assert.deepEqual(await checkScriptTypes(script, opts), { ok: true, cached: true });
+    const refreshed = JSON.parse(Deno.readTextFileSync(recordFile!));
+    assert.equal(refreshed.stats.length, refreshed.files.length);
+    assert.deepEqual(refreshed.files, old.files);
+    Deno.writeTextFileSync(helper, "export const width = 6;");
+    assert.deepEqual(await checkScriptTypes(script, opts), { ok: true, cached: false });
+    assert.equal(checks, 3);
   } finally {
     Deno.removeSync(dir, { recursive: true });
   }
