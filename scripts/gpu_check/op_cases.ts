@@ -17,6 +17,8 @@ import {
   adamwBounds,
   axpyBounds,
   clipBounds,
+  crossEntropyBwdBounds,
+  crossEntropyFwdBounds,
   reduceBcastBounds,
   relativeTo,
   sgdBounds,
@@ -707,7 +709,12 @@ export function buildOpCases(
         symbols: ["dt_crossentropy_fwd"],
         dtype: kind,
         size: `${rows}x${V}`,
-        tol: TOL.f32,
+        tol: TOL.exact, // the count of valid rows; loss and lse have derived bounds
+        bounds: (ref) =>
+          crossEntropyFwdBounds(asNumbers(logits, kind), targets, ref("lse") as Float32Array, [
+            rows,
+            V,
+          ], -100),
         inputs: { logits, targets },
         outputs: { loss: [f32(1), "f32"], lse: [f32(rows), "f32"], valid: [f32(1), "f32"] },
         call: (k, p, s) =>
@@ -729,7 +736,18 @@ export function buildOpCases(
         symbols: ["dt_crossentropy_bwd"],
         dtype: kind,
         size: `${rows}x${V}`,
-        tol: TOL.contracted,
+        tol: TOL.exact,
+        bounds: () => ({
+          dx: crossEntropyBwdBounds(
+            asNumbers(logits, kind),
+            targets,
+            lse,
+            Math.fround(2.5 / valid[0]!),
+            [rows, V],
+            -100,
+            kind,
+          ),
+        }),
         inputs: { logits, lse, valid, targets, dloss: new Float32Array([2.5]) },
         outputs: { dx: [grad(rows * V), kind] },
         call: (k, p, s) =>
