@@ -277,6 +277,65 @@ export function termBounds(absResult: Float32Array, terms: number): Float64Array
   return Float64Array.from(absResult, (a) => sumBound(Math.max(terms, 1), a * (1 + 1e-3), "f32"));
 }
 
+/**
+ * Two correct roundings of nearby values into `out`, of magnitude ≤ `magnitude`: an ulp,
+ * 2u·magnitude, or a subnormal step (both libraries keep 16-bit subnormals: __float2half_rn and
+ * dt_common's conversions round to them, never flush).
+ */
+function outRounding(magnitude: number, out: FloatFormat): number {
+  if (out === "f32") return 0; // counted among the f32 roundings of each formula
+  const u = UNIT_ROUNDOFF[out]; // an ulp of the larger rounded value, up to (1 + u)·magnitude
+  return 2 * u * (1 + u) * magnitude + (out === "f16" ? 2 ** -24 : 2 ** -133);
+}
+
+/** tanh-GELU's constants (kernels/common/gelu.h). */
+const GELU_BETA = 0.7978845608028654, GELU_KAPPA = 0.044715;
+
+/**
+ * t = tanh(β(x + κx³)) and how far one correct evaluation of it may be from exact: dt_tanhf's 2
+ * ulps (dt_math.h; γ_3·|t| with the contraction's slack) and the inner argument's x·x, ·x, fused
+ * sum and β· (γ_4·β(|x| + κ|x|³)) carried through tanh' = 1 − t².
+ */
+function geluTanh(x: number): { t: number; err: number } {
+  const a = Math.abs(x), t = Math.tanh(GELU_BETA * (x + GELU_KAPPA * x ** 3));
+  const inner = GELU_BETA * (a + GELU_KAPPA * a ** 3);
+  return { t, err: gamma(3, "f32") * Math.abs(t) + gamma(4, "f32") * (1 - t * t) * inner };
+}
+
+/**
+ * dt_gelu_f, y = 0.5x·(1 + t), on f32 inputs (decoded): t's error (geluTanh) times 0.5|x|, and
+ * 1 + t and the product (γ_4 of |y|, with the contraction's slack; 0.5x is exact); twice (two
+ * sides), then y's rounding into `out`. Where t is near −1 (x below about −3) y shrinks below
+ * t's own rounding (0.5|x|·2^-24): a relative error of y there is no kernel error.
+ */
+export function geluFwdBounds(x: ArrayLike<number>, out: FloatFormat): Float64Array {
+  return Float64Array.from({ length: x.length }, (_, i) => {
+    const a = Math.abs(x[i]!), { t, err } = geluTanh(x[i]!), y = 0.5 * a * (1 + t);
+    const side = 0.5 * a * err + gamma(4, "f32") * y;
+    return 2 * side + TINY + outRounding(y + side, out);
+  });
+}
+
+/**
+ * dt_gelu_grad_f, dx = dy·(0.5x·(1 − t²)·β(1 + 3κx²) + 0.5(1 + t)): the terms' own roundings (x²,
+ * 1 − t², the inner derivative's fused sum and β·, the products, the final fused sum and dy·: 12
+ * with slack, of |dy|·(0.5|x|(1 − t²)·β(1 + 3κx²) + 0.5(1 + t))) and t's error (geluTanh) carried
+ * by ∂dx/∂t = |dy|·(0.5 + |x|·|t|·β(1 + 3κx²)); twice, then dx's rounding into `out`.
+ */
+export function geluBwdBounds(
+  x: ArrayLike<number>,
+  dy: ArrayLike<number>,
+  out: FloatFormat,
+): Float64Array {
+  return Float64Array.from({ length: x.length }, (_, i) => {
+    const a = Math.abs(x[i]!), g = Math.abs(dy[i]!), { t, err } = geluTanh(x[i]!);
+    const innerDer = GELU_BETA * (1 + 3 * GELU_KAPPA * a * a);
+    const terms = g * (0.5 * a * (1 - t * t) * innerDer + 0.5 * (1 + t));
+    const side = gamma(12, "f32") * terms + g * (0.5 + a * Math.abs(t) * innerDer) * err;
+    return 2 * side + TINY + outRounding(terms + side, out);
+  });
+}
+
 /** The largest slope of tanh-GELU, max |d/dx gelu(x)| ≈ 1.1289 (at x ≈ 1.5): how far an error in its argument moves it. */
 const GELU_SLOPE = 1.13;
 /**
@@ -315,10 +374,9 @@ export function linearFwdBounds(
   const unrounded = gemmBounds(shape, prods, bias, acc, acc);
   const y = Float64Array.from(unrounded, (d, e) => {
     const a = Math.abs(pre[e]!) + rounded[e]!; // the GPU's pre is within its bound of the reference's
-    const outRounding = elementwiseBound(1, a, out);
-    const magnitude = 0.5 * a * (2 + 0.7978845608 * (a + 0.044715 * a ** 3));
-    return GELU_SLOPE * (d + outRounding) + elementwiseBound(12, magnitude, "f32") +
-      2 * TANH_APPROX * 0.5 * a + outRounding;
+    // pre's own rounding into `out`, where GELU reads the rounded pre
+    return GELU_SLOPE * (d + outRounding(a, out)) + geluFwdBounds([a], out)[0]! +
+      2 * TANH_APPROX * 0.5 * a;
   });
   return { pre: rounded, y };
 }
@@ -396,7 +454,7 @@ export function crossEntropyBwdBounds(
       const terms = Math.abs(Math.exp(z) * w) + (j === targets[r] ? Math.abs(w) : 0);
       const dx = Math.exp(z) * w - (j === targets[r] ? w : 0);
       bound[r * V + j] = elementwiseBound(4 + Math.ceil(Math.abs(z)), terms, "f32") +
-        (out === "f32" ? 0 : elementwiseBound(1, Math.abs(dx) + 2 * gamma(8, "f32") * terms, out));
+        outRounding(Math.abs(dx) + 2 * gamma(8, "f32") * terms, out);
     }
   }
   return bound;

@@ -19,6 +19,8 @@ import {
   clipBounds,
   crossEntropyBwdBounds,
   crossEntropyFwdBounds,
+  geluBwdBounds,
+  geluFwdBounds,
   reduceBcastBounds,
   relativeTo,
   sgdBounds,
@@ -319,7 +321,8 @@ export function buildOpCases(
         symbols: [fwd],
         dtype: "f32",
         size: `${n}`,
-        tol: name === "gelu" ? TOL.f32 : TOL.exact,
+        tol: TOL.exact, // relu: a comparison and a select
+        ...(name === "gelu" ? { bounds: () => ({ y: geluFwdBounds(a, "f32") }) } : {}),
         inputs: { x: a },
         outputs: { y: [f32(n), "f32"] },
         call: (k, p, s) => k[fwd](p("y"), p("x"), n64(n), s),
@@ -329,7 +332,8 @@ export function buildOpCases(
         symbols: [bwd],
         dtype: "f32",
         size: `${n}`,
-        tol: name === "gelu" ? TOL.f32 : TOL.exact,
+        tol: TOL.exact,
+        ...(name === "gelu" ? { bounds: () => ({ dx: geluBwdBounds(a, b, "f32") }) } : {}),
         inputs: { x: a, dy: b },
         outputs: { dx: [f32(n), "f32"] },
         call: (k, p, s) => k[bwd](p("dx"), p("dy"), p("x"), n64(n), s),
@@ -407,13 +411,14 @@ export function buildOpCases(
     for (const n of S.elementwise) {
       for (const d of ["bf16", "f16", "f32"] as const) {
         const x = inDtype(rng.normals(n, 2), d), dy = inDtype(rng.normals(n), d);
-        const tol = d === "f32" ? TOL.f32 : d === "bf16" ? TOL.bf16 : TOL.f16;
+        const xs = asNumbers(x, d), dys = asNumbers(dy, d);
         add({
           op: "gelu_ex fwd",
           symbols: ["dt_gelu_fwd_ex"],
           dtype: d,
           size: `${n}`,
-          tol,
+          tol: TOL.exact,
+          bounds: () => ({ y: geluFwdBounds(xs, d) }),
           inputs: { x },
           outputs: { y: [outArr(n, d), d] },
           call: (k, p, s) => k.dt_gelu_fwd_ex(p("y"), p("x"), n64(n), code[d], s),
@@ -423,7 +428,8 @@ export function buildOpCases(
           symbols: ["dt_gelu_bwd_ex"],
           dtype: d,
           size: `${n}`,
-          tol,
+          tol: TOL.exact,
+          bounds: () => ({ dx: geluBwdBounds(xs, dys, d) }),
           inputs: { x, dy },
           outputs: { dx: [outArr(n, d), d] },
           call: (k, p, s) => k.dt_gelu_bwd_ex(p("dx"), p("dy"), p("x"), n64(n), code[d], s),
