@@ -23,12 +23,15 @@ import { KERNEL_SYMBOLS } from "../../ffi/symbols.ts";
 import { buildOpCases, EMULATED_SIZES } from "../../scripts/gpu_check/op_cases.ts";
 import {
   axpyBounds,
+  crossEntropyFwdBounds,
+  geluFwdBounds,
   reduceBcastBounds,
   relativeTo,
   softmaxFwdRelative,
   sumsqBounds,
 } from "../../scripts/gpu_check/op_bounds.ts";
 import { gamma, sumBound } from "../../scripts/gpu_check/tolerance.ts";
+import { layerNormFwdBounds } from "../../scripts/gpu_check/op_bounds_layernorm.ts";
 
 const cpu = openLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS);
 
@@ -210,4 +213,24 @@ Deno.test("derived bounds follow from their formulas", () => {
   );
   assert.ok(softmaxFwdRelative(Float32Array.of(8), 4, 0.125) < 1e-5);
   assert.deepEqual([...relativeTo([2, 0], 0.5)].map((v) => v > 0), [true, true]);
+  // GELU: nothing to round at 0; below −3 the bound stays absolute (t's rounding near −1), far
+  // above |y|; an f16 result adds its subnormal step
+  const [g0, gNeg, gPos] = geluFwdBounds([0, -5, 5], "f32");
+  assert.ok(g0! < 1e-37);
+  assert.ok(gNeg! > 0.5 * 5 * (1 + Math.tanh(-0.79788 * (5 + 0.044715 * 125))) && gNeg! < gPos!);
+  assert.ok(geluFwdBounds([0], "f16")[0]! >= 2 ** -24);
+  // cross-entropy: an ignored row's lse is bounded, its loss is not counted; no valid row, no bound
+  const ce = crossEntropyFwdBounds(
+    [1, 2, 3, 4],
+    Int32Array.of(-100, -100),
+    [3.3, 4.3],
+    [2, 2],
+    -100,
+  );
+  assert.equal(ce.lse.length, 2);
+  assert.ok(ce.lse[0]! > 0);
+  assert.equal(ce.loss[0], 0);
+  // layer norm: the mean within 2γ_{C+2} of Σ|x|/C
+  const ln = layerNormFwdBounds(Float32Array.of(1, -3), null, null, [-1], [0.5], [1, 2]);
+  assert.ok(Math.abs(ln.mean[0]! - 2 * gamma(4, "f32") * 2) < 1e-20);
 });
