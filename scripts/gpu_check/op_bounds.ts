@@ -282,7 +282,7 @@ export function termBounds(absResult: Float32Array, terms: number): Float64Array
  * 2u·magnitude, or a subnormal step (both libraries keep 16-bit subnormals: __float2half_rn and
  * dt_common's conversions round to them, never flush).
  */
-function outRounding(magnitude: number, out: FloatFormat): number {
+export function outRounding(magnitude: number, out: FloatFormat): number {
   if (out === "f32") return 0; // counted among the f32 roundings of each formula
   const u = UNIT_ROUNDOFF[out]; // an ulp of the larger rounded value, up to (1 + u)·magnitude
   return 2 * u * (1 + u) * magnitude + (out === "f16" ? 2 ** -24 : 2 ** -133);

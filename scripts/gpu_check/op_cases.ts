@@ -6,7 +6,7 @@
  * updates, epilogues, GELU, cross-entropy, f32 attention and layer norm
  * (op_bounds*.ts), 0 for ops that only move or select data or round once,
  * and a normwise relative error where docs/GPU.md says why none is derived
- * (convolution gradients, low-precision attention and layer-norm rows).
+ * (convolution gradients, low-precision attention).
  * Two size sets: "gpu" for the device check on a
  * real GPU, "emulated" for the emulated device in CI, which is small but
  * still reaches more rows than its grid and more elements than one pass.
