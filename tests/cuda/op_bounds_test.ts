@@ -37,7 +37,7 @@ const cpu = openLibrary("libdtrain_cpu.so", KERNEL_SYMBOLS);
 
 /** The ops whose bounds op_bounds.ts derives. */
 const DERIVED =
-  /^(axpy|reduce_bcast|sumsq|clip_grad_norm|softmax (fwd|bwd)|adamw|sgd|gemm_ex (g W|dW|x W\^T)|conv2d_direct (fwd|bwd input)|crossentropy (fwd|bwd)|attention (fwd|bwd)|gelu (fwd|bwd)|gelu_ex (fwd|bwd)|layernorm (fwd|bwd))/;
+  /^(axpy|reduce_bcast|sumsq|clip_grad_norm|softmax (fwd|bwd)|adamw|sgd|gemm_ex (g W|dW|x W\^T)|conv2d_direct (fwd|bwd input)|crossentropy (fwd|bwd)|attention (fwd|bwd)|gelu (fwd|bwd)|gelu_ex (fwd|bwd)|layernorm (fwd|bwd)|unary (exp|log|sigmoid|tanh|pow))/;
 const cases = buildOpCases({ rng: new Rng(11), cpu, sizes: EMULATED_SIZES })
   .filter((c) => DERIVED.test(c.op) && c.bounds)
   .filter((c) => outputsOf(c).some(([, a]) => a.length > 0));
@@ -144,6 +144,7 @@ Deno.test("derived bounds: every case of reductions, rows and updates is among t
       "gelu",
       "gelu_ex",
       "layernorm",
+      "unary",
     ]
   ) {
     assert.ok(ops.has(op), `no derived case of ${op}: ${[...ops]}`);
