@@ -13,7 +13,14 @@
  */
 import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
-import { gamma, gemmBounds, sumBound, UNIT_ROUNDOFF } from "./tolerance.ts";
+import {
+  elementwiseBound,
+  type FloatFormat,
+  gamma,
+  gemmBounds,
+  sumBound,
+  UNIT_ROUNDOFF,
+} from "./tolerance.ts";
 
 /** The smallest positive normal f32: absolute slack where a result is near zero. */
 const TINY = 2 * 2 ** -126;
@@ -268,6 +275,189 @@ export function linearGradBounds(
  */
 export function termBounds(absResult: Float32Array, terms: number): Float64Array {
   return Float64Array.from(absResult, (a) => sumBound(Math.max(terms, 1), a * (1 + 1e-3), "f32"));
+}
+
+/**
+ * Two correct roundings of nearby values into `out`, of magnitude ≤ `magnitude`: an ulp,
+ * 2u·magnitude, or a subnormal step (both libraries keep 16-bit subnormals: __float2half_rn and
+ * dt_common's conversions round to them, never flush).
+ */
+export function outRounding(magnitude: number, out: FloatFormat): number {
+  if (out === "f32") return 0; // counted among the f32 roundings of each formula
+  const u = UNIT_ROUNDOFF[out]; // an ulp of the larger rounded value, up to (1 + u)·magnitude
+  return 2 * u * (1 + u) * magnitude + (out === "f16" ? 2 ** -24 : 2 ** -133);
+}
+
+/** tanh-GELU's constants (kernels/common/gelu.h). */
+const GELU_BETA = 0.7978845608028654, GELU_KAPPA = 0.044715;
+
+/**
+ * t = tanh(β(x + κx³)) and how far one correct evaluation of it may be from exact: dt_tanhf's 2
+ * ulps (dt_math.h; γ_3·|t| with the contraction's slack) and the inner argument's x·x, ·x, fused
+ * sum and β· (γ_4·β(|x| + κ|x|³)) carried through tanh' = 1 − t².
+ */
+function geluTanh(x: number): { t: number; err: number } {
+  const a = Math.abs(x), t = Math.tanh(GELU_BETA * (x + GELU_KAPPA * x ** 3));
+  const inner = GELU_BETA * (a + GELU_KAPPA * a ** 3);
+  return { t, err: gamma(3, "f32") * Math.abs(t) + gamma(4, "f32") * (1 - t * t) * inner };
+}
+
+/**
+ * dt_gelu_f, y = 0.5x·(1 + t), on f32 inputs (decoded): t's error (geluTanh) times 0.5|x|, and
+ * 1 + t and the product (γ_4 of |y|, with the contraction's slack; 0.5x is exact); twice (two
+ * sides), then y's rounding into `out`. Where t is near −1 (x below about −3) y shrinks below
+ * t's own rounding (0.5|x|·2^-24): a relative error of y there is no kernel error.
+ */
+export function geluFwdBounds(x: ArrayLike<number>, out: FloatFormat): Float64Array {
+  return Float64Array.from({ length: x.length }, (_, i) => {
+    const a = Math.abs(x[i]!), { t, err } = geluTanh(x[i]!), y = 0.5 * a * (1 + t);
+    const side = 0.5 * a * err + gamma(4, "f32") * y;
+    return 2 * side + TINY + outRounding(y + side, out);
+  });
+}
+
+/**
+ * dt_gelu_grad_f, dx = dy·(0.5x·(1 − t²)·β(1 + 3κx²) + 0.5(1 + t)): the terms' own roundings (x²,
+ * 1 − t², the inner derivative's fused sum and β·, the products, the final fused sum and dy·: 12
+ * with slack, of |dy|·(0.5|x|(1 − t²)·β(1 + 3κx²) + 0.5(1 + t))) and t's error (geluTanh) carried
+ * by ∂dx/∂t = |dy|·(0.5 + |x|·|t|·β(1 + 3κx²)); twice, then dx's rounding into `out`.
+ */
+export function geluBwdBounds(
+  x: ArrayLike<number>,
+  dy: ArrayLike<number>,
+  out: FloatFormat,
+): Float64Array {
+  return Float64Array.from({ length: x.length }, (_, i) => {
+    const a = Math.abs(x[i]!), g = Math.abs(dy[i]!), { t, err } = geluTanh(x[i]!);
+    const innerDer = GELU_BETA * (1 + 3 * GELU_KAPPA * a * a);
+    const terms = g * (0.5 * a * (1 - t * t) * innerDer + 0.5 * (1 + t));
+    const side = gamma(12, "f32") * terms + g * (0.5 + a * Math.abs(t) * innerDer) * err;
+    return 2 * side + TINY + outRounding(terms + side, out);
+  });
+}
+
+/** The largest slope of tanh-GELU, max |d/dx gelu(x)| ≈ 1.1289 (at x ≈ 1.5): how far an error in its argument moves it. */
+const GELU_SLOPE = 1.13;
+/**
+ * tanh.approx.f32's relative error (PTX ISA: 2^-10.987), what cuBLASLt's GELU epilogue may
+ * evaluate tanh with; dt_tanhf is within 2 ulps (dt_math.h), far inside it.
+ */
+const TANH_APPROX = 2 ** -10.987;
+
+/**
+ * dt_gemm_ex's forward with an epilogue, y = x·Wᵀ + b (M x N, K-term sums; x M x K, w N x K, as
+ * stored, decoded to numbers) and, for GELU, pre = x·Wᵀ + b and y = gelu(pre):
+ * - pre: a (K + 1)-term sum in `acc` (the bias one more term) rounded into `out` (gemmBounds);
+ * - y of GELU: pre's error through GELU's slope (≤ 1.13), from the accumulator's value or from pre
+ *   already rounded into `out` (either library may do either), GELU's own evaluation (x³, the fused
+ *   inner sum, β·, tanh, 1 + t, 0.5x·: 12 roundings' worth in f32 of 0.5|x|·(2 + β(|x| + κ|x|³)),
+ *   and tanh itself within tanh.approx's 2^-10.987 of 0.5|x|, which cuBLASLt's fused epilogue may
+ *   use) and y's own rounding into `out` (|y| ≤ |pre|).
+ * `pre` is the reference's pre-activation (decoded), read only for GELU.
+ */
+export function linearFwdBounds(
+  cpu: NativeLibrary<KernelSymbols>,
+  x: Float32Array,
+  w: Float32Array,
+  b: Float32Array,
+  [M, N, K]: [number, number, number],
+  acc: FloatFormat,
+  out: FloatFormat,
+  pre: ArrayLike<number> | null,
+): { pre: Float64Array; y: Float64Array } {
+  const abs = (v: Float32Array) => Float32Array.from(v, Math.abs);
+  const prods = absProducts(cpu, abs(x), abs(w), { M, N, K, ta: 0, tb: 1 });
+  const bias = Float32Array.from({ length: M * N }, (_, e) => b[e % N]!);
+  const shape = { M, N, K, alpha: 1, beta: 1 };
+  const rounded = gemmBounds(shape, prods, bias, acc, out);
+  if (!pre) return { pre: rounded, y: rounded };
+  const unrounded = gemmBounds(shape, prods, bias, acc, acc);
+  const y = Float64Array.from(unrounded, (d, e) => {
+    const a = Math.abs(pre[e]!) + rounded[e]!; // the GPU's pre is within its bound of the reference's
+    // pre's own rounding into `out`, where GELU reads the rounded pre
+    return GELU_SLOPE * (d + outRounding(a, out)) + geluFwdBounds([a], out)[0]! +
+      2 * TANH_APPROX * 0.5 * a;
+  });
+  return { pre: rounded, y };
+}
+
+/**
+ * dt_crossentropy_fwd's per-row log-sum-exp and mean loss, from the logits as stored (decoded) and
+ * the reference's lse. A row's exp sum S = Σ exp(x_j − max): the GPU library folds each thread's
+ * share online in f32 (a warp or a block per row: at most k = ⌈V/32⌉ logits each), every logit's
+ * exp within 1 ulp (2 roundings' worth) plus its argument's rounding (u·|x_j − max| ≤ u·range),
+ * k additions and at most k rescales by exp(m − x) (3 roundings each, their arguments' roundings
+ * adding up to at most the row's range), then each share's rescale to the row's max (3 more and a
+ * range) and their sum in double; the CPU sums 2048-logit chunks in double (fewer roundings, the
+ * same bound): relative error γ_{4k + 3⌈range⌉ + 5} in f32 plus γ_V in double. lse = max + log S:
+ * S's relative error δ becomes an absolute δ/(1 − δ), log S rounded to f32 and the sum with max
+ * another rounding (2 of |max| + |log S|). A row's loss −(x_t − lse) one more rounding, their
+ * mean in double (γ_rows of Σ|row losses|) and its rounding to f32. Two sides: twice each.
+ * `valid` (a count) is exact and not bounded here. Rows of `ignore` have no loss.
+ */
+export function crossEntropyFwdBounds(
+  logits: ArrayLike<number>,
+  targets: Int32Array,
+  lse: ArrayLike<number>,
+  [rows, V]: [number, number],
+  ignore: number,
+): { lse: Float64Array; loss: Float64Array } {
+  const lseBound = new Float64Array(rows);
+  let lossErr = 0, absLoss = 0, valid = 0, sum = 0;
+  const k = Math.ceil(V / 32);
+  for (let r = 0; r < rows; r++) {
+    let max = -Infinity, min = Infinity;
+    for (let j = 0; j < V; j++) {
+      const v = logits[r * V + j]!;
+      max = Math.max(max, v);
+      min = Math.min(min, v);
+    }
+    const rel = gamma(4 * k + 3 * Math.ceil(max - min) + 5, "f32") + gamma(V, "f64");
+    const logS = Math.abs(lse[r]! - max);
+    lseBound[r] = 2 * (rel / (1 - rel) + gamma(2, "f32") * (Math.abs(max) + logS)) + TINY;
+    if (targets[r] === ignore) continue;
+    const xt = logits[r * V + targets[r]!]!, rowLoss = lse[r]! - xt;
+    valid++;
+    sum += rowLoss;
+    absLoss += Math.abs(rowLoss);
+    lossErr += lseBound[r]! + 2 * gamma(1, "f32") * (Math.abs(xt) + Math.abs(lse[r]!));
+  }
+  const mean = valid ? sum / valid : 0;
+  const loss = valid
+    ? (lossErr + 2 * gamma(Math.max(rows, 1), "f64") * absLoss) / valid +
+      2 * gamma(1, "f32") * Math.abs(mean) + TINY
+    : 0; // no valid row: NaN on both sides, which agrees
+  return { lse: lseBound, loss: Float64Array.of(loss) };
+}
+
+/**
+ * dt_crossentropy_bwd's dx_j = p_j·w − [j = t]·w, p_j = exp(x_j − lse) from the same saved lse and
+ * w = dloss / valid (one IEEE quotient, the same on both sides): exp within 1 ulp (2 roundings'
+ * worth) plus its argument's rounding (⌈|x_j − lse|⌉ roundings' worth), the product and the
+ * difference (2 more, fused or not), relative to |p_j·w| + [j = t]·|w|; then the rounding into
+ * `out` (bf16 logits give a bf16 gradient). Ignored rows are 0 on both sides.
+ */
+export function crossEntropyBwdBounds(
+  logits: ArrayLike<number>,
+  targets: Int32Array,
+  lse: ArrayLike<number>,
+  w: number,
+  [rows, V]: [number, number],
+  ignore: number,
+  out: FloatFormat,
+): Float64Array {
+  const bound = new Float64Array(rows * V).fill(TINY);
+  for (let r = 0; r < rows; r++) {
+    if (targets[r] === ignore) continue;
+    for (let j = 0; j < V; j++) {
+      const z = logits[r * V + j]! - lse[r]!;
+      const terms = Math.abs(Math.exp(z) * w) + (j === targets[r] ? Math.abs(w) : 0);
+      const dx = Math.exp(z) * w - (j === targets[r] ? w : 0);
+      bound[r * V + j] = elementwiseBound(4 + Math.ceil(Math.abs(z)), terms, "f32") +
+        outRounding(Math.abs(dx) + 2 * gamma(8, "f32") * terms, out);
+    }
+  }
+  return bound;
 }
 
 /** The unit roundoff of f32, for the tests' planted errors. */

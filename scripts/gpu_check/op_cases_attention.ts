@@ -8,6 +8,7 @@
 import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
 import { type Arr, type Case, type Kind, type Rng, toBf16, toF16 } from "./_harness.ts";
+import { attentionBwdBounds, attentionFwdBounds } from "./op_bounds_attention.ts";
 
 /** [B, T, H, D, causal] */
 export type AttentionShape = [number, number, number, number, number];
@@ -35,10 +36,11 @@ export const EMULATED_ATTENTION: AttentionShape[] = [
 ];
 
 const DTYPES = [["f32", 0], ["bf16", 1], ["f16", 2]] as const;
-/** normwise relative error allowed: f32 sums in another order; bf16/f16 run on tensor cores,
- *  4 unit roundoffs (each side's output rounding, P and dS rounded before their products, one
- *  of headroom: tests/cuda/_attention_tolerance.ts derives it) */
-const TOL = { f32: 2e-5, bf16: 4 * 2 ** -8, f16: 4 * 2 ** -11 } as const;
+/** normwise relative error allowed: f32 has per-element bounds (op_bounds_attention.ts), this
+ *  0 covers nothing; bf16/f16 run on tensor cores, 4 unit roundoffs (each side's output rounding,
+ *  P and dS rounded before their products, one of headroom: tests/cuda/_attention_tolerance.ts
+ *  derives it) */
+const TOL = { f32: 0, bf16: 4 * 2 ** -8, f16: 4 * 2 ** -11 } as const;
 
 /** Both attention kernels for each shape and dtype (f16 on the odd-sized shapes only, to keep CI short). */
 export function attentionCases(
@@ -79,12 +81,26 @@ export function attentionCases(
       );
       const size = `B${B} T${T} H${H} D${D}${causal ? " causal" : ""}`;
       const tol = TOL[kind];
+      const dims = { B, T, H, D, causal, scale };
+      const f32 = kind === "f32";
       cases.push({
         op: "attention fwd",
         symbols: ["dt_attention_fwd"],
         dtype: kind,
         size,
         tol,
+        ...(f32
+          ? {
+            bounds: (ref: (name: string) => Arr) =>
+              attentionFwdBounds(
+                cpu,
+                qkv as Float32Array,
+                ref("out") as Float32Array,
+                ref("lse") as Float32Array,
+                dims,
+              ),
+          }
+          : {}),
         inputs: { qkv },
         outputs: {
           out: [outArr(B * T * C), kind as Kind],
@@ -110,7 +126,21 @@ export function attentionCases(
         symbols: ["dt_attention_bwd"],
         dtype: kind,
         size,
-        tol: kind === "f32" ? 1e-4 : tol,
+        tol,
+        ...(f32
+          ? {
+            bounds: () => ({
+              dqkv: attentionBwdBounds(
+                cpu,
+                qkv as Float32Array,
+                dout as Float32Array,
+                out as Float32Array,
+                lse,
+                dims,
+              ),
+            }),
+          }
+          : {}),
         inputs: { dout, qkv, out, lse },
         outputs: { dqkv: [outArr(B * T * 3 * C), kind as Kind] },
         call: (k, p, s) =>

@@ -13,7 +13,7 @@ import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
 import { type Arr, type Case, type Kernels, type Rng, toBf16 } from "./_harness.ts";
 import { gamma } from "./tolerance.ts";
-import { termBounds } from "./op_bounds.ts";
+import { relativeTo, termBounds } from "./op_bounds.ts";
 
 /** A convolution's shape: N, C, H, W, Cout, groups, kernel, stride, padding, dilation. */
 export interface ConvShape {
@@ -202,19 +202,32 @@ export function buildCnnOpCases(
   const contracted = 2 * gamma(32, "f32");
 
   // ---- unary math, where ------------------------------------------------------------------
-  // [name, op, a, b, positive inputs, tolerance forward, backward]: pow by an exponent
-  // without a special case (1.7; -0.5's backward takes x^-1.5) is the device's powf on a
-  // GPU, within 2 ulp of the CPU's (the emulated device runs the CPU's)
-  const POWF = 1e-6;
-  const UNARY: [string, number, number, number, boolean, number, number][] = [
-    ["exp", 0, 0, 0, false, exact, exact],
-    ["log", 1, 0, 0, true, exact, exact],
-    ["sigmoid", 2, 0, 0, false, exact, exact],
-    ["tanh", 3, 0, 0, false, exact, exact],
+  // [name, op, a, b, positive inputs, forward, backward]: exact (one IEEE operation: sqrt, a
+  // product, a quotient, a select), or per-element bounds (unary.h, dt_math.h) of the reference
+  // result and the inputs dy, y:
+  // - dt_math.h's exp, log, tanh, and sigmoid's 1/(1 + exp(−x)), keep their fmaf steps but their
+  //   other products may fuse on a GPU (docs/GPU_KERNELS.md): each side within 1 ulp (exp, log; 2
+  //   roundings' worth, 1 more for sigmoid's sum and quotient) or 2 ulps (tanh: 3, with slack),
+  //   relative to the result, twice;
+  // - pow by an exponent without a special case (1.7; −0.5's backward takes x^−1.5) is the
+  //   device's powf, within 2 ulps (CUDA's) of the CPU's (3 roundings' worth), the backward's
+  //   a·powf and dy· two more;
+  // - tanh's backward dy·(1 − y·y) may fuse into dy·fma(−y, y, 1): y·y's rounding, relative to
+  //   |dy|·(1 + y²), not to the result (1 − y² cancels as |y| nears 1).
+  type UnaryBound = (ref: ArrayLike<number>, dy: Float32Array, y: Float32Array) => Float64Array;
+  const rel = (roundings: number): UnaryBound => (ref) =>
+    relativeTo(ref, 2 * gamma(roundings, "f32"));
+  const tanhGrad: UnaryBound = (_, dy, y) =>
+    Float64Array.from(dy, (g, i) => 2 * gamma(3, "f32") * Math.abs(g) * (1 + y[i]! * y[i]!));
+  const UNARY: [string, number, number, number, boolean, 0 | UnaryBound, 0 | UnaryBound][] = [
+    ["exp", 0, 0, 0, false, rel(2), exact],
+    ["log", 1, 0, 0, true, rel(2), exact],
+    ["sigmoid", 2, 0, 0, false, rel(4), exact],
+    ["tanh", 3, 0, 0, false, rel(4), tanhGrad],
     ["sqrt", 4, 0, 0, true, exact, exact],
     ["pow 2", 5, 2, 0, false, exact, exact],
-    ["pow -0.5", 5, -0.5, 0, true, exact, POWF],
-    ["pow 1.7", 5, 1.7, 0, true, POWF, POWF],
+    ["pow -0.5", 5, -0.5, 0, true, exact, rel(5)],
+    ["pow 1.7", 5, 1.7, 0, true, rel(3), rel(5)],
     ["clamp [-0.5, 0.8]", 6, -0.5, 0.8, false, exact, exact],
     ["clamp [0, inf)", 6, 0, Infinity, false, exact, exact],
   ];
@@ -231,7 +244,8 @@ export function buildCnnOpCases(
         symbols: ["dt_unary_fwd"],
         dtype: "f32",
         size: `${n}`,
-        tol: tolFwd,
+        tol: exact,
+        ...(tolFwd ? { bounds: (ref) => ({ y: tolFwd(ref("y") as Float32Array, dy, y) }) } : {}),
         inputs: { x },
         outputs: { y: [f32(n), "f32"] },
         call: (k, p, s) => k.dt_unary_fwd(op, p("y"), p("x"), n64(n), a, b, s),
@@ -241,7 +255,8 @@ export function buildCnnOpCases(
         symbols: ["dt_unary_bwd"],
         dtype: "f32",
         size: `${n}`,
-        tol: tolBwd,
+        tol: exact,
+        ...(tolBwd ? { bounds: (ref) => ({ dx: tolBwd(ref("dx") as Float32Array, dy, y) }) } : {}),
         inputs: { dy, x, y },
         outputs: { dx: [f32(n), "f32"] },
         call: (k, p, s) => k.dt_unary_bwd(op, p("dx"), p("dy"), p("x"), p("y"), n64(n), a, b, s),

@@ -9,7 +9,7 @@
 import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
 import { type Arr, asNumbers, type Case, type Kind, type Rng, toBf16, toF16 } from "./_harness.ts";
-import { linearGradBounds } from "./op_bounds.ts";
+import { linearFwdBounds, linearGradBounds } from "./op_bounds.ts";
 
 /** [M, N, K] of one linear layer: M rows, N outputs, K inputs. */
 export type LinearShape = [number, number, number];
@@ -24,8 +24,8 @@ const DT = { f32: 0, bf16: 1, f16: 2 } as const;
 
 /**
  * Forward, input-gradient and weight-gradient products of each shape, in each dtype. With `cpu`
- * (the op sweep's), the gradients' f32 results get per-element bounds derived from their sums
- * (op_bounds.ts); without, a normwise 1e-4.
+ * (the op sweep's), every result gets per-element bounds derived from its sums and epilogue
+ * (op_bounds.ts); without, a normwise relative error (f32 1e-4, bf16 1e-2, f16 2e-3).
  */
 export function gemmExCases(
   rng: Rng,
@@ -45,6 +45,20 @@ export function gemmExCases(
       const g = round(rng.normals(M * N)), b = round(rng.normals(N));
       const tol = ab === "f32" ? 1e-4 : ab === "bf16" ? 1e-2 : 2e-3;
       const size = `${M}x${N}x${K}`;
+      const f32Of = (v: Arr) => Float32Array.from(asNumbers(v, ab));
+      // f32 operands accumulate in f32 (TF32's 10-bit mantissa where allowed), bf16/f16 in f32
+      const acc = ab === "f32" && Deno.env.get("DTRAIN_ALLOW_TF32") === "1" ? "tf32" : "f32";
+      const fwd = (pre: Arr | null) =>
+        linearFwdBounds(
+          cpu!,
+          f32Of(x),
+          f32Of(w),
+          f32Of(b),
+          [M, N, K],
+          acc,
+          ab,
+          pre && asNumbers(pre, ab),
+        );
       // forward: y = x W^T (+ bias) (+ gelu), output in the operands' dtype
       for (const epi of ["bias", "gelu"] as const) {
         cases.push({
@@ -53,6 +67,14 @@ export function gemmExCases(
           dtype: ab,
           size,
           tol,
+          ...(cpu
+            ? {
+              bounds: (ref: (name: string) => Arr) =>
+                epi === "gelu"
+                  ? (({ pre, y }) => ({ pre, y }))(fwd(ref("pre")))
+                  : { y: fwd(null).y },
+            }
+            : {}),
           inputs: { x, w, b },
           outputs: epi === "gelu"
             ? { y: [buf(ab, M * N), ab as Kind], pre: [buf(ab, M * N), ab as Kind] }
@@ -84,7 +106,6 @@ export function gemmExCases(
       }
       if (ab === "f32") continue; // below: f32 C of low-precision operands
       const dw0 = rng.normals(N * K);
-      const f32Of = (v: Arr) => Float32Array.from(asNumbers(v, ab));
       const grads = () => linearGradBounds(cpu!, f32Of(g), f32Of(w), f32Of(x), dw0, [M, N, K]);
       // input gradient g W in f32, and the weight gradient accumulated into f32 with the bias gradient
       cases.push({

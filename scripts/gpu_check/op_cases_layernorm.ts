@@ -11,11 +11,13 @@ import type { KernelSymbols } from "../../ffi/symbols.ts";
 import type { NativeLibrary } from "../../ffi/native.ts";
 import { type Arr, asNumbers, type Case, type Kind, type Rng, toBf16, toF16 } from "./_harness.ts";
 import { gamma, UNIT_ROUNDOFF } from "./tolerance.ts";
+import { layerNormDxBounds, layerNormFwdBounds } from "./op_bounds_layernorm.ts";
+import { outRounding } from "./op_bounds.ts";
 
 const DT = { f32: 0, bf16: 1, f16: 2 } as const;
 type Float = keyof typeof DT;
-/** normwise relative error allowed: f32 sums in another order; one rounding of a low-precision output */
-const TOL = { f32: 1e-5, bf16: 1e-2, f16: 2e-3 } as const;
+/** normwise error allowed besides the derived bounds: none (outputs without bounds are exact) */
+const TOL = { exact: 0 } as const;
 
 /** Forward and backward cases for each [rows, C]. */
 export function layerNormCases(
@@ -45,7 +47,9 @@ export function layerNormCases(
         symbols: ["dt_layernorm_fwd"],
         dtype: "f32",
         size,
-        tol: TOL.f32,
+        tol: TOL.exact,
+        bounds: () =>
+          layerNormFwdBounds(x, affine ? w : null, affine ? b : null, mean, rstd, [rows, C]),
         inputs: affine ? { x, w, b } : { x },
         outputs: { y: buf("f32", n), mean: buf("f32", rows), rstd: buf("f32", rows) },
         call: (k, p, s) =>
@@ -72,12 +76,15 @@ export function layerNormCases(
         symbols: ["dt_layernorm_bwd"],
         dtype: "f32",
         size,
-        tol: TOL.f32,
+        tol: TOL.exact,
         inputs: affine ? { dy, x, w, mean, rstd } : { dy, x, mean, rstd },
         outputs: affine
           ? { dx: buf("f32", n), dw: buf("f32", C), db: buf("f32", C) }
           : { dx: buf("f32", n) },
-        ...(affine ? { bounds: () => paramBounds(dy, x, "f32", mean, rstd, rows, C) } : {}),
+        bounds: () => ({
+          ...(affine ? paramBounds(dy, x, "f32", mean, rstd, rows, C) : {}),
+          dx: layerNormDxBounds(dy, x, affine ? w : null, mean, rstd, [rows, C]),
+        }),
         call: (k, p, s) =>
           k.dt_layernorm_bwd(
             p("dx"),
@@ -103,12 +110,32 @@ export function layerNormCases(
       const xi = round(Float32Array.from(rng.normals(n), (v) => 1 + 2 * v), inp);
       const ri = round(rng.normals(n), res);
       const keepSum = inp === "bf16";
+      // the row both libraries normalise: inp + res in f32, rounded into inp's dtype
+      const summed = () => {
+        const xv = asNumbers(xi, inp), rv = asNumbers(ri, res);
+        const f = Float32Array.from({ length: n }, (_, i) => xv[i]! + rv[i]!);
+        return Float32Array.from(asNumbers(round(f, inp), inp));
+      };
       cases.push({
         op: `layernorm fwd + residual${keepSum ? ", sum kept" : ""} (res ${res}, out ${out})`,
         symbols: ["dt_layernorm_fwd"],
         dtype: inp,
         size,
-        tol: TOL[inp],
+        tol: TOL.exact, // the sum kept: one IEEE add and one rounding, the same bits on both sides
+        // y, mean, rstd: the f32 rows' bounds of the rounded sum, and y's rounding into its dtype
+        bounds: (ref) => {
+          const f = layerNormFwdBounds(
+            summed(),
+            w,
+            b,
+            ref("mean") as Float32Array,
+            ref("rstd") as Float32Array,
+            [rows, C],
+          );
+          const yRef = asNumbers(ref("y"), out);
+          const y = Float64Array.from(f.y, (d, i) => d + outRounding(Math.abs(yRef[i]!) + d, out));
+          return { y, mean: f.mean, rstd: f.rstd };
+        },
         inputs: { x: xi, r: ri, w, b },
         outputs: {
           y: buf(out, n),
@@ -148,14 +175,26 @@ export function layerNormCases(
         symbols: ["dt_layernorm_bwd"],
         dtype: kind,
         size,
-        tol: TOL[kind],
         inputs: { dy: dyl, x: xl, w, mean: ml, rstd: rl },
         inout: flags & 2
           ? { dx: [dx0, kind], dw: [dw0, "f32"], db: [db0, "f32"] }
           : { dx: [dx0, kind] },
-        ...(flags & 2
-          ? { bounds: () => paramBounds(dyl, xl, kind, ml, rl, rows, C, { dw: dw0, db: db0 }) }
-          : {}),
+        tol: TOL.exact,
+        // dx: the f32 rows' bound, the add into the old dx (one f32 rounding) and the rounding of
+        // the sum into the dtype
+        bounds: (ref) => {
+          const f32 = (v: Arr) => Float32Array.from(asNumbers(v, kind));
+          const dxF = layerNormDxBounds(f32(dyl), f32(xl), w, ml, rl, [rows, C]);
+          const old = asNumbers(dx0, kind), got = asNumbers(ref("dx"), kind);
+          const dx = Float64Array.from(dxF, (d, i) => {
+            const added = d + 2 * UNIT_ROUNDOFF.f32 * (Math.abs(old[i]!) + Math.abs(got[i]!));
+            return added + outRounding(Math.abs(got[i]!) + added, kind);
+          });
+          return {
+            dx,
+            ...(flags & 2 ? paramBounds(dyl, xl, kind, ml, rl, rows, C, { dw: dw0, db: db0 }) : {}),
+          };
+        },
         call: (k, p, s) =>
           k.dt_layernorm_bwd(
             p("dx"),
@@ -191,11 +230,14 @@ export function layerNormCases(
         symbols: ["dt_layernorm_bwd"],
         dtype: "f32",
         size,
-        tol: TOL.f32,
+        tol: TOL.exact,
         inputs: { dy: pad(dy), x: pad(x), w, mean, rstd },
         inout: { dx: [new Float32Array(n + off), "f32"] },
         outputs: { dw: buf("f32", C), db: buf("f32", C) },
-        bounds: () => paramBounds(dy, x, "f32", mean, rstd, rows, C),
+        bounds: () => ({
+          ...paramBounds(dy, x, "f32", mean, rstd, rows, C),
+          dx: layerNormDxBounds(dy, x, w, mean, rstd, [rows, C], off),
+        }),
         call: (k, p, s) =>
           k.dt_layernorm_bwd(
             at(p("dx")),

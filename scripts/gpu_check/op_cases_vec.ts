@@ -8,6 +8,7 @@
  * shift division). The elements around the written run must stay untouched.
  */
 import { type Case, type Rng } from "./_harness.ts";
+import { axpyBounds, geluBwdBounds, geluFwdBounds } from "./op_bounds.ts";
 
 /** [out, a, b] offsets in floats: one shared phase with a head of 1, 2, 3; mixed phases. */
 const OFFSETS: [number, number, number][] = [[1, 1, 1], [2, 2, 2], [3, 3, 3], [0, 1, 2], [1, 0, 0]];
@@ -40,17 +41,26 @@ export function vecCases(
         b = Float32Array.from(rng.normals(n + 3), (v) => 0.5 + Math.abs(v));
       const init = rng.normals(n + 3);
       const size = `${n} @${oo},${oa},${ob}`;
+      /** Per-element bounds of the written run out[oo, oo + n) (0 around it: left untouched). */
+      const run = (written: Float64Array) => {
+        const bound = new Float64Array(n + 3);
+        bound.set(written, oo);
+        return bound;
+      };
+      const aRun = a.subarray(oa, oa + n), bRun = b.subarray(ob, ob + n);
       const base = (
         op: string,
         symbol: Case["symbols"][number],
         tol: number,
         call: Case["call"],
+        bounds?: () => Float64Array,
       ): Case => ({
         op: `${op} (offsets)`,
         symbols: [symbol],
         dtype: "f32",
         size,
         tol,
+        ...(bounds ? { bounds: () => ({ out: bounds() }) } : {}),
         inputs: { a, b },
         inout: { out: [init, "f32"] },
         call,
@@ -81,6 +91,7 @@ export function vecCases(
           "dt_axpy",
           0,
           (k, p, s) => k.dt_axpy(at(p("out"), oo), at(p("a"), oa), n64(n), -1.3, s),
+          () => run(axpyBounds(aRun, init.subarray(oo, oo + n), -1.3)),
         ),
         base(
           "relu fwd",
@@ -97,14 +108,16 @@ export function vecCases(
         base(
           "gelu fwd",
           "dt_gelu_fwd",
-          1e-5,
+          0,
           (k, p, s) => k.dt_gelu_fwd(at(p("out"), oo), at(p("a"), oa), n64(n), s),
+          () => run(geluFwdBounds(aRun, "f32")),
         ),
         base(
           "gelu bwd",
           "dt_gelu_bwd",
-          1e-5,
+          0,
           (k, p, s) => k.dt_gelu_bwd(at(p("out"), oo), at(p("b"), ob), at(p("a"), oa), n64(n), s),
+          () => run(geluBwdBounds(aRun, bRun, "f32")),
         ),
         base(
           "dropout fwd",
