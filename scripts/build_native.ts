@@ -23,7 +23,7 @@
 import { join } from "node:path";
 import { fileURLToPath as fromFileUrl } from "node:url";
 import { createHash } from "node:crypto";
-import { nvccHostArgs, toolVersion } from "./nvcc_host.ts";
+import { nvccCompressArgs, nvccHostArgs, toolVersion } from "./nvcc_host.ts";
 
 const ROOT = fromFileUrl(new URL("..", import.meta.url));
 export const BUILD_DIR = Deno.env.get("DTRAIN_BUILD_DIR") ??
@@ -264,6 +264,7 @@ export const LIBRARIES: LibrarySpec[] = [
       "arch=compute_90,code=sm_90",
       "-gencode",
       "arch=compute_90,code=compute_90",
+      ...nvccCompressArgs(),
       // registers, stack frame, spills and shared memory of every kernel, kept
       // in build/libdtrain_cuda.so.ptxas.txt (tests/cuda/ptxas_test.ts reads it)
       "-Xptxas",

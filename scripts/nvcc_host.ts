@@ -89,3 +89,18 @@ export function nvccHostArgs(): string[] {
   hostArgs ??= chooseHostCompiler(nvccProbe, OLDER_GCC, (n) => Deno.env.get(n));
   return hostArgs;
 }
+
+/**
+ * `--compress-mode=size` where nvcc has it (CUDA 12.8 and later): the fat
+ * binary's SASS and PTX compressed for size rather than load speed, which
+ * takes the CUDA library from 14.7 to about 5 MB (attention_tc.cu's object:
+ * 2.76 MB -> 0.54 MB with nvcc 13) — what keeps the device bundle that
+ * travels to a lent GPU machine under its budget. The driver decompresses it
+ * once when the library loads. Older nvcc builds as before.
+ */
+export function nvccCompressArgs(versionText: string = toolVersion("nvcc")): string[] {
+  const m = /release (\d+)\.(\d+)/.exec(versionText);
+  if (!m) return [];
+  const [major, minor] = [Number(m[1]), Number(m[2])];
+  return major > 12 || (major === 12 && minor >= 8) ? ["--compress-mode=size"] : [];
+}

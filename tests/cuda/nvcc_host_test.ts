@@ -5,7 +5,7 @@
  * CUDA library's build hash.
  */
 import assert from "node:assert/strict";
-import { chooseHostCompiler, type HostProbe } from "../../scripts/nvcc_host.ts";
+import { chooseHostCompiler, type HostProbe, nvccCompressArgs } from "../../scripts/nvcc_host.ts";
 
 const UNSUPPORTED =
   "error -- unsupported GNU version! gcc versions later than 14 are not supported! The nvcc flag " +
@@ -83,4 +83,14 @@ Deno.test({
     }
     assert.equal(cuda.buildArgs !== undefined, true);
   },
+});
+
+Deno.test("nvccCompressArgs() asks for a size-compressed fat binary from nvcc 12.8 on, nothing before or unknown", () => {
+  const said = (v: string) =>
+    `nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release ${v}, V${v}.1`;
+  assert.deepEqual(nvccCompressArgs(said("13.0")), ["--compress-mode=size"]);
+  assert.deepEqual(nvccCompressArgs(said("12.8")), ["--compress-mode=size"]);
+  assert.deepEqual(nvccCompressArgs(said("12.6")), []);
+  assert.deepEqual(nvccCompressArgs(said("11.8")), []);
+  assert.deepEqual(nvccCompressArgs(""), []);
 });

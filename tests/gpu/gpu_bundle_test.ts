@@ -1,5 +1,5 @@
 /**
- * The device bundle (`deno task gpu-bundle`): at most 52 MiB with the single
+ * The device bundle (`deno task gpu-bundle`): at most 50 MiB with the single
  * file, the checks, the fixtures and run.sh; and `sh run.sh` run from the
  * built folder as on the GPU machine — no network (unshare -n where
  * permitted), an empty HOME, no Deno, node or npm on PATH — here without a
@@ -91,7 +91,7 @@ function rows(stdout: string): Map<string, { result: string; why: string }> {
 
 Deno.test({
   name:
-    "gpu-bundle writes dist/gpu-check: the single file, checks, steps, fixtures and run.sh, at most 52 MiB",
+    "gpu-bundle writes dist/gpu-check: the single file, checks, steps, fixtures and run.sh, at most 50 MiB",
   ignore: BLOCKER !== null,
   async fn() {
     const dir = await bundle();
