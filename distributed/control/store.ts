@@ -228,7 +228,8 @@ export class StoreClient {
   post(key: string, value: Uint8Array | string): void {
     if (this.#closeInfo) return;
     const frame = encodeFrame(Op.SET | NO_REPLY, 0, [{ str: key }, { bytes: toBytes(value) }]);
-    this.#writer.send(frame).catch(() => {/* the read loop reports the close */});
+    // A newer value of the key replaces one still waiting to be written (latest wins anyway).
+    this.#writer.post(frame, key); // a failure shows as the close the read loop reports
   }
 
   /**

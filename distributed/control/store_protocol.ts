@@ -266,6 +266,8 @@ export class SerialWriter {
   #queuedBytes = 0;
   #failed: Error | null = null;
   #idle: Promise<void> = Promise.resolve();
+  /** the `supersedes` key the last queued frame was sent with */
+  #tailKey: string | undefined;
 
   constructor(conn: Deno.Conn) {
     this.#conn = conn;
@@ -279,10 +281,38 @@ export class SerialWriter {
   /** Queues a frame; rejects when the connection fails. */
   send(frame: Uint8Array): Promise<void> {
     if (this.#failed) return Promise.reject(this.#failed);
+    this.#push(frame, undefined);
+    return this.#idle;
+  }
+
+  /**
+   * Queues a fire-and-forget frame (a failure shows as the connection's close,
+   * not here) without making a promise: a loop that posts a record at every
+   * collective and never yields to the event loop must not pile up promise
+   * reactions. A frame posted for `key` while the last queued frame is one of
+   * that key not yet being written replaces it — the newer value makes the
+   * older pointless — so such a loop holds one pending record, not one per
+   * collective.
+   */
+  post(frame: Uint8Array, key: string): void {
+    if (this.#failed) return;
+    const last = this.#queue.length - 1;
+    if (last >= 1 && this.#tailKey === key) {
+      this.#queuedBytes += frame.length - this.#queue[last]!.length;
+      this.#queue[last] = frame;
+      return;
+    }
+    this.#push(frame, key);
+  }
+
+  #push(frame: Uint8Array, key: string | undefined): void {
+    this.#tailKey = key;
     this.#queue.push(frame);
     this.#queuedBytes += frame.length;
-    if (this.#queue.length === 1) this.#idle = this.#drain();
-    return this.#idle;
+    if (this.#queue.length === 1) {
+      this.#idle = this.#drain();
+      this.#idle.catch(() => {/* each send() caller, or the connection's close, reports it */});
+    }
   }
 
   /** Resolves when everything queued so far is written (or failed). */

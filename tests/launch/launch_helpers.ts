@@ -162,7 +162,12 @@ export class TestRun {
     const out = new Map<number, number>();
     for (const e of Deno.readDirSync(this.pidDir)) {
       const m = /^rank-(\d+)\.pid$/.exec(e.name);
-      if (m) out.set(Number(m[1]), Number(Deno.readTextFileSync(join(this.pidDir, e.name))));
+      if (!m) continue;
+      // A rank writes its file with writeTextFileSync: read between its creation and its write,
+      // the file is empty — and Number("") is 0, whose signal (kill(0, …)) would reach this test
+      // process's own group. Only a whole pid counts.
+      const text = Deno.readTextFileSync(join(this.pidDir, e.name)).trim();
+      if (/^[1-9]\d*$/.test(text)) out.set(Number(m[1]), Number(text));
     }
     return out;
   }
