@@ -7,7 +7,7 @@
  */
 import { basename } from "node:path";
 import { CUDA_PENDING_SYMBOLS, KERNEL_SYMBOLS } from "./symbols.ts";
-import { cString, type NativeLibrary, openLibrary } from "./native.ts";
+import { cBytes, cString, type NativeLibrary, openLibrary } from "./native.ts";
 import { type CheckedCalls, checkedCalls } from "./calls.ts";
 
 const P = "pointer" as const;
@@ -132,11 +132,6 @@ export function cudaKernels(driverPath?: string | null, path?: string): NativeLi
 /** The CUDA kernel library this process opened, or null before the first cudaKernels(). */
 export function openedCudaKernels(): NativeLibrary<CudaSymbols> | null {
   return cuda ?? null;
-}
-
-/** A NUL-terminated copy of s for a `const char*` parameter. */
-export function cBytes(s: string): Uint8Array<ArrayBuffer> {
-  return new TextEncoder().encode(s.replaceAll("\0", " ") + "\0") as Uint8Array<ArrayBuffer>;
 }
 
 /** Reads a pointer written into an 8-byte out-parameter. */

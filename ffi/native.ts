@@ -195,3 +195,8 @@ export function openLibrary<S extends Deno.ForeignLibraryInterface>(
     close: () => lib.close(),
   };
 }
+
+/** A NUL-terminated UTF-8 copy of s for a `const char*` parameter (an inner NUL becomes a space). */
+export function cBytes(s: string): Uint8Array<ArrayBuffer> {
+  return new TextEncoder().encode(s.replaceAll("\0", " ") + "\0") as Uint8Array<ArrayBuffer>;
+}

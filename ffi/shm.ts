@@ -11,7 +11,7 @@
  * @module
  */
 import { type CheckedCalls, checkedCalls } from "./calls.ts";
-import { type NativeLibrary, openLibrary } from "./native.ts";
+import { cBytes, type NativeLibrary, openLibrary } from "./native.ts";
 
 const P = "pointer" as const;
 const BUF = "buffer" as const;
@@ -118,4 +118,35 @@ export function shmAbort(handle: Deno.PointerObject, status: number, reason: CTe
  */
 export function shmCloseLeaked(handle: Deno.PointerObject): void {
   shmLibrary().symbols.dt_shm_close(handle);
+}
+
+/** What a shared-memory segment is opened with (the process group's, or the node's). */
+export interface ShmOpenSpec {
+  /** the segment's name, e.g. /dtrain-<run>-a<attempt>-pg */
+  name: string;
+  rank: number;
+  size: number;
+  chunkBytes: number;
+  spinUs: number;
+  /** record per-call detail for the failure report */
+  detail: boolean;
+  timeoutMs: number;
+}
+
+/** Joins (creating if first) a segment; returns once every rank has joined, with its handle. */
+export function shmOpen(spec: ShmOpenSpec): Deno.PointerObject {
+  const out = new BigUint64Array(1);
+  shmCalls().dt_shm_open(
+    cBytes(spec.name),
+    spec.rank,
+    spec.size,
+    BigInt(spec.chunkBytes),
+    BigInt(Math.round(spec.spinUs * 1000)),
+    spec.detail ? SHM_FLAG_DETAIL : 0,
+    BigInt(Math.ceil(spec.timeoutMs)),
+    out,
+  );
+  const handle = Deno.UnsafePointer.create(out[0]!);
+  if (handle === null) throw new Error("dt_shm_open returned success but no handle");
+  return handle;
 }

@@ -19,7 +19,8 @@ import type { Collective } from "./collective_args.ts";
 import { CollectiveRunner } from "./collective_runner.ts";
 import { CollectiveGroup } from "./collective_group.ts";
 import { type GlooSettings, glooSettings } from "./gloo_config.ts";
-import { cString, GlooNativeGroup } from "./gloo_native_group.ts";
+import { GlooNativeGroup } from "./gloo_native_group.ts";
+import { cBytes } from "../../ffi/native.ts";
 import { NodeShm } from "./node_shm.ts";
 import type { ResolvedProcessGroupConfig } from "../pg_config.ts";
 import { COMPLETED, type Work } from "../process_group.ts";
@@ -257,7 +258,7 @@ export class GlooProcessGroup extends CollectiveGroup {
       BigInt(c.count),
       SHM_REDUCE_CODE[c.reduceOp],
       c.root,
-      cString(c.name),
+      cBytes(c.name),
       t,
     );
     switch (c.op) {

@@ -14,13 +14,12 @@ import {
   glooCalls,
   glooCloseLeaked,
 } from "../../ffi/gloo.ts";
-import { DtNativeError } from "../../ffi/native.ts";
+import { cBytes, DtNativeError } from "../../ffi/native.ts";
 import type { GlooSettings } from "./gloo_config.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 /** A NUL-terminated C string (NULs inside are replaced: C would cut there). */
-export const cString = (s: string): Uint8Array => encoder.encode(s.replaceAll("\0", " ") + "\0");
 
 /** Closes handles whose group was dropped without close(): a backstop only. */
 const leaked = new FinalizationRegistry<Deno.PointerObject>((handle) => {
@@ -92,17 +91,17 @@ export class GlooNativeGroup {
     const out = new BigUint64Array(1);
     try {
       glooCalls().dt_gloo_open(
-        cString(s.storeHost),
+        cBytes(s.storeHost),
         s.storePort,
-        cString(s.token),
-        cString(spec.identity),
-        cString(spec.prefix),
-        cString(spec.attemptAbortKey),
+        cBytes(s.token),
+        cBytes(spec.identity),
+        cBytes(spec.prefix),
+        cBytes(spec.attemptAbortKey),
         spec.member,
         n,
         labels,
-        cString(s.iface),
-        cString(s.bindHost),
+        cBytes(s.iface),
+        cBytes(s.bindHost),
         proofsOut,
         proofsIn,
         spec.detail ? GLOO_FLAG_DETAIL : 0,
@@ -134,7 +133,7 @@ export class GlooNativeGroup {
   /** Fails the group for every member with `reason`; never throws. */
   abort(status: number, reason: string): void {
     if (this.#handle === null) return;
-    glooAbort(this.#handle, status, cString(reason));
+    glooAbort(this.#handle, status, cBytes(reason));
   }
 
   /** Leaves the group (idempotent). */

@@ -6,17 +6,16 @@
  * (texts this file hands to the segment say "job rank"), so a message never
  * blames the wrong rank.
  */
-import { DtNativeError } from "../../ffi/native.ts";
+import { cBytes, DtNativeError } from "../../ffi/native.ts";
 import {
   SHM_DTYPE_CODE,
-  SHM_FLAG_DETAIL,
   SHM_REDUCE_CODE,
   shmAbort,
   shmCalls,
   shmCloseLeaked,
+  shmOpen,
 } from "../../ffi/shm.ts";
 import type { CollectiveDType, ReduceOp } from "./collective_buffer.ts";
-import { cString } from "./gloo_native_group.ts";
 
 /** Where the node's group sits in the job. */
 export interface NodeShmSpec {
@@ -50,20 +49,10 @@ export class NodeShm {
 
   /** Joins the node's segment; returns once every local rank has. */
   static open(spec: NodeShmSpec): NodeShm {
-    const out = new BigUint64Array(1);
-    inJobRanks(spec.firstRank, () =>
-      shmCalls().dt_shm_open(
-        cString(spec.name),
-        spec.localRank,
-        spec.localSize,
-        BigInt(spec.chunkBytes),
-        BigInt(Math.round(spec.spinUs * 1000)),
-        spec.detail ? SHM_FLAG_DETAIL : 0,
-        BigInt(Math.ceil(spec.timeoutMs)),
-        out,
-      ));
-    const handle = Deno.UnsafePointer.create(out[0]!);
-    if (handle === null) throw new Error("dt_shm_open returned success but no handle");
+    const handle = inJobRanks(
+      spec.firstRank,
+      () => shmOpen({ ...spec, rank: spec.localRank, size: spec.localSize }),
+    );
     return new NodeShm(handle, spec.firstRank);
   }
 
@@ -115,7 +104,7 @@ export class NodeShm {
   abort(status: number, reason: string): void {
     if (!this.#handle) return;
     const marked = reason.replace(/(?<!job )\brank (\d+)\b/g, "job rank $1");
-    shmAbort(this.#handle, status, cString(marked));
+    shmAbort(this.#handle, status, cBytes(marked));
   }
 
   close(): void {
@@ -134,9 +123,9 @@ export class NodeShm {
 
 /** Runs a status-checked call; its DtNativeError is thrown again with the node's rank numbers
  *  renamed to the job's. */
-function inJobRanks(firstRank: number, call: () => void): void {
+function inJobRanks<T>(firstRank: number, call: () => T): T {
   try {
-    call();
+    return call();
   } catch (e) {
     if (!(e instanceof DtNativeError)) throw e;
     const text = e.text

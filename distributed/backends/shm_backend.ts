@@ -9,22 +9,19 @@ import {
   DT_ERR_SYS,
   DT_ERR_TIMEOUT,
   SHM_DTYPE_CODE,
-  SHM_FLAG_DETAIL,
   SHM_REDUCE_CODE,
   shmAbort,
   shmCalls,
   shmCloseLeaked,
+  shmOpen,
 } from "../../ffi/shm.ts";
-import { DtNativeError } from "../../ffi/native.ts";
+import { cBytes, DtNativeError } from "../../ffi/native.ts";
 import { type FailureKind, withFailureKind } from "../control/failure_kind.ts";
 import type { Collective } from "./collective_args.ts";
 import { type CollectiveBackend, CollectiveRunner } from "./collective_runner.ts";
 import { CollectiveGroup } from "./collective_group.ts";
 import type { ProcessGroupConfig } from "../pg_config.ts";
 import { COMPLETED, type Work } from "../process_group.ts";
-
-const encoder = new TextEncoder();
-const cString = (s: string) => encoder.encode(s.replaceAll("\0", " ") + "\0");
 
 /** Closes handles whose group was dropped without close(): a backstop only. */
 const leaked = new FinalizationRegistry<Deno.PointerObject>((handle) => {
@@ -84,19 +81,7 @@ export class ShmProcessGroup extends CollectiveGroup {
     // Each launch attempt gets its own segment: a restart never meets a crashed attempt's leftovers.
     const attempt = Deno.env.get("DTRAIN_RESTART_COUNT") ?? "0";
     const name = `/dtrain-${cfg.runId}-a${attempt}-pg`;
-    const out = new BigUint64Array(1);
-    shmCalls().dt_shm_open(
-      cString(name),
-      cfg.rank,
-      cfg.size,
-      BigInt(cfg.chunkBytes),
-      BigInt(Math.round(cfg.spinUs * 1000)),
-      cfg.detail ? SHM_FLAG_DETAIL : 0,
-      BigInt(Math.ceil(cfg.timeoutMs)),
-      out,
-    );
-    const handle = Deno.UnsafePointer.create(out[0]!);
-    if (handle === null) throw new Error("dt_shm_open returned success but no handle");
+    const handle = shmOpen({ ...cfg, name });
     return new ShmProcessGroup(cfg, handle, name);
   }
 
@@ -110,7 +95,7 @@ export class ShmProcessGroup extends CollectiveGroup {
   /** An argument error aborts the group, so the peers stop waiting for this rank instead of
    *  timing out. */
   #abortForBadArguments(reason: string): void {
-    shmAbort(this.#handle, DT_ERR_ARG, cString(reason));
+    shmAbort(this.#handle, DT_ERR_ARG, cBytes(reason));
   }
 
   /** One native call; the library compares the ranks' calls at its first barrier and watches
@@ -157,7 +142,7 @@ export class ShmProcessGroup extends CollectiveGroup {
         break;
       }
       case "barrier": {
-        const cname = cString(c.name);
+        const cname = cBytes(c.name);
         lib.dt_shm_barrier(handle, cname, t);
         break;
       }
