@@ -1,8 +1,9 @@
 /**
  * The C library's calls dtrain makes (libc.so.6, opened for each call and
  * closed after it: they are rare): tying a rank to its launcher with
- * prctl(PR_SET_PDEATHSIG), and statvfs for `dtrain doctor`. Each answers a
- * result or why it failed; none throws.
+ * prctl(PR_SET_PDEATHSIG), ignoring signals once a rank's script is over,
+ * and statvfs for `dtrain doctor`. Each answers a result or why it failed;
+ * none throws.
  *
  * @module
  */
@@ -14,6 +15,13 @@ const PRCTL_SYMBOLS = {
   prctl: { parameters: ["i32", "u64", "u64", "u64", "u64"], result: "i32" },
   getppid: { parameters: [], result: "i32" },
 } as const satisfies Deno.ForeignLibraryInterface;
+
+const SIGNAL_SYMBOLS = {
+  signal: { parameters: ["i32", "pointer"], result: "pointer" },
+} as const satisfies Deno.ForeignLibraryInterface;
+
+/** signal(2)'s SIG_IGN and SIG_ERR handler values. */
+const SIG_IGN = 1n, SIG_ERR = -1n;
 
 const STATVFS_SYMBOLS = {
   statvfs: { parameters: ["buffer", "buffer"], result: "i32" },
@@ -52,6 +60,34 @@ export function setParentDeathSignal(signal: number): { parent: number } | { err
       return { error: "prctl(PR_SET_PDEATHSIG) failed" };
     }
     return { parent: libc.symbols.getppid() };
+  } finally {
+    libc.close();
+  }
+}
+
+/**
+ * signal(n, SIG_IGN) for each of `signals` (by number): from then on the
+ * kernel drops them, whatever listeners the runtime had. Answers the numbers
+ * it could not ignore (empty when all took), or why libc could not be opened.
+ *
+ * @example
+ * ```ts
+ * ignoreSignals([15]); // SIGTERM no longer ends this process
+ * ```
+ */
+export function ignoreSignals(
+  signals: readonly number[],
+): { failed: number[] } | { error: string } {
+  const libc = openLibc(SIGNAL_SYMBOLS, "signal");
+  if ("error" in libc) return libc;
+  try {
+    const ignore = Deno.UnsafePointer.create(SIG_IGN);
+    const failed = signals.filter((n) => {
+      const before = libc.symbols.signal(n, ignore); // null: the default action (SIG_DFL)
+      return before !== null &&
+        BigInt(Deno.UnsafePointer.value(before)) === BigInt.asUintN(64, SIG_ERR);
+    });
+    return { failed };
   } finally {
     libc.close();
   }

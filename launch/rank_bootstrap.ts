@@ -24,6 +24,9 @@ import { StatePage, statePagePath } from "../distributed/control/state_page.ts";
 import { StoreClient } from "../distributed/control/store.ts";
 import { attemptKeys } from "../distributed/control/store_keys.ts";
 import { dieWithParent } from "./pdeathsig.ts";
+import { ignoreSignals } from "../ffi/libc.ts";
+import { STOP_SIGNALS } from "../os/stop_signals.ts";
+import { signalNumber } from "../os/exit_status.ts";
 import { CHECK_ENV } from "../check/env.ts";
 import { enter, leave } from "../profile/profile.ts";
 
@@ -121,7 +124,22 @@ globalThis.addEventListener("unhandledrejection", (e) => {
 });
 globalThis.addEventListener("unload", () => {
   if (!failing) sink.exiting();
+  ignoreStopSignals();
 });
+
+/**
+ * The script is over (its unload listeners run after this one): a stop signal arriving from now on
+ * has nothing left to stop, so the kernel is told to drop it. Without this the runtime removes
+ * the script's own stop listeners while it tears down, and a SIGTERM in that window — the
+ * launcher forwarding a stop to this rank after a peer's stop request already ended the loop here
+ * — ends the process "killed by SIGTERM", a failure in the launcher's summary for a rank that
+ * saved and exited 0.
+ */
+function ignoreStopSignals(): void {
+  const numbers = STOP_SIGNALS.map(signalNumber).filter((n) => n !== null);
+  const r = ignoreSignals(numbers);
+  if ("error" in r) console.error(`[dtrain] rank ${me}: ${r.error}`);
+}
 
 // A store connection that drops under us means the launcher is gone: the
 // ranks must not outlive it (this also covers a failed PDEATHSIG).

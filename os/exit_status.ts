@@ -49,3 +49,8 @@ const SIGNAL_NUMBERS: Partial<Record<Deno.Signal, number>> = {
 export function signalExitCode(signal: Deno.Signal): number {
   return 128 + (SIGNAL_NUMBERS[signal] ?? 0);
 }
+
+/** The signal's number on Linux, or null for a name this table lacks. */
+export function signalNumber(signal: Deno.Signal): number | null {
+  return SIGNAL_NUMBERS[signal] ?? null;
+}
