@@ -178,11 +178,25 @@ export class TestRun {
     return this.pids();
   }
 
+  /**
+   * Whether `pid` is still a process this run started: it inherited this run's TEST_PID_DIR. The
+   * suite starts thousands of processes and Linux reuses pids (32768 by default), so a rank that
+   * exited long ago may have left its pid to another test's process.
+   */
+  #ours(pid: number): boolean {
+    try {
+      return Deno.readTextFileSync(`/proc/${pid}/environ`).split("\0")
+        .includes(`TEST_PID_DIR=${this.pidDir}`);
+    } catch {
+      return false; // gone, or not ours to read
+    }
+  }
+
   /** Kills every launcher group and recorded rank still alive, removes the temp dir. */
   async cleanup(): Promise<void> {
     for (const l of this.#launched) l.kill("SIGKILL");
     for (const pid of this.pids().values()) {
-      if (alive(pid)) {
+      if (alive(pid) && this.#ours(pid)) {
         try {
           Deno.kill(-pid, "SIGKILL");
         } catch { /* not a group leader any more */ }
