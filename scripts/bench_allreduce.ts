@@ -5,19 +5,22 @@
  * physical reference.
  *
  *   deno run -A scripts/bench_allreduce.ts [--ranks 2,4,8] [--sizes 1,16,64] [--iters 20]
- *       [--warmup 5] [--repeat 1] [--chunk BYTES] [--spin-us US] [--no-gloo] [--json]
+ *       [--warmup 5] [--repeat 1] [--chunk BYTES] [--spin-us US] [--shared] [--no-gloo] [--json]
  *
  * Method (the same as scripts/peers/pytorch/w3_allreduce.py): per size,
  * `warmup` calls, then `iters` calls each preceded by a barrier; a call's time
  * is the slower rank's; with --repeat N, N runs of each (alternating dtrain and
  * gloo, so both see the same machine load) are pooled. Columns: ms/call = median call time; algbw = bytes /
  * time; busbw = algbw x 2(n-1)/n (= algbw for n = 2), GB = 1e9 bytes; ratio =
- * dtrain busbw / gloo busbw. memcpy: one thread copies 256 MiB into another
+ * dtrain busbw / gloo busbw. --shared adds rows "N shared": the same calls on
+ * arrays from the group's shared region (allocShared), reduced in place
+ * without the data buffers, measured in the same runs. memcpy: one thread copies 256 MiB into another
  * 256 MiB buffer; GB/s = (bytes read + bytes written) / time, median of 10.
  */
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { initProcessGroup } from "../distributed/init_process_group.ts";
+import type { ShmProcessGroup } from "../distributed/backends/shm_backend.ts";
 import { cpuCalls, cpuKernels } from "../ffi/cpu.ts";
 import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
 
@@ -27,6 +30,8 @@ const SELF = fileURLToPath(import.meta.url);
 
 interface SizeTimes {
   mib: number;
+  /** the buffer came from allocShared */
+  shared?: boolean;
   /** seconds per timed call, slower rank */
   times: number[];
 }
@@ -61,12 +66,19 @@ function latencyUs(fn: () => void): number {
 }
 
 /** One rank of the dtrain measurement: prints the times as JSON (rank 0). */
-function worker(sizes: number[], warmup: number, iters: number): void {
+function worker(sizes: number[], warmup: number, iters: number, shared: boolean): void {
   const world = Number(Deno.env.get("WORLD_SIZE"));
   using pg = initProcessGroup();
   const out: SizeTimes[] = [];
-  for (const mib of sizes) {
-    const t = new Float32Array((mib << 20) / 4).fill(1);
+  // with --shared, each size twice: an ordinary array, then one in the shared region
+  for (
+    const [mib, inShared] of sizes.flatMap((m) =>
+      shared ? [[m, false], [m, true]] as const : [[m, false]] as const
+    )
+  ) {
+    const count = (mib << 20) / 4;
+    const t = inShared ? (pg as ShmProcessGroup).allocShared(count) : new Float32Array(count);
+    t.fill(1);
     for (let i = 0; i < warmup; i++) pg.allReduce(t);
     const mine = new Float64Array(iters);
     for (let i = 0; i < iters; i++) {
@@ -83,6 +95,7 @@ function worker(sizes: number[], warmup: number, iters: number): void {
     }
     out.push({
       mib,
+      ...(inShared ? { shared: true } : {}),
       times: Array.from(
         mine,
         (_, i) => Math.max(...Array.from({ length: pg.size }, (_, r) => all[r * iters + i]!)),
@@ -172,6 +185,7 @@ async function benchDtrain(
   warmup: number,
   iters: number,
   extraEnv: Record<string, string>,
+  shared: boolean,
 ): Promise<DtrainResult> {
   const runId = `bench-${Deno.pid}-${Date.now()}`;
   const stdout = await runRanks(
@@ -188,6 +202,7 @@ async function benchDtrain(
       String(warmup),
       "--iters",
       String(iters),
+      ...(shared ? ["--shared"] : []),
     ],
     (r) => ({
       RANK: String(r),
@@ -200,6 +215,10 @@ async function benchDtrain(
       MASTER_ADDR: "127.0.0.1",
       MASTER_PORT: "29500",
       DTRAIN_NUM_THREADS: "1",
+      // room for one array of every size in each rank's shared region
+      ...(shared
+        ? { DTRAIN_SHM_SHARED_BYTES: String(sizes.reduce((a, m) => a + m, 0) * 2 ** 20 + 4096) }
+        : {}),
       ...extraEnv,
     }),
   );
@@ -317,20 +336,28 @@ async function measureWorld(
   repeat: number,
   python: string | null,
   env: Record<string, string>,
+  shared: boolean,
 ): Promise<WorldResult> {
   // Runs alternate between dtrain and gloo, so both see the same machine load;
   // the timed calls of all runs are pooled per size.
   const runs: DtrainResult[] = [];
   const glooRuns: SizeTimes[][] = [];
   for (let i = 0; i < repeat; i++) {
-    runs.push(await benchDtrain(world, sizes, warmup, iters, env));
+    runs.push(await benchDtrain(world, sizes, warmup, iters, env, shared));
     if (python) glooRuns.push(await benchGloo(world, python, sizes, warmup, iters));
   }
-  const pool = (rs: SizeTimes[][]) =>
-    sizes.map((mib) => ({ mib, times: rs.flatMap((r) => r.find((x) => x.mib === mib)!.times) }));
+  const pool = (rs: SizeTimes[][], inShared = false) =>
+    sizes.map((mib) => ({
+      mib,
+      ...(inShared ? { shared: true } : {}),
+      times: rs.flatMap((r) => r.find((x) => x.mib === mib && !x.shared === !inShared)!.times),
+    }));
+  const dtrainRuns = runs.map((r) => r.sizes);
   return {
     world,
-    dtrain: pool(runs.map((r) => r.sizes)),
+    dtrain: shared
+      ? pool(dtrainRuns).flatMap((d, i) => [d, pool(dtrainRuns, true)[i]!])
+      : pool(dtrainRuns),
     gloo: python ? pool(glooRuns) : null,
     barrierUs: median(runs.map((r) => r.barrierUs)),
     tinyAllReduceUs: median(runs.map((r) => r.tinyAllReduceUs)),
@@ -351,6 +378,7 @@ async function main(): Promise<void> {
       chunk: { type: "string" },
       "spin-us": { type: "string" },
       "no-gloo": { type: "boolean", default: false },
+      shared: { type: "boolean", default: false },
       // three runs by default: the table's spread then covers run-to-run variation too
       repeat: { type: "string", default: "3" },
       json: { type: "boolean", default: false },
@@ -358,7 +386,7 @@ async function main(): Promise<void> {
   });
   const sizes = values.sizes.split(",").map(Number);
   const iters = Number(values.iters), warmup = Number(values.warmup);
-  if (values.worker) return worker(sizes, warmup, iters);
+  if (values.worker) return worker(sizes, warmup, iters, values.shared);
 
   const env: Record<string, string> = {};
   if (values.chunk) env.DTRAIN_SHM_CHUNK_BYTES = values.chunk;
@@ -368,7 +396,9 @@ async function main(): Promise<void> {
   const memcpyBefore = benchMemcpy();
   const results: WorldResult[] = [];
   for (const world of values.ranks.split(",").map(Number)) {
-    results.push(await measureWorld(world, sizes, warmup, iters, repeat, python, env));
+    results.push(
+      await measureWorld(world, sizes, warmup, iters, repeat, python, env, values.shared),
+    );
   }
   // memcpy before and after the collectives: the reference is their mean
   const memcpy = (memcpyBefore + benchMemcpy()) / 2;
@@ -401,11 +431,11 @@ async function main(): Promise<void> {
       }`;
       const ceiling = r.memcpyAllGBs === undefined ? undefined : r.memcpyAllGBs / 4;
       console.log(
-        `| ${r.world} | ${d.mib} | ${fmt(dms * 1e3, 3)} | ${fmt(dbw)} (${spread}) | ${
-          fmt(dbw / memcpy)
-        } | ${ceiling === undefined ? "-" : fmt(dbw / ceiling)} | ${
-          fmt(gms === undefined ? undefined : gms * 1e3, 3)
-        } | ` +
+        `| ${r.world} | ${d.mib}${d.shared ? " shared" : ""} | ${fmt(dms * 1e3, 3)} | ${
+          fmt(dbw)
+        } (${spread}) | ${fmt(dbw / memcpy)} | ${
+          ceiling === undefined ? "-" : fmt(dbw / ceiling)
+        } | ${fmt(gms === undefined ? undefined : gms * 1e3, 3)} | ` +
           `${fmt(gbw)} | ${gbw === undefined ? "-" : (dbw / gbw).toFixed(1) + "x"} |`,
       );
     }
