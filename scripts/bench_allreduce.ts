@@ -125,7 +125,11 @@ function worker(sizes: number[], warmup: number, iters: number, shared: boolean)
  * on 2 ranks, so busbw <= this / 4.
  */
 function memcpyAllRanks(pg: ReturnType<typeof initProcessGroup>): number {
-  return allRanksGBs(pg, "memcpy", (dst, src, bytes) => cpuCalls().dt_memcpy(dst, src, BigInt(bytes), 0));
+  return allRanksGBs(
+    pg,
+    "memcpy",
+    (dst, src, bytes) => cpuCalls().dt_memcpy(dst, src, BigInt(bytes), 0),
+  );
 }
 
 /**
@@ -137,7 +141,11 @@ function memcpyAllRanks(pg: ReturnType<typeof initProcessGroup>): number {
  * ceiling is whichever of the two is higher.
  */
 function inPlaceAllRanks(pg: ReturnType<typeof initProcessGroup>): number {
-  return allRanksGBs(pg, "in place", (dst, _src, bytes) => cpuCalls().dt_scale(dst, dst, BigInt(bytes / 4), 1));
+  return allRanksGBs(
+    pg,
+    "in place",
+    (dst, _src, bytes) => cpuCalls().dt_scale(dst, dst, BigInt(bytes / 4), 1),
+  );
 }
 
 /** (read + written bytes of all ranks) / the median of the slower rank's times of `pass`. */
@@ -489,11 +497,15 @@ async function main(): Promise<void> {
     const ceiling = ceilingOf(r);
     if (ceiling === undefined) continue;
     console.log(
-      `memcpy 256 MiB on each of the ${r.world} ranks at once: ${r.memcpyAllGBs!.toFixed(2)} GB/s ` +
+      `memcpy 256 MiB on each of the ${r.world} ranks at once: ${
+        r.memcpyAllGBs!.toFixed(2)
+      } GB/s ` +
         `together (${(r.memcpyAllGBs! / memcpy).toFixed(2)}x one thread alone); 256 MiB read and ` +
         `written in place on each at once: ${r.inPlaceAllGBs!.toFixed(2)} GB/s. An in-place ` +
         `allReduce reads and writes every byte of both ranks' buffers, so its busbw is at most ` +
-        `the higher / 4 = ${ceiling.toFixed(2)} GB/s (the ceiling) = ${(ceiling / memcpy).toFixed(2)}x memcpy`,
+        `the higher / 4 = ${ceiling.toFixed(2)} GB/s (the ceiling) = ${
+          (ceiling / memcpy).toFixed(2)
+        }x memcpy`,
     );
   }
   for (const r of results) {

@@ -132,7 +132,7 @@ static int64_t dt_shm_shared_at_(dt_shm_t* g, const void* buf, int64_t bytes) {
 #define DT_SHM_SHARED_BLOCK_BYTES_ (128LL << 10)
 
 /* allReduce of buffers that every rank keeps in its shared region (the
- * offsets are in the posted calls): after one barrier rank r reduces share r
+ * offsets are in the rank records): after one barrier rank r reduces share r
  * straight from every rank's buffer and writes the result into all of them,
  * then a second barrier says every share is written. Each byte of every
  * buffer is read once and written once (on 2 ranks), the least memory traffic
@@ -152,7 +152,7 @@ static dt_status dt_shm_allreduce_shared_(dt_shm_t* g, int64_t count, int32_t dt
   const int64_t lo = dt_shm_share_lo_(count, r, w), n = dt_shm_share_lo_(count, r + 1, w) - lo;
   char* at[DT_SHM_MAX_RANKS];
   for (int32_t q = 0; q < w; q++) {
-    at[q] = dt_shm_shared_region_(g, q) + g->hdr->ranks[q].call[g->seq & 1].shared_at + lo * es;
+    at[q] = dt_shm_shared_region_(g, q) + g->hdr->ranks[q].shared_at + lo * es;
   }
   const int f32_sum = dtype == DT_F32 && (redop == DT_SHM_SUM || redop == DT_SHM_AVG);
   char* second = w > 1 ? at[(r + 1) % w] : NULL;
@@ -194,7 +194,7 @@ DT_EXPORT dt_status dt_shm_allreduce(dt_shm_t* g, void* buf, int64_t count, int3
   if (count == 0) return dt_shm_sync_(g, 1, deadline);
   if (shared_at >= 0) {
     /* read by the peers after the first barrier, whose release publishes it */
-    g->hdr->ranks[g->rank].call[g->seq & 1].shared_at = shared_at;
+    g->hdr->ranks[g->rank].shared_at = shared_at;
     return dt_shm_allreduce_shared_(g, count, dtype, redop, deadline);
   }
   if (oneshot) {

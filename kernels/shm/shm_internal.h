@@ -45,7 +45,6 @@ typedef struct {
   int32_t root;  /* broadcast root, else -1 */
   int32_t redop; /* DT_SHM_SUM..MIN, else -1 */
   char detail[DT_SHM_DETAIL_MAX]; /* barrier name (truncated) */
-  int64_t shared_at; /* DT_SHM_OP_ALLREDUCE_SHARED: the buffer's offset in this rank's shared region */
 } dt_shm_call_t;
 
 enum { DT_SHM_RANK_ABSENT = 0, DT_SHM_RANK_ATTACHED = 1, DT_SHM_RANK_CLOSED = 2 };
@@ -56,7 +55,11 @@ typedef struct {
   _Atomic uint64_t last_seq; /* the collective this rank entered last */
   _Atomic int32_t pid;       /* 0 until the rank attaches */
   _Atomic int32_t state;     /* DT_SHM_RANK_* */
-  char pad_[40];
+  /* In a DT_SHM_OP_ALLREDUCE_SHARED call: the buffer's offset in this rank's
+   * shared region, written before the call's first barrier; peers read it
+   * before its second, which this rank passes before it can write it again. */
+  int64_t shared_at;
+  char pad_[32];
   dt_shm_call_t call[2];          /* by seq parity, so a fast rank never overwrites a record still read */
   char abort_text[DT_SHM_TEXT_MAX]; /* why this rank aborted the group */
 } __attribute__((aligned(64))) dt_shm_rank_t;
