@@ -5,16 +5,16 @@
  * physical reference.
  *
  *   deno run -A scripts/bench_allreduce.ts [--ranks 2,4,8] [--sizes 1,16,64] [--iters 20]
- *       [--warmup 5] [--repeat 1] [--chunk BYTES] [--spin-us US] [--shared] [--no-gloo] [--json]
+ *       [--warmup 5] [--repeat 1] [--chunk BYTES] [--spin-us US] [--copy-only] [--no-gloo] [--json]
  *
  * Method (the same as scripts/peers/pytorch/w3_allreduce.py): per size,
  * `warmup` calls, then `iters` calls each preceded by a barrier; a call's time
  * is the slower rank's; with --repeat N, N runs of each (alternating dtrain and
  * gloo, so both see the same machine load) are pooled. Columns: ms/call = median call time; algbw = bytes /
  * time; busbw = algbw x 2(n-1)/n (= algbw for n = 2), GB = 1e9 bytes; ratio =
- * dtrain busbw / gloo busbw. --shared adds rows "N shared": the same calls on
- * arrays from the group's shared region (allocShared), reduced in place
- * without the data buffers, measured in the same runs. memcpy: one thread copies 256 MiB into another
+ * dtrain busbw / gloo busbw. Rows "N shared" (unless --copy-only): the same
+ * calls on arrays from the group's shared region (allocShared), reduced in
+ * place without the data buffers, measured in the same runs. memcpy: one thread copies 256 MiB into another
  * 256 MiB buffer; GB/s = (bytes read + bytes written) / time, median of 10.
  */
 import { parseArgs } from "node:util";
@@ -420,6 +420,8 @@ async function main(): Promise<void> {
       chunk: { type: "string" },
       "spin-us": { type: "string" },
       "no-gloo": { type: "boolean", default: false },
+      "copy-only": { type: "boolean", default: false },
+      // the worker's flag: also time arrays in the shared region
       shared: { type: "boolean", default: false },
       // three runs by default: the table's spread then covers run-to-run variation too
       repeat: { type: "string", default: "3" },
@@ -439,7 +441,7 @@ async function main(): Promise<void> {
   const results: WorldResult[] = [];
   for (const world of values.ranks.split(",").map(Number)) {
     results.push(
-      await measureWorld(world, sizes, warmup, iters, repeat, python, env, values.shared),
+      await measureWorld(world, sizes, warmup, iters, repeat, python, env, !values["copy-only"]),
     );
   }
   // memcpy before and after the collectives: the reference is their mean
