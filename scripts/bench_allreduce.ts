@@ -20,7 +20,6 @@
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { initProcessGroup } from "../distributed/init_process_group.ts";
-import type { ShmProcessGroup } from "../distributed/backends/shm_backend.ts";
 import { cpuCalls, cpuKernels } from "../ffi/cpu.ts";
 import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
 
@@ -79,7 +78,7 @@ function worker(sizes: number[], warmup: number, iters: number, shared: boolean)
     )
   ) {
     const count = (mib << 20) / 4;
-    const t = inShared ? (pg as ShmProcessGroup).allocShared(count) : new Float32Array(count);
+    const t = inShared ? pg.allocShared!(count) : new Float32Array(count);
     t.fill(1);
     for (let i = 0; i < warmup; i++) pg.allReduce(t);
     const mine = new Float64Array(iters);

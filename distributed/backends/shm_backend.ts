@@ -24,15 +24,7 @@ import { type CollectiveBackend, CollectiveRunner } from "./collective_runner.ts
 import { CollectiveGroup } from "./collective_group.ts";
 import type { ProcessGroupConfig } from "../pg_config.ts";
 import { COMPLETED, type Work } from "../process_group.ts";
-
-/** The element types allocShared makes arrays of, and their arrays. */
-export interface SharedArrayTypes {
-  f32: Float32Array;
-  f64: Float64Array;
-  i32: Int32Array;
-  i64: BigInt64Array;
-  u8: Uint8Array;
-}
+import type { SharedArrayTypes } from "./collective_buffer.ts";
 
 const SHARED_ARRAY: { [K in keyof SharedArrayTypes]: new (b: ArrayBuffer) => SharedArrayTypes[K] } =
   {

@@ -18,7 +18,6 @@
 import { initProcessGroup } from "../../../distributed/init_process_group.ts";
 import type { ProcessGroup } from "../../../distributed/process_group.ts";
 import type { BufferLike, CollectiveDType, ReduceOp } from "../../../distributed/process_group.ts";
-import type { ShmProcessGroup } from "../../../distributed/backends/shm_backend.ts";
 import { buildCases, BYTES, type CollectiveCase, makeInput, outputCount } from "./_cases.ts";
 
 function say(obj: Record<string, unknown>): void {
@@ -58,7 +57,7 @@ const SHARED = Deno.env.get("CASE_SHARED") === "1";
 
 /** `bytes` copied to `offset` bytes past an array in the group's shared region. */
 function inShared(pg: ProcessGroup, bytes: Uint8Array, offset: number): Uint8Array {
-  const moved = (pg as ShmProcessGroup).allocShared(bytes.length + offset, "u8").subarray(offset);
+  const moved = pg.allocShared!(bytes.length + offset, "u8").subarray(offset);
   moved.set(bytes);
   return moved;
 }
