@@ -134,10 +134,10 @@ function memcpyAllRanks(pg: ReturnType<typeof initProcessGroup>): number {
 /**
  * The same with every rank reading and writing one 256 MiB buffer in place
  * (dt_scale by 1): the access pattern of an allReduce whose ranks reduce each
- * other's buffers directly (allocShared), where every line written was just
- * read. It can draw more than the copies, whose streaming stores (glibc's
- * memcpy of 256 MiB) must first evict nothing but move two streams; the
- * ceiling is whichever of the two is higher.
+ * other's buffers directly (allocShared), every line written just read. It
+ * moves the same bytes as the copies (glibc's memcpy of 256 MiB, streaming
+ * stores) in another pattern, which may draw more or less; the ceiling is
+ * whichever of the two is higher.
  */
 function inPlaceAllRanks(pg: ReturnType<typeof initProcessGroup>): number {
   return allRanksGBs(

@@ -137,10 +137,10 @@ static int64_t dt_shm_shared_at_(dt_shm_t* g, const void* buf, int64_t bytes) {
  * then a second barrier says every share is written. Each byte of every
  * buffer is read once and written once (on 2 ranks), the least memory traffic
  * an in-place allReduce can have; the pipelined path also moves each byte
- * through a data buffer twice. Plain stores, not streaming ones: every line
- * written was just read by this thread, so it is in cache and a store costs
- * no extra read, while a streaming store to a cached line was measured 4x
- * slower (it must first evict the line). Share r of a buffer is read and
+ * through a data buffer (written there once, read back once). Plain stores,
+ * not streaming ones: every line written was just read by this thread, so a
+ * store costs no extra read, and streaming stores into such lines (the
+ * peer's) measured 4x slower. Share r of a buffer is read and
  * written by rank r alone, and the bits are the pipelined path's: the same
  * sources, in rank order. */
 static dt_status dt_shm_allreduce_shared_(dt_shm_t* g, int64_t count, int32_t dtype, int32_t redop,
