@@ -159,6 +159,18 @@ Deno.test("a waiting rank spins only while every local rank can have a core; DTR
   assert.equal(resolveProcessGroupConfig({ env: { ...env, DTRAIN_SHM_SPIN_US: "7" } }).spinUs, 7);
 });
 
+Deno.test("the shared region's size comes from sharedBytes, else DTRAIN_SHM_SHARED_BYTES, else none", () => {
+  const env = launcherEnv(1, 2, "run-shared");
+  assert.equal(resolveProcessGroupConfig({ env }).sharedBytes, 0);
+  const set = { ...env, DTRAIN_SHM_SHARED_BYTES: "8192" };
+  assert.equal(resolveProcessGroupConfig({ env: set }).sharedBytes, 8192);
+  assert.equal(resolveProcessGroupConfig({ env: set, sharedBytes: 4096 }).sharedBytes, 4096);
+  assert.throws(
+    () => resolveProcessGroupConfig({ env: { ...env, DTRAIN_SHM_SHARED_BYTES: "1 GiB" } }),
+    /DTRAIN_SHM_SHARED_BYTES="1 GiB" is not a non-negative integer/,
+  );
+});
+
 function oneRankGroup(tag: string, chunkBytes = 4096): ShmProcessGroup {
   const runId = uniqueRunId(tag);
   return ShmProcessGroup.open({
