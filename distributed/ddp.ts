@@ -27,7 +27,8 @@ import type { Module } from "../nn/module.ts";
 import { type CollectiveBuffer, COMPLETED, type ProcessGroup, type Work } from "./process_group.ts";
 import { announceTrainedModel } from "../nn/trained_model_hook.ts";
 import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/autograd.ts";
-import { full, type Tensor, zeros } from "../tensor/tensor.ts";
+import { full, type Tensor, tensorOverHostMemory, zeros } from "../tensor/tensor.ts";
+import { backend } from "../tensor/backend.ts";
 import { scale } from "../tensor/ops/elementwise.ts";
 import { phase } from "./control/phase.ts";
 import { asMemoryKind } from "../tensor/memory_kinds.ts";
@@ -103,6 +104,8 @@ export interface Bucket {
   flat: Tensor | null;
   /** the flat buffer as the process group takes it (made once per flat: its address never changes) */
   buffer: CollectiveBuffer;
+  /** flat lies in the group's shared region (allocShared): its allReduce copies nothing */
+  shared: boolean;
   /** under sharded gradients (ZeRO-2): this rank's block of the bucket, and where each parameter is */
   shard: ShardedBucket | null;
   /** The parameters whose gradients the bucket holds, in packing order. */
@@ -393,13 +396,36 @@ export class DistributedDataParallel<M extends Module> {
     this.#bucketOf.clear();
   }
 
+  /**
+   * A bucket's flat gradients (zeroed) in the group's shared region, whose allReduce then reads and
+   * writes the ranks' buckets directly instead of copying them through the group's buffers (the
+   * shared-memory group opened with DTRAIN_SHM_SHARED_BYTES); null without such a group, off the
+   * CPU, or once the region is full. Every rank gets the same answer: the region's size is rank
+   * 0's, and every rank asks for the same buckets in the same order.
+   */
+  #sharedFlat(numel: number): Tensor | null {
+    if (!this.pg.allocShared || this.pg.size < 2 || numel === 0 || backend().device !== "cpu") {
+      return null;
+    }
+    let arr: Float32Array;
+    try {
+      arr = this.pg.allocShared(numel);
+    } catch (e) {
+      if (e instanceof RangeError) return null; // no region, or no room left in it
+      throw e;
+    }
+    const ptr = Deno.UnsafePointer.of(arr)!;
+    return asMemoryKind("gradients", () => tensorOverHostMemory(ptr, [numel]).keep());
+  }
+
   #makeBuckets(params: Tensor[], capBytes: number): void {
     let group: Tensor[] = [];
     let bytes = 0;
     const flush = () => {
       if (group.length === 0) return;
       const numel = group.reduce((a, p) => a + p.numel, 0);
-      const flat = asMemoryKind("gradients", () => zeros([numel]).keep());
+      const sharedFlat = this.#sharedFlat(numel);
+      const flat = sharedFlat ?? asMemoryKind("gradients", () => zeros([numel]).keep());
       let off = 0;
       for (const p of group) {
         const view = flat.subview(off, p.shape).keep();
@@ -414,6 +440,7 @@ export class DistributedDataParallel<M extends Module> {
         index: this.buckets.length,
         flat,
         buffer: bufferOf(flat),
+        shared: sharedFlat !== null,
         shard: null,
         params: group,
         pending: group.length,

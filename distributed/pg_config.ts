@@ -19,6 +19,11 @@ export interface ProcessGroupOptions {
   /** Bytes of each of a rank's two shared-memory data buffers (a multiple of
    *  64). Default: DTRAIN_SHM_CHUNK_BYTES, else 1 MiB. Rank 0's value wins. */
   chunkBytes?: number;
+  /** Bytes of each rank's shared region (a multiple of 4096), reserved in the segment at
+   *  open: allocShared() places arrays there, and an allReduce of such arrays reads and writes
+   *  the ranks' arrays directly instead of copying through the data buffers. Default:
+   *  DTRAIN_SHM_SHARED_BYTES, else 0 (none). Rank 0's value wins. */
+  sharedBytes?: number;
   /** Microseconds a waiting rank spins before it sleeps on a futex. Default:
    *  DTRAIN_SHM_SPIN_US, else 50, or 0 when this machine runs more ranks than it has cores. */
   spinUs?: number;
@@ -42,6 +47,8 @@ export interface ProcessGroupConfig {
   /** DTRAIN_DISTRIBUTED_DEBUG=DETAIL: compare every field of every collective */
   detail: boolean;
   chunkBytes: number;
+  /** bytes of each rank's shared region (absent or 0: none) */
+  sharedBytes?: number;
   spinUs: number;
 }
 
@@ -119,6 +126,7 @@ export function resolveProcessGroupConfig(
     timeoutMs,
     detail: debugDetail(get),
     chunkBytes: opts.chunkBytes ?? intVar(get, "DTRAIN_SHM_CHUNK_BYTES") ?? DEFAULT_CHUNK_BYTES,
+    sharedBytes: opts.sharedBytes ?? intVar(get, "DTRAIN_SHM_SHARED_BYTES") ?? 0,
     spinUs: opts.spinUs ?? intVar(get, "DTRAIN_SHM_SPIN_US") ?? defaultSpinUs(world.localWorldSize),
   };
   const { rank, worldSize: size, localWorldSize: localSize, nnodes } = world;

@@ -24,13 +24,14 @@
  *
  * @module
  */
-import type { BufferLike, ReduceOp } from "./backends/collective_buffer.ts";
+import type { BufferLike, ReduceOp, SharedArrayTypes } from "./backends/collective_buffer.ts";
 
 export type {
   BufferLike,
   CollectiveBuffer,
   CollectiveDType,
   ReduceOp,
+  SharedArrayTypes,
 } from "./backends/collective_buffer.ts";
 
 /** Per-call options. */
@@ -77,6 +78,17 @@ export interface ProcessGroup {
    *  launcher's hang report and in timeout messages (and its first 31 bytes
    *  are compared across ranks under DTRAIN_DISTRIBUTED_DEBUG=DETAIL). */
   barrier(name: string, opts?: CallOptions): void;
+  /**
+   * Only where the backend has one (the shared-memory group opened with
+   * `sharedBytes` / DTRAIN_SHM_SHARED_BYTES): a zeroed array in memory the
+   * peers can reach, which allReduce reduces in place across the ranks without
+   * copying it through the group's buffers. Every rank must then pass such an
+   * array (see ShmProcessGroup.allocShared).
+   */
+  allocShared?<K extends keyof SharedArrayTypes = "f32">(
+    count: number,
+    dtype?: K,
+  ): SharedArrayTypes[K];
   /** Detaches from the group (idempotent); peers still waiting on this rank fail at once. */
   close(): void;
   /** Same as close(), for `using pg = initProcessGroup()`. */

@@ -30,6 +30,12 @@ export const SHM_SYMBOLS = {
    *  DT_SHM_FLAG_*, timeout_ms, uint64_t* out_handle): join (rank 0: create)
    *  the group; returns once every rank has attached and the name is unlinked. */
   dt_shm_open: { parameters: [BUF, I32, I32, I64, I64, I32, I64, BUF], ...STATUS },
+  /** dt_shm_open with, after chunk_bytes, shared_bytes: the bytes of each rank's shared region
+   *  (a multiple of 4096; rank 0's value wins), where buffers that peers read directly live. */
+  dt_shm_open_shared: { parameters: [BUF, I32, I32, I64, I64, I64, I32, I64, BUF], ...STATUS },
+  /** (handle, keep, uint64_t out[2]): this rank's shared region's address and bytes; with keep
+   *  (arrays are made over it) the region stays mapped until the process exits. */
+  dt_shm_shared: { parameters: [P, I32, BUF], ...STATUS },
   /** (handle): detach; peers waiting on this rank fail at once. */
   dt_shm_close: { parameters: [P], ...STATUS },
   /** (handle, status, reason "\0"-terminated): fail the group for every rank. */
@@ -80,6 +86,8 @@ export function shmLibrary(): NativeLibrary<ShmSymbols> {
 /** The dt_status symbols of the library, each status-checked (ffi/calls.ts). */
 const SHM_CALLED = [
   "dt_shm_open",
+  "dt_shm_open_shared",
+  "dt_shm_shared",
   "dt_shm_close",
   "dt_shm_info",
   "dt_shm_allreduce",
@@ -127,6 +135,8 @@ export interface ShmOpenSpec {
   rank: number;
   size: number;
   chunkBytes: number;
+  /** bytes of each rank's shared region (absent: none) */
+  sharedBytes?: number;
   spinUs: number;
   /** record per-call detail for the failure report */
   detail: boolean;
@@ -136,11 +146,12 @@ export interface ShmOpenSpec {
 /** Joins (creating if first) a segment; returns once every rank has joined, with its handle. */
 export function shmOpen(spec: ShmOpenSpec): Deno.PointerObject {
   const out = new BigUint64Array(1);
-  shmCalls().dt_shm_open(
+  shmCalls().dt_shm_open_shared(
     cBytes(spec.name),
     spec.rank,
     spec.size,
     BigInt(spec.chunkBytes),
+    BigInt(spec.sharedBytes ?? 0),
     BigInt(Math.round(spec.spinUs * 1000)),
     spec.detail ? SHM_FLAG_DETAIL : 0,
     BigInt(Math.ceil(spec.timeoutMs)),

@@ -5,14 +5,16 @@
  * physical reference.
  *
  *   deno run -A scripts/bench_allreduce.ts [--ranks 2,4,8] [--sizes 1,16,64] [--iters 20]
- *       [--warmup 5] [--repeat 1] [--chunk BYTES] [--spin-us US] [--no-gloo] [--json]
+ *       [--warmup 5] [--repeat 1] [--chunk BYTES] [--spin-us US] [--copy-only] [--no-gloo] [--json]
  *
  * Method (the same as scripts/peers/pytorch/w3_allreduce.py): per size,
  * `warmup` calls, then `iters` calls each preceded by a barrier; a call's time
  * is the slower rank's; with --repeat N, N runs of each (alternating dtrain and
  * gloo, so both see the same machine load) are pooled. Columns: ms/call = median call time; algbw = bytes /
  * time; busbw = algbw x 2(n-1)/n (= algbw for n = 2), GB = 1e9 bytes; ratio =
- * dtrain busbw / gloo busbw. memcpy: one thread copies 256 MiB into another
+ * dtrain busbw / gloo busbw. Rows "N shared" (unless --copy-only): the same
+ * calls on arrays from the group's shared region (allocShared), reduced in
+ * place without the data buffers, measured in the same runs. memcpy: one thread copies 256 MiB into another
  * 256 MiB buffer; GB/s = (bytes read + bytes written) / time, median of 10.
  */
 import { parseArgs } from "node:util";
@@ -27,6 +29,8 @@ const SELF = fileURLToPath(import.meta.url);
 
 interface SizeTimes {
   mib: number;
+  /** the buffer came from allocShared */
+  shared?: boolean;
   /** seconds per timed call, slower rank */
   times: number[];
 }
@@ -48,6 +52,8 @@ interface DtrainResult {
   tinyAllReduceUs: number;
   /** 2-rank worlds: every rank copying 256 MiB at once, (read + written bytes of all) / time */
   memcpyAllGBs?: number;
+  /** 2-rank worlds: every rank scaling 256 MiB in place at once (dt_scale by 1), the same measure */
+  inPlaceAllGBs?: number;
 }
 
 const LATENCY_CALLS = 2000;
@@ -61,12 +67,19 @@ function latencyUs(fn: () => void): number {
 }
 
 /** One rank of the dtrain measurement: prints the times as JSON (rank 0). */
-function worker(sizes: number[], warmup: number, iters: number): void {
+function worker(sizes: number[], warmup: number, iters: number, shared: boolean): void {
   const world = Number(Deno.env.get("WORLD_SIZE"));
   using pg = initProcessGroup();
   const out: SizeTimes[] = [];
-  for (const mib of sizes) {
-    const t = new Float32Array((mib << 20) / 4).fill(1);
+  // with --shared, each size twice: an ordinary array, then one in the shared region
+  for (
+    const [mib, inShared] of sizes.flatMap((m) =>
+      shared ? [[m, false], [m, true]] as const : [[m, false]] as const
+    )
+  ) {
+    const count = (mib << 20) / 4;
+    const t = inShared ? pg.allocShared!(count) : new Float32Array(count);
+    t.fill(1);
     for (let i = 0; i < warmup; i++) pg.allReduce(t);
     const mine = new Float64Array(iters);
     for (let i = 0; i < iters; i++) {
@@ -83,6 +96,7 @@ function worker(sizes: number[], warmup: number, iters: number): void {
     }
     out.push({
       mib,
+      ...(inShared ? { shared: true } : {}),
       times: Array.from(
         mine,
         (_, i) => Math.max(...Array.from({ length: pg.size }, (_, r) => all[r * iters + i]!)),
@@ -96,6 +110,7 @@ function worker(sizes: number[], warmup: number, iters: number): void {
     tinyAllReduceUs: latencyUs(() => pg.allReduce(one)),
     // One rank per core only: with more ranks than cores the copies take turns.
     memcpyAllGBs: pg.size === 2 ? memcpyAllRanks(pg) : undefined,
+    inPlaceAllGBs: pg.size === 2 ? inPlaceAllRanks(pg) : undefined,
   };
   if (pg.rank === 0) console.log(JSON.stringify(result));
 }
@@ -109,13 +124,42 @@ function worker(sizes: number[], warmup: number, iters: number): void {
  * on 2 ranks, so busbw <= this / 4.
  */
 function memcpyAllRanks(pg: ReturnType<typeof initProcessGroup>): number {
-  return withCopyBuffers("all-ranks memcpy", (dst, src, bytes) => {
-    const copies = 12, warm = 2; // the first copies fault the pages in
+  return allRanksGBs(
+    pg,
+    "memcpy",
+    (dst, src, bytes) => cpuCalls().dt_memcpy(dst, src, BigInt(bytes), 0),
+  );
+}
+
+/**
+ * The same with every rank reading and writing one 256 MiB buffer in place
+ * (dt_scale by 1): the access pattern of an allReduce whose ranks reduce each
+ * other's buffers directly (allocShared), every line written just read. It
+ * moves the same bytes as the copies (glibc's memcpy of 256 MiB, streaming
+ * stores) in another pattern, which may draw more or less; the ceiling is
+ * whichever of the two is higher.
+ */
+function inPlaceAllRanks(pg: ReturnType<typeof initProcessGroup>): number {
+  return allRanksGBs(
+    pg,
+    "in place",
+    (dst, _src, bytes) => cpuCalls().dt_scale(dst, dst, BigInt(bytes / 4), 1),
+  );
+}
+
+/** (read + written bytes of all ranks) / the median of the slower rank's times of `pass`. */
+function allRanksGBs(
+  pg: ReturnType<typeof initProcessGroup>,
+  what: string,
+  pass: (dst: Deno.PointerValue, src: Deno.PointerValue, bytes: number) => void,
+): number {
+  return withCopyBuffers(`all-ranks ${what}`, (dst, src, bytes) => {
+    const copies = 12, warm = 2; // the first passes fault the pages in
     const mine = new Float64Array(copies);
     for (let i = 0; i < copies; i++) {
-      pg.barrier("memcpy");
+      pg.barrier(what);
       const t0 = performance.now();
-      cpuCalls().dt_memcpy(dst, src, BigInt(bytes), 0);
+      pass(dst, src, bytes);
       mine[i] = (performance.now() - t0) / 1000;
     }
     const all = new Float64Array(copies * pg.size);
@@ -172,6 +216,7 @@ async function benchDtrain(
   warmup: number,
   iters: number,
   extraEnv: Record<string, string>,
+  shared: boolean,
 ): Promise<DtrainResult> {
   const runId = `bench-${Deno.pid}-${Date.now()}`;
   const stdout = await runRanks(
@@ -188,6 +233,7 @@ async function benchDtrain(
       String(warmup),
       "--iters",
       String(iters),
+      ...(shared ? ["--shared"] : []),
     ],
     (r) => ({
       RANK: String(r),
@@ -200,6 +246,10 @@ async function benchDtrain(
       MASTER_ADDR: "127.0.0.1",
       MASTER_PORT: "29500",
       DTRAIN_NUM_THREADS: "1",
+      // room for one array of every size in each rank's shared region
+      ...(shared
+        ? { DTRAIN_SHM_SHARED_BYTES: String(sizes.reduce((a, m) => a + m, 0) * 2 ** 20 + 4096) }
+        : {}),
       ...extraEnv,
     }),
   );
@@ -307,6 +357,7 @@ interface WorldResult {
   barrierUs: number;
   tinyAllReduceUs: number;
   memcpyAllGBs?: number;
+  inPlaceAllGBs?: number;
 }
 
 async function measureWorld(
@@ -317,27 +368,44 @@ async function measureWorld(
   repeat: number,
   python: string | null,
   env: Record<string, string>,
+  shared: boolean,
 ): Promise<WorldResult> {
   // Runs alternate between dtrain and gloo, so both see the same machine load;
   // the timed calls of all runs are pooled per size.
   const runs: DtrainResult[] = [];
   const glooRuns: SizeTimes[][] = [];
   for (let i = 0; i < repeat; i++) {
-    runs.push(await benchDtrain(world, sizes, warmup, iters, env));
+    runs.push(await benchDtrain(world, sizes, warmup, iters, env, shared));
     if (python) glooRuns.push(await benchGloo(world, python, sizes, warmup, iters));
   }
-  const pool = (rs: SizeTimes[][]) =>
-    sizes.map((mib) => ({ mib, times: rs.flatMap((r) => r.find((x) => x.mib === mib)!.times) }));
+  const pool = (rs: SizeTimes[][], inShared = false) =>
+    sizes.map((mib) => ({
+      mib,
+      ...(inShared ? { shared: true } : {}),
+      times: rs.flatMap((r) => r.find((x) => x.mib === mib && !x.shared === !inShared)!.times),
+    }));
+  const dtrainRuns = runs.map((r) => r.sizes);
   return {
     world,
-    dtrain: pool(runs.map((r) => r.sizes)),
+    dtrain: shared
+      ? pool(dtrainRuns).flatMap((d, i) => [d, pool(dtrainRuns, true)[i]!])
+      : pool(dtrainRuns),
     gloo: python ? pool(glooRuns) : null,
     barrierUs: median(runs.map((r) => r.barrierUs)),
     tinyAllReduceUs: median(runs.map((r) => r.tinyAllReduceUs)),
     memcpyAllGBs: runs[0]!.memcpyAllGBs === undefined
       ? undefined
       : median(runs.map((r) => r.memcpyAllGBs!)),
+    inPlaceAllGBs: runs[0]!.inPlaceAllGBs === undefined
+      ? undefined
+      : median(runs.map((r) => r.inPlaceAllGBs!)),
   };
+}
+
+/** busbw an in-place allReduce of 2 ranks cannot pass: the higher all-ranks bandwidth / 4. */
+function ceilingOf(r: WorldResult): number | undefined {
+  if (r.memcpyAllGBs === undefined || r.inPlaceAllGBs === undefined) return undefined;
+  return Math.max(r.memcpyAllGBs, r.inPlaceAllGBs) / 4;
 }
 
 async function main(): Promise<void> {
@@ -351,6 +419,9 @@ async function main(): Promise<void> {
       chunk: { type: "string" },
       "spin-us": { type: "string" },
       "no-gloo": { type: "boolean", default: false },
+      "copy-only": { type: "boolean", default: false },
+      // the worker's flag: also time arrays in the shared region
+      shared: { type: "boolean", default: false },
       // three runs by default: the table's spread then covers run-to-run variation too
       repeat: { type: "string", default: "3" },
       json: { type: "boolean", default: false },
@@ -358,7 +429,7 @@ async function main(): Promise<void> {
   });
   const sizes = values.sizes.split(",").map(Number);
   const iters = Number(values.iters), warmup = Number(values.warmup);
-  if (values.worker) return worker(sizes, warmup, iters);
+  if (values.worker) return worker(sizes, warmup, iters, values.shared);
 
   const env: Record<string, string> = {};
   if (values.chunk) env.DTRAIN_SHM_CHUNK_BYTES = values.chunk;
@@ -368,7 +439,9 @@ async function main(): Promise<void> {
   const memcpyBefore = benchMemcpy();
   const results: WorldResult[] = [];
   for (const world of values.ranks.split(",").map(Number)) {
-    results.push(await measureWorld(world, sizes, warmup, iters, repeat, python, env));
+    results.push(
+      await measureWorld(world, sizes, warmup, iters, repeat, python, env, !values["copy-only"]),
+    );
   }
   // memcpy before and after the collectives: the reference is their mean
   const memcpy = (memcpyBefore + benchMemcpy()) / 2;
@@ -399,13 +472,13 @@ async function main(): Promise<void> {
       const spread = `${fmt(busbw(r.world, d.mib, quantile(d.times, 0.75)))}–${
         fmt(busbw(r.world, d.mib, quantile(d.times, 0.25)))
       }`;
-      const ceiling = r.memcpyAllGBs === undefined ? undefined : r.memcpyAllGBs / 4;
+      const ceiling = ceilingOf(r);
       console.log(
-        `| ${r.world} | ${d.mib} | ${fmt(dms * 1e3, 3)} | ${fmt(dbw)} (${spread}) | ${
-          fmt(dbw / memcpy)
-        } | ${ceiling === undefined ? "-" : fmt(dbw / ceiling)} | ${
-          fmt(gms === undefined ? undefined : gms * 1e3, 3)
-        } | ` +
+        `| ${r.world} | ${d.mib}${d.shared ? " shared" : ""} | ${fmt(dms * 1e3, 3)} | ${
+          fmt(dbw)
+        } (${spread}) | ${fmt(dbw / memcpy)} | ${
+          ceiling === undefined ? "-" : fmt(dbw / ceiling)
+        } | ${fmt(gms === undefined ? undefined : gms * 1e3, 3)} | ` +
           `${fmt(gbw)} | ${gbw === undefined ? "-" : (dbw / gbw).toFixed(1) + "x"} |`,
       );
     }
@@ -422,13 +495,17 @@ async function main(): Promise<void> {
       `mean of before and after the collectives)`,
   );
   for (const r of results) {
-    if (r.memcpyAllGBs === undefined) continue;
+    const ceiling = ceilingOf(r);
+    if (ceiling === undefined) continue;
     console.log(
-      `memcpy 256 MiB on each of the ${r.world} ranks at once: ${r.memcpyAllGBs.toFixed(2)} GB/s ` +
-        `together (${(r.memcpyAllGBs / memcpy).toFixed(2)}x one thread alone); an in-place ` +
+      `memcpy 256 MiB on each of the ${r.world} ranks at once: ${
+        r.memcpyAllGBs!.toFixed(2)
+      } GB/s ` +
+        `together (${(r.memcpyAllGBs! / memcpy).toFixed(2)}x one thread alone); 256 MiB read and ` +
+        `written in place on each at once: ${r.inPlaceAllGBs!.toFixed(2)} GB/s. An in-place ` +
         `allReduce reads and writes every byte of both ranks' buffers, so its busbw is at most ` +
-        `${(r.memcpyAllGBs / 4).toFixed(2)} GB/s = ${
-          (r.memcpyAllGBs / 4 / memcpy).toFixed(2)
+        `the higher / 4 = ${ceiling.toFixed(2)} GB/s (the ceiling) = ${
+          (ceiling / memcpy).toFixed(2)
         }x memcpy`,
     );
   }

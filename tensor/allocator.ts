@@ -30,6 +30,8 @@ export interface Block {
   device: Device;
   /** what the block is counted as (tensor/memory_kinds.ts) */
   kind: MemoryKind;
+  /** memory this allocator does not own (externalBlock): counted while live, never cached or freed */
+  external?: true;
 }
 
 function freeList(device: Device, capacity: number): Deno.PointerObject[] {
@@ -76,10 +78,23 @@ export function recountBlock(block: Block, kind: MemoryKind): void {
   block.kind = kind;
 }
 
-/** Returns a block to its device's cache. */
+/**
+ * A block over `bytes` of host memory that its owner keeps alive (a process group's shared region):
+ * counted as live like any block while a tensor holds it, but releasing it gives nothing back.
+ */
+export function externalBlock(ptr: Deno.PointerObject, bytes: number): Block {
+  liveBytes += bytes;
+  if (liveBytes > peakLiveBytes) peakLiveBytes = liveBytes;
+  const kind = currentMemoryKind();
+  countMemory("cpu", kind, bytes);
+  return { ptr, capacity: bytes, device: "cpu", kind, external: true };
+}
+
+/** Returns a block to its device's cache (an external block: only stops counting it). */
 export function releaseBlock(block: Block): void {
   liveBytes -= block.capacity;
   countMemory(block.device, block.kind, -block.capacity);
+  if (block.external) return;
   cachedBytes += block.capacity;
   freeList(block.device, block.capacity).push(block.ptr);
 }

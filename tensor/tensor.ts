@@ -7,7 +7,7 @@
  */
 import { backend, backendOf, type Device } from "./backend.ts";
 import { noteHostSync } from "./host_sync.ts";
-import { allocBlock, type Block, recountBlock, releaseBlock } from "./allocator.ts";
+import { allocBlock, type Block, externalBlock, recountBlock, releaseBlock } from "./allocator.ts";
 import type { MemoryKind } from "./memory_kinds.ts";
 import { type DType, DTYPE_CODE, DTYPE_SIZE } from "./dtype.ts";
 import type { Node } from "./autograd.ts";
@@ -338,6 +338,23 @@ export function empty(shape: readonly number[], dtype: DType = "f32"): Tensor {
     new Storage(allocBlock(n * DTYPE_SIZE[dtype])),
     b.device,
   );
+}
+
+/**
+ * A CPU tensor over host memory that its owner allocated and keeps alive for the tensor's life
+ * (a process group's shared region: DDP's gradient buckets in ProcessGroup.allocShared arrays).
+ * Disposing it never frees or reuses the memory. No copy: writes through the tensor land there.
+ */
+export function tensorOverHostMemory(
+  ptr: Deno.PointerObject,
+  shape: readonly number[],
+  dtype: DType = "f32",
+): Tensor {
+  if (backend().device !== "cpu") {
+    throw new Error(`tensorOverHostMemory: the active device is ${backend().device}, not the CPU`);
+  }
+  const bytes = numelOf(shape) * DTYPE_SIZE[dtype];
+  return new Tensor([...shape], dtype, new Storage(externalBlock(ptr, bytes)), "cpu");
 }
 
 /** A tensor of zeros. (torch.zeros; default dtype f32.) */

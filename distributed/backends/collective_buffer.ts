@@ -38,6 +38,15 @@ export type CollectiveArray =
   | BigInt64Array
   | Uint8Array;
 
+/** The element types a group's allocShared makes arrays of, and their arrays. */
+export interface SharedArrayTypes {
+  f32: Float32Array;
+  f64: Float64Array;
+  i32: Int32Array;
+  i64: BigInt64Array;
+  u8: Uint8Array;
+}
+
 /** Anything a collective takes as data. */
 export type BufferLike = CollectiveBuffer | CollectiveArray;
 

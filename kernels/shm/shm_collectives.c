@@ -116,6 +116,62 @@ static void dt_shm_allreduce_oneshot_(dt_shm_t* g, char* buf, int64_t count, uin
   }
 }
 
+/* Where `buf` of `bytes` lies in this rank's shared region: its offset, or -1
+ * when it does not lie wholly inside. */
+static int64_t dt_shm_shared_at_(dt_shm_t* g, const void* buf, int64_t bytes) {
+  if (!g || !g->shared_bytes || !buf || bytes <= 0) return -1;
+  uintptr_t lo = (uintptr_t)dt_shm_shared_region_(g, g->rank), p = (uintptr_t)buf;
+  if (p < lo || p - lo > (uintptr_t)g->shared_bytes || (uintptr_t)bytes > (uintptr_t)g->shared_bytes - (p - lo))
+    return -1;
+  return (int64_t)(p - lo);
+}
+
+/* Bytes per step of the shared path when one result goes to more than two
+ * ranks: it is written into this rank's buffer (and one peer's) and copied
+ * from there to the others while still in cache. */
+#define DT_SHM_SHARED_BLOCK_BYTES_ (128LL << 10)
+
+/* allReduce of buffers that every rank keeps in its shared region (the
+ * offsets are in the rank records): after one barrier rank r reduces share r
+ * straight from every rank's buffer and writes the result into all of them,
+ * then a second barrier says every share is written. Each byte of every
+ * buffer is read once and written once (on 2 ranks), the least memory traffic
+ * an in-place allReduce can have; the pipelined path also moves each byte
+ * through a data buffer (written there once, read back once). Plain stores,
+ * not streaming ones: every line written was just read by this thread, so a
+ * store costs no extra read, and streaming stores into such lines (the
+ * peer's) measured 4x slower. Share r of a buffer is read and
+ * written by rank r alone, and the bits are the pipelined path's: the same
+ * sources, in rank order. */
+static dt_status dt_shm_allreduce_shared_(dt_shm_t* g, int64_t count, int32_t dtype, int32_t redop,
+                                          int64_t deadline) {
+  dt_status st = dt_shm_sync_(g, 1, deadline);
+  if (st) return st;
+  const int32_t w = g->world, r = g->rank;
+  const int64_t es = (int64_t)dt_shm_dtype_size_(dtype);
+  const int64_t lo = dt_shm_share_lo_(count, r, w), n = dt_shm_share_lo_(count, r + 1, w) - lo;
+  char* at[DT_SHM_MAX_RANKS];
+  for (int32_t q = 0; q < w; q++) {
+    at[q] = dt_shm_shared_region_(g, q) + g->hdr->ranks[q].shared_at + lo * es;
+  }
+  const int f32_sum = dtype == DT_F32 && (redop == DT_SHM_SUM || redop == DT_SHM_AVG);
+  char* second = w > 1 ? at[(r + 1) % w] : NULL;
+  const int64_t block = w > 2 ? DT_SHM_SHARED_BLOCK_BYTES_ / es : n;
+  const void* src[DT_SHM_MAX_RANKS];
+  for (int64_t b = 0; b < n; b += block) {
+    const int64_t m = n - b < block ? n - b : block, off = b * es;
+    for (int32_t q = 0; q < w; q++) src[q] = at[q] + off;
+    if (f32_sum) {
+      dt_shm_add_f32_((float*)(at[r] + off), second ? (float*)(second + off) : NULL, (const float* const*)src, w, m,
+                      redop == DT_SHM_AVG, 0);
+    } else {
+      dt_shm_reduce_(dtype, redop, at[r] + off, second ? second + off : NULL, src, w, m);
+    }
+    for (int32_t k = 2; k < w; k++) dt_shm_copy_(at[(r + k) % w] + off, at[r] + off, m * es, 0);
+  }
+  return dt_shm_sync_(g, 0, deadline);
+}
+
 /** In place: buf[i] = op over ranks of buf[i], the same bits on every rank.
  *  A message of one buffer whose w copies stay in cache goes in one barrier
  *  (dt_shm_allreduce_oneshot_). Larger ones are pipelined over chunks with
@@ -125,12 +181,23 @@ static void dt_shm_allreduce_oneshot_(dt_shm_t* g, char* buf, int64_t count, uin
 DT_EXPORT dt_status dt_shm_allreduce(dt_shm_t* g, void* buf, int64_t count, int32_t dtype, int32_t redop,
                                      int64_t timeout_ms) {
   int64_t deadline = 0;
-  dt_status st = dt_shm_begin_(g, "allReduce", DT_SHM_OP_ALLREDUCE, dtype, count, -1, redop, NULL, timeout_ms, &deadline);
+  /* a message that would go in one barrier anyway stays on that path */
+  const size_t es = dt_shm_dtype_size_(dtype);
+  const int sized = g && es && count > 0 && count <= INT64_MAX / (int64_t)es / g->world;
+  const int64_t bytes = sized ? count * (int64_t)es : 0;
+  const int oneshot = g && bytes <= g->chunk_bytes && bytes * g->world <= DT_SHM_ONESHOT_MAX_BYTES;
+  const int64_t shared_at = sized && !oneshot ? dt_shm_shared_at_(g, buf, bytes) : -1;
+  const int32_t op = shared_at >= 0 ? DT_SHM_OP_ALLREDUCE_SHARED : DT_SHM_OP_ALLREDUCE;
+  dt_status st = dt_shm_begin_(g, "allReduce", op, dtype, count, -1, redop, NULL, timeout_ms, &deadline);
   if (st) return st;
   if (count > 0 && !buf) return dt_shm_null_arg_(g, "allReduce", "buf", count);
   if (count == 0) return dt_shm_sync_(g, 1, deadline);
-  const int64_t bytes = count * (int64_t)dt_shm_dtype_size_(dtype);
-  if (bytes <= g->chunk_bytes && bytes * g->world <= DT_SHM_ONESHOT_MAX_BYTES) {
+  if (shared_at >= 0) {
+    /* read by the peers after the first barrier, whose release publishes it */
+    g->hdr->ranks[g->rank].shared_at = shared_at;
+    return dt_shm_allreduce_shared_(g, count, dtype, redop, deadline);
+  }
+  if (oneshot) {
     const uint64_t b = g->buffers++;
     memcpy(dt_shm_slot_(g, g->rank, b), buf, (size_t)bytes);
     if ((st = dt_shm_sync_(g, 1, deadline))) return st;

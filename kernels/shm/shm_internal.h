@@ -1,5 +1,6 @@
 /* shm_internal.h — the layout of a process group's shared-memory segment (a
- * control area of per-rank records, then two data buffers per rank) and the
+ * control area of per-rank records, two data buffers per rank, then each
+ * rank's shared region for buffers that peers read directly) and the
  * helpers shared by the files of the shared-memory collective library. Not
  * part of the exported ABI. */
 #pragma once
@@ -12,7 +13,7 @@
 #define DT_SHM_F64 6
 
 #define DT_SHM_MAGIC 0x316d68736e727464ull /* "dtrnshm1" little-endian */
-#define DT_SHM_LAYOUT_VERSION 1
+#define DT_SHM_LAYOUT_VERSION 2
 #define DT_SHM_MAX_RANKS 256
 #define DT_SHM_NAME_MAX 200
 #define DT_SHM_DETAIL_MAX 32
@@ -27,6 +28,10 @@
 
 /* collective codes, as posted in a rank's call record */
 enum { DT_SHM_OP_ALLREDUCE = 1, DT_SHM_OP_BROADCAST, DT_SHM_OP_ALLGATHER, DT_SHM_OP_REDUCE_SCATTER, DT_SHM_OP_BARRIER };
+/* An allReduce of buffers in the ranks' shared regions (each rank reads and
+ * writes the others' directly): posted under its own code, so a rank whose
+ * buffer is shared never meets one whose buffer is not. */
+#define DT_SHM_OP_ALLREDUCE_SHARED 6
 /* reduction codes */
 enum { DT_SHM_SUM = 0, DT_SHM_AVG = 1, DT_SHM_MAX = 2, DT_SHM_MIN = 3 };
 
@@ -50,7 +55,11 @@ typedef struct {
   _Atomic uint64_t last_seq; /* the collective this rank entered last */
   _Atomic int32_t pid;       /* 0 until the rank attaches */
   _Atomic int32_t state;     /* DT_SHM_RANK_* */
-  char pad_[40];
+  /* In a DT_SHM_OP_ALLREDUCE_SHARED call: the buffer's offset in this rank's
+   * shared region, written before the call's first barrier; peers read it
+   * before its second, which this rank passes before it can write it again. */
+  int64_t shared_at;
+  char pad_[32];
   dt_shm_call_t call[2];          /* by seq parity, so a fast rank never overwrites a record still read */
   char abort_text[DT_SHM_TEXT_MAX]; /* why this rank aborted the group */
 } __attribute__((aligned(64))) dt_shm_rank_t;
@@ -65,7 +74,8 @@ typedef struct {
   int64_t chunk_bytes;   /* size of one data buffer */
   int64_t segment_bytes; /* whole segment */
   int64_t data_offset;   /* where the data buffers start */
-  char pad0_[16];
+  int64_t shared_offset; /* where the ranks' shared regions start (after the data buffers) */
+  int64_t shared_bytes;  /* bytes of each rank's shared region (0: none) */
   _Atomic uint32_t wake;     /* futex word: bumped on every arrival, attach, close and abort */
   _Atomic uint32_t sleepers; /* ranks inside futex_wait on `wake` */
   _Atomic uint32_t attached; /* ranks that attached so far */
@@ -78,6 +88,9 @@ typedef struct {
 typedef struct {
   dt_shm_header_t* hdr;
   char* data; /* hdr + data_offset */
+  char* shared; /* hdr + shared_offset: rank 0's shared region, then rank 1's, ... */
+  int64_t shared_bytes;
+  int shared_handed_out; /* dt_shm_shared was called: the mapping outlives close (arrays may point into it) */
   int64_t segment_bytes;
   int64_t chunk_bytes;
   int32_t rank, world, flags;
@@ -150,6 +163,9 @@ void dt_shm_copy_(void* dst, const void* src, int64_t bytes, int stream);
 void dt_shm_add_f32_(float* out1, float* out2, const float* const* src, int w, int64_t n, int avg, int stream);
 /* Orders streaming stores before what follows (call before returning). */
 void dt_shm_stream_fence_(void);
+
+/* rank r's shared region */
+static inline char* dt_shm_shared_region_(dt_shm_t* g, int32_t r) { return g->shared + (int64_t)r * g->shared_bytes; }
 
 /* a data buffer: rank r's buffer b (0 or 1) */
 static inline char* dt_shm_slot_(dt_shm_t* g, int32_t r, uint64_t b) {

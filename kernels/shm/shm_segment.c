@@ -1,7 +1,10 @@
 /* shm_segment.c — the life of a process group's segment: rank 0 creates it
  * (O_EXCL, so a stale one is refused, never reused), the others find it and
  * attach, and once every rank is in, the name is unlinked so nothing is left in
- * /dev/shm whatever happens later; close and abort. */
+ * /dev/shm whatever happens later; close and abort. A segment may end in one
+ * shared region per rank, where a rank keeps buffers its peers read and write
+ * directly (dt_shm_shared; allReduce then copies nothing through the data
+ * buffers). */
 #define _GNU_SOURCE
 #include "shm_internal.h"
 #include <errno.h>
@@ -17,6 +20,8 @@
 #include <unistd.h>
 
 #define DT_SHM_MAX_CHUNK (1LL << 30)
+/* Each rank's shared region is at most this large (it is reserved up front). */
+#define DT_SHM_MAX_SHARED (64LL << 30)
 
 static int64_t dt_shm_round_up_(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -26,7 +31,8 @@ static void dt_shm_sleep_ns_(int64_t ns) {
 }
 
 static dt_status dt_shm_check_args_(const char* name, int32_t rank, int32_t world, int64_t chunk_bytes,
-                                    int64_t spin_ns, int64_t timeout_ms, uint64_t* out_handle) {
+                                    int64_t shared_bytes, int64_t spin_ns, int64_t timeout_ms,
+                                    uint64_t* out_handle) {
   if (!out_handle) return dt_shm_fail_(DT_ERR_ARG, "dt_shm_open: out_handle is NULL");
   *out_handle = 0;
   if (!name) return dt_shm_fail_(DT_ERR_ARG, "dt_shm_open: name is NULL");
@@ -48,6 +54,12 @@ static dt_status dt_shm_check_args_(const char* name, int32_t rank, int32_t worl
                         "and %lld",
                         (long long)chunk_bytes, 64LL * world, DT_SHM_MAX_CHUNK);
   }
+  if (shared_bytes < 0 || shared_bytes % 4096 != 0 || shared_bytes > DT_SHM_MAX_SHARED) {
+    return dt_shm_fail_(DT_ERR_ARG,
+                        "dt_shm_open: shared region of %lld bytes per rank must be a multiple of 4096 between 0 and "
+                        "%lld",
+                        (long long)shared_bytes, DT_SHM_MAX_SHARED);
+  }
   if (spin_ns < 0) return dt_shm_fail_(DT_ERR_ARG, "dt_shm_open: spin time %lld ns is negative", (long long)spin_ns);
   if (timeout_ms <= 0) {
     return dt_shm_fail_(DT_ERR_ARG, "dt_shm_open: timeout %lld ms must be positive", (long long)timeout_ms);
@@ -57,7 +69,10 @@ static dt_status dt_shm_check_args_(const char* name, int32_t rank, int32_t worl
 
 /* Rank 0: create, size and initialise the segment, then publish `ready`. */
 static dt_status dt_shm_create_(dt_shm_t* g, int64_t data_offset) {
-  int64_t bytes = data_offset + (int64_t)g->world * 2 * g->chunk_bytes;
+  /* page-aligned regions; without any, the segment keeps its old size */
+  const int64_t data_end = data_offset + (int64_t)g->world * 2 * g->chunk_bytes;
+  int64_t shared_offset = g->shared_bytes ? dt_shm_round_up_(data_end, 4096) : data_end;
+  int64_t bytes = shared_offset + (int64_t)g->world * g->shared_bytes;
   int fd = shm_open(g->name, O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0 && errno == EEXIST) {
     return dt_shm_fail_(DT_ERR_SYS,
@@ -75,8 +90,11 @@ static dt_status dt_shm_create_(dt_shm_t* g, int64_t data_offset) {
   close(fd);
   if (rc != 0) {
     shm_unlink(g->name);
-    return dt_shm_fail_(DT_ERR_SYS, "Cannot reserve %lld bytes for /dev/shm%s (%d ranks x 2 x %lld-byte buffers): %s",
-                        (long long)bytes, g->name, g->world, (long long)g->chunk_bytes, strerror(rc));
+    return dt_shm_fail_(DT_ERR_SYS,
+                        "Cannot reserve %lld bytes for /dev/shm%s (%d ranks x (2 x %lld-byte buffers + a %lld-byte "
+                        "shared region)): %s",
+                        (long long)bytes, g->name, g->world, (long long)g->chunk_bytes, (long long)g->shared_bytes,
+                        strerror(rc));
   }
   dt_shm_header_t* hdr = base;
   hdr->layout_version = DT_SHM_LAYOUT_VERSION;
@@ -86,6 +104,8 @@ static dt_status dt_shm_create_(dt_shm_t* g, int64_t data_offset) {
   hdr->chunk_bytes = g->chunk_bytes;
   hdr->segment_bytes = bytes;
   hdr->data_offset = data_offset;
+  hdr->shared_offset = shared_offset;
+  hdr->shared_bytes = g->shared_bytes;
   g->hdr = hdr;
   g->segment_bytes = bytes;
   atomic_store(&hdr->ready, 1);
@@ -145,6 +165,7 @@ static dt_status dt_shm_find_(dt_shm_t* g, int64_t deadline_ns) {
                         g->name, hdr->creator_pid, g->name);
   }
   g->chunk_bytes = hdr->chunk_bytes;
+  g->shared_bytes = hdr->shared_bytes;
   return DT_OK;
 }
 
@@ -164,19 +185,28 @@ static dt_status dt_shm_register_(dt_shm_t* g) {
   return DT_OK;
 }
 
+/* Unmaps the segment, but for the shared regions once arrays were made over
+ * them: those stay mapped (and their pages held) until the process exits, so
+ * an array used after close() reads stale numbers instead of crashing. */
 static void dt_shm_free_(dt_shm_t* g) {
-  if (g->hdr) munmap(g->hdr, (size_t)g->segment_bytes);
+  if (g->hdr) {
+    size_t keep_from = (size_t)g->hdr->shared_offset;
+    munmap(g->hdr, g->shared_handed_out ? keep_from : (size_t)g->segment_bytes);
+  }
   free(g);
 }
 
 /** Joins (rank 0: creates) the process group whose segment is `name`
  *  ("/dtrain-<run id>-pg"). Every rank waits until all `world` ranks are in,
  *  then the name is unlinked. `chunk_bytes` sizes each rank's two data
- *  buffers (rank 0's value wins); waits spin `spin_ns` before sleeping.
- *  On success *out_handle holds the handle for the other dt_shm_* calls. */
-DT_EXPORT dt_status dt_shm_open(const char* name, int32_t rank, int32_t world, int64_t chunk_bytes, int64_t spin_ns,
-                                int32_t flags, int64_t timeout_ms, uint64_t* out_handle) {
-  dt_status st = dt_shm_check_args_(name, rank, world, chunk_bytes, spin_ns, timeout_ms, out_handle);
+ *  buffers and `shared_bytes` its shared region (rank 0's values win); waits
+ *  spin `spin_ns` before sleeping. On success *out_handle holds the handle
+ *  for the other dt_shm_* calls. */
+DT_EXPORT dt_status dt_shm_open_shared(const char* name, int32_t rank, int32_t world, int64_t chunk_bytes,
+                                       int64_t shared_bytes, int64_t spin_ns, int32_t flags, int64_t timeout_ms,
+                                       uint64_t* out_handle) {
+  dt_status st =
+      dt_shm_check_args_(name, rank, world, chunk_bytes, shared_bytes, spin_ns, timeout_ms, out_handle);
   if (st) return st;
   dt_shm_t* g = calloc(1, sizeof *g);
   if (!g) return dt_shm_fail_(DT_ERR_ALLOC, "dt_shm_open: out of memory");
@@ -186,6 +216,7 @@ DT_EXPORT dt_status dt_shm_open(const char* name, int32_t rank, int32_t world, i
   g->flags = flags;
   g->spin_ns = spin_ns;
   g->chunk_bytes = chunk_bytes;
+  g->shared_bytes = shared_bytes;
   g->call_start_ns = dt_shm_now_ns_();
   int64_t deadline = g->call_start_ns + timeout_ms * 1000000LL;
   int64_t data_offset = dt_shm_round_up_((int64_t)sizeof(dt_shm_header_t) + world * (int64_t)sizeof(dt_shm_rank_t), 4096);
@@ -193,6 +224,7 @@ DT_EXPORT dt_status dt_shm_open(const char* name, int32_t rank, int32_t world, i
   int member = 0; /* this rank holds a record in the segment */
   if (st == DT_OK) {
     g->data = (char*)g->hdr + g->hdr->data_offset;
+    g->shared = (char*)g->hdr + g->hdr->shared_offset;
     st = dt_shm_register_(g);
     member = st == DT_OK;
   }
@@ -212,6 +244,23 @@ DT_EXPORT dt_status dt_shm_open(const char* name, int32_t rank, int32_t world, i
     return st;
   }
   *out_handle = (uint64_t)(uintptr_t)g;
+  return DT_OK;
+}
+
+/** dt_shm_open_shared without shared regions. */
+DT_EXPORT dt_status dt_shm_open(const char* name, int32_t rank, int32_t world, int64_t chunk_bytes, int64_t spin_ns,
+                                int32_t flags, int64_t timeout_ms, uint64_t* out_handle) {
+  return dt_shm_open_shared(name, rank, world, chunk_bytes, 0, spin_ns, flags, timeout_ms, out_handle);
+}
+
+/** out[0] = the address of this rank's shared region, out[1] = its bytes (0:
+ *  the group has none). With `keep` (arrays are made over it), the region
+ *  stays mapped until the process exits, also after dt_shm_close. */
+DT_EXPORT dt_status dt_shm_shared(dt_shm_t* g, int32_t keep, uint64_t* out) {
+  if (!g || !out) return dt_shm_fail_(DT_ERR_ARG, "dt_shm_shared: NULL argument");
+  out[0] = g->shared_bytes ? (uint64_t)(uintptr_t)dt_shm_shared_region_(g, g->rank) : 0;
+  out[1] = (uint64_t)g->shared_bytes;
+  if (g->shared_bytes && keep) g->shared_handed_out = 1;
   return DT_OK;
 }
 

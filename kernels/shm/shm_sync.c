@@ -26,6 +26,7 @@
 const char* dt_shm_op_name_(int32_t op) {
   switch (op) {
     case DT_SHM_OP_ALLREDUCE: return "allReduce";
+    case DT_SHM_OP_ALLREDUCE_SHARED: return "allReduce[shared buffer]";
     case DT_SHM_OP_BROADCAST: return "broadcast";
     case DT_SHM_OP_ALLGATHER: return "allGather";
     case DT_SHM_OP_REDUCE_SCATTER: return "reduceScatter";

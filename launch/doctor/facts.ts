@@ -95,6 +95,7 @@ function installFacts(): InstallFacts {
 
 function shmFacts(nproc: number, shmPath: string): ShmFacts {
   let chunkBytes: number;
+  let sharedBytes = 0;
   let chunkError: string | null = null;
   try {
     const env = { DTRAIN_SHM_CHUNK_BYTES: Deno.env.get("DTRAIN_SHM_CHUNK_BYTES") };
@@ -103,10 +104,14 @@ function shmFacts(nproc: number, shmPath: string): ShmFacts {
     chunkError = (e as Error).message;
     chunkBytes = resolveProcessGroupConfig({ env: {} }).chunkBytes;
   }
+  try {
+    const env = { DTRAIN_SHM_SHARED_BYTES: Deno.env.get("DTRAIN_SHM_SHARED_BYTES") };
+    sharedBytes = resolveProcessGroupConfig({ env }).sharedBytes ?? 0;
+  } catch { /* a bad value is the process group's error to report; the segment then has none */ }
   return {
     space: fsSpace(shmPath),
     chunkBytes,
-    needBytes: shmSegmentBytes(nproc, chunkBytes),
+    needBytes: shmSegmentBytes(nproc, chunkBytes, sharedBytes),
     chunkError,
   };
 }

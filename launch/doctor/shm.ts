@@ -1,7 +1,9 @@
 /**
  * How much of /dev/shm a CPU run of N ranks takes: the shared-memory process
  * group's one segment, sized as kernels/shm/shm_segment.c sizes it (a control
- * area rounded up to a page, then two data buffers per rank).
+ * area rounded up to a page, two data buffers per rank, then, when
+ * DTRAIN_SHM_SHARED_BYTES asks for them, one shared region per rank from the
+ * next page).
  */
 import { DEFAULT_CHUNK_BYTES } from "../../distributed/pg_config.ts";
 
@@ -30,15 +32,22 @@ export function shmChunkProblem(world: number, chunkBytes: number): string | nul
 
 /**
  * Bytes of the segment a group of `world` ranks creates (and reserves with
- * posix_fallocate) with data buffers of `chunkBytes` each.
+ * posix_fallocate) with data buffers of `chunkBytes` each and shared regions
+ * of `sharedBytes` each.
  *
  * @example
  * ```ts
  * shmSegmentBytes(2, 1 << 20); // 4096 + 2 * 2 * 1 MiB = 4198400
  * ```
  */
-export function shmSegmentBytes(world: number, chunkBytes: number = DEFAULT_CHUNK_BYTES): number {
+export function shmSegmentBytes(
+  world: number,
+  chunkBytes: number = DEFAULT_CHUNK_BYTES,
+  sharedBytes = 0,
+): number {
   const control = SHM_HEADER_BYTES + world * SHM_RANK_RECORD_BYTES;
   const dataOffset = Math.ceil(control / PAGE_BYTES) * PAGE_BYTES;
-  return dataOffset + world * 2 * chunkBytes;
+  const dataEnd = dataOffset + world * 2 * chunkBytes;
+  if (sharedBytes === 0) return dataEnd;
+  return Math.ceil(dataEnd / PAGE_BYTES) * PAGE_BYTES + world * sharedBytes;
 }

@@ -6,10 +6,12 @@ import { REPO, TestRun } from "../launch/launch_helpers.ts";
 buildNative({ quiet: true });
 const SCRIPT = join(REPO, "tests/distributed/scripts/ddp_cases.ts");
 
-async function runCase(name: string) {
+async function runCase(name: string, env: Record<string, string> = {}) {
   const t = new TestRun();
   try {
-    const l = t.launch(["--nproc", "2", "--log-ranks", "all", SCRIPT], { env: { CASE: name } });
+    const l = t.launch(["--nproc", "2", "--log-ranks", "all", SCRIPT], {
+      env: { CASE: name, ...env },
+    });
     return await t.finish(l, 30_000);
   } finally {
     await t.cleanup();
@@ -26,6 +28,26 @@ Deno.test("DDP broadcasts rank 0's weights at construction and keeps replicas id
   assert.equal(lines[0].bf16AtStart, lines[1].bf16AtStart);
   assert.equal(lines[0].afterStep, lines[1].afterStep);
   assert.notEqual(lines[0].atStart, lines[0].afterStep);
+});
+
+Deno.test("DDP's bucket in the shared regions (DTRAIN_SHM_SHARED_BYTES) is reduced in place to the bits of the buffered path", async () => {
+  // 128-byte buffers: the 232-byte bucket goes through them (or in place), not in one barrier
+  const env = { DTRAIN_SHM_CHUNK_BYTES: "128" };
+  const runs = [];
+  for (const shared of [false, true]) {
+    const r = await runCase(
+      "broadcast",
+      shared ? { ...env, DTRAIN_SHM_SHARED_BYTES: "4096" } : env,
+    );
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
+    assert.equal(lines.length, 2);
+    for (const l of lines) assert.equal(l.sharedBuckets, shared ? 1 : 0, JSON.stringify(l));
+    runs.push(lines);
+  }
+  const afterStep = runs.flat().map((l) => l.afterStep);
+  assert.deepEqual(afterStep, afterStep.map(() => afterStep[0]));
+  assert.notEqual(runs[1]![0].atStart, afterStep[0]);
 });
 
 Deno.test("DDP refuses models that differ between ranks and lists the differences by rank", async () => {

@@ -89,3 +89,29 @@ Deno.test("allReduce of messages written with streaming stores (>= 4 MiB) at una
   await runMatrix(2, [1_048_603], env, ["f32"]);
   await runMatrix(3, [1_048_603], env, ["f32"]);
 });
+
+Deno.test("allReduce of arrays in the shared regions matches independent results for every op, dtype and size, 2 and 3 ranks", async () => {
+  // 4 KiB buffers: 1000 f32 goes the one-barrier way, 1000 f64 and 3001 of any dtype wider
+  // than a byte through the shared regions; 3001 splits unevenly into 2 and 3 shares, and the
+  // data start 8 bytes past a 64-byte boundary
+  const env = {
+    DTRAIN_SHM_CHUNK_BYTES: "4096",
+    DTRAIN_SHM_SHARED_BYTES: String(8 << 20),
+    CASE_SHARED: "1",
+    CASE_OFFSET: "8",
+  };
+  await runMatrix(2, [0, 1, 5, 1000, 3001], env);
+  await runMatrix(3, [2, 1000, 3001], env);
+});
+
+Deno.test("allReduce of large arrays in the shared regions (the default buffers) matches, 2 and 3 ranks", async () => {
+  // 1,048,603 f32: just over 4 MiB, an odd count; with 3 ranks each result is also copied to the third
+  const env = {
+    DTRAIN_SHM_SHARED_BYTES: String(24 << 20),
+    CASE_SHARED: "1",
+    CASE_OFFSET: "4",
+    CASE_ALLREDUCE_ONLY: "1",
+  };
+  await runMatrix(2, [1_048_603], env, ["f32", "bf16"]);
+  await runMatrix(3, [1_048_603], env, ["f32"]);
+});

@@ -186,6 +186,24 @@ Deno.test("allReduce of 10 floats on rank 0 and 12 on rank 1 is reported on both
   }
 });
 
+Deno.test("allReduce of a shared-region array on one rank against an ordinary array on the other is a mismatch on both", async () => {
+  const env = { DTRAIN_SHM_CHUNK_BYTES: "4096", DTRAIN_SHM_SHARED_BYTES: String(1 << 20) };
+  // 5000 f32 is more than one 4 KiB buffer: the shared array would be reduced in place
+  const [a, b] = await mismatch(env, "allreduce-shared 5000 f32 10000", "allreduce 5000 f32 10000");
+  for (const res of [a, b]) {
+    assert.equal(res.ok, false);
+    assert.equal(res.status, DT_ERR_ARG);
+    assert.match(res.error!, /allReduce\[shared buffer\]\(sum, 5000 x f32\)/);
+    assert.match(
+      res.error!,
+      /called #1 allReduce\(sum, 5000 x f32\)|called allReduce\(sum, 5000 x f32\)/,
+    );
+  }
+  // a message of one barrier takes that path whatever its memory: no mismatch
+  const [c, d] = await mismatch(env, "allreduce-shared 10 f32 10000", "allreduce 10 f32 10000");
+  assert.deepEqual([c.ok, d.ok], [true, true]);
+});
+
 Deno.test("broadcast on one rank against allReduce on the other is reported with both calls", async () => {
   const [a, b] = await mismatch({}, "broadcast 10 0 10000", "allreduce 10 f32 10000");
   for (const res of [a, b]) {

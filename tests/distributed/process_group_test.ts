@@ -159,6 +159,18 @@ Deno.test("a waiting rank spins only while every local rank can have a core; DTR
   assert.equal(resolveProcessGroupConfig({ env: { ...env, DTRAIN_SHM_SPIN_US: "7" } }).spinUs, 7);
 });
 
+Deno.test("the shared region's size comes from sharedBytes, else DTRAIN_SHM_SHARED_BYTES, else none", () => {
+  const env = launcherEnv(1, 2, "run-shared");
+  assert.equal(resolveProcessGroupConfig({ env }).sharedBytes, 0);
+  const set = { ...env, DTRAIN_SHM_SHARED_BYTES: "8192" };
+  assert.equal(resolveProcessGroupConfig({ env: set }).sharedBytes, 8192);
+  assert.equal(resolveProcessGroupConfig({ env: set, sharedBytes: 4096 }).sharedBytes, 4096);
+  assert.throws(
+    () => resolveProcessGroupConfig({ env: { ...env, DTRAIN_SHM_SHARED_BYTES: "1 GiB" } }),
+    /DTRAIN_SHM_SHARED_BYTES="1 GiB" is not a non-negative integer/,
+  );
+});
+
 function oneRankGroup(tag: string, chunkBytes = 4096): ShmProcessGroup {
   const runId = uniqueRunId(tag);
   return ShmProcessGroup.open({
@@ -207,6 +219,59 @@ Deno.test("a bad argument aborts the shared-memory group: later calls fail with 
   );
 });
 
+Deno.test("allocShared hands out zeroed, 64-byte aligned arrays of the shared region, reduced in place, and says when it is full", () => {
+  const runId = uniqueRunId("shared");
+  const open = (tag: string, sharedBytes?: number) =>
+    ShmProcessGroup.open({
+      rank: 0,
+      size: 1,
+      runId: `${runId}-${tag}`,
+      timeoutMs: 5000,
+      detail: false,
+      chunkBytes: 4096,
+      ...(sharedBytes === undefined ? {} : { sharedBytes }),
+      spinUs: 0,
+    });
+  {
+    using none = open("none");
+    assert.equal(none.sharedBytes, 0);
+    assert.throws(
+      () => none.allocShared(1),
+      /4 bytes do not fit in this rank's shared region \(0 bytes, 0 left\): set DTRAIN_SHM_SHARED_BYTES/,
+    );
+  }
+  const pg = open("some", 16384);
+  assert.equal(pg.sharedBytes, 16384);
+  assert.deepEqual(shmEntries(pg.segmentName.slice(1)), []);
+  const a = pg.allocShared(3); // 12 bytes: the next array starts at byte 64
+  const b = pg.allocShared(1500, "f64");
+  const c = pg.allocShared(5, "i64");
+  assert.ok(a instanceof Float32Array && b instanceof Float64Array && c instanceof BigInt64Array);
+  assert.equal(pg.sharedBytesLeft, 16384 - (64 + 12032 + 40));
+  for (const arr of [a, b, c]) {
+    assert.equal(Deno.UnsafePointer.value(Deno.UnsafePointer.of(arr)!) % 64n, 0n);
+    assert.ok(Array.from(arr as ArrayLike<number | bigint>).every((x) => x == 0), "zeroed");
+  }
+  // 12,000 bytes is more than one 4 KiB buffer: the in-place path, here over one rank
+  b.forEach((_, i) => b[i] = i * 0.25 - 3);
+  const before = b.slice();
+  pg.allReduce(b, "avg");
+  assert.deepEqual(b, before);
+  assert.throws(
+    () => pg.allocShared(1100),
+    /4400 bytes do not fit in this rank's shared region \(16384 bytes, 4224 left\)/,
+  );
+  assert.throws(() => pg.allocShared(-1), /count -1 is not a non-negative integer/);
+  assert.throws(
+    () => pg.allocShared(1, "bf16" as "f32"),
+    /dtype "bf16" is not one of f32, f64, i32, i64, u8/,
+  );
+  pg.close();
+  // the arrays stay readable after close (the region is not unmapped under them)
+  assert.equal(b[5], 5 * 0.25 - 3);
+  assert.throws(() => pg.allocShared(1), /is closed/);
+});
+
 Deno.test("the native library rejects bad arguments with text that names them", () => {
   const lib = shmLibrary();
   const text = (status: number) => {
@@ -226,6 +291,10 @@ Deno.test("the native library rejects bad arguments with text that names them", 
     /chunk size 100 bytes must be a multiple of 64 between 64 x world size \(64\)/,
   );
   assert.match(open(4096n, 2, 2), /rank 2 is not in \[0, 2\)/);
+  assert.match(
+    text(lib.symbols.dt_shm_open_shared(name, 0, 1, 4096n, 1000n, 0n, 0, 1000n, out)),
+    /shared region of 1000 bytes per rank must be a multiple of 4096 between 0 and/,
+  );
   assert.match(
     text(
       lib.symbols.dt_shm_open(

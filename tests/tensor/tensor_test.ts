@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { buildNative } from "../../scripts/build_native.ts";
-import { castTensor, fromArray, scope } from "../../tensor/tensor.ts";
+import { castTensor, fromArray, scope, tensorOverHostMemory, zeros } from "../../tensor/tensor.ts";
 import { memoryStats } from "../../tensor/allocator.ts";
 
 buildNative({ quiet: true });
@@ -42,4 +42,29 @@ Deno.test("Tensor.item() reads one element of every dtype, and refuses others", 
     gone.dispose();
     assert.throws(() => gone.item(), /was already disposed/);
   });
+});
+
+Deno.test("tensorOverHostMemory writes into the owner's memory, counts it while live, and never frees or caches it", () => {
+  const host = new Float32Array(6).fill(1.5);
+  const before = memoryStats();
+  const t = tensorOverHostMemory(Deno.UnsafePointer.of(host)!, [2, 3]);
+  assert.equal(memoryStats().liveBytes, before.liveBytes + 24);
+  assert.deepEqual(Array.from(t.toArray() as Float32Array), [1.5, 1.5, 1.5, 1.5, 1.5, 1.5]);
+  t.fill(2);
+  assert.deepEqual(Array.from(host), [2, 2, 2, 2, 2, 2]);
+  const view = t.subview(3, [3]).keep();
+  t.dispose();
+  view.fill(4);
+  assert.deepEqual(Array.from(host), [2, 2, 2, 4, 4, 4]);
+  view.dispose();
+  const after = memoryStats();
+  assert.equal(after.liveBytes, before.liveBytes);
+  assert.equal(after.cachedBytes, before.cachedBytes, "the owner's memory went into the cache");
+  // a new tensor of the same size gets memory of its own, not the owner's
+  const fresh = zeros([2, 3]);
+  assert.notEqual(
+    Deno.UnsafePointer.value(fresh.ptr),
+    Deno.UnsafePointer.value(Deno.UnsafePointer.of(host)!),
+  );
+  fresh.dispose();
 });

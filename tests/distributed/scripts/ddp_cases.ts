@@ -4,7 +4,8 @@
  * - "unused": a parameter gets no gradient → backward must fail naming it;
  * - "broadcast": ranks init with different seeds → after DDP construction all hold rank 0's weights
  *   (and a bf16 autocast forward uses them, not a cast of its own weights cached before), and after
- *   a step with different data per rank the weights are still identical;
+ *   a step with different data per rank the weights are still identical (and it prints how many
+ *   buckets lie in the group's shared region);
  * - "api": the ways of writing the step (ddp.backward in one call, a deferred sync finished by
  *   finishGradSync, backward with ddp.gradReady, noSync accumulation, one bucket per parameter
  *   with an unused one allowed) print their weights' digests, whether ddp.backward returned with
@@ -66,7 +67,10 @@ scope(() => {
   ddp.backward(crossEntropy(ddp.forward(x), y));
   opt.step();
 });
-console.log(JSON.stringify({ rank: pg.rank, atStart, bf16AtStart, afterStep: digest() }));
+const sharedBuckets = ddp.buckets.filter((b) => b.shared).length;
+console.log(
+  JSON.stringify({ rank: pg.rank, atStart, bf16AtStart, afterStep: digest(), sharedBuckets }),
+);
 pg.close();
 
 /** One step of each way of writing it, on fresh copies of the same model; prints a JSON line. */

@@ -5,8 +5,11 @@
  *   pg_rank.ts matrix <out file>   run the case matrix (_cases.ts; sizes from
  *                                  CASE_SIZES, dtypes from CASE_DTYPES, data
  *                                  CASE_OFFSET bytes past an aligned address;
- *                                  CASE_ALLREDUCE_ONLY=1: sum, avg, max only) and
- *                                  write every result, concatenated, to the file
+ *                                  CASE_ALLREDUCE_ONLY=1: sum, avg, max only;
+ *                                  CASE_SHARED=1: allReduce's data in the group's
+ *                                  shared region, CASE_OFFSET bytes past a 64-byte
+ *                                  boundary there) and write every result,
+ *                                  concatenated, to the file
  *   pg_rank.ts serve               join the group, print {"event":"ready"}, then
  *                                  run one command per stdin line (see below)
  *
@@ -50,9 +53,18 @@ function atOffset(bytes: Uint8Array, offset: number): Uint8Array {
 }
 
 const OFFSET = Number(Deno.env.get("CASE_OFFSET") ?? 0);
+const SHARED = Deno.env.get("CASE_SHARED") === "1";
+
+/** `bytes` copied to `offset` bytes past an array in the group's shared region. */
+function inShared(pg: ProcessGroup, bytes: Uint8Array, offset: number): Uint8Array {
+  const moved = pg.allocShared!(bytes.length + offset, "u8").subarray(offset);
+  moved.set(bytes);
+  return moved;
+}
 
 function runCase(pg: ProcessGroup, c: CollectiveCase, index: number): Uint8Array {
-  const inp = atOffset(makeInput(c, index, pg.rank, pg.size), OFFSET);
+  const data = makeInput(c, index, pg.rank, pg.size);
+  const inp = SHARED && c.op === "allReduce" ? inShared(pg, data, OFFSET) : atOffset(data, OFFSET);
   switch (c.op) {
     case "allReduce":
       pg.allReduce(asBuffer(inp, c.dtype), c.redop);
@@ -92,15 +104,17 @@ function matrix(outFile: string): void {
   say({ event: "done", rank: pg.rank, bytes: total, backend: pg.backend });
 }
 
-/** Runs one stdin command: `allreduce <count> <dtype> <timeoutMs> [sum|avg|max|min]`,
+/** Runs one stdin command: `allreduce <count> <dtype> <timeoutMs> [sum|avg|max|min]`
+ *  (`allreduce-shared`: the buffer in the group's shared region),
  *  `broadcast <count> <root> <timeoutMs>`, `barrier <name> <timeoutMs>`, `close`. */
 function command(pg: ProcessGroup, words: string[]): Record<string, unknown> {
   const [cmd, a = "", b = "", c = "", d = "sum"] = words;
   const t0 = performance.now();
   try {
-    if (cmd === "allreduce") {
+    if (cmd === "allreduce" || cmd === "allreduce-shared") {
       const dtype = b as CollectiveDType;
-      const bytes = new Uint8Array(Number(a) * BYTES[dtype]);
+      const n = Number(a) * BYTES[dtype];
+      const bytes = cmd === "allreduce" ? new Uint8Array(n) : inShared(pg, new Uint8Array(n), 0);
       pg.allReduce(asBuffer(bytes, dtype), d as ReduceOp, { timeoutMs: Number(c) });
     } else if (cmd === "broadcast") {
       pg.broadcast(new Float32Array(Number(a)), Number(b), { timeoutMs: Number(c) });

@@ -345,16 +345,23 @@ Deno.test("readCpu() takes the model and the AVX2/FMA/AVX-512 flags from cpuinfo
  * process (deno test would type-check every worker), and returns the segment
  * size the library reports.
  */
-async function realSegmentBytes(world: number, chunkBytes: number): Promise<number> {
+async function realSegmentBytes(
+  world: number,
+  chunkBytes: number,
+  sharedBytes = 0,
+): Promise<number> {
   const shmUrl = new URL("../../../ffi/shm.ts", import.meta.url).href;
   const worker = `
     import { shmLibrary } from ${JSON.stringify(shmUrl)};
     self.onmessage = (e) => {
-      const { name, rank, world, chunk } = e.data;
+      const { name, rank, world, chunk, shared } = e.data;
       const lib = shmLibrary();
       const out = new BigUint64Array(1);
       const cName = new TextEncoder().encode(name + "\\0");
-      lib.check(lib.symbols.dt_shm_open(cName, rank, world, BigInt(chunk), 0n, 0, 20000n, out), "dt_shm_open");
+      lib.check(
+        lib.symbols.dt_shm_open_shared(cName, rank, world, BigInt(chunk), BigInt(shared), 0n, 0, 20000n, out),
+        "dt_shm_open_shared",
+      );
       const handle = Deno.UnsafePointer.create(out[0]);
       const info = new BigInt64Array(6);
       lib.check(lib.symbols.dt_shm_info(handle, info), "dt_shm_info");
@@ -371,7 +378,7 @@ async function realSegmentBytes(world: number, chunkBytes: number): Promise<numb
       const w = new Worker(url, { type: "module" });
       w.onmessage = (e) => { resolve(e.data); w.terminate(); };
       w.onerror = (e) => { e.preventDefault(); reject(new Error(e.message)); };
-      w.postMessage({ name, rank, world: ${world}, chunk: ${chunkBytes} });
+      w.postMessage({ name, rank, world: ${world}, chunk: ${chunkBytes}, shared: ${sharedBytes} });
     })));
     console.log(JSON.stringify(sizes));`;
   const dir = Deno.makeTempDirSync({ prefix: "dtrain-doctor-shm-" });
@@ -395,10 +402,17 @@ async function realSegmentBytes(world: number, chunkBytes: number): Promise<numb
 
 Deno.test("shmSegmentBytes() equals the segment libdtrain_shm.so creates, also past one control page", async () => {
   // 7 ranks' records (128 + 7 x 576 bytes) no longer fit one 4 KiB page.
-  for (const [world, chunk] of [[1, 4096], [2, 65536], [7, 4096]] as const) {
+  // 3 ranks' 2 x 1088-byte buffers end off a page: the shared regions start on the next one.
+  for (
+    const [world, chunk, shared] of [[1, 4096, 0], [2, 65536, 0], [7, 4096, 0], [
+      3,
+      1088,
+      8192,
+    ]] as const
+  ) {
     assert.equal(
-      await realSegmentBytes(world, chunk),
-      shmSegmentBytes(world, chunk),
+      await realSegmentBytes(world, chunk, shared),
+      shmSegmentBytes(world, chunk, shared),
       `world ${world}`,
     );
   }
