@@ -10,6 +10,7 @@
  * sum is f32. Scratch grows with T (a few T x D rows), never with T^2. */
 #include "dt_vectorize.h" /* first: its pragma must cover every inline body below */
 #include <stdlib.h>
+#include <string.h>
 #include "attention.h"
 #include "attention_internal.h"
 #include "convert.h"
@@ -70,14 +71,19 @@ DT_VEC_CLONES static void load_rows_(float* dst, int64_t ld, const void* x, int3
   for (int64_t i = 0; i < n; i++) {
     float* d = dst + i * ld;
     int64_t at = i * stride;
-    if (dtype == DT_F32) {
-      const float* s = (const float*)x + at;
-      for (int64_t e = 0; e < D; e++) d[e] = s[e];
-    } else {
+    if (dtype == DT_F32) memcpy(d, (const float*)x + at, (size_t)D * sizeof(float));
+    else
       for (int64_t e = 0; e < D; e++) d[e] = dt_load_float(x, dtype, at + e);
-    }
-    for (int64_t e = D; e < ld; e++) d[e] = 0.0f;
+    if (ld > D) memset(d + D, 0, (size_t)(ld - D) * sizeof(float));
   }
+}
+
+/* n f32 values of src into a row of dtype at element `at` of dst: a copy for f32, whose
+ * rows the dtype test inside dt_store_float's loop kept from being one (the same bits). */
+DT_VEC_CLONES static void store_row_(void* dst, int32_t dtype, int64_t at, const float* src, int64_t n) {
+  if (dtype == DT_F32) memcpy((float*)dst + at, src, (size_t)n * sizeof(float));
+  else
+    for (int64_t e = 0; e < n; e++) dt_store_float(dst, dtype, at + e, src[e]);
 }
 
 /* The same n rows transposed: dst[e * QT + i] for e < D, i < QT (zero past n). */
@@ -166,7 +172,7 @@ DT_VEC_CLONES static void att_fwd_head_(att_ctx_* c, int64_t bh, float* scratch)
     int64_t nq = T - q0 < QT ? T - q0 : QT;
     load_cols_(qt, base + q0 * stride * es, c->dtype, nq, stride, D);
     for (int64_t i = 0; i < QT; i++) m[i] = -INFINITY, l[i] = 0.0f;
-    for (int64_t e = 0; e < nq * Dp; e++) o[e] = 0.0f;
+    memset(o, 0, (size_t)(nq * Dp) * sizeof(float));
     int64_t kend = dt_attention_key_end(q0 + nq, T, c->causal);
     for (int64_t k0 = 0; k0 < kend; k0 += KT) {
       int64_t nk = kend - k0 < KT ? kend - k0 : KT;
@@ -180,7 +186,9 @@ DT_VEC_CLONES static void att_fwd_head_(att_ctx_* c, int64_t bh, float* scratch)
     for (int64_t i = 0; i < nq; i++) {
       float inv = 1.0f / l[i];
       int64_t at = (b * T + q0 + i) * C + h * D;
-      for (int64_t e = 0; e < D; e++) dt_store_float(c->out, c->dtype, at + e, o[i * Dp + e] * inv);
+      float* oi = o + i * Dp;
+      for (int64_t e = 0; e < D; e++) oi[e] *= inv;
+      store_row_(c->out, c->dtype, at, oi, D);
       c->lse[bh * T + q0 + i] = dt_attention_lse_f(m[i], l[i]);
     }
   }
@@ -246,7 +254,7 @@ DT_VEC_CLONES static void att_bwd_head_(att_ctx_* c, int64_t bh, float* scratch)
   const char* obase = (const char*)c->fwd_out + (b * T * C + h * D) * es;
   load_rows_(kf, Dp, base + C * es, c->dtype, T, stride, D);
   load_rows_(vf, Dp, base + 2 * C * es, c->dtype, T, stride, D);
-  for (int64_t e = 0; e < T * Dp; e++) dk[e] = dv[e] = 0.0f;
+  memset(dk, 0, (size_t)(2 * T * Dp) * sizeof(float)); /* dk and dv, adjacent */
   for (int64_t q0 = 0; q0 < T; q0 += QT) {
     int64_t nq = T - q0 < QT ? T - q0 : QT;
     load_rows_(q, Dp, base + q0 * stride * es, c->dtype, nq, stride, D);
@@ -262,7 +270,7 @@ DT_VEC_CLONES static void att_bwd_head_(att_ctx_* c, int64_t bh, float* scratch)
       delta[i] = acc;
       lse[i] = i < nq ? c->lse[bh * T + q0 + i] : 0.0f;
     }
-    for (int64_t e = 0; e < nq * Dp; e++) dq[e] = 0.0f;
+    memset(dq, 0, (size_t)(nq * Dp) * sizeof(float));
     int64_t kend = dt_attention_key_end(q0 + nq, T, c->causal);
     for (int64_t k0 = 0; k0 < kend; k0 += KT) {
       int64_t nk = kend - k0 < KT ? kend - k0 : KT;
@@ -275,16 +283,13 @@ DT_VEC_CLONES static void att_bwd_head_(att_ctx_* c, int64_t bh, float* scratch)
       tile_gemm_(c->isa, nk, D, nq, pt, QT, 1, g, Dp, dv + k0 * Dp, Dp, 1.0f, 1.0f);   /* dV += P^T dO */
     }
     for (int64_t i = 0; i < nq; i++) {
-      int64_t at = (b * T + q0 + i) * stride + h * D;
-      for (int64_t e = 0; e < D; e++) dt_store_float(c->out, c->dtype, at + e, dq[i * Dp + e]);
+      store_row_(c->out, c->dtype, (b * T + q0 + i) * stride + h * D, dq + i * Dp, D);
     }
   }
   for (int64_t t = 0; t < T; t++) {
     int64_t at = (b * T + t) * stride + h * D;
-    for (int64_t e = 0; e < D; e++) {
-      dt_store_float(c->out, c->dtype, at + C + e, dk[t * Dp + e]);
-      dt_store_float(c->out, c->dtype, at + 2 * C + e, dv[t * Dp + e]);
-    }
+    store_row_(c->out, c->dtype, at + C, dk + t * Dp, D);
+    store_row_(c->out, c->dtype, at + 2 * C, dv + t * Dp, D);
   }
 }
 
