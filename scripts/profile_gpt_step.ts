@@ -19,7 +19,10 @@
  *   deno run -A scripts/profile_gpt_step.ts [--steps 30] [--clip]
  *
  * The first 5 steps warm the JIT and are not counted. The table also gives the
- * step's GFLOP/s counted as bench_ddp does (6N + 6LCT per token).
+ * step's GFLOP/s counted as bench_ddp does (6N + 6LCT per token). With
+ * --peak G (the single-thread sgemm peak, bench_gemm's best shape, in GFLOP/s)
+ * it adds what the step would reach with every product at that peak and the
+ * rest as measured: the ceiling the parts outside the products leave.
  */
 import { parseArgs } from "node:util";
 import { backend } from "../tensor/backend.ts";
@@ -45,11 +48,18 @@ const { values } = parseArgs({
     steps: { type: "string", default: "30" },
     warmup: { type: "string", default: "5" },
     clip: { type: "boolean", default: false },
+    peak: { type: "string" },
   },
 });
 const steps = Number(values.steps), warmup = Number(values.warmup);
 if (!(steps >= 1) || !(warmup >= 0)) {
   throw new RangeError(`--steps ${values.steps} / --warmup ${values.warmup}: need 1+ / 0+`);
+}
+const peak = values.peak === undefined ? null : Number(values.peak);
+if (peak !== null && !(peak > 0)) {
+  throw new RangeError(
+    `--peak ${values.peak}: expected the sgemm peak in GFLOP/s, a positive number`,
+  );
 }
 const BATCH = 16, BLOCK = 128, LAYERS = 4, HEADS = 4, EMBD = 128;
 
@@ -244,4 +254,14 @@ if (pg.rank === 0) {
         (100 * gemmCpu / stepCpu).toFixed(0)
       }% of the CPU`,
   );
+  if (peak !== null) {
+    const stepAtPeak = stepCpu - gemmCpu + gemmFlops / (peak * 1e9);
+    const rate = flopsPerToken * tokens * steps / stepAtPeak / 1e9;
+    console.log(
+      `with every product at the ${peak} GFLOP/s peak and the rest as measured: ` +
+        `${(1000 * stepAtPeak / steps).toFixed(1)} CPU ms/step, ${rate.toFixed(1)} GFLOP/s = ` +
+        `${(100 * rate / peak).toFixed(0)}% of the peak; the products now run at ` +
+        `${(100 * gemmFlops / gemmCpu / 1e9 / peak).toFixed(0)}% of it`,
+    );
+  }
 }
