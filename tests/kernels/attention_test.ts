@@ -180,6 +180,9 @@ const SHAPES: Shape[] = [
   { B: 1, T: 40, H: 1, D: 256, causal: true },
   { B: 1, T: 20, H: 1, D: 5, causal: true },
   { B: 2, T: 97, H: 2, D: 48, causal: false },
+  // past T = 256 the CPU kernel's tiles are 64 x 64 instead of 32 x 32: a partial last tile of each
+  { B: 1, T: 300, H: 1, D: 24, causal: true },
+  { B: 1, T: 259, H: 2, D: 32, causal: false },
 ];
 
 for (const s of SHAPES) {

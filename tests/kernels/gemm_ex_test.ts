@@ -348,5 +348,91 @@ for (
   }
 }
 
+// f32 operands and C with a bias or bias + GELU epilogue: however the epilogue is applied, the
+// bits must be those of the plain product (dt_gemm, beta applied to C) plus the bias in f32,
+// then dt_gelu_fwd. Several K blocks (K > 256, odd), more
+// rows than one A block (M > 144), partial 6 x 16 tiles, transposed A read in place and packed
+// (N <= 256 and N > 256), the dot-product path (M or N <= 4), beta 0 and 1, one and two threads.
+for (
+  const [M, N, Kd, ta, tb, beta] of [
+    [37, 70, 600, 0, 1, 0],
+    [300, 33, 129, 0, 0, 1],
+    [13, 40, 5, 1, 0, 0],
+    [50, 300, 513, 1, 0, 1],
+    [3, 45, 70, 0, 1, 0],
+    [40, 2, 33, 1, 1, 1],
+    [1, 1, 1, 0, 0, 0],
+    [64, 512, 128, 0, 1, 0],
+  ] as const
+) {
+  for (const epi of ["bias", "gelu"] as const) {
+    Deno.test(`dt_gemm_ex f32 -> f32 ${epi} ${M}x${N}x${Kd} ${ta ? "T" : "N"}${tb ? "T" : "N"} beta ${beta}: the bits of the product, then the epilogue`, () => {
+      const rng = new Rng(7 * M + N + Kd);
+      const [ar, ac] = ta ? [Kd, M] : [M, Kd];
+      const [br, bc] = tb ? [N, Kd] : [Kd, N];
+      const A = rng.normals(ar * ac), B = rng.normals(br * bc), bias = rng.normals(N);
+      const C0 = rng.normals(M * N);
+      const prod = C0.slice();
+      ok(
+        K.dt_gemm(
+          0,
+          ta,
+          tb,
+          n64(M),
+          n64(N),
+          n64(Kd),
+          0.75,
+          ptr(A),
+          n64(ac),
+          ptr(B),
+          n64(bc),
+          beta,
+          ptr(prod),
+          n64(N),
+          1n,
+          0n,
+          0n,
+          0n,
+          null,
+        ),
+      );
+      const pre = Float32Array.from(prod, (p, i) => Math.fround(p + bias[i % N]!));
+      const act = new Float32Array(M * N);
+      ok(K.dt_gelu_fwd(ptr(act), ptr(pre), n64(M * N), null));
+      const wantC = epi === "gelu" ? act : pre;
+      for (const threads of [1, 2]) {
+        const C = C0.slice(), aux = new Float32Array(M * N);
+        withThreads(threads, () =>
+          ok(
+            K.dt_gemm_ex(
+              0,
+              0,
+              ta,
+              tb,
+              n64(M),
+              n64(N),
+              n64(Kd),
+              0.75,
+              ptr(A),
+              n64(ac),
+              ptr(B),
+              n64(bc),
+              beta,
+              ptr(C),
+              n64(N),
+              EPI[epi],
+              ptr(bias),
+              epi === "gelu" ? ptr(aux) : null,
+              n64(N),
+              null,
+            ),
+          ));
+        assert.deepEqual(C, wantC, `C on ${threads} thread(s)`);
+        if (epi === "gelu") assert.deepEqual(aux, pre, `aux on ${threads} thread(s)`);
+      }
+    });
+  }
+}
+
 // The file again with one kernel forced (DTRAIN_CPU_ISA).
 testUnderEachIsa("dt_gemm_ex", import.meta.url);
