@@ -29,3 +29,8 @@ export function nodeWorkerThreads(): typeof NodeWorkerThreads {
   workerThreads ??= globalThis.process.getBuiltinModule("node:worker_threads");
   return workerThreads!;
 }
+
+/** Whether this process has asked for `name` through this module yet (for tests of when it loads). */
+export function nodeBuiltinAskedFor(name: "node:crypto" | "node:worker_threads"): boolean {
+  return (name === "node:crypto" ? crypto : workerThreads) !== undefined;
+}

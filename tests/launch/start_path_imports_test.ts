@@ -100,3 +100,26 @@ Deno.test("the lazily loaded built-ins are the real ones", () => {
   assert.equal(nodeCrypto(), nodeCrypto());
   assert.equal(typeof nodeWorkerThreads().Worker, "function");
 });
+
+Deno.test("node:crypto loads with rank 0's checkpoint manager (its saves hash), not with another rank's", async () => {
+  // a fresh process: this one's test files may have hashed already
+  const probe = `
+    import { CheckpointManager } from "${join(REPO, "train/checkpoint/manager.ts")}";
+    import { nodeBuiltinAskedFor } from "${join(REPO, "os/node_builtin.ts")}";
+    const dir = Deno.makeTempDirSync();
+    const seen = [nodeBuiltinAskedFor("node:crypto")];
+    new CheckpointManager(dir, { rank: 1 });
+    seen.push(nodeBuiltinAskedFor("node:crypto"));
+    new CheckpointManager(dir, { rank: 0 });
+    seen.push(nodeBuiltinAskedFor("node:crypto"));
+    Deno.removeSync(dir, { recursive: true });
+    console.log(JSON.stringify(seen));
+  `;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["eval", "--config", join(REPO, "deno.json"), probe],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  assert.deepEqual(JSON.parse(new TextDecoder().decode(out.stdout)), [false, false, true]);
+});
