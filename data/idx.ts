@@ -5,7 +5,7 @@
  * every size is checked against the bytes present before anything is read.
  * readIdxCached keeps a decompressed copy, so a gzip file is inflated once.
  */
-import { createHash } from "node:crypto";
+import { nodeCrypto } from "../os/node_builtin.ts";
 import { basename, join, resolve } from "node:path";
 
 /** One decoded IDX file: its dims and its elements in row-major order. */
@@ -220,7 +220,7 @@ export async function readIdx(path: string, opts: IdxOptions = {}): Promise<IdxA
 /** Where a decompressed copy of `path` is kept: named by its path, size and modification time. */
 function cachedName(path: string, info: Deno.FileInfo): string {
   const key = `${resolve(path)}\u0000${info.size}\u0000${info.mtime?.getTime() ?? 0}`;
-  const hash = createHash("sha256").update(key).digest("hex").slice(0, 16);
+  const hash = nodeCrypto().createHash("sha256").update(key).digest("hex").slice(0, 16);
   return `${basename(path).replace(/\.gz$/, "")}-${hash}.idx`;
 }
 

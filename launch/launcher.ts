@@ -13,7 +13,7 @@ import { describePlan, type DevicePlan, planDevices } from "./device_plan.ts";
 import { resolve } from "node:path";
 import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
-import { runKeys } from "../distributed/control/store_keys.ts";
+import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
 import { type LaunchOptions, UsageError } from "./options.ts";
 import { LauncherLog } from "./output.ts";
@@ -46,6 +46,11 @@ const BEAT_MS = 1000;
 const EXIT_WAIT_MS = 10_000;
 /** Node 0's launcher reaching the store it serves itself: anything slower is a local fault. */
 const OWN_STORE_CONNECT_MS = 10_000;
+/**
+ * run.json waits at most this long after the spawn for rank 0's process group: a script that makes
+ * none (or makes it late) still has its record on disk while it runs, should the launcher be killed.
+ */
+const RUN_RECORD_WAIT_MS = 2_000;
 
 /** The GPU setup of the resolved device (null on the CPU). */
 function gpuAvailability(device: string): CudaAvailability | null {
@@ -418,10 +423,14 @@ function newLaunchRecord(opts: LaunchOptions, argv: readonly string[], ctx: RunC
 }
 
 /**
- * The first attempt, started before the records are written: its ranks' start-up (a Deno start,
- * module loading) overlaps the launcher's bookkeeping (hashing the script, opening the CPU library
- * for its build hash, loading the record schemas). No record, no run: if they cannot be written,
- * the ranks just started are stopped before the error is reported.
+ * The first attempt, started before the records are written. launch.json is written as soon as
+ * the ranks are spawned. run.json waits until the ranks are past their start-up — rank 0 has made
+ * its process group (its report arrives as its script reaches its first await, in a training
+ * loop the first step) — or the attempt ends, or RUN_RECORD_WAIT_MS pass, whichever comes first:
+ * building it (the record's module and schema library, hashing the script, opening the CPU
+ * library for its build hash: ~50 ms of CPU, measured) would otherwise compete with the ranks'
+ * Deno start and module loading for the machine's cores. Its times are still the attempt's start.
+ * No record, no run: if they cannot be written, the ranks are stopped before the error is reported.
  */
 async function startFirstAttempt(
   ctx: RunContext,
@@ -430,14 +439,20 @@ async function startFirstAttempt(
   launchRecord: { record: LaunchRecord; path: string },
   s: LaunchState,
 ): Promise<AttemptHandle> {
+  const startedAt = new Date();
   const current = s.current = startAttempt(ctx, 0);
   // Spawning needs this process's event loop (the store it serves): the records wait for it.
   await current.started;
   try {
     writeLaunchRecord(launchRecord.path, launchRecord.record);
     // run.json: the job's rerun record (node 0 only), one entry per attempt.
-    s.run = ctx.opts.nodeRank === 0 ? await startRunRecord(ctx, argv, previous) : null;
-    await s.run?.begin();
+    if (ctx.opts.nodeRank === 0) {
+      const processGroup = attemptKeys(ctx.attemptBase ?? 0).processGroup;
+      const made = ctx.client.wait([processGroup], RUN_RECORD_WAIT_MS).catch(() => {});
+      await Promise.race([made, current.result]);
+      s.run = await startRunRecord(ctx, argv, previous, startedAt);
+      await s.run.begin(startedAt);
+    }
   } catch (e) {
     current.launchError(`cannot write the run's records: ${(e as Error).message}`);
     await current.result;

@@ -45,6 +45,7 @@ async function runFacts(
   ctx: RunContext,
   argv: readonly string[],
   record: RecordModule,
+  createdAt?: Date,
 ): Promise<Parameters<RecordModule["newRunRecord"]>[0]> {
   const { opts, runDir, runId, threads, script, plan } = ctx;
   const backend = plannedBackend(opts);
@@ -53,6 +54,7 @@ async function runFacts(
   return {
     runId,
     name: basename(runDir),
+    ...(createdAt ? { createdAt } : {}),
     argv: ["dtrain", ...argv],
     cwd: Deno.cwd(),
     script: { path: script, sha256: await record.sha256File(script), args: opts.scriptArgs },
@@ -73,12 +75,15 @@ async function runFacts(
 /**
  * run.json of this launch: written as the first attempt begins and
  * rewritten as each attempt begins and ends; continued (not replaced) when
- * the directory holds the record of an earlier launch.
+ * the directory holds the record of an earlier launch. `startedAt`: when the
+ * launch started its first attempt, when that was before this call (the
+ * record's creation time; default now).
  */
 export async function startRunRecord(
   ctx: RunContext,
   argv: readonly string[],
   previous: RunRecord | null,
+  startedAt?: Date,
 ) {
   // Loaded here, not at the launcher's start: the record's schemas cost time a new run spends
   // while its first ranks start.
@@ -87,13 +92,16 @@ export async function startRunRecord(
   const { writeRunRecord, writeRunRecordAsync } = record;
   const { AttemptSchema } = await import("../run_record/format.ts");
   const { runDir } = ctx;
-  const input = await runFacts(ctx, argv, record);
+  const input = await runFacts(ctx, argv, record, startedAt);
   // Written as the first attempt begins (begin(), called right after): one write, not two.
   let rec = previous ? continueRunRecord(previous, input) : newRunRecord(input);
   return {
-    /** Records attempt k's start; its writes and fsyncs leave the store answering the ranks. */
-    async begin() {
-      rec = beginAttempt(rec);
+    /**
+     * Records attempt k's start (`at`: when it started, default now); its writes and fsyncs leave
+     * the store answering the ranks.
+     */
+    async begin(at?: Date) {
+      rec = beginAttempt(rec, at);
       await writeRunRecordAsync(runDir, rec);
     },
     /** Ends attempt k's entry, with the process group and numerics policy its rank 0 reported. */

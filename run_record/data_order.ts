@@ -2,7 +2,7 @@
  * The data_order.jsonl digest of one rank's index order (run_record/format.ts's DataOrderRecord), apart
  * from run_record/record.ts so that the launcher, which writes run.json, does not load node:crypto.
  */
-import { createHash } from "node:crypto";
+import { nodeCrypto } from "../os/node_builtin.ts";
 import type { DataOrderRecord } from "./format.ts";
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
@@ -23,6 +23,6 @@ export function orderDigest(epoch: number, rank: number, indices: Int32Array): D
     indices.forEach((v, i) => view.setInt32(4 * i, v, true));
     bytes = new Uint8Array(view.buffer);
   }
-  const sha256 = createHash("sha256").update(bytes).digest("hex");
+  const sha256 = nodeCrypto().createHash("sha256").update(bytes).digest("hex");
   return { epoch, rank, count: indices.length, sha256, first: Array.from(indices.subarray(0, 16)) };
 }

@@ -5,7 +5,7 @@
  * lifetime. It reports no phases and checks no arguments (distributed/
  * gloo_backend.ts does both); it logs a refused connection, a security event.
  */
-import { createHmac } from "node:crypto";
+import { nodeCrypto } from "../../os/node_builtin.ts";
 import {
   GLOO_ERR_REFUSED,
   GLOO_FLAG_DETAIL,
@@ -55,7 +55,8 @@ export interface NativeGroupSpec {
  */
 export function pairProof(token: string, prefix: string, from: number, to: number): Uint8Array {
   return new Uint8Array(
-    createHmac("sha256", token).update(`dtrain gloo pair\n${prefix}\n${from}->${to}`).digest(),
+    nodeCrypto().createHmac("sha256", token).update(`dtrain gloo pair\n${prefix}\n${from}->${to}`)
+      .digest(),
   );
 }
 

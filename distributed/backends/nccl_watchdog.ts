@@ -9,7 +9,8 @@
  * only under one lock in shared memory, and whoever releases it (abort or
  * destroy) does so exactly once.
  */
-import { Worker } from "node:worker_threads";
+import type { Worker } from "node:worker_threads";
+import { nodeWorkerThreads } from "../../os/node_builtin.ts";
 import type { NcclCalls } from "../../ffi/nccl.ts";
 import { workerModuleUrl } from "../../os/install_layout.ts";
 import { type FailureKind, withFailureKind } from "../control/failure_kind.ts";
@@ -173,7 +174,7 @@ export class NcclWatchdog {
     );
     // node:worker_threads for unref(): a group the script never closes must not keep its
     // process alive (a web Worker would, forever, since the watchdog never ends on its own)
-    this.#worker = new Worker(
+    this.#worker = new (nodeWorkerThreads().Worker)(
       workerModuleUrl("ncclWatchdog", new URL("./nccl_watchdog_worker.ts", import.meta.url)),
     );
     const msg: WatchdogInit = {

@@ -5,7 +5,8 @@
  * commit is in flight, and waits for it on exit, so none is silently lost.
  */
 import { STOP_SIGNALS } from "../../os/stop_signals.ts";
-import { Worker } from "node:worker_threads";
+import type { Worker } from "node:worker_threads";
+import { nodeWorkerThreads } from "../../os/node_builtin.ts";
 import { workerModuleUrl } from "../../os/install_layout.ts";
 import {
   ANSWER,
@@ -198,7 +199,7 @@ export class BackgroundCommitter {
     if (this.#worker !== null) return this.#worker;
     const url = workerModuleUrl("checkpointCommit", new URL("./commit_worker.ts", import.meta.url));
     // node:worker_threads for unref(): an idle committer must not keep its process alive.
-    const worker = new Worker(url);
+    const worker = new (nodeWorkerThreads().Worker)(url);
     worker.unref();
     worker.on("message", (msg: string) => {
       const f = this.#inFlight;

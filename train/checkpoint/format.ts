@@ -5,7 +5,7 @@
  * against its manifest before it parses anything.
  */
 import { parseBoundedJson } from "../../io/json_bounds.ts";
-import { createHash } from "node:crypto";
+import { nodeCrypto } from "../../os/node_builtin.ts";
 import { join } from "node:path";
 import { parseSafetensors, type StTensor } from "../../io/safetensors.ts";
 import type { CheckpointIO } from "./io.ts";
@@ -74,7 +74,7 @@ export function checkFileName(name: string, what: string): void {
 
 /** Lowercase hex sha256 of `bytes`. */
 export function sha256Hex(bytes: Uint8Array): string {
-  return createHash("sha256").update(bytes).digest("hex");
+  return nodeCrypto().createHash("sha256").update(bytes).digest("hex");
 }
 
 /** The manifest of `files` (each with its final bytes) for `step`, as the bytes of manifest.json. */

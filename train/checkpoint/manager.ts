@@ -51,6 +51,7 @@ import { section } from "../../profile/profile.ts";
 import type { StTensor } from "../../io/safetensors.ts";
 import { type CheckpointIO, denoCheckpointIO, describeError } from "./io.ts";
 import { type CheckpointTensors, readCheckpointDir } from "./format.ts";
+import { nodeCrypto } from "../../os/node_builtin.ts";
 import {
   asideStep,
   type Candidate,
@@ -216,7 +217,9 @@ export class CheckpointManager {
 
   /**
    * Checks the options; nothing touches the disk until the first save or load.
-   * An async manager of rank 0 starts its worker thread here.
+   * An async manager of rank 0 starts its worker thread here, and rank 0's
+   * manager loads the digest code its saves use (node:crypto, ~11 ms of CPU):
+   * its first save would otherwise pay that in the middle of training.
    */
   constructor(dir: string, opts: CheckpointManagerOptions) {
     if (!Number.isSafeInteger(opts.rank) || opts.rank < 0) {
@@ -246,6 +249,7 @@ export class CheckpointManager {
           "system, so they cannot use a custom io; pass async: false with it",
       );
     }
+    if (this.#rank === 0) nodeCrypto();
     if (this.#async && this.#rank === 0) this.#background().prestart();
   }
 
