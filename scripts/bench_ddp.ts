@@ -43,6 +43,9 @@ interface Workload {
   rateName: string;
 }
 
+/** examples/toy_ddp.ts: 64 samples per rank and step, 2 ranks. */
+const TOY_SAMPLES_PER_STEP = 128;
+
 const WORKLOADS: Record<string, Workload> = {
   toy: {
     dtrain: ["examples/toy_ddp.ts"],
@@ -238,17 +241,31 @@ if (import.meta.main) {
         rows.push(row(w.rateName, (s) => s.rate, true, ">= 6x", 0));
         rows.push(row("launch -> first optimizer step (s)", (s) => s.firstStepS, false, ">= 6x"));
         rows.push(row("whole command wall time (s)", (s) => s.wallS, false, ""));
-        // What each rank asked of its core per steady step, whatever the machine's load: the
-        // rate's floor is the slower rank's main thread (the helper threads share the cores).
+        // What each rank asked of the cores per steady step, whatever the machine's load, and the
+        // limit that sets: with the machine to themselves, the ranks (2 ranks on 2 cores here, V8's
+        // helper threads beside them) cannot step faster than the busier rank's whole process.
         const ranks = ours[0]?.cpu?.length ?? 0;
+        let busiest = 0;
         for (let r = 0; r < ranks; r++) {
           const main = median(ours.map((s) => s.cpu?.[r]?.main ?? NaN));
           const proc = median(ours.map((s) => s.cpu?.[r]?.process ?? NaN));
+          busiest = Math.max(busiest, proc);
           rows.push([
             `  rank ${r} CPU per steady step, main thread / process (µs)`,
             `${main.toFixed(0)} / ${proc.toFixed(0)}`,
             "",
             "",
+            "",
+          ]);
+        }
+        if (busiest > 0) {
+          const ceiling = (TOY_SAMPLES_PER_STEP / busiest) * 1e6;
+          const peer = theirs.length ? median(theirs.map((s) => s.rate)) : NaN;
+          rows.push([
+            "  limit: samples/s at that CPU per step, a core per rank",
+            ceiling.toFixed(0),
+            "",
+            Number.isNaN(peer) ? "n/a" : `${(ceiling / peer).toFixed(2)}x`,
             "",
           ]);
         }
