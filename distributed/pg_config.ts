@@ -22,12 +22,6 @@ export interface ProcessGroupOptions {
   /** Microseconds a waiting rank spins before it sleeps on a futex. Default:
    *  DTRAIN_SHM_SPIN_US, else 50, or 0 when this machine runs more ranks than it has cores. */
   spinUs?: number;
-  /** The scheduler slice, µs, each rank of a shared-memory group asks the kernel for its
-   *  main thread (kernels/shm/shm_sched.c; Linux 6.12 and later): a rank woken by its peers
-   *  then gets its core back within about that long on a busy machine. 0 leaves the
-   *  kernel's default. Default: DTRAIN_SHM_SLICE_US, else 100 when this machine runs
-   *  several ranks, else 0. */
-  sliceUs?: number;
   /** The backend, instead of the default: NCCL on a GPU rank; on the CPU DTRAIN_CPU_BACKEND,
    *  else shm on one machine and gloo across machines (shm cannot span machines); "single"
    *  alone. "nccl" also makes a one-rank NCCL group (a check of NCCL itself). */
@@ -49,8 +43,6 @@ export interface ProcessGroupConfig {
   detail: boolean;
   chunkBytes: number;
   spinUs: number;
-  /** the scheduler slice a shared-memory rank asks for (0: the kernel's default) */
-  sliceUs?: number;
 }
 
 /** What resolveProcessGroupConfig() returns: the settings plus what chooses and configures the backend. */
@@ -67,9 +59,6 @@ export interface ResolvedProcessGroupConfig extends ProcessGroupConfig {
 export const DEFAULT_CHUNK_BYTES = 1 << 20;
 /** Default spin before sleeping: a few barrier round trips. */
 export const DEFAULT_SPIN_US = 50;
-
-/** Default scheduler slice of ranks that share a machine: the least the kernel grants. */
-export const DEFAULT_SLICE_US = 100;
 
 /**
  * The spin before sleeping when nobody set one: DEFAULT_SPIN_US while every
@@ -131,12 +120,7 @@ export function resolveProcessGroupConfig(
     detail: debugDetail(get),
     chunkBytes: opts.chunkBytes ?? intVar(get, "DTRAIN_SHM_CHUNK_BYTES") ?? DEFAULT_CHUNK_BYTES,
     spinUs: opts.spinUs ?? intVar(get, "DTRAIN_SHM_SPIN_US") ?? defaultSpinUs(world.localWorldSize),
-    sliceUs: opts.sliceUs ?? intVar(get, "DTRAIN_SHM_SLICE_US") ??
-      (world.localWorldSize > 1 ? DEFAULT_SLICE_US : 0),
   };
-  if (!Number.isInteger(common.sliceUs) || common.sliceUs < 0) {
-    throw new RangeError(`sliceUs must be a non-negative integer (µs), got ${common.sliceUs}`);
-  }
   const { rank, worldSize: size, localWorldSize: localSize, nnodes } = world;
   const spansMachines = nnodes > 1 || localSize !== size;
   const cpuRequest = opts.backend === "shm" || opts.backend === "gloo"

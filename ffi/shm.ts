@@ -46,8 +46,6 @@ export const SHM_SYMBOLS = {
   dt_shm_reduce_scatter: { parameters: [P, P, P, I64, I32, I32, I64], ...STATUS },
   /** (handle, name "\0"-terminated, timeout_ms) */
   dt_shm_barrier: { parameters: [P, BUF, I64], ...STATUS },
-  /** (slice_ns, int64_t* out_granted_ns): the calling thread's scheduler slice (kernels/shm/shm_sched.c). */
-  dt_shm_request_slice: { parameters: [I64, BUF], ...STATUS },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** The type of SHM_SYMBOLS. */
@@ -89,7 +87,6 @@ const SHM_CALLED = [
   "dt_shm_allgather",
   "dt_shm_reduce_scatter",
   "dt_shm_barrier",
-  "dt_shm_request_slice",
 ] as const satisfies readonly (keyof ShmSymbols)[];
 
 /** The status-checked calls of libdtrain_shm.so: they throw DtNativeError with the library's text. */
@@ -134,16 +131,6 @@ export interface ShmOpenSpec {
   /** record per-call detail for the failure report */
   detail: boolean;
   timeoutMs: number;
-}
-
-/**
- * Asks the kernel to give the calling thread scheduler slices of `sliceUs` (0: its default);
- * returns the slice it now reports for the thread, µs (0 where the kernel keeps none per thread).
- */
-export function shmRequestSlice(sliceUs: number): number {
-  const out = new BigInt64Array(1);
-  shmCalls().dt_shm_request_slice(BigInt(Math.round(sliceUs * 1000)), out);
-  return Number(out[0]) / 1000;
 }
 
 /** Joins (creating if first) a segment; returns once every rank has joined, with its handle. */

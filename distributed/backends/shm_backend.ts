@@ -14,7 +14,6 @@ import {
   shmCalls,
   shmCloseLeaked,
   shmOpen,
-  shmRequestSlice,
 } from "../../ffi/shm.ts";
 import { cBytes, DtNativeError } from "../../ffi/native.ts";
 import { type FailureKind, withFailureKind } from "../control/failure_kind.ts";
@@ -53,21 +52,11 @@ export class ShmProcessGroup extends CollectiveGroup {
   readonly chunkBytes: number;
   /** Bytes of the whole segment. */
   readonly segmentBytes: number;
-  /** The scheduler slice (µs) the kernel reports for this rank's thread after the group asked
-   *  for `sliceUs` (kernels/shm/shm_sched.c); null when it asked for none, 0 where the kernel
-   *  keeps no slice per thread (before Linux 6.12). */
-  readonly schedulerSliceUs: number | null;
   readonly #handle: Deno.PointerObject;
   protected readonly runner: CollectiveRunner;
 
-  private constructor(
-    cfg: ProcessGroupConfig,
-    handle: Deno.PointerObject,
-    name: string,
-    sliceUs: number | null,
-  ) {
+  private constructor(cfg: ProcessGroupConfig, handle: Deno.PointerObject, name: string) {
     super();
-    this.schedulerSliceUs = sliceUs;
     this.rank = cfg.rank;
     this.size = cfg.size;
     this.segmentName = name;
@@ -93,7 +82,7 @@ export class ShmProcessGroup extends CollectiveGroup {
     const attempt = Deno.env.get("DTRAIN_RESTART_COUNT") ?? "0";
     const name = `/dtrain-${cfg.runId}-a${attempt}-pg`;
     const handle = shmOpen({ ...cfg, name });
-    return new ShmProcessGroup(cfg, handle, name, requestSlice(cfg));
+    return new ShmProcessGroup(cfg, handle, name);
   }
 
   override close(): void {
@@ -159,26 +148,6 @@ export class ShmProcessGroup extends CollectiveGroup {
       }
     }
     return COMPLETED;
-  }
-}
-
-/**
- * Asks for the configured scheduler slice for this thread, the one that calls the collectives: the
- * ranks meet every step, and one that waits ~3 ms for a core (the default slice of whatever else
- * runs there) after its peers arrived makes them all wait. A refusal (a sandbox that forbids
- * sched_setattr) costs only that, so it is said once and the group works on.
- */
-function requestSlice(cfg: ProcessGroupConfig): number | null {
-  const want = cfg.sliceUs ?? 0;
-  if (want === 0) return null;
-  try {
-    return shmRequestSlice(want);
-  } catch (e) {
-    console.error(
-      `dtrain: rank ${cfg.rank} keeps the kernel's scheduler slice: ${(e as Error).message} ` +
-        "(DTRAIN_SHM_SLICE_US=0 asks for none)",
-    );
-    return 0;
   }
 }
 

@@ -7,14 +7,13 @@
 import assert from "node:assert/strict";
 import { initProcessGroup } from "../../distributed/init_process_group.ts";
 import {
-  DEFAULT_SLICE_US,
   DEFAULT_SPIN_US,
   defaultSpinUs,
   resolveProcessGroupConfig,
 } from "../../distributed/pg_config.ts";
 import { ShmProcessGroup } from "../../distributed/backends/shm_backend.ts";
 import { type CollectiveRecord, setPhaseSink } from "../../distributed/control/phase.ts";
-import { SHM_DTYPE_CODE, shmLibrary, shmRequestSlice } from "../../ffi/shm.ts";
+import { SHM_DTYPE_CODE, shmLibrary } from "../../ffi/shm.ts";
 import { launcherEnv, shmEntries, uniqueRunId } from "./scripts/_ranks.ts";
 
 Deno.test("initProcessGroup() without a launcher environment is a world of one whose collectives are identities", () => {
@@ -158,66 +157,6 @@ Deno.test("a waiting rank spins only while every local rank can have a core; DTR
     defaultSpinUs(2, navigator.hardwareConcurrency),
   );
   assert.equal(resolveProcessGroupConfig({ env: { ...env, DTRAIN_SHM_SPIN_US: "7" } }).spinUs, 7);
-});
-
-Deno.test("ranks sharing a machine ask for the shortest scheduler slice; DTRAIN_SHM_SLICE_US or sliceUs decides when set", () => {
-  const two = launcherEnv(1, 2, "run-slice");
-  assert.equal(resolveProcessGroupConfig({ env: two }).sliceUs, DEFAULT_SLICE_US);
-  assert.equal(resolveProcessGroupConfig({ env: {} }).sliceUs, 0); // alone: nobody waits for it
-  assert.equal(resolveProcessGroupConfig({ env: { ...two, DTRAIN_SHM_SLICE_US: "0" } }).sliceUs, 0);
-  assert.equal(resolveProcessGroupConfig({ env: two, sliceUs: 300 }).sliceUs, 300);
-  assert.throws(
-    () => resolveProcessGroupConfig({ env: { ...two, DTRAIN_SHM_SLICE_US: "-5" } }),
-    /DTRAIN_SHM_SLICE_US="-5" is not a non-negative integer/,
-  );
-  assert.throws(
-    () => resolveProcessGroupConfig({ env: two, sliceUs: 2.5 }),
-    /sliceUs must be a non-negative integer \(µs\), got 2.5/,
-  );
-});
-
-/** The slice the kernel keeps for this thread (ns), from /proc; null on kernels that show none. */
-function kernelSliceNs(): number | null {
-  const m = /^se\.slice\s*:\s*(\d+)/m.exec(Deno.readTextFileSync("/proc/thread-self/sched"));
-  return m ? Number(m[1]) : null;
-}
-
-Deno.test("a shared-memory group gets its thread the scheduler slice it asks for, as the kernel reports it", () => {
-  const before = kernelSliceNs();
-  try {
-    using pg = ShmProcessGroup.open({
-      rank: 0,
-      size: 1,
-      runId: uniqueRunId("slice"),
-      timeoutMs: 5000,
-      detail: false,
-      chunkBytes: 4096,
-      spinUs: 0,
-      sliceUs: 100,
-    });
-    if (before === null) {
-      assert.equal(pg.schedulerSliceUs, 0); // a kernel without per-thread slices (before 6.12)
-      return;
-    }
-    // the kernel's own view of this thread, not the library's word for it
-    assert.equal(kernelSliceNs(), 100_000);
-    assert.equal(pg.schedulerSliceUs, 100);
-    // asking for 0 gives the default back; outside the kernel's range a request is clamped
-    assert.equal(shmRequestSlice(0) * 1000, kernelSliceNs());
-    assert.equal(shmRequestSlice(20), 100);
-    assert.equal(kernelSliceNs(), 100_000);
-  } finally {
-    if (before !== null) shmRequestSlice(0);
-  }
-  assert.throws(() => shmRequestSlice(-1), /dt_shm_request_slice: slice -1000 ns is negative/);
-  if (before !== null) assert.equal(kernelSliceNs(), before);
-});
-
-Deno.test("a group that asks for no slice leaves the thread's as it was", () => {
-  const before = kernelSliceNs();
-  using pg = oneRankGroup("noslice");
-  assert.equal(pg.schedulerSliceUs, null);
-  assert.equal(kernelSliceNs(), before);
 });
 
 function oneRankGroup(tag: string, chunkBytes = 4096): ShmProcessGroup {
