@@ -6,39 +6,38 @@
  *
  * @module
  */
-import { type CheckedCalls, checkedCalls } from "./calls.ts";
-import { cBytes, type NativeLibrary, openLibrary } from "./native.ts";
-import { KERNEL_SYMBOLS } from "./symbols.ts";
+import { cBytes, cString, DtNativeError, findLibrary } from "./native.ts";
 
-/** The symbol, with its C parameters. */
+const LIBRARY = "libdtrain_cpu.so";
+
+/** The symbols, with their C parameters. */
 export const CPU_FILE_SYMBOLS = {
   /** (paths: n NUL-terminated strings back to back, n ≤ 64): fsync each, in parallel threads. */
   dt_cpu_fsync_paths: { parameters: ["buffer", "i32"], result: "i32" },
-} as const satisfies Deno.ForeignLibraryInterface;
-
-const TABLE = {
-  dt_abi_version: KERNEL_SYMBOLS.dt_abi_version,
-  dt_last_error: KERNEL_SYMBOLS.dt_last_error,
-  ...CPU_FILE_SYMBOLS,
+  /** const char*: text of the last error on this thread. */
+  dt_last_error: { parameters: [], result: "pointer" },
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** The most paths one call flushes. */
 export const FSYNC_MAX_PATHS = 64;
 
-let calls: CheckedCalls<typeof TABLE, "dt_cpu_fsync_paths"> | null | undefined;
+let lib: Deno.DynamicLibrary<typeof CPU_FILE_SYMBOLS> | null | undefined;
 
-/** Whether fsyncPaths() can run here (the CPU library opens). */
+/**
+ * Whether fsyncPaths() can run here: the CPU library opens and has the symbol. Opened with one
+ * Deno.dlopen of both symbols, not ffi/native.ts's openLibrary(), whose per-symbol binding and ABI
+ * check cost ~2 ms the first time: this is called by a checkpoint save, often inside a training
+ * loop, and a library without the symbol only means one fsync after another.
+ */
 export function canFsyncPaths(): boolean {
-  if (calls === undefined) {
-    let lib: NativeLibrary<typeof TABLE> | null;
+  if (lib === undefined) {
     try {
-      lib = openLibrary("libdtrain_cpu.so", TABLE);
+      lib = Deno.dlopen(findLibrary(LIBRARY), CPU_FILE_SYMBOLS);
     } catch {
       lib = null;
     }
-    calls = lib === null ? null : checkedCalls(lib, TABLE, ["dt_cpu_fsync_paths"]);
   }
-  return calls !== null;
+  return lib !== null;
 }
 
 /**
@@ -61,6 +60,14 @@ export function fsyncPaths(paths: readonly string[]): void {
       joined.set(b, off);
       off += b.length;
     }
-    calls!.dt_cpu_fsync_paths(joined, part.length);
+    const status = lib!.symbols.dt_cpu_fsync_paths(joined, part.length);
+    if (status !== 0) {
+      throw new DtNativeError(
+        LIBRARY,
+        "dt_cpu_fsync_paths",
+        status,
+        cString(lib!.symbols.dt_last_error()),
+      );
+    }
   }
 }
