@@ -51,20 +51,16 @@ let step = 0, tFirst = 0, tSteady = 0, steadySamples = 0, cpuSteady = { main: 0,
 // Tests compare runs step by step (e.g. 2 nodes against 1): every loss at full precision, at the end.
 const stepLosses: number[] | null = Deno.env.get("DTRAIN_PRINT_LOSSES") === "1" ? [] : null;
 
-/** CPU time (µs) of this thread and of the whole process (V8's compiler and GC threads too):
- * clock_gettime's thread and process CPU clocks, exact at the moment of the call (the kernel's
- * schedstat files lag a running thread by up to a tick). */
+/** CPU time (µs) of this thread and of the whole process (V8's compiler and GC threads too), from
+ * the kernel's per-thread schedstat (time on a CPU, in ns). */
 function cpuUs(): { main: number; process: number } {
-  const ts = new BigInt64Array(2); // struct timespec on 64-bit Linux
-  const read = (clock: number) => {
-    if (libc!.symbols.clock_gettime(clock, ts) !== 0) throw new Error("clock_gettime failed");
-    return Number(ts[0]) * 1e6 + Number(ts[1]) / 1000;
-  };
-  return { main: read(3), process: read(2) }; // CLOCK_THREAD_CPUTIME_ID, CLOCK_PROCESS_CPUTIME_ID
+  const onCpu = (path: string) => Number(Deno.readTextFileSync(path).split(" ")[0]) / 1000;
+  let all = 0;
+  for (const t of Deno.readDirSync("/proc/self/task")) {
+    all += onCpu(`/proc/self/task/${t.name}/schedstat`);
+  }
+  return { main: onCpu("/proc/thread-self/schedstat"), process: all };
 }
-const libc = bench
-  ? Deno.dlopen("libc.so.6", { clock_gettime: { parameters: ["i32", "buffer"], result: "i32" } })
-  : null;
 
 try {
   for (let epoch = 0; epoch < epochs; epoch++) {
