@@ -47,9 +47,20 @@ const checkpoints = new CheckpointManager(`${world.runDir ?? "runs/toy_ddp"}/che
 
 // scripts/bench_ddp.ts times this script side by side with PyTorch's: the same stamps as the peer.
 const bench = Deno.env.get("DTRAIN_BENCH") === "1";
-let step = 0, tFirst = 0, tSteady = 0, steadySamples = 0;
+let step = 0, tFirst = 0, tSteady = 0, steadySamples = 0, cpuSteady = { main: 0, process: 0 };
 // Tests compare runs step by step (e.g. 2 nodes against 1): every loss at full precision, at the end.
 const stepLosses: number[] | null = Deno.env.get("DTRAIN_PRINT_LOSSES") === "1" ? [] : null;
+
+/** CPU time (µs) of this thread and of the whole process (V8's compiler and GC threads too), from
+ * the kernel's per-thread schedstat (time on a CPU, in ns). */
+function cpuUs(): { main: number; process: number } {
+  const onCpu = (path: string) => Number(Deno.readTextFileSync(path).split(" ")[0]) / 1000;
+  let all = 0;
+  for (const t of Deno.readDirSync("/proc/self/task")) {
+    all += onCpu(`/proc/self/task/${t.name}/schedstat`);
+  }
+  return { main: onCpu("/proc/thread-self/schedstat"), process: all };
+}
 
 try {
   for (let epoch = 0; epoch < epochs; epoch++) {
@@ -70,7 +81,7 @@ try {
       total += stepLoss;
       stepLosses?.push(stepLoss);
       if (++step === 1) tFirst = Date.now() / 1000;
-      if (step === 10) tSteady = performance.now();
+      if (step === 10) [tSteady, cpuSteady] = [performance.now(), bench ? cpuUs() : cpuSteady];
       else if (step > 10) steadySamples += x!.shape[0]!;
       x!.dispose();
       y!.dispose();
@@ -91,11 +102,20 @@ try {
     pg.barrier("epoch-end");
   }
   if (stepLosses && pg.rank === 0) console.log(`LOSSES ${JSON.stringify(stepLosses)}`);
-  if (bench && pg.rank === 0) {
+  if (bench) {
     const ss = (steadySamples * pg.size) / ((performance.now() - tSteady) / 1000);
+    // This rank's CPU per steady step: what it asked of its core, whatever the machine's load.
+    const cpu = cpuUs(), steps = step - 10;
     console.log(
       "BENCH " +
-        JSON.stringify({ t_first_step: tFirst, ss_samples_per_s: ss, t_end: Date.now() / 1000 }),
+        JSON.stringify({
+          rank: pg.rank,
+          t_first_step: tFirst,
+          ss_samples_per_s: ss,
+          t_end: Date.now() / 1000,
+          cpu_main_us_per_step: (cpu.main - cpuSteady.main) / steps,
+          cpu_process_us_per_step: (cpu.process - cpuSteady.process) / steps,
+        }),
     );
   }
 } finally {

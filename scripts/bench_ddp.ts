@@ -29,6 +29,8 @@ interface Sample {
   rate: number;
   /** gpt: the arithmetic of one token's training step (the same model in both programs) */
   flopsPerToken?: number;
+  /** toy, dtrain: each rank's CPU per steady step, µs (main thread, whole process), by rank */
+  cpu?: { main: number; process: number }[];
 }
 
 interface Workload {
@@ -40,6 +42,9 @@ interface Workload {
   rateField: string;
   rateName: string;
 }
+
+/** examples/toy_ddp.ts: 64 samples per rank and step, 2 ranks. */
+const TOY_SAMPLES_PER_STEP = 128;
 
 const WORKLOADS: Record<string, Workload> = {
   toy: {
@@ -55,6 +60,23 @@ const WORKLOADS: Record<string, Workload> = {
     rateName: "GPT-mini DDP tokens/s (steps 11..60)",
   },
 };
+
+/**
+ * A run's BENCH lines: rank 0's (the one with `rateField`; lines without a rank are rank 0's) and
+ * every rank's CPU per steady step, in rank order (none when the script reports none).
+ */
+export function parseBenchOutput(text: string, rateField: string, cmd = "the script"): {
+  r0: Record<string, number>;
+  cpu: { main: number; process: number }[];
+} {
+  const lines = [...text.matchAll(/BENCH (\{.*\})/g)].map((m) => JSON.parse(m[1]!));
+  const r0 = lines.find((l) => l[rateField] !== undefined && (l.rank ?? 0) === 0);
+  if (!r0) throw new Error(`no BENCH line with ${rateField} in the output of ${cmd}:\n${text}`);
+  const cpu = lines.filter((l) => l.cpu_main_us_per_step !== undefined)
+    .sort((a, b) => a.rank - b.rank)
+    .map((l) => ({ main: l.cpu_main_us_per_step, process: l.cpu_process_us_per_step }));
+  return { r0, cpu };
+}
 
 async function timed(
   cmd: string,
@@ -80,14 +102,13 @@ async function timed(
       `${cmd} ${args.join(" ")} failed:\n${text}\n${new TextDecoder().decode(out.stderr)}`,
     );
   }
-  const lines = [...text.matchAll(/BENCH (\{.*\})/g)].map((m) => JSON.parse(m[1]!));
-  const r0 = lines.find((l) => l[rateField] !== undefined);
-  if (!r0) throw new Error(`no BENCH line with ${rateField} in the output of ${cmd}:\n${text}`);
+  const { r0, cpu } = parseBenchOutput(text, rateField, cmd);
   return {
     wallS,
     firstStepS: r0.t_first_step - t0,
     rate: r0[rateField],
     flopsPerToken: r0.flops_per_token,
+    ...(cpu.length ? { cpu } : {}),
   };
 }
 
@@ -128,6 +149,15 @@ async function sgemmPeak(): Promise<{ gflops: number; shape: string } | null> {
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
+/** The 1-minute load average: how many threads wanted the machine's cores (2 here) meanwhile. */
+function loadAverage(): string {
+  try {
+    return Deno.readTextFileSync("/proc/loadavg").split(" ")[0]!;
+  } catch {
+    return "n/a";
+  }
+}
+
 if (import.meta.main) {
   const { values } = parseArgs({
     args: Deno.args,
@@ -138,6 +168,7 @@ if (import.meta.main) {
     },
   });
   const tmp = Deno.makeTempDirSync({ prefix: "dtrain-bench-ddp-" });
+  const loadAtStart = loadAverage();
   const rows = [[
     "quantity (2 ranks, 1 thread each)",
     "dtrain",
@@ -161,6 +192,8 @@ if (import.meta.main) {
               "2",
               "--threads",
               "1",
+              "--log-ranks",
+              "all", // every rank's BENCH line: its CPU per step
               "--run-dir",
               join(tmp, `${name}${t}`),
               join(ROOT, w.dtrain[0]!),
@@ -208,6 +241,34 @@ if (import.meta.main) {
         rows.push(row(w.rateName, (s) => s.rate, true, ">= 6x", 0));
         rows.push(row("launch -> first optimizer step (s)", (s) => s.firstStepS, false, ">= 6x"));
         rows.push(row("whole command wall time (s)", (s) => s.wallS, false, ""));
+        // What each rank asked of the cores per steady step, whatever the machine's load, and the
+        // limit that sets: with the machine to themselves, the ranks (2 ranks on 2 cores here, V8's
+        // helper threads beside them) cannot step faster than the busier rank's whole process.
+        const ranks = ours[0]?.cpu?.length ?? 0;
+        let busiest = 0;
+        for (let r = 0; r < ranks; r++) {
+          const main = median(ours.map((s) => s.cpu?.[r]?.main ?? NaN));
+          const proc = median(ours.map((s) => s.cpu?.[r]?.process ?? NaN));
+          busiest = Math.max(busiest, proc);
+          rows.push([
+            `  rank ${r} CPU per steady step, main thread / process (µs)`,
+            `${main.toFixed(0)} / ${proc.toFixed(0)}`,
+            "",
+            "",
+            "",
+          ]);
+        }
+        if (busiest > 0) {
+          const ceiling = (TOY_SAMPLES_PER_STEP / busiest) * 1e6;
+          const peer = theirs.length ? median(theirs.map((s) => s.rate)) : NaN;
+          rows.push([
+            "  limit: samples/s at that CPU per step, a core per rank",
+            ceiling.toFixed(0),
+            "",
+            Number.isNaN(peer) ? "n/a" : `${(ceiling / peer).toFixed(2)}x`,
+            "",
+          ]);
+        }
       } else {
         rows.push(row(w.rateName, (s) => s.rate, true, ">= 3x", 0));
         // What the rates ask of each rank's core, in the units of bench_gemm's sgemm peak: the
@@ -249,6 +310,7 @@ if (import.meta.main) {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join("  "));
   console.log(`(median of ${counts.join(", ")}, alternating)`);
+  console.log(`load average (1 min): ${loadAtStart} at the start, ${loadAverage()} at the end`);
   console.log(peerEnvLine());
   console.log(await torchPeerLine(PYTHON));
   if (profile.length) {

@@ -3,6 +3,7 @@
  * interface so tests can inject faults (a full disk, a kill between two
  * operations); plus the real implementation over Deno's synchronous file API.
  */
+import { canFsyncPaths, fsyncPaths } from "../../ffi/cpu_files.ts";
 
 /** One entry of a directory listing. */
 export interface CheckpointDirEntry {
@@ -32,13 +33,21 @@ export interface CheckpointIO {
   readDir(path: string): CheckpointDirEntry[];
   /** Flushes directory `path` itself (its entries: creations, renames) to disk. */
   fsyncDir(path: string): void;
+  /**
+   * Flushes every file and directory of `paths` to disk, all at once: when it returns each is
+   * durable, in no particular order among themselves. Optional: without it a save flushes each
+   * file as it writes it (writeFile's `sync`) and each directory after, one after another.
+   */
+  syncAll?(paths: string[]): void;
   /** Whether anything exists at `path`. */
   exists(path: string): boolean;
 }
 
 /**
  * The real file system through `Deno.*Sync`. `fsyncDir` opens the directory
- * read-only and fsyncs it, which is how POSIX makes a rename durable.
+ * read-only and fsyncs it, which is how POSIX makes a rename durable. `syncAll`
+ * fsyncs its paths in parallel threads (ffi/cpu_files.ts), so the file system
+ * commits them together; where the CPU library cannot be opened, one by one.
  * @example
  * const manager = new CheckpointManager("runs/a/checkpoints", { rank: 0, io: denoCheckpointIO });
  */
@@ -57,6 +66,13 @@ export const denoCheckpointIO: CheckpointIO = {
   fsyncDir(path) {
     using dir = Deno.openSync(path, { read: true });
     dir.syncSync();
+  },
+  syncAll(paths) {
+    if (canFsyncPaths()) return fsyncPaths(paths);
+    for (const path of paths) {
+      using f = Deno.openSync(path, { read: true });
+      f.syncSync();
+    }
   },
   exists(path) {
     try {

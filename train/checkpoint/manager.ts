@@ -13,10 +13,12 @@
  *     .tmp-…                  a save in progress, or one that was killed; removed by the next save
  *     .aside-step-…-<pid>-…   the old copy of a step being saved again; restored or removed by the next save
  *
- * A save writes every file into `.tmp-step-…-<pid>-<random>` (each fsynced),
- * manifest.json last, fsyncs that directory, writes the new pointer as
- * `.tmp-latest-…` (fsynced), renames the directory to `step-…`, fsyncs
- * `<dir>`, renames the pointer over `latest` and fsyncs `<dir>` again.
+ * A save writes every file into `.tmp-step-…-<pid>-<random>`, manifest.json
+ * last, and the new pointer as `.tmp-latest-…`, then fsyncs them all and that
+ * directory at once (parallel threads: the file system commits them together;
+ * one by one where the CPU library cannot be opened), renames the directory to
+ * `step-…`, fsyncs `<dir>`, renames the pointer over `latest` and fsyncs
+ * `<dir>` again.
  * Replacing `latest` is the commit: loadLatest() tries what `latest` names
  * first. Where a kill can land, and what the next run sees:
  *

@@ -94,6 +94,11 @@ export function commitCheckpoint(ctx: SaveContext, encoded: EncodedCheckpoint): 
     aside: join(root, asideName(name)),
   };
   const syncDir = (path: string) => ctx.fsync && io.fsyncDir(path);
+  // With syncAll the new files, their directory and the new pointer are flushed together, once all
+  // are written (the file system commits them in one go); without it, each as it is written.
+  // Either way all of them are durable before the first rename.
+  const together = ctx.fsync && io.syncAll !== undefined;
+  const syncEach = ctx.fsync && !together;
   const done = { movedAside: false, renamed: false };
   let previous: Pointer = { kind: "missing" };
   let stage = `creating ${root}`;
@@ -110,16 +115,27 @@ export function commitCheckpoint(ctx: SaveContext, encoded: EncodedCheckpoint): 
     for (const f of files) {
       stage = `writing ${f.name}`;
       ctx.progress?.(stage, written, total);
-      io.writeFile(join(paths.tmpDir, f.name), f.bytes, ctx.fsync);
+      io.writeFile(join(paths.tmpDir, f.name), f.bytes, syncEach);
       written += f.bytes.length;
     }
     ctx.progress?.("committing", written, total);
     stage = `writing ${MANIFEST_FILE}`;
-    io.writeFile(join(paths.tmpDir, MANIFEST_FILE), encodeManifest(step, files), ctx.fsync);
-    stage = `syncing ${basename(paths.tmpDir)}`;
-    syncDir(paths.tmpDir);
+    io.writeFile(join(paths.tmpDir, MANIFEST_FILE), encodeManifest(step, files), syncEach);
+    if (syncEach) {
+      stage = `syncing ${basename(paths.tmpDir)}`;
+      syncDir(paths.tmpDir);
+    }
     stage = `writing the new ${LATEST_FILE} pointer`;
-    io.writeFile(paths.tmpPointer, new TextEncoder().encode(`${name}\n`), ctx.fsync);
+    io.writeFile(paths.tmpPointer, new TextEncoder().encode(`${name}\n`), syncEach);
+    if (together) {
+      stage = `syncing ${basename(paths.tmpDir)}, its files and the new ${LATEST_FILE} pointer`;
+      io.syncAll!([
+        ...files.map((f) => join(paths.tmpDir, f.name)),
+        join(paths.tmpDir, MANIFEST_FILE),
+        paths.tmpDir,
+        paths.tmpPointer,
+      ]);
+    }
     if (io.exists(paths.finalDir)) {
       stage = `moving the existing ${name} aside`;
       io.rename(paths.finalDir, paths.aside);

@@ -236,7 +236,8 @@ Deno.test("CheckpointManager.save() stores any safetensors dtype and empty tenso
 });
 
 /** The file operations of one save of step 2 (after step 1), as "op path(sync)" with the root and random tags elided. */
-function recordSave(fsync: boolean): string[] {
+/** The file operations of a save of step 2, in order; `together`: the IO's syncAll (the default's). */
+function recordSave(fsync: boolean, together = true): string[] {
   const log: string[] = [];
   withTempDir((root) => {
     const short = (path: string) => path.replace(root, "<root>").replace(/-\d+-[0-9a-f]{8}/, "-*");
@@ -254,6 +255,12 @@ function recordSave(fsync: boolean): string[] {
         log.push(`fsyncDir ${short(path)}`);
         denoCheckpointIO.fsyncDir(path);
       },
+      syncAll: together
+        ? (paths) => {
+          log.push(`syncAll ${paths.map(short).join(" ")}`);
+          denoCheckpointIO.syncAll!(paths);
+        }
+        : undefined,
     };
     const manager = new CheckpointManager(root, { rank: 0, fsync, io: recording });
     manager.save(payloadForStep(1));
@@ -263,9 +270,27 @@ function recordSave(fsync: boolean): string[] {
   return log;
 }
 
-Deno.test("CheckpointManager.save() fsyncs each file, then the directory, before each rename it depends on", () => {
+Deno.test("CheckpointManager.save() flushes the files, their directory and the pointer together before the renames", () => {
   const tmp = "<root>/.tmp-step-00000002-*";
   assert.deepEqual(recordSave(true), [
+    `writeFile ${tmp}/model.safetensors`,
+    `writeFile ${tmp}/optimizer.safetensors`,
+    `writeFile ${tmp}/state.json`,
+    `writeFile ${tmp}/manifest.json`,
+    "writeFile <root>/.tmp-latest-*",
+    `syncAll ${tmp}/model.safetensors ${tmp}/optimizer.safetensors ${tmp}/state.json ` +
+    `${tmp}/manifest.json ${tmp} <root>/.tmp-latest-*`,
+    `rename ${tmp} -> <root>/step-00000002`,
+    "fsyncDir <root>",
+    "rename <root>/.tmp-latest-* -> <root>/latest",
+    "fsyncDir <root>",
+  ]);
+  assert.ok(recordSave(false).every((op) => !op.includes("sync")), "fsync: false must not sync");
+});
+
+Deno.test("CheckpointManager.save() with an IO that cannot sync together fsyncs each file, then the directory, before each rename it depends on", () => {
+  const tmp = "<root>/.tmp-step-00000002-*";
+  assert.deepEqual(recordSave(true, false), [
     `writeFile ${tmp}/model.safetensors (sync)`,
     `writeFile ${tmp}/optimizer.safetensors (sync)`,
     `writeFile ${tmp}/state.json (sync)`,
@@ -277,7 +302,7 @@ Deno.test("CheckpointManager.save() fsyncs each file, then the directory, before
     "rename <root>/.tmp-latest-* -> <root>/latest",
     "fsyncDir <root>",
   ]);
-  assert.ok(recordSave(false).every((op) => !op.includes("sync")), "fsync: false must not sync");
+  assert.ok(recordSave(false, false).every((op) => !op.includes("sync")), "fsync: false");
 });
 
 Deno.test("CheckpointManager.save() that takes more than 2 s prints its progress and its time", () => {
