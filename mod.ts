@@ -350,6 +350,7 @@ export type {
   CollectiveBuffer,
   CollectiveDType,
   ReduceOp,
+  SharedArrayTypes,
 } from "./distributed/backends/collective_buffer.ts";
 export {
   type Bucket,

@@ -2,14 +2,16 @@
  * Host-only helpers of the CPU kernel library (build/libdtrain_cpu.so) that
  * are not part of the kernel ABI, since the CUDA library has no counterpart:
  * which GEMM kernel this CPU runs, and bf16 products of mixed f32/bf16
- * operands (kernels/cpu/gemm*.c). The generator's bulk draws, the other
- * dt_cpu_* extras, are ffi/cpu_random.ts. Opened on first use, separately
+ * operands (kernels/cpu/gemm*.c). The generator's bulk draws and the
+ * parallel fsync, the other dt_cpu_* extras, are ffi/cpu_random.ts and
+ * ffi/cpu_files.ts. Opened on first use, separately
  * from the kernel table, so the ABI table of ffi/symbols.ts stays the same
  * for both libraries. Failures are DtNativeError, as every native call's.
  */
 import { KERNEL_SYMBOLS } from "./symbols.ts";
 import { type CheckedCalls, checkedCalls } from "./calls.ts";
 import { CPU_RANDOM_SYMBOLS } from "./cpu_random.ts";
+import { CPU_FILE_SYMBOLS } from "./cpu_files.ts";
 import { cString, DtNativeError, type NativeLibrary, openLibrary } from "./native.ts";
 
 const I32 = "i32" as const;
@@ -54,9 +56,10 @@ const CPU_GEMM_SYMBOLS = {
   },
 } as const satisfies Deno.ForeignLibraryInterface;
 
-/** The dt_cpu_* extras: exported by libdtrain_cpu.so only (the generator's and the GEMM's). */
+/** The dt_cpu_* extras: exported by libdtrain_cpu.so only (the generator's, the GEMM's, the files'). */
 export const CPU_EXTRA_SYMBOLS = {
   ...CPU_RANDOM_SYMBOLS,
+  ...CPU_FILE_SYMBOLS,
   ...CPU_GEMM_SYMBOLS,
 } as const satisfies Deno.ForeignLibraryInterface;
 

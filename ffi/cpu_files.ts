@@ -6,33 +6,37 @@
  *
  * @module
  */
-import { cBytes, cString, DtNativeError, findLibrary } from "./native.ts";
+import { cBytes, type NativeLibrary, openLibrary } from "./native.ts";
+import { KERNEL_SYMBOLS } from "./symbols.ts";
 
 const LIBRARY = "libdtrain_cpu.so";
 
-/** The symbols, with their C parameters. */
+/** The file extras of libdtrain_cpu.so (dt_cpu_*: listed in ffi/cpu_extras.ts's CPU_EXTRA_SYMBOLS). */
 export const CPU_FILE_SYMBOLS = {
   /** (paths: n NUL-terminated strings back to back, n ≤ 64): fsync each, in parallel threads. */
   dt_cpu_fsync_paths: { parameters: ["buffer", "i32"], result: "i32" },
-  /** const char*: text of the last error on this thread. */
-  dt_last_error: { parameters: [], result: "pointer" },
+} as const satisfies Deno.ForeignLibraryInterface;
+
+const TABLE = {
+  dt_abi_version: KERNEL_SYMBOLS.dt_abi_version,
+  dt_last_error: KERNEL_SYMBOLS.dt_last_error,
+  ...CPU_FILE_SYMBOLS,
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** The most paths one call flushes. */
 export const FSYNC_MAX_PATHS = 64;
 
-let lib: Deno.DynamicLibrary<typeof CPU_FILE_SYMBOLS> | null | undefined;
+let lib: NativeLibrary<typeof TABLE> | null | undefined;
 
 /**
- * Whether fsyncPaths() can run here: the CPU library opens and has the symbol. Opened with one
- * Deno.dlopen of both symbols, not ffi/native.ts's openLibrary(), whose per-symbol binding and ABI
- * check cost ~2 ms the first time: this is called by a checkpoint save, often inside a training
- * loop, and a library without the symbol only means one fsync after another.
+ * Whether fsyncPaths() can run here: the CPU library opens (ABI checked) and has the symbol. A
+ * library that cannot only means one fsync after another for the checkpoint's commit.
  */
 export function canFsyncPaths(): boolean {
   if (lib === undefined) {
     try {
-      lib = Deno.dlopen(findLibrary(LIBRARY), CPU_FILE_SYMBOLS);
+      lib = openLibrary(LIBRARY, TABLE);
+      void lib.symbols.dt_cpu_fsync_paths; // bound here: a missing symbol throws now, not mid-save
     } catch {
       lib = null;
     }
@@ -60,14 +64,6 @@ export function fsyncPaths(paths: readonly string[]): void {
       joined.set(b, off);
       off += b.length;
     }
-    const status = lib!.symbols.dt_cpu_fsync_paths(joined, part.length);
-    if (status !== 0) {
-      throw new DtNativeError(
-        LIBRARY,
-        "dt_cpu_fsync_paths",
-        status,
-        cString(lib!.symbols.dt_last_error()),
-      );
-    }
+    lib!.check(lib!.symbols.dt_cpu_fsync_paths(joined, part.length), "dt_cpu_fsync_paths");
   }
 }

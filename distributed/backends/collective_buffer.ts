@@ -40,10 +40,15 @@ export type CollectiveArray =
 
 /** The element types a group's allocShared makes arrays of, and their arrays. */
 export interface SharedArrayTypes {
+  /** 32-bit floats (the default) */
   f32: Float32Array;
+  /** 64-bit floats */
   f64: Float64Array;
+  /** 32-bit integers */
   i32: Int32Array;
+  /** 64-bit integers */
   i64: BigInt64Array;
+  /** bytes */
   u8: Uint8Array;
 }
 
