@@ -57,6 +57,9 @@ function shmFailureKind(e: unknown): FailureKind {
   return e.status === DT_ERR_SYS ? "peer" : "error";
 }
 
+/** How many groups this process has made of each segment name (ShmProcessGroup.open). */
+const groupsMade = new Map<string, number>();
+
 /** The shared-memory process group; create it with initProcessGroup(). */
 export class ShmProcessGroup extends CollectiveGroup {
   readonly rank: number;
@@ -104,7 +107,14 @@ export class ShmProcessGroup extends CollectiveGroup {
   static open(cfg: ProcessGroupConfig): ShmProcessGroup {
     // Each launch attempt gets its own segment: a restart never meets a crashed attempt's leftovers.
     const attempt = Deno.env.get("DTRAIN_RESTART_COUNT") ?? "0";
-    const name = `/dtrain-${cfg.runId}-a${attempt}-pg`;
+    const base = `/dtrain-${cfg.runId}-a${attempt}-pg`;
+    // And each group of the attempt its own name: a group made again after close() (every rank
+    // makes the same groups in the same order, so the counts agree) must not share the first
+    // one's. A rank still leaving the first rendezvous unlinks that name; had the new segment
+    // taken it, its peer would never find the new one.
+    const made = (groupsMade.get(base) ?? 0) + 1;
+    groupsMade.set(base, made);
+    const name = made === 1 ? base : `${base}${made}`;
     const handle = shmOpen({ ...cfg, name });
     return new ShmProcessGroup(cfg, handle, name);
   }

@@ -1,7 +1,10 @@
 /**
  * initProcessGroup() twice: refused while the first group of several ranks
  * is open, as PyTorch refuses a second init_process_group; allowed again
- * once it is closed. Launched on 2 ranks.
+ * once it is closed, under a segment name of its own (a rank still leaving the
+ * first group's rendezvous unlinks the first name: had the second segment
+ * taken it, the peer would never have found it, and both ranks hung). Launched
+ * on 2 ranks.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -33,6 +36,7 @@ Deno.test("a second initProcessGroup() while the first is open is refused with a
       assert.doesNotMatch(out, /second group made/);
       assert.match(out, /after close: null/);
       assert.match(out, /second group sums to 3/);
+      assert.match(out, /segments differ: true \(\/dtrain-.*-a0-pg2\)/);
     }
   } finally {
     await t.cleanup();

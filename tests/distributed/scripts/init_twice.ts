@@ -19,4 +19,7 @@ const second = initProcessGroup();
 const x = new Float32Array([second.rank + 1]);
 second.allReduce(x, "sum");
 console.log(`second group sums to ${x[0]}`);
+// Each group its own segment name: a peer still leaving the first rendezvous unlinks the first name.
+const segment = (pg: object) => "segmentName" in pg ? pg.segmentName : "(none)";
+console.log(`segments differ: ${segment(first) !== segment(second)} (${segment(second)})`);
 second.close();
