@@ -26,14 +26,18 @@ import type { ProcessGroupConfig } from "../pg_config.ts";
 import { COMPLETED, type Work } from "../process_group.ts";
 import type { SharedArrayTypes } from "./collective_buffer.ts";
 
-const SHARED_ARRAY: { [K in keyof SharedArrayTypes]: new (b: ArrayBuffer) => SharedArrayTypes[K] } =
-  {
-    f32: Float32Array,
-    f64: Float64Array,
-    i32: Int32Array,
-    i64: BigInt64Array,
-    u8: Uint8Array,
+const SHARED_ARRAY: {
+  [K in keyof SharedArrayTypes]: {
+    new (b: ArrayBuffer): SharedArrayTypes[K];
+    BYTES_PER_ELEMENT: number;
   };
+} = {
+  f32: Float32Array,
+  f64: Float64Array,
+  i32: Int32Array,
+  i64: BigInt64Array,
+  u8: Uint8Array,
+};
 
 /** Arrays in the shared region start on 64-byte boundaries (a cache line: the streaming
  *  stores of the reduction need them, and no two arrays share a line). */
@@ -157,7 +161,7 @@ export class ShmProcessGroup extends CollectiveGroup {
       throw new RangeError(`allocShared: count ${count} is not a non-negative integer`);
     }
     if (this.runner.closed) throw new Error(`allocShared: ${this.segmentName} is closed`);
-    const bytes = count * (dtype === "f64" || dtype === "i64" ? 8 : dtype === "u8" ? 1 : 4);
+    const bytes = count * make.BYTES_PER_ELEMENT;
     const at = Math.ceil(this.#sharedUsed / SHARED_ALIGN) * SHARED_ALIGN;
     if (at + bytes > this.sharedBytes) {
       throw new RangeError(
