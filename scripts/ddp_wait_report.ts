@@ -159,28 +159,39 @@ export function waitReport(
   return report;
 }
 
-/** The ranks: the two processes the launcher forked that start threads of their own. */
-function findRanks(events: Event[]): { ranks: number[]; launcher: number } {
-  const threadsOf = new Map<number, number>();
-  const procOf = new Map<number, number>();
-  for (const e of events) procOf.set(e.tid, e.pid);
-  for (const [tid, pid] of procOf) {
-    if (tid !== pid) threadsOf.set(pid, (threadsOf.get(pid) ?? 0) + 1);
+/**
+ * The launcher and its ranks, in rank order: the pids come from the launcher's own line ("started
+ * ranks 0,1 of 2 on node 0 (pids A,B; …"), not from the order of forks in the trace; the launcher
+ * is the process that forked them. Throws, naming what is missing, rather than guess.
+ */
+export function findRanks(
+  events: Event[],
+  launcherLog: string,
+): { ranks: number[]; launcher: number } {
+  const m = /started ranks 0,1 of 2 on node 0 \(pids (\d+),(\d+)/.exec(launcherLog);
+  if (!m) {
+    throw new Error(
+      "the launcher's output does not name its 2 ranks' pids (\"started ranks 0,1 …\")",
+    );
   }
-  const byParent = new Map<number, number[]>();
-  for (const e of events) {
-    if (e.kind !== "fork" || procOf.get(e.target!) !== e.target) continue;
-    if ((threadsOf.get(e.target!) ?? 0) < 3) continue;
-    const parent = e.pid;
-    if (!byParent.has(parent)) byParent.set(parent, []);
-    byParent.get(parent)!.push(e.target!);
+  const ranks = [Number(m[1]), Number(m[2])];
+  const fork = events.find((e) => e.kind === "fork" && ranks.includes(e.target!));
+  if (!fork) {
+    throw new Error(
+      `the scheduler trace has no fork of rank pid ${
+        ranks.join(" or ")
+      }: perf lost events (rerun it)`,
+    );
   }
-  const pair = [...byParent].find(([, kids]) => kids.length === 2);
-  if (!pair) throw new Error("could not find the launcher and its 2 ranks in the scheduler trace");
-  return { launcher: pair[0], ranks: pair[1] };
+  return { launcher: fork.pid, ranks };
 }
 
-async function run(cmd: string, args: string[], env: Record<string, string> = {}): Promise<string> {
+/** Runs a command: its stdout and stderr, or an error naming the command and its stderr. */
+async function run(
+  cmd: string,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ stdout: string; stderr: string }> {
   let out: Deno.CommandOutput;
   try {
     out = await new Deno.Command(cmd, { args, env, stdout: "piped", stderr: "piped" }).output();
@@ -189,7 +200,7 @@ async function run(cmd: string, args: string[], env: Record<string, string> = {}
   }
   const err = new TextDecoder().decode(out.stderr);
   if (!out.success) throw new Error(`${cmd} ${args.slice(0, 3).join(" ")} … failed:\n${err}`);
-  return new TextDecoder().decode(out.stdout);
+  return { stdout: new TextDecoder().decode(out.stdout), stderr: err };
 }
 
 if (import.meta.main) {
@@ -209,7 +220,7 @@ if (import.meta.main) {
   try {
     const data = join(tmp, "sched.data");
     const load = Deno.readTextFileSync("/proc/loadavg").split(" ")[0];
-    await run("perf", [
+    const recorded = await run("perf", [
       "sched",
       "record",
       "-o",
@@ -226,7 +237,7 @@ if (import.meta.main) {
       join(ROOT, "examples/toy_ddp.ts"),
       values.epochs!,
     ]);
-    const text = await run("perf", [
+    const { stdout: text } = await run("perf", [
       "script",
       "-i",
       data,
@@ -234,7 +245,7 @@ if (import.meta.main) {
       "comm,tid,pid,cpu,time,event,trace",
     ]);
     const events = parseSchedEvents(text);
-    const { ranks, launcher } = findRanks(events);
+    const { ranks, launcher } = findRanks(events, recorded.stderr + recorded.stdout);
     const rep = waitReport(events, ranks, launcher, from);
     console.log(
       `toy DDP, 2 ranks, ${values.epochs} epochs; load average ${load}; window: the last ${

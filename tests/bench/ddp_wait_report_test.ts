@@ -2,7 +2,7 @@
 // running, runnable (and who held the cores) and asleep by its peer's state, on a trace written
 // here by hand so every figure is known.
 import assert from "node:assert/strict";
-import { parseSchedEvents, waitReport } from "../../scripts/ddp_wait_report.ts";
+import { findRanks, parseSchedEvents, waitReport } from "../../scripts/ddp_wait_report.ts";
 
 /** One `perf script -F comm,tid,pid,cpu,time,event,trace` line. */
 const line = (
@@ -63,4 +63,24 @@ Deno.test("the wait report splits each rank's time by its state and its peer's, 
   assert.equal(Math.round(r1.holders.get("rank 0 main thread")! * 10) / 10, 1);
   assert.equal(Math.round(r1.holders.get("idle")! * 10) / 10, 4);
   assert.equal(Math.round(rep.cores.get("other program: cc1")!), 20);
+});
+
+Deno.test("the ranks are named by the launcher's pids, whatever order the trace has their forks in", () => {
+  const fork = (t: number, child: number) =>
+    line(
+      "deno",
+      5,
+      5,
+      0,
+      t,
+      "sched_process_fork",
+      `comm=deno pid=5 child_comm=deno child_pid=${child}`,
+    );
+  const log =
+    "[dtrain] attempt 0: started ranks 0,1 of 2 on node 0 (pids 20,10; 1 native thread(s) each)";
+  // rank 1 (pid 10) forked first: a fork-order guess would swap the ranks
+  const events = parseSchedEvents([fork(1, 10), fork(1.001, 20)].join("\n"));
+  assert.deepEqual(findRanks(events, log), { launcher: 5, ranks: [20, 10] });
+  assert.throws(() => findRanks(events, "no launcher line"), /does not name its 2 ranks' pids/);
+  assert.throws(() => findRanks([], log), /no fork of rank pid 20 or 10: perf lost events/);
 });
