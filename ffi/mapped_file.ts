@@ -34,13 +34,21 @@ export class MappedFile {
   }
 
   /**
-   * Creates `path` (or empties it) as `size` zero bytes, mode 0600, and maps it; or says why not.
-   * The file is written out in full first, so no store into the mapping can find its page missing.
+   * Creates `path` (replacing any file there) holding `contents`, mode 0600, and maps it whole; or
+   * says why not. The file is written in full under a temporary name and renamed into place, so a
+   * reader never finds it empty or half written, and no store into the mapping finds its page
+   * missing.
    */
-  static create(path: string, size: number): MappedFile | { error: string } {
+  static create(path: string, contents: Uint8Array): MappedFile | { error: string } {
+    const size = contents.length;
+    const tmp = `${path}.${Deno.pid}.tmp`;
     try {
-      Deno.writeFileSync(path, new Uint8Array(size), { mode: 0o600 });
+      Deno.writeFileSync(tmp, contents, { mode: 0o600 });
+      Deno.renameSync(tmp, path);
     } catch (e) {
+      try {
+        Deno.removeSync(tmp);
+      } catch { /* never written */ }
       return { error: `cannot create ${path}: ${(e as Error).message}` };
     }
     const libc = openLibc(MMAP_SYMBOLS, "mmap");

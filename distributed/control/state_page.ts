@@ -39,6 +39,22 @@ function putHex(bytes: Uint8Array, at: number, v: number): void {
   for (let i = 7; i >= 0; i--, v >>>= 4) bytes[at + i] = HEX[v & 15]!;
 }
 
+/** The header of a record of `length` bytes (already in place after it) into `bytes`. */
+function writeHeader(bytes: Uint8Array, length: number): void {
+  for (let i = 0; i < MAGIC.length; i++) bytes[i] = MAGIC.charCodeAt(i);
+  putHex(bytes, 6, length);
+  bytes[14] = 0x20;
+  putHex(bytes, 15, fnv1a(bytes, HEADER_BYTES, HEADER_BYTES + length));
+  bytes[23] = 0x0a;
+}
+
+/** A page of `size` bytes that holds no record yet. */
+function emptyPage(size: number): Uint8Array<ArrayBuffer> {
+  const bytes = new Uint8Array(size);
+  writeHeader(bytes, 0);
+  return bytes;
+}
+
 /** Writes a rank's state page; each write replaces the whole record. */
 export class StatePage {
   readonly #path: string;
@@ -53,7 +69,19 @@ export class StatePage {
     this.#path = path;
     this.#map = map;
     this.#file = file;
-    this.#bytes = map ? map.bytes : new Uint8Array(PAGE_BYTES);
+    this.#bytes = map ? map.bytes : emptyPage(PAGE_BYTES);
+    this.#flush(HEADER_BYTES);
+  }
+
+  /** Without a mapping, writes the page's first `end` bytes to the file. */
+  #flush(end: number): void {
+    if (!this.#file) return;
+    try {
+      this.#file.seekSync(0, Deno.SeekMode.Start);
+      const out = this.#bytes.subarray(0, end);
+      let off = 0;
+      while (off < out.length) off += this.#file.writeSync(out.subarray(off));
+    } catch { /* the run directory is gone: the store record still goes out */ }
   }
 
   /**
@@ -61,7 +89,7 @@ export class StatePage {
    * the file cannot be mapped; null when it cannot be written at all (no page then).
    */
   static open(path: string): StatePage | null {
-    const map = MappedFile.create(path, PAGE_BYTES);
+    const map = MappedFile.create(path, emptyPage(PAGE_BYTES));
     if (!("error" in map)) return new StatePage(path, map, null);
     try {
       const file = Deno.openSync(path, { write: true, create: true, truncate: true, mode: 0o600 });
@@ -76,49 +104,38 @@ export class StatePage {
     return this.#map !== null;
   }
 
-  /** Replaces the page's record with `json`; synchronous, under a microsecond when mapped. */
+  /** Replaces the page's record with `json`; synchronous, ~2 µs with the serialising when mapped (scripts/bench_state_page.ts). */
   write(json: string): void {
     if (this.#closed) return;
     // a record is ASCII JSON, at most 3 bytes per UTF-16 unit otherwise
     if (HEADER_BYTES + json.length * 3 > this.#bytes.length) this.#grow(json.length * 3);
-    const bytes = this.#bytes;
-    const { written } = this.#encoder.encodeInto(json, bytes.subarray(HEADER_BYTES));
-    const end = HEADER_BYTES + written;
-    // The record first, the header that vouches for it last: a reader in between sees a mismatch.
-    for (let i = 0; i < MAGIC.length; i++) bytes[i] = MAGIC.charCodeAt(i);
-    putHex(bytes, 6, written);
-    bytes[14] = 0x20;
-    putHex(bytes, 15, fnv1a(bytes, HEADER_BYTES, end));
-    bytes[23] = 0x0a;
-    if (this.#file) {
-      try {
-        this.#file.seekSync(0, Deno.SeekMode.Start);
-        const out = bytes.subarray(0, end);
-        let off = 0;
-        while (off < out.length) off += this.#file.writeSync(out.subarray(off));
-      } catch { /* the run directory is gone: the store record still goes out */ }
-    }
+    const { written } = this.#encoder.encodeInto(json, this.#bytes.subarray(HEADER_BYTES));
+    // The record first, the header that vouches for it last: a reader in between sees a mismatch
+    // (the magic in front is in place from the page's opening on).
+    writeHeader(this.#bytes, written);
+    this.#flush(HEADER_BYTES + written);
   }
 
-  /** A record longer than the page: a page (and mapping) of twice the size it needs. */
+  /**
+   * A record longer than the page: a page (and mapping) of twice the size it needs, holding the
+   * last record until the new one is in place.
+   */
   #grow(recordBytes: number): void {
-    const size = 2 * (HEADER_BYTES + recordBytes);
+    const grown = new Uint8Array(2 * (HEADER_BYTES + recordBytes));
+    grown.set(this.#bytes);
     if (this.#map) {
+      const map = MappedFile.create(this.#path, grown);
       this.#map.close();
-      const map = MappedFile.create(this.#path, size);
-      if (!("error" in map)) {
+      if ("error" in map) {
+        // no larger page: stop writing it (the store record still goes out)
+        this.#map = null;
+        this.#closed = true;
+      } else {
         this.#map = map;
         this.#bytes = map.bytes;
         return;
       }
-      // cannot map a larger page: stop writing it (the store record still goes out)
-      this.#map = null;
-      this.#closed = true;
-      this.#bytes = new Uint8Array(size);
-      return;
     }
-    const grown = new Uint8Array(size);
-    grown.set(this.#bytes);
     this.#bytes = grown;
   }
 
@@ -149,6 +166,7 @@ export function parseStatePage(
       : { error: `not a state page (it starts ${JSON.stringify(header.slice(0, 8))})` };
   }
   const length = parseInt(m[1]!, 16), sum = parseInt(m[2]!, 16);
+  if (length === 0) return { error: "the state page holds no record yet" };
   const end = HEADER_BYTES + length;
   if (end > bytes.length) {
     return {
