@@ -5,10 +5,10 @@
  *
  * --max-semi-space-size=1 (MB): V8's young generation stays at 1 MB instead of growing towards
  * 16 MB. A training step leaves short-lived garbage (tensor handles, tape nodes, records) that
- * dies young; with the small nursery it is swept more often (18 scavenges instead of 7 over the
- * 237-step toy run, docs/BENCHMARKS.md 2026-12-07) but each sweep finds a nursery that is still in
- * the cache, and the toy DDP's CPU per steady step fell (31 alternating runs: rank 0 671 → 622 µs on
- * its main thread, rank 1 588 → 554 µs; samples/s +10 %).
+ * dies young. With the small nursery it is swept more often (18 scavenges instead of 6-7 over the
+ * toy's 237 steps, no less scavenge time in all), yet the toy DDP's CPU per steady step fell: lower
+ * in 34 of 49 alternating pairs of runs, rank 0's main thread by 4-7 % (docs/BENCHMARKS.md,
+ * 2026-12-07) — most likely because the step's allocations stay in a nursery the caches hold.
  */
 
 /** The flags a rank gets, in V8's spelling. */
