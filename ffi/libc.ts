@@ -9,8 +9,7 @@
  * @module
  */
 
-/** The C library's soname; ffi/mapped_file.ts opens it through openLibc too. */
-export const LIBC = "libc.so.6";
+const LIBC = "libc.so.6";
 const PR_SET_PDEATHSIG = 1;
 
 const PRCTL_SYMBOLS = {

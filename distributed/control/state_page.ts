@@ -104,7 +104,10 @@ export class StatePage {
     return this.#map !== null;
   }
 
-  /** Replaces the page's record with `json`; synchronous, ~2 µs with the serialising when mapped (scripts/bench_state_page.ts). */
+  /**
+   * Replaces the page's record with `json`; synchronous, ~1 µs with the record's serialising when
+   * mapped (scripts/bench_state_page.ts).
+   */
   write(json: string): void {
     if (this.#closed) return;
     // a record is ASCII JSON, at most 3 bytes per UTF-16 unit otherwise
