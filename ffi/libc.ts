@@ -2,7 +2,8 @@
  * The C library's calls dtrain makes (libc.so.6, opened for each call and
  * closed after it: they are rare): tying a rank to its launcher with
  * prctl(PR_SET_PDEATHSIG), ignoring signals once a rank's script is over,
- * and statvfs for `dtrain doctor`. Each answers a result or why it failed;
+ * and statvfs for `dtrain doctor` (ffi/mapped_file.ts maps files through the
+ * same openLibc). Each answers a result or why it failed;
  * none throws.
  *
  * @module
@@ -28,7 +29,7 @@ const STATVFS_SYMBOLS = {
 } as const satisfies Deno.ForeignLibraryInterface;
 
 /** Opens libc with `symbols`, or gives the reason it cannot be opened (`forWhat`: the call). */
-function openLibc<S extends Deno.ForeignLibraryInterface>(
+export function openLibc<S extends Deno.ForeignLibraryInterface>(
   symbols: S,
   forWhat?: string,
 ): Deno.DynamicLibrary<S> | { error: string } {

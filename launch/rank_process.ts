@@ -7,6 +7,7 @@
 import { LogFile, pumpLines, showsStdout } from "./output.ts";
 import { installLayout } from "../os/install_layout.ts";
 import { signalExitCode } from "../os/exit_status.ts";
+import { rankV8Args } from "./rank_v8_flags.ts";
 
 // The rank bootstrap and config: launch/rank_main.ts and deno.json in a
 // checkout, their bundled copies in the single file's extraction folder.
@@ -87,6 +88,7 @@ export class RankProcess {
       args: [
         "run",
         "-A",
+        ...rankV8Args(opts.env.DENO_V8_FLAGS ?? Deno.env.get("DENO_V8_FLAGS")),
         "--config",
         RUNTIME.config,
         "--preload",

@@ -68,15 +68,42 @@ export const HEARTBEAT_MS = 1000;
 /** Longest delay of a frequent phase change or a collective exit before it is published. */
 const FLUSH_MS = 100;
 
+/** A number as JSON writes it. */
+function num(n: number): string {
+  return Number.isFinite(n) ? String(n) : "null";
+}
+
 /**
  * A PhaseSink that publishes every phase change and collective enter/exit
  * of this rank to the store as a RankState, without waiting for answers
  * (records leave synchronously, so they are out before any blocking call).
+ * A training step changes phase and enters and leaves collectives many times:
+ * the record is written from JSON pieces kept between changes (the rank's
+ * identity once, a phase's or collective's name when it changes), not an
+ * object copied and serialised whole at each one.
  */
 export class StorePhaseSink implements PhaseSink {
   readonly #store: StoreClient;
   readonly #key: string;
-  readonly #state: RankState;
+  /** `{"rank":…,"host":…,"pid":…,` */
+  readonly #head: string;
+  #phase: string;
+  #phaseAt: number;
+  #phaseFrequent: boolean | undefined = undefined;
+  /** `"phase":…,"phaseAt":…[,"phaseFrequent":…]`, or "" once the phase changed */
+  #phaseJson = "";
+  /** the last collective's sequence number (0: none yet) and payload */
+  #collSeq = 0;
+  #collBytes = 0;
+  /** `"op":…[,"detail":…]` of the last collective, and the op and detail it was made of */
+  #collNames = "";
+  #collOp = "";
+  #collDetail: string | undefined = undefined;
+  #inColl = false;
+  #collAt = 0;
+  #status: RankState["status"] = "running";
+  /** when the store record was last written */
+  #sentAt = 0;
   #timer: ReturnType<typeof setInterval> | undefined;
   #flush: ReturnType<typeof setTimeout> | undefined;
   readonly #page: StatePage | null;
@@ -94,13 +121,18 @@ export class StorePhaseSink implements PhaseSink {
     this.#store = store;
     this.#key = key;
     this.#page = page;
-    this.#state = { ...init, coll: null, inColl: false, collAt: 0, status: "running", sentAt: 0 };
+    this.#head = `{"rank":${num(init.rank)},"host":${JSON.stringify(init.host)},"pid":${
+      num(init.pid)
+    },`;
+    this.#phase = init.phase;
+    this.#phaseAt = init.phaseAt;
   }
 
   phase(name: string, sinceMs: number, frequent = false): void {
-    this.#state.phase = name;
-    this.#state.phaseAt = sinceMs;
-    this.#state.phaseFrequent = frequent;
+    this.#phase = name;
+    this.#phaseAt = sinceMs;
+    this.#phaseFrequent = frequent;
+    this.#phaseJson = "";
     if (frequent) this.#soon();
     else this.publish();
   }
@@ -113,18 +145,40 @@ export class StorePhaseSink implements PhaseSink {
    * "blocked in the collective after its last report" (launch/hang_report.ts).
    */
   collective(rec: CollectiveRecord, state: "enter" | "exit"): void {
-    this.#state.coll = { ...rec };
-    this.#state.inColl = state === "enter";
-    this.#state.collAt = Date.now();
+    // the record's fields now (the caller may reuse its object)
+    this.#collSeq = rec.seq;
+    this.#collBytes = rec.bytes;
+    if (rec.op !== this.#collOp || rec.detail !== this.#collDetail || this.#collNames === "") {
+      this.#collOp = rec.op;
+      this.#collDetail = rec.detail;
+      this.#collNames = `"op":${JSON.stringify(rec.op)}` +
+        (rec.detail === undefined ? "" : `,"detail":${JSON.stringify(rec.detail)}`);
+    }
+    this.#inColl = state === "enter";
+    this.#collAt = Date.now();
     if (state === "enter" && rec.op === "barrier") return this.publish();
     // The page's record carries its own write time; `sentAt` stays the store record's (#soon).
-    this.#page?.write(JSON.stringify({ ...this.#state, sentAt: this.#state.collAt }));
+    this.#page?.write(this.#json(this.#collAt));
     this.#soon();
+  }
+
+  /** The RankState record (JSON) as of now, written at `sentAt`. */
+  #json(sentAt: number): string {
+    if (this.#phaseJson === "") {
+      this.#phaseJson = `"phase":${JSON.stringify(this.#phase)},"phaseAt":${num(this.#phaseAt)}` +
+        (this.#phaseFrequent === undefined ? "" : `,"phaseFrequent":${this.#phaseFrequent}`);
+    }
+    const coll = this.#collNames === ""
+      ? "null"
+      : `{"seq":${num(this.#collSeq)},${this.#collNames},"bytes":${num(this.#collBytes)}}`;
+    return `${this.#head}${this.#phaseJson},"coll":${coll},"inColl":${this.#inColl},"collAt":${
+      num(this.#collAt)
+    },"status":"${this.#status}","sentAt":${num(sentAt)}}`;
   }
 
   /** Publishes within FLUSH_MS (at once when the last record is older). */
   #soon(): void {
-    if (Date.now() - this.#state.sentAt >= FLUSH_MS) return this.publish();
+    if (Date.now() - this.#sentAt >= FLUSH_MS) return this.publish();
     if (this.#flush !== undefined) return;
     this.#flush = setTimeout(() => {
       this.#flush = undefined;
@@ -135,8 +189,8 @@ export class StorePhaseSink implements PhaseSink {
 
   /** Marks the rank as ending normally (sent from the unload event). */
   exiting(): void {
-    this.#state.status = "exited";
-    this.#state.inColl = false;
+    this.#status = "exited";
+    this.#inColl = false;
     this.publish();
   }
 
@@ -146,8 +200,8 @@ export class StorePhaseSink implements PhaseSink {
       clearTimeout(this.#flush);
       this.#flush = undefined;
     }
-    this.#state.sentAt = Date.now();
-    const json = JSON.stringify(this.#state);
+    this.#sentAt = Date.now();
+    const json = this.#json(this.#sentAt);
     this.#page?.write(json);
     this.#store.post(this.#key, json);
   }

@@ -163,3 +163,67 @@ Deno.test("toRankView() and toFailureNotice() return null for records that are n
   assert.deepEqual(toFailureNotice(enc(JSON.stringify(full))), full);
   assert.equal(toFailureNotice(enc(JSON.stringify({ ...full, kind: "bogus" })))!.kind, "error");
 });
+
+Deno.test("StorePhaseSink's records are the RankState it describes, field for field, as its pieces change", () => {
+  const posts: string[] = [];
+  const store = {
+    post: (_key: string, json: string) => posts.push(json),
+  } as unknown as StoreClient;
+  const t0 = Date.now();
+  const sink = new StorePhaseSink(store, "r/0", {
+    rank: 3,
+    host: 'host "q" é',
+    pid: 42,
+    phase: "start",
+    phaseAt: t0,
+  });
+  // what each record must say: the fields the sink was given, at the times it stamped
+  const expect: Record<string, unknown> = {
+    rank: 3,
+    host: 'host "q" é',
+    pid: 42,
+    phase: "start",
+    phaseAt: t0,
+    coll: null,
+    inColl: false,
+    status: "running",
+  };
+  const check = (what: string) => {
+    const got = JSON.parse(posts.at(-1)!);
+    // the record's and the collective's times are the sink's own clock: only checked as times
+    assert.deepEqual({ ...got, sentAt: 0, collAt: 0 }, { ...expect, sentAt: 0, collAt: 0 }, what);
+    assert.ok(got.sentAt >= t0 && (expect.coll === null ? got.collAt === 0 : got.collAt >= t0));
+  };
+  sink.publish();
+  check("the first record");
+  sink.phase('scan "data"\n', t0 + 1);
+  Object.assign(expect, { phase: 'scan "data"\n', phaseAt: t0 + 1, phaseFrequent: false });
+  check("a user's phase");
+  sink.collective({ seq: 1, op: "barrier", bytes: 0, detail: 'epoch "1"' }, "enter");
+  expect.coll = { seq: 1, op: "barrier", bytes: 0, detail: 'epoch "1"' };
+  expect.inColl = true;
+  check("a barrier's enter");
+  sink.phase("forward", t0 + 2, true);
+  sink.collective({ seq: 2, op: "allReduce", bytes: 4096 }, "enter");
+  sink.collective({ seq: 2, op: "allReduce", bytes: 4096 }, "exit");
+  sink.publish();
+  Object.assign(expect, {
+    phase: "forward",
+    phaseAt: t0 + 2,
+    phaseFrequent: true,
+    coll: { seq: 2, op: "allReduce", bytes: 4096 },
+    inColl: false,
+  });
+  check("a frequent phase and a collective without detail, after one with");
+  sink.collective({ seq: 3, op: "allReduce", bytes: 8, detail: "x" }, "enter");
+  sink.exiting();
+  Object.assign(expect, {
+    coll: { seq: 3, op: "allReduce", bytes: 8, detail: "x" },
+    inColl: false,
+    status: "exited",
+  });
+  check("the exit");
+  const v = toRankView({ key: "", value: new TextEncoder().encode(posts.at(-1)!), ageMs: 0 })!;
+  assert.equal(v.status, "exited");
+  assert.deepEqual(v.coll, { seq: 3, op: "allReduce", bytes: 8, detail: "x" });
+});
