@@ -131,12 +131,16 @@ typedef enum {
  * would otherwise repeat for every B sliver): on the way where the kernel
  * can and the block has a full tile to pack (2 x 256 x 64 ran 20 % slower
  * packed), ahead otherwise, as are bf16 and f16, which are converted while
- * packing. */
+ * packing. Up to DT_GEMM_DIRECT_A_MAX_N columns, a transposed A whose rows
+ * are no longer than a block (lda <= mc) stays in place: a K block of it is
+ * then one stretch of memory, which the prefetchers stream as well as a
+ * packed one (128 x 128 x 2048 ran 3-4 % slower packed on the way). */
 static dt_gemm_a_mode_ dt_gemm_a_mode_of_(const dt_gemm_isa_* isa, const dt_gemm_view_* a, int64_t m, int64_t n) {
   if (a->dtype != DT_F32) return DT_GEMM_A_PACKED;
   if (a->cs == 1) return DT_GEMM_A_DIRECT;
   int64_t slivers = (n + isa->nr - 1) / isa->nr;
-  if (isa->kernel_pack && a->rs == 1 && m >= isa->mr && slivers >= DT_GEMM_PACK_A_MIN_SLIVERS)
+  int strided = n > DT_GEMM_DIRECT_A_MAX_N || a->cs > isa->mc;
+  if (isa->kernel_pack && a->rs == 1 && m >= isa->mr && slivers >= DT_GEMM_PACK_A_MIN_SLIVERS && strided)
     return DT_GEMM_A_ON_THE_WAY;
   return n <= DT_GEMM_DIRECT_A_MAX_N ? DT_GEMM_A_DIRECT : DT_GEMM_A_PACKED;
 }

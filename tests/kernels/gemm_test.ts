@@ -502,9 +502,10 @@ function flipA(c: Case, inp: Inputs): { c: Case; inp: Inputs } {
 }
 
 Deno.test("dt_gemm() with a transposed A packed by the kernel on the way gives the bits of an A read in place", () => {
-  // A transposed f32 A feeding at least 8 B slivers (N > 112 on AVX2) is packed by the kernel
-  // of the first sliver as it reads it (kernel_pack), the tail sliver of fewer than mr rows
-  // beforehand; the other slivers read it packed. The kernel does the same operations per
+  // A transposed f32 A feeding at least 8 B slivers (N > 112 on AVX2), with rows longer than
+  // an A block (lda > mc = 144) or more than 256 columns, is packed by the kernel of the first
+  // sliver as it reads it (kernel_pack), the tail sliver of fewer than mr rows beforehand; the
+  // other slivers read it packed. The kernel does the same operations per
   // element whichever way A comes, so the result must have the bits of the same product with
   // A stored untransposed (read in place). f32 only: bf16 and f16 are always packed ahead.
   // M: one tile, a tail of 1 row, more than one A block (mc = 144) with a full and a short
@@ -525,7 +526,7 @@ Deno.test("dt_gemm() with a transposed A packed by the kernel on the way gives t
           transA: true,
           transB,
           beta: beta!,
-          lda: M + 5,
+          lda: M + 150,
           ldb: (transB ? Kd : N) + 1,
         });
         // batches with gaps between the matrices (NaN there must not leak)
@@ -559,7 +560,7 @@ const EDGE_SHAPES: [number, number, number][] = [
   [33, 65, 5],
   [7, 35, 300],
   [5, 530, 9],
-  [13, 130, 17], // A^T packed on the way: its last full tile and the short one after it
+  [151, 130, 17], // A^T packed on the way (lda > mc): a second block of a full tile and 1 row
 ];
 
 Deno.test("dt_gemm() reads nothing past the end of A, B or C (guard pages)", () => {
