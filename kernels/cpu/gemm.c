@@ -113,9 +113,12 @@ typedef struct {
 /* Fewest B slivers for which a transposed f32 A is packed by the kernel of
  * its first sliver (isa->kernel_pack) rather than read in place or packed in
  * a pass of its own: the first sliver's tiles store A once more, paid back
- * by the other slivers reading it packed. On an AVX2 Zen 3 core against
- * OpenBLAS (bench_gemm, 3 pairs of runs): 384 and 512 x 128 x 2048 (8
- * slivers) 5-8 % faster, 256 x 64 x 2048 (4 slivers) 1-8 % slower. */
+ * by the other slivers reading it packed. On an AVX2 Zen 3 core, against
+ * OpenBLAS in runs alternated with the code before (bench_gemm --clock cpu,
+ * docs/BENCHMARKS.md): 128 x 512 x 2048 (packed in a pass of its own before)
+ * went from 0.95-0.96x to 0.97-1.00x, 384 x 128 x 2048 from 0.96-0.97x to
+ * 0.99-1.00x in the quietest sitting, while with 4 slivers 256 x 64 x 2048
+ * ran 1-8 % slower than read in place. */
 #define DT_GEMM_PACK_A_MIN_SLIVERS 8
 
 /* How a block of A reaches the micro-kernel. */
@@ -134,7 +137,7 @@ typedef enum {
  * packing. Up to DT_GEMM_DIRECT_A_MAX_N columns, a transposed A whose rows
  * are no longer than a block (lda <= mc) stays in place: a K block of it is
  * then one stretch of memory, which the prefetchers stream as well as a
- * packed one (128 x 128 x 2048 ran 3-4 % slower packed on the way). */
+ * packed one (128 x 128 x 2048 ran 3 % slower packed on the way). */
 static dt_gemm_a_mode_ dt_gemm_a_mode_of_(const dt_gemm_isa_* isa, const dt_gemm_view_* a, int64_t m, int64_t n) {
   if (a->dtype != DT_F32) return DT_GEMM_A_PACKED;
   if (a->cs == 1) return DT_GEMM_A_DIRECT;
