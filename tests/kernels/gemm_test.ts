@@ -505,9 +505,9 @@ Deno.test("dt_gemm() with a transposed A packed by the kernel on the way gives t
   // A transposed f32 A feeding at least 8 B slivers (N > 112 on AVX2), with rows longer than
   // an A block (lda > mc = 144) or more than 256 columns, is packed by the kernel of the first
   // sliver as it reads it (kernel_pack), the tail sliver of fewer than mr rows beforehand; the
-  // other slivers read it packed. The kernel does the same operations per
-  // element whichever way A comes, so the result must have the bits of the same product with
-  // A stored untransposed (read in place). f32 only: bf16 and f16 are always packed ahead.
+  // other slivers read it packed. The kernel does the same operations per element whichever
+  // way A comes, so the result must have the bits of the same product with A stored
+  // untransposed (read in place). f32 only: bf16 and f16 are always packed ahead.
   // M: one tile, a tail of 1 row, more than one A block (mc = 144) with a full and a short
   // tail; N: 8 slivers, a partial last one, past the in-place limit; K: 1, around 16, 2 blocks.
   const rng = new Rng(13);
