@@ -110,6 +110,44 @@ typedef struct {
  * 3-4 % slower. */
 #define DT_GEMM_DIRECT_A_MAX_N 256
 
+/* Fewest B slivers for which a transposed f32 A is packed by the kernel of
+ * its first sliver (isa->kernel_pack) rather than read in place or packed in
+ * a pass of its own: the first sliver's tiles store A once more, paid back
+ * by the other slivers reading it packed. On an AVX2 Zen 3 core, against
+ * OpenBLAS in runs alternated with the code before (bench_gemm --clock cpu,
+ * docs/BENCHMARKS.md): 128 x 512 x 2048 (packed in a pass of its own before)
+ * went from 0.95-0.96x to 0.97-1.00x, 384 x 128 x 2048 from 0.96-0.97x to
+ * 0.99-1.00x in the quietest sitting, while with 4 slivers 256 x 64 x 2048
+ * ran 1-8 % slower than read in place. */
+#define DT_GEMM_PACK_A_MIN_SLIVERS 8
+
+/* How a block of A reaches the micro-kernel. */
+typedef enum {
+  DT_GEMM_A_DIRECT,     /* read in place */
+  DT_GEMM_A_PACKED,     /* packed by isa->pack_a before its tiles */
+  DT_GEMM_A_ON_THE_WAY, /* packed by isa->kernel_pack as the first B sliver's tiles read it */
+} dt_gemm_a_mode_;
+
+/* f32 A is read in place: the kernel broadcasts single elements, so any
+ * layout will do, and packing would cost more than it saves on the model's
+ * shapes. A transposed A feeding many columns is packed (its strided reads
+ * would otherwise repeat for every B sliver): on the way where the kernel
+ * can and the block has a full tile to pack (2 x 256 x 64 ran 20 % slower
+ * packed), ahead otherwise, as are bf16 and f16, which are converted while
+ * packing. Up to DT_GEMM_DIRECT_A_MAX_N columns, a transposed A whose rows
+ * are no longer than a block (lda <= mc) stays in place: a K block of it is
+ * then one stretch of memory, which the prefetchers stream as well as a
+ * packed one (128 x 128 x 2048 ran 3 % slower packed on the way). */
+static dt_gemm_a_mode_ dt_gemm_a_mode_of_(const dt_gemm_isa_* isa, const dt_gemm_view_* a, int64_t m, int64_t n) {
+  if (a->dtype != DT_F32) return DT_GEMM_A_PACKED;
+  if (a->cs == 1) return DT_GEMM_A_DIRECT;
+  int64_t slivers = (n + isa->nr - 1) / isa->nr;
+  int strided = n > DT_GEMM_DIRECT_A_MAX_N || a->cs > isa->mc;
+  if (isa->kernel_pack && a->rs == 1 && m >= isa->mr && slivers >= DT_GEMM_PACK_A_MIN_SLIVERS && strided)
+    return DT_GEMM_A_ON_THE_WAY;
+  return n <= DT_GEMM_DIRECT_A_MAX_N ? DT_GEMM_A_DIRECT : DT_GEMM_A_PACKED;
+}
+
 /* c (m x n f32, row stride ldc) = alpha * a @ b + beta * c, where a is m x k
  * and b is k x n: loops over B panels (nc x kc), A blocks (mc x kc) and
  * micro-tiles. K blocks after the first add onto c (beta = 1). Fails only to
@@ -128,12 +166,8 @@ static dt_status dt_gemm_blocked_(dt_gemm_job_* job, const dt_gemm_view_* a, con
     isa->dot(m, n, K, alpha, a->data, a->rs, b->data, b->cs, beta, c, ldc);
     return DT_OK;
   }
-  /* f32 A is read in place: the kernel broadcasts single elements, so any
-   * layout will do, and packing would cost more than it saves on the model's
-   * shapes. A transposed A feeding many columns is packed (its strided reads
-   * would otherwise repeat for every B sliver), as are bf16 and f16, which are
-   * converted while packing. */
-  int direct_a = a->dtype == DT_F32 && (a->cs == 1 || n <= DT_GEMM_DIRECT_A_MAX_N);
+  dt_gemm_a_mode_ a_mode = dt_gemm_a_mode_of_(isa, a, m, n);
+  int direct_a = a_mode == DT_GEMM_A_DIRECT;
   /* with a single A sliver each B sliver is used once: f32 rows of B are read
    * in place too, and only a partial last sliver is packed (zero padded) */
   int direct_b = b->dtype == DT_F32 && b->cs == 1 && m <= mr;
@@ -161,7 +195,10 @@ static dt_status dt_gemm_blocked_(dt_gemm_job_* job, const dt_gemm_view_* a, con
           csa = a->cs;
           sliver = mr * a->rs;
         } else {
-          isa->pack_a(a, ic, mc, pc, kc, mr, ap);
+          int64_t full = mc / mr * mr;
+          if (a_mode == DT_GEMM_A_PACKED) isa->pack_a(a, ic, mc, pc, kc, mr, ap);
+          else if (full < mc) /* kernel_pack packs full tiles only: the short last one goes ahead */
+            isa->pack_a(a, ic + full, mc - full, pc, kc, mr, ap + full * kc);
           ablk = ap;
           rsa = 1;
           csa = mr;
@@ -182,11 +219,18 @@ static dt_status dt_gemm_blocked_(dt_gemm_job_* job, const dt_gemm_view_* a, con
             bs = (const float*)b->data + pc * b->rs + jc + jr;
             rsb = b->rs;
           }
+          int pack_now = a_mode == DT_GEMM_A_ON_THE_WAY && jr == 0;
           for (int64_t ir = 0, mrr; ir < mc; ir += mrr) {
             mrr = mc - ir < mr ? mc - ir : mr;
             if (ir == split_at) mrr = (mr + tail + 1) / 2;
+            float* cs = c + (ic + ir) * ldc + jc + jr;
+            if (pack_now && mrr == mr) {
+              const float* src = (const float*)a->data + (ic + ir) + pc * a->cs;
+              isa->kernel_pack(kc, src, a->cs, ap + ir / mr * sliver, bs, rsb, cs, ldc, alpha, beta_k, nrr);
+              continue;
+            }
             const float* as = direct_a ? ablk + ir * rsa : ablk + ir / mr * sliver;
-            isa->kernel(kc, as, rsa, csa, bs, rsb, c + (ic + ir) * ldc + jc + jr, ldc, alpha, beta_k, (int)mrr, nrr);
+            isa->kernel(kc, as, rsa, csa, bs, rsb, cs, ldc, alpha, beta_k, (int)mrr, nrr);
           }
         }
       }

@@ -22,6 +22,15 @@ typedef struct {
 typedef void (*dt_gemm_kernel_fn_)(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b,
                                    int64_t rsb, float* c, int64_t ldc, float alpha, float beta, int mr, int nr);
 
+/* The micro-kernel of a full mr-row tile of a transposed f32 A that also
+ * packs it: A's element (i, p) is at a[i + p * lda], and the tile's A sliver
+ * is written at ap in the layout of dt_gemm_pack_a_fn_ (for each p, its mr
+ * values contiguously) as the kernel reads it, so that the tiles of the
+ * following B slivers read it packed without a separate pass over A. B, C,
+ * alpha, beta and nr as for dt_gemm_kernel_fn_, and the same bits. */
+typedef void (*dt_gemm_kernel_pack_fn_)(int64_t k, const float* a, int64_t lda, float* ap, const float* b,
+                                        int64_t rsb, float* c, int64_t ldc, float alpha, float beta, int nr);
+
 /* Packs B rows [p0, p0 + kc) x columns [j0, j0 + nc) of v into slivers of nr
  * columns: sliver s holds, for each p, its nr values contiguously, at
  * dst + s * kc * nr. Columns past nc are zero. */
@@ -48,6 +57,7 @@ typedef struct {
    * kc x nc; mc is a multiple of mr and nc of nr (packing buffers rely on it) */
   int64_t mc, kc, nc;
   dt_gemm_kernel_fn_ kernel;
+  dt_gemm_kernel_pack_fn_ kernel_pack; /* NULL: a transposed A is packed beforehand or read in place */
   dt_gemm_pack_a_fn_ pack_a;
   dt_gemm_pack_b_fn_ pack_b;
   dt_gemm_dot_fn_ dot; /* for M or N <= DT_GEMM_DOT_MAX; NULL: use the kernel */

@@ -38,11 +38,14 @@ AVX2_ static inline void store_row_(float* c, __m256 acc0, __m256 acc1, __m256 a
  * two accumulators wide. A short tile runs a body of its own size instead of
  * the 6-row one with rows repeated: the same operations per element in the
  * same order, so the same bits, for two thirds or a third of the work.
- * Rows past mr (up to `rows`) repeat the last real row and are discarded. */
+ * Rows past mr (up to `rows`) repeat the last real row and are discarded.
+ * With `ap` (a full 6-row tile of an A whose rows are contiguous, rsa == 1),
+ * each step also copies the 6 values of A it broadcasts to ap + p * 6: the
+ * packed sliver, made while its values are loaded anyway. */
 AVX2_ static inline __attribute__((always_inline)) void tile_rows_(int rows, int64_t k, const float* a, int64_t rsa,
-                                                                   int64_t csa, const float* b, int64_t rsb,
-                                                                   float* c, int64_t ldc, float alpha, float beta,
-                                                                   int mr, int nr) {
+                                                                   int64_t csa, float* ap, const float* b,
+                                                                   int64_t rsb, float* c, int64_t ldc, float alpha,
+                                                                   float beta, int mr, int nr) {
   const float* a0 = a;
   const float* a1 = a + (mr > 1 ? 1 : 0) * rsa;
   const float* a2 = a + (mr > 2 ? 2 : mr - 1) * rsa;
@@ -88,6 +91,11 @@ AVX2_ static inline __attribute__((always_inline)) void tile_rows_(int rows, int
       c50 = _mm256_fmadd_ps(x, b0, c50);
       c51 = _mm256_fmadd_ps(x, b1, c51);
     }
+    if (ap) {
+      _mm_storeu_ps(ap, _mm_loadu_ps(a0 + o));
+      _mm_storel_pi((__m64*)(ap + 4), _mm_castpd_ps(_mm_load_sd((const double*)(a0 + o + 4))));
+      ap += MR;
+    }
     o += csa;
     b += rsb;
   }
@@ -107,9 +115,14 @@ AVX2_ static inline __attribute__((always_inline)) void tile_rows_(int rows, int
 
 AVX2_ static void kernel_6x16_(int64_t k, const float* a, int64_t rsa, int64_t csa, const float* b, int64_t rsb,
                                float* c, int64_t ldc, float alpha, float beta, int mr, int nr) {
-  if (mr > 4) tile_rows_(6, k, a, rsa, csa, b, rsb, c, ldc, alpha, beta, mr, nr);
-  else if (mr > 2) tile_rows_(4, k, a, rsa, csa, b, rsb, c, ldc, alpha, beta, mr, nr);
-  else tile_rows_(2, k, a, rsa, csa, b, rsb, c, ldc, alpha, beta, mr, nr);
+  if (mr > 4) tile_rows_(6, k, a, rsa, csa, NULL, b, rsb, c, ldc, alpha, beta, mr, nr);
+  else if (mr > 2) tile_rows_(4, k, a, rsa, csa, NULL, b, rsb, c, ldc, alpha, beta, mr, nr);
+  else tile_rows_(2, k, a, rsa, csa, NULL, b, rsb, c, ldc, alpha, beta, mr, nr);
+}
+
+AVX2_ static void kernel_pack_6x16_(int64_t k, const float* a, int64_t lda, float* ap, const float* b, int64_t rsb,
+                                    float* c, int64_t ldc, float alpha, float beta, int nr) {
+  tile_rows_(6, k, a, 1, lda, ap, b, rsb, c, ldc, alpha, beta, MR, nr);
 }
 
 const dt_gemm_isa_ dt_gemm_isa_avx2_ = {
@@ -120,6 +133,7 @@ const dt_gemm_isa_ dt_gemm_isa_avx2_ = {
     .kc = 256,
     .nc = 4080,
     .kernel = kernel_6x16_,
+    .kernel_pack = kernel_pack_6x16_,
     .pack_a = dt_gemm_pack_a_avx2_,
     .pack_b = dt_gemm_pack_b_avx2_,
     .dot = dt_gemm_dot_avx2_,

@@ -484,6 +484,73 @@ Deno.test("dt_gemm() runs strided batches, including a shared B (stride 0) and g
   checkCase(rng, makeCase(128, 32, 128, { batch: 3 }));
 });
 
+/** The same product with A stored the other way round (op(A) = A^T <-> A), NaN in the padding. */
+function flipA(c: Case, inp: Inputs): { c: Case; inp: Inputs } {
+  const lda = (c.transA ? c.K : c.M) + 2;
+  const strideA = (c.transA ? c.M : c.K) * lda + 3;
+  const flipped: Case = { ...c, transA: !c.transA, lda, strideA };
+  const a = new Float64Array(extent(c.transA ? c.M : c.K, lda, c.batch, strideA)).fill(NaN);
+  for (let bi = 0; bi < c.batch; bi++) {
+    for (let i = 0; i < c.M; i++) {
+      for (let p = 0; p < c.K; p++) {
+        const from = bi * c.strideA + (c.transA ? p * c.lda + i : i * c.lda + p);
+        a[bi * strideA + (c.transA ? i * lda + p : p * lda + i)] = inp.a[from]!;
+      }
+    }
+  }
+  return { c: flipped, inp: { ...inp, a } };
+}
+
+Deno.test("dt_gemm() with a transposed A packed by the kernel on the way gives the bits of an A read in place", () => {
+  // A transposed f32 A feeding at least 8 B slivers (N > 112 on AVX2), with rows longer than
+  // an A block (lda > mc = 144) or more than 256 columns, is packed by the kernel of the first
+  // sliver as it reads it (kernel_pack), the tail sliver of fewer than mr rows beforehand; the
+  // other slivers read it packed. The kernel does the same operations per element whichever
+  // way A comes, so the result must have the bits of the same product with A stored
+  // untransposed (read in place). f32 only: bf16 and f16 are always packed ahead.
+  // M: one tile, a tail of 1 row, more than one A block (mc = 144) with a full and a short
+  // tail; N: 8 slivers, a partial last one, past the in-place limit; K: 1, around 16, 2 blocks.
+  const rng = new Rng(13);
+  const shapes: [number, number, number][] = [
+    [6, 128, 16],
+    [13, 130, 1],
+    [17, 128, 15],
+    [25, 300, 17],
+    [150, 129, 33],
+    [149, 144, 300],
+  ];
+  for (const [M, N, Kd] of shapes) {
+    for (const transB of [false, true]) {
+      for (const [beta, batch] of [[0, 1], [1, 2]]) {
+        const base = makeCase(M, N, Kd, {
+          transA: true,
+          transB,
+          beta: beta!,
+          lda: M + 150,
+          ldb: (transB ? Kd : N) + 1,
+        });
+        // batches with gaps between the matrices (NaN there must not leak)
+        const c = {
+          ...base,
+          batch: batch!,
+          strideA: base.strideA + 7,
+          strideB: base.strideB + 3,
+          strideC: base.strideC + 2,
+        };
+        const inp = randomInputs(rng, c);
+        const got = runGemm(c, inp);
+        check(c, got, reference(c, inp));
+        const plain = flipA(c, inp);
+        assertSameBits(
+          got,
+          runGemm(plain.c, plain.inp),
+          `${describe(c)} against ${describe(plain.c)}`,
+        );
+      }
+    }
+  }
+});
+
 /** M, N, K of products with every kind of edge: partial tiles, dot products, K tails, a packed A. */
 const EDGE_SHAPES: [number, number, number][] = [
   [1, 1, 1],
@@ -493,6 +560,7 @@ const EDGE_SHAPES: [number, number, number][] = [
   [33, 65, 5],
   [7, 35, 300],
   [5, 530, 9],
+  [151, 130, 17], // A^T packed on the way (lda > mc): a second block of a full tile and 1 row
 ];
 
 Deno.test("dt_gemm() reads nothing past the end of A, B or C (guard pages)", () => {
