@@ -30,24 +30,46 @@ Deno.test("DDP broadcasts rank 0's weights at construction and keeps replicas id
   assert.notEqual(lines[0].atStart, lines[0].afterStep);
 });
 
-Deno.test("DDP's bucket in the shared regions (DTRAIN_SHM_SHARED_BYTES) is reduced in place to the bits of the buffered path", async () => {
+Deno.test("DDP's bucket goes to shared memory by default (reserved on demand), else to a fixed region, or not at all, with the bits of the buffered path", async () => {
   // 128-byte buffers: the 232-byte bucket goes through them (or in place), not in one barrier
   const env = { DTRAIN_SHM_CHUNK_BYTES: "128" };
+  const modes: [string, Record<string, string>, number][] = [
+    ["off", { DTRAIN_SHM_SHARED_BYTES: "0" }, 0],
+    ["default", {}, 1],
+    ["fixed region", { DTRAIN_SHM_SHARED_BYTES: "4096" }, 1],
+  ];
   const runs = [];
-  for (const shared of [false, true]) {
-    const r = await runCase(
-      "broadcast",
-      shared ? { ...env, DTRAIN_SHM_SHARED_BYTES: "4096" } : env,
-    );
+  for (const [mode, vars, shared] of modes) {
+    const r = await runCase("broadcast", { ...env, ...vars });
     assert.equal(r.code, 0, r.stdout + r.stderr);
+    assert.doesNotMatch(r.stdout + r.stderr, /out of shared memory/, mode);
     const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
     assert.equal(lines.length, 2);
-    for (const l of lines) assert.equal(l.sharedBuckets, shared ? 1 : 0, JSON.stringify(l));
+    for (const l of lines) assert.equal(l.sharedBuckets, shared, `${mode}: ${JSON.stringify(l)}`);
     runs.push(lines);
   }
-  const afterStep = runs.flat().map((l) => l.afterStep);
-  assert.deepEqual(afterStep, afterStep.map(() => afterStep[0]));
-  assert.notEqual(runs[1]![0].atStart, afterStep[0]);
+  for (const key of ["grads", "afterStep"]) {
+    const got: string[] = runs.flat().map((l) => l[key]);
+    assert.deepEqual(got, got.map(() => got[0]), key);
+  }
+  assert.notEqual(runs[1]![0].atStart, runs[1]![0].afterStep);
+});
+
+Deno.test("DDP keeps ordinary buckets on both ranks when a rank may not reserve them, and rank 0 says why once", async () => {
+  const r = await runCase("broadcast", {
+    DTRAIN_SHM_CHUNK_BYTES: "128",
+    DTRAIN_SHM_SHARED_LIMIT_BYTES: "1024",
+  });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
+  assert.equal(lines.length, 2);
+  for (const l of lines) assert.equal(l.sharedBuckets, 0, JSON.stringify(l));
+  const said = (r.stdout + r.stderr).split("\n").filter((l) => l.includes("[dtrain] DDP keeps"));
+  assert.equal(said.length, 1, said.join("\n"));
+  assert.match(
+    said[0]!,
+    /\[dtrain\] DDP keeps its gradient buckets out of shared memory, so their allReduce copies through the group's buffers \(slower\): reserveShared\(4096 bytes per rank\) failed on rank 0: rank 0 may reserve at most 1024 bytes .* To fix: raise DTRAIN_SHM_SHARED_LIMIT_BYTES to at least 4096; DTRAIN_SHM_SHARED_BYTES=0 turns/,
+  );
 });
 
 Deno.test("DDP refuses models that differ between ranks and lists the differences by rank", async () => {

@@ -4,8 +4,8 @@
  * - "unused": a parameter gets no gradient → backward must fail naming it;
  * - "broadcast": ranks init with different seeds → after DDP construction all hold rank 0's weights
  *   (and a bf16 autocast forward uses them, not a cast of its own weights cached before), and after
- *   a step with different data per rank the weights are still identical (and it prints how many
- *   buckets lie in the group's shared region);
+ *   a step with different data per rank the weights are still identical (and it prints the
+ *   digest of the synced gradients and how many buckets lie in the group's shared region);
  * - "api": the ways of writing the step (ddp.backward in one call, a deferred sync finished by
  *   finishGradSync, backward with ddp.gradReady, noSync accumulation, one bucket per parameter
  *   with an unused one allowed) print their weights' digests, whether ddp.backward returned with
@@ -61,15 +61,26 @@ const digest = () => {
 const atStart = digest();
 const bf16AtStart = forwardBf16();
 const opt = new AdamW(ddp.parameters());
+let grads = "";
 scope(() => {
   const x = fromArray(new Float32Array(12).map((_, i) => (i + 1) * (pg.rank + 1) * 0.1), [3, 4]);
   const y = fromArray(new Int32Array([0, 1, pg.rank % 2]), [3]);
   ddp.backward(crossEntropy(ddp.forward(x), y));
+  const h = createHash("sha256");
+  for (const p of model.parameters()) h.update(p.grad!.toBytes());
+  grads = h.digest("hex");
   opt.step();
 });
 const sharedBuckets = ddp.buckets.filter((b) => b.shared).length;
 console.log(
-  JSON.stringify({ rank: pg.rank, atStart, bf16AtStart, afterStep: digest(), sharedBuckets }),
+  JSON.stringify({
+    rank: pg.rank,
+    atStart,
+    bf16AtStart,
+    grads,
+    afterStep: digest(),
+    sharedBuckets,
+  }),
 );
 pg.close();
 
