@@ -72,6 +72,21 @@ Deno.test("DDP keeps ordinary buckets on both ranks when a rank may not reserve 
   );
 });
 
+Deno.test("ZeRO-2 gives the shared pages of the buckets it stops using back, and the ranks stay identical", async () => {
+  const r = await runCase("zero2");
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
+  assert.equal(lines.length, 2);
+  for (const l of lines) {
+    assert.equal(l.sharedBefore, 1, JSON.stringify(l));
+    assert.equal(l.sharedAfter, 0, JSON.stringify(l));
+    // the bucket's 257 KiB of gradients were written by the first step, then given back
+    assert.ok(l.rssBefore >= 256 << 10, `only ${l.rssBefore} bytes of the region resident`);
+    assert.ok(l.rssAfter <= 8192, `${l.rssAfter} bytes of the region still resident`);
+  }
+  assert.equal(lines[0].weights, lines[1].weights);
+});
+
 Deno.test("DDP refuses models that differ between ranks and lists the differences by rank", async () => {
   const r = await runCase("mismatch");
   assert.notEqual(r.code, 0);
