@@ -210,12 +210,13 @@ export class DistributedDataParallel<M extends Module> {
     if (opts.broadcastBuffers ?? true) {
       for (const [, b] of module.namedBuffers()) pg.broadcast(bufferOf(b), 0);
     }
+    const shards = exactShardCount(opts.exact, numericsPolicy().exact);
+    // exact mode reduces its own slots, never a bucket's flat: no shared memory for them
     this.#makeBuckets(
       named.map(([, p]) => p).reverse(),
       (opts.bucketCapMb ?? 25) * 2 ** 20,
-      opts.sharedBuckets ?? true,
+      (opts.sharedBuckets ?? true) && shards === null,
     );
-    const shards = exactShardCount(opts.exact, numericsPolicy().exact);
     if (shards !== null) this.#exact = this.#makeExact(new ExactPlan(shards, pg.size, pg.rank));
     if ((shards ?? false) !== numericsPolicy().exact) {
       // The records (run.json's numerics, from the process's policy) say what the run does.
@@ -420,10 +421,10 @@ export class DistributedDataParallel<M extends Module> {
 
   /**
    * A bucket's flat gradients (zeroed) in the group's shared region, whose allReduce then reads and
-   * writes the ranks' buckets directly instead of copying them through the group's buffers (the
-   * shared-memory group opened with DTRAIN_SHM_SHARED_BYTES); null without such a group, off the
-   * CPU, or once the region is full. Every rank gets the same answer: the region's size is rank
-   * 0's, and every rank asks for the same buckets in the same order.
+   * writes the ranks' buckets directly instead of copying them through the group's buffers (once
+   * #useSharedMemory said yes), with its array; null once the region is full. Every rank gets the
+   * same answer: the region's size is the same on every rank (rank 0's, or reserved by all), and
+   * every rank asks for the same buckets in the same order.
    */
   #sharedFlat(numel: number): { flat: Tensor; arr: Float32Array } | null {
     if (!this.pg.allocShared || numel === 0) return null;

@@ -224,6 +224,8 @@ export class ShmProcessGroup extends CollectiveGroup {
     }
     const rounded = Math.ceil(bytes / 4096) * 4096;
     const out = new BigInt64Array(3);
+    // the library numbers it as a collective (its messages say "#n"), unless it refuses at once
+    if (this.#sharedBytes === 0) this.runner.countOutsideCall();
     try {
       shmCalls().dt_shm_reserve(
         this.#handle,
