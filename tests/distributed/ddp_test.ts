@@ -6,11 +6,12 @@ import { REPO, TestRun } from "../launch/launch_helpers.ts";
 buildNative({ quiet: true });
 const SCRIPT = join(REPO, "tests/distributed/scripts/ddp_cases.ts");
 
-async function runCase(name: string, env: Record<string, string> = {}) {
+async function runCase(name: string, env: Record<string, string> = {}, prefix?: string[]) {
   const t = new TestRun();
   try {
     const l = t.launch(["--nproc", "2", "--log-ranks", "all", SCRIPT], {
       env: { CASE: name, ...env },
+      ...(prefix ? { prefix } : {}),
     });
     return await t.finish(l, 30_000);
   } finally {
@@ -85,6 +86,49 @@ Deno.test("ZeRO-2 gives the shared pages of the buckets it stops using back, and
     assert.ok(l.rssAfter <= 8192, `${l.rssAfter} bytes of the region still resident`);
   }
   assert.equal(lines[0].weights, lines[1].weights);
+});
+
+/** Whether this process may make a mount namespace with a tmpfs of its own. */
+function mountsAllowed(): boolean {
+  try {
+    return new Deno.Command("unshare", {
+      args: ["-m", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/mnt"],
+      stdout: "null",
+      stderr: "null",
+    }).outputSync().success;
+  } catch {
+    return false;
+  }
+}
+
+Deno.test({
+  name:
+    "DDP keeps ordinary buckets on both ranks when /dev/shm has no room for them (ENOSPC at the reservation, no SIGBUS later)",
+  ignore: !mountsAllowed(),
+  fn: async () => {
+    // a 400 KiB /dev/shm of its own: the group's segment (4 KiB buffers) fits, but not both ranks'
+    // 260 KiB regions for the zero2 case's bucket, so whichever rank reserves second gets ENOSPC
+    const prefix = [
+      "unshare",
+      "-m",
+      "sh",
+      "-c",
+      'mount -t tmpfs -o size=400k tmpfs /dev/shm && exec "$@"',
+      "sh",
+    ];
+    const r = await runCase("zero2", { DTRAIN_SHM_CHUNK_BYTES: "4096" }, prefix);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
+    assert.equal(lines.length, 2);
+    for (const l of lines) assert.equal(l.sharedBefore, 0, JSON.stringify(l));
+    assert.equal(lines[0].weights, lines[1].weights);
+    const said = (r.stdout + r.stderr).split("\n").filter((l) => l.includes("[dtrain] DDP keeps"));
+    assert.equal(said.length, 1, said.join("\n"));
+    assert.match(
+      said[0]!,
+      /failed on rank [01]: rank [01] could not reserve 266240 bytes in \/dev\/shm \(No space left on device\): \/dev\/shm is too small or full .* To fix: give \/dev\/shm room for 266240 bytes per rank/,
+    );
+  },
 });
 
 Deno.test("DDP refuses models that differ between ranks and lists the differences by rank", async () => {
