@@ -5,7 +5,9 @@
  * went, and after a barrier every rank maps every peer's region by its name
  * (which each rank derives from the group's name, the owner's rank and pid,
  * and the call's sequence number); after a second barrier each unlinks its
- * own name, so nothing is left in /dev/shm from then on, whatever happens.
+ * own name, so nothing is left in /dev/shm from then on, whatever happens
+ * (a rank killed between creating its region and that barrier leaves its
+ * name behind, as one killed during the rendezvous leaves the group's).
  * A failure on any rank (a limit, no space, a mapping) is seen by every rank
  * from the published records: each then unmaps what it made, and every rank
  * returns the same error naming the first rank that failed; the group stays
@@ -191,16 +193,19 @@ DT_EXPORT dt_status dt_shm_reserve(dt_shm_t* g, int64_t bytes, int64_t limit_byt
     failed = dt_shm_first_failed_(g, 1);
     failed_mapped = 1;
   }
+  /* the agreed error, written from the failing rank's record while it still holds this call's */
+  dt_status agreed = DT_OK;
+  if (st == DT_OK && failed >= 0) agreed = dt_shm_reserve_failed_(g, failed, bytes, failed_mapped, out);
   if (st == DT_OK) {
     /* 3: every rank has read the records of this call (the next one may overwrite them) */
     st = dt_shm_sync_(g, 0, deadline);
+    if (st != DT_OK) out[0] = -1; /* the group failed: no agreed error */
   }
   if (st != DT_OK || failed >= 0) {
     for (int32_t q = 0; q < g->world; q++) {
       if (map[q]) munmap(map[q], (size_t)bytes);
     }
-    if (st != DT_OK) return st;
-    return dt_shm_reserve_failed_(g, failed, bytes, failed_mapped, out);
+    return st != DT_OK ? st : agreed;
   }
   for (int32_t q = 0; q < g->world; q++) g->regions[q] = map[q];
   g->shared_bytes = bytes;
