@@ -89,11 +89,10 @@ export interface ProcessGroup {
     count: number,
     dtype?: K,
   ): SharedArrayTypes[K];
-  /**
-   * Only where the backend has one (the shared-memory group): bytes of this rank's shared
-   * region (0: none yet), and how many of them allocShared has not handed out.
-   */
+  /** Only where the backend has one (the shared-memory group): bytes of this rank's shared
+   *  region (0: none yet). */
   readonly sharedBytes?: number;
+  /** Only where the backend has one: bytes of the shared region allocShared has not handed out. */
   readonly sharedBytesLeft?: number;
   /**
    * Only where the backend can (the shared-memory group opened without a fixed region, i.e.
@@ -145,7 +144,9 @@ export const COMPLETED: Work = Object.freeze({ wait() {} });
  * "map-peer"); the group stays usable.
  */
 export class SharedReserveError extends Error {
+  /** "SharedReserveError" */
   override readonly name = "SharedReserveError";
+  /** Made by the shared-memory group's reserveShared, the same on every rank. */
   constructor(
     message: string,
     /** the first rank whose part failed */
