@@ -24,7 +24,13 @@
  * keys never carry a "module." prefix.
  */
 import type { Module } from "../nn/module.ts";
-import { type CollectiveBuffer, COMPLETED, type ProcessGroup, type Work } from "./process_group.ts";
+import {
+  type CollectiveBuffer,
+  COMPLETED,
+  type ProcessGroup,
+  SharedReserveError,
+  type Work,
+} from "./process_group.ts";
 import { announceTrainedModel } from "../nn/trained_model_hook.ts";
 import { addBackwardObserver, backward, type BackwardOptions } from "../tensor/autograd.ts";
 import { full, type Tensor, tensorOverHostMemory, zeros } from "../tensor/tensor.ts";
@@ -55,6 +61,16 @@ export interface DDPOptions {
    * so the run's records say what it does.
    */
   exact?: boolean | number;
+  /**
+   * Keep the gradient buckets in the process group's shared memory, where their allReduce reads
+   * and writes the ranks' buckets directly instead of copying them through the group's buffers
+   * (the shared-memory group on the CPU, 2 ranks or more; the same bits either way). Default
+   * true: the group reserves room for the buckets (reserveShared) unless it was opened with a
+   * fixed region (DTRAIN_SHM_SHARED_BYTES=<n>, where they go while they fit) or none
+   * (DTRAIN_SHM_SHARED_BYTES=0). When any rank cannot reserve (DTRAIN_SHM_SHARED_LIMIT_BYTES, a
+   * full /dev/shm), every rank keeps ordinary buckets and rank 0 says why on stderr.
+   */
+  sharedBuckets?: boolean;
 }
 
 /** Exact mode's state of one DDP: the plan, and each bucket's gradient slots by shard. */
@@ -168,6 +184,8 @@ export class DistributedDataParallel<M extends Module> {
   #bound: any = null;
   /** backward()'s options when the caller passes none (made once) */
   readonly #wired: BackwardOptions;
+  /** the shared-region arrays of the buckets whose flat lies there, by bucket index */
+  readonly #sharedArrays = new Map<number, Float32Array>();
   /** exact mode's plan and slots, or null when off */
   readonly #exact: ExactState | null = null;
 
@@ -192,8 +210,13 @@ export class DistributedDataParallel<M extends Module> {
     if (opts.broadcastBuffers ?? true) {
       for (const [, b] of module.namedBuffers()) pg.broadcast(bufferOf(b), 0);
     }
-    this.#makeBuckets(named.map(([, p]) => p).reverse(), (opts.bucketCapMb ?? 25) * 2 ** 20);
     const shards = exactShardCount(opts.exact, numericsPolicy().exact);
+    // exact mode reduces its own slots, never a bucket's flat: no shared memory for them
+    this.#makeBuckets(
+      named.map(([, p]) => p).reverse(),
+      (opts.bucketCapMb ?? 25) * 2 ** 20,
+      (opts.sharedBuckets ?? true) && shards === null,
+    );
     if (shards !== null) this.#exact = this.#makeExact(new ExactPlan(shards, pg.size, pg.rank));
     if ((shards ?? false) !== numericsPolicy().exact) {
       // The records (run.json's numerics, from the process's policy) say what the run does.
@@ -398,15 +421,13 @@ export class DistributedDataParallel<M extends Module> {
 
   /**
    * A bucket's flat gradients (zeroed) in the group's shared region, whose allReduce then reads and
-   * writes the ranks' buckets directly instead of copying them through the group's buffers (the
-   * shared-memory group opened with DTRAIN_SHM_SHARED_BYTES); null without such a group, off the
-   * CPU, or once the region is full. Every rank gets the same answer: the region's size is rank
-   * 0's, and every rank asks for the same buckets in the same order.
+   * writes the ranks' buckets directly instead of copying them through the group's buffers (once
+   * #useSharedMemory said yes), with its array; null once the region is full. Every rank gets the
+   * same answer: the region's size is the same on every rank (rank 0's, or reserved by all), and
+   * every rank asks for the same buckets in the same order.
    */
-  #sharedFlat(numel: number): Tensor | null {
-    if (!this.pg.allocShared || this.pg.size < 2 || numel === 0 || backend().device !== "cpu") {
-      return null;
-    }
+  #sharedFlat(numel: number): { flat: Tensor; arr: Float32Array } | null {
+    if (!this.pg.allocShared || numel === 0) return null;
     let arr: Float32Array;
     try {
       arr = this.pg.allocShared(numel);
@@ -415,17 +436,63 @@ export class DistributedDataParallel<M extends Module> {
       throw e;
     }
     const ptr = Deno.UnsafePointer.of(arr)!;
-    return asMemoryKind("gradients", () => tensorOverHostMemory(ptr, [numel]).keep());
+    const flat = asMemoryKind("gradients", () => tensorOverHostMemory(ptr, [numel]).keep());
+    return { flat, arr };
   }
 
-  #makeBuckets(params: Tensor[], capBytes: number): void {
+  /**
+   * Whether the buckets (`bytes` in the shared region, each from a 64-byte boundary) go to the
+   * group's shared memory: on the shared-memory group, on the CPU, with 2 ranks or more. A group
+   * opened without a fixed region reserves them room now (collective: every rank asks for the
+   * same bytes); when any rank cannot, every rank gets the same SharedReserveError and keeps
+   * ordinary buckets, and rank 0 says why in one line.
+   */
+  #useSharedMemory(wanted: boolean, bytes: number): boolean {
+    const pg = this.pg;
+    if (!wanted || !pg.allocShared || pg.size < 2 || bytes === 0 || backend().device !== "cpu") {
+      return false;
+    }
+    if ((pg.sharedBytes ?? 0) > 0) return true; // a region already: buckets go there while they fit
+    if (!pg.sharedOnDemand || !pg.reserveShared) return false;
+    try {
+      pg.reserveShared(bytes);
+      return true;
+    } catch (e) {
+      if (!(e instanceof SharedReserveError)) throw e;
+      if (pg.rank === 0) console.error(`[dtrain] ${sharedFallbackLine(e)}`);
+      return false;
+    }
+  }
+
+  #makeBuckets(params: Tensor[], capBytes: number, sharedWanted: boolean): void {
+    const groups: Tensor[][] = [];
     let group: Tensor[] = [];
     let bytes = 0;
-    const flush = () => {
-      if (group.length === 0) return;
+    for (const p of params) {
+      if (p.dtype !== "f32") {
+        throw new TypeError(
+          `DDP: parameter ${this.#names.get(p)} is ${p.dtype}; master weights must be f32`,
+        );
+      }
+      if (bytes > 0 && bytes + p.bytes > capBytes) {
+        groups.push(group);
+        group = [];
+        bytes = 0;
+      }
+      group.push(p);
+      bytes += p.bytes;
+    }
+    if (group.length > 0) groups.push(group);
+    const sharedBytes = groups.reduce(
+      (a, g) => a + Math.ceil(g.reduce((n, p) => n + p.bytes, 0) / 64) * 64,
+      0,
+    );
+    const shared = this.#useSharedMemory(sharedWanted, sharedBytes);
+    for (const group of groups) {
       const numel = group.reduce((a, p) => a + p.numel, 0);
-      const sharedFlat = this.#sharedFlat(numel);
-      const flat = sharedFlat ?? asMemoryKind("gradients", () => zeros([numel]).keep());
+      const sharedFlat = shared ? this.#sharedFlat(numel) : null;
+      if (sharedFlat) this.#sharedArrays.set(this.buckets.length, sharedFlat.arr);
+      const flat = sharedFlat?.flat ?? asMemoryKind("gradients", () => zeros([numel]).keep());
       let off = 0;
       for (const p of group) {
         const view = flat.subview(off, p.shape).keep();
@@ -448,20 +515,7 @@ export class DistributedDataParallel<M extends Module> {
       };
       for (const p of group) this.#bucketOf.set(p, bucket);
       this.buckets.push(bucket);
-      group = [];
-      bytes = 0;
-    };
-    for (const p of params) {
-      if (p.dtype !== "f32") {
-        throw new TypeError(
-          `DDP: parameter ${this.#names.get(p)} is ${p.dtype}; master weights must be f32`,
-        );
-      }
-      if (bytes > 0 && bytes + p.bytes > capBytes) flush();
-      group.push(p);
-      bytes += p.bytes;
     }
-    flush();
   }
 
   #start(b: Bucket): void {
@@ -598,6 +652,14 @@ export class DistributedDataParallel<M extends Module> {
     });
     b.flat?.dispose();
     b.flat = null;
+    // A flat in the shared region is never used again (the next is an ordinary one, made at the
+    // first complete gradient): its pages go back, or every rank would keep the whole bucket.
+    const arr = this.#sharedArrays.get(b.index);
+    if (arr) {
+      this.pg.releaseShared?.(arr);
+      this.#sharedArrays.delete(b.index);
+      b.shared = false;
+    }
   }
 
   /** The end of a backward pass: which parameters got no gradient, and whether the pass was synced. */
@@ -700,4 +762,17 @@ export function bufferOf(
     throw new TypeError(`cannot synchronise a ${t.dtype} tensor across ranks`);
   }
   return { ptr: t.ptr, count: t.numel, dtype: t.dtype, device: t.device };
+}
+
+/** Rank 0's line when DDP keeps ordinary buckets because reserving shared memory failed. */
+function sharedFallbackLine(e: SharedReserveError): string {
+  const fix = e.step === "limit"
+    ? `raise DTRAIN_SHM_SHARED_LIMIT_BYTES to at least ${e.bytes}`
+    : e.step === "space"
+    ? `give /dev/shm room for ${e.bytes} bytes per rank (docker --shm-size, or ` +
+      "mount -o remount,size=<bytes> /dev/shm; dtrain doctor --params N says how much)"
+    : "check /dev/shm (dtrain doctor)";
+  return `DDP keeps its gradient buckets out of shared memory, so their allReduce copies ` +
+    `through the group's buffers (slower): ${e.message}. To fix: ${fix}; ` +
+    "DTRAIN_SHM_SHARED_BYTES=0 turns the shared buckets off without this line";
 }

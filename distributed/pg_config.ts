@@ -22,8 +22,12 @@ export interface ProcessGroupOptions {
   /** Bytes of each rank's shared region (a multiple of 4096), reserved in the segment at
    *  open: allocShared() places arrays there, and an allReduce of such arrays reads and writes
    *  the ranks' arrays directly instead of copying through the data buffers. Default:
-   *  DTRAIN_SHM_SHARED_BYTES, else 0 (none). Rank 0's value wins. */
+   *  DTRAIN_SHM_SHARED_BYTES; unset, none at open, and users such as DDP reserve one on demand
+   *  (reserveShared); 0: none, and none on demand either. Rank 0's value wins. */
   sharedBytes?: number;
+  /** The most bytes per rank reserveShared() may reserve on this rank (a larger request fails
+   *  on every rank with SharedReserveError). Default: DTRAIN_SHM_SHARED_LIMIT_BYTES, else none. */
+  sharedLimitBytes?: number;
   /** Microseconds a waiting rank spins before it sleeps on a futex. Default:
    *  DTRAIN_SHM_SPIN_US, else 50, or 0 when this machine runs more ranks than it has cores. */
   spinUs?: number;
@@ -47,8 +51,13 @@ export interface ProcessGroupConfig {
   /** DTRAIN_DISTRIBUTED_DEBUG=DETAIL: compare every field of every collective */
   detail: boolean;
   chunkBytes: number;
-  /** bytes of each rank's shared region (absent or 0: none) */
+  /** bytes of each rank's shared region at open (absent or 0: none) */
   sharedBytes?: number;
+  /** no fixed region was asked for (sharedBytes and DTRAIN_SHM_SHARED_BYTES unset): users such
+   *  as DDP reserve one on demand (absent: false) */
+  sharedOnDemand?: boolean;
+  /** the most bytes per rank reserveShared may reserve on this rank (absent: no limit) */
+  sharedLimitBytes?: number;
   spinUs: number;
 }
 
@@ -89,7 +98,34 @@ function intVar(get: Lookup, name: string): number | undefined {
       `Environment variable ${name}=${JSON.stringify(raw)} is not a non-negative integer`,
     );
   }
-  return Number(raw.trim());
+  const n = Number(raw.trim());
+  if (!Number.isSafeInteger(n)) {
+    throw new RangeError(`Environment variable ${name}=${JSON.stringify(raw)} is too large`);
+  }
+  return n;
+}
+
+/** DTRAIN_SHM_SHARED_BYTES (or the option): a multiple of 4096, or unset (undefined: on demand). */
+function sharedBytesVar(get: Lookup, opt: number | undefined): number | undefined {
+  const bytes = opt ?? intVar(get, "DTRAIN_SHM_SHARED_BYTES");
+  if (bytes === undefined) return undefined;
+  if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes % 4096 !== 0) {
+    const what = opt !== undefined ? "sharedBytes" : "Environment variable DTRAIN_SHM_SHARED_BYTES";
+    throw new RangeError(
+      `${what}=${bytes} must be a multiple of 4096: the bytes of each rank's shared region at ` +
+        `open (0: none, and none reserved on demand; unset: reserved on demand by DDP)`,
+    );
+  }
+  return bytes;
+}
+
+/** DTRAIN_SHM_SHARED_LIMIT_BYTES (or the option): a non-negative integer, or none. */
+function sharedLimit(get: Lookup, opt: number | undefined): number | undefined {
+  if (opt === undefined) return intVar(get, "DTRAIN_SHM_SHARED_LIMIT_BYTES");
+  if (!Number.isSafeInteger(opt) || opt < 0) {
+    throw new RangeError(`sharedLimitBytes=${opt} must be a non-negative integer`);
+  }
+  return opt;
 }
 
 function debugDetail(get: Lookup): boolean {
@@ -122,11 +158,14 @@ export function resolveProcessGroupConfig(
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
     throw new RangeError(`timeoutMs must be a positive number, got ${timeoutMs}`);
   }
+  const fixedShared = sharedBytesVar(get, opts.sharedBytes);
   const common = {
     timeoutMs,
     detail: debugDetail(get),
     chunkBytes: opts.chunkBytes ?? intVar(get, "DTRAIN_SHM_CHUNK_BYTES") ?? DEFAULT_CHUNK_BYTES,
-    sharedBytes: opts.sharedBytes ?? intVar(get, "DTRAIN_SHM_SHARED_BYTES") ?? 0,
+    sharedBytes: fixedShared ?? 0,
+    sharedOnDemand: fixedShared === undefined,
+    sharedLimitBytes: sharedLimit(get, opts.sharedLimitBytes),
     spinUs: opts.spinUs ?? intVar(get, "DTRAIN_SHM_SPIN_US") ?? defaultSpinUs(world.localWorldSize),
   };
   const { rank, worldSize: size, localWorldSize: localSize, nnodes } = world;

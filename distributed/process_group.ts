@@ -89,6 +89,30 @@ export interface ProcessGroup {
     count: number,
     dtype?: K,
   ): SharedArrayTypes[K];
+  /** Only where the backend has one (the shared-memory group): bytes of this rank's shared
+   *  region (0: none yet). */
+  readonly sharedBytes?: number;
+  /** Only where the backend has one: bytes of the shared region allocShared has not handed out. */
+  readonly sharedBytesLeft?: number;
+  /**
+   * Only where the backend can (the shared-memory group opened without a fixed region, i.e.
+   * DTRAIN_SHM_SHARED_BYTES unset): true when users of the group such as DDP should reserve a
+   * shared region for their long-lived buffers (reserveShared) by default.
+   */
+  readonly sharedOnDemand?: boolean;
+  /**
+   * Collective, only where the backend has it (the shared-memory group): reserves a shared
+   * region of `bytes` per rank (rounded up to 4096) after open, for allocShared. Throws
+   * SharedReserveError, the same on every rank, when any rank cannot (a limit, a full
+   * /dev/shm); the group stays usable.
+   */
+  reserveShared?(bytes: number, opts?: CallOptions): void;
+  /**
+   * Only where the backend has it: gives back the memory of the whole pages of `arr` (an array
+   * from allocShared); the array stays usable and reads as zeros. Returns the bytes given back.
+   * Not collective, but the pages read as zeros on every rank.
+   */
+  releaseShared?(arr: ArrayBufferView): number;
   /** Detaches from the group (idempotent); peers still waiting on this rank fail at once. */
   close(): void;
   /** Same as close(), for `using pg = initProcessGroup()`. */
@@ -113,3 +137,25 @@ export interface Work {
 
 /** The work of a collective that had completed when it was returned. */
 export const COMPLETED: Work = Object.freeze({ wait() {} });
+
+/**
+ * A reserveShared() that failed on some rank: every rank throws it, with the same message,
+ * naming the first rank that failed and why (`step`: "limit", "create", "space", "map" or
+ * "map-peer"); the group stays usable.
+ */
+export class SharedReserveError extends Error {
+  /** "SharedReserveError" */
+  override readonly name = "SharedReserveError";
+  /** Made by the shared-memory group's reserveShared, the same on every rank. */
+  constructor(
+    message: string,
+    /** the first rank whose part failed */
+    readonly failedRank: number,
+    /** what failed there */
+    readonly step: string,
+    /** bytes per rank that were asked for */
+    readonly bytes: number,
+  ) {
+    super(message);
+  }
+}

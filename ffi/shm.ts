@@ -36,6 +36,14 @@ export const SHM_SYMBOLS = {
   /** (handle, keep, uint64_t out[2]): this rank's shared region's address and bytes; with keep
    *  (arrays are made over it) the region stays mapped until the process exits. */
   dt_shm_shared: { parameters: [P, I32, BUF], ...STATUS },
+  /** (handle, bytes, limit_bytes (< 0: none), timeout_ms, int64_t out[3]): collective; every rank
+   *  makes a shared region of `bytes` that every peer maps. On an agreed failure every rank returns
+   *  DT_ERR_SYS with out[0] = the first failing rank, out[1] its step (SHM_RESERVE_STEP), out[2]
+   *  its errno; out[0] = -1 otherwise. */
+  dt_shm_reserve: { parameters: [P, I64, I64, I64, BUF], ...STATUS },
+  /** (handle, offset, bytes, int64_t out[1]): gives back the whole pages of that range of this
+   *  rank's shared region (madvise MADV_REMOVE); out[0] = bytes given back. */
+  dt_shm_release: { parameters: [P, I64, I64, BUF], ...STATUS },
   /** (handle): detach; peers waiting on this rank fail at once. */
   dt_shm_close: { parameters: [P], ...STATUS },
   /** (handle, status, reason "\0"-terminated): fail the group for every rank. */
@@ -68,6 +76,15 @@ export const DT_ERR_SYS = 8;
 /** dt_shm_open flags (kernels/shm/shm_internal.h). */
 export const SHM_FLAG_DETAIL = 1;
 
+/** What a rank's failed step of dt_shm_reserve was (DT_SHM_RESERVE_* in kernels/shm/shm_regions.c). */
+export const SHM_RESERVE_STEP: Record<number, string> = {
+  1: "limit",
+  2: "create",
+  3: "space",
+  4: "map",
+  5: "map-peer",
+};
+
 /** Reduce-op codes of the library (DT_SHM_SUM ... in shm_internal.h). */
 export const SHM_REDUCE_CODE = { sum: 0, avg: 1, max: 2, min: 3 } as const;
 
@@ -88,6 +105,8 @@ const SHM_CALLED = [
   "dt_shm_open",
   "dt_shm_open_shared",
   "dt_shm_shared",
+  "dt_shm_reserve",
+  "dt_shm_release",
   "dt_shm_close",
   "dt_shm_info",
   "dt_shm_allreduce",

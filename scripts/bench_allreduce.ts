@@ -13,8 +13,9 @@
  * gloo, so both see the same machine load) are pooled. Columns: ms/call = median call time; algbw = bytes /
  * time; busbw = algbw x 2(n-1)/n (= algbw for n = 2), GB = 1e9 bytes; ratio =
  * dtrain busbw / gloo busbw. Rows "N shared" (unless --copy-only): the same
- * calls on arrays from the group's shared region (allocShared), reduced in
- * place without the data buffers, measured in the same runs. memcpy: one thread copies 256 MiB into another
+ * calls on arrays from a shared region reserved after open (reserveShared, as
+ * DDP reserves its buckets by default; then allocShared), reduced in place
+ * without the data buffers, measured in the same runs. memcpy: one thread copies 256 MiB into another
  * 256 MiB buffer; GB/s = (bytes read + bytes written) / time, median of 10.
  */
 import { parseArgs } from "node:util";
@@ -70,6 +71,9 @@ function latencyUs(fn: () => void): number {
 function worker(sizes: number[], warmup: number, iters: number, shared: boolean): void {
   const world = Number(Deno.env.get("WORLD_SIZE"));
   using pg = initProcessGroup();
+  // the DDP-default path: no region at open, one reserved on demand (room for one array of every
+  // size, each from a 64-byte boundary)
+  if (shared) pg.reserveShared!(sizes.reduce((a, m) => a + m, 0) * 2 ** 20 + 64 * sizes.length);
   const out: SizeTimes[] = [];
   // with --shared, each size twice: an ordinary array, then one in the shared region
   for (
@@ -246,10 +250,9 @@ async function benchDtrain(
       MASTER_ADDR: "127.0.0.1",
       MASTER_PORT: "29500",
       DTRAIN_NUM_THREADS: "1",
-      // room for one array of every size in each rank's shared region
-      ...(shared
-        ? { DTRAIN_SHM_SHARED_BYTES: String(sizes.reduce((a, m) => a + m, 0) * 2 ** 20 + 4096) }
-        : {}),
+      // no fixed region at open, whatever the environment says: the worker reserves one
+      DTRAIN_SHM_SHARED_BYTES: "",
+      DTRAIN_SHM_SHARED_LIMIT_BYTES: "",
       ...extraEnv,
     }),
   );

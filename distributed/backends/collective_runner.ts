@@ -73,6 +73,15 @@ export class CollectiveRunner {
     return true;
   }
 
+  /**
+   * Numbers a collective the backend runs outside these entry points (the shared-memory group's
+   * reserveShared, which its library numbers as a collective too), so the numbers in this
+   * runner's reports keep matching the library's messages.
+   */
+  countOutsideCall(): void {
+    this.#seq++;
+  }
+
   // Each entry point is written out, without closures: a DDP step calls allReduce once per
   // bucket, and the closures and argument lists of a general path would cost more than the checks.
 

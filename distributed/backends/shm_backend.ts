@@ -12,6 +12,7 @@ import {
   DT_ERR_TIMEOUT,
   SHM_DTYPE_CODE,
   SHM_REDUCE_CODE,
+  SHM_RESERVE_STEP,
   shmAbort,
   shmCalls,
   shmCloseLeaked,
@@ -23,7 +24,7 @@ import type { Collective } from "./collective_args.ts";
 import { type CollectiveBackend, CollectiveRunner } from "./collective_runner.ts";
 import { CollectiveGroup } from "./collective_group.ts";
 import type { ProcessGroupConfig } from "../pg_config.ts";
-import { COMPLETED, type Work } from "../process_group.ts";
+import { type CallOptions, COMPLETED, SharedReserveError, type Work } from "../process_group.ts";
 import type { SharedArrayTypes } from "./collective_buffer.ts";
 
 const SHARED_ARRAY: {
@@ -75,8 +76,14 @@ export class ShmProcessGroup extends CollectiveGroup {
   readonly chunkBytes: number;
   /** Bytes of the whole segment. */
   readonly segmentBytes: number;
-  /** Bytes of this rank's shared region (0: none; see allocShared). */
-  readonly sharedBytes: number;
+  /** Users such as DDP reserve a shared region on demand (reserveShared): no fixed one was
+   *  asked for at open (DTRAIN_SHM_SHARED_BYTES unset). */
+  readonly sharedOnDemand: boolean;
+  /** The most bytes per rank reserveShared may reserve on this rank (null: no limit;
+   *  DTRAIN_SHM_SHARED_LIMIT_BYTES). */
+  readonly sharedLimitBytes: number | null;
+  #sharedBytes: number;
+  #timeoutMs: number;
   /** the region's address, once an array was made there; its first free byte */
   #shared: Deno.PointerObject | null = null;
   #sharedUsed = 0;
@@ -103,7 +110,10 @@ export class ShmProcessGroup extends CollectiveGroup {
     this.segmentBytes = Number(info[3]);
     const shared = new BigUint64Array(2);
     shmCalls().dt_shm_shared(handle, 0, shared);
-    this.sharedBytes = Number(shared[1]);
+    this.#sharedBytes = Number(shared[1]);
+    this.sharedOnDemand = cfg.sharedOnDemand ?? false;
+    this.sharedLimitBytes = cfg.sharedLimitBytes ?? null;
+    this.#timeoutMs = cfg.timeoutMs;
     leaked.register(this, handle, this);
   }
 
@@ -121,6 +131,11 @@ export class ShmProcessGroup extends CollectiveGroup {
     const name = made === 1 ? base : `${base}${made}`;
     const handle = shmOpen({ ...cfg, name });
     return new ShmProcessGroup(cfg, handle, name);
+  }
+
+  /** Bytes of this rank's shared region (0: none; see allocShared and reserveShared). */
+  get sharedBytes(): number {
+    return this.#sharedBytes;
   }
 
   /** Bytes of the shared region not handed out yet. */
@@ -168,8 +183,8 @@ export class ShmProcessGroup extends CollectiveGroup {
         `allocShared: ${bytes} bytes do not fit in this rank's shared region (${this.sharedBytes} bytes, ` +
           `${
             Math.max(0, this.sharedBytes - at)
-          } left): set DTRAIN_SHM_SHARED_BYTES (or initProcessGroup's sharedBytes) ` +
-          `to a larger multiple of 4096`,
+          } left): reserve one with reserveShared(), or set DTRAIN_SHM_SHARED_BYTES (or ` +
+          `initProcessGroup's sharedBytes) to a larger multiple of 4096`,
       );
     }
     if (this.#shared === null) {
@@ -181,6 +196,85 @@ export class ShmProcessGroup extends CollectiveGroup {
     this.#sharedUsed = at + bytes;
     const view = new Deno.UnsafePointerView(this.#shared!);
     return new make(bytes === 0 ? new ArrayBuffer(0) : view.getArrayBuffer(bytes, at));
+  }
+
+  /**
+   * Collective: reserves a shared region of `bytes` per rank (rounded up to 4096) for
+   * allocShared, after open, on a group that has none yet; every rank must call it with the
+   * same bytes. Each rank makes its region in /dev/shm (every page reserved now, so a full
+   * /dev/shm fails here, not with a SIGBUS later) and maps its peers'; no name is left in
+   * /dev/shm afterwards. When any rank cannot (more than its sharedLimitBytes, no room in
+   * /dev/shm), every rank throws the same SharedReserveError naming that rank, and the group
+   * stays usable (with no region).
+   *
+   * @example
+   * ```ts
+   * pg.reserveShared(64 << 20); // on every rank
+   * const grads = pg.allocShared(16 << 20); // 64 MiB of f32, reduced in place
+   * ```
+   */
+  reserveShared(bytes: number, opts: CallOptions = {}): void {
+    if (!Number.isSafeInteger(bytes) || bytes <= 0) {
+      throw new RangeError(`reserveShared: ${bytes} bytes is not a positive integer`);
+    }
+    if (this.runner.closed) throw new Error(`reserveShared: ${this.segmentName} is closed`);
+    const timeoutMs = opts.timeoutMs ?? this.#timeoutMs;
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+      throw new RangeError(`reserveShared: timeoutMs must be a positive number, got ${timeoutMs}`);
+    }
+    const rounded = Math.ceil(bytes / 4096) * 4096;
+    const out = new BigInt64Array(3);
+    // the library numbers it as a collective (its messages say "#n"), unless it refuses at once
+    if (this.#sharedBytes === 0) this.runner.countOutsideCall();
+    try {
+      shmCalls().dt_shm_reserve(
+        this.#handle,
+        BigInt(rounded),
+        BigInt(this.sharedLimitBytes ?? -1),
+        BigInt(Math.ceil(timeoutMs)),
+        out,
+      );
+    } catch (e) {
+      const failed = Number(out[0]);
+      if (failed < 0) {
+        throw e instanceof DtNativeError && e.status !== DT_ERR_ARG ? shmFailure(e) : e;
+      }
+      const step = SHM_RESERVE_STEP[Number(out[1])] ?? "unknown";
+      throw new SharedReserveError(
+        `reserveShared(${rounded} bytes per rank) failed on rank ${failed}: ${
+          e instanceof DtNativeError ? e.text : (e as Error).message
+        }`,
+        failed,
+        step,
+        rounded,
+      );
+    }
+    const shared = new BigUint64Array(2);
+    shmCalls().dt_shm_shared(this.#handle, 0, shared);
+    this.#sharedBytes = Number(shared[1]);
+  }
+
+  /**
+   * Gives back the memory of the whole pages of `arr`, an array from allocShared that is no
+   * longer needed (madvise MADV_REMOVE: the pages leave /dev/shm and every rank's RSS). The array
+   * stays usable: it reads as zeros (on every rank) and takes memory again where written. Not
+   * collective. Returns the bytes given back (pages only partly covered by `arr` stay).
+   */
+  releaseShared(arr: ArrayBufferView): number {
+    if (this.runner.closed) throw new Error(`releaseShared: ${this.segmentName} is closed`);
+    const at = arr.byteLength === 0 ? null : Deno.UnsafePointer.of(arr);
+    const base = this.#shared === null ? 0n : Deno.UnsafePointer.value(this.#shared);
+    const offset = at === null ? -1n : BigInt(Deno.UnsafePointer.value(at)) - BigInt(base);
+    if (
+      at === null || this.#shared === null || offset < 0n ||
+      offset + BigInt(arr.byteLength) > BigInt(this.#sharedUsed)
+    ) {
+      if (arr.byteLength === 0) return 0;
+      throw new RangeError("releaseShared: the array was not made by this group's allocShared");
+    }
+    const out = new BigInt64Array(1);
+    shmCalls().dt_shm_release(this.#handle, offset, BigInt(arr.byteLength), out);
+    return Number(out[0]);
   }
 
   override close(): void {

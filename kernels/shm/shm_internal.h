@@ -13,7 +13,7 @@
 #define DT_SHM_F64 6
 
 #define DT_SHM_MAGIC 0x316d68736e727464ull /* "dtrnshm1" little-endian */
-#define DT_SHM_LAYOUT_VERSION 2
+#define DT_SHM_LAYOUT_VERSION 3
 #define DT_SHM_MAX_RANKS 256
 #define DT_SHM_NAME_MAX 200
 #define DT_SHM_DETAIL_MAX 32
@@ -32,6 +32,8 @@ enum { DT_SHM_OP_ALLREDUCE = 1, DT_SHM_OP_BROADCAST, DT_SHM_OP_ALLGATHER, DT_SHM
  * writes the others' directly): posted under its own code, so a rank whose
  * buffer is shared never meets one whose buffer is not. */
 #define DT_SHM_OP_ALLREDUCE_SHARED 6
+/* dt_shm_reserve: every rank makes and maps the shared regions (shm_regions.c). */
+#define DT_SHM_OP_RESERVE 7
 /* reduction codes */
 enum { DT_SHM_SUM = 0, DT_SHM_AVG = 1, DT_SHM_MAX = 2, DT_SHM_MIN = 3 };
 
@@ -59,7 +61,14 @@ typedef struct {
    * shared region, written before the call's first barrier; peers read it
    * before its second, which this rank passes before it can write it again. */
   int64_t shared_at;
-  char pad_[32];
+  /* dt_shm_reserve (shm_regions.c): what this rank's step of the current
+   * reservation gave, published before the barrier after it. made_*: its own
+   * region (under the limit it was given, created, its pages reserved and
+   * mapped); mapped_*: the peers' regions. Status codes DT_SHM_RESERVE_*. */
+  int64_t reserve_limit;
+  int32_t made_status, made_errno;
+  int32_t mapped_status, mapped_errno, mapped_peer;
+  char pad_[4];
   dt_shm_call_t call[2];          /* by seq parity, so a fast rank never overwrites a record still read */
   char abort_text[DT_SHM_TEXT_MAX]; /* why this rank aborted the group */
 } __attribute__((aligned(64))) dt_shm_rank_t;
@@ -90,6 +99,10 @@ typedef struct {
   char* data; /* hdr + data_offset */
   char* shared; /* hdr + shared_offset: rank 0's shared region, then rank 1's, ... */
   int64_t shared_bytes;
+  /* every rank's shared region: in the segment (opened with shared_bytes), or
+   * mappings of their own made by dt_shm_reserve (`reserved`) */
+  char* regions[DT_SHM_MAX_RANKS];
+  int reserved;
   int shared_handed_out; /* dt_shm_shared was called: the mapping outlives close (arrays may point into it) */
   int64_t segment_bytes;
   int64_t chunk_bytes;
@@ -165,7 +178,7 @@ void dt_shm_add_f32_(float* out1, float* out2, const float* const* src, int w, i
 void dt_shm_stream_fence_(void);
 
 /* rank r's shared region */
-static inline char* dt_shm_shared_region_(dt_shm_t* g, int32_t r) { return g->shared + (int64_t)r * g->shared_bytes; }
+static inline char* dt_shm_shared_region_(dt_shm_t* g, int32_t r) { return g->regions[r]; }
 
 /* a data buffer: rank r's buffer b (0 or 1) */
 static inline char* dt_shm_slot_(dt_shm_t* g, int32_t r, uint64_t b) {

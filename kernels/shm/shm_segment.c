@@ -189,7 +189,13 @@ static dt_status dt_shm_register_(dt_shm_t* g) {
  * them: those stay mapped (and their pages held) until the process exits, so
  * an array used after close() reads stale numbers instead of crashing. */
 static void dt_shm_free_(dt_shm_t* g) {
-  if (g->hdr) {
+  if (g->hdr && g->reserved) {
+    /* regions of their own (dt_shm_reserve): the peers' go, this rank's too unless handed out */
+    for (int32_t q = 0; q < g->world; q++) {
+      if (g->regions[q] && !(q == g->rank && g->shared_handed_out)) munmap(g->regions[q], (size_t)g->shared_bytes);
+    }
+    munmap(g->hdr, (size_t)g->segment_bytes);
+  } else if (g->hdr) {
     size_t keep_from = (size_t)g->hdr->shared_offset;
     munmap(g->hdr, g->shared_handed_out ? keep_from : (size_t)g->segment_bytes);
   }
@@ -225,6 +231,9 @@ DT_EXPORT dt_status dt_shm_open_shared(const char* name, int32_t rank, int32_t w
   if (st == DT_OK) {
     g->data = (char*)g->hdr + g->hdr->data_offset;
     g->shared = (char*)g->hdr + g->hdr->shared_offset;
+    if (g->shared_bytes) {
+      for (int32_t r = 0; r < world; r++) g->regions[r] = g->shared + (int64_t)r * g->shared_bytes;
+    }
     st = dt_shm_register_(g);
     member = st == DT_OK;
   }

@@ -31,6 +31,7 @@ const char* dt_shm_op_name_(int32_t op) {
     case DT_SHM_OP_ALLGATHER: return "allGather";
     case DT_SHM_OP_REDUCE_SCATTER: return "reduceScatter";
     case DT_SHM_OP_BARRIER: return "barrier";
+    case DT_SHM_OP_RESERVE: return "reserveShared";
     default: return "unknown";
   }
 }
@@ -69,6 +70,9 @@ static void dt_shm_describe_call_(const dt_shm_call_t* c, char* out, size_t cap)
       break;
     case DT_SHM_OP_BROADCAST:
       snprintf(out, cap, "broadcast(root %d, %lld x %s)", c->root, count, dt_shm_dtype_name_(c->dtype));
+      break;
+    case DT_SHM_OP_RESERVE:
+      snprintf(out, cap, "reserveShared(%lld bytes per rank)", (long long)c->bytes);
       break;
     case DT_SHM_OP_ALLGATHER:
       snprintf(out, cap, "allGather(%lld x %s%s)", count, dt_shm_dtype_name_(c->dtype), per_rank);

@@ -10,7 +10,7 @@ import { checkExtraction } from "../../os/single_file_manifest.ts";
 import { installLayout, SFX_FILE_ENV } from "../../os/install_layout.ts";
 import { type GpuFacts, type LibraryFacts, probeCpuLibraries, probeGpu } from "./native.ts";
 import { type GlooFacts, probeGloo } from "./gloo.ts";
-import { shmSegmentBytes } from "./shm.ts";
+import { ddpSharedBytes, shmSegmentBytes } from "./shm.ts";
 import {
   type CpuFacts,
   type FsSpace,
@@ -31,6 +31,22 @@ export interface DoctorRequest {
   nnodes?: number;
   /** node 0's address (default: this machine's host name) */
   masterAddr?: string | null;
+  /** f32 parameters of the model DDP will train (--params): checks room for its shared buckets */
+  params?: number | null;
+}
+
+/** DDP's shared gradient buckets for --params N parameters against /dev/shm. */
+export interface DdpShmFacts {
+  params: number;
+  /** bytes per rank DDP reserves for them (ddpSharedBytes) */
+  bytesPerRank: number;
+  /** "on-demand": DDP reserves them when it starts (DTRAIN_SHM_SHARED_BYTES unset); "fixed": they
+   *  go in the region of DTRAIN_SHM_SHARED_BYTES while they fit; "off": DTRAIN_SHM_SHARED_BYTES=0 */
+  mode: "on-demand" | "fixed" | "off";
+  /** the fixed region per rank (mode "fixed") */
+  fixedBytes: number;
+  /** DTRAIN_SHM_SHARED_LIMIT_BYTES, or null */
+  limitBytes: number | null;
 }
 
 /** How dtrain is installed. */
@@ -56,6 +72,8 @@ export interface ShmFacts {
   needBytes: number;
   /** DTRAIN_SHM_CHUNK_BYTES was set but invalid */
   chunkError: string | null;
+  /** with --params: DDP's shared buckets; else null */
+  ddp: DdpShmFacts | null;
 }
 
 /** Everything the doctor reports. */
@@ -93,9 +111,11 @@ function installFacts(): InstallFacts {
   return facts;
 }
 
-function shmFacts(nproc: number, shmPath: string): ShmFacts {
+function shmFacts(nproc: number, shmPath: string, params: number | null): ShmFacts {
   let chunkBytes: number;
   let sharedBytes = 0;
+  let onDemand = true;
+  let limitBytes: number | null = null;
   let chunkError: string | null = null;
   try {
     const env = { DTRAIN_SHM_CHUNK_BYTES: Deno.env.get("DTRAIN_SHM_CHUNK_BYTES") };
@@ -105,14 +125,27 @@ function shmFacts(nproc: number, shmPath: string): ShmFacts {
     chunkBytes = resolveProcessGroupConfig({ env: {} }).chunkBytes;
   }
   try {
-    const env = { DTRAIN_SHM_SHARED_BYTES: Deno.env.get("DTRAIN_SHM_SHARED_BYTES") };
-    sharedBytes = resolveProcessGroupConfig({ env }).sharedBytes ?? 0;
+    const env = {
+      DTRAIN_SHM_SHARED_BYTES: Deno.env.get("DTRAIN_SHM_SHARED_BYTES"),
+      DTRAIN_SHM_SHARED_LIMIT_BYTES: Deno.env.get("DTRAIN_SHM_SHARED_LIMIT_BYTES"),
+    };
+    const cfg = resolveProcessGroupConfig({ env });
+    sharedBytes = cfg.sharedBytes ?? 0;
+    onDemand = cfg.sharedOnDemand ?? false;
+    limitBytes = cfg.sharedLimitBytes ?? null;
   } catch { /* a bad value is the process group's error to report; the segment then has none */ }
   return {
     space: fsSpace(shmPath),
     chunkBytes,
     needBytes: shmSegmentBytes(nproc, chunkBytes, sharedBytes),
     chunkError,
+    ddp: params === null ? null : {
+      params,
+      bytesPerRank: ddpSharedBytes(params),
+      mode: onDemand ? "on-demand" : sharedBytes > 0 ? "fixed" : "off",
+      fixedBytes: sharedBytes,
+      limitBytes,
+    },
   };
 }
 
@@ -139,7 +172,7 @@ export function gatherFacts(request: DoctorRequest, shmPath = "/dev/shm"): Docto
     libraries: probeCpuLibraries(),
     cpu: readCpu(),
     memory: readMemory(),
-    shm: shmFacts(request.nproc, shmPath),
+    shm: shmFacts(request.nproc, shmPath, request.params ?? null),
     gloo: probeGloo(request.nnodes ?? 1, request.nproc, request.masterAddr ?? null),
     gpu: probeGpu(),
     limits: readLimits(),

@@ -12,7 +12,7 @@ import { judge } from "./verdict.ts";
 /** `dtrain doctor --help`. */
 export function doctorHelp(): string {
   return [
-    "Usage: dtrain doctor [--nproc N] [--device auto|cpu|cuda] [--nnodes N --master-addr A] [--json]",
+    "Usage: dtrain doctor [--nproc N] [--device auto|cpu|cuda] [--nnodes N --master-addr A] [--params N] [--json]",
     "",
     "Checks this machine for a run of N ranks and prints what it found.",
     "Exits 0 when the run can start, 1 with `- fix:` lines when it cannot.",
@@ -23,6 +23,8 @@ export function doctorHelp(): string {
     "  --nnodes N     machines in the run (default 1); CPU ranks across machines use Gloo",
     "  --master-addr A  node 0's address: Gloo binds the interface that reaches it unless",
     "                 GLOO_SOCKET_IFNAME names one (default: this machine's host name)",
+    "  --params N     f32 parameters of the model: whether /dev/shm has room for DDP's gradient",
+    "                 buckets in shared memory on every rank (else DDP falls back to slower ones)",
     "  --json         print the facts and the verdict as JSON",
   ].join("\n");
 }
@@ -35,6 +37,7 @@ function parseDoctorArgs(args: string[]): (DoctorRequest & { json: boolean }) | 
       device: { type: "string", default: "auto" },
       nnodes: { type: "string", default: "1" },
       "master-addr": { type: "string" },
+      params: { type: "string" },
       json: { type: "boolean", default: false },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -56,7 +59,18 @@ function parseDoctorArgs(args: string[]): (DoctorRequest & { json: boolean }) | 
   if (!Number.isInteger(nnodes) || nnodes < 1) {
     throw new RangeError(`--nnodes ${values.nnodes}: expected a whole number >= 1`);
   }
-  return { nproc, device, nnodes, masterAddr: values["master-addr"] ?? null, json: values.json };
+  const params = values.params === undefined ? null : Number(values.params);
+  if (params !== null && (!Number.isSafeInteger(params) || params < 1)) {
+    throw new RangeError(`--params ${values.params}: expected a whole number >= 1`);
+  }
+  return {
+    nproc,
+    device,
+    nnodes,
+    masterAddr: values["master-addr"] ?? null,
+    params,
+    json: values.json,
+  };
 }
 
 /**
@@ -85,6 +99,7 @@ export function doctorMain(args: string[]): Promise<number> {
     device: opts.device,
     nnodes: opts.nnodes,
     masterAddr: opts.masterAddr,
+    params: opts.params,
   });
   const verdict = judge(facts);
   console.log(

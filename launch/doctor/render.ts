@@ -6,7 +6,7 @@
 import type { DoctorFacts } from "./facts.ts";
 import { clusterEnvLine } from "../cluster_env.ts";
 import type { LibraryFacts } from "./native.ts";
-import { formatBytes, type Verdict } from "./verdict.ts";
+import { ddpShmVerdict, formatBytes, type Verdict } from "./verdict.ts";
 
 /** The section titles, in order (tests look for each). */
 export const SECTIONS = [
@@ -96,6 +96,7 @@ export function renderReport(f: DoctorFacts, v: Verdict): string {
   const lib = (name: string, path: string | null) => `${name} ${path ?? "not found"}`;
   const settings = Object.entries(g.settings).map(([k, val]) => `${k}=${val}`);
   const space = f.shm.space;
+  const ddp = ddpShmVerdict(f);
   const lines = [
     `dtrain doctor: can this machine start \`dtrain --nproc ${nproc}\` (device ${device})?`,
     "",
@@ -140,6 +141,7 @@ export function renderReport(f: DoctorFacts, v: Verdict): string {
       `${formatBytes(f.shm.needBytes)} for a CPU run of ${nproc} ranks ` +
         `(${nproc} x 2 x ${formatBytes(f.shm.chunkBytes)} buffers + control)`,
     ),
+    ...(ddp ? [row("ddp buckets", ddp.text)] : []),
     "",
     ...glooRows(f),
     "",

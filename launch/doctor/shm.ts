@@ -3,7 +3,8 @@
  * group's one segment, sized as kernels/shm/shm_segment.c sizes it (a control
  * area rounded up to a page, two data buffers per rank, then, when
  * DTRAIN_SHM_SHARED_BYTES asks for them, one shared region per rank from the
- * next page).
+ * next page); and the region per rank DDP reserves for its gradient buckets
+ * when no fixed one was asked for (kernels/shm/shm_regions.c).
  */
 import { DEFAULT_CHUNK_BYTES } from "../../distributed/pg_config.ts";
 
@@ -50,4 +51,24 @@ export function shmSegmentBytes(
   const dataEnd = dataOffset + world * 2 * chunkBytes;
   if (sharedBytes === 0) return dataEnd;
   return Math.ceil(dataEnd / PAGE_BYTES) * PAGE_BYTES + world * sharedBytes;
+}
+
+/** DDP's default bucket capacity (DDPOptions.bucketCapMb). */
+const DDP_BUCKET_CAP_BYTES = 25 * 2 ** 20;
+
+/**
+ * Bytes per rank DDP reserves in /dev/shm for the gradient buckets of `params`
+ * f32 parameters (pg.reserveShared: every bucket from a 64-byte boundary, the
+ * whole rounded up to a page): at most the gradients plus 64 bytes per bucket
+ * of DDP's default 25 MiB.
+ *
+ * @example
+ * ```ts
+ * ddpSharedBytes(1_000_000); // 4,000,064 bytes rounded up to 4,001,792
+ * ```
+ */
+export function ddpSharedBytes(params: number): number {
+  const grads = params * 4;
+  const buckets = Math.max(1, Math.ceil(grads / DDP_BUCKET_CAP_BYTES));
+  return Math.ceil((grads + 64 * buckets) / PAGE_BYTES) * PAGE_BYTES;
 }

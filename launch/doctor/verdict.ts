@@ -91,6 +91,60 @@ function shmProblems(f: DoctorFacts): Problem[] {
   return [];
 }
 
+/**
+ * With --params: whether DDP's gradient buckets get shared memory on a CPU run (they fit in
+ * /dev/shm beside the group's segment, under DTRAIN_SHM_SHARED_LIMIT_BYTES, or in the fixed
+ * region), and a line saying so; null without --params. When they do not fit the run still
+ * starts: DDP keeps ordinary buckets, whose allReduce is slower.
+ */
+export function ddpShmVerdict(f: DoctorFacts): { fits: boolean; text: string } | null {
+  const d = f.shm.ddp;
+  if (!d) return null;
+  const { nproc } = f.request;
+  const per = formatBytes(d.bytesPerRank);
+  const what = `DDP's gradient buckets for ${d.params} f32 parameters take ${per} per rank`;
+  const slower = "DDP will keep ordinary buckets, whose allReduce copies through the group's " +
+    "buffers (about half the bandwidth)";
+  if (d.mode === "off") {
+    return { fits: true, text: `${what}; DTRAIN_SHM_SHARED_BYTES=0 keeps them out of /dev/shm` };
+  }
+  if (d.mode === "fixed") {
+    return d.fixedBytes >= d.bytesPerRank
+      ? {
+        fits: true,
+        text: `${what}, in the DTRAIN_SHM_SHARED_BYTES region of ${formatBytes(d.fixedBytes)}`,
+      }
+      : {
+        fits: false,
+        text:
+          `${what}, more than the DTRAIN_SHM_SHARED_BYTES region of ${
+            formatBytes(d.fixedBytes)
+          }: the buckets that do not fit stay ordinary (slower allReduce); unset ` +
+          `DTRAIN_SHM_SHARED_BYTES (DDP then reserves what it needs) or raise it to ${d.bytesPerRank}`,
+      };
+  }
+  if (d.limitBytes !== null && d.limitBytes < d.bytesPerRank) {
+    return {
+      fits: false,
+      text: `${what}, more than DTRAIN_SHM_SHARED_LIMIT_BYTES=${d.limitBytes}: ${slower}; ` +
+        `raise it to at least ${d.bytesPerRank} or unset it`,
+    };
+  }
+  const total = nproc * d.bytesPerRank;
+  const need = f.shm.needBytes + total;
+  const sum = `${nproc} x ${per} = ${formatBytes(total)} in ${f.shm.space.path} besides the ` +
+    `group's ${formatBytes(f.shm.needBytes)}`;
+  if (!f.shm.space.ok || f.shm.space.freeBytes < need) {
+    const free = f.shm.space.ok ? `${formatBytes(f.shm.space.freeBytes)} free` : "unreadable";
+    return {
+      fits: false,
+      text: `${what}: ${sum}, but it has ${free}: ${slower}. Enlarge /dev/shm to at least ` +
+        `${formatBytes(need)} (docker run --shm-size; mount -o remount,size=<bytes> /dev/shm)`,
+    };
+  }
+  return { fits: true, text: `${what}: ${sum}; fits` };
+}
+
 function gpuProblems(f: DoctorFacts): Problem[] {
   const { nproc } = f.request;
   const g = f.gpu;
@@ -178,7 +232,12 @@ export function judge(f: DoctorFacts): Verdict {
   } else if (nproc > 1) {
     const shm = shmLib && libraryProblem(shmLib, f, `needed by a CPU run of ${nproc} ranks`);
     if (shm) problems.push(shm);
-    problems.push(...shmProblems(f));
+    const segment = shmProblems(f);
+    problems.push(...segment);
+    const ddp = ddpShmVerdict(f);
+    if (segment.length === 0 && f.gloo.backend !== "gloo" && ddp && !ddp.fits) {
+      problems.push({ level: "warn", text: ddp.text });
+    }
   }
   if (!gpuRun && f.gloo.backend === "gloo") problems.push(...glooProblems(f));
   const files = f.limits.openFiles;

@@ -6,11 +6,12 @@ import { REPO, TestRun } from "../launch/launch_helpers.ts";
 buildNative({ quiet: true });
 const SCRIPT = join(REPO, "tests/distributed/scripts/ddp_cases.ts");
 
-async function runCase(name: string, env: Record<string, string> = {}) {
+async function runCase(name: string, env: Record<string, string> = {}, prefix?: string[]) {
   const t = new TestRun();
   try {
     const l = t.launch(["--nproc", "2", "--log-ranks", "all", SCRIPT], {
       env: { CASE: name, ...env },
+      ...(prefix ? { prefix } : {}),
     });
     return await t.finish(l, 30_000);
   } finally {
@@ -30,24 +31,104 @@ Deno.test("DDP broadcasts rank 0's weights at construction and keeps replicas id
   assert.notEqual(lines[0].atStart, lines[0].afterStep);
 });
 
-Deno.test("DDP's bucket in the shared regions (DTRAIN_SHM_SHARED_BYTES) is reduced in place to the bits of the buffered path", async () => {
+Deno.test("DDP's bucket goes to shared memory by default (reserved on demand), else to a fixed region, or not at all, with the bits of the buffered path", async () => {
   // 128-byte buffers: the 232-byte bucket goes through them (or in place), not in one barrier
   const env = { DTRAIN_SHM_CHUNK_BYTES: "128" };
+  const modes: [string, Record<string, string>, number][] = [
+    ["off", { DTRAIN_SHM_SHARED_BYTES: "0" }, 0],
+    ["default", {}, 1],
+    ["fixed region", { DTRAIN_SHM_SHARED_BYTES: "4096" }, 1],
+  ];
   const runs = [];
-  for (const shared of [false, true]) {
-    const r = await runCase(
-      "broadcast",
-      shared ? { ...env, DTRAIN_SHM_SHARED_BYTES: "4096" } : env,
-    );
+  for (const [mode, vars, shared] of modes) {
+    const r = await runCase("broadcast", { ...env, ...vars });
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    assert.doesNotMatch(r.stdout + r.stderr, /out of shared memory/, mode);
+    const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
+    assert.equal(lines.length, 2);
+    for (const l of lines) assert.equal(l.sharedBuckets, shared, `${mode}: ${JSON.stringify(l)}`);
+    runs.push(lines);
+  }
+  for (const key of ["grads", "afterStep"]) {
+    const got: string[] = runs.flat().map((l) => l[key]);
+    assert.deepEqual(got, got.map(() => got[0]), key);
+  }
+  assert.notEqual(runs[1]![0].atStart, runs[1]![0].afterStep);
+});
+
+Deno.test("DDP keeps ordinary buckets on both ranks when a rank may not reserve them, and rank 0 says why once", async () => {
+  const r = await runCase("broadcast", {
+    DTRAIN_SHM_CHUNK_BYTES: "128",
+    DTRAIN_SHM_SHARED_LIMIT_BYTES: "1024",
+  });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
+  assert.equal(lines.length, 2);
+  for (const l of lines) assert.equal(l.sharedBuckets, 0, JSON.stringify(l));
+  const said = (r.stdout + r.stderr).split("\n").filter((l) => l.includes("[dtrain] DDP keeps"));
+  assert.equal(said.length, 1, said.join("\n"));
+  assert.match(
+    said[0]!,
+    /\[dtrain\] DDP keeps its gradient buckets out of shared memory, so their allReduce copies through the group's buffers \(slower\): reserveShared\(4096 bytes per rank\) failed on rank 0: rank 0 may reserve at most 1024 bytes .* To fix: raise DTRAIN_SHM_SHARED_LIMIT_BYTES to at least 4096; DTRAIN_SHM_SHARED_BYTES=0 turns/,
+  );
+});
+
+Deno.test("ZeRO-2 gives the shared pages of the buckets it stops using back, and the ranks stay identical", async () => {
+  const r = await runCase("zero2");
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
+  assert.equal(lines.length, 2);
+  for (const l of lines) {
+    assert.equal(l.sharedBefore, 1, JSON.stringify(l));
+    assert.equal(l.sharedAfter, 0, JSON.stringify(l));
+    // the bucket's 257 KiB of gradients were written by the first step, then given back
+    assert.ok(l.rssBefore >= 256 << 10, `only ${l.rssBefore} bytes of the region resident`);
+    assert.ok(l.rssAfter <= 8192, `${l.rssAfter} bytes of the region still resident`);
+  }
+  assert.equal(lines[0].weights, lines[1].weights);
+});
+
+/** Whether this process may make a mount namespace with a tmpfs of its own. */
+function mountsAllowed(): boolean {
+  try {
+    return new Deno.Command("unshare", {
+      args: ["-m", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/mnt"],
+      stdout: "null",
+      stderr: "null",
+    }).outputSync().success;
+  } catch {
+    return false;
+  }
+}
+
+Deno.test({
+  name:
+    "DDP keeps ordinary buckets on both ranks when /dev/shm has no room for them (ENOSPC at the reservation, no SIGBUS later)",
+  ignore: !mountsAllowed(),
+  fn: async () => {
+    // a 400 KiB /dev/shm of its own: the group's segment (4 KiB buffers) fits, but not both ranks'
+    // 260 KiB regions for the zero2 case's bucket, so whichever rank reserves second gets ENOSPC
+    const prefix = [
+      "unshare",
+      "-m",
+      "sh",
+      "-c",
+      'mount -t tmpfs -o size=400k tmpfs /dev/shm && exec "$@"',
+      "sh",
+    ];
+    const r = await runCase("zero2", { DTRAIN_SHM_CHUNK_BYTES: "4096" }, prefix);
     assert.equal(r.code, 0, r.stdout + r.stderr);
     const lines = [...r.stdout.matchAll(/\{"rank".*\}/g)].map((m) => JSON.parse(m[0]));
     assert.equal(lines.length, 2);
-    for (const l of lines) assert.equal(l.sharedBuckets, shared ? 1 : 0, JSON.stringify(l));
-    runs.push(lines);
-  }
-  const afterStep = runs.flat().map((l) => l.afterStep);
-  assert.deepEqual(afterStep, afterStep.map(() => afterStep[0]));
-  assert.notEqual(runs[1]![0].atStart, afterStep[0]);
+    for (const l of lines) assert.equal(l.sharedBefore, 0, JSON.stringify(l));
+    assert.equal(lines[0].weights, lines[1].weights);
+    const said = (r.stdout + r.stderr).split("\n").filter((l) => l.includes("[dtrain] DDP keeps"));
+    assert.equal(said.length, 1, said.join("\n"));
+    assert.match(
+      said[0]!,
+      /failed on rank [01]: rank [01] could not reserve 266240 bytes in \/dev\/shm \(No space left on device\): \/dev\/shm is too small or full .* To fix: give \/dev\/shm room for 266240 bytes per rank/,
+    );
+  },
 });
 
 Deno.test("DDP refuses models that differ between ranks and lists the differences by rank", async () => {

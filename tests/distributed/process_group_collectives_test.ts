@@ -115,3 +115,19 @@ Deno.test("allReduce of large arrays in the shared regions (the default buffers)
   await runMatrix(2, [1_048_603], env, ["f32", "bf16"]);
   await runMatrix(3, [1_048_603], env, ["f32"]);
 });
+
+Deno.test("allReduce of arrays in a region reserved after open (reserveShared) matches independent results, 2 and 3 ranks", async () => {
+  // no region at open: each rank reserves 16 MiB, its arrays start 8 bytes past a 64-byte boundary
+  // there; 3001 f32 and 270,001 f32 take several 4 KiB buffers on the ordinary path, so they are
+  // reduced in place across the reserved regions, to the ordinary path's bits
+  const env = {
+    DTRAIN_SHM_CHUNK_BYTES: "4096",
+    DTRAIN_SHM_SHARED_BYTES: "",
+    CASE_RESERVE: String(16 << 20),
+    CASE_SHARED: "1",
+    CASE_OFFSET: "8",
+    CASE_ALLREDUCE_ONLY: "1",
+  };
+  await runMatrix(2, [1000, 3001, 270_001], env, ["f32", "f64"]);
+  await runMatrix(3, [3001, 270_001], env, ["f32"]);
+});

@@ -162,6 +162,9 @@ Deno.test("a waiting rank spins only while every local rank can have a core; DTR
 Deno.test("the shared region's size comes from sharedBytes, else DTRAIN_SHM_SHARED_BYTES, else none", () => {
   const env = launcherEnv(1, 2, "run-shared");
   assert.equal(resolveProcessGroupConfig({ env }).sharedBytes, 0);
+  assert.equal(resolveProcessGroupConfig({ env }).sharedOnDemand, true);
+  const off = { ...env, DTRAIN_SHM_SHARED_BYTES: "0" };
+  assert.equal(resolveProcessGroupConfig({ env: off }).sharedOnDemand, false);
   const set = { ...env, DTRAIN_SHM_SHARED_BYTES: "8192" };
   assert.equal(resolveProcessGroupConfig({ env: set }).sharedBytes, 8192);
   assert.equal(resolveProcessGroupConfig({ env: set, sharedBytes: 4096 }).sharedBytes, 4096);
@@ -169,6 +172,36 @@ Deno.test("the shared region's size comes from sharedBytes, else DTRAIN_SHM_SHAR
     () => resolveProcessGroupConfig({ env: { ...env, DTRAIN_SHM_SHARED_BYTES: "1 GiB" } }),
     /DTRAIN_SHM_SHARED_BYTES="1 GiB" is not a non-negative integer/,
   );
+  assert.equal(resolveProcessGroupConfig({ env: set }).sharedOnDemand, false);
+});
+
+Deno.test("bad DTRAIN_SHM_SHARED_BYTES and DTRAIN_SHM_SHARED_LIMIT_BYTES values are refused, naming the variable and the value", () => {
+  const env = launcherEnv(1, 2, "run-shared-bad");
+  const bad = (vars: Record<string, string>) => () =>
+    resolveProcessGroupConfig({ env: { ...env, ...vars } });
+  assert.throws(
+    bad({ DTRAIN_SHM_SHARED_BYTES: "5000" }),
+    /Environment variable DTRAIN_SHM_SHARED_BYTES=5000 must be a multiple of 4096/,
+  );
+  assert.throws(
+    bad({ DTRAIN_SHM_SHARED_BYTES: "-4096" }),
+    /DTRAIN_SHM_SHARED_BYTES="-4096" is not a non-negative integer/,
+  );
+  assert.throws(
+    bad({ DTRAIN_SHM_SHARED_LIMIT_BYTES: "64M" }),
+    /DTRAIN_SHM_SHARED_LIMIT_BYTES="64M" is not a non-negative integer/,
+  );
+  assert.throws(
+    bad({ DTRAIN_SHM_SHARED_LIMIT_BYTES: "99999999999999999999" }),
+    /DTRAIN_SHM_SHARED_LIMIT_BYTES="99999999999999999999" is too large/,
+  );
+  assert.throws(
+    () => resolveProcessGroupConfig({ env, sharedLimitBytes: -1 }),
+    /sharedLimitBytes=-1 must be a non-negative integer/,
+  );
+  const ok = resolveProcessGroupConfig({ env: { ...env, DTRAIN_SHM_SHARED_LIMIT_BYTES: "65536" } });
+  assert.equal(ok.sharedLimitBytes, 65536);
+  assert.equal(resolveProcessGroupConfig({ env }).sharedLimitBytes, undefined);
 });
 
 function oneRankGroup(tag: string, chunkBytes = 4096): ShmProcessGroup {
@@ -237,7 +270,7 @@ Deno.test("allocShared hands out zeroed, 64-byte aligned arrays of the shared re
     assert.equal(none.sharedBytes, 0);
     assert.throws(
       () => none.allocShared(1),
-      /4 bytes do not fit in this rank's shared region \(0 bytes, 0 left\): set DTRAIN_SHM_SHARED_BYTES/,
+      /4 bytes do not fit in this rank's shared region \(0 bytes, 0 left\): reserve one with reserveShared\(\), or set DTRAIN_SHM_SHARED_BYTES/,
     );
   }
   const pg = open("some", 16384);

@@ -4,8 +4,11 @@
  * - "unused": a parameter gets no gradient → backward must fail naming it;
  * - "broadcast": ranks init with different seeds → after DDP construction all hold rank 0's weights
  *   (and a bf16 autocast forward uses them, not a cast of its own weights cached before), and after
- *   a step with different data per rank the weights are still identical (and it prints how many
- *   buckets lie in the group's shared region);
+ *   a step with different data per rank the weights are still identical (and it prints the
+ *   digest of the synced gradients and how many buckets lie in the group's shared region);
+ * - "zero2": a model of 256 KiB of gradients in a bucket in the shared region, one step, then
+ *   ZeRO-2 shards the gradients: prints the resident bytes of this rank's region before and after
+ *   (the bucket's pages given back), whether the bucket is still shared, and a step's weights;
  * - "api": the ways of writing the step (ddp.backward in one call, a deferred sync finished by
  *   finishGradSync, backward with ddp.gradReady, noSync accumulation, one bucket per parameter
  *   with an unused one allowed) print their weights' digests, whether ddp.backward returned with
@@ -26,6 +29,7 @@ import {
   scope,
   Sequential,
   type Tensor,
+  ZeroRedundancyOptimizer,
 } from "dtrain";
 import { createHash } from "node:crypto";
 
@@ -33,6 +37,11 @@ const pg = initProcessGroup();
 const mode = Deno.env.get("CASE");
 if (mode === "api") {
   apiCases();
+  pg.close();
+  Deno.exit(0);
+}
+if (mode === "zero2") {
+  zero2Case();
   pg.close();
   Deno.exit(0);
 }
@@ -61,15 +70,26 @@ const digest = () => {
 const atStart = digest();
 const bf16AtStart = forwardBf16();
 const opt = new AdamW(ddp.parameters());
+let grads = "";
 scope(() => {
   const x = fromArray(new Float32Array(12).map((_, i) => (i + 1) * (pg.rank + 1) * 0.1), [3, 4]);
   const y = fromArray(new Int32Array([0, 1, pg.rank % 2]), [3]);
   ddp.backward(crossEntropy(ddp.forward(x), y));
+  const h = createHash("sha256");
+  for (const p of model.parameters()) h.update(p.grad!.toBytes());
+  grads = h.digest("hex");
   opt.step();
 });
 const sharedBuckets = ddp.buckets.filter((b) => b.shared).length;
 console.log(
-  JSON.stringify({ rank: pg.rank, atStart, bf16AtStart, afterStep: digest(), sharedBuckets }),
+  JSON.stringify({
+    rank: pg.rank,
+    atStart,
+    bf16AtStart,
+    grads,
+    afterStep: digest(),
+    sharedBuckets,
+  }),
 );
 pg.close();
 
@@ -184,4 +204,54 @@ function apiCases(): void {
     }
   });
   console.log(JSON.stringify(out));
+}
+
+/** Resident bytes of this rank's reserved shared region (its mapping, from /proc/self/smaps). */
+function regionRss(): number {
+  let inside = false, rss = 0;
+  for (const line of Deno.readTextFileSync("/proc/self/smaps").split("\n")) {
+    if (/^[0-9a-f]+-[0-9a-f]+ /.test(line)) inside = line.includes(`-pg-sh${pg.rank}-`);
+    const m = /^Rss:\s+(\d+) kB/.exec(line);
+    if (inside && m) rss += Number(m[1]) * 1024;
+  }
+  return rss;
+}
+
+function zero2Case(): void {
+  manualSeed(7);
+  const model = new Sequential(new Linear(256, 256), new ReLU(), new Linear(256, 2));
+  const ddp = new DistributedDataParallel(model, pg);
+  const stepOnce = (opt: { step(): void; zeroGrad(): void }) =>
+    scope(() => {
+      const x = fromArray(
+        new Float32Array(3 * 256).map((_, i) => ((i * 7) % 13) * 0.01 * (pg.rank + 1)),
+        [3, 256],
+      );
+      const y = fromArray(new Int32Array([0, 1, pg.rank % 2]), [3]);
+      ddp.backward(crossEntropy(ddp.forward(x), y));
+      opt.step();
+      opt.zeroGrad();
+    });
+  const sharedBefore = ddp.buckets.filter((b) => b.shared).length;
+  stepOnce(new AdamW(ddp.parameters(), { lr: 1e-2 }));
+  const rssBefore = regionRss();
+  const zero = new ZeroRedundancyOptimizer(ddp.parameters(), {
+    optimizerClass: AdamW,
+    ddp,
+    shard: "gradients",
+    lr: 1e-2,
+  });
+  const rssAfter = regionRss();
+  const sharedAfter = ddp.buckets.filter((b) => b.shared).length;
+  stepOnce(zero);
+  const h = createHash("sha256");
+  for (const p of model.parameters()) h.update(p.toBytes());
+  console.log(JSON.stringify({
+    rank: pg.rank,
+    sharedBefore,
+    sharedAfter,
+    rssBefore,
+    rssAfter,
+    weights: h.digest("hex"),
+  }));
 }

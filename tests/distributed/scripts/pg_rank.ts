@@ -8,7 +8,9 @@
  *                                  CASE_ALLREDUCE_ONLY=1: sum, avg, max only;
  *                                  CASE_SHARED=1: allReduce's data in the group's
  *                                  shared region, CASE_OFFSET bytes past a 64-byte
- *                                  boundary there) and write every result,
+ *                                  boundary there; CASE_RESERVE=<bytes>: that
+ *                                  region reserved after open by reserveShared)
+ *                                  and write every result,
  *                                  concatenated, to the file
  *   pg_rank.ts serve               join the group, print {"event":"ready"}, then
  *                                  run one command per stdin line (see below)
@@ -84,6 +86,8 @@ function runCase(pg: ProcessGroup, c: CollectiveCase, index: number): Uint8Array
 
 function matrix(outFile: string): void {
   const pg = initProcessGroup();
+  const reserve = Deno.env.get("CASE_RESERVE");
+  if (reserve) pg.reserveShared!(Number(reserve));
   const sizes = (Deno.env.get("CASE_SIZES") ?? "0,1,7,1000").split(",").map(Number);
   const dtypes = Deno.env.get("CASE_DTYPES")?.split(",") as CollectiveDType[] | undefined;
   const allReduceOnly = Deno.env.get("CASE_ALLREDUCE_ONLY") === "1";
@@ -105,7 +109,8 @@ function matrix(outFile: string): void {
 }
 
 /** Runs one stdin command: `allreduce <count> <dtype> <timeoutMs> [sum|avg|max|min]`
- *  (`allreduce-shared`: the buffer in the group's shared region),
+ *  (`allreduce-shared`: the buffer in the group's shared region), `reserve <bytes> <timeoutMs>`
+ *  (reserveShared; the answer has the SharedReserveError's fields and the region's size),
  *  `broadcast <count> <root> <timeoutMs>`, `barrier <name> <timeoutMs>`, `close`. */
 function command(pg: ProcessGroup, words: string[]): Record<string, unknown> {
   const [cmd, a = "", b = "", c = "", d = "sum"] = words;
@@ -116,6 +121,30 @@ function command(pg: ProcessGroup, words: string[]): Record<string, unknown> {
       const n = Number(a) * BYTES[dtype];
       const bytes = cmd === "allreduce" ? new Uint8Array(n) : inShared(pg, new Uint8Array(n), 0);
       pg.allReduce(asBuffer(bytes, dtype), d as ReduceOp, { timeoutMs: Number(c) });
+    } else if (cmd === "reserve") {
+      try {
+        pg.reserveShared!(Number(a), { timeoutMs: Number(b) });
+      } catch (e) {
+        const r = e as { name: string; failedRank?: number; step?: string };
+        return {
+          event: "done",
+          cmd,
+          ok: false,
+          error: (e as Error).message,
+          errorName: r.name,
+          failedRank: r.failedRank,
+          step: r.step,
+          sharedBytes: pg.sharedBytes,
+          ms: performance.now() - t0,
+        };
+      }
+      return {
+        event: "done",
+        cmd,
+        ok: true,
+        sharedBytes: pg.sharedBytes,
+        ms: performance.now() - t0,
+      };
     } else if (cmd === "broadcast") {
       pg.broadcast(new Float32Array(Number(a)), Number(b), { timeoutMs: Number(c) });
     } else if (cmd === "barrier") {

@@ -10,9 +10,9 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { DoctorFacts } from "../../../launch/doctor/facts.ts";
 import { SECTIONS } from "../../../launch/doctor/render.ts";
-import { shmSegmentBytes } from "../../../launch/doctor/shm.ts";
+import { ddpSharedBytes, shmSegmentBytes } from "../../../launch/doctor/shm.ts";
 import { fsSpace, parseLimits, readCpu } from "../../../launch/doctor/system.ts";
-import { judge } from "../../../launch/doctor/verdict.ts";
+import { ddpShmVerdict, judge } from "../../../launch/doctor/verdict.ts";
 
 const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 
@@ -149,6 +149,26 @@ Deno.test("dtrain doctor rejects bad arguments with exit code 2 and its usage", 
   assert.equal(r.code, 2);
   assert.match(r.out, /--nproc zero: expected a whole number >= 1/);
   assert.match(r.out, /Usage: dtrain doctor/);
+  const p = await doctor(["--params", "1.5"]);
+  assert.equal(p.code, 2);
+  assert.match(p.out, /--params 1\.5: expected a whole number >= 1/);
+});
+
+Deno.test("dtrain doctor --params N says whether /dev/shm has room for DDP's shared buckets on the ranks", async () => {
+  const env = { DTRAIN_SHM_SHARED_BYTES: "", DTRAIN_SHM_SHARED_LIMIT_BYTES: "" };
+  const r = await doctor(["--nproc", "2", "--device", "cpu", "--params", "1000000"], { env });
+  assert.match(
+    r.out,
+    /ddp buckets +DDP's gradient buckets for 1000000 f32 parameters take 3\.8 MiB per rank: 2 x 3\.8 MiB = 7\.6 MiB in \/dev\/shm/,
+  );
+  const limited = await doctor(["--nproc", "2", "--device", "cpu", "--params", "1000000"], {
+    env: { ...env, DTRAIN_SHM_SHARED_LIMIT_BYTES: "4096" },
+  });
+  assert.equal(limited.code, 0, limited.out);
+  assert.match(
+    limited.out,
+    /- warn: DDP's gradient buckets .* more than DTRAIN_SHM_SHARED_LIMIT_BYTES=4096/,
+  );
 });
 
 /** Facts of a healthy machine for a CPU run of `nproc` ranks; tests spoil one thing each. */
@@ -183,6 +203,7 @@ function facts(nproc = 2): DoctorFacts {
       chunkBytes: 2 ** 20,
       needBytes: shmSegmentBytes(nproc, 2 ** 20),
       chunkError: null,
+      ddp: null,
     },
     gloo: {
       backend: "shm",
@@ -252,6 +273,55 @@ Deno.test("judge() weighs /dev/shm against the ranks' segment: size, free space,
   const one = facts(1);
   one.shm.space = none.shm.space;
   assert.equal(judge(one).ready, true, "a single rank needs no /dev/shm");
+});
+
+Deno.test("judge() with --params warns when DDP's shared buckets would not fit in /dev/shm, under the limit or in the fixed region", () => {
+  // 10M parameters: 40 MB of gradients in 2 buckets of at most 25 MiB, each from a 64-byte boundary
+  assert.equal(ddpSharedBytes(10_000_000), Math.ceil((40_000_000 + 128) / 4096) * 4096);
+  const withParams = (
+    mode: "on-demand" | "fixed" | "off",
+    over: Partial<DoctorFacts["shm"]> = {},
+  ) => {
+    const f = facts(2);
+    f.request.params = 10_000_000;
+    f.shm = {
+      ...f.shm,
+      ddp: {
+        params: 10_000_000,
+        bytesPerRank: ddpSharedBytes(10_000_000),
+        mode,
+        fixedBytes: 0,
+        limitBytes: null,
+      },
+      ...over,
+    };
+    return f;
+  };
+  assert.deepEqual(judge(withParams("on-demand")).problems, []);
+  assert.match(ddpShmVerdict(withParams("on-demand"))!.text, /2 x 38\.1 MiB = 76\.3 MiB .*; fits/);
+  const tight = withParams("on-demand", {
+    space: { path: "/dev/shm", ok: true, totalBytes: 64 << 20, freeBytes: 64 << 20 },
+  });
+  assert.equal(judge(tight).ready, true, "the run still starts: DDP falls back");
+  assert.match(
+    warns(tight)[0]!,
+    /DDP's gradient buckets for 10000000 f32 parameters take 38\.1 MiB per rank: 2 x 38\.1 MiB = 76\.3 MiB in \/dev\/shm .* but it has 64\.0 MiB free: DDP will keep ordinary buckets.*Enlarge \/dev\/shm to at least 80\.3 MiB/,
+  );
+  const limited = withParams("on-demand");
+  limited.shm.ddp!.limitBytes = 1 << 20;
+  assert.match(
+    warns(limited)[0]!,
+    /more than DTRAIN_SHM_SHARED_LIMIT_BYTES=1048576: .*raise it to at least 40001536/,
+  );
+  const fixed = withParams("fixed");
+  fixed.shm.ddp!.fixedBytes = 8 << 20;
+  assert.match(warns(fixed)[0]!, /more than the DTRAIN_SHM_SHARED_BYTES region of 8\.0 MiB/);
+  fixed.shm.ddp!.fixedBytes = 64 << 20;
+  assert.deepEqual(warns(fixed), []);
+  assert.deepEqual(
+    warns({ ...tight, shm: { ...tight.shm, ddp: { ...tight.shm.ddp!, mode: "off" } } }),
+    [],
+  );
 });
 
 Deno.test("judge() requires the shared-memory library only for several CPU ranks", () => {
