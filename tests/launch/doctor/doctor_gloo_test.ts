@@ -138,6 +138,7 @@ function factsFor(nnodes: number, spoil: (f: DoctorFacts) => void = () => {}): D
       chunkBytes: 2 ** 20,
       needBytes: 2 ** 22,
       chunkError: null,
+      ddp: null,
     },
     gloo: {
       backend: nnodes > 1 ? "gloo" : "single",
