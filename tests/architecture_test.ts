@@ -19,12 +19,12 @@ const REPO = fileURLToPath(new URL("../", import.meta.url)).replace(/\/$/, "");
  * The library's folders by layer: a file may import its own folder and
  * strictly lower layers only. `distributed/control` (store, phases, the
  * launcher-rank contract) sits far below the collectives and DDP of the rest
- * of `distributed/`.
+ * of `distributed/`, above ffi/ (its state page is mapped through libc).
  */
 const LIBRARY_LAYERS: readonly (readonly string[])[] = [
   ["os", "io", "profile"],
-  ["ffi", "distributed/control"],
-  ["tensor", "random"],
+  ["ffi"],
+  ["tensor", "random", "distributed/control"],
   ["nn", "optim", "data"],
   ["amp", "distributed"],
 ];
