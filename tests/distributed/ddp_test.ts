@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { buildNative } from "../../scripts/build_native.ts";
-import { REPO, TestRun } from "../launch/launch_helpers.ts";
+import { mountsAllowed, REPO, TestRun } from "../launch/launch_helpers.ts";
 
 buildNative({ quiet: true });
 const SCRIPT = join(REPO, "tests/distributed/scripts/ddp_cases.ts");
@@ -87,19 +87,6 @@ Deno.test("ZeRO-2 gives the shared pages of the buckets it stops using back, and
   }
   assert.equal(lines[0].weights, lines[1].weights);
 });
-
-/** Whether this process may make a mount namespace with a tmpfs of its own. */
-function mountsAllowed(): boolean {
-  try {
-    return new Deno.Command("unshare", {
-      args: ["-m", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/mnt"],
-      stdout: "null",
-      stderr: "null",
-    }).outputSync().success;
-  } catch {
-    return false;
-  }
-}
 
 Deno.test({
   name:

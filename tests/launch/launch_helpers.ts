@@ -68,6 +68,20 @@ export async function waitUntil(
   return performance.now() - t0;
 }
 
+/** Whether this process may make a mount namespace with a tmpfs of its own (unshare -m; a
+ *  test of a small /dev/shm needs it). */
+export function mountsAllowed(): boolean {
+  try {
+    return new Deno.Command("unshare", {
+      args: ["-m", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/mnt"],
+      stdout: "null",
+      stderr: "null",
+    }).outputSync().success;
+  } catch {
+    return false;
+  }
+}
+
 /** A free TCP port on loopback (closed again, so a launcher can take it). */
 export function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });

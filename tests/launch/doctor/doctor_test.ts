@@ -13,6 +13,7 @@ import { SECTIONS } from "../../../launch/doctor/render.ts";
 import { ddpSharedBytes, shmSegmentBytes } from "../../../launch/doctor/shm.ts";
 import { fsSpace, parseLimits, readCpu } from "../../../launch/doctor/system.ts";
 import { ddpShmVerdict, judge } from "../../../launch/doctor/verdict.ts";
+import { mountsAllowed } from "../launch_helpers.ts";
 
 const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 
@@ -48,18 +49,6 @@ async function doctor(
   }).output();
   const text = new TextDecoder().decode(r.stdout) + new TextDecoder().decode(r.stderr);
   return { code: r.code, out: text };
-}
-
-function mountsAllowed(): boolean {
-  try {
-    return new Deno.Command("unshare", {
-      args: ["-m", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/mnt"],
-      stdout: "null",
-      stderr: "null",
-    }).outputSync().success;
-  } catch {
-    return false;
-  }
 }
 
 Deno.test("dtrain doctor from the checkout prints every section and exits 0 here", async () => {
