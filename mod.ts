@@ -342,7 +342,7 @@ export { loadWeights, readWeights, stateTensor } from "./nn/load.ts";
 
 // distributed
 export type { CallOptions, ProcessGroup, Work } from "./distributed/process_group.ts";
-export { SharedReserveError } from "./distributed/process_group.ts";
+export { SharedReserveError, type SharedReserveStep } from "./distributed/process_group.ts";
 export { currentProcessGroup, initProcessGroup } from "./distributed/init_process_group.ts";
 export type { CpuBackend, ProcessGroupOptions } from "./distributed/pg_config.ts";
 export type {

@@ -138,6 +138,10 @@ export interface Work {
 /** The work of a collective that had completed when it was returned. */
 export const COMPLETED: Work = Object.freeze({ wait() {} });
 
+/** What failed on the rank that failed a reserveShared(): its limit, creating its region, room in
+ *  /dev/shm, mapping its region, or mapping a peer's. */
+export type SharedReserveStep = "limit" | "create" | "space" | "map" | "map-peer" | "unknown";
+
 /**
  * A reserveShared() that failed on some rank: every rank throws it, with the same message,
  * naming the first rank that failed and why (`step`: "limit", "create", "space", "map" or
@@ -152,7 +156,7 @@ export class SharedReserveError extends Error {
     /** the first rank whose part failed */
     readonly failedRank: number,
     /** what failed there */
-    readonly step: string,
+    readonly step: SharedReserveStep,
     /** bytes per rank that were asked for */
     readonly bytes: number,
   ) {

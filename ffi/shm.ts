@@ -77,7 +77,9 @@ export const DT_ERR_SYS = 8;
 export const SHM_FLAG_DETAIL = 1;
 
 /** What a rank's failed step of dt_shm_reserve was (DT_SHM_RESERVE_* in kernels/shm/shm_regions.c). */
-export const SHM_RESERVE_STEP: Record<number, string> = {
+export const SHM_RESERVE_STEP: Readonly<
+  Record<number, "limit" | "create" | "space" | "map" | "map-peer">
+> = {
   1: "limit",
   2: "create",
   3: "space",

@@ -22,7 +22,16 @@ const { values } = parseArgs({
     rounds: { type: "string", default: "5" },
   },
 });
-const N = Number(values.updates), ROUNDS = Number(values.rounds);
+/** A command-line count: a whole number >= 1, or exit 2 naming the option. */
+function count(option: string, raw: string): number {
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n) || n < 1) {
+    console.error(`--${option} ${raw}: expected a whole number >= 1`);
+    Deno.exit(2);
+  }
+  return n;
+}
+const N = count("updates", values.updates), ROUNDS = count("rounds", values.rounds);
 
 const dir = Deno.makeTempDirSync({ prefix: "dtrain-bench-page-" });
 const state = {
