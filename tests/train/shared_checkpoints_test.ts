@@ -7,9 +7,17 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { REPO, TestRun } from "../launch/launch_helpers.ts";
+import { REPO, TestRun, waitUntil } from "../launch/launch_helpers.ts";
 
 const SCRIPT = join(REPO, "tests/train/scripts/shared_checkpoints.ts");
+
+function exists(path: string): boolean {
+  try {
+    return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
+}
 
 function listing(dir: string): string[] {
   return [...Deno.readDirSync(dir)].map((e) => `${e.name}`).sort();
@@ -24,7 +32,11 @@ Deno.test("a second live run on a live run's checkpoint folder is refused, namin
       env: { ...env, TEST_HOLD: "1" },
     });
     await t.ranksStarted(1, 120_000); // A saved its first epoch's checkpoints and is live
-    const runA = JSON.parse(Deno.readTextFileSync(join(t.dir, "a", "run.json"))).runId as string;
+    // The launcher writes run.json once the ranks are past their start-up, which may come after
+    // the rank recorded its pid: wait for it rather than read it at once.
+    const runJson = join(t.dir, "a", "run.json");
+    await waitUntil(() => exists(runJson), 120_000, "run A's run.json");
+    const runA = JSON.parse(Deno.readTextFileSync(runJson)).runId as string;
     const before = listing(ck);
     const latest = Deno.readTextFileSync(join(ck, "latest"));
 
