@@ -16,7 +16,9 @@
  *
  * or alone (a world of one: no reduction to wait for):
  *
- *   deno run -A scripts/profile_gpt_step.ts [--steps 30] [--clip]
+ *   deno run -A scripts/profile_gpt_step.ts [--steps 30] [--clip] [--bf16]
+ *
+ * --bf16 runs the forward under bf16 autocast, as bench_train's gpt-bf16 does.
  *
  * The first 5 steps warm the JIT and are not counted. The table also gives the
  * step's GFLOP/s counted as bench_ddp does (6N + 6LCT per token). With
@@ -41,6 +43,7 @@ import type { ProcessGroup, Work } from "../distributed/process_group.ts";
 import { CharWindows } from "../data/char_corpus.ts";
 import { TorchGenerator } from "../random/torch_generator.ts";
 import { threadCpuClock } from "./bench_gemm.ts";
+import { autocast } from "../amp/autocast.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -48,6 +51,7 @@ const { values } = parseArgs({
     steps: { type: "string", default: "30" },
     warmup: { type: "string", default: "5" },
     clip: { type: "boolean", default: false },
+    bf16: { type: "boolean", default: false },
     peak: { type: "string" },
   },
 });
@@ -182,7 +186,7 @@ try {
     scope(() => {
       const [x, y] = windows.getBatch(windows.randomOffsets(gen, BATCH));
       optimizer.zeroGrad();
-      const l = model.loss(x!, y!);
+      const l = autocast(values.bf16 ? "bf16" : null, () => model.loss(x!, y!));
       ddp.backward(l);
       if (values.clip) clipGradNorm(ddp.parameters(), 1.0);
       optimizer.step();
@@ -236,8 +240,8 @@ if (pg.rank === 0) {
   const [load1, load5] = Deno.loadavg();
   console.log(
     `GPT-mini step, rank 0 of ${pg.size}, ${BATCH}x${BLOCK} tokens, ${params} parameters, ` +
-      `steps ${warmup + 1}..${warmup + steps}${
-        values.clip ? ", clipping" : ""
+      `steps ${warmup + 1}..${warmup + steps}${values.clip ? ", clipping" : ""}${
+        values.bf16 ? ", bf16 autocast" : ""
       }; load ${load1} ${load5}`,
   );
   for (const r of rows) {

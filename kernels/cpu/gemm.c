@@ -166,6 +166,11 @@ static dt_status dt_gemm_blocked_(dt_gemm_job_* job, const dt_gemm_view_* a, con
     isa->dot(m, n, K, alpha, a->data, a->rs, b->data, b->cs, beta, c, ldc);
     return DT_OK;
   }
+  /* a K of a few and B along N: K outer products, C stored in one pass */
+  if (isa->outer && a->dtype == DT_F32 && b->dtype == DT_F32 && b->cs == 1 && K <= DT_GEMM_OUTER_MAX_K) {
+    isa->outer(m, n, K, alpha, a->data, a->rs, a->cs, b->data, b->rs, beta, c, ldc);
+    return DT_OK;
+  }
   dt_gemm_a_mode_ a_mode = dt_gemm_a_mode_of_(isa, a, m, n);
   int direct_a = a_mode == DT_GEMM_A_DIRECT;
   /* with a single A sliver each B sliver is used once: f32 rows of B are read
@@ -208,9 +213,11 @@ static dt_status dt_gemm_blocked_(dt_gemm_job_* job, const dt_gemm_view_* a, con
          * the height instead (6 + 2 rows -> 4 + 4), where the kernel has a
          * shorter body for them (the AVX2 kernel: 4 + 4 rows cost 8 rows'
          * work, 6 + 2 cost 10). Only where A is read in place: a packed A's
-         * slivers hold exactly mr rows. The same bits either way. */
+         * slivers hold exactly mr rows. The same bits either way. Only for
+         * kernels whose bodies make it cheaper (isa->split_short_tail). */
         int64_t tail = mc % mr;
-        int64_t split_at = direct_a && mc > mr && tail > 0 && tail <= 2 ? mc - mr - tail : -1;
+        int64_t split_at =
+            isa->split_short_tail && direct_a && mc > mr && tail > 0 && tail <= 2 ? mc - mr - tail : -1;
         for (int64_t jr = 0; jr < nc; jr += nr) {
           int nrr = nc - jr < nr ? (int)(nc - jr) : nr;
           const float* bs = direct_b ? bp : bp + jr * kc;

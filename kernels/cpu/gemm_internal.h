@@ -49,6 +49,14 @@ typedef void (*dt_gemm_pack_a_fn_)(const dt_gemm_view_* v, int64_t i0, int64_t m
 typedef void (*dt_gemm_dot_fn_)(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+/* C (m x n) = alpha * A @ B + beta * C for a K of at most
+ * DT_GEMM_OUTER_MAX_K, as K outer products: A's element (i, p) at
+ * a[i * rsa + p * csa], B's row p at b + p * ldb (columns contiguous); the
+ * bits of the micro-kernel. beta == 0 never reads C. */
+typedef void (*dt_gemm_outer_fn_)(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa,
+                                  int64_t csa, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+#define DT_GEMM_OUTER_MAX_K 4
+
 /* A micro-kernel with the blocking that suits it and its packing routines. */
 typedef struct {
   const char* name; /* "avx512", "avx2" or "generic" */
@@ -61,6 +69,12 @@ typedef struct {
   dt_gemm_pack_a_fn_ pack_a;
   dt_gemm_pack_b_fn_ pack_b;
   dt_gemm_dot_fn_ dot; /* for M or N <= DT_GEMM_DOT_MAX; NULL: use the kernel */
+  dt_gemm_outer_fn_ outer; /* for K <= DT_GEMM_OUTER_MAX_K with B along N; NULL: use the kernel */
+  /* whether an A block read in place that ends in a tile of 1 or 2 rows is
+   * better split into two tiles of about half the height (gemm.c): so with
+   * the AVX2 kernel's bodies of 6, 4 and 2 rows; the AVX-512 kernel has
+   * bodies of 2 and 1 rows, so 8 + 2 costs it less than 5 + 5 (8 + 8) */
+  int split_short_tail;
 } dt_gemm_isa_;
 
 /* The dot-product path takes over when M or N is at most this: a micro-tile
@@ -91,6 +105,13 @@ void dt_gemm_pack_b_avx2_(const dt_gemm_view_* v, int64_t p0, int64_t kc, int64_
 /* Dot-product GEMM with AVX2 + FMA (gemm_dot_avx2.c). Call only on CPUs with AVX2. */
 void dt_gemm_dot_avx2_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                        int64_t ldb, float beta, float* c, int64_t ldc);
+
+/* The same with AVX-512 (gemm_dot_avx512.c), and the outer-product GEMM of a
+ * tiny K (gemm_outer_avx512.c). Call only on CPUs with AVX-512F. */
+void dt_gemm_outer_avx512_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa, int64_t csa,
+                           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void dt_gemm_dot_avx512_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                         int64_t ldb, float beta, float* c, int64_t ldc);
 
 /* dt_gemm_ex's bias or bias + GELU epilogue for a bf16 C, applied by the
  * bf16 kernel as it stores each tile: pre = product + bias[j] (bf16 bias),

@@ -137,4 +137,5 @@ const dt_gemm_isa_ dt_gemm_isa_avx2_ = {
     .pack_a = dt_gemm_pack_a_avx2_,
     .pack_b = dt_gemm_pack_b_avx2_,
     .dot = dt_gemm_dot_avx2_,
+    .split_short_tail = 1,
 };

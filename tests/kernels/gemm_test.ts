@@ -551,6 +551,63 @@ Deno.test("dt_gemm() with a transposed A packed by the kernel on the way gives t
   }
 });
 
+/** The same product with B stored the other way round (op(B) = B^T <-> B), NaN in the padding. */
+function flipB(c: Case, inp: Inputs): { c: Case; inp: Inputs } {
+  const ldb = (c.transB ? c.N : c.K) + 2;
+  const strideB = (c.transB ? c.K : c.N) * ldb + 3;
+  const flipped: Case = { ...c, transB: !c.transB, ldb, strideB };
+  const b = new Float64Array(extent(c.transB ? c.K : c.N, ldb, c.batch, strideB)).fill(NaN);
+  for (let bi = 0; bi < c.batch; bi++) {
+    for (let p = 0; p < c.K; p++) {
+      for (let j = 0; j < c.N; j++) {
+        const from = bi * c.strideB + (c.transB ? j * c.ldb + p : p * c.ldb + j);
+        b[bi * strideB + (c.transB ? p * ldb + j : j * ldb + p)] = inp.b[from]!;
+      }
+    }
+  }
+  return { c: flipped, inp: { ...inp, b } };
+}
+
+Deno.test("dt_gemm() with a K of 1 to 4 and B along N (outer products) gives the bits of the micro-kernel", () => {
+  // With AVX-512, K <= 4 and B not transposed is K outer products with C stored in one pass
+  // (gemm_outer_avx512.c); B stored transposed goes through the packed micro-kernel (M and N
+  // above the dot-product limit). Each element must get the same operations in the same
+  // order: the same bits, for each A layout, beta, a partial last block of columns (N not a
+  // multiple of 16, or of a block of 128 / 64), and batches with NaN in the gaps.
+  const rng = new Rng(14);
+  for (const Kd of [1, 2, 3, 4]) {
+    for (const [M, N] of [[5, 5], [64, 256], [9, 129], [13, 300], [7, 17]]) {
+      for (const transA of [false, true]) {
+        for (const [alpha, beta, batch] of [[1, 0, 1], [1, 1, 2], [-0.5, 2, 1]]) {
+          const base = makeCase(M!, N!, Kd, {
+            transA,
+            alpha: alpha!,
+            beta: beta!,
+            lda: (transA ? M! : Kd) + 1,
+            ldc: N! + 3,
+          });
+          const c = {
+            ...base,
+            batch: batch!,
+            strideA: base.strideA + 5,
+            strideB: base.strideB + 2,
+            strideC: base.strideC + 4,
+          };
+          const inp = randomInputs(rng, c);
+          const got = runGemm(c, inp);
+          check(c, got, reference(c, inp));
+          const kernel = flipB(c, inp);
+          assertSameBits(
+            got,
+            runGemm(kernel.c, kernel.inp),
+            `${describe(c)} against ${describe(kernel.c)}`,
+          );
+        }
+      }
+    }
+  }
+});
+
 /** M, N, K of products with every kind of edge: partial tiles, dot products, K tails, a packed A. */
 const EDGE_SHAPES: [number, number, number][] = [
   [1, 1, 1],
@@ -561,6 +618,8 @@ const EDGE_SHAPES: [number, number, number][] = [
   [7, 35, 300],
   [5, 530, 9],
   [151, 130, 17], // A^T packed on the way (lda > mc): a second block of a full tile and 1 row
+  [9, 131, 2], // K outer products (AVX-512, B along N): a partial last block
+  [3, 40, 4],
 ];
 
 Deno.test("dt_gemm() reads nothing past the end of A, B or C (guard pages)", () => {

@@ -1,0 +1,86 @@
+/* gemm_outer_avx512.c — GEMM with a tiny K (1 to 4: the input gradient of a
+ * 256 -> 2 layer) as a sum of K outer products, with AVX-512: B's K rows of a
+ * column block stay in registers and every row of C is made in one pass, so
+ * the time goes to storing C rather than to micro-tiles and their set-up (64
+ * x 256 x 2 ran at 0.84x OpenBLAS's small-matrix kernel through the 8 x 32
+ * micro-kernel). Each element gets the micro-kernel's operations in its
+ * order (a zero accumulator, K multiply-adds, then alpha and beta as the
+ * kernel stores them), so the same bits as that path. */
+#include "gemm_internal.h"
+#include <immintrin.h>
+
+#define AVX512_ __attribute__((target("avx512f,avx2,fma")))
+
+/* Columns [j0, j0 + 16 v) of every row, v vectors of B per K row held in
+ * registers (v and k constants after inlining; k * v <= 16); lanes past n are
+ * masked off (last). */
+AVX512_ static inline __attribute__((always_inline)) void outer_block_(int k, int v, int64_t m, const float* a,
+                                                                       int64_t rsa, int64_t csa, const float* b,
+                                                                       int64_t ldb, float* c, int64_t ldc,
+                                                                       float alpha, float beta, __mmask16 last) {
+  __m512 bv[4][8];
+#pragma GCC unroll 4
+  for (int p = 0; p < k; p++)
+#pragma GCC unroll 8
+    for (int x = 0; x < v; x++) bv[p][x] = _mm512_maskz_loadu_ps(x == v - 1 ? last : 0xffff, b + p * ldb + 16 * x);
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (int64_t i = 0; i < m; i++) {
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int x = 0; x < v; x++) acc[x] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int p = 0; p < k; p++) {
+      __m512 ap = _mm512_set1_ps(a[i * rsa + p * csa]);
+#pragma GCC unroll 8
+      for (int x = 0; x < v; x++) acc[x] = _mm512_fmadd_ps(ap, bv[p][x], acc[x]);
+    }
+    float* ci = c + i * ldc;
+#pragma GCC unroll 8
+    for (int x = 0; x < v; x++) {
+      __mmask16 mk = x == v - 1 ? last : 0xffff;
+      __m512 out = beta == 0.0f ? _mm512_mul_ps(va, acc[x])
+                                : _mm512_fmadd_ps(va, acc[x], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mk, ci + 16 * x)));
+      _mm512_mask_storeu_ps(ci + 16 * x, mk, out);
+    }
+  }
+}
+
+/* Blocks of 8 vectors (128 columns) for K <= 2, 4 vectors for K <= 4; a
+ * narrower last block where fewer columns are left. */
+AVX512_ static inline __attribute__((always_inline)) void outer_k_(int k, int64_t m, int64_t n, const float* a,
+                                                                   int64_t rsa, int64_t csa, const float* b,
+                                                                   int64_t ldb, float* c, int64_t ldc, float alpha,
+                                                                   float beta) {
+  const int vmax = k <= 2 ? 8 : 4;
+  for (int64_t j = 0; j < n; j += 16 * vmax) {
+    int64_t cols = n - j < 16 * vmax ? n - j : 16 * vmax;
+    int v = (int)((cols + 15) / 16);
+    int rem = (int)(cols - 16 * (v - 1));
+    __mmask16 last = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
+    switch (v) {
+#define OUTER_V_(vv) \
+  case vv: outer_block_(k, vv, m, a, rsa, csa, b + j, ldb, c + j, ldc, alpha, beta, last); break
+      OUTER_V_(1);
+      OUTER_V_(2);
+      OUTER_V_(3);
+      OUTER_V_(4);
+      OUTER_V_(5);
+      OUTER_V_(6);
+      OUTER_V_(7);
+      OUTER_V_(8);
+#undef OUTER_V_
+      default: break; /* unreachable: 1 <= v <= vmax */
+    }
+  }
+}
+
+AVX512_ void dt_gemm_outer_avx512_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa, int64_t csa,
+                           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  switch (k) {
+    case 1: outer_k_(1, m, n, a, rsa, csa, b, ldb, c, ldc, alpha, beta); break;
+    case 2: outer_k_(2, m, n, a, rsa, csa, b, ldb, c, ldc, alpha, beta); break;
+    case 3: outer_k_(3, m, n, a, rsa, csa, b, ldb, c, ldc, alpha, beta); break;
+    case 4: outer_k_(4, m, n, a, rsa, csa, b, ldb, c, ldc, alpha, beta); break;
+    default: break; /* unreachable: the caller takes K <= DT_GEMM_OUTER_MAX_K only */
+  }
+}
