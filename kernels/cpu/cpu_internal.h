@@ -11,3 +11,11 @@
 typedef void (*dt_range_fn_)(void* ctx, int64_t begin, int64_t end);
 void dt_parallel_for_(int64_t n, int64_t grain, dt_range_fn_ fn, void* ctx);
 int dt_num_threads_(void);
+
+/* out[j] = exp(x[j]), tanh(x[j]), gelu(x[j]) and dout[j] * gelu'(x[j]) for
+ * j < n, f32, the bits of dt_math.h's and gelu.h's bodies (math_rows.c); out
+ * may be x. */
+void dt_exp_rows_(float* out, const float* x, int64_t n);
+void dt_tanh_rows_(float* out, const float* x, int64_t n);
+void dt_gelu_rows_(float* out, const float* x, int64_t n);
+void dt_gelu_grad_rows_(float* out, const float* dout, const float* x, int64_t n);

@@ -92,14 +92,14 @@ DT_VEC_CLONES static void relu_bwd_range_(void* vctx, int64_t begin, int64_t end
   for (int64_t i = begin; i < end; i++) c->out[i] = dt_relu_grad_f(c->y[i], c->x[i]);
 }
 
-DT_VEC_CLONES static void gelu_range_(void* vctx, int64_t begin, int64_t end) {
+static void gelu_range_(void* vctx, int64_t begin, int64_t end) {
   const unary_ctx_* c = vctx;
-  for (int64_t i = begin; i < end; i++) c->out[i] = dt_gelu_f(c->x[i]);
+  dt_gelu_rows_(c->out + begin, c->x + begin, end - begin);
 }
 
-DT_VEC_CLONES static void gelu_bwd_range_(void* vctx, int64_t begin, int64_t end) {
+static void gelu_bwd_range_(void* vctx, int64_t begin, int64_t end) {
   const unary_ctx_* c = vctx;
-  for (int64_t i = begin; i < end; i++) c->out[i] = dt_gelu_grad_f(c->y[i], c->x[i]);
+  dt_gelu_grad_rows_(c->out + begin, c->y + begin, c->x + begin, end - begin);
 }
 
 typedef struct {

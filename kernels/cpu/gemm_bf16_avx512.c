@@ -16,6 +16,7 @@
  * cast pass after the product). */
 #include "gemm_internal.h"
 #include "bf16_avx512.h"
+#include "dt_math_avx512.h"
 #include "gemm_epilogue.h"
 #include <stdlib.h>
 
@@ -150,7 +151,7 @@ typedef struct {
  * one loop over the whole tile, after the micro-kernel (its accumulators no
  * longer hold the registers GELU needs). */
 BF16_ static void dt_bf16_gelu_tile_(float* pre, int mr, int nr, uint16_t* c, int64_t ldc) {
-  for (int j = 0; j < MR * NR; j++) pre[j] = dt_gelu_f(pre[j]);
+  for (int j = 0; j < MR * NR; j += 16) _mm512_storeu_ps(pre + j, dt_gelu_avx512_(_mm512_loadu_ps(pre + j)));
   __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
   __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
   for (int i = 0; i < mr; i++) {

@@ -44,7 +44,7 @@ DT_VEC_CLONES static void epi_f32_row_(float* out, const float* a, const float* 
     for (int64_t j = 0; j < N; j++) out[j] = dt_epilogue_pre_f(a[j], bias[j]);
   } else if (epilogue == DT_EPI_GELU_BIAS) {
     for (int64_t j = 0; j < N; j++) aux[j] = dt_epilogue_pre_f(a[j], bias[j]);
-    for (int64_t j = 0; j < N; j++) out[j] = dt_gelu_f(aux[j]);
+    dt_gelu_rows_(out, aux, N);
   } else if (out != a) {
     for (int64_t j = 0; j < N; j++) out[j] = a[j];
   }
@@ -79,7 +79,7 @@ DT_VEC_CLONES static int epi_low_rows_(const epi_ctx_* c, int64_t r0, int64_t r1
     }
     for (int64_t j = 0; j < N; j++) pre[j] = dt_epilogue_pre_f(a[j], bias[j]);
     if (c->epilogue == DT_EPI_GELU_BIAS) {
-      for (int64_t j = 0; j < N; j++) out[j] = dt_gelu_f(pre[j]);
+      dt_gelu_rows_(out, pre, N);
       store_low_row_((char*)c->aux + (size_t)(i * c->ldaux) * es, c->c_dtype, pre, N);
       store_low_row_(crow, c->c_dtype, out, N);
     } else {

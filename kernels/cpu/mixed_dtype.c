@@ -84,13 +84,9 @@ static void binary_ex_range_(void* vctx, int64_t begin, int64_t end) {
 }
 
 /* x[0:len] = gelu(x[0:len]); x = dinp from x = inp and g = dout. */
-DT_VEC_CLONES static void gelu_block_(float* x, int64_t len) {
-  for (int64_t j = 0; j < len; j++) x[j] = dt_gelu_f(x[j]);
-}
+static void gelu_block_(float* x, int64_t len) { dt_gelu_rows_(x, x, len); }
 
-DT_VEC_CLONES static void gelu_grad_block_(float* x, const float* g, int64_t len) {
-  for (int64_t j = 0; j < len; j++) x[j] = dt_gelu_grad_f(g[j], x[j]);
-}
+static void gelu_grad_block_(float* x, const float* g, int64_t len) { dt_gelu_grad_rows_(x, g, x, len); }
 
 typedef struct {
   int32_t dtype;

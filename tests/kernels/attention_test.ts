@@ -175,6 +175,7 @@ const SHAPES: Shape[] = [
   { B: 1, T: 1, H: 1, D: 1, causal: true },
   { B: 2, T: 33, H: 3, D: 16, causal: true },
   { B: 1, T: 65, H: 2, D: 64, causal: true },
+  { B: 1, T: 128, H: 2, D: 32, causal: true }, // GPT-mini's: the longest T whose bf16 rows are one key tile
   { B: 1, T: 130, H: 1, D: 32, causal: false },
   { B: 1, T: 70, H: 2, D: 128, causal: true },
   { B: 1, T: 40, H: 1, D: 256, causal: true },
