@@ -16,6 +16,14 @@ int dt_num_threads_(void);
  * j < n, f32, the bits of dt_math.h's and gelu.h's bodies (math_rows.c); out
  * may be x. */
 void dt_exp_rows_(float* out, const float* x, int64_t n);
+/* Whether the CPU loops take their AVX-512 intrinsic forms (the same bits as
+ * the plain ones): where the GEMM uses its AVX-512 kernel, that is on a CPU
+ * with AVX-512F under a DTRAIN_CPU_ISA that allows it (math_rows.c). */
+int dt_cpu_avx512_(void);
+/* layernorm.h's dt_layernorm_bwd_row in AVX-512 intrinsics, its bits
+ * (layernorm_avx512.c); only where dt_cpu_avx512_(). */
+void dt_layernorm_bwd_row_avx512_(float* dinp, const float* dout, const float* x, const float* weight,
+                                  float mean, float rstd, int64_t C);
 void dt_tanh_rows_(float* out, const float* x, int64_t n);
 void dt_gelu_rows_(float* out, const float* x, int64_t n);
 void dt_gelu_grad_rows_(float* out, const float* dout, const float* x, int64_t n);

@@ -60,27 +60,27 @@ DT_VEC_CLONES static void gelu_grad_plain_(float* out, const float* dout, const 
  * is AVX-512 only on a CPU with AVX-512F and under a DTRAIN_CPU_ISA that
  * allows it (so tests can run both forms on one machine). A bad
  * DTRAIN_CPU_ISA is the GEMM's to report: here it means the plain loops. */
-static int avx512_(void) {
+int dt_cpu_avx512_(void) {
   const dt_gemm_isa_* isa = NULL;
   return dt_gemm_pick_isa_(&isa) == DT_OK && isa == &dt_gemm_isa_avx512_;
 }
 
 void dt_exp_rows_(float* out, const float* x, int64_t n) {
-  if (avx512_()) exp_avx512_(out, x, n);
+  if (dt_cpu_avx512_()) exp_avx512_(out, x, n);
   else exp_plain_(out, x, n);
 }
 
 void dt_tanh_rows_(float* out, const float* x, int64_t n) {
-  if (avx512_()) tanh_avx512_(out, x, n);
+  if (dt_cpu_avx512_()) tanh_avx512_(out, x, n);
   else tanh_plain_(out, x, n);
 }
 
 void dt_gelu_rows_(float* out, const float* x, int64_t n) {
-  if (avx512_()) gelu_avx512_(out, x, n);
+  if (dt_cpu_avx512_()) gelu_avx512_(out, x, n);
   else gelu_plain_(out, x, n);
 }
 
 void dt_gelu_grad_rows_(float* out, const float* dout, const float* x, int64_t n) {
-  if (avx512_()) gelu_grad_avx512_(out, dout, x, n);
+  if (dt_cpu_avx512_()) gelu_grad_avx512_(out, dout, x, n);
   else gelu_grad_plain_(out, dout, x, n);
 }

@@ -179,10 +179,13 @@ DT_VEC_CLONES static void ln_bwd_rows_range_(void* vctx, int64_t r0, int64_t r1)
     __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
     return;
   }
+  /* the same bits either way (layernorm_avx512.c) */
+  void (*row)(float*, const float*, const float*, const float*, float, float, int64_t) =
+      dt_cpu_avx512_() ? dt_layernorm_bwd_row_avx512_ : dt_layernorm_bwd_row;
   for (int64_t r = r0; r < r1; r++) {
     if (direct) {
-      dt_layernorm_bwd_row((float*)c->dinp + r * C, (const float*)c->dout + r * C, (const float*)c->inp + r * C,
-                           c->weight, c->mean[r], c->rstd[r], C);
+      row((float*)c->dinp + r * C, (const float*)c->dout + r * C, (const float*)c->inp + r * C, c->weight,
+          c->mean[r], c->rstd[r], C);
       continue;
     }
     float *dy = buf, *x = buf + C, *dx = buf + 2 * C;
@@ -194,7 +197,7 @@ DT_VEC_CLONES static void ln_bwd_rows_range_(void* vctx, int64_t r0, int64_t r1)
     else ln_load_row_(dy, (const char*)c->dout + (size_t)(r * C) * ln_esize_(c->dout_dtype), c->dout_dtype, C);
     if (c->inp_dtype == DT_F32) xr = (const float*)c->inp + r * C;
     else ln_load_row_(x, (const char*)c->inp + (size_t)(r * C) * ln_esize_(c->inp_dtype), c->inp_dtype, C);
-    dt_layernorm_bwd_row(dx, dyr, xr, c->weight, c->mean[r], c->rstd[r], C);
+    row(dx, dyr, xr, c->weight, c->mean[r], c->rstd[r], C);
     void* out = (char*)c->dinp + (size_t)(r * C) * oe;
     if (c->flags & 1) { /* dinp += dx, in f32, rounded once */
       if (c->dinp_dtype == DT_F32) {

@@ -1,9 +1,10 @@
 /**
  * The AVX-512 forms of exp, tanh, GELU and GELU's gradient (kernels/cpu/
- * dt_math_avx512.h, through math_rows.c) give the bits of the scalar bodies
- * of dt_math.h and gelu.h that the other kernels and the emulated GPU use:
- * dt_unary_fwd(exp, tanh), dt_gelu_fwd and dt_gelu_bwd run over a sweep of
- * f32 inputs in two child processes, one with DTRAIN_CPU_ISA=avx512 (the
+ * dt_math_avx512.h, through math_rows.c) and of layer norm's row gradient
+ * (layernorm_avx512.c) give the bits of the scalar bodies of dt_math.h,
+ * gelu.h and layernorm.h that the other kernels and the emulated GPU use:
+ * dt_unary_fwd(exp, tanh), dt_gelu_fwd, dt_gelu_bwd and dt_layernorm_bwd
+ * run in two child processes, one with DTRAIN_CPU_ISA=avx512 (the
  * intrinsics) and one with DTRAIN_CPU_ISA=avx2 (the compiler's vectorisation
  * of the scalar bodies), and every output must match bit for bit. The sweep
  * walks the whole 32-bit space in an odd stride (every binade, both signs,
@@ -18,6 +19,93 @@ import { K, n64, ok, ptr } from "./_helpers.ts";
 
 const UN_EXP = 0, UN_TANH = 3;
 const FUNCTIONS = ["exp", "tanh", "gelu", "gelu'"] as const;
+const DT_F32 = 0, DT_BF16 = 1;
+
+/** Layer norm's backward on rows of C (every lane count, the tails of 8 and 16), with and
+ * without a weight, f32 and bf16: its input gradients and weight / bias gradients, as f32 bits. */
+function layerNormOutputs(): Float32Array<ArrayBuffer> {
+  const parts: Float32Array[] = [];
+  let seed = 12345;
+  const rand = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32) * 4 - 2;
+  for (const C of [1, 7, 8, 9, 16, 31, 128, 131]) {
+    const rows = 37;
+    const x = new Float32Array(rows * C).map(rand), dy = new Float32Array(rows * C).map(rand);
+    const w = new Float32Array(C).map(rand), b = new Float32Array(C).map(rand);
+    const y = new Float32Array(rows * C),
+      mean = new Float32Array(rows),
+      rstd = new Float32Array(rows);
+    ok(
+      K.dt_layernorm_fwd(
+        ptr(y),
+        ptr(mean),
+        ptr(rstd),
+        ptr(x),
+        ptr(w),
+        ptr(b),
+        n64(rows),
+        n64(C),
+        1e-5,
+        DT_F32,
+        DT_F32,
+        null,
+        0,
+        null,
+        null,
+      ),
+    );
+    for (const weight of [w, null]) {
+      const dx = new Float32Array(rows * C), dw = new Float32Array(C), db = new Float32Array(C);
+      ok(
+        K.dt_layernorm_bwd(
+          ptr(dx),
+          ptr(dw),
+          ptr(db),
+          ptr(dy),
+          ptr(x),
+          weight ? ptr(weight) : null,
+          ptr(mean),
+          ptr(rstd),
+          n64(rows),
+          n64(C),
+          DT_F32,
+          DT_F32,
+          DT_F32,
+          0,
+          null,
+        ),
+      );
+      parts.push(dx, dw, db);
+      // bf16 operands (the upper halves of the f32 values): the row buffers' path
+      const half = (a: Float32Array) =>
+        new Uint16Array(new Uint32Array(a.buffer).map((u) => u >>> 16));
+      const dxb = new Uint16Array(rows * C);
+      ok(
+        K.dt_layernorm_bwd(
+          ptr(dxb),
+          ptr(dw),
+          ptr(db),
+          ptr(half(dy)),
+          ptr(half(x)),
+          weight ? ptr(weight) : null,
+          ptr(mean),
+          ptr(rstd),
+          n64(rows),
+          n64(C),
+          DT_BF16,
+          DT_BF16,
+          DT_BF16,
+          0,
+          null,
+        ),
+      );
+      parts.push(new Float32Array(new Uint32Array(dxb).map((h) => h << 16).buffer), dw, db);
+    }
+  }
+  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) out.set(p, at), at += p.length;
+  return out;
+}
 
 /** The inputs: a stride through all 2^32 patterns, then the branch points and their neighbours. */
 function sweep(): Float32Array<ArrayBuffer> {
@@ -54,7 +142,11 @@ function writeOutputs(path: string): void {
   ok(K.dt_unary_fwd(UN_TANH, ptr(part(1)), ptr(x), n64(n), 0, 0, null));
   ok(K.dt_gelu_fwd(ptr(part(2)), ptr(x), n64(n), null));
   ok(K.dt_gelu_bwd(ptr(part(3)), ptr(dout), ptr(x), n64(n), null));
-  Deno.writeFileSync(path, new Uint8Array(out.buffer));
+  const ln = layerNormOutputs();
+  const all = new Uint8Array(out.byteLength + ln.byteLength);
+  all.set(new Uint8Array(out.buffer));
+  all.set(new Uint8Array(ln.buffer), out.byteLength);
+  Deno.writeFileSync(path, all);
 }
 
 if (import.meta.main) {
@@ -94,7 +186,7 @@ const hex = (u: number) => "0x" + (u >>> 0).toString(16).padStart(8, "0");
 
 Deno.test({
   name:
-    "exp, tanh, GELU and its gradient: the AVX-512 intrinsics give the bits of the scalar bodies",
+    "exp, tanh, GELU and its gradient, layer norm's backward: the AVX-512 intrinsics give the bits of the scalar bodies",
   ignore: !hasAvx512() || Deno.env.get("DTRAIN_CPU_ISA") !== undefined,
   fn: async () => {
     const dir = Deno.makeTempDirSync({ prefix: "dtrain-math-rows-" });
@@ -104,7 +196,8 @@ Deno.test({
         outputsUnder("avx2", dir),
       ]);
       const x = new Uint32Array(sweep().buffer), n = x.length;
-      assert.equal(fast.length, 4 * n);
+      assert.equal(fast.length, plain.length);
+      assert.ok(fast.length > 4 * n);
       for (let k = 0; k < 4; k++) {
         for (let i = 0; i < n; i++) {
           if (fast[k * n + i] !== plain[k * n + i]) {
@@ -113,6 +206,14 @@ Deno.test({
                 `${hex(plain[k * n + i]!)} from the scalar body`,
             );
           }
+        }
+      }
+      for (let i = 4 * n; i < fast.length; i++) {
+        if (fast[i] !== plain[i]) {
+          assert.fail(
+            `layer norm backward, output ${i - 4 * n}: ${hex(fast[i]!)} with AVX-512, ` +
+              `${hex(plain[i]!)} from the scalar body`,
+          );
         }
       }
     } finally {

@@ -1,0 +1,47 @@
+/* layernorm_avx512.c — dt_layernorm_bwd_row (layernorm.h) written out in
+ * AVX-512 intrinsics, with its bits: the eight double lanes of its sums are
+ * one zmm each (lane k sums the columns j = k mod 8, as the scalar body's
+ * acc[k]), folded by dt_fold8_, and the row's gradient is the same f32
+ * arithmetic 16 columns at a time. GCC left the scalar body's double sums
+ * scalar (the `weight ?` select and the widening), a third of layer norm's
+ * backward on a Zen 5 core. Call only where dt_cpu_avx512_(). */
+#include "cpu_internal.h"
+#include "layernorm.h"
+#include <immintrin.h>
+
+#define AVX512_ __attribute__((target("avx512f")))
+
+AVX512_ void dt_layernorm_bwd_row_avx512_(float* dinp, const float* dout, const float* x, const float* weight,
+                                          float mean, float rstd, int64_t C) {
+  const __m256 vmean = _mm256_set1_ps(mean), vrstd = _mm256_set1_ps(rstd);
+  __m512d acc_g = _mm512_setzero_pd(), acc_gx = _mm512_setzero_pd();
+  int64_t j = 0;
+  for (; j + 8 <= C; j += 8) {
+    __m256 g = _mm256_loadu_ps(dout + j);
+    if (weight) g = _mm256_mul_ps(g, _mm256_loadu_ps(weight + j));
+    __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vmean), vrstd);
+    __m512d gd = _mm512_cvtps_pd(g);
+    acc_g = _mm512_add_pd(acc_g, gd);
+    acc_gx = _mm512_add_pd(acc_gx, _mm512_mul_pd(gd, _mm512_cvtps_pd(xhat)));
+  }
+  double lanes_g[8], lanes_gx[8];
+  _mm512_storeu_pd(lanes_g, acc_g);
+  _mm512_storeu_pd(lanes_gx, acc_gx);
+  double sum_g = dt_fold8_(lanes_g), sum_g_xhat = dt_fold8_(lanes_gx);
+  for (; j < C; j++) {
+    float g = weight ? dout[j] * weight[j] : dout[j];
+    sum_g += g;
+    sum_g_xhat += (double)g * (double)dt_layernorm_xhat_f(x[j], mean, rstd);
+  }
+  const __m512 mg = _mm512_set1_ps((float)(sum_g / (double)C));
+  const __m512 mgx = _mm512_set1_ps((float)(sum_g_xhat / (double)C));
+  const __m512 m16 = _mm512_set1_ps(mean), r16 = _mm512_set1_ps(rstd);
+  for (j = 0; j < C; j += 16) {
+    __mmask16 k = C - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (C - j)) - 1);
+    __m512 g = _mm512_maskz_loadu_ps(k, dout + j);
+    if (weight) g = _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, weight + j));
+    __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m16), r16);
+    __m512 d = _mm512_mul_ps(r16, _mm512_sub_ps(_mm512_sub_ps(g, mg), _mm512_mul_ps(xhat, mgx)));
+    _mm512_mask_storeu_ps(dinp + j, k, d);
+  }
+}
