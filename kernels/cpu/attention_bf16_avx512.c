@@ -163,19 +163,22 @@ T_ static void row_pairs_to_slivers_(uint32_t* dst, const uint16_t* x, int64_t s
   }
 }
 
-/* An f32 tile row (bk values) rounded into bf16 pairs along the row: what
- * vdpbf16ps takes as an A row (a pair is two adjacent bf16). */
-T_ static inline __attribute__((always_inline)) void round_row_(uint32_t* dst, const float* src, const int bk) {
-  for (int c = 0; c < bk; c += 16) _mm256_storeu_si256((__m256i*)((uint16_t*)dst + c), dt_bf16_round_(_mm512_loadu_ps(src + c)));
+/* The first n values of an f32 tile row (n a multiple of 16) rounded into
+ * bf16 pairs along the row: what vdpbf16ps takes as an A row (a pair is two
+ * adjacent bf16). */
+T_ static inline void round_row_(uint32_t* dst, const float* src, int64_t n) {
+  for (int64_t c = 0; c < n; c += 16) _mm256_storeu_si256((__m256i*)((uint16_t*)dst + c), dt_bf16_round_(_mm512_loadu_ps(src + c)));
 }
 
-/* Rows 2q and 2q + 1 of an f32 tile (BQ x bk) rounded to bf16 and
- * interleaved: the A rows of its transpose (row c, pair q at dst[q * bk + c]). */
-T_ static inline __attribute__((always_inline)) void interleave_tile_(uint32_t* dst, const float* src, const int bk) {
-  for (int64_t q = 0; q < BQ / 2; q++) {
+/* Rows 2q and 2q + 1 (q < pairs) of an f32 tile (row stride bk) rounded to
+ * bf16 and interleaved, columns c < cols (a multiple of 16): the A rows of
+ * its transpose (row c, pair q at dst[q * bk + c]). */
+T_ static inline __attribute__((always_inline)) void interleave_tile_(uint32_t* dst, const float* src, const int bk,
+                                                                      int64_t pairs, int64_t cols) {
+  for (int64_t q = 0; q < pairs; q++) {
     const float* r0 = src + 2 * q * bk;
     const float* r1 = r0 + bk;
-    for (int c = 0; c < bk; c += 16) {
+    for (int64_t c = 0; c < cols; c += 16) {
       __m512i lo = _mm512_cvtepu16_epi32(dt_bf16_round_(_mm512_loadu_ps(r0 + c)));
       __m512i hi = _mm512_cvtepu16_epi32(dt_bf16_round_(_mm512_loadu_ps(r1 + c)));
       _mm512_storeu_si512(dst + q * bk + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
@@ -250,6 +253,7 @@ T_ static inline __attribute__((always_inline)) void fwd_head_(const dt_att_args
     int64_t kend = dt_attention_key_end(q0 + nq, T, c->causal);
     for (int64_t k0 = 0; k0 < kend; k0 += bk) {
       int64_t nk = kend - k0 < bk ? kend - k0 : bk;
+      const int64_t nk16 = (nk + 15) / 16 * 16;
       dt_bf16_tile_gemm_(nq, nk, g.Dq, qa, g.Dq, 1, kt + k0 / 32 * g.Dq * 32, g.Dq * 32, s, bk, c->scale, 0.0f);
       for (int64_t i = 0; i < nq; i++) {
         float* row = s + i * bk;
@@ -276,7 +280,7 @@ T_ static inline __attribute__((always_inline)) void fwd_head_(const dt_att_args
         m[i] = m_new;
         if (corr != 1.0f)
           for (int64_t e = 0; e < D; e++) o[i * g.Dp + e] *= corr;
-        round_row_(pa + i * (bk / 2), row, bk);
+        round_row_(pa + i * (bk / 2), row, nk16); /* P V reads the (nk + 1) / 2 pairs */
       }
       dt_bf16_tile_gemm_(nq, D, (nk + 1) / 2, pa, bk / 2, 1, vi + k0 / 2 * 32, g.Tq * 32, o, g.Dp, 1.0f, 1.0f);
     }
@@ -350,7 +354,11 @@ T_ static inline __attribute__((always_inline)) void bwd_head_(const dt_att_args
       int64_t nk = kend - k0 < bk ? kend - k0 : bk;
       dt_bf16_tile_gemm_(nq, nk, g.Dq, qa, g.Dq, 1, kt + k0 / 32 * g.Dq * 32, g.Dq * 32, p, bk, c->scale, 0.0f);
       dt_bf16_tile_gemm_(nq, nk, g.Dq, ga, g.Dq, 1, vt + k0 / 32 * g.Dq * 32, g.Dq * 32, ds, bk, 1.0f, 0.0f);
-      for (int64_t i = 0; i < BQ; i++) {
+      /* Only what the products read is made: the rows of the kq query pairs (a last odd row
+       * gets P = 0), the columns of the tile's keys rounded up to 16. Past them the products
+       * read stale values only into rows of their tiles that they do not store. */
+      const int64_t nk16 = (nk + 15) / 16 * 16;
+      for (int64_t i = 0; i < 2 * kq; i++) {
         float* pr = p + i * bk;
         float* dr = ds + i * bk;
         int64_t vis = i >= nq ? 0 : c->causal ? q0 + i - k0 + 1 : nk; /* keys of the tile this row sees */
@@ -367,11 +375,11 @@ T_ static inline __attribute__((always_inline)) void bwd_head_(const dt_att_args
           _mm512_storeu_ps(dr + j, _mm512_mul_ps(_mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(dr + j), vd)), vs));
         }
         const float ds0 = dt_attention_ds_f(0.0f, 0.0f, delta[i]) * c->scale;
-        for (int64_t j = v16; j < bk; j++) pr[j] = 0.0f, dr[j] = ds0;
-        round_row_(dsa + i * (bk / 2), dr, bk);
+        for (int64_t j = v16; j < nk16; j++) pr[j] = 0.0f, dr[j] = ds0;
+        round_row_(dsa + i * (bk / 2), dr, nk16);
       }
-      interleave_tile_(pt, p, bk);
-      interleave_tile_(dst, ds, bk);
+      interleave_tile_(pt, p, bk, kq, nk16);
+      interleave_tile_(dst, ds, bk, kq, nk16);
       dt_bf16_tile_gemm_(nk, D, kq, pt, 1, bk, gi, BQ / 2 * 32, dv + k0 * g.Dp, g.Dp, 1.0f, 1.0f);  /* dV += P^T dO */
       dt_bf16_tile_gemm_(nk, D, kq, dst, 1, bk, qi, BQ / 2 * 32, dk + k0 * g.Dp, g.Dp, 1.0f, 1.0f); /* dK += dS^T Q */
       dt_bf16_tile_gemm_(nq, D, (nk + 1) / 2, dsa, bk / 2, 1, ki + k0 / 2 * 32, g.Tq * 32, dq, g.Dp, 1.0f,
