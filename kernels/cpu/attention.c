@@ -14,6 +14,8 @@
 #include "attention.h"
 #include "attention_internal.h"
 #include "convert.h"
+#include "cpu_internal.h"
+#include "dt_math_avx512.h"
 #include "gemm_internal.h"
 
 /* Tiles are QT query rows by QT keys, QT a multiple of every micro-kernel's
@@ -68,6 +70,8 @@ typedef struct {
   int32_t dtype, causal;
   int64_t T, H, D;
   int64_t tile; /* att_tile_(T): QT of the loops */
+  int in_place;  /* f32 rows read where they are (att_in_place_) rather than copied into scratch */
+  int exp16;     /* the tiles' exponentials through dt_math_avx512.h (dt_cpu_avx512_()) */
   float scale;
   int failed; /* a scratch allocation failed (no text: this may be a worker thread) */
 } att_ctx_;
@@ -128,12 +132,61 @@ static void tile_gemm_(const dt_gemm_isa_* isa, int64_t m, int64_t n, int64_t k,
 /* Whether every key of [k0, k0 + nk) is visible to every row of [q0, q0 + nq). */
 static int tile_unmasked_(int64_t q0, int64_t k0, int64_t nk, int32_t causal) { return !causal || k0 + nk - 1 <= q0; }
 
+/* Whether f32 rows of q, k, v, dO and O are read in place (row stride 3C or
+ * C) by the tile products rather than copied into padded scratch rows: where
+ * every product's B rows may be read up to D rounded up to the kernel's nr
+ * without running past the head (D a multiple of nr). The same operations
+ * on the same values; the copies were 15 % of GPT-mini's attention, a memcpy
+ * per row of 32 floats. */
+static int att_in_place_(int32_t dtype, int64_t D, const dt_gemm_isa_* isa) {
+  return dtype == DT_F32 && D % isa->nr == 0;
+}
+
+/* online_tile_'s exponentials with AVX-512: st[j * QT + i] = p_f(st, mt[i])
+ * and sum[i] += it, 16 query rows at a time (QT a multiple of 16), each row's
+ * sum over j in the same order. */
+__attribute__((target("avx512f"))) static void online_exp_avx512_(float* st, int64_t QT, int64_t nk, const float* mt,
+                                                                  float* sum) {
+  for (int64_t i0 = 0; i0 < QT; i0 += 16) {
+    const __m512 vm = _mm512_loadu_ps(mt + i0), none = _mm512_set1_ps(-INFINITY);
+    __m512 acc = _mm512_loadu_ps(sum + i0);
+    for (int64_t j = 0; j < nk; j++) {
+      __m512 sv = _mm512_loadu_ps(st + j * QT + i0);
+      __mmask16 masked = _mm512_cmp_ps_mask(sv, none, _CMP_EQ_OQ);
+      __m512 pv = _mm512_mask_mov_ps(dt_expf_avx512_(_mm512_sub_ps(sv, vm)), masked, _mm512_setzero_ps());
+      _mm512_storeu_ps(st + j * QT + i0, pv);
+      acc = _mm512_add_ps(acc, pv);
+    }
+    _mm512_storeu_ps(sum + i0, acc);
+  }
+}
+
+/* att_bwd_probs_ with AVX-512, 16 query rows at a time: a row sees key k0 + j
+ * when q0 + i >= k0 + j (causal), lanes below that weigh 0. */
+__attribute__((target("avx512f"))) static void bwd_probs_avx512_(float* pt, float* dst, int64_t QT, int64_t nk,
+                                                                 int64_t q0, int64_t k0, int32_t causal,
+                                                                 const float* lse, const float* delta, float scale) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int64_t i0 = 0; i0 < QT; i0 += 16) {
+    const __m512 vl = _mm512_loadu_ps(lse + i0), vd = _mm512_loadu_ps(delta + i0);
+    for (int64_t j = 0; j < nk; j++) {
+      int64_t hidden = causal ? k0 + j - q0 - i0 : 0; /* lanes i < hidden do not see the key */
+      __mmask16 seen = hidden <= 0 ? (__mmask16)0xffff : hidden >= 16 ? 0 : (__mmask16)(0xffffu << hidden);
+      float* p = pt + j * QT + i0;
+      float* d = dst + j * QT + i0;
+      __m512 pv = _mm512_maskz_mov_ps(seen, dt_expf_avx512_(_mm512_sub_ps(_mm512_loadu_ps(p), vl)));
+      _mm512_storeu_ps(p, pv);
+      _mm512_storeu_ps(d, _mm512_mul_ps(_mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(d), vd)), vs));
+    }
+  }
+}
+
 /* The online softmax step of a tile: st[j * QT + i] holds the scaled score of
  * query row q0 + i and key k0 + j (j < nk, i < nq) and becomes its probability
  * against the row's updated running maximum m[i]; l[i] takes the new sum and
  * corr[i] the factor that rescales the row's earlier sum and output. */
 static inline __attribute__((always_inline)) void online_tile_(float* st, int64_t QT, int64_t nq, int64_t nk, int64_t q0, int64_t k0,
-                                       int32_t causal, float* m, float* l, float* corr) {
+                                       int32_t causal, float* m, float* l, float* corr, int exp16) {
   float mt[TILE_MAX], sum[TILE_MAX];
   for (int64_t i = 0; i < QT; i++) mt[i] = -INFINITY, sum[i] = 0.0f;
   if (!tile_unmasked_(q0, k0, nk, causal)) {
@@ -148,12 +201,16 @@ static inline __attribute__((always_inline)) void online_tile_(float* st, int64_
     corr[i] = dt_attention_rescale_f(m[i], m_new);
     mt[i] = m_new; /* now the maximum to subtract */
   }
-  for (int64_t j = 0; j < nk; j++)
-    for (int64_t i = 0; i < QT; i++) {
-      float p = dt_attention_p_f(st[j * QT + i], mt[i]);
-      st[j * QT + i] = p;
-      sum[i] += p;
-    }
+  if (exp16) {
+    online_exp_avx512_(st, QT, nk, mt, sum);
+  } else {
+    for (int64_t j = 0; j < nk; j++)
+      for (int64_t i = 0; i < QT; i++) {
+        float p = dt_attention_p_f(st[j * QT + i], mt[i]);
+        st[j * QT + i] = p;
+        sum[i] += p;
+      }
+  }
   for (int64_t i = 0; i < nq; i++) {
     l[i] = l[i] * corr[i] + sum[i];
     m[i] = mt[i];
@@ -167,16 +224,26 @@ static inline __attribute__((always_inline)) void att_fwd_head_(att_ctx_* c, int
   const int64_t T = c->T, H = c->H, D = c->D, C = H * D, b = bh / H, h = bh % H, Dp = att_pad_(D);
   const int64_t KT = QT;
   const int64_t es = (int64_t)dt_dtype_size(c->dtype);
-  float* kf = scratch;     /* T x Dp */
-  float* vf = kf + T * Dp; /* T x Dp */
-  float* qt = vf + T * Dp; /* D x QT */
-  float* st = qt + Dp * QT; /* KT x QT */
-  float* o = st + KT * QT;  /* QT x Dp */
+  float* kbuf = scratch;     /* T x Dp */
+  float* vbuf = kbuf + T * Dp; /* T x Dp */
+  float* qt = vbuf + T * Dp;   /* D x QT */
+  float* st = qt + Dp * QT;    /* KT x QT */
+  float* o = st + KT * QT;     /* QT x Dp */
   float m[TILE_MAX], l[TILE_MAX], corr[TILE_MAX];
   const int64_t stride = 3 * C;
   const char* base = (const char*)c->qkv + (b * T * stride + h * D) * es;
-  load_rows_(kf, Dp, base + C * es, c->dtype, T, stride, D);
-  load_rows_(vf, Dp, base + 2 * C * es, c->dtype, T, stride, D);
+  /* K and V rows: in place (row stride 3C), or converted into scratch (Dp) */
+  const float* kf = kbuf;
+  const float* vf = vbuf;
+  int64_t ld = Dp;
+  if (c->in_place) {
+    kf = (const float*)(base + C * es);
+    vf = (const float*)(base + 2 * C * es);
+    ld = stride;
+  } else {
+    load_rows_(kbuf, Dp, base + C * es, c->dtype, T, stride, D);
+    load_rows_(vbuf, Dp, base + 2 * C * es, c->dtype, T, stride, D);
+  }
   for (int64_t q0 = 0; q0 < T; q0 += QT) {
     int64_t nq = T - q0 < QT ? T - q0 : QT;
     load_cols_(qt, base + q0 * stride * es, c->dtype, nq, stride, D, QT);
@@ -185,12 +252,12 @@ static inline __attribute__((always_inline)) void att_fwd_head_(att_ctx_* c, int
     int64_t kend = dt_attention_key_end(q0 + nq, T, c->causal);
     for (int64_t k0 = 0; k0 < kend; k0 += KT) {
       int64_t nk = kend - k0 < KT ? kend - k0 : KT;
-      tile_gemm_(c->isa, nk, nq, D, kf + k0 * Dp, Dp, 1, qt, QT, st, QT, c->scale, 0.0f); /* S^T = scale K Q^T */
-      online_tile_(st, QT, nq, nk, q0, k0, c->causal, m, l, corr);
+      tile_gemm_(c->isa, nk, nq, D, kf + k0 * ld, ld, 1, qt, QT, st, QT, c->scale, 0.0f); /* S^T = scale K Q^T */
+      online_tile_(st, QT, nq, nk, q0, k0, c->causal, m, l, corr, c->exp16);
       for (int64_t i = 0; i < nq; i++)
         if (corr[i] != 1.0f)
           for (int64_t e = 0; e < D; e++) o[i * Dp + e] *= corr[i];
-      tile_gemm_(c->isa, nq, D, nk, st, 1, QT, vf + k0 * Dp, Dp, o, Dp, 1.0f, 1.0f); /* O += P V */
+      tile_gemm_(c->isa, nq, D, nk, st, 1, QT, vf + k0 * ld, ld, o, Dp, 1.0f, 1.0f); /* O += P V */
     }
     for (int64_t i = 0; i < nq; i++) {
       float inv = 1.0f / l[i];
@@ -238,7 +305,12 @@ static void att_fwd_range_(void* vctx, int64_t t0, int64_t t1) {
 /* In place, transposed (key-major, as the scores): P = exp(S - lse) (0 where
  * masked) and dS = scale P (dP - delta). */
 static inline __attribute__((always_inline)) void att_bwd_probs_(float* pt, float* dst, int64_t QT, int64_t nk, int64_t q0, int64_t k0,
-                                         int32_t causal, const float* lse, const float* delta, float scale) {
+                                         int32_t causal, const float* lse, const float* delta, float scale,
+                                         int exp16) {
+  if (exp16) {
+    bwd_probs_avx512_(pt, dst, QT, nk, q0, k0, causal, lse, delta, scale);
+    return;
+  }
   int all = tile_unmasked_(q0, k0, nk, causal);
   for (int64_t j = 0; j < nk; j++) {
     float* p = pt + j * QT;
@@ -256,9 +328,9 @@ static inline __attribute__((always_inline)) void att_bwd_head_(att_ctx_* c, int
   const int64_t T = c->T, H = c->H, D = c->D, C = H * D, b = bh / H, h = bh % H, Dp = att_pad_(D);
   const int64_t KT = QT;
   const int64_t es = (int64_t)dt_dtype_size(c->dtype);
-  float* kf = scratch;      /* T x Dp */
-  float* vf = kf + T * Dp;  /* T x Dp */
-  float* dk = vf + T * Dp;  /* T x Dp */
+  float* kbuf = scratch;      /* T x Dp */
+  float* vbuf = kbuf + T * Dp; /* T x Dp */
+  float* dk = vbuf + T * Dp;   /* T x Dp */
   float* dv = dk + T * Dp;  /* T x Dp */
   float* q = dv + T * Dp;   /* QT x Dp */
   float* g = q + QT * Dp;   /* QT x Dp: dO */
@@ -272,21 +344,41 @@ static inline __attribute__((always_inline)) void att_bwd_head_(att_ctx_* c, int
   const char* base = (const char*)c->qkv + (b * T * stride + h * D) * es;
   const char* gbase = (const char*)c->dout + (b * T * C + h * D) * es;
   const char* obase = (const char*)c->fwd_out + (b * T * C + h * D) * es;
-  load_rows_(kf, Dp, base + C * es, c->dtype, T, stride, D);
-  load_rows_(vf, Dp, base + 2 * C * es, c->dtype, T, stride, D);
+  /* rows of K, V, Q, dO and O: in place (row strides 3C and C), or converted into scratch */
+  const float* kf = kbuf;
+  const float* vf = vbuf;
+  int64_t ld = Dp, ldq = Dp, ldg = Dp;
+  if (c->in_place) {
+    kf = (const float*)(base + C * es);
+    vf = (const float*)(base + 2 * C * es);
+    ld = ldq = stride;
+    ldg = C;
+  } else {
+    load_rows_(kbuf, Dp, base + C * es, c->dtype, T, stride, D);
+    load_rows_(vbuf, Dp, base + 2 * C * es, c->dtype, T, stride, D);
+  }
   memset(dk, 0, (size_t)(2 * T * Dp) * sizeof(float)); /* dk and dv, adjacent */
   for (int64_t q0 = 0; q0 < T; q0 += QT) {
     int64_t nq = T - q0 < QT ? T - q0 : QT;
-    load_rows_(q, Dp, base + q0 * stride * es, c->dtype, nq, stride, D);
+    const float* qr = q;
+    const float* gr = g;
+    const float* orow = dq;
+    if (c->in_place) {
+      qr = (const float*)(base + q0 * stride * es);
+      gr = (const float*)(gbase + q0 * C * es);
+      orow = (const float*)(obase + q0 * C * es);
+    } else {
+      load_rows_(q, Dp, base + q0 * stride * es, c->dtype, nq, stride, D);
+      load_rows_(g, Dp, gbase + q0 * C * es, c->dtype, nq, C, D);
+      load_rows_(dq, Dp, obase + q0 * C * es, c->dtype, nq, C, D);
+    }
     load_cols_(qt, base + q0 * stride * es, c->dtype, nq, stride, D, QT);
-    load_rows_(g, Dp, gbase + q0 * C * es, c->dtype, nq, C, D);
     load_cols_(gt, gbase + q0 * C * es, c->dtype, nq, C, D, QT);
     /* delta = rowsum(dO * O), O as the forward stored it */
-    load_rows_(dq, Dp, obase + q0 * C * es, c->dtype, nq, C, D);
     for (int64_t i = 0; i < QT; i++) {
       float acc = 0.0f;
       if (i < nq)
-        for (int64_t e = 0; e < D; e++) acc += g[i * Dp + e] * dq[i * Dp + e];
+        for (int64_t e = 0; e < D; e++) acc += gr[i * ldg + e] * orow[i * ldg + e];
       delta[i] = acc;
       lse[i] = i < nq ? c->lse[bh * T + q0 + i] : 0.0f;
     }
@@ -294,13 +386,13 @@ static inline __attribute__((always_inline)) void att_bwd_head_(att_ctx_* c, int
     int64_t kend = dt_attention_key_end(q0 + nq, T, c->causal);
     for (int64_t k0 = 0; k0 < kend; k0 += KT) {
       int64_t nk = kend - k0 < KT ? kend - k0 : KT;
-      const float* kk = kf + k0 * Dp;
-      tile_gemm_(c->isa, nk, QT, D, kk, Dp, 1, qt, QT, pt, QT, c->scale, 0.0f);         /* S^T = scale K Q^T */
-      tile_gemm_(c->isa, nk, QT, D, vf + k0 * Dp, Dp, 1, gt, QT, dst, QT, 1.0f, 0.0f); /* dP^T = V dO^T */
-      att_bwd_probs_(pt, dst, QT, nk, q0, k0, c->causal, lse, delta, c->scale);
-      tile_gemm_(c->isa, nq, D, nk, dst, 1, QT, kk, Dp, dq, Dp, 1.0f, 1.0f);           /* dQ += dS K */
-      tile_gemm_(c->isa, nk, D, nq, dst, QT, 1, q, Dp, dk + k0 * Dp, Dp, 1.0f, 1.0f);  /* dK += dS^T Q */
-      tile_gemm_(c->isa, nk, D, nq, pt, QT, 1, g, Dp, dv + k0 * Dp, Dp, 1.0f, 1.0f);   /* dV += P^T dO */
+      const float* kk = kf + k0 * ld;
+      tile_gemm_(c->isa, nk, QT, D, kk, ld, 1, qt, QT, pt, QT, c->scale, 0.0f);         /* S^T = scale K Q^T */
+      tile_gemm_(c->isa, nk, QT, D, vf + k0 * ld, ld, 1, gt, QT, dst, QT, 1.0f, 0.0f); /* dP^T = V dO^T */
+      att_bwd_probs_(pt, dst, QT, nk, q0, k0, c->causal, lse, delta, c->scale, c->exp16);
+      tile_gemm_(c->isa, nq, D, nk, dst, 1, QT, kk, ld, dq, Dp, 1.0f, 1.0f);           /* dQ += dS K */
+      tile_gemm_(c->isa, nk, D, nq, dst, QT, 1, qr, ldq, dk + k0 * Dp, Dp, 1.0f, 1.0f); /* dK += dS^T Q */
+      tile_gemm_(c->isa, nk, D, nq, pt, QT, 1, gr, ldg, dv + k0 * Dp, Dp, 1.0f, 1.0f);  /* dV += P^T dO */
     }
     for (int64_t i = 0; i < nq; i++) {
       store_row_(c->out, c->dtype, (b * T + q0 + i) * stride + h * D, dq + i * Dp, D);
@@ -356,6 +448,8 @@ DT_EXPORT dt_status dt_attention_fwd(void* out, float* lse, const void* qkv, int
                 .tile = att_tile_(T), .scale = scale};
   DT_TRY_(dt_gemm_pick_isa_(&c.isa));
   c.bf16_dot = dtype == DT_BF16 && dt_gemm_bf16_dot_available_();
+  c.in_place = att_in_place_(dtype, D, c.isa);
+  c.exp16 = dt_cpu_avx512_();
   dt_parallel_for_(B * H, att_grain_(T, D, causal), att_fwd_range_, &c);
   if (c.failed)
     return dt_fail_(DT_ERR_ALLOC, "dt_attention_fwd: cannot allocate the scratch of a tile (D=%lld)", (long long)D);
@@ -373,6 +467,8 @@ DT_EXPORT dt_status dt_attention_bwd(void* dqkv, const void* dout, const void* q
                 .causal = causal, .T = T, .H = H, .D = D, .tile = att_tile_(T), .scale = scale};
   DT_TRY_(dt_gemm_pick_isa_(&c.isa));
   c.bf16_dot = dtype == DT_BF16 && dt_gemm_bf16_dot_available_();
+  c.in_place = att_in_place_(dtype, D, c.isa);
+  c.exp16 = dt_cpu_avx512_();
   dt_parallel_for_(B * H, att_grain_(T, D, causal), att_bwd_range_, &c);
   if (c.failed)
     return dt_fail_(DT_ERR_ALLOC, "dt_attention_bwd: cannot allocate the scratch of a sequence (T=%lld D=%lld)",

@@ -7,7 +7,17 @@
  * thread count; and the argument checks.
  */
 import assert from "node:assert/strict";
-import { failsWith, K, n64, ok, ptr, Rng, testUnderEachIsa, withThreads } from "./_helpers.ts";
+import {
+  failsWith,
+  GuardedMemory,
+  K,
+  n64,
+  ok,
+  ptr,
+  Rng,
+  testUnderEachIsa,
+  withThreads,
+} from "./_helpers.ts";
 
 const DT = { f32: 0, bf16: 1, f16: 2 } as const;
 
@@ -114,8 +124,11 @@ function normwise(a: ArrayLike<number>, e: ArrayLike<number>): number {
   return worst / (scale || 1);
 }
 
-/** Runs both kernels on random inputs; returns the results as f32 values. */
-function run(s: Shape, dtype: keyof typeof DT, seed: number) {
+/**
+ * Runs both kernels on random inputs; returns the results as f32 values. With `guard`, every
+ * input (q, k, v, dO, the forward's output and lse) ends right before an inaccessible page.
+ */
+function run(s: Shape, dtype: keyof typeof DT, seed: number, guard?: GuardedMemory) {
   const { B, T, H, D } = s;
   const rng = new Rng(seed);
   const C = H * D;
@@ -127,11 +140,13 @@ function run(s: Shape, dtype: keyof typeof DT, seed: number) {
   const dqkv = low ? new Uint16Array(B * T * 3 * C) : new Float32Array(B * T * 3 * C);
   const lse = new Float32Array(B * H * T);
   const code = DT[dtype], causal = s.causal ? 1 : 0;
+  const input = (a: Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer>) =>
+    guard ? guard.place(a).ptr : ptr(a);
   ok(
     K.dt_attention_fwd(
       ptr(out),
       ptr(lse),
-      ptr(qkv),
+      input(qkv),
       code,
       n64(B),
       n64(T),
@@ -145,10 +160,10 @@ function run(s: Shape, dtype: keyof typeof DT, seed: number) {
   ok(
     K.dt_attention_bwd(
       ptr(dqkv),
-      ptr(dout),
-      ptr(qkv),
-      ptr(out),
-      ptr(lse),
+      input(dout),
+      input(qkv),
+      input(out),
+      input(lse),
       code,
       n64(B),
       n64(T),
@@ -242,6 +257,29 @@ Deno.test("dt_attention gives the same bits on 1 and 2 threads", () => {
   assert.deepEqual(two.out, one.out);
   assert.deepEqual(two.lse, one.lse);
   assert.deepEqual(two.dqkv, one.dqkv);
+});
+
+Deno.test("dt_attention reads nothing past q, k, v, dO, the output or lse (guard pages)", () => {
+  // f32 rows are read in place where D is a multiple of the kernel's nr (32, 64), else copied;
+  // with one head its v ends each row, so the last row's v ends the buffer. The bits must be
+  // those of an unguarded run.
+  using guard = new GuardedMemory();
+  for (const dtype of ["f32", "bf16"] as const) {
+    for (
+      const s of [
+        { B: 1, T: 70, H: 1, D: 32, causal: true },
+        { B: 2, T: 33, H: 2, D: 64, causal: false },
+        { B: 1, T: 40, H: 1, D: 16, causal: true },
+        { B: 1, T: 9, H: 1, D: 5, causal: true },
+      ]
+    ) {
+      const plain = run(s, dtype, 21).raw, guarded = run(s, dtype, 21, guard).raw;
+      const what = `${dtype} T=${s.T} H=${s.H} D=${s.D}`;
+      assert.deepEqual(guarded.out, plain.out, what);
+      assert.deepEqual(guarded.lse, plain.lse, what);
+      assert.deepEqual(guarded.dqkv, plain.dqkv, what);
+    }
+  }
 });
 
 Deno.test("dt_attention: a causal row ignores every later key", () => {

@@ -10,6 +10,7 @@ import { buildNative } from "../../scripts/build_native.ts";
 import {
   assertSameBits,
   failsWith,
+  GuardedMemory,
   isIsaChild,
   K,
   lastError,
@@ -188,48 +189,6 @@ function randomInputs(
   );
   const c0 = operand(c.M, c.N, c.ldc, c, c.strideC, cInit, C_SENTINEL);
   return { a: round(a), b: round(b), c0: round(c0) };
-}
-
-/**
- * Memory whose last byte is followed by an inaccessible page (libc mmap +
- * mprotect), so that reading one element past an operand kills the process
- * instead of passing unnoticed.
- */
-class GuardedMemory {
-  #libc = Deno.dlopen("libc.so.6", {
-    getpagesize: { parameters: [], result: "i32" },
-    mmap: { parameters: ["pointer", "usize", "i32", "i32", "i32", "i64"], result: "pointer" },
-    mprotect: { parameters: ["pointer", "usize", "i32"], result: "i32" },
-    munmap: { parameters: ["pointer", "usize"], result: "i32" },
-  });
-  #maps: [Deno.PointerValue, bigint][] = [];
-
-  /** A copy of `src` that ends exactly where the guard page starts. */
-  place(
-    src: ArrayBufferView<ArrayBuffer>,
-  ): { ptr: Deno.PointerValue; bytes: Uint8Array<ArrayBuffer> } {
-    const page = this.#libc.symbols.getpagesize();
-    const dataPages = Math.ceil(src.byteLength / page) || 1, total = BigInt((dataPages + 1) * page);
-    const PROT_RW = 3, MAP_PRIVATE_ANON = 0x22;
-    const base = this.#libc.symbols.mmap(null, total, PROT_RW, MAP_PRIVATE_ANON, -1, 0n);
-    if (base === null || Deno.UnsafePointer.value(base) === -1n) throw new Error("mmap failed");
-    this.#maps.push([base, total]);
-    const at = (offset: number): Deno.PointerObject =>
-      Deno.UnsafePointer.offset(base, offset) ?? base;
-    const guard = at(dataPages * page);
-    if (this.#libc.symbols.mprotect(guard, BigInt(page), 0) !== 0) {
-      throw new Error("mprotect failed");
-    }
-    const ptr = at(dataPages * page - src.byteLength);
-    const bytes = new Uint8Array(Deno.UnsafePointerView.getArrayBuffer(ptr, src.byteLength));
-    bytes.set(new Uint8Array(src.buffer, src.byteOffset, src.byteLength));
-    return { ptr, bytes };
-  }
-
-  [Symbol.dispose](): void {
-    for (const [base, total] of this.#maps) this.#libc.symbols.munmap(base, total);
-    this.#libc.close();
-  }
 }
 
 /**
