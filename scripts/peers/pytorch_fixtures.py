@@ -454,7 +454,10 @@ def make_gpt(out, off):
     write_safetensors(os.path.join(out, "gpt_mini_io.safetensors"), {"x": x, "y": y, "logits": logits.detach()})
     write_safetensors(os.path.join(out, "gpt_mini_grads.safetensors"), {n: p.grad.clone() for n, p in named.items()})
     gnorm = math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in named.values()))
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    # oneDNN off: torch 1.13 sends bf16 matmuls to oneDNN only on CPUs with AVX-512 (BW, VL, DQ),
+    # whose sums round differently from its own bf16 GEMM, so the value would depend on the machine
+    # that made it (5.562043190 against 5.562042713 on a Zen 5); with it off, every machine agrees.
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), torch.backends.mkldnn.flags(enabled=False):
         _, loss_bf16 = model(x, y)
     adamw = {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
