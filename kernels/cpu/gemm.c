@@ -171,6 +171,11 @@ static dt_status dt_gemm_blocked_(dt_gemm_job_* job, const dt_gemm_view_* a, con
     isa->outer(m, n, K, alpha, a->data, a->rs, a->cs, b->data, b->rs, beta, c, ldc);
     return DT_OK;
   }
+  /* a few rows and B along N: C's rows summed in registers, each B vector feeding all of them */
+  if (isa->rows && a->dtype == DT_F32 && b->dtype == DT_F32 && b->cs == 1 && m <= DT_GEMM_ROWS_MAX_M) {
+    isa->rows(m, n, K, KC, alpha, a->data, a->rs, a->cs, b->data, b->rs, beta, c, ldc);
+    return DT_OK;
+  }
   dt_gemm_a_mode_ a_mode = dt_gemm_a_mode_of_(isa, a, m, n);
   int direct_a = a_mode == DT_GEMM_A_DIRECT;
   /* with a single A sliver each B sliver is used once: f32 rows of B are read

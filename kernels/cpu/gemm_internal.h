@@ -57,6 +57,15 @@ typedef void (*dt_gemm_outer_fn_)(int64_t m, int64_t n, int64_t k, float alpha, 
                                   int64_t csa, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 #define DT_GEMM_OUTER_MAX_K 4
 
+/* C (m x n) = alpha * A @ B + beta * C for an m of at most
+ * DT_GEMM_ROWS_MAX_M with B along N, C's rows summed in registers over K
+ * blocks of kc: the bits of the micro-kernel under the same kc. Layouts as
+ * dt_gemm_outer_fn_. */
+typedef void (*dt_gemm_rows_fn_)(int64_t m, int64_t n, int64_t k, int64_t kc, float alpha, const float* a,
+                                 int64_t rsa, int64_t csa, const float* b, int64_t ldb, float beta, float* c,
+                                 int64_t ldc);
+#define DT_GEMM_ROWS_MAX_M 4
+
 /* A micro-kernel with the blocking that suits it and its packing routines. */
 typedef struct {
   const char* name; /* "avx512", "avx2" or "generic" */
@@ -70,6 +79,7 @@ typedef struct {
   dt_gemm_pack_b_fn_ pack_b;
   dt_gemm_dot_fn_ dot; /* for M or N <= DT_GEMM_DOT_MAX; NULL: use the kernel */
   dt_gemm_outer_fn_ outer; /* for K <= DT_GEMM_OUTER_MAX_K with B along N; NULL: use the kernel */
+  dt_gemm_rows_fn_ rows;   /* for M <= DT_GEMM_ROWS_MAX_M with B along N; NULL: use the kernel */
   /* whether an A block read in place that ends in a tile of 1 or 2 rows is
    * better split into two tiles of about half the height (gemm.c): so with
    * the AVX2 kernel's bodies of 6, 4 and 2 rows; the AVX-512 kernel has
@@ -110,6 +120,8 @@ void dt_gemm_dot_avx2_(int64_t m, int64_t n, int64_t k, float alpha, const float
  * tiny K (gemm_outer_avx512.c). Call only on CPUs with AVX-512F. */
 void dt_gemm_outer_avx512_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa, int64_t csa,
                            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void dt_gemm_rows_avx512_(int64_t m, int64_t n, int64_t k, int64_t kc, float alpha, const float* a, int64_t rsa,
+                          int64_t csa, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void dt_gemm_dot_avx512_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                          int64_t ldb, float beta, float* c, int64_t ldc);
 

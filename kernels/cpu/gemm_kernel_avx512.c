@@ -120,4 +120,5 @@ const dt_gemm_isa_ dt_gemm_isa_avx512_ = {
     .pack_b = dt_gemm_pack_b_avx2_,
     .dot = dt_gemm_dot_avx512_,
     .outer = dt_gemm_outer_avx512_,
+    .rows = dt_gemm_rows_avx512_,
 };

@@ -567,6 +567,47 @@ Deno.test("dt_gemm() with a K of 1 to 4 and B along N (outer products) gives the
   }
 });
 
+Deno.test("dt_gemm() with an M of 1 to 4 and B along N (rows in registers) gives the bits of the micro-kernel", () => {
+  // With AVX-512, M <= 4 and B not transposed sums C's rows in registers over K blocks
+  // (gemm_outer_avx512.c); with both A and B transposed the same product goes through the
+  // micro-kernel (the dot products take A along K only). Each element must get the same
+  // operations: the same bits, over one and several K blocks (300 and 600 split into blocks of
+  // 150 and 200), beta, partial column blocks and batches with NaN in the gaps.
+  const rng = new Rng(15);
+  for (const M of [1, 2, 3, 4]) {
+    for (const [N, Kd] of [[17, 5], [256, 64], [129, 300], [300, 33], [40, 600]]) {
+      for (const transA of [false, true]) {
+        for (const [alpha, beta, batch] of [[1, 0, 1], [1, 1, 2], [-0.5, 2, 1]]) {
+          const base = makeCase(M, N!, Kd!, {
+            transA,
+            alpha: alpha!,
+            beta: beta!,
+            lda: (transA ? M : Kd!) + 1,
+            ldc: N! + 3,
+          });
+          const c = {
+            ...base,
+            batch: batch!,
+            strideA: base.strideA + 5,
+            strideB: base.strideB + 2,
+            strideC: base.strideC + 4,
+          };
+          const inp = randomInputs(rng, c);
+          const got = runGemm(c, inp);
+          check(c, got, reference(c, inp));
+          const at = transA ? { c, inp } : flipA(c, inp); // A transposed
+          const kernel = flipB(at.c, at.inp); // and B transposed: the micro-kernel
+          assertSameBits(
+            got,
+            runGemm(kernel.c, kernel.inp),
+            `${describe(c)} against ${describe(kernel.c)}`,
+          );
+        }
+      }
+    }
+  }
+});
+
 /** M, N, K of products with every kind of edge: partial tiles, dot products, K tails, a packed A. */
 const EDGE_SHAPES: [number, number, number][] = [
   [1, 1, 1],
@@ -579,6 +620,7 @@ const EDGE_SHAPES: [number, number, number][] = [
   [151, 130, 17], // A^T packed on the way (lda > mc): a second block of a full tile and 1 row
   [9, 131, 2], // K outer products (AVX-512, B along N): a partial last block
   [3, 40, 4],
+  [2, 131, 70], // C's rows in registers (AVX-512, M <= 4, B along N): a partial last block
 ];
 
 Deno.test("dt_gemm() reads nothing past the end of A, B or C (guard pages)", () => {
