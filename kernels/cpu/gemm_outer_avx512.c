@@ -1,5 +1,9 @@
-/* gemm_outer_avx512.c — GEMM with a tiny K (1 to 4: the input gradient of a
- * 256 -> 2 layer) as a sum of K outer products, with AVX-512: B's K rows of a
+/* gemm_outer_avx512.c — two AVX-512 paths of f32 GEMM for B along N where
+ * the micro-kernel's tile would be mostly set-up or padding: a tiny K, and
+ * (below) an M of a few rows.
+ *
+ * A tiny K (1 to 4: the input gradient of a 256 -> 2 layer) is a sum of K
+ * outer products: B's K rows of a
  * column block stay in registers and every row of C is made in one pass, so
  * the time goes to storing C rather than to micro-tiles and their set-up (64
  * x 256 x 2 ran at 0.84x OpenBLAS's small-matrix kernel through the 8 x 32
