@@ -624,6 +624,57 @@ Deno.test("dt_layernorm_bwd() adds into dinp and the parameter gradients with fl
   }
 });
 
+Deno.test("dt_layernorm_fwd() with an f32 input, an f32 or bf16 residual and the sum kept: the bits of normalising the sum", () => {
+  // The f32 sum is made straight into sum_out's row and normalised from there; it must be
+  // x + r rounded once, and the outputs those of layer norm run on that sum without a residual.
+  const rng = new Rng(9);
+  for (const [rows, C] of [[1, 1], [5, 33], [64, 768]] as const) {
+    const n = rows * C;
+    const x = rng.normals(n, 2), w = rng.normals(C), b = rng.normals(C);
+    for (const resBf16 of [false, true]) {
+      const r = resBf16 ? toBf16(rng.normals(n)) : rng.normals(n);
+      const rf = resBf16 ? fromBf16(r as Uint16Array) : (r as Float32Array);
+      const want = Float32Array.from(x, (v, i) => v + rf[i]!);
+      const layer = (
+        inp: Float32Array<ArrayBuffer>,
+        res: typeof r | null,
+        sum: Float32Array<ArrayBuffer> | null,
+      ) => {
+        const out = new Float32Array(n),
+          mean = new Float32Array(rows),
+          rstd = new Float32Array(rows);
+        ok(
+          K.dt_layernorm_fwd(
+            ptr(out),
+            ptr(mean),
+            ptr(rstd),
+            ptr(inp),
+            ptr(w),
+            ptr(b),
+            n64(rows),
+            n64(C),
+            1e-5,
+            0,
+            0,
+            res ? ptr(res as Float32Array<ArrayBuffer>) : null,
+            resBf16 ? 1 : 0,
+            sum ? ptr(sum) : null,
+            null,
+          ),
+        );
+        return { out, mean, rstd };
+      };
+      const sum = new Float32Array(n);
+      const fused = layer(x, r, sum), plain = layer(want, null, null);
+      const what = `${rows}x${C}, ${resBf16 ? "bf16" : "f32"} residual`;
+      assertSameBits(sum, want, `sum ${what}`);
+      assertSameBits(fused.out, plain.out, `out ${what}`);
+      assertSameBits(fused.mean, plain.mean, `mean ${what}`);
+      assertSameBits(fused.rstd, plain.rstd, `rstd ${what}`);
+    }
+  }
+});
+
 Deno.test("layer norm kernels reject bad dtypes, flags and a sum without a residual", () => {
   const x = new Float32Array(8), m = new Float32Array(2);
   failsWith(
