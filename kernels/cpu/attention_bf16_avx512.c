@@ -89,36 +89,11 @@ T_ static void rows_pairs_(uint32_t* dst, const uint16_t* x, int64_t stride, int
   }
 }
 
-/* A 16 x 16 transpose of dwords in registers: r[i] lane j becomes r[j] lane i.
- * Pairs of rows interleaved (dwords, then qwords) inside each 128-bit lane,
- * then the lanes gathered across the four groups of four rows. */
-T_ static inline void transpose16_(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int k = 0; k < 8; k++) {
-    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
-    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
-  }
-  /* u[4g + e], lane L: rows 4g .. 4g + 3 at column 4L + e */
-  for (int g = 0; g < 4; g++) {
-    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  for (int e = 0; e < 4; e++) {
-    __m512i lo01 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x44), lo23 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x44);
-    __m512i hi01 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xee), hi23 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xee);
-    r[e] = _mm512_shuffle_i32x4(lo01, lo23, 0x88);      /* column e (lane 0) */
-    r[4 + e] = _mm512_shuffle_i32x4(lo01, lo23, 0xdd);  /* column 4 + e (lane 1) */
-    r[8 + e] = _mm512_shuffle_i32x4(hi01, hi23, 0x88);  /* lane 2 */
-    r[12 + e] = _mm512_shuffle_i32x4(hi01, hi23, 0xdd); /* lane 3 */
-  }
-}
-
 /* Rows [0, T) as B slivers of 32 rows (the kernel's columns), pairs along D:
  * sliver s, pair q, column c is the pair q of row 32 s + c (0 past T). Blocks
  * of 16 rows by 16 pairs are loaded as dwords and transposed in registers
- * (a gather per 16 values cost 8 % of GPT-mini's attention on a Zen 5 core);
+ * (dt_transpose16_epi32_: a gather per 16 values cost 8 % of GPT-mini's
+ * attention on a Zen 5 core);
  * the odd last element of a row is read alone (the word after it is another
  * head's, or past the buffer). */
 T_ static void rows_to_slivers_(uint32_t* dst, const uint16_t* x, int64_t stride, const geo_* g) {
@@ -134,7 +109,7 @@ T_ static void rows_to_slivers_(uint32_t* dst, const uint16_t* x, int64_t stride
         __m512i r[16];
         for (int c = 0; c < 16; c++)
           r[c] = c < rows ? _mm512_maskz_loadu_epi32(qm, row0 + c * stride + 2 * q0) : _mm512_setzero_si512();
-        transpose16_(r);
+        dt_transpose16_epi32_(r);
         for (int64_t e = 0; e < qn; e++) _mm512_storeu_si512(d + (q0 + e) * 32 + half * 16, r[e]);
       }
       if (g->D & 1)
