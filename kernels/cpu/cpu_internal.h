@@ -24,6 +24,8 @@ int dt_cpu_avx512_(void);
  * (layernorm_avx512.c); only where dt_cpu_avx512_(). */
 void dt_layernorm_bwd_row_avx512_(float* dinp, const float* dout, const float* x, const float* weight,
                                   float mean, float rstd, int64_t C);
+/* layernorm.h's dt_layernorm_moments the same way (layernorm_avx512.c). */
+void dt_layernorm_moments_avx512_(const float* x, int64_t C, float eps, float* mean_out, float* rstd_out);
 void dt_tanh_rows_(float* out, const float* x, int64_t n);
 void dt_gelu_rows_(float* out, const float* x, int64_t n);
 void dt_gelu_grad_rows_(float* out, const float* dout, const float* x, int64_t n);

@@ -1,5 +1,6 @@
-/* layernorm_avx512.c — dt_layernorm_bwd_row (layernorm.h) written out in
- * AVX-512 intrinsics, with its bits: the eight double lanes of its sums are
+/* layernorm_avx512.c — dt_layernorm_bwd_row and dt_layernorm_moments
+ * (layernorm.h) written out in AVX-512 intrinsics, with their bits. The
+ * backward row: the eight double lanes of its sums are
  * one zmm each (lane k sums the columns j = k mod 8, as the scalar body's
  * acc[k]), folded by dt_fold8_, and the row's gradient is the same f32
  * arithmetic 16 columns at a time. GCC left the scalar body's double sums
@@ -44,4 +45,33 @@ AVX512_ void dt_layernorm_bwd_row_avx512_(float* dinp, const float* dout, const 
     __m512 d = _mm512_mul_ps(r16, _mm512_sub_ps(_mm512_sub_ps(g, mg), _mm512_mul_ps(xhat, mgx)));
     _mm512_mask_storeu_ps(dinp + j, k, d);
   }
+}
+
+/* layernorm.h's dt_layernorm_moments with its bits: dt_sum_f64 and
+ * dt_sumsq_dev_f64's eight double lanes as one zmm each (GCC used four at a
+ * time), folded by dt_fold8_, then their scalar tails. */
+AVX512_ void dt_layernorm_moments_avx512_(const float* x, int64_t C, float eps, float* mean_out, float* rstd_out) {
+  double lanes[8];
+  __m512d acc = _mm512_setzero_pd();
+  int64_t j = 0;
+  for (; j + 8 <= C; j += 8) acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_loadu_ps(x + j)));
+  _mm512_storeu_pd(lanes, acc);
+  double s = dt_fold8_(lanes);
+  for (int64_t t = j; t < C; t++) s += (double)x[t];
+  double mean = s / (double)C;
+  const __m512d vm = _mm512_set1_pd(mean);
+  acc = _mm512_setzero_pd();
+  for (j = 0; j + 8 <= C; j += 8) {
+    __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + j)), vm);
+    acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
+  }
+  _mm512_storeu_pd(lanes, acc);
+  double ss = dt_fold8_(lanes);
+  for (int64_t t = j; t < C; t++) {
+    double d = (double)x[t] - mean;
+    ss += d * d;
+  }
+  float var = (float)(ss / (double)C);
+  *mean_out = (float)mean;
+  *rstd_out = dt_layernorm_rstd_f(var, eps);
 }

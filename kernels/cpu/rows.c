@@ -101,13 +101,15 @@ typedef struct {
   int64_t C;
   float eps;
   int32_t out_dtype, inp_dtype, res_dtype;
+  int avx512; /* the moments through layernorm_avx512.c (dt_cpu_avx512_()) */
   int failed;
 } ln_fwd_ctx_;
 
 /* Row r's norm of x (f32); ybuf: C floats for an output that is not f32. */
 DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int64_t r, float* ybuf) {
   float mean, rstd;
-  dt_layernorm_moments(x, c->C, c->eps, &mean, &rstd);
+  if (c->avx512) dt_layernorm_moments_avx512_(x, c->C, c->eps, &mean, &rstd); /* the same bits */
+  else dt_layernorm_moments(x, c->C, c->eps, &mean, &rstd);
   if (c->out_dtype == DT_F32) {
     float* y = (float*)c->out + r * c->C;
     if (c->weight && c->bias) {
@@ -295,7 +297,7 @@ DT_EXPORT dt_status dt_layernorm_fwd(void* out, float* mean, float* rstd, const 
   if (rows == 0) return DT_OK;
   ln_fwd_ctx_ c = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .res = res, .sum_out = sum_out,
                    .weight = weight, .bias = bias, .C = C, .eps = eps, .out_dtype = out_dtype,
-                   .inp_dtype = inp_dtype, .res_dtype = res_dtype};
+                   .inp_dtype = inp_dtype, .res_dtype = res_dtype, .avx512 = dt_cpu_avx512_()};
   dt_parallel_for_(rows, row_grain_(C), ln_fwd_range_, &c);
   if (c.failed) return dt_fail_(DT_ERR_ALLOC, "dt_layernorm_fwd: cannot allocate a row of %lld floats", (long long)C);
   return DT_OK;

@@ -1,9 +1,9 @@
 /**
  * The AVX-512 forms of exp, tanh, GELU and GELU's gradient (kernels/cpu/
- * dt_math_avx512.h, through math_rows.c) and of layer norm's row gradient
- * (layernorm_avx512.c) give the bits of the scalar bodies of dt_math.h,
+ * dt_math_avx512.h, through math_rows.c) and of layer norm's moments and row
+ * gradient (layernorm_avx512.c) give the bits of the scalar bodies of dt_math.h,
  * gelu.h and layernorm.h that the other kernels and the emulated GPU use:
- * dt_unary_fwd(exp, tanh), dt_gelu_fwd, dt_gelu_bwd and dt_layernorm_bwd
+ * dt_unary_fwd(exp, tanh), dt_gelu_fwd, dt_gelu_bwd and dt_layernorm_fwd/bwd
  * run in two child processes, one with DTRAIN_CPU_ISA=avx512 (the
  * intrinsics) and one with DTRAIN_CPU_ISA=avx2 (the compiler's vectorisation
  * of the scalar bodies), and every output must match bit for bit. The sweep
@@ -21,8 +21,11 @@ const UN_EXP = 0, UN_TANH = 3;
 const FUNCTIONS = ["exp", "tanh", "gelu", "gelu'"] as const;
 const DT_F32 = 0, DT_BF16 = 1;
 
-/** Layer norm's backward on rows of C (every lane count, the tails of 8 and 16), with and
- * without a weight, f32 and bf16: its input gradients and weight / bias gradients, as f32 bits. */
+/**
+ * Layer norm's forward (outputs, means, rstd) and backward on rows of C (every lane count, the
+ * tails of 8 and 16), with and without a weight, f32 and bf16: its input gradients and weight /
+ * bias gradients, as f32 bits.
+ */
 function layerNormOutputs(): Float32Array<ArrayBuffer> {
   const parts: Float32Array[] = [];
   let seed = 12345;
@@ -53,6 +56,7 @@ function layerNormOutputs(): Float32Array<ArrayBuffer> {
         null,
       ),
     );
+    parts.push(y, mean, rstd);
     for (const weight of [w, null]) {
       const dx = new Float32Array(rows * C), dw = new Float32Array(C), db = new Float32Array(C);
       ok(
@@ -211,7 +215,7 @@ Deno.test({
       for (let i = 4 * n; i < fast.length; i++) {
         if (fast[i] !== plain[i]) {
           assert.fail(
-            `layer norm backward, output ${i - 4 * n}: ${hex(fast[i]!)} with AVX-512, ` +
+            `layer norm, output ${i - 4 * n}: ${hex(fast[i]!)} with AVX-512, ` +
               `${hex(plain[i]!)} from the scalar body`,
           );
         }
