@@ -92,10 +92,9 @@ T_ static void rows_pairs_(uint32_t* dst, const uint16_t* x, int64_t stride, int
 /* Rows [0, T) as B slivers of 32 rows (the kernel's columns), pairs along D:
  * sliver s, pair q, column c is the pair q of row 32 s + c (0 past T). Blocks
  * of 16 rows by 16 pairs are loaded as dwords and transposed in registers
- * (dt_transpose16_epi32_: a gather per 16 values cost 8 % of GPT-mini's
- * attention on a Zen 5 core);
- * the odd last element of a row is read alone (the word after it is another
- * head's, or past the buffer). */
+ * (dt_transpose16_epi32_; a gather per 16 values cost 8 % of GPT-mini's
+ * attention on a Zen 5 core); the odd last element of a row is read alone
+ * (the word after it is another head's, or past the buffer). */
 T_ static void rows_to_slivers_(uint32_t* dst, const uint16_t* x, int64_t stride, const geo_* g) {
   const int64_t full = g->D / 2;
   for (int64_t s = 0; s < g->T32 / 32; s++) {

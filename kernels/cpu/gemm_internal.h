@@ -116,8 +116,9 @@ void dt_gemm_pack_b_avx2_(const dt_gemm_view_* v, int64_t p0, int64_t kc, int64_
 void dt_gemm_dot_avx2_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
                        int64_t ldb, float beta, float* c, int64_t ldc);
 
-/* The same with AVX-512 (gemm_dot_avx512.c), and the outer-product GEMM of a
- * tiny K (gemm_outer_avx512.c). Call only on CPUs with AVX-512F. */
+/* The dot products with AVX-512 (gemm_dot_avx512.c), and the GEMMs of a tiny
+ * K and of a few rows (gemm_outer_avx512.c). Call only on CPUs with
+ * AVX-512F. */
 void dt_gemm_outer_avx512_(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t rsa, int64_t csa,
                            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void dt_gemm_rows_avx512_(int64_t m, int64_t n, int64_t k, int64_t kc, float alpha, const float* a, int64_t rsa,

@@ -15,6 +15,35 @@
 
 #define AVX512_ __attribute__((target("avx512f,avx2,fma")))
 
+/* One vector of a row of C stored as the micro-kernel stores it: alpha * acc,
+ * or alpha * acc + beta * c; lanes outside mk neither read nor written. */
+AVX512_ static inline __attribute__((always_inline)) void store_vec_(float* c, __m512 acc, __m512 va, float beta,
+                                                                     __mmask16 mk) {
+  __m512 out = beta == 0.0f ? _mm512_mul_ps(va, acc)
+                            : _mm512_fmadd_ps(va, acc, _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mk, c)));
+  _mm512_mask_storeu_ps(c, mk, out);
+}
+
+/* The column block of C starting at j, at most vmax vectors of 16 wide: its
+ * vector count and the mask of its last vector. */
+static inline void column_block_(int64_t n, int64_t j, int vmax, int* v, __mmask16* last) {
+  int64_t cols = n - j < 16 * vmax ? n - j : 16 * vmax;
+  *v = (int)((cols + 15) / 16);
+  int rem = (int)(cols - 16 * (*v - 1));
+  *last = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
+}
+
+/* A switch's cases turning a block's vector count (1 to 8) into a constant. */
+#define CASES_1_TO_8_(CALL) \
+  case 1: CALL(1); break;   \
+  case 2: CALL(2); break;   \
+  case 3: CALL(3); break;   \
+  case 4: CALL(4); break;   \
+  case 5: CALL(5); break;   \
+  case 6: CALL(6); break;   \
+  case 7: CALL(7); break;   \
+  case 8: CALL(8); break
+
 /* Columns [j0, j0 + 16 v) of every row, v vectors of B per K row held in
  * registers (v and k constants after inlining; k * v <= 16); lanes past n are
  * masked off (last). */
@@ -27,7 +56,7 @@ AVX512_ static inline __attribute__((always_inline)) void outer_block_(int k, in
   for (int p = 0; p < k; p++)
 #pragma GCC unroll 8
     for (int x = 0; x < v; x++) bv[p][x] = _mm512_maskz_loadu_ps(x == v - 1 ? last : 0xffff, b + p * ldb + 16 * x);
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const __m512 va = _mm512_set1_ps(alpha);
   for (int64_t i = 0; i < m; i++) {
     __m512 acc[8];
 #pragma GCC unroll 8
@@ -40,12 +69,7 @@ AVX512_ static inline __attribute__((always_inline)) void outer_block_(int k, in
     }
     float* ci = c + i * ldc;
 #pragma GCC unroll 8
-    for (int x = 0; x < v; x++) {
-      __mmask16 mk = x == v - 1 ? last : 0xffff;
-      __m512 out = beta == 0.0f ? _mm512_mul_ps(va, acc[x])
-                                : _mm512_fmadd_ps(va, acc[x], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mk, ci + 16 * x)));
-      _mm512_mask_storeu_ps(ci + 16 * x, mk, out);
-    }
+    for (int x = 0; x < v; x++) store_vec_(ci + 16 * x, acc[x], va, beta, x == v - 1 ? last : 0xffff);
   }
 }
 
@@ -57,21 +81,12 @@ AVX512_ static inline __attribute__((always_inline)) void outer_k_(int k, int64_
                                                                    float beta) {
   const int vmax = k <= 2 ? 8 : 4;
   for (int64_t j = 0; j < n; j += 16 * vmax) {
-    int64_t cols = n - j < 16 * vmax ? n - j : 16 * vmax;
-    int v = (int)((cols + 15) / 16);
-    int rem = (int)(cols - 16 * (v - 1));
-    __mmask16 last = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
+    int v;
+    __mmask16 last;
+    column_block_(n, j, vmax, &v, &last);
     switch (v) {
-#define OUTER_V_(vv) \
-  case vv: outer_block_(k, vv, m, a, rsa, csa, b + j, ldb, c + j, ldc, alpha, beta, last); break
-      OUTER_V_(1);
-      OUTER_V_(2);
-      OUTER_V_(3);
-      OUTER_V_(4);
-      OUTER_V_(5);
-      OUTER_V_(6);
-      OUTER_V_(7);
-      OUTER_V_(8);
+#define OUTER_V_(vv) outer_block_(k, vv, m, a, rsa, csa, b + j, ldb, c + j, ldc, alpha, beta, last)
+      CASES_1_TO_8_(OUTER_V_);
 #undef OUTER_V_
       default: break; /* unreachable: 1 <= v <= vmax */
     }
@@ -123,17 +138,11 @@ AVX512_ static inline __attribute__((always_inline)) void rows_block_(int rows, 
         for (int x = 0; x < v; x++) acc[r][x] = _mm512_fmadd_ps(ar, bv[x], acc[r][x]);
       }
     }
-    const __m512 vb = _mm512_set1_ps(beta_k);
 #pragma GCC unroll 4
     for (int r = 0; r < rows; r++)
 #pragma GCC unroll 8
-      for (int x = 0; x < v; x++) {
-        __mmask16 mk = x == v - 1 ? last : 0xffff;
-        float* cr = c + r * ldc + 16 * x;
-        __m512 out = beta_k == 0.0f ? _mm512_mul_ps(va, acc[r][x])
-                                    : _mm512_fmadd_ps(va, acc[r][x], _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mk, cr)));
-        _mm512_mask_storeu_ps(cr, mk, out);
-      }
+      for (int x = 0; x < v; x++)
+        store_vec_(c + r * ldc + 16 * x, acc[r][x], va, beta_k, x == v - 1 ? last : 0xffff);
   }
 }
 
@@ -145,21 +154,12 @@ AVX512_ static inline __attribute__((always_inline)) void rows_m_(int rows, int6
                                                                   float alpha, float beta) {
   const int vmax = rows <= 2 ? 8 : 4;
   for (int64_t j = 0; j < n; j += 16 * vmax) {
-    int64_t cols = n - j < 16 * vmax ? n - j : 16 * vmax;
-    int v = (int)((cols + 15) / 16);
-    int rem = (int)(cols - 16 * (v - 1));
-    __mmask16 last = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
+    int v;
+    __mmask16 last;
+    column_block_(n, j, vmax, &v, &last);
     switch (v) {
-#define ROWS_V_(vv) \
-  case vv: rows_block_(rows, vv, k, kc, a, rsa, csa, b + j, ldb, c + j, ldc, alpha, beta, last); break
-      ROWS_V_(1);
-      ROWS_V_(2);
-      ROWS_V_(3);
-      ROWS_V_(4);
-      ROWS_V_(5);
-      ROWS_V_(6);
-      ROWS_V_(7);
-      ROWS_V_(8);
+#define ROWS_V_(vv) rows_block_(rows, vv, k, kc, a, rsa, csa, b + j, ldb, c + j, ldc, alpha, beta, last)
+      CASES_1_TO_8_(ROWS_V_);
 #undef ROWS_V_
       default: break; /* unreachable: 1 <= v <= vmax */
     }

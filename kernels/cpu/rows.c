@@ -101,15 +101,15 @@ typedef struct {
   int64_t C;
   float eps;
   int32_t out_dtype, inp_dtype, res_dtype;
-  int avx512; /* the moments through layernorm_avx512.c (dt_cpu_avx512_()) */
+  /* dt_layernorm_moments, or its AVX-512 form (the same bits) where dt_cpu_avx512_() */
+  void (*moments)(const float* x, int64_t C, float eps, float* mean, float* rstd);
   int failed;
 } ln_fwd_ctx_;
 
 /* Row r's norm of x (f32); ybuf: C floats for an output that is not f32. */
 DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int64_t r, float* ybuf) {
   float mean, rstd;
-  if (c->avx512) dt_layernorm_moments_avx512_(x, c->C, c->eps, &mean, &rstd); /* the same bits */
-  else dt_layernorm_moments(x, c->C, c->eps, &mean, &rstd);
+  c->moments(x, c->C, c->eps, &mean, &rstd);
   if (c->out_dtype == DT_F32) {
     float* y = (float*)c->out + r * c->C;
     if (c->weight && c->bias) {
@@ -147,7 +147,7 @@ DT_VEC_CLONES static void ln_fwd_range_(void* vctx, int64_t r0, int64_t r1) {
     } else if (c->inp_dtype == DT_F32 && c->res && c->sum_out) {
       /* an f32 sum kept: made straight into sum_out's row and read back from there (the same
        * f32 adds as below, without copying the input in and the sum out: 1.4 % of a bf16
-       * GPT-mini step went to those copies); sum_out may be inp or res itself, element by element */
+       * GPT-mini step went to those copies; the checks keep sum_out apart from inp and res) */
       float* s = (float*)c->sum_out + r * C;
       const float* in = (const float*)c->inp + r * C;
       const float* rr = rb;
@@ -180,6 +180,9 @@ typedef struct {
   const float *weight, *mean, *rstd;
   int64_t rows, C;
   int32_t dout_dtype, inp_dtype, dinp_dtype, flags;
+  /* dt_layernorm_bwd_row, or its AVX-512 form (the same bits) where dt_cpu_avx512_() */
+  void (*row)(float* dinp, const float* dout, const float* x, const float* weight, float mean, float rstd,
+              int64_t C);
   int failed;
 } ln_bwd_ctx_;
 
@@ -192,12 +195,9 @@ DT_VEC_CLONES static void ln_bwd_rows_range_(void* vctx, int64_t r0, int64_t r1)
     __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
     return;
   }
-  /* the same bits either way (layernorm_avx512.c) */
-  void (*row)(float*, const float*, const float*, const float*, float, float, int64_t) =
-      dt_cpu_avx512_() ? dt_layernorm_bwd_row_avx512_ : dt_layernorm_bwd_row;
   for (int64_t r = r0; r < r1; r++) {
     if (direct) {
-      row((float*)c->dinp + r * C, (const float*)c->dout + r * C, (const float*)c->inp + r * C, c->weight,
+      c->row((float*)c->dinp + r * C, (const float*)c->dout + r * C, (const float*)c->inp + r * C, c->weight,
           c->mean[r], c->rstd[r], C);
       continue;
     }
@@ -210,7 +210,7 @@ DT_VEC_CLONES static void ln_bwd_rows_range_(void* vctx, int64_t r0, int64_t r1)
     else ln_load_row_(dy, (const char*)c->dout + (size_t)(r * C) * ln_esize_(c->dout_dtype), c->dout_dtype, C);
     if (c->inp_dtype == DT_F32) xr = (const float*)c->inp + r * C;
     else ln_load_row_(x, (const char*)c->inp + (size_t)(r * C) * ln_esize_(c->inp_dtype), c->inp_dtype, C);
-    row(dx, dyr, xr, c->weight, c->mean[r], c->rstd[r], C);
+    c->row(dx, dyr, xr, c->weight, c->mean[r], c->rstd[r], C);
     void* out = (char*)c->dinp + (size_t)(r * C) * oe;
     if (c->flags & 1) { /* dinp += dx, in f32, rounded once */
       if (c->dinp_dtype == DT_F32) {
@@ -297,7 +297,8 @@ DT_EXPORT dt_status dt_layernorm_fwd(void* out, float* mean, float* rstd, const 
   if (rows == 0) return DT_OK;
   ln_fwd_ctx_ c = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .res = res, .sum_out = sum_out,
                    .weight = weight, .bias = bias, .C = C, .eps = eps, .out_dtype = out_dtype,
-                   .inp_dtype = inp_dtype, .res_dtype = res_dtype, .avx512 = dt_cpu_avx512_()};
+                   .inp_dtype = inp_dtype, .res_dtype = res_dtype,
+                   .moments = dt_cpu_avx512_() ? dt_layernorm_moments_avx512_ : dt_layernorm_moments};
   dt_parallel_for_(rows, row_grain_(C), ln_fwd_range_, &c);
   if (c.failed) return dt_fail_(DT_ERR_ALLOC, "dt_layernorm_fwd: cannot allocate a row of %lld floats", (long long)C);
   return DT_OK;
@@ -311,7 +312,8 @@ DT_EXPORT dt_status dt_layernorm_bwd(void* dinp, float* dweight, float* dbias, c
   DT_TRY_(dt_check_layernorm_bwd(dinp, dout, inp, mean, rstd, rows, C, dout_dtype, inp_dtype, dinp_dtype, flags));
   ln_bwd_ctx_ c = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout, .inp = inp, .weight = weight,
                    .mean = mean, .rstd = rstd, .rows = rows, .C = C, .dout_dtype = dout_dtype,
-                   .inp_dtype = inp_dtype, .dinp_dtype = dinp_dtype, .flags = flags};
+                   .inp_dtype = inp_dtype, .dinp_dtype = dinp_dtype, .flags = flags,
+                   .row = dt_cpu_avx512_() ? dt_layernorm_bwd_row_avx512_ : dt_layernorm_bwd_row};
   if (rows == 0) { /* the parameter gradients of an empty batch are zero */
     if (!(flags & 2))
       for (int64_t j = 0; j < C && (dweight || dbias); j++) {

@@ -443,21 +443,55 @@ Deno.test("dt_gemm() runs strided batches, including a shared B (stride 0) and g
   checkCase(rng, makeCase(128, 32, 128, { batch: 3 }));
 });
 
-/** The same product with A stored the other way round (op(A) = A^T <-> A), NaN in the padding. */
-function flipA(c: Case, inp: Inputs): { c: Case; inp: Inputs } {
-  const lda = (c.transA ? c.K : c.M) + 2;
-  const strideA = (c.transA ? c.M : c.K) * lda + 3;
-  const flipped: Case = { ...c, transA: !c.transA, lda, strideA };
-  const a = new Float64Array(extent(c.transA ? c.M : c.K, lda, c.batch, strideA)).fill(NaN);
+/**
+ * The same product with operand A or B stored the other way round (op(X) = X^T <-> X), NaN in
+ * the padding and in new gaps between batches.
+ */
+function flip(c: Case, inp: Inputs, operand: "a" | "b"): { c: Case; inp: Inputs } {
+  const isA = operand === "a";
+  const rows = isA ? c.M : c.K, cols = isA ? c.K : c.N; // op(X) is rows x cols
+  const trans = isA ? c.transA : c.transB;
+  const ld0 = isA ? c.lda : c.ldb, stride0 = isA ? c.strideA : c.strideB, src = isA ? inp.a : inp.b;
+  const ld = (trans ? cols : rows) + 2, stride = (trans ? rows : cols) * ld + 3;
+  const x = new Float64Array(extent(trans ? rows : cols, ld, c.batch, stride)).fill(NaN);
   for (let bi = 0; bi < c.batch; bi++) {
-    for (let i = 0; i < c.M; i++) {
-      for (let p = 0; p < c.K; p++) {
-        const from = bi * c.strideA + (c.transA ? p * c.lda + i : i * c.lda + p);
-        a[bi * strideA + (c.transA ? i * lda + p : p * lda + i)] = inp.a[from]!;
+    for (let i = 0; i < rows; i++) {
+      for (let j = 0; j < cols; j++) {
+        const from = bi * stride0 + (trans ? j * ld0 + i : i * ld0 + j);
+        x[bi * stride + (trans ? i * ld + j : j * ld + i)] = src[from]!;
       }
     }
   }
-  return { c: flipped, inp: { ...inp, a } };
+  return isA
+    ? { c: { ...c, transA: !c.transA, lda: ld, strideA: stride }, inp: { ...inp, a: x } }
+    : { c: { ...c, transB: !c.transB, ldb: ld, strideB: stride }, inp: { ...inp, b: x } };
+}
+
+/** `base` as `batch` matrices with gaps of [a, b, c] elements between them (NaN there must not leak). */
+function withGaps(base: Case, batch: number, [ga, gb, gc]: [number, number, number]): Case {
+  return {
+    ...base,
+    batch,
+    strideA: base.strideA + ga,
+    strideB: base.strideB + gb,
+    strideC: base.strideC + gc,
+  };
+}
+
+/**
+ * Runs `c` on random inputs, checks it against the float64 reference, and asserts the bits of
+ * the same product laid out as `other` makes it (a product that takes another kernel path).
+ */
+function checkSameBitsAs(
+  rng: Rng,
+  c: Case,
+  other: (c: Case, inp: Inputs) => { c: Case; inp: Inputs },
+): void {
+  const inp = randomInputs(rng, c);
+  const got = runGemm(c, inp);
+  check(c, got, reference(c, inp));
+  const o = other(c, inp);
+  assertSameBits(got, runGemm(o.c, o.inp), `${describe(c)} against ${describe(o.c)}`);
 }
 
 Deno.test("dt_gemm() with a transposed A packed by the kernel on the way gives the bits of an A read in place", () => {
@@ -488,44 +522,11 @@ Deno.test("dt_gemm() with a transposed A packed by the kernel on the way gives t
           lda: M + 150,
           ldb: (transB ? Kd : N) + 1,
         });
-        // batches with gaps between the matrices (NaN there must not leak)
-        const c = {
-          ...base,
-          batch: batch!,
-          strideA: base.strideA + 7,
-          strideB: base.strideB + 3,
-          strideC: base.strideC + 2,
-        };
-        const inp = randomInputs(rng, c);
-        const got = runGemm(c, inp);
-        check(c, got, reference(c, inp));
-        const plain = flipA(c, inp);
-        assertSameBits(
-          got,
-          runGemm(plain.c, plain.inp),
-          `${describe(c)} against ${describe(plain.c)}`,
-        );
+        checkSameBitsAs(rng, withGaps(base, batch!, [7, 3, 2]), (c, inp) => flip(c, inp, "a"));
       }
     }
   }
 });
-
-/** The same product with B stored the other way round (op(B) = B^T <-> B), NaN in the padding. */
-function flipB(c: Case, inp: Inputs): { c: Case; inp: Inputs } {
-  const ldb = (c.transB ? c.N : c.K) + 2;
-  const strideB = (c.transB ? c.K : c.N) * ldb + 3;
-  const flipped: Case = { ...c, transB: !c.transB, ldb, strideB };
-  const b = new Float64Array(extent(c.transB ? c.K : c.N, ldb, c.batch, strideB)).fill(NaN);
-  for (let bi = 0; bi < c.batch; bi++) {
-    for (let p = 0; p < c.K; p++) {
-      for (let j = 0; j < c.N; j++) {
-        const from = bi * c.strideB + (c.transB ? j * c.ldb + p : p * c.ldb + j);
-        b[bi * strideB + (c.transB ? p * ldb + j : j * ldb + p)] = inp.b[from]!;
-      }
-    }
-  }
-  return { c: flipped, inp: { ...inp, b } };
-}
 
 Deno.test("dt_gemm() with a K of 1 to 4 and B along N (outer products) gives the bits of the micro-kernel", () => {
   // With AVX-512, K <= 4 and B not transposed is K outer products with C stored in one pass
@@ -545,22 +546,7 @@ Deno.test("dt_gemm() with a K of 1 to 4 and B along N (outer products) gives the
             lda: (transA ? M! : Kd) + 1,
             ldc: N! + 3,
           });
-          const c = {
-            ...base,
-            batch: batch!,
-            strideA: base.strideA + 5,
-            strideB: base.strideB + 2,
-            strideC: base.strideC + 4,
-          };
-          const inp = randomInputs(rng, c);
-          const got = runGemm(c, inp);
-          check(c, got, reference(c, inp));
-          const kernel = flipB(c, inp);
-          assertSameBits(
-            got,
-            runGemm(kernel.c, kernel.inp),
-            `${describe(c)} against ${describe(kernel.c)}`,
-          );
+          checkSameBitsAs(rng, withGaps(base, batch!, [5, 2, 4]), (c, inp) => flip(c, inp, "b"));
         }
       }
     }
@@ -585,23 +571,11 @@ Deno.test("dt_gemm() with an M of 1 to 4 and B along N (rows in registers) gives
             lda: (transA ? M : Kd!) + 1,
             ldc: N! + 3,
           });
-          const c = {
-            ...base,
-            batch: batch!,
-            strideA: base.strideA + 5,
-            strideB: base.strideB + 2,
-            strideC: base.strideC + 4,
-          };
-          const inp = randomInputs(rng, c);
-          const got = runGemm(c, inp);
-          check(c, got, reference(c, inp));
-          const at = transA ? { c, inp } : flipA(c, inp); // A transposed
-          const kernel = flipB(at.c, at.inp); // and B transposed: the micro-kernel
-          assertSameBits(
-            got,
-            runGemm(kernel.c, kernel.inp),
-            `${describe(c)} against ${describe(kernel.c)}`,
-          );
+          // A and B both transposed: the micro-kernel (the dot products take A along K only)
+          checkSameBitsAs(rng, withGaps(base, batch!, [5, 2, 4]), (c, inp) => {
+            const at = c.transA ? { c, inp } : flip(c, inp, "a");
+            return flip(at.c, at.inp, "b");
+          });
         }
       }
     }

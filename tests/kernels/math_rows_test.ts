@@ -16,6 +16,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { K, n64, ok, ptr } from "./_helpers.ts";
+import { gemmKernel } from "../../ffi/cpu_extras.ts";
 
 const UN_EXP = 0, UN_TANH = 3;
 const FUNCTIONS = ["exp", "tanh", "gelu", "gelu'"] as const;
@@ -158,12 +159,9 @@ if (import.meta.main) {
   Deno.exit(0);
 }
 
-function hasAvx512(): boolean {
-  try {
-    return /\bavx512f\b/.test(Deno.readTextFileSync("/proc/cpuinfo"));
-  } catch {
-    return false;
-  }
+/** Whether this process's loops take the intrinsics: where the GEMM's kernel is AVX-512. */
+function intrinsicsHere(): boolean {
+  return gemmKernel("f32") === "avx512";
 }
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -191,7 +189,7 @@ const hex = (u: number) => "0x" + (u >>> 0).toString(16).padStart(8, "0");
 Deno.test({
   name:
     "exp, tanh, GELU and its gradient, layer norm's backward: the AVX-512 intrinsics give the bits of the scalar bodies",
-  ignore: !hasAvx512() || Deno.env.get("DTRAIN_CPU_ISA") !== undefined,
+  ignore: !intrinsicsHere() || Deno.env.get("DTRAIN_CPU_ISA") !== undefined,
   fn: async () => {
     const dir = Deno.makeTempDirSync({ prefix: "dtrain-math-rows-" });
     try {
