@@ -602,6 +602,29 @@ export function buildNative(opts: BuildOptions = {}): string[] {
   return built;
 }
 
+/**
+ * Builds library `name` with extra compiler flags (a test build's `-D…`,
+ * which selects code the normal build leaves out) into `outDir`, whatever
+ * build/ holds; returns its path. For tests that load it through
+ * DTRAIN_LIB_DIR.
+ */
+export function buildVariant(name: string, outDir: string, extraFlags: readonly string[]): string {
+  const spec = LIBRARIES.find((l) => l.name === name);
+  if (!spec) throw new Error(`no native library is named ${name}`);
+  const { hash, sources } = sourceHash(spec);
+  const out = join(outDir, name);
+  const [cmd, ...args] = spec.command(out, `${hash}-variant`, sources);
+  if (spec.buildArgs) args.unshift(...spec.buildArgs());
+  const r = new Deno.Command(cmd!, { args: [...extraFlags, ...args], cwd: ROOT }).outputSync();
+  if (!r.success) {
+    throw new Error(
+      `Cannot build ${name} with ${extraFlags.join(" ")}: ${cmd} exited with code ${r.code}\n` +
+        new TextDecoder().decode(r.stderr),
+    );
+  }
+  return out;
+}
+
 /** Compiler runs at once: DTRAIN_BUILD_JOBS, else every core. */
 export function buildJobs(): number {
   const n = Number(Deno.env.get("DTRAIN_BUILD_JOBS") ?? navigator.hardwareConcurrency ?? 1);

@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,18 +113,43 @@ static inline void dt_shm_pause_(void) {
 
 /* ---- waiting --------------------------------------------------------------- */
 
+/* Whether rank r has not reached `phase` (phase 0: has not attached). */
+static int dt_shm_rank_missing_(dt_shm_t* g, uint64_t phase, int32_t r) {
+  dt_shm_rank_t* rec = &g->hdr->ranks[r];
+  return phase == 0 ? atomic_load(&rec->state) == DT_SHM_RANK_ABSENT : atomic_load(&rec->arrived) < phase;
+}
+
 int dt_shm_missing_(dt_shm_t* g, uint64_t phase, int32_t* ranks, int max) {
   int n = 0;
   for (int32_t r = 0; r < g->world; r++) {
-    dt_shm_rank_t* rec = &g->hdr->ranks[r];
-    int absent = phase == 0 ? atomic_load(&rec->state) == DT_SHM_RANK_ABSENT : atomic_load(&rec->arrived) < phase;
-    if (absent) {
+    if (dt_shm_rank_missing_(g, phase, r)) {
       if (n < max) ranks[n] = r;
       n++;
     }
   }
   return n;
 }
+
+#ifdef DT_SHM_TEST_PROBE_GATE
+/* Test builds only (tests/distributed/shm_liveness_race_test.ts): the first
+ * time a waiter in a barrier named "gate" has read a peer as missing, it
+ * creates "$DT_SHM_TEST_GATE.held" and waits (at most a minute) for
+ * "$DT_SHM_TEST_GATE.go", so that a test can make that peer arrive, finish
+ * the barrier and exit, close or abort before the waiter looks again. */
+static void dt_shm_test_gate_(dt_shm_t* g) {
+  static int passed = 0;
+  const char* gate = getenv("DT_SHM_TEST_GATE");
+  const dt_shm_call_t* c = &g->hdr->ranks[g->rank].call[g->seq & 1];
+  if (passed || !gate || g->seq == 0 || c->op != DT_SHM_OP_BARRIER || strcmp(c->detail, "gate") != 0) return;
+  passed = 1;
+  char path[512];
+  snprintf(path, sizeof path, "%s.held", gate);
+  FILE* f = fopen(path, "w");
+  if (f) fclose(f);
+  snprintf(path, sizeof path, "%s.go", gate);
+  for (int i = 0; i < 60000 && access(path, F_OK) != 0; i++) usleep(1000);
+}
+#endif
 
 /* A zombie still answers kill(pid, 0), so also read its state from /proc. */
 static int dt_shm_pid_gone_(int32_t pid) {
@@ -216,6 +242,9 @@ dt_status dt_shm_wait_(dt_shm_t* g, uint64_t phase, int64_t deadline_ns, const c
     uint32_t word = atomic_load(&hdr->wake); /* read before the check, so a later arrival changes it */
     int n = dt_shm_missing_(g, phase, miss, DT_SHM_MAX_RANKS);
     if (n == 0) return DT_OK;
+#ifdef DT_SHM_TEST_PROBE_GATE
+    dt_shm_test_gate_(g);
+#endif
     int32_t aborted_by = atomic_load(&hdr->aborted_by);
     /* One clock reading decides both whether to spin and whether `what` needs
      * its description: every path past the spin below writes a message with
@@ -226,7 +255,11 @@ dt_status dt_shm_wait_(dt_shm_t* g, uint64_t phase, int64_t deadline_ns, const c
       dt_shm_describe_current_(g, what_buf, sizeof what_buf);
       what = what_buf;
     }
-    if (aborted_by != 0 && aborted_by - 1 != g->rank) return dt_shm_peer_aborted_(g, aborted_by, what);
+    /* As for a rank found gone below: the abort may have come after the last missing rank arrived. */
+    if (aborted_by != 0 && aborted_by - 1 != g->rank) {
+      if (dt_shm_missing_(g, phase, miss, DT_SHM_MAX_RANKS) == 0) return DT_OK;
+      return dt_shm_peer_aborted_(g, aborted_by, what);
+    }
     if (now < spin_until) {
       /* After the first few µs, yield between short spins: with more runnable
        * threads than cores, the rank being waited for may need this core. */
@@ -244,11 +277,17 @@ dt_status dt_shm_wait_(dt_shm_t* g, uint64_t phase, int64_t deadline_ns, const c
     int probe_pid = now >= next_liveness;
     if (probe_pid) next_liveness = now + DT_SHM_LIVENESS_NS;
     char why[120];
-    for (int i = 0; i < n; i++) {
-      if (dt_shm_rank_gone_(g, miss[i], probe_pid, why, sizeof why)) {
-        dt_shm_fail_(DT_SHM_ERR_PEER, "%s on rank %d cannot complete: %s", what, g->rank, why);
-        return dt_shm_mark_dead_(g, DT_SHM_ERR_PEER);
-      }
+    int gone = 0;
+    for (int i = 0; i < n && !gone; i++) {
+      /* `miss` was read before the probe: a rank may have arrived since,
+       * finished this collective with the others and then closed its group or
+       * exited. Its arrival is stored before it can do either, so a rank
+       * found gone that is still missing on a second look never arrives. */
+      gone = dt_shm_rank_gone_(g, miss[i], probe_pid, why, sizeof why) && dt_shm_rank_missing_(g, phase, miss[i]);
+    }
+    if (gone) {
+      dt_shm_fail_(DT_SHM_ERR_PEER, "%s on rank %d cannot complete: %s", what, g->rank, why);
+      return dt_shm_mark_dead_(g, DT_SHM_ERR_PEER);
     }
     int64_t slice = deadline_ns - now;
     if (slice > DT_SHM_LIVENESS_NS) slice = DT_SHM_LIVENESS_NS;
