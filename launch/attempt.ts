@@ -47,6 +47,8 @@ export interface RunContext {
   token: string;
   masterPort: number;
   threads: number;
+  /** the V8 flags of each rank (launch/rank_v8_flags.ts) */
+  v8Flags: readonly string[];
   /** absolute path of the user's script */
   script: string;
   /** the device of each local rank (absent: the CPU) */
@@ -197,6 +199,7 @@ class Attempt implements AttemptHandle {
           env: { ...this.rankEnvOf(rank, local), ...profileClock() },
           logPath: join(ctx.runDir, `rank-${rank}.log`),
           logRanks: opts.logRanks,
+          v8Flags: ctx.v8Flags,
         });
       } catch (e) {
         this.requestAbort({

@@ -5,6 +5,7 @@
  * launch.json, and returns 0 only when every rank exited 0. launch() is its stages in the order a
  * launch happens; the rendezvous is rendezvous.ts, run.json run_json.ts, an attempt attempt.ts.
  */
+import { rankV8Flags } from "./rank_v8_flags.ts";
 import { resolveDevice } from "../tensor/device_choice.ts";
 import type { DeviceKind } from "../tensor/backend.ts";
 import { type CudaAvailability, cudaAvailability, gpuSharing } from "../ffi/cuda_discovery.ts";
@@ -385,8 +386,8 @@ function announce(opts: LaunchOptions, pre: Preflight, run: JoinedRun, s: Launch
 
 /** What every attempt of the run is started with. */
 function runContext(opts: LaunchOptions, pre: Preflight, run: JoinedRun, s: LaunchState) {
-  const threads = opts.threads ??
-    Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / opts.nproc));
+  const cores = navigator.hardwareConcurrency || 1;
+  const threads = opts.threads ?? Math.max(1, Math.floor(cores / opts.nproc));
   const ctx: RunContext = {
     opts,
     client: s.client!,
@@ -396,6 +397,7 @@ function runContext(opts: LaunchOptions, pre: Preflight, run: JoinedRun, s: Laun
     token: pre.token,
     masterPort: storeAddress(opts, s).port,
     threads,
+    v8Flags: rankV8Flags(cores, opts.nproc),
     script: pre.script,
     plan: pre.plan,
     attemptBase: run.attemptBase,

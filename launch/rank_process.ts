@@ -31,6 +31,8 @@ export interface RankSpawnOptions {
   env: Record<string, string>;
   logPath: string;
   logRanks: string;
+  /** the launcher's V8 flags for it (the user's DENO_V8_FLAGS win) */
+  v8Flags: readonly string[];
 }
 
 /** A running (or finished) rank. */
@@ -88,7 +90,7 @@ export class RankProcess {
       args: [
         "run",
         "-A",
-        ...rankV8Args(opts.env.DENO_V8_FLAGS ?? Deno.env.get("DENO_V8_FLAGS")),
+        ...rankV8Args(opts.env.DENO_V8_FLAGS ?? Deno.env.get("DENO_V8_FLAGS"), opts.v8Flags),
         "--config",
         RUNTIME.config,
         "--preload",

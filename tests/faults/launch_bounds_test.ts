@@ -90,6 +90,7 @@ Deno.test("a signal during the spawn loop stops it between two ranks", async () 
       token,
       masterPort: server.port,
       threads: 1,
+      v8Flags: [],
       script: HOLD,
     }, 0);
     // Timers interleave with the loop only if it yields: signal as soon as the first rank exists.
