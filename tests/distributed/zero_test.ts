@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { buildNative } from "../../scripts/build_native.ts";
 import { REPO, TestRun } from "../launch/launch_helpers.ts";
 import { HAVE_EMU } from "../gpu/_emu.ts";
+import { GLOO_MISSING } from "../launch/gloo_helpers.ts";
 
 buildNative({ quiet: true });
 const SCRIPT = join(REPO, "tests/distributed/scripts/zero_cases.ts");
@@ -74,8 +75,13 @@ Deno.test("ZeRO-1 and ZeRO-2 with SGD momentum equal DDP bit for bit", async () 
   checkAgainstDdp(await run({ OPTIM: "sgd" }));
 });
 
-Deno.test("ZeRO-1 and ZeRO-2 over the Gloo group equal DDP bit for bit (2 ranks: one sum per element)", async () => {
-  checkAgainstDdp(await run({ OPTIM: "adamw", DTRAIN_CPU_BACKEND: "gloo" }));
+Deno.test({
+  name:
+    "ZeRO-1 and ZeRO-2 over the Gloo group equal DDP bit for bit (2 ranks: one sum per element)",
+  ignore: GLOO_MISSING !== null,
+  async fn() {
+    checkAgainstDdp(await run({ OPTIM: "adamw", DTRAIN_CPU_BACKEND: "gloo" }));
+  },
 });
 
 Deno.test({
