@@ -5,7 +5,6 @@
  * launch.json, and returns 0 only when every rank exited 0. launch() is its stages in the order a
  * launch happens; the rendezvous is rendezvous.ts, run.json run_json.ts, an attempt attempt.ts.
  */
-import { rankV8Flags } from "./rank_v8_flags.ts";
 import { resolveDevice } from "../tensor/device_choice.ts";
 import type { DeviceKind } from "../tensor/backend.ts";
 import { type CudaAvailability, cudaAvailability, gpuSharing } from "../ffi/cuda_discovery.ts";
@@ -16,6 +15,7 @@ import { StoreClient, StoreError } from "../distributed/control/store.ts";
 import { StoreServer } from "../distributed/control/store_server.ts";
 import { attemptKeys, runKeys } from "../distributed/control/store_keys.ts";
 import { type AttemptHandle, type RunContext, startAttempt } from "./attempt.ts";
+import { rankV8Flags } from "./rank_v8_flags.ts";
 import { type LaunchOptions, UsageError } from "./options.ts";
 import { LauncherLog } from "./output.ts";
 import { signalExitCode } from "../os/exit_status.ts";

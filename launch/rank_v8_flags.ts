@@ -14,7 +14,7 @@
  * as it has cores: V8 then optimises functions and collects garbage on the rank's own thread
  * instead of on background threads, which with a core or less per rank only take the cores the
  * ranks' main threads need. The toy DDP on 2 cores and 2 ranks, `bench_ddp.ts` alternated with and
- * without them (docs/BENCHMARKS.md, 2026-12-07, second section): 12-15 % more samples a second,
+ * without them (docs/BENCHMARKS.md, "2026-12-07, later"): 12-15 % more samples a second,
  * 9-11 % less CPU per step in each rank; GPT-mini DDP (mostly native kernels) unchanged within the
  * host's noise. V8's --single-threaded (which also stops its other background work) gained less
  * there: 3 % in two of three sittings. With spare cores the background threads use them, and the
