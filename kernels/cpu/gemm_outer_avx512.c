@@ -130,7 +130,12 @@ AVX512_ static inline __attribute__((always_inline)) void rows_block_(int rows, 
     for (int64_t p = p0; p < p1; p++) {
       __m512 bv[8];
 #pragma GCC unroll 8
-      for (int x = 0; x < v; x++) bv[x] = _mm512_maskz_loadu_ps(x == v - 1 ? last : 0xffff, b + p * ldb + 16 * x);
+      for (int x = 0; x < v; x++) {
+        bv[x] = _mm512_maskz_loadu_ps(x == v - 1 ? last : 0xffff, b + p * ldb + 16 * x);
+        /* held in a register: GCC otherwise folds the load into every row's multiply-add, and
+         * 2 x 256 x 64 loaded each B vector twice (0.85x OpenBLAS, load-bound) */
+        __asm__("" : "+v"(bv[x]));
+      }
 #pragma GCC unroll 4
       for (int r = 0; r < rows; r++) {
         __m512 ar = _mm512_set1_ps(a[r * rsa + p * csa]);
