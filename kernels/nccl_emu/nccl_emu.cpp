@@ -263,10 +263,17 @@ ncclResult_t should_stop(ncclComm* c, int64_t deadline, const char* what, bool c
                   ctl->abort_text);
     for (int q = 0; q < c->world; q++) {
       CtlRank* r = &ctl->ranks[q];
-      if (r->state.load() == kClosed)
-        return fail(ncclRemoteError, "%s on rank %d: rank %d destroyed its communicator", what, c->rank, q);
-      if (check_pids && pid_gone(r->pid.load()))
-        return fail(ncclRemoteError, "%s on rank %d: rank %d (pid %d) exited", what, c->rank, q, r->pid.load());
+      bool closed = r->state.load() == kClosed;
+      if (!closed && !(check_pids && pid_gone(r->pid.load()))) continue;
+      /* A peer may have destroyed its communicator or exited because of an abort
+       * made after aborted_by was read above: the abort is stored before the peer
+       * can see it, so a second read names the cause, not its consequence. */
+      by = ctl->aborted_by.load();
+      if (by)
+        return fail(ncclRemoteError, "%s on rank %d: rank %d aborted the communicator: %s", what, c->rank, by - 1,
+                    ctl->abort_text);
+      if (closed) return fail(ncclRemoteError, "%s on rank %d: rank %d destroyed its communicator", what, c->rank, q);
+      return fail(ncclRemoteError, "%s on rank %d: rank %d (pid %d) exited", what, c->rank, q, r->pid.load());
     }
   }
   if (now_ns() > deadline)

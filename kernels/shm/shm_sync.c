@@ -286,6 +286,11 @@ dt_status dt_shm_wait_(dt_shm_t* g, uint64_t phase, int64_t deadline_ns, const c
       gone = dt_shm_rank_gone_(g, miss[i], probe_pid, why, sizeof why) && dt_shm_rank_missing_(g, phase, miss[i]);
     }
     if (gone) {
+      /* A missing rank may have closed its group or exited because another rank
+       * aborted after aborted_by was read above: the abort, stored first, is the
+       * cause to name. */
+      aborted_by = atomic_load(&hdr->aborted_by);
+      if (aborted_by != 0 && aborted_by - 1 != g->rank) return dt_shm_peer_aborted_(g, aborted_by, what);
       dt_shm_fail_(DT_SHM_ERR_PEER, "%s on rank %d cannot complete: %s", what, g->rank, why);
       return dt_shm_mark_dead_(g, DT_SHM_ERR_PEER);
     }
