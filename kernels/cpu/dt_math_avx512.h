@@ -15,12 +15,8 @@
 
 #define DT_AVX512_MATH_ __attribute__((target("avx512f"), always_inline)) static inline
 
-/* dt_expf on 16 lanes. */
-DT_AVX512_MATH_ __m512 dt_expf_avx512_(__m512 x) {
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  /* x < -105 ? -105 : (x > 89 ? 89 : x), 0 for NaN */
-  __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-105.0f)), _mm512_set1_ps(89.0f));
-  xc = _mm512_mask_mov_ps(xc, nan, _mm512_setzero_ps());
+/* e^xc for an xc already clamped to [-105, 89]: dt_expf's reduction, polynomial and 2^n. */
+DT_AVX512_MATH_ __m512 dt_expf_clamped_avx512_(__m512 xc) {
   __m512 t = _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f));
   /* (t + shift) - shift in the scalar body: both round to the nearest integer, ties to even, for
    * |t| < 2^22; roundscale is one instruction where that is two on the critical path (a -0 for a
@@ -35,8 +31,16 @@ DT_AVX512_MATH_ __m512 dt_expf_avx512_(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  __m512 res = _mm512_scalef_ps(p, n);
-  return _mm512_mask_mov_ps(res, nan, x);
+  return _mm512_scalef_ps(p, n);
+}
+
+/* dt_expf on 16 lanes. */
+DT_AVX512_MATH_ __m512 dt_expf_avx512_(__m512 x) {
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  /* x < -105 ? -105 : (x > 89 ? 89 : x), 0 for NaN */
+  __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-105.0f)), _mm512_set1_ps(89.0f));
+  xc = _mm512_mask_mov_ps(xc, nan, _mm512_setzero_ps());
+  return _mm512_mask_mov_ps(dt_expf_clamped_avx512_(xc), nan, x);
 }
 
 /* dt_expf on 16 lanes of x >= 0, where a NaN lane's result is never used: tanh's e^2|x| inside
@@ -44,19 +48,7 @@ DT_AVX512_MATH_ __m512 dt_expf_avx512_(__m512 x) {
  * and GELU's 0.5x (a factor of every term) makes the result x's NaN all the same (all 2^32 inputs
  * compared with the scalar bodies). */
 DT_AVX512_MATH_ __m512 dt_expf_nonneg_avx512_(__m512 x) {
-  __m512 xc = _mm512_min_ps(x, _mm512_set1_ps(89.0f));
-  __m512 t = _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f));
-  __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+  return dt_expf_clamped_avx512_(_mm512_min_ps(x, _mm512_set1_ps(89.0f)));
 }
 
 /* dt_tanhf on 16 lanes; nan_used 0 (a constant) takes dt_expf_nonneg_avx512_ for GELU. */
