@@ -22,6 +22,46 @@ export function ptr(a: ArrayBufferView<ArrayBuffer>): Deno.PointerValue {
 /** i64 argument (the ABI takes BigInt). */
 export const n64 = (n: number): bigint => BigInt(n);
 
+type F32 = Float32Array<ArrayBuffer>;
+
+/**
+ * dt_layernorm_fwd on f32 rows (output f32): out, mean and rstd of x, or of x + res with a
+ * residual (f32, or bf16 bits with resBf16), the sum written to `sum` when one is given.
+ */
+export function layerNormF32(
+  x: F32,
+  w: F32 | null,
+  b: F32 | null,
+  rows: number,
+  C: number,
+  eps: number,
+  residual: { res: ArrayBufferView<ArrayBuffer>; resBf16: boolean; sum: F32 | null } | null = null,
+): { out: F32; mean: F32; rstd: F32 } {
+  const out = new Float32Array(rows * C),
+    mean = new Float32Array(rows),
+    rstd = new Float32Array(rows);
+  ok(
+    K.dt_layernorm_fwd(
+      ptr(out),
+      ptr(mean),
+      ptr(rstd),
+      ptr(x),
+      w && ptr(w),
+      b && ptr(b),
+      n64(rows),
+      n64(C),
+      eps,
+      0,
+      0,
+      residual && ptr(residual.res),
+      residual?.resBf16 ? 1 : 0,
+      residual?.sum ? ptr(residual.sum) : null,
+      null,
+    ),
+  );
+  return { out, mean, rstd };
+}
+
 /** The library's text for the last failed call on this thread. */
 export function lastError(): string {
   return cString(K.dt_last_error());

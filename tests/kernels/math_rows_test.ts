@@ -16,7 +16,7 @@
  */
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { K, n64, ok, ptr } from "./_helpers.ts";
+import { K, layerNormF32, n64, ok, ptr } from "./_helpers.ts";
 import { gemmKernel } from "../../ffi/cpu_extras.ts";
 
 const UN_EXP = 0, UN_TANH = 3;
@@ -36,28 +36,7 @@ function layerNormOutputs(): Float32Array<ArrayBuffer> {
     const rows = 37;
     const x = new Float32Array(rows * C).map(rand), dy = new Float32Array(rows * C).map(rand);
     const w = new Float32Array(C).map(rand), b = new Float32Array(C).map(rand);
-    const y = new Float32Array(rows * C),
-      mean = new Float32Array(rows),
-      rstd = new Float32Array(rows);
-    ok(
-      K.dt_layernorm_fwd(
-        ptr(y),
-        ptr(mean),
-        ptr(rstd),
-        ptr(x),
-        ptr(w),
-        ptr(b),
-        n64(rows),
-        n64(C),
-        1e-5,
-        DT_F32,
-        DT_F32,
-        null,
-        0,
-        null,
-        null,
-      ),
-    );
+    const { out: y, mean, rstd } = layerNormF32(x, w, b, rows, C, 1e-5);
     parts.push(y, mean, rstd);
     for (const weight of [w, null]) {
       const dx = new Float32Array(rows * C), dw = new Float32Array(C), db = new Float32Array(C);

@@ -9,6 +9,7 @@ import {
   assertSameBits,
   failsWith,
   K,
+  layerNormF32,
   n64,
   ok,
   ptr,
@@ -209,33 +210,7 @@ function layerNormRef(
   return { y, mean, rstd };
 }
 
-/** Runs dt_layernorm_fwd and returns out, mean, rstd. */
 type F32 = Float32Array<ArrayBuffer>;
-function layerNorm(x: F32, w: F32 | null, b: F32 | null, rows: number, C: number, eps: number) {
-  const out = new Float32Array(rows * C),
-    mean = new Float32Array(rows),
-    rstd = new Float32Array(rows);
-  ok(
-    K.dt_layernorm_fwd(
-      ptr(out),
-      ptr(mean),
-      ptr(rstd),
-      ptr(x),
-      w && ptr(w),
-      b && ptr(b),
-      n64(rows),
-      n64(C),
-      eps,
-      0,
-      0,
-      null,
-      0,
-      null,
-      null,
-    ),
-  );
-  return { out, mean, rstd };
-}
 
 Deno.test("dt_layernorm_fwd() matches float64 layer norm, with and without weight and bias", () => {
   const rng = new Rng(4);
@@ -244,7 +219,7 @@ Deno.test("dt_layernorm_fwd() matches float64 layer norm, with and without weigh
     const x = rng.normals(rows * C, 3).map((v) => v + 20);
     const w = rng.normals(C), b = rng.normals(C);
     for (const [wi, bi] of [[w, b], [null, null], [w, null]] as const) {
-      const { out, mean, rstd } = layerNorm(x, wi, bi, rows, C, 1e-5);
+      const { out, mean, rstd } = layerNormF32(x, wi, bi, rows, C, 1e-5);
       const ref = layerNormRef(x, wi, bi, rows, C, Math.fround(1e-5));
       assertClose(mean, ref.mean, 2 * U, `mean ${rows}x${C}`);
       // var rounded to float, + eps, sqrtf, reciprocal: ~4 roundings
@@ -270,7 +245,7 @@ Deno.test("dt_layernorm_bwd() matches finite differences of the float64 layer no
     w = rng.normals(C),
     b = rng.normals(C),
     dout = rng.normals(rows * C);
-  const { mean, rstd } = layerNorm(x, w, b, rows, C, eps);
+  const { mean, rstd } = layerNormF32(x, w, b, rows, C, eps);
   const dinp = new Float32Array(rows * C), dw = new Float32Array(C), db = new Float32Array(C);
   ok(
     K.dt_layernorm_bwd(
@@ -337,7 +312,7 @@ Deno.test("dt_layernorm_bwd() matches the float64 gradients on large inputs, on 
   ) {
     const x = rng.normals(rows * C, 2).map((v) => v - 5), dout = rng.normals(rows * C);
     const w = withWeight ? rng.normals(C) : null;
-    const { mean, rstd } = layerNorm(x, w, null, rows, C, 1e-5);
+    const { mean, rstd } = layerNormF32(x, w, null, rows, C, 1e-5);
     const run = () => {
       const dinp = new Float32Array(rows * C), dw = new Float32Array(C), db = new Float32Array(C);
       ok(
@@ -382,7 +357,7 @@ Deno.test("dt_layernorm_bwd() matches the float64 gradients on large inputs, on 
 Deno.test("dt_layernorm_bwd() accepts null dweight/dbias and zeroes them for zero rows", () => {
   const rng = new Rng(7);
   const x = rng.normals(12), dout = rng.normals(12);
-  const { mean, rstd } = layerNorm(x, null, null, 3, 4, 1e-5);
+  const { mean, rstd } = layerNormF32(x, null, null, 3, 4, 1e-5);
   const dinp = new Float32Array(12);
   ok(
     K.dt_layernorm_bwd(
@@ -565,7 +540,7 @@ Deno.test("dt_layernorm_bwd() adds into dinp and the parameter gradients with fl
   for (const [rows, C] of [[3, 5], [40, 300]] as const) {
     const n = rows * C;
     const x32 = rng.normals(n, 2), dy32 = rng.normals(n), w = rng.normals(C);
-    const { mean, rstd } = layerNorm(x32, w, null, rows, C, 1e-5);
+    const { mean, rstd } = layerNormF32(x32, w, null, rows, C, 1e-5);
     const bwd = (
       dinp: Buf,
       dw: F32,
@@ -613,7 +588,7 @@ Deno.test("dt_layernorm_bwd() adds into dinp and the parameter gradients with fl
     // bf16 rows: the gradients of the widened values, dinp rounded once
     const x16 = toBf16(x32), dy16 = toBf16(dy32);
     const xw = fromBf16(x16), dyw = fromBf16(dy16);
-    const m16 = layerNorm(xw, w, null, rows, C, 1e-5);
+    const m16 = layerNormF32(xw, w, null, rows, C, 1e-5);
     const dx16 = new Uint16Array(n), dw16 = new Float32Array(C), db16 = new Float32Array(C);
     bwd(dx16, dw16, db16, dy16, x16, 1, 0, m16.mean, m16.rstd);
     const wdx = new Float32Array(n), wdw = new Float32Array(C), wdb = new Float32Array(C);
@@ -635,37 +610,9 @@ Deno.test("dt_layernorm_fwd() with an f32 input, an f32 or bf16 residual and the
       const r = resBf16 ? toBf16(rng.normals(n)) : rng.normals(n);
       const rf = resBf16 ? fromBf16(r as Uint16Array) : (r as Float32Array);
       const want = Float32Array.from(x, (v, i) => v + rf[i]!);
-      const layer = (
-        inp: Float32Array<ArrayBuffer>,
-        res: typeof r | null,
-        sum: Float32Array<ArrayBuffer> | null,
-      ) => {
-        const out = new Float32Array(n),
-          mean = new Float32Array(rows),
-          rstd = new Float32Array(rows);
-        ok(
-          K.dt_layernorm_fwd(
-            ptr(out),
-            ptr(mean),
-            ptr(rstd),
-            ptr(inp),
-            ptr(w),
-            ptr(b),
-            n64(rows),
-            n64(C),
-            1e-5,
-            0,
-            0,
-            res ? ptr(res as Float32Array<ArrayBuffer>) : null,
-            resBf16 ? 1 : 0,
-            sum ? ptr(sum) : null,
-            null,
-          ),
-        );
-        return { out, mean, rstd };
-      };
       const sum = new Float32Array(n);
-      const fused = layer(x, r, sum), plain = layer(want, null, null);
+      const fused = layerNormF32(x, w, b, rows, C, 1e-5, { res: r, resBf16, sum });
+      const plain = layerNormF32(want, w, b, rows, C, 1e-5);
       const what = `${rows}x${C}, ${resBf16 ? "bf16" : "f32"} residual`;
       assertSameBits(sum, want, `sum ${what}`);
       assertSameBits(fused.out, plain.out, `out ${what}`);
