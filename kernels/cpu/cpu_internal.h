@@ -26,6 +26,10 @@ void dt_layernorm_bwd_row_avx512_(float* dinp, const float* dout, const float* x
                                   float mean, float rstd, int64_t C);
 /* layernorm.h's dt_layernorm_moments the same way (layernorm_avx512.c). */
 void dt_layernorm_moments_avx512_(const float* x, int64_t C, float eps, float* mean_out, float* rstd_out);
+/* The moments of two rows at once (means and rstds in [0] and [1]), each row's bits, their chains
+ * of dependent adds interleaved. */
+void dt_layernorm_moments2_avx512_(const float* x0, const float* x1, int64_t C, float eps, float* mean_out,
+                                   float* rstd_out);
 void dt_tanh_rows_(float* out, const float* x, int64_t n);
 void dt_gelu_rows_(float* out, const float* x, int64_t n);
 void dt_gelu_grad_rows_(float* out, const float* dout, const float* x, int64_t n);

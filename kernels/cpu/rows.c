@@ -103,13 +103,14 @@ typedef struct {
   int32_t out_dtype, inp_dtype, res_dtype;
   /* dt_layernorm_moments, or its AVX-512 form (the same bits) where dt_cpu_avx512_() */
   void (*moments)(const float* x, int64_t C, float eps, float* mean, float* rstd);
+  /* with AVX-512, the moments of two rows at once (their chains of adds interleaved); else NULL */
+  void (*moments2)(const float* x0, const float* x1, int64_t C, float eps, float* mean, float* rstd);
   int failed;
 } ln_fwd_ctx_;
 
-/* Row r's norm of x (f32); ybuf: C floats for an output that is not f32. */
-DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int64_t r, float* ybuf) {
-  float mean, rstd;
-  c->moments(x, c->C, c->eps, &mean, &rstd);
+/* Row r's outputs from x (f32) and its moments; ybuf: C floats for an output that is neither f32 nor bf16. */
+DT_VEC_CLONES static void ln_fwd_out_(const ln_fwd_ctx_* c, const float* x, int64_t r, float mean, float rstd,
+                                      float* ybuf) {
   if (c->out_dtype == DT_F32) {
     float* y = (float*)c->out + r * c->C;
     if (c->weight && c->bias) {
@@ -118,6 +119,11 @@ DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int6
       for (int64_t j = 0; j < c->C; j++)
         y[j] = dt_layernorm_out_f(x[j], mean, rstd, c->weight ? c->weight[j] : 1.0f, c->bias ? c->bias[j] : 0.0f);
     }
+  } else if (c->out_dtype == DT_BF16 && c->weight && c->bias) {
+    /* rounded as they are made, without a pass through a row buffer */
+    uint16_t* y = (uint16_t*)c->out + r * c->C;
+    for (int64_t j = 0; j < c->C; j++)
+      y[j] = dt_f32_to_bf16(dt_layernorm_out_f(x[j], mean, rstd, c->weight[j], c->bias[j]));
   } else {
     float* y = ybuf;
     for (int64_t j = 0; j < c->C; j++)
@@ -128,10 +134,33 @@ DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int6
   if (c->rstd) c->rstd[r] = rstd;
 }
 
+/* Row r's norm of x (f32); ybuf as above. */
+DT_VEC_CLONES static void ln_fwd_row_(const ln_fwd_ctx_* c, const float* x, int64_t r, float* ybuf) {
+  float mean, rstd;
+  c->moments(x, c->C, c->eps, &mean, &rstd);
+  ln_fwd_out_(c, x, r, mean, rstd, ybuf);
+}
+
+/* An f32 input plus a residual, the f32 sum kept: made straight into sum_out's row r and read
+ * back from there (the same f32 adds as ln_fwd_range_'s general case, without copying the
+ * input in and the sum out: 1.4 % of a bf16 GPT-mini step went to those copies; the checks
+ * keep sum_out apart from inp and res). rb: C floats for a residual that is not f32. */
+DT_VEC_CLONES static const float* ln_sum_row_(const ln_fwd_ctx_* c, int64_t r, float* rb) {
+  const int64_t C = c->C;
+  float* s = (float*)c->sum_out + r * C;
+  const float* in = (const float*)c->inp + r * C;
+  const float* rr = rb;
+  if (c->res_dtype == DT_F32) rr = (const float*)c->res + r * C;
+  else ln_load_row_(rb, (const char*)c->res + (size_t)(r * C) * ln_esize_(c->res_dtype), c->res_dtype, C);
+  for (int64_t j = 0; j < C; j++) s[j] = in[j] + rr[j];
+  return s;
+}
+
 DT_VEC_CLONES static void ln_fwd_range_(void* vctx, int64_t r0, int64_t r1) {
   ln_fwd_ctx_* c = vctx;
   const int64_t C = c->C;
   int direct = c->inp_dtype == DT_F32 && !c->res;
+  int summed = c->inp_dtype == DT_F32 && c->res && c->sum_out;
   /* scratch: the input row, the residual row, the output row */
   float* buf = direct && c->out_dtype == DT_F32 ? NULL : ln_reserve_((size_t)(3 * C));
   if (!buf && !(direct && c->out_dtype == DT_F32)) {
@@ -141,20 +170,21 @@ DT_VEC_CLONES static void ln_fwd_range_(void* vctx, int64_t r0, int64_t r1) {
   float *xb = buf, *rb = buf ? buf + C : NULL, *yb = buf ? buf + 2 * C : NULL;
   const size_t ie = ln_esize_(c->inp_dtype), re = ln_esize_(c->res_dtype);
   for (int64_t r = r0; r < r1; r++) {
+    if (c->moments2 && (direct || summed) && r + 1 < r1) { /* two rows whose x stays where it is */
+      const float* x0 = direct ? (const float*)c->inp + r * C : ln_sum_row_(c, r, rb);
+      const float* x1 = direct ? (const float*)c->inp + (r + 1) * C : ln_sum_row_(c, r + 1, rb);
+      float mean[2], rstd[2];
+      c->moments2(x0, x1, C, c->eps, mean, rstd);
+      ln_fwd_out_(c, x0, r, mean[0], rstd[0], yb);
+      ln_fwd_out_(c, x1, r + 1, mean[1], rstd[1], yb);
+      r++;
+      continue;
+    }
     const float* x;
     if (direct) {
       x = (const float*)c->inp + r * C;
-    } else if (c->inp_dtype == DT_F32 && c->res && c->sum_out) {
-      /* an f32 sum kept: made straight into sum_out's row and read back from there (the same
-       * f32 adds as below, without copying the input in and the sum out: 1.4 % of a bf16
-       * GPT-mini step went to those copies; the checks keep sum_out apart from inp and res) */
-      float* s = (float*)c->sum_out + r * C;
-      const float* in = (const float*)c->inp + r * C;
-      const float* rr = rb;
-      if (c->res_dtype == DT_F32) rr = (const float*)c->res + r * C;
-      else ln_load_row_(rb, (const char*)c->res + (size_t)(r * C) * re, c->res_dtype, C);
-      for (int64_t j = 0; j < C; j++) s[j] = in[j] + rr[j];
-      x = s;
+    } else if (summed) {
+      x = ln_sum_row_(c, r, rb);
     } else {
       /* x = inp + res, rounded to inp's dtype (what sum_out holds and backward reads) */
       ln_load_row_(xb, (const char*)c->inp + (size_t)(r * C) * ie, c->inp_dtype, C);
@@ -298,7 +328,8 @@ DT_EXPORT dt_status dt_layernorm_fwd(void* out, float* mean, float* rstd, const 
   ln_fwd_ctx_ c = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .res = res, .sum_out = sum_out,
                    .weight = weight, .bias = bias, .C = C, .eps = eps, .out_dtype = out_dtype,
                    .inp_dtype = inp_dtype, .res_dtype = res_dtype,
-                   .moments = dt_cpu_avx512_() ? dt_layernorm_moments_avx512_ : dt_layernorm_moments};
+                   .moments = dt_cpu_avx512_() ? dt_layernorm_moments_avx512_ : dt_layernorm_moments,
+                   .moments2 = dt_cpu_avx512_() ? dt_layernorm_moments2_avx512_ : NULL};
   dt_parallel_for_(rows, row_grain_(C), ln_fwd_range_, &c);
   if (c.failed) return dt_fail_(DT_ERR_ALLOC, "dt_layernorm_fwd: cannot allocate a row of %lld floats", (long long)C);
   return DT_OK;
