@@ -149,6 +149,11 @@ DT_VEC_CLONES static const float* ln_sum_row_(const ln_fwd_ctx_* c, int64_t r, f
   const int64_t C = c->C;
   float* s = (float*)c->sum_out + r * C;
   const float* in = (const float*)c->inp + r * C;
+  if (c->res_dtype == DT_BF16) { /* widened as it is added, without a pass through a row buffer */
+    const uint16_t* rh = (const uint16_t*)c->res + r * C;
+    for (int64_t j = 0; j < C; j++) s[j] = in[j] + dt_bf16_to_f32(rh[j]);
+    return s;
+  }
   const float* rr = rb;
   if (c->res_dtype == DT_F32) rr = (const float*)c->res + r * C;
   else ln_load_row_(rb, (const char*)c->res + (size_t)(r * C) * ln_esize_(c->res_dtype), c->res_dtype, C);
