@@ -245,8 +245,12 @@ DT_VEC_CLONES static void ln_bwd_rows_range_(void* vctx, int64_t r0, int64_t r1)
     else ln_load_row_(dy, (const char*)c->dout + (size_t)(r * C) * ln_esize_(c->dout_dtype), c->dout_dtype, C);
     if (c->inp_dtype == DT_F32) xr = (const float*)c->inp + r * C;
     else ln_load_row_(x, (const char*)c->inp + (size_t)(r * C) * ln_esize_(c->inp_dtype), c->inp_dtype, C);
-    c->row(dx, dyr, xr, c->weight, c->mean[r], c->rstd[r], C);
     void* out = (char*)c->dinp + (size_t)(r * C) * oe;
+    if (c->dinp_dtype == DT_F32 && !(c->flags & 1)) { /* an f32 gradient written in place, not copied */
+      c->row(out, dyr, xr, c->weight, c->mean[r], c->rstd[r], C);
+      continue;
+    }
+    c->row(dx, dyr, xr, c->weight, c->mean[r], c->rstd[r], C);
     if (c->flags & 1) { /* dinp += dx, in f32, rounded once */
       if (c->dinp_dtype == DT_F32) {
         const float* o = out;

@@ -547,11 +547,12 @@ Deno.test("dt_layernorm_bwd() adds into dinp and the parameter gradients with fl
       db: F32,
       dout: Buf,
       inp: Buf,
-      dt: number,
+      dt: number | readonly [dout: number, inp: number, dinp: number],
       flags: number,
       m = mean,
       rs = rstd,
-    ) =>
+    ) => {
+      const [dtOut, dtInp, dtDinp] = typeof dt === "number" ? [dt, dt, dt] : dt;
       ok(
         K.dt_layernorm_bwd(
           ptr(dinp),
@@ -564,13 +565,14 @@ Deno.test("dt_layernorm_bwd() adds into dinp and the parameter gradients with fl
           ptr(rs),
           n64(rows),
           n64(C),
-          dt,
-          dt,
-          dt,
+          dtOut,
+          dtInp,
+          dtDinp,
           flags,
           null,
         ),
       );
+    };
     const dx = new Float32Array(n), dw = new Float32Array(C), db = new Float32Array(C);
     bwd(dx, dw, db, dy32, x32, 0, 0);
     // flags 3: each result is the overwritten one added to what was there, in f32
@@ -596,6 +598,14 @@ Deno.test("dt_layernorm_bwd() adds into dinp and the parameter gradients with fl
     assertSameBits(dx16, toBf16(wdx), `bf16 dinp ${rows}x${C}`);
     assertSameBits(dw16, wdw, `dweight of bf16 rows ${rows}x${C}`);
     assertSameBits(db16, wdb, `dbias of bf16 rows ${rows}x${C}`);
+    // bf16 gradient rows, f32 input and dinp (as under autocast): the bits of the widened rows in f32
+    const mdx = new Float32Array(n), mdw = new Float32Array(C), mdb = new Float32Array(C);
+    bwd(mdx, mdw, mdb, dy16, x32, [1, 0, 0], 0);
+    const fdx = new Float32Array(n), fdw = new Float32Array(C), fdb = new Float32Array(C);
+    bwd(fdx, fdw, fdb, dyw, x32, 0, 0);
+    assertSameBits(mdx, fdx, `f32 dinp of bf16 gradient rows ${rows}x${C}`);
+    assertSameBits(mdw, fdw, `dweight of bf16 gradient rows ${rows}x${C}`);
+    assertSameBits(mdb, fdb, `dbias of bf16 gradient rows ${rows}x${C}`);
   }
 });
 
