@@ -14,8 +14,9 @@
  * rel err = max |C_dtrain - C_openblas| / max |C_openblas|, so a wrong fast
  * kernel cannot look good (above 1e-4 the run fails). A batch runs as one
  * dt_gemm call and as `batch` cblas_sgemm calls (as torch.bmm does on the
- * CPU). DTRAIN_CPU_ISA (avx512, avx2, generic) caps dtrain's kernel. Exits 0
- * unless something failed.
+ * CPU). Every operand starts on a 64-byte boundary, each library's C as
+ * well as the shared A and B. DTRAIN_CPU_ISA (avx512, avx2, generic) caps
+ * dtrain's kernel. Exits 0 unless something failed.
  *
  * --clock cpu times with the calling thread's CPU clock instead of the wall
  * clock. Both libraries run one thread, the calling one, so this counts
@@ -184,9 +185,21 @@ function calibrate(clock: Clock, fn: () => void, seconds: number): number {
   }
 }
 
+/**
+ * n zeroed floats starting on a 64-byte boundary. JavaScript's arrays start wherever the heap puts
+ * them: a C or A that straddles cache lines makes a small product's loads and stores split lines,
+ * about 20 % slower for fc2's products in either library, so each library's buffers are aligned
+ * alike and a run does not hand one of them the worse placement by chance.
+ */
+export function alignedF32(n: number): Float32Array<ArrayBuffer> {
+  const buf = new ArrayBuffer(n * 4 + 64);
+  const at = Number(Deno.UnsafePointer.value(Deno.UnsafePointer.of(new Uint8Array(buf))));
+  return new Float32Array(buf, (64 - at % 64) % 64, n);
+}
+
 /** Random f32 values in [-1, 1) from a small seeded generator. */
 function randomF32(n: number, seed: number): Float32Array<ArrayBuffer> {
-  const a = new Float32Array(n);
+  const a = alignedF32(n);
   let s = seed >>> 0;
   for (let i = 0; i < n; i++) {
     s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
@@ -294,7 +307,7 @@ function main(): number {
     const rowsA = s.transA ? s.K : s.M, colsA = s.transA ? s.M : s.K;
     const rowsB = s.transB ? s.N : s.K, colsB = s.transB ? s.K : s.N;
     const a = randomF32(rowsA * colsA * s.batch, 1), b = randomF32(rowsB * colsB * s.batch, 2);
-    const cDt = new Float32Array(s.M * s.N * s.batch), cOb = new Float32Array(s.M * s.N * s.batch);
+    const cDt = alignedF32(s.M * s.N * s.batch), cOb = alignedF32(s.M * s.N * s.batch);
     const pa = Deno.UnsafePointer.of(a), pb = Deno.UnsafePointer.of(b);
     const pcDt = Deno.UnsafePointer.of(cDt);
     const offsets = (p: Deno.PointerValue, step: number) =>
