@@ -132,15 +132,17 @@ int dt_shm_missing_(dt_shm_t* g, uint64_t phase, int32_t* ranks, int max) {
 
 #ifdef DT_SHM_TEST_PROBE_GATE
 /* Test builds only (tests/distributed/shm_liveness_race_test.ts): the first
- * time a waiter in a barrier named "gate" has read a peer as missing, it
- * creates "$DT_SHM_TEST_GATE.held" and waits (at most a minute) for
- * "$DT_SHM_TEST_GATE.go", so that a test can make that peer arrive, finish
- * the barrier and exit, close or abort before the waiter looks again. */
-static void dt_shm_test_gate_(dt_shm_t* g) {
+ * time a waiter in a barrier named `name` reaches this point with a peer
+ * missing, it creates "$DT_SHM_TEST_GATE.held" and waits (at most a minute)
+ * for "$DT_SHM_TEST_GATE.go", so that a test can make peers arrive, finish
+ * the barrier, exit, close or abort before the waiter looks again. "gate"
+ * holds it after it read the missing ranks, "gate-late" after it also read
+ * the abort word. */
+static void dt_shm_test_gate_(dt_shm_t* g, const char* name) {
   static int passed = 0;
   const char* gate = getenv("DT_SHM_TEST_GATE");
   const dt_shm_call_t* c = &g->hdr->ranks[g->rank].call[g->seq & 1];
-  if (passed || !gate || g->seq == 0 || c->op != DT_SHM_OP_BARRIER || strcmp(c->detail, "gate") != 0) return;
+  if (passed || !gate || g->seq == 0 || c->op != DT_SHM_OP_BARRIER || strcmp(c->detail, name) != 0) return;
   passed = 1;
   char path[512];
   snprintf(path, sizeof path, "%s.held", gate);
@@ -243,9 +245,12 @@ dt_status dt_shm_wait_(dt_shm_t* g, uint64_t phase, int64_t deadline_ns, const c
     int n = dt_shm_missing_(g, phase, miss, DT_SHM_MAX_RANKS);
     if (n == 0) return DT_OK;
 #ifdef DT_SHM_TEST_PROBE_GATE
-    dt_shm_test_gate_(g);
+    dt_shm_test_gate_(g, "gate");
 #endif
     int32_t aborted_by = atomic_load(&hdr->aborted_by);
+#ifdef DT_SHM_TEST_PROBE_GATE
+    dt_shm_test_gate_(g, "gate-late");
+#endif
     /* One clock reading decides both whether to spin and whether `what` needs
      * its description: every path past the spin below writes a message with
      * `what`, so it must never be NULL there (two readings once let the spin

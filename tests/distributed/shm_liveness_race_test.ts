@@ -10,6 +10,10 @@
  * read rank 1 as missing, until the test says go, and the test makes rank 1
  * arrive, finish and exit (or close, or abort the group) meanwhile. Rank 0's
  * barrier completed, so it must return without error.
+ *
+ * The same build also holds a waiter after it has read the abort word: a
+ * rank that closes its group because another aborted must not be named as
+ * the cause.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -71,3 +75,37 @@ for (const how of ["exits", "closes its group", "aborts the group"] as const) {
     }
   });
 }
+
+Deno.test("a peer that closes its group after another aborted it, while the waiter looks: the abort is named, not the close", async () => {
+  buildNative({ quiet: true });
+  const dir = Deno.makeTempDirSync({ prefix: "dtrain-shm-gate-" });
+  try {
+    buildVariant("libdtrain_shm.so", dir, ["-DDT_SHM_TEST_PROBE_GATE"]);
+    const gate = join(dir, "gate");
+    const runId = uniqueRunId("gate-late");
+    await withRanks({
+      world: 3,
+      runId,
+      args: ["serve"],
+      env: (r) => ({ DTRAIN_LIB_DIR: dir, ...(r === 0 ? { DT_SHM_TEST_GATE: gate } : {}) }),
+    }, async (procs) => {
+      const [r0, r1, r2] = procs as [RankProcess, RankProcess, RankProcess];
+      for (const p of procs) assert.equal((await p.next("ready", "init-failed")).event, "ready");
+      await r0.send("barrier gate-late 60000");
+      assert.ok(await appears(`${gate}.held`, 60_000), "rank 0 never waited for ranks 1 and 2");
+      // rank 0 read ranks 1 and 2 as missing and no abort; now rank 2 aborts, and rank 1 closes
+      await r2.send("broadcast 10 5 60000");
+      assert.match(String((await r2.next("done")).error), /root 5 is not a rank/);
+      await r1.send("close");
+      await r1.next("done");
+      Deno.writeFileSync(`${gate}.go`, new Uint8Array());
+      const done0 = await r0.next("done");
+      assert.equal(done0.ok, false);
+      assert.match(String(done0.error), /rank 2 aborted the process group/);
+      assert.doesNotMatch(String(done0.error), /rank 1/);
+    });
+    assert.deepEqual(shmEntries(runId), []);
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
