@@ -191,7 +191,7 @@ function calibrate(clock: Clock, fn: () => void, seconds: number): number {
  * about 20 % slower for fc2's products in either library, so each library's buffers are aligned
  * alike and a run does not hand one of them the worse placement by chance.
  */
-export function alignedF32(n: number): Float32Array<ArrayBuffer> {
+function alignedF32(n: number): Float32Array<ArrayBuffer> {
   const buf = new ArrayBuffer(n * 4 + 64);
   const at = Number(Deno.UnsafePointer.value(Deno.UnsafePointer.of(new Uint8Array(buf))));
   return new Float32Array(buf, (64 - at % 64) % 64, n);
