@@ -239,7 +239,9 @@ if (import.meta.main) {
       };
       if (name === "toy") {
         rows.push(row(w.rateName, (s) => s.rate, true, ">= 6x", 0));
-        rows.push(row("launch -> first optimizer step (s)", (s) => s.firstStepS, false, ">= 6x"));
+        rows.push(
+          row("launch -> first optimizer step (s)", (s) => s.firstStepS, false, "<= 0.3 s"),
+        );
         rows.push(row("whole command wall time (s)", (s) => s.wallS, false, ""));
         // What each rank asked of the cores per steady step, whatever the machine's load, and the
         // limit that sets: with the machine to themselves, the ranks (2 ranks on 2 cores here, V8's

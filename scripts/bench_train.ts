@@ -8,7 +8,11 @@
  * of wall-clock steps/s, and the ratio of steps per CPU second (what each
  * process itself spent: steadier on a shared machine); with gpt and gpt-bf16,
  * also dtrain's bf16 against its own f32: the median of the ratios of the two
- * runs of each trial (a trial runs every model once), each ratio printed.
+ * runs of each trial (a trial runs every model once), each ratio printed,
+ * and the limit the products set on it: one more run of each with its
+ * matrix products timed gives the f32 step's split into products and the
+ * rest, and bf16 / f32 can reach at most f32 / (products / 2 + rest)
+ * while bf16 only doubles the products' multiply-adds.
  *
  *   deno run -A scripts/bench_train.ts [--trials 3] [--models toy,gpt,gpt-bf16,cnn]
  */
@@ -28,6 +32,8 @@ import { smallCnn } from "../parity/cnn.ts";
 import { autocast } from "../amp/autocast.ts";
 import { gemmKernel } from "../ffi/cpu_extras.ts";
 import { peerCommandEnv, peerEnvLine, torchPeerLine } from "./peer_env.ts";
+import { threadCpuClock } from "./bench_gemm.ts";
+import { backend } from "../tensor/backend.ts";
 
 type Model = "toy" | "gpt" | "gpt-bf16" | "cnn";
 
@@ -39,8 +45,14 @@ interface Rate {
 
 const PYTHON = "/usr/bin/python3";
 
+/** Called just before and just after the timed steps of dtrainSteps (its warm-up steps are outside). */
+interface TimedSpan {
+  begin(): void;
+  end(): void;
+}
+
 /** Times `steps` training steps of dtrain's model. */
-function dtrainSteps(which: Model, steps: number): Rate {
+function dtrainSteps(which: Model, steps: number, span?: TimedSpan): Rate {
   manualSeed(0);
   const gen = getDefaultGenerator();
   let stepFn: () => void;
@@ -111,13 +123,62 @@ function dtrainSteps(which: Model, steps: number): Rate {
     dispose = () => (model.dispose(), xt.dispose(), yt.dispose());
   }
   for (let i = 0; i < 3; i++) stepFn();
+  span?.begin();
   const c0 = process.cpuUsage();
   const t0 = performance.now();
   for (let i = 0; i < steps; i++) stepFn();
   const s = (performance.now() - t0) / 1000;
   const c = process.cpuUsage(c0);
+  span?.end();
   dispose();
   return { wall: steps / s, cpu: steps / ((c.user + c.system) / 1e6) };
+}
+
+/** A step's thread CPU milliseconds: in its matrix products, and in all. */
+interface ProductSplit {
+  products: number;
+  step: number;
+}
+
+const PRODUCT_KERNELS = ["dt_gemm", "dt_gemm_ex"];
+
+/**
+ * The most that doubling the products' speed can give a step split as `s`, the rest unchanged:
+ * step / (products / 2 + rest).
+ */
+export function doubledProductsLimit(s: ProductSplit): number {
+  return s.step / (s.products / 2 + (s.step - s.products));
+}
+
+/**
+ * Where one model's step spends this thread's CPU: an extra, untimed run of `steps` steps with
+ * every matrix-product kernel call timed by the thread's CPU clock (a few hundred ns per call
+ * against the tens of µs of GPT-mini's smallest product).
+ */
+export function productSplit(which: Model, steps: number): ProductSplit {
+  const clock = threadCpuClock();
+  const calls = cpuCalls() as unknown as Record<string, (...a: unknown[]) => unknown>;
+  if ((backend().call as unknown) !== calls) throw new Error("the active backend is not the CPU");
+  const plain = new Map(PRODUCT_KERNELS.map((n) => [n, calls[n]!]));
+  let counting = false, products = 0, t0 = 0, step = 0;
+  for (const [name, kernel] of plain) {
+    calls[name] = (...args: unknown[]) => {
+      if (!counting) return kernel(...args);
+      const c0 = clock();
+      const r = kernel(...args);
+      products += clock() - c0;
+      return r;
+    };
+  }
+  try {
+    dtrainSteps(which, steps, {
+      begin: () => (counting = true, t0 = clock()),
+      end: () => (step = clock() - t0, counting = false),
+    });
+  } finally {
+    for (const [name, kernel] of plain) calls[name] = kernel;
+  }
+  return { products: (products / steps) * 1e3, step: (step / steps) * 1e3 };
 }
 
 /** Times the same work in PyTorch; null when torch is not importable. */
@@ -217,6 +278,7 @@ if (import.meta.main) {
   }
   const f32 = ours.get("gpt"), bf16 = ours.get("gpt-bf16");
   let pairs: { wall: number; cpu: number }[] = [];
+  let split: { f32: ProductSplit; bf16: ProductSplit } | null = null;
   if (f32 && bf16) {
     pairs = f32.map((r, t) => ({ wall: bf16[t]!.wall / r.wall, cpu: bf16[t]!.cpu / r.cpu }));
     rows.push([
@@ -226,6 +288,18 @@ if (import.meta.main) {
       median(pairs.map((r) => r.wall)).toFixed(2) + "x",
       median(pairs.map((r) => r.cpu)).toFixed(2) + "x",
       ">= 1.5x",
+    ]);
+    // The limit the products set: bf16 doubles the multiply-adds of each instruction, so with the
+    // products at twice their f32 speed and the rest of the step as f32 spends on it, bf16 / f32
+    // could reach f32 / (products / 2 + rest), measured here on the f32 step.
+    split = { f32: productSplit("gpt", STEPS.gpt), bf16: productSplit("gpt-bf16", STEPS.gpt) };
+    rows.push([
+      "  limit: products at 2x their f32 speed, the rest as f32",
+      "",
+      "",
+      "",
+      doubledProductsLimit(split.f32).toFixed(2) + "x",
+      "",
     ]);
   }
   const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
@@ -243,6 +317,22 @@ if (import.meta.main) {
       `GPT-mini bf16 / f32, trial by trial (the median of these above): wall ${
         list(pairs.map((r) => r.wall))
       }; per CPU second ${list(pairs.map((r) => r.cpu))}`,
+    );
+  }
+  if (split) {
+    const part = (x: ProductSplit) =>
+      `${x.step.toFixed(1)} ms = products ${x.products.toFixed(1)} + rest ${
+        (x.step - x.products).toFixed(1)
+      }`;
+    const { f32: a, bf16: b } = split;
+    console.log(
+      `GPT-mini step, thread CPU (one more run of each, products timed): f32 ${part(a)}; bf16 ${
+        part(b)
+      }; products ${
+        (a.products / b.products).toFixed(2)
+      }x faster in bf16 (goal >= 1.8x), the rest ${
+        ((a.step - a.products) / (b.step - b.products)).toFixed(2)
+      }x`,
     );
   }
   console.log(peerEnvLine());

@@ -19,6 +19,8 @@
  *   deno run -A scripts/profile_gpt_step.ts [--steps 30] [--clip] [--bf16]
  *
  * --bf16 runs the forward under bf16 autocast, as bench_train's gpt-bf16 does.
+ * --by-shape splits the products by M x N x K and operand -> output dtype,
+ * and the other roles by kernel symbol.
  *
  * The first 5 steps warm the JIT and are not counted. The table also gives the
  * step's GFLOP/s counted as bench_ddp does (6N + 6LCT per token). With
@@ -44,6 +46,7 @@ import { CharWindows } from "../data/char_corpus.ts";
 import { TorchGenerator } from "../random/torch_generator.ts";
 import { threadCpuClock } from "./bench_gemm.ts";
 import { autocast } from "../amp/autocast.ts";
+import { DTYPE_CODE } from "../tensor/dtype.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -53,6 +56,7 @@ const { values } = parseArgs({
     clip: { type: "boolean", default: false },
     bf16: { type: "boolean", default: false },
     peak: { type: "string" },
+    "by-shape": { type: "boolean", default: false },
   },
 });
 const steps = Number(values.steps), warmup = Number(values.warmup);
@@ -89,6 +93,8 @@ function charge(role: string, c: number, w: number, flops = 0): void {
   tallies.set(role, t);
 }
 
+const DTYPE_NAME = Object.fromEntries(Object.entries(DTYPE_CODE).map(([k, v]) => [v, k]));
+
 /** The role of a kernel call: products by their transposes, others by their symbol. */
 const GEMM_ROLE = ["dX (NN)", "forward (NT)", "dW (TN)", "TT"];
 const ROLES: [RegExp, string][] = [
@@ -115,10 +121,19 @@ function roleOf(name: string, args: unknown[]): [string, number] {
     ];
     const batch = name === "dt_gemm" ? Number(args[15] ?? 1) : 1;
     const flops = 2 * m * n * k * Math.max(1, batch);
-    const role = `GEMM ${GEMM_ROLE[ta * 2 + tb]}`;
+    const shape = values["by-shape"]
+      ? ` ${m}x${n}x${k} ${
+        name === "dt_gemm"
+          ? DTYPE_NAME[Number(args[0])]
+          : `${DTYPE_NAME[Number(args[0])]}->${DTYPE_NAME[Number(args[1])]}`
+      }`
+      : "";
+    const role = `GEMM ${GEMM_ROLE[ta * 2 + tb]}${shape}`;
     return [batch > 1 ? `${role}, batched` : role, flops];
   }
-  for (const [re, role] of ROLES) if (re.test(name)) return [role, 0];
+  for (const [re, role] of ROLES) {
+    if (re.test(name)) return [values["by-shape"] ? `${role} (${name})` : role, 0];
+  }
   return [`other kernels (${name})`, 0];
 }
 

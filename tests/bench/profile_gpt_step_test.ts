@@ -48,6 +48,35 @@ Deno.test("profile_gpt_step charges each kernel call of a GPT-mini step to its r
   assert.match(r.stdout, /with every product at the 87\.4 GFLOP\/s peak/);
 });
 
+Deno.test("profile_gpt_step --by-shape splits the products by shape and dtype", async () => {
+  const r = await profile("--steps", "1", "--warmup", "1", "--by-shape", "--bf16");
+  assert.ok(r.ok, r.stderr);
+  const calls = new Map<string, number>();
+  for (const line of r.stdout.split("\n")) {
+    const cols = line.trim().split(/\s{2,}/);
+    if (cols.length >= 5) calls.set(cols[0]!, Number(cols[4]));
+  }
+  // each layer's qkv (128 -> 384), attention projection (128 -> 128), MLP (128 -> 512 -> 128),
+  // and the lm_head (128 -> 256): forward M x out x in, dX M x in x out, dW out x in x M
+  const linears: [number, number, number][] = [[128, 384, 4], [128, 128, 4], [128, 512, 4], [
+    512,
+    128,
+    4,
+  ], [128, 256, 1]];
+  const want = new Map<string, number>();
+  const add = (k: string, n: number) => want.set(k, (want.get(k) ?? 0) + n);
+  for (const [inp, out, n] of linears) {
+    add(`GEMM forward (NT) 2048x${out}x${inp} bf16->bf16`, n);
+    add(`GEMM dX (NN) 2048x${inp}x${out} bf16->bf16`, n);
+    add(`GEMM dW (TN) ${out}x${inp}x2048 bf16->f32`, n);
+  }
+  for (const [role, n] of want) assert.equal(calls.get(role), n, `${role} in:\n${r.stdout}`);
+  const products = [...calls].filter(([k]) => k.startsWith("GEMM "));
+  assert.equal(products.length, want.size, r.stdout);
+  assert.equal(calls.get("attention (fused kernel) (dt_attention_fwd)"), 4, r.stdout);
+  assert.equal(calls.get("attention (fused kernel) (dt_attention_bwd)"), 4, r.stdout);
+});
+
 Deno.test("profile_gpt_step refuses a --peak that is not a positive number, naming it", async () => {
   const r = await profile("--peak", "fast");
   assert.ok(!r.ok);
