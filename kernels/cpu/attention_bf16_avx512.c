@@ -235,24 +235,28 @@ T_ static inline __attribute__((always_inline)) void fwd_head_(const dt_att_args
         if (vis > nk) vis = nk;
         if (vis < 0) vis = 0;
         /* keys it does not see (and columns past nk) weigh exactly 0 (p_f of -inf): the
-         * exponentials run up to the last visible key's vector, the rest is set to 0 */
+         * exponentials run up to the last visible key's vector, whose lanes past vis are
+         * masked to 0, and the rest is set to 0 */
         const int64_t v16 = (vis + 15) / 16 * 16;
-        for (int64_t j = vis; j < v16; j++) row[j] = -INFINITY;
         float mt = row_max_(row, vis);
-        float m_new = mt > m[i] ? mt : m[i];
-        float corr = dt_attention_rescale_f(m[i], m_new);
+        const float m_old = m[i];
+        float m_new = mt > m_old ? mt : m_old;
+        /* nothing seen yet: the factor is 0 (no exponential to compute) */
+        float corr = m_old == -INFINITY ? 0.0f : dt_attention_rescale_f(m_old, m_new);
         const __m512 vm = _mm512_set1_ps(m_new);
         for (int64_t j = 0; j < v16; j += 16) { /* dt_attention_p_f, 16 keys at a time */
           __m512 sv = _mm512_loadu_ps(row + j);
-          __mmask16 masked = _mm512_cmp_ps_mask(sv, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
-          __m512 pv = dt_expf_avx512_(_mm512_sub_ps(sv, vm));
-          _mm512_storeu_ps(row + j, _mm512_mask_mov_ps(pv, masked, _mm512_setzero_ps()));
+          __mmask16 seen = vis - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (vis - j)) - 1);
+          __mmask16 weighed = _mm512_mask_cmp_ps_mask(seen, sv, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+          _mm512_storeu_ps(row + j, _mm512_maskz_mov_ps(weighed, dt_expf_avx512_(_mm512_sub_ps(sv, vm))));
         }
         for (int64_t j = v16; j < bk; j++) row[j] = 0.0f;
         float sum = row_sum_(row, bk);
         l[i] = l[i] * corr + sum;
         m[i] = m_new;
-        if (corr != 1.0f)
+        /* while m_old was -inf every P so far was 0, so the sums are +-0 or NaN, which a factor
+         * of 0 leaves as they are */
+        if (corr != 1.0f && m_old != -INFINITY)
           for (int64_t e = 0; e < D; e++) o[i * g.Dp + e] *= corr;
         round_row_(pa + i * (bk / 2), row, nk16); /* P V reads the (nk + 1) / 2 pairs */
       }
@@ -338,15 +342,20 @@ T_ static inline __attribute__((always_inline)) void bwd_head_(const dt_att_args
         int64_t vis = i >= nq ? 0 : c->causal ? q0 + i - k0 + 1 : nk; /* keys of the tile this row sees */
         if (vis > nk) vis = nk;
         if (vis < 0) vis = 0;
-        /* what it does not see gets P = exp(-inf) = 0 and dS = P (0 - delta) scale, a signed
-         * zero: the exponentials run up to the last visible key's vector, the rest is filled */
+        /* what it does not see gets P = exp(-inf - lse) (0 for a finite lse) and dS = P (0 - delta)
+         * scale, a signed zero: the exponentials run up to the last visible key's vector, whose
+         * lanes past vis take those two values, and the rest is filled */
         const int64_t v16 = (vis + 15) / 16 * 16;
-        for (int64_t j = vis; j < v16; j++) pr[j] = -INFINITY, dr[j] = 0.0f;
+        /* exp(-inf) is exactly 0: the exponential is left to a row whose lse is -inf or NaN */
+        const float p_unseen = lse[i] > -INFINITY ? 0.0f : dt_attention_p_lse_f(-INFINITY, lse[i]);
         const __m512 vl = _mm512_set1_ps(lse[i]), vd = _mm512_set1_ps(delta[i]), vs = _mm512_set1_ps(c->scale);
+        const __m512 pu = _mm512_set1_ps(p_unseen), du = _mm512_set1_ps(dt_attention_ds_f(p_unseen, 0.0f, delta[i]) * c->scale);
         for (int64_t j = 0; j < v16; j += 16) { /* dt_attention_p_lse_f and _ds_f, 16 keys at a time */
+          __mmask16 seen = vis - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (vis - j)) - 1);
           __m512 pv = dt_expf_avx512_(_mm512_sub_ps(_mm512_loadu_ps(pr + j), vl));
-          _mm512_storeu_ps(pr + j, pv);
-          _mm512_storeu_ps(dr + j, _mm512_mul_ps(_mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(dr + j), vd)), vs));
+          __m512 dv = _mm512_mul_ps(_mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(dr + j), vd)), vs);
+          _mm512_storeu_ps(pr + j, _mm512_mask_mov_ps(pu, seen, pv));
+          _mm512_storeu_ps(dr + j, _mm512_mask_mov_ps(du, seen, dv));
         }
         const float ds0 = dt_attention_ds_f(0.0f, 0.0f, delta[i]) * c->scale;
         for (int64_t j = v16; j < nk16; j++) pr[j] = 0.0f, dr[j] = ds0;

@@ -299,6 +299,38 @@ Deno.test("dt_attention: a causal row ignores every later key", () => {
   assert.notDeepEqual(out2.subarray(49 * 8), out1.subarray(49 * 8));
 });
 
+for (const [T, D] of [[50, 8], [128, 32]] as const) {
+  Deno.test(`dt_attention bf16 T=${T} D=${D}: a causal row ignores every later key, forward and backward`, () => {
+    // the last position's k and v changed by a large amount change only the last row's output
+    // and lse and only its dQ: the scores of every earlier row against it are computed with the
+    // rest of their tile and must weigh exactly 0 (P) and give dS = 0 there
+    const rng = new Rng(11 + T);
+    const W = 3 * D;
+    const qkv32 = rng.normals(T * W), dout = toBf16(rng.normals(T * D));
+    const call = (x: Float32Array) => {
+      const qkv = toBf16(x);
+      const out = new Uint16Array(T * D), lse = new Float32Array(T);
+      const dqkv = new Uint16Array(T * W);
+      const args = [n64(1), n64(T), n64(1), n64(D), 1, 0.3, null] as const;
+      ok(K.dt_attention_fwd(ptr(out), ptr(lse), ptr(qkv), DT.bf16, ...args));
+      ok(K.dt_attention_bwd(ptr(dqkv), ptr(dout), ptr(qkv), ptr(out), ptr(lse), DT.bf16, ...args));
+      const dq = new Uint16Array(T * D);
+      for (let t = 0; t < T; t++) dq.set(dqkv.subarray(t * W, t * W + D), t * D);
+      return { out, lse, dq };
+    };
+    const one = call(qkv32);
+    const changed = qkv32.slice();
+    for (let d = D; d < W; d++) changed[(T - 1) * W + d] += d % 2 ? 40 : -40;
+    const two = call(changed);
+    const early = (a: Uint16Array | Float32Array, per: number) => a.subarray(0, (T - 1) * per);
+    assert.deepEqual(early(two.out, D), early(one.out, D));
+    assert.deepEqual(early(two.lse, 1), early(one.lse, 1));
+    assert.deepEqual(early(two.dq, D), early(one.dq, D));
+    assert.notDeepEqual(two.out.subarray((T - 1) * D), one.out.subarray((T - 1) * D));
+    assert.notDeepEqual(two.lse.subarray(T - 1), one.lse.subarray(T - 1));
+  });
+}
+
 Deno.test("dt_attention refuses bad arguments with the names of what is wrong", () => {
   const F = new Float32Array(3 * 64);
   const p = ptr(F);
