@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import {
   failsWith,
   GuardedMemory,
+  isIsaChild,
   K,
   n64,
   ok,
@@ -352,3 +353,49 @@ Deno.test("dt_attention refuses bad arguments with the names of what is wrong", 
 // The file again with one kernel forced (DTRAIN_CPU_ISA): the bf16 heads through vdpbf16ps where
 // the CPU has AVX512_BF16, and the plain f32 tiles of each other micro-kernel.
 testUnderEachIsa("dt_attention", import.meta.url);
+
+/** The f32 attention's bits (hex digest of out, lse and dqkv) in a child process under `isa`. */
+async function f32AttentionBits(isa: string): Promise<string> {
+  const script = `import { cpuKernels } from ${
+    JSON.stringify(new URL("../../ffi/cpu.ts", import.meta.url).href)
+  };
+    const k = cpuKernels().symbols;
+    const p = (a) => Deno.UnsafePointer.of(a);
+    let seed = 12345, hash = 2166136261;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 4 - 2;
+    const digest = (a) => { for (const b of new Uint8Array(a.buffer)) hash = Math.imul(hash ^ b, 16777619) >>> 0; };
+    for (const [B, T, H, D, causal] of [[2, 128, 2, 32, 1], [2, 77, 3, 33, 1], [1, 100, 2, 40, 0]]) {
+      const C = H * D, qkv = Float32Array.from({ length: B * T * 3 * C }, rand);
+      const dout = Float32Array.from({ length: B * T * C }, rand);
+      const out = new Float32Array(B * T * C), lse = new Float32Array(B * H * T);
+      const dqkv = new Float32Array(B * T * 3 * C);
+      const args = [BigInt(B), BigInt(T), BigInt(H), BigInt(D), causal, 1 / Math.sqrt(D), null];
+      if (k.dt_attention_fwd(p(out), p(lse), p(qkv), 0, ...args) !== 0) throw new Error("fwd");
+      if (k.dt_attention_bwd(p(dqkv), p(dout), p(qkv), p(out), p(lse), 0, ...args) !== 0) throw new Error("bwd");
+      digest(out); digest(lse); digest(dqkv);
+    }
+    console.log(hash.toString(16));`;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["eval", "--ext=js", script],
+    env: { DTRAIN_CPU_ISA: isa },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder();
+  assert.equal(out.code, 0, text.decode(out.stderr));
+  return text.decode(out.stdout).trim();
+}
+
+const cpuFlags = new Set(
+  /^flags\s*:\s*(.*)$/m.exec(Deno.readTextFileSync("/proc/cpuinfo"))?.[1]?.split(/\s+/) ?? [],
+);
+
+Deno.test({
+  // AVX-512 runs the exponentials, Q's and dO's transposes and delta = rowsum(dO * O) 16 rows at
+  // a time; the AVX2 build row by row: the same operations in the same order, so the same bits
+  name: "dt_attention f32 gives the same bits with the AVX-512 kernels as with the AVX2 ones",
+  ignore: isIsaChild || !cpuFlags.has("avx512f"),
+  fn: async () => {
+    assert.equal(await f32AttentionBits("avx512"), await f32AttentionBits("avx2"));
+  },
+});
