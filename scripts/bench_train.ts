@@ -9,7 +9,10 @@
  * process itself spent: steadier on a shared machine); with gpt and gpt-bf16,
  * also dtrain's bf16 against its own f32: the median of the ratios of the two
  * runs of each trial (a trial runs every model once), each ratio printed,
- * and the limit the products set on it: one more run of each with its
+ * and the same ratio from f32 and bf16 steps alternated step by step on one
+ * model (the quartiles of the per-pair ratios: steady where the trials, runs
+ * seconds apart, swing with the shared host's load), and the limit the
+ * products set on it: one more run of each with its
  * matrix products timed gives the f32 step's split into products and the
  * rest, and bf16 / f32 can reach at most f32 / (products / 2 + rest)
  * while bf16 only doubles the products' multiply-adds.
@@ -49,6 +52,58 @@ const PYTHON = "/usr/bin/python3";
 interface TimedSpan {
   begin(): void;
   end(): void;
+}
+
+/** GPT-mini on one batch of random tokens, a training step with or without bf16 autocast. */
+function gptTraining(): { step(low: "bf16" | null): void; dispose(): void } {
+  const gen = getDefaultGenerator();
+  const model = new GPT({ vocabSize: 256, blockSize: 128, nLayer: 4, nHead: 4, nEmbd: 128 });
+  const tok = () =>
+    fromArray(
+      Int32Array.from({ length: 16 * 128 }, () => gen.randint(0, 256)),
+      [16, 128],
+    ).keep();
+  const xt = tok(), yt = tok();
+  const opt = new AdamW(model.parameters(), { lr: 3e-4 });
+  return {
+    step: (low) =>
+      scope(() => {
+        opt.zeroGrad();
+        const loss = autocast(low, () => model.loss(xt, yt));
+        backward(loss);
+        opt.step();
+        loss.item();
+      }),
+    dispose: () => (model.dispose(), xt.dispose(), yt.dispose()),
+  };
+}
+
+/**
+ * dtrain's GPT-mini f32 step time over its bf16 step time, the two alternated step by step on
+ * one model (after warm-up steps of each), each step timed by this thread's CPU clock: per pair
+ * of neighbouring steps, f32 / bf16; the quartiles of those ratios. A pair is ~0.15 s, so the
+ * shared host's drift, which moved whole runs seconds apart by a third, mostly cancels in it.
+ */
+export function alternatedBf16Ratio(pairs: number): { median: number; q1: number; q3: number } {
+  manualSeed(0);
+  const clock = threadCpuClock();
+  const gpt = gptTraining();
+  const ratios: number[] = [];
+  try {
+    for (let i = 0; i < 3; i++) gpt.step(null), gpt.step("bf16");
+    for (let i = 0; i < pairs; i++) {
+      const t0 = clock();
+      gpt.step(null);
+      const t1 = clock();
+      gpt.step("bf16");
+      ratios.push((t1 - t0) / (clock() - t1));
+    }
+  } finally {
+    gpt.dispose();
+  }
+  const s = ratios.sort((a, b) => a - b);
+  const at = (q: number) => s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
+  return { median: at(0.5), q1: at(0.25), q3: at(0.75) };
 }
 
 /** Times `steps` training steps of dtrain's model. */
@@ -97,30 +152,10 @@ function dtrainSteps(which: Model, steps: number, span?: TimedSpan): Rate {
       });
     dispose = () => (model.dispose(), xt.dispose(), yt.dispose());
   } else {
-    const model = new GPT({
-      vocabSize: 256,
-      blockSize: 128,
-      nLayer: 4,
-      nHead: 4,
-      nEmbd: 128,
-    });
-    const tok = () =>
-      fromArray(
-        Int32Array.from({ length: 16 * 128 }, () => gen.randint(0, 256)),
-        [16, 128],
-      ).keep();
-    const xt = tok(), yt = tok();
-    const opt = new AdamW(model.parameters(), { lr: 3e-4 });
+    const gpt = gptTraining();
     const low = which === "gpt-bf16" ? "bf16" : null;
-    stepFn = () =>
-      scope(() => {
-        opt.zeroGrad();
-        const loss = autocast(low, () => model.loss(xt, yt));
-        backward(loss);
-        opt.step();
-        loss.item();
-      });
-    dispose = () => (model.dispose(), xt.dispose(), yt.dispose());
+    stepFn = () => gpt.step(low);
+    dispose = gpt.dispose;
   }
   for (let i = 0; i < 3; i++) stepFn();
   span?.begin();
@@ -223,6 +258,7 @@ const GOAL: Record<Model, string> = {
   cnn: ">= 1.5x",
 };
 const STEPS: Record<Model, number> = { toy: 2000, gpt: 20, "gpt-bf16": 20, cnn: 30 };
+const ALTERNATED_PAIRS = 30;
 
 if (import.meta.main) {
   const { values } = parseArgs({
@@ -292,6 +328,15 @@ if (import.meta.main) {
     // The limit the products set: bf16 doubles the multiply-adds of each instruction, so with the
     // products at twice their f32 speed and the rest of the step as f32 spends on it, bf16 / f32
     // could reach f32 / (products / 2 + rest), measured here on the f32 step.
+    const alt = alternatedBf16Ratio(ALTERNATED_PAIRS);
+    rows.push([
+      `  the same, f32 and bf16 steps alternated (${ALTERNATED_PAIRS} pairs, quartiles)`,
+      "",
+      "",
+      "",
+      `${alt.median.toFixed(2)}x (${alt.q1.toFixed(2)}-${alt.q3.toFixed(2)})`,
+      ">= 1.5x",
+    ]);
     split = { f32: productSplit("gpt", STEPS.gpt), bf16: productSplit("gpt-bf16", STEPS.gpt) };
     rows.push([
       "  limit: products at 2x their f32 speed, the rest as f32",
