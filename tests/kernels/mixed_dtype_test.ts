@@ -6,7 +6,7 @@
  * and empty sizes; and refuse what they cannot do, naming it.
  */
 import assert from "node:assert/strict";
-import { failsWith, K, n64, ok, ptr, Rng } from "./_helpers.ts";
+import { failsWith, K, n64, ok, ptr, Rng, testUnderEachIsa } from "./_helpers.ts";
 
 const DT = { f32: 0, bf16: 1, f16: 2 } as const;
 type D = keyof typeof DT;
@@ -131,6 +131,27 @@ Deno.test("dt_gelu_fwd_ex() and dt_gelu_bwd_ex() are the f32 GELU between two ca
   }
 });
 
+Deno.test("dt_gelu_bwd_ex() in bf16 is the f32 gradient between two casts for every bf16 input", () => {
+  // every one of the 65,536 bf16 values of x (NaNs, infinities, subnormals, both zeros) against
+  // gradients that are ordinary, tiny, huge, subnormal, zero, infinite and NaN, widened in blocks
+  // and rounded once as the f32 kernel's result is
+  const douts = [1, -0.3671875, 3.0e-3, -2.5e3, 1e-40, 0, -0, Infinity, NaN, 3.3e38];
+  const n = 65536 * douts.length;
+  const x = new Uint16Array(n), dyf = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    x[i] = i % 65536;
+    dyf[i] = douts[Math.floor(i / 65536)]!;
+  }
+  const dy = cast(new Uint8Array(dyf.buffer), "f32", "bf16", n);
+  const xb = new Uint8Array(x.buffer);
+  const dx = new Uint8Array(n * 2);
+  ok(K.dt_gelu_bwd_ex(ptr(dx), ptr(dy), ptr(xb), n64(n), DT.bf16, null));
+  const xf = cast(xb, "bf16", "f32", n), dyw = cast(dy, "bf16", "f32", n);
+  const dxf = new Uint8Array(n * 4);
+  ok(K.dt_gelu_bwd(ptr(dxf), ptr(dyw), ptr(xf), n64(n), null));
+  assertSameBytes(dx, cast(dxf, "f32", "bf16", n), "gelu grad, every bf16 x");
+});
+
 Deno.test("the mixed-dtype kernels refuse integer dtypes, unknown ops and bad sizes, naming them", () => {
   const x = new Float32Array(8);
   failsWith(
@@ -156,3 +177,7 @@ Deno.test("the mixed-dtype kernels refuse integer dtypes, unknown ops and bad si
   failsWith(K.dt_gelu_bwd_ex(ptr(x), null, ptr(x), 4n, 1, null), "dt_gelu_bwd_ex: null pointer");
   failsWith(K.dt_gelu_fwd_ex(ptr(x), ptr(x), -1n, 0, null), "dt_gelu_fwd_ex: negative size n=-1");
 });
+
+// The file again with each kernel forced (DTRAIN_CPU_ISA): GELU's f32 bodies in AVX-512
+// intrinsics, or as the compiler vectorises them, behind the same widening and rounding.
+testUnderEachIsa("the mixed-dtype kernels", import.meta.url);
