@@ -152,7 +152,7 @@ Deno.test({
     let seed = 1;
     for (const transA of [false, true]) {
       for (const transB of [false, true]) {
-        // ragged tiles (12 x 32), odd K, K over one block (384), a batch, beta
+        // ragged tiles (12 x 32), odd K, K over one block (512), a batch, beta
         check({ transA, transB, M: 13, N: 33, K: 7, batch: 1, beta: 0 }, seed++);
         check({ transA, transB, M: 50, N: 70, K: 801, batch: 1, beta: 0 }, seed++);
         check({ transA, transB, M: 150, N: 40, K: 64, batch: 3, beta: 1 }, seed++);

@@ -262,7 +262,7 @@ function roundBf16(x: Float32Array): Uint16Array<ArrayBuffer> {
 // A bf16 C with a bias or bias + GELU epilogue: with AVX512_BF16 the kernel adds the bias
 // (and keeps the pre-activation) as it stores each tile; everywhere the bits must be those of
 // the f32 product (dt_gemm_ex into an f32 C) plus the bias in f32, then dt_gelu_fwd, each
-// rounded once. Partial 12 x 32 tiles, several K blocks (K > 384, odd), more rows than one
+// rounded once. Partial 12 x 32 tiles, several K blocks (K > 512), more rows than one
 // A block (M > 144), each layout, one and two threads.
 for (
   const [M, N, Kd, ta, tb] of [
