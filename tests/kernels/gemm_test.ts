@@ -336,6 +336,37 @@ Deno.test("dt_gemm() f32 covers the model shapes, K blocks and the thin and wide
   }
 });
 
+Deno.test("dt_gemm() f32 with every K block of a row block in turn gives the bits of row blocks computed alone", () => {
+  // With several A blocks (M > mc) and several K blocks whose packed B panels fit 512 KiB
+  // together, each row block of C gains all its K blocks before the next row block (C stays in
+  // L2). A product of 100 rows (one A block) runs the K blocks one after another over all its
+  // rows: each element still gains the same blocks in the same order, so the same bits.
+  const rng = new Rng(21);
+  for (const [transA, transB] of TRANS) {
+    const c = makeCase(400, 100, 600, { transA, transB, alpha: 0.5, beta: 1.5 });
+    const inp = randomInputs(rng, c);
+    const full = runGemm(c, inp);
+    check(c, full, reference(c, inp));
+    for (let r0 = 0; r0 < c.M; r0 += 100) {
+      const part = makeCase(100, c.N, c.K, { transA, transB, alpha: 0.5, beta: 1.5 });
+      const a = new Float64Array(100 * c.K);
+      for (let i = 0; i < 100; i++) {
+        for (let p = 0; p < c.K; p++) {
+          a[transA ? p * 100 + i : i * c.K + p] = inp
+            .a[transA ? p * c.lda + r0 + i : (r0 + i) * c.lda + p]!;
+        }
+      }
+      const c0 = inp.c0.slice(r0 * c.ldc, (r0 + 100) * c.ldc);
+      const got = runGemm(part, { a, b: inp.b, c0 });
+      assertSameBits(
+        full.subarray(r0 * c.ldc, (r0 + 100) * c.ldc),
+        got,
+        `${describe(c)} rows ${r0}..`,
+      );
+    }
+  }
+});
+
 Deno.test("dt_gemm() thin products (M or N from 1 to 4) match the reference: K tails, every layout, beta accumulation", () => {
   // Classifier heads and their gradients: N (forward), K (dX) or M (dW) is tiny. With both
   // operands along K (NT) they are dot products vectorised over K, 8 lanes at a time, with a
