@@ -90,7 +90,10 @@ export function alternatedBf16Ratio(pairs: number): { median: number; q1: number
   const gpt = gptTraining();
   const ratios: number[] = [];
   try {
-    for (let i = 0; i < 3; i++) gpt.step(null), gpt.step("bf16");
+    for (let i = 0; i < 3; i++) {
+      gpt.step(null);
+      gpt.step("bf16");
+    }
     for (let i = 0; i < pairs; i++) {
       const t0 = clock();
       gpt.step(null);
@@ -325,9 +328,6 @@ if (import.meta.main) {
       median(pairs.map((r) => r.cpu)).toFixed(2) + "x",
       ">= 1.5x",
     ]);
-    // The limit the products set: bf16 doubles the multiply-adds of each instruction, so with the
-    // products at twice their f32 speed and the rest of the step as f32 spends on it, bf16 / f32
-    // could reach f32 / (products / 2 + rest), measured here on the f32 step.
     const alt = alternatedBf16Ratio(ALTERNATED_PAIRS);
     rows.push([
       `  the same, f32 and bf16 steps alternated (${ALTERNATED_PAIRS} pairs, quartiles)`,
@@ -337,6 +337,9 @@ if (import.meta.main) {
       `${alt.median.toFixed(2)}x (${alt.q1.toFixed(2)}-${alt.q3.toFixed(2)})`,
       ">= 1.5x",
     ]);
+    // The limit the products set: bf16 doubles the multiply-adds of each instruction, so with the
+    // products at twice their f32 speed and the rest of the step as f32 spends on it, bf16 / f32
+    // could reach f32 / (products / 2 + rest), measured here on the f32 step.
     split = { f32: productSplit("gpt", STEPS.gpt), bf16: productSplit("gpt-bf16", STEPS.gpt) };
     rows.push([
       "  limit: products at 2x their f32 speed, the rest as f32",
